@@ -1,0 +1,238 @@
+// Package acl authenticates bearer tokens and decides what each scope may
+// do (SPEC §8). It never stores or logs a secret: tokens are kept as their
+// SHA-256 digests and named by a short, non-reversible identity.
+package acl
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Scope is what a token is for.
+type Scope string
+
+// The scopes of SPEC §8.
+const (
+	Admin     Scope = "admin"
+	Registrar Scope = "registrar"
+	Instance  Scope = "instance"
+	Prober    Scope = "prober"
+	Reader    Scope = "reader"
+)
+
+// Sentinel errors; the API maps them to 401 and 403.
+var (
+	ErrNoToken      = errors.New("acl: no token")
+	ErrUnknownToken = errors.New("acl: unknown token")
+	ErrDenied       = errors.New("acl: not permitted")
+)
+
+// Token is one entry of the ACL file.
+type Token struct {
+	Secret     string   `yaml:"secret"`
+	Scope      Scope    `yaml:"scope"`
+	Namespaces []string `yaml:"namespaces,omitempty"`
+	// Namespace, Service and Instance bind an instance token to one
+	// instance.
+	Namespace string `yaml:"namespace,omitempty"`
+	Service   string `yaml:"service,omitempty"`
+	Instance  string `yaml:"instance,omitempty"`
+}
+
+// File is the ACL file's layout.
+type File struct {
+	Tokens []Token `yaml:"tokens"`
+}
+
+// Identity is an authenticated caller: what its token allows, and a name
+// fit for logs and the audit trail.
+type Identity struct {
+	// Name is the scope and the first 8 hex digits of the secret's
+	// SHA-256: enough to tell tokens apart, useless to forge one.
+	Name       string
+	Scope      Scope
+	Namespaces []string
+	Namespace  string
+	Service    string
+	Instance   string
+}
+
+// Anonymous is the identity of every caller when ACLs are off.
+var anonymous = Identity{Name: "anonymous", Scope: Admin}
+
+type entry struct {
+	digest [sha256.Size]byte
+	id     Identity
+}
+
+// Config configures an Authorizer.
+type Config struct {
+	// Enabled turns checking on; when false every caller is an anonymous
+	// admin (the --dev default, logged loudly by the caller).
+	Enabled bool
+	// Tokens are the accepted tokens.
+	Tokens []Token
+}
+
+// Authorizer authenticates tokens. It is immutable and safe for
+// concurrent use.
+type Authorizer struct {
+	enabled bool
+	entries []entry
+}
+
+// New validates cfg and returns its Authorizer.
+func New(cfg Config) (*Authorizer, error) {
+	a := &Authorizer{enabled: cfg.Enabled}
+	seen := map[[sha256.Size]byte]bool{}
+	for i, t := range cfg.Tokens {
+		if err := t.validate(); err != nil {
+			return nil, fmt.Errorf("acl: tokens[%d]: %w", i, err)
+		}
+		d := sha256.Sum256([]byte(t.Secret))
+		if seen[d] {
+			return nil, fmt.Errorf("acl: tokens[%d]: secret: the same secret is listed twice", i)
+		}
+		seen[d] = true
+		a.entries = append(a.entries, entry{digest: d, id: Identity{
+			Name:  string(t.Scope) + ":" + hex.EncodeToString(d[:4]),
+			Scope: t.Scope, Namespaces: slices.Clone(t.Namespaces),
+			Namespace: t.Namespace, Service: t.Service, Instance: t.Instance,
+		}})
+	}
+	return a, nil
+}
+
+func (t Token) validate() error {
+	if len(t.Secret) < 16 {
+		return errors.New("secret: must be at least 16 characters")
+	}
+	switch t.Scope {
+	case Admin, Prober:
+		if len(t.Namespaces) > 0 || t.Namespace != "" || t.Service != "" || t.Instance != "" {
+			return fmt.Errorf("scope: %s is not limited to namespaces or an instance", t.Scope)
+		}
+	case Registrar, Reader:
+		if len(t.Namespaces) == 0 {
+			return fmt.Errorf("namespaces: a %s token needs at least one namespace", t.Scope)
+		}
+		if t.Namespace != "" || t.Service != "" || t.Instance != "" {
+			return fmt.Errorf("namespaces: a %s token lists namespaces, not an instance", t.Scope)
+		}
+	case Instance:
+		if t.Namespace == "" || t.Service == "" || t.Instance == "" {
+			return errors.New("instance: an instance token needs namespace, service and instance")
+		}
+		if len(t.Namespaces) > 0 {
+			return errors.New("namespaces: an instance token is bound to one instance, not namespaces")
+		}
+	default:
+		return fmt.Errorf("scope: %q must be admin, registrar, instance, prober or reader", t.Scope)
+	}
+	return nil
+}
+
+// LoadFile reads an ACL file (YAML; unknown keys are refused).
+func LoadFile(path string) ([]Token, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("acl: opening %q: %w", path, err)
+	}
+	defer f.Close()
+	dec := yaml.NewDecoder(f)
+	dec.KnownFields(true)
+	var file File
+	if err := dec.Decode(&file); err != nil {
+		return nil, fmt.Errorf("acl: reading %q: %w", path, err)
+	}
+	return file.Tokens, nil
+}
+
+// Enabled reports whether tokens are checked.
+func (a *Authorizer) Enabled() bool { return a.enabled }
+
+// Authenticate returns the identity of secret. Every entry is compared in
+// constant time, and all of them are compared whatever matches, so the time
+// taken says nothing about the secret.
+func (a *Authorizer) Authenticate(secret string) (Identity, error) {
+	if !a.enabled {
+		return anonymous, nil
+	}
+	if secret == "" {
+		return Identity{}, ErrNoToken
+	}
+	d := sha256.Sum256([]byte(secret))
+	found := -1
+	for i := range a.entries {
+		if subtle.ConstantTimeCompare(d[:], a.entries[i].digest[:]) == 1 {
+			found = i
+		}
+	}
+	if found < 0 {
+		return Identity{}, ErrUnknownToken
+	}
+	return a.entries[found].id, nil
+}
+
+// Action is something a caller asks to do.
+type Action int
+
+// Actions the API checks.
+const (
+	// Read service definitions, endpoints and events of a namespace.
+	Read Action = iota
+	// Apply service definitions in a namespace.
+	Apply
+	// Register an instance.
+	Register
+	// Renew, Drain and Deregister act on one instance.
+	Renew
+	Drain
+	Deregister
+	// Report is a self-report about one instance.
+	Report
+	// ReadCluster lists members; ManageCluster joins and removes them.
+	ReadCluster
+	ManageCluster
+)
+
+// Allows reports whether id may do act on the namespace, service and
+// instance named (empty where they do not apply).
+func (id Identity) Allows(act Action, ns, svc, inst string) bool {
+	switch id.Scope {
+	case Admin:
+		return true
+	case Registrar:
+		switch act {
+		case Read, Apply, Register, Renew, Drain, Deregister:
+			return slices.Contains(id.Namespaces, ns)
+		case ReadCluster:
+			return true
+		}
+	case Reader:
+		switch act {
+		case Read:
+			return slices.Contains(id.Namespaces, ns)
+		case ReadCluster:
+			return true
+		}
+	case Prober:
+		return act == Read || act == ReadCluster
+	case Instance:
+		self := ns == id.Namespace && svc == id.Service && inst == id.Instance
+		switch act {
+		case Register, Renew, Drain, Report:
+			return self
+		case Read:
+			return ns == id.Namespace && svc == id.Service
+		}
+	}
+	return false
+}

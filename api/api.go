@@ -1,0 +1,244 @@
+// Package api serves cairn's HTTP/JSON API (SPEC §6): the write routes
+// behind every CLI command, the read routes, membership, /metrics, /healthz
+// and /readyz. It authenticates and authorises every call, checks addresses
+// against the address policy, forwards writes that reach a follower to the
+// leader, and turns errors into status codes in one place (writeError).
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/cairn-sd/cairn/acl"
+	"github.com/cairn-sd/cairn/addrpolicy"
+	"github.com/cairn-sd/cairn/store"
+)
+
+// forwardedHeader marks a request a follower forwarded, so that it is never
+// forwarded twice.
+const forwardedHeader = "X-Cairn-Forwarded-By"
+
+// Config configures the API.
+type Config struct {
+	// Store is the node's store. Required.
+	Store *store.Store
+	// ACL authenticates tokens. Required (use acl.Config{} for ACLs off).
+	ACL *acl.Authorizer
+	// Addrs checks registered addresses. Required.
+	Addrs *addrpolicy.Policy
+	// MaxBodyBytes limits request bodies; defaults to 1 MiB.
+	MaxBodyBytes int64
+	// WriteTimeout bounds one write's commit; defaults to 10s.
+	WriteTimeout time.Duration
+	// AuditRefusals is how many refusals a second are written to the
+	// replicated audit trail; the rest are only counted and logged, so
+	// that a misbehaving token cannot flood the log. Defaults to 10.
+	AuditRefusals int
+	// Ready reports whether the node serves; /readyz answers 503 while it
+	// returns false. Defaults to "a leader is known".
+	Ready func() bool
+	// Gatherer serves /metrics; nil serves no metrics.
+	Gatherer prometheus.Gatherer
+	// Registerer receives the API's metrics; may be nil.
+	Registerer prometheus.Registerer
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Now defaults to time.Now.
+	Now func() time.Time
+}
+
+// Server is the HTTP API of one node.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	mux     *http.ServeMux
+	metrics *metrics
+
+	auditMu     sync.Mutex
+	auditWindow time.Time
+	auditCount  int
+}
+
+// New validates cfg and builds the API.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil || cfg.ACL == nil || cfg.Addrs == nil {
+		return nil, errors.New("api: Store, ACL and Addrs are required")
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = 1 << 20
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = 10 * time.Second
+	}
+	if cfg.AuditRefusals == 0 {
+		cfg.AuditRefusals = 10
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Ready == nil {
+		st := cfg.Store
+		cfg.Ready = func() bool { id, _ := st.Leader(); return id != "" }
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "api"), mux: http.NewServeMux()}
+	s.metrics = newMetrics(cfg.Registerer)
+	s.routes()
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+func (s *Server) routes() {
+	m := s.mux
+	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	m.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !s.cfg.Ready() {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready"})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
+	if s.cfg.Gatherer != nil {
+		m.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
+	}
+	m.HandleFunc("POST /v1/apply", s.write("apply", s.apply))
+	m.HandleFunc("GET /v1/services", s.read("services", s.listServices))
+	m.HandleFunc("GET /v1/services/{ns}/{svc}", s.read("service", s.getService))
+	m.HandleFunc("GET /v1/services/{ns}/{svc}/endpoints", s.read("endpoints", s.endpoints))
+	m.HandleFunc("GET /v1/services/{ns}/{svc}/events", s.read("events", s.events))
+	m.HandleFunc("POST /v1/services/{ns}/{svc}/instances", s.write("register", s.register))
+	m.HandleFunc("POST /v1/services/{ns}/{svc}/instances/{id}/renew", s.write("renew", s.mutate(acl.Renew)))
+	m.HandleFunc("POST /v1/services/{ns}/{svc}/instances/{id}/drain", s.write("drain", s.mutate(acl.Drain)))
+	m.HandleFunc("POST /v1/services/{ns}/{svc}/instances/{id}/deregister", s.write("deregister", s.mutate(acl.Deregister)))
+	m.HandleFunc("POST /v1/services/{ns}/{svc}/instances/{id}/report", s.write("report", s.mutate(acl.Report)))
+	m.HandleFunc("GET /v1/members", s.read("members", s.members))
+	m.HandleFunc("POST /v1/members", s.write("join", s.join))
+	m.HandleFunc("DELETE /v1/members/{id}", s.write("leave", s.leave))
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.writeError(w, r, "unknown", fmt.Errorf("%s %s: %w", r.Method, r.URL.Path, errRouteNotFound))
+	})
+}
+
+// handler is an API handler: it gets the authenticated caller and returns
+// the status and body, or an error for writeError.
+type handler func(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error)
+
+// read wraps a read route: authenticate, run, count.
+func (s *Server) read(route string, h handler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, err := s.authenticate(r)
+		if err != nil {
+			s.writeError(w, r, route, err)
+			return
+		}
+		s.finish(w, r, route, id, h)
+	}
+}
+
+// write wraps a write route: authenticate, forward to the leader when this
+// node is not it, limit the body, run with a commit timeout, count.
+func (s *Server) write(route string, h handler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, err := s.authenticate(r)
+		if err != nil {
+			s.writeError(w, r, route, err)
+			return
+		}
+		if !s.cfg.Store.IsLeader() {
+			s.forward(w, r, route)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WriteTimeout)
+		defer cancel()
+		s.finish(w, r.WithContext(ctx), route, id, h)
+	}
+}
+
+func (s *Server) finish(w http.ResponseWriter, r *http.Request, route string, id acl.Identity, h handler) {
+	code, body, err := h(w, r, id)
+	if err != nil {
+		s.writeError(w, r, route, err)
+		return
+	}
+	s.metrics.requests.WithLabelValues(route, fmt.Sprint(code)).Inc()
+	writeJSON(w, code, body)
+}
+
+func (s *Server) authenticate(r *http.Request) (acl.Identity, error) {
+	tok, err := bearer(r)
+	if err != nil {
+		return acl.Identity{}, err
+	}
+	return s.cfg.ACL.Authenticate(tok)
+}
+
+// forward proxies a write to the leader's API. The leader authenticates
+// and authorises it again; a request already forwarded once is refused
+// rather than bounced between nodes that disagree about the leader.
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, route string) {
+	lid, addr := s.cfg.Store.Leader()
+	if r.Header.Get(forwardedHeader) != "" || lid == "" || addr == "" || lid == s.cfg.Store.NodeID() {
+		s.writeError(w, r, route, fmt.Errorf("this node cannot take writes and knows no leader to forward to: %w", store.ErrNoLeader))
+		return
+	}
+	target := &url.URL{Scheme: "http", Host: addr}
+	p := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Header.Set(forwardedHeader, s.cfg.Store.NodeID())
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			s.writeError(w, r, route, fmt.Errorf("forwarding to leader %s at %s: %v: %w", lid, addr, err, store.ErrNoLeader))
+		},
+	}
+	s.metrics.forwarded.Inc()
+	p.ServeHTTP(w, r)
+}
+
+// deny answers 403 for an authenticated caller acting out of scope, logs
+// it (never the token) and records it in the audit trail, rate-limited.
+func (s *Server) deny(r *http.Request, id acl.Identity, what string, key store.InstanceKey) error {
+	s.log.Warn("refused", "identity", id.Name, "action", what, "target", key.String())
+	if s.allowAudit() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 2*time.Second)
+		defer cancel()
+		err := s.cfg.Store.Audit(ctx, store.Event{Kind: store.EventRefused, Namespace: key.Namespace,
+			Service: key.Service, Instance: key.ID, Actor: id.Name,
+			Reason: fmt.Sprintf("%s token may not %s %s", id.Scope, what, key)})
+		if err != nil {
+			s.log.Warn("recording refusal in the audit trail", "err", err)
+			s.metrics.unaudited.Inc()
+		}
+	} else {
+		s.metrics.unaudited.Inc()
+	}
+	return fmt.Errorf("%s token may not %s %s: %w", id.Scope, what, key, acl.ErrDenied)
+}
+
+func (s *Server) allowAudit() bool {
+	s.auditMu.Lock()
+	defer s.auditMu.Unlock()
+	now := s.cfg.Now()
+	if now.Sub(s.auditWindow) >= time.Second {
+		s.auditWindow, s.auditCount = now, 0
+	}
+	s.auditCount++
+	return s.auditCount <= s.cfg.AuditRefusals
+}

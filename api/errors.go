@@ -1,0 +1,139 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/cairn-sd/cairn/acl"
+	"github.com/cairn-sd/cairn/addrpolicy"
+	"github.com/cairn-sd/cairn/store"
+)
+
+// Error is the body of every error response (SPEC §6).
+type Error struct {
+	Error string `json:"error"`
+	Code  string `json:"code"`
+}
+
+// Error codes. Clients branch on Code, never on the message.
+const (
+	CodeInvalid          = "invalid_argument"
+	CodeTooLarge         = "too_large"
+	CodeUnauthenticated  = "unauthenticated"
+	CodeDenied           = "permission_denied"
+	CodeForbiddenAddress = "forbidden_address"
+	CodeNotFound         = "not_found"
+	CodeFenced           = "fenced"
+	CodeNoLeader         = "no_leader"
+	CodeInternal         = "internal"
+)
+
+var (
+	errRouteNotFound = errors.New("no such route")
+	errBadRequest    = errors.New("bad request")
+)
+
+// badRequest is malformed input found by the API itself (not the store).
+func badRequest(field, format string, args ...any) error {
+	return fmt.Errorf("%s: %s: %w", field, fmt.Sprintf(format, args...), errBadRequest)
+}
+
+// status maps an error to its status and code: the one translation point
+// from errors to HTTP.
+func status(err error) (int, string) {
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return http.StatusRequestEntityTooLarge, CodeTooLarge
+	case errors.Is(err, store.ErrInvalid), errors.Is(err, errBadRequest):
+		return http.StatusBadRequest, CodeInvalid
+	case errors.Is(err, acl.ErrNoToken), errors.Is(err, acl.ErrUnknownToken):
+		return http.StatusUnauthorized, CodeUnauthenticated
+	case errors.Is(err, acl.ErrDenied):
+		return http.StatusForbidden, CodeDenied
+	case errors.Is(err, addrpolicy.ErrForbidden):
+		return http.StatusForbidden, CodeForbiddenAddress
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, errRouteNotFound):
+		return http.StatusNotFound, CodeNotFound
+	case errors.Is(err, store.ErrFenced):
+		return http.StatusConflict, CodeFenced
+	case errors.Is(err, store.ErrNotLeader), errors.Is(err, store.ErrNoLeader), errors.Is(err, store.ErrClosed):
+		return http.StatusServiceUnavailable, CodeNoLeader
+	}
+	return http.StatusInternalServerError, CodeInternal
+}
+
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, route string, err error) {
+	code, c := status(err)
+	msg := err.Error()
+	// Sentinel prefixes ("store: invalid input") say nothing to a user.
+	for _, p := range []string{": " + store.ErrInvalid.Error(), ": " + errBadRequest.Error(),
+		": " + addrpolicy.ErrForbidden.Error(), ": " + acl.ErrDenied.Error(), ": " + store.ErrFenced.Error(),
+		": " + store.ErrNotFound.Error()} {
+		msg = strings.TrimSuffix(msg, p)
+	}
+	if code == http.StatusInternalServerError {
+		s.log.Error("request failed", "route", route, "err", err)
+	}
+	if r.Method != http.MethodGet {
+		s.metrics.rejected.WithLabelValues(c).Inc()
+	}
+	s.metrics.requests.WithLabelValues(route, fmt.Sprint(code)).Inc()
+	if code == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="cairn"`)
+	}
+	writeJSON(w, code, Error{Error: msg, Code: c})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v) // the client went away; nothing to do
+}
+
+// decode reads exactly one JSON value into v. Unknown fields, trailing
+// data and type mismatches are refused with the field named.
+func decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooLarge *http.MaxBytesError
+		var typeErr *json.UnmarshalTypeError
+		var synErr *json.SyntaxError
+		switch {
+		case errors.As(err, &tooLarge):
+			return err
+		case errors.Is(err, io.EOF):
+			return badRequest("body", "is empty; want a JSON object")
+		case errors.As(err, &typeErr):
+			return badRequest(typeErr.Field, "want %s, got JSON %s", typeErr.Type, typeErr.Value)
+		case errors.As(err, &synErr):
+			return badRequest("body", "malformed JSON at byte %d: %v", synErr.Offset, err)
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			return badRequest(strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`), "unknown field")
+		}
+		return badRequest("body", "%v", err)
+	}
+	if dec.More() {
+		return badRequest("body", "trailing data after the JSON object")
+	}
+	return nil
+}
+
+func bearer(r *http.Request) (string, error) {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return "", nil
+	}
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok || tok == "" {
+		return "", fmt.Errorf("Authorization header must be \"Bearer TOKEN\": %w", acl.ErrNoToken)
+	}
+	return tok, nil
+}

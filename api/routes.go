@@ -1,0 +1,344 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cairn-sd/cairn/acl"
+	"github.com/cairn-sd/cairn/store"
+)
+
+// ServiceSummary is one row of GET /v1/services.
+type ServiceSummary struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Ports     int    `json:"ports"`
+	Instances int    `json:"instances"`
+	Eligible  int    `json:"eligible"`
+	Revision  uint64 `json:"revision"`
+}
+
+// Endpoint is one instance as GET .../endpoints shows it.
+type Endpoint struct {
+	InstanceID    string            `json:"instance_id"`
+	Incarnation   uint64            `json:"incarnation"`
+	Addresses     []string          `json:"addresses"`
+	Ports         map[string]int    `json:"ports"`
+	Region        string            `json:"region"`
+	Zone          string            `json:"zone"`
+	Lifecycle     store.Lifecycle   `json:"lifecycle"`
+	Verdict       string            `json:"verdict"`
+	Eligible      bool              `json:"eligible"`
+	Weight        int               `json:"weight"`
+	BaseWeight    int               `json:"base_weight"`
+	Reasons       []string          `json:"reasons"`
+	LeaseDeadline time.Time         `json:"lease_deadline"`
+	LeaseExpired  bool              `json:"lease_expired"`
+	Registrar     string            `json:"registrar"`
+	Report        *store.SelfReport `json:"report,omitempty"`
+}
+
+// View is a service's current view (SPEC §1).
+type View struct {
+	Revision          uint64     `json:"revision"`
+	HealthDisregarded bool       `json:"health_disregarded"`
+	Stale             bool       `json:"stale"`
+	Endpoints         []Endpoint `json:"endpoints"`
+}
+
+// ServiceDetail is GET /v1/services/{ns}/{svc}.
+type ServiceDetail struct {
+	Definition store.Service `json:"definition"`
+	View       View          `json:"view"`
+}
+
+// Registered is the answer to a registration.
+type Registered struct {
+	store.Instance
+	// Created is false when the request was a retry of the committed
+	// registration.
+	Created bool `json:"created"`
+}
+
+// endpointOf shows an instance. Until the health evaluator publishes a
+// status table, a registered instance that is ready counts as eligible and
+// its verdict is unknown (no evidence has been evaluated).
+func endpointOf(in store.Instance, now time.Time) Endpoint {
+	e := Endpoint{
+		InstanceID: in.ID, Incarnation: in.Incarnation, Addresses: in.Addresses, Ports: in.Ports,
+		Region: in.Region, Zone: in.Zone, Lifecycle: in.Lifecycle, Verdict: "unknown",
+		BaseWeight: in.Weight, LeaseDeadline: in.LeaseDeadline,
+		LeaseExpired: !now.Before(in.LeaseDeadline), Registrar: in.Registrar, Report: in.Report,
+		Reasons: []string{},
+	}
+	switch in.Lifecycle {
+	case store.Ready:
+		e.Eligible, e.Weight = true, in.Weight
+		e.Reasons = append(e.Reasons, "no health evidence evaluated yet")
+	case store.Starting:
+		e.Reasons = append(e.Reasons, "starting")
+	case store.Draining:
+		e.Reasons = append(e.Reasons, "draining")
+	case store.Terminated:
+		e.Reasons = append(e.Reasons, "deregistered")
+	}
+	if e.LeaseExpired && in.Lifecycle != store.Terminated {
+		e.Reasons = append(e.Reasons, "lease expired")
+	}
+	return e
+}
+
+func (s *Server) view(ns, svc string, all bool) View {
+	now := s.cfg.Now()
+	v := View{Revision: s.cfg.Store.Revision(), Endpoints: []Endpoint{}}
+	for _, in := range s.cfg.Store.Instances(ns, svc) {
+		if in.Lifecycle == store.Terminated && !all {
+			continue
+		}
+		v.Endpoints = append(v.Endpoints, endpointOf(in, now))
+	}
+	return v
+}
+
+func (s *Server) listServices(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
+	out := []ServiceSummary{}
+	for _, svc := range s.cfg.Store.Services() {
+		if !id.Allows(acl.Read, svc.Namespace, svc.Name, "") {
+			continue
+		}
+		row := ServiceSummary{Namespace: svc.Namespace, Name: svc.Name, Ports: len(svc.Ports), Revision: svc.Revision}
+		for _, e := range s.view(svc.Namespace, svc.Name, false).Endpoints {
+			row.Instances++
+			if e.Eligible {
+				row.Eligible++
+			}
+		}
+		out = append(out, row)
+	}
+	return http.StatusOK, out, nil
+}
+
+// service returns the named service if id may read it.
+func (s *Server) service(r *http.Request, id acl.Identity) (store.Service, error) {
+	ns, name := r.PathValue("ns"), r.PathValue("svc")
+	if !id.Allows(acl.Read, ns, name, "") {
+		return store.Service{}, fmt.Errorf("%s token may not read %s/%s: %w", id.Scope, ns, name, acl.ErrDenied)
+	}
+	svc, ok := s.cfg.Store.Service(ns, name)
+	if !ok {
+		return store.Service{}, fmt.Errorf("service %s/%s: %w", ns, name, store.ErrNotFound)
+	}
+	return svc, nil
+}
+
+func (s *Server) getService(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
+	svc, err := s.service(r, id)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, ServiceDetail{Definition: svc, View: s.view(svc.Namespace, svc.Name, false)}, nil
+}
+
+func (s *Server) endpoints(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
+	svc, err := s.service(r, id)
+	if err != nil {
+		return 0, nil, err
+	}
+	all := r.URL.Query().Get("all") == "true"
+	return http.StatusOK, s.view(svc.Namespace, svc.Name, all).Endpoints, nil
+}
+
+func (s *Server) events(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
+	svc, err := s.service(r, id)
+	if err != nil {
+		return 0, nil, err
+	}
+	limit := 100
+	if l := r.URL.Query().Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 || n > store.AuditCapacity {
+			return 0, nil, badRequest("limit", "%q must be a number from 1 to %d", l, store.AuditCapacity)
+		}
+		limit = n
+	}
+	ev := s.cfg.Store.Events(svc.Namespace, svc.Name, limit)
+	if ev == nil {
+		ev = []store.Event{}
+	}
+	return http.StatusOK, ev, nil
+}
+
+// apply takes service definitions as YAML (application/yaml, one service
+// per document) or JSON (an array of definitions, or one definition).
+func (s *Server) apply(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return 0, nil, err
+	}
+	text := strings.TrimSpace(string(body))
+	if strings.HasPrefix(text, "[") {
+		// A JSON array is not a YAML stream of documents: unwrap it.
+		var docs []json.RawMessage
+		if err := json.Unmarshal([]byte(text), &docs); err != nil {
+			return 0, nil, badRequest("body", "malformed JSON array: %v", err)
+		}
+		parts := make([]string, len(docs))
+		for i, d := range docs {
+			parts[i] = string(d)
+		}
+		text = "---\n" + strings.Join(parts, "\n---\n")
+	}
+	svcs, err := store.ParseServices(strings.NewReader(text))
+	if err != nil {
+		return 0, nil, err
+	}
+	for _, svc := range svcs {
+		if !id.Allows(acl.Apply, svc.Namespace, svc.Name, "") {
+			return 0, nil, fmt.Errorf("%s token may not apply definitions in namespace %q: %w", id.Scope, svc.Namespace, acl.ErrDenied)
+		}
+	}
+	rev, err := s.cfg.Store.ApplyServices(r.Context(), id.Name, svcs)
+	if err != nil {
+		return 0, nil, err
+	}
+	keys := make([]string, len(svcs))
+	for i, svc := range svcs {
+		keys[i] = svc.Key().String()
+	}
+	return http.StatusOK, map[string]any{"revision": rev, "services": keys}, nil
+}
+
+func (s *Server) register(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
+	ns, svc := r.PathValue("ns"), r.PathValue("svc")
+	var reg store.Registration
+	if err := decode(r, &reg); err != nil {
+		return 0, nil, err
+	}
+	reg.Namespace, reg.Service = ns, svc
+	if err := store.CheckLabel("instance_id", reg.ID); err != nil {
+		return 0, nil, err
+	}
+	if !id.Allows(acl.Register, ns, svc, reg.ID) {
+		return 0, nil, s.deny(r, id, "register", reg.Key())
+	}
+	for i, a := range reg.Addresses {
+		ip, err := s.cfg.Addrs.Check(ns, a)
+		if err != nil {
+			return 0, nil, fmt.Errorf("addresses[%d]: %w", i, asInvalid(err))
+		}
+		reg.Addresses[i] = ip.String()
+	}
+	in, created, err := s.cfg.Store.Register(r.Context(), id.Name, reg)
+	if err != nil {
+		return 0, nil, err
+	}
+	code := http.StatusOK
+	if created {
+		code = http.StatusCreated
+	}
+	return code, Registered{Instance: in, Created: created}, nil
+}
+
+// asInvalid leaves a policy refusal as it is and makes a parse error
+// invalid input.
+func asInvalid(err error) error {
+	if _, c := status(err); c == CodeForbiddenAddress {
+		return err
+	}
+	return fmt.Errorf("%v: %w", err, errBadRequest)
+}
+
+// MutateRequest is the body of renew, drain, deregister and report.
+type MutateRequest struct {
+	Incarnation  uint64                           `json:"incarnation"`
+	Ready        *bool                            `json:"ready,omitempty"`
+	Dependencies map[string]store.DependencyState `json:"dependencies,omitempty"`
+}
+
+func (s *Server) mutate(act acl.Action) handler {
+	verb := map[acl.Action]string{acl.Renew: "renew", acl.Drain: "drain", acl.Deregister: "deregister", acl.Report: "report about"}[act]
+	return func(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
+		key := store.InstanceKey{Namespace: r.PathValue("ns"), Service: r.PathValue("svc"), ID: r.PathValue("id")}
+		var req MutateRequest
+		if err := decode(r, &req); err != nil {
+			return 0, nil, err
+		}
+		if req.Incarnation == 0 {
+			return 0, nil, badRequest("incarnation", "is required: every mutation of an instance carries its incarnation")
+		}
+		if act != acl.Report && (req.Ready != nil || req.Dependencies != nil) {
+			return 0, nil, badRequest("ready", "only a report carries readiness and dependencies")
+		}
+		if !id.Allows(act, key.Namespace, key.Service, key.ID) {
+			return 0, nil, s.deny(r, id, verb, key)
+		}
+		var (
+			in  store.Instance
+			err error
+		)
+		ctx := r.Context()
+		switch act {
+		case acl.Renew:
+			in, err = s.cfg.Store.Renew(ctx, key, req.Incarnation)
+		case acl.Drain:
+			in, err = s.cfg.Store.Drain(ctx, id.Name, key, req.Incarnation)
+		case acl.Deregister:
+			in, err = s.cfg.Store.Deregister(ctx, id.Name, key, req.Incarnation)
+		case acl.Report:
+			if req.Ready == nil {
+				return 0, nil, badRequest("ready", "is required in a report")
+			}
+			in, err = s.cfg.Store.Report(ctx, id.Name, key, req.Incarnation, store.Report{Ready: *req.Ready, Dependencies: req.Dependencies})
+		}
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, in, nil
+	}
+}
+
+func (s *Server) members(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
+	if !id.Allows(acl.ReadCluster, "", "", "") {
+		return 0, nil, fmt.Errorf("%s token may not list members: %w", id.Scope, acl.ErrDenied)
+	}
+	ms, err := s.cfg.Store.Members()
+	if err != nil {
+		return 0, nil, err
+	}
+	if ms == nil {
+		ms = []store.Member{}
+	}
+	return http.StatusOK, ms, nil
+}
+
+func (s *Server) join(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
+	if !id.Allows(acl.ManageCluster, "", "", "") {
+		return 0, nil, fmt.Errorf("%s token may not change membership: %w", id.Scope, acl.ErrDenied)
+	}
+	var m store.Member
+	if err := decode(r, &m); err != nil {
+		return 0, nil, err
+	}
+	if err := s.cfg.Store.Join(r.Context(), id.Name, m); err != nil {
+		return 0, nil, err
+	}
+	s.log.Info("member joined", "node_id", m.NodeID, "raft_addr", m.RaftAddr, "http_addr", m.HTTPAddr)
+	return http.StatusOK, m, nil
+}
+
+func (s *Server) leave(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
+	if !id.Allows(acl.ManageCluster, "", "", "") {
+		return 0, nil, fmt.Errorf("%s token may not change membership: %w", id.Scope, acl.ErrDenied)
+	}
+	nodeID := r.PathValue("id")
+	if err := s.cfg.Store.Leave(r.Context(), id.Name, nodeID); err != nil {
+		return 0, nil, err
+	}
+	s.log.Info("member left", "node_id", nodeID)
+	return http.StatusOK, map[string]string{"node_id": nodeID}, nil
+}

@@ -1,0 +1,249 @@
+// Package client is a Go client for cairn's HTTP API, used by the CLI, by
+// servers joining a cluster and by tests.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/cairn-sd/cairn/api"
+	"github.com/cairn-sd/cairn/store"
+)
+
+// Error is an error answer from the API.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s (%d %s)", e.Message, e.Status, e.Code) }
+
+// Client talks to one cairn server. It is safe for concurrent use.
+type Client struct {
+	base  *url.URL
+	token string
+	hc    *http.Client
+}
+
+// New returns a client for the server at addr ("http://host:port" or
+// "host:port"). An empty token sends none.
+func New(addr, token string) (*Client, error) {
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	u, err := url.Parse(addr)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("address %q is not a URL such as http://127.0.0.1:8480", addr)
+	}
+	return &Client{base: u, token: token, hc: &http.Client{Timeout: 30 * time.Second}}, nil
+}
+
+func (c *Client) do(ctx context.Context, method, path, ctype string, body []byte, out any) error {
+	u := *c.base
+	u.Path = strings.TrimSuffix(u.Path, "/") + path
+	if i := strings.IndexByte(u.Path, '?'); i >= 0 {
+		u.RawQuery, u.Path = u.Path[i+1:], u.Path[:i]
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		return err
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("reading answer of %s %s: %w", method, path, err)
+	}
+	if resp.StatusCode >= 300 {
+		var e api.Error
+		if json.Unmarshal(b, &e) != nil || e.Code == "" {
+			return &Error{Status: resp.StatusCode, Code: "unknown", Message: strings.TrimSpace(string(b))}
+		}
+		return &Error{Status: resp.StatusCode, Code: e.Code, Message: e.Error}
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("decoding answer of %s %s: %w", method, path, err)
+	}
+	return nil
+}
+
+func (c *Client) json(ctx context.Context, method, path string, in, out any) error {
+	var body []byte
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = b
+	}
+	return c.do(ctx, method, path, "application/json", body, out)
+}
+
+// ApplyResult is the answer to Apply.
+type ApplyResult struct {
+	Revision uint64   `json:"revision"`
+	Services []string `json:"services"`
+}
+
+// Apply sends service definitions as YAML (one service per document).
+func (c *Client) Apply(ctx context.Context, yaml []byte) (ApplyResult, error) {
+	var r ApplyResult
+	err := c.do(ctx, http.MethodPost, "/v1/apply", "application/yaml", yaml, &r)
+	return r, err
+}
+
+func svcPath(ns, svc string) string {
+	return "/v1/services/" + url.PathEscape(ns) + "/" + url.PathEscape(svc)
+}
+
+func instPath(k store.InstanceKey) string {
+	return svcPath(k.Namespace, k.Service) + "/instances/" + url.PathEscape(k.ID)
+}
+
+// Register registers an instance of ns/svc.
+func (c *Client) Register(ctx context.Context, ns, svc string, reg store.Registration) (api.Registered, error) {
+	var r api.Registered
+	err := c.json(ctx, http.MethodPost, svcPath(ns, svc)+"/instances", reg, &r)
+	return r, err
+}
+
+func (c *Client) mutate(ctx context.Context, verb string, k store.InstanceKey, req api.MutateRequest) (store.Instance, error) {
+	var in store.Instance
+	err := c.json(ctx, http.MethodPost, instPath(k)+"/"+verb, req, &in)
+	return in, err
+}
+
+// Renew renews an instance's lease.
+func (c *Client) Renew(ctx context.Context, k store.InstanceKey, inc uint64) (store.Instance, error) {
+	return c.mutate(ctx, "renew", k, api.MutateRequest{Incarnation: inc})
+}
+
+// Drain starts an instance's drain.
+func (c *Client) Drain(ctx context.Context, k store.InstanceKey, inc uint64) (store.Instance, error) {
+	return c.mutate(ctx, "drain", k, api.MutateRequest{Incarnation: inc})
+}
+
+// Deregister removes an instance.
+func (c *Client) Deregister(ctx context.Context, k store.InstanceKey, inc uint64) (store.Instance, error) {
+	return c.mutate(ctx, "deregister", k, api.MutateRequest{Incarnation: inc})
+}
+
+// Report sends a self-report.
+func (c *Client) Report(ctx context.Context, k store.InstanceKey, inc uint64, ready bool, deps map[string]store.DependencyState) (store.Instance, error) {
+	return c.mutate(ctx, "report", k, api.MutateRequest{Incarnation: inc, Ready: &ready, Dependencies: deps})
+}
+
+// Services lists the services the token may read.
+func (c *Client) Services(ctx context.Context) ([]api.ServiceSummary, error) {
+	var out []api.ServiceSummary
+	err := c.json(ctx, http.MethodGet, "/v1/services", nil, &out)
+	return out, err
+}
+
+// Service returns a definition and its view.
+func (c *Client) Service(ctx context.Context, ns, svc string) (api.ServiceDetail, error) {
+	var out api.ServiceDetail
+	err := c.json(ctx, http.MethodGet, svcPath(ns, svc), nil, &out)
+	return out, err
+}
+
+// Endpoints lists a service's endpoints.
+func (c *Client) Endpoints(ctx context.Context, ns, svc string) ([]api.Endpoint, error) {
+	var out []api.Endpoint
+	err := c.json(ctx, http.MethodGet, svcPath(ns, svc)+"/endpoints", nil, &out)
+	return out, err
+}
+
+// Events returns a service's audit trail, oldest first.
+func (c *Client) Events(ctx context.Context, ns, svc string, limit int) ([]store.Event, error) {
+	var out []store.Event
+	err := c.json(ctx, http.MethodGet, fmt.Sprintf("%s/events?limit=%d", svcPath(ns, svc), limit), nil, &out)
+	return out, err
+}
+
+// Members lists the cluster's servers.
+func (c *Client) Members(ctx context.Context) ([]store.Member, error) {
+	var out []store.Member
+	err := c.json(ctx, http.MethodGet, "/v1/members", nil, &out)
+	return out, err
+}
+
+// Join adds a server to the cluster.
+func (c *Client) Join(ctx context.Context, m store.Member) error {
+	return c.json(ctx, http.MethodPost, "/v1/members", m, nil)
+}
+
+// Leave removes a server from the cluster.
+func (c *Client) Leave(ctx context.Context, nodeID string) error {
+	return c.json(ctx, http.MethodDelete, "/v1/members/"+url.PathEscape(nodeID), nil, nil)
+}
+
+// Ready reports whether the server answers 200 on /readyz.
+func (c *Client) Ready(ctx context.Context) bool {
+	err := c.do(ctx, http.MethodGet, "/readyz", "", nil, nil)
+	return err == nil
+}
+
+// IsRetryable reports whether err may succeed if sent again: no leader,
+// or the server could not be reached.
+func IsRetryable(err error) bool {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Status == http.StatusServiceUnavailable
+	}
+	return err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// JoinRetry asks the cluster to add m until it succeeds or ctx is done,
+// backing off from 200ms to 5s with jitter between attempts. It is what a
+// server started with --join runs.
+func (c *Client) JoinRetry(ctx context.Context, m store.Member, onError func(error)) error {
+	backoff := 200 * time.Millisecond
+	for {
+		err := c.Join(ctx, m)
+		if err == nil {
+			return nil
+		}
+		var e *Error
+		if errors.As(err, &e) && e.Status != http.StatusServiceUnavailable {
+			return fmt.Errorf("joining %s: %w", c.base.Host, err)
+		}
+		if onError != nil {
+			onError(err)
+		}
+		t := time.NewTimer(backoff/2 + time.Duration(rand.Int64N(int64(backoff/2))))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}

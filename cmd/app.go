@@ -1,0 +1,99 @@
+// Package cmd is cairn's command line: it turns flags and environment into
+// the packages' Configs, wires them together, runs them under one context
+// and maps errors to exit codes. It holds no logic of its own.
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/cairn-sd/cairn/client"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1 // the request failed
+	exitUsage = 2 // bad flags or arguments
+)
+
+// Run runs the CLI with args and returns the process exit code.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	app := App(stdout, stderr)
+	err := app.RunContext(ctx, args)
+	if err == nil {
+		return exitOK
+	}
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) {
+		if msg := ec.Error(); msg != "" {
+			fmt.Fprintln(stderr, "cairn:", msg)
+		}
+		return ec.ExitCode()
+	}
+	fmt.Fprintln(stderr, "cairn:", err)
+	return exitUsage // urfave's own parse errors
+}
+
+// App builds the cairn command tree.
+func App(stdout, stderr io.Writer) *cli.App {
+	return &cli.App{
+		Name:      "cairn",
+		Usage:     "service discovery and health checks: DNS and xDS from a replicated registry",
+		Writer:    stdout,
+		ErrWriter: stderr,
+		// Errors are printed once, by Run.
+		ExitErrHandler: func(*cli.Context, error) {},
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "addr", Value: "http://127.0.0.1:8480", EnvVars: []string{"CAIRN_ADDR"}, Usage: "API address of a cairn server"},
+			&cli.StringFlag{Name: "token", EnvVars: []string{"CAIRN_TOKEN"}, Usage: "bearer token"},
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "table", Usage: "table or json"},
+		},
+		Before: func(c *cli.Context) error {
+			if o := c.String("output"); o != "table" && o != "json" {
+				return cli.Exit(fmt.Sprintf("--output: %q must be table or json", o), exitUsage)
+			}
+			return nil
+		},
+		Commands: []*cli.Command{
+			serverCommand(),
+			applyCommand(),
+			registerCommand(),
+			mutateCommand("renew", "renew an instance's lease"),
+			mutateCommand("deregister", "remove an instance (fenced by incarnation)"),
+			mutateCommand("drain", "drain an instance: out of DNS at once, removed after the drain window"),
+			reportCommand(),
+			servicesCommand(),
+			endpointsCommand(),
+			eventsCommand(),
+			membersCommand(),
+			joinCommand(),
+			leaveCommand(),
+		},
+	}
+}
+
+// apiClient returns a client for the global --addr and --token.
+func apiClient(c *cli.Context) (*client.Client, error) {
+	cl, err := client.New(c.String("addr"), c.String("token"))
+	if err != nil {
+		return nil, cli.Exit("--addr: "+err.Error(), exitUsage)
+	}
+	return cl, nil
+}
+
+// failed maps a request error to exit code 1.
+func failed(err error) error {
+	if err == nil {
+		return nil
+	}
+	return cli.Exit(err.Error(), exitError)
+}
+
+func usage(format string, args ...any) error {
+	return cli.Exit(fmt.Sprintf(format, args...), exitUsage)
+}

@@ -1,0 +1,420 @@
+package cmd
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/cairn-sd/cairn/store"
+)
+
+// serviceArg parses the positional NS/SVC.
+func serviceArg(c *cli.Context) (string, string, error) {
+	if c.NArg() != 1 {
+		return "", "", usage("%s: want exactly one NS/SVC argument after the flags, got %d", c.Command.Name, c.NArg())
+	}
+	ns, svc, ok := strings.Cut(c.Args().First(), "/")
+	if !ok || ns == "" || svc == "" || strings.Contains(svc, "/") {
+		return "", "", usage("%s: %q is not NS/SVC", c.Command.Name, c.Args().First())
+	}
+	return ns, svc, nil
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func table(w io.Writer, header string, rows [][]string) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func applyCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "apply",
+		Usage:     "apply service definitions (YAML, one service per document)",
+		ArgsUsage: " ",
+		Flags:     []cli.Flag{&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Required: true, Usage: "YAML file, or - for standard input"}},
+		Action: func(c *cli.Context) error {
+			var (
+				b   []byte
+				err error
+			)
+			if f := c.String("file"); f == "-" {
+				b, err = io.ReadAll(os.Stdin)
+			} else {
+				b, err = os.ReadFile(f)
+			}
+			if err != nil {
+				return usage("--file: %v", err)
+			}
+			cl, err := apiClient(c)
+			if err != nil {
+				return err
+			}
+			r, err := cl.Apply(c.Context, b)
+			if err != nil {
+				return failed(err)
+			}
+			if c.String("output") == "json" {
+				return printJSON(c.App.Writer, r)
+			}
+			for _, s := range r.Services {
+				fmt.Fprintf(c.App.Writer, "applied %s\n", s)
+			}
+			fmt.Fprintf(c.App.Writer, "revision: %d\n", r.Revision)
+			return nil
+		},
+	}
+}
+
+// keyValues parses repeated NAME=VALUE flags.
+func keyValues(flag string, vals []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, v := range vals {
+		k, val, ok := strings.Cut(v, "=")
+		if !ok || k == "" || val == "" {
+			return nil, usage("--%s: %q is not NAME=VALUE", flag, v)
+		}
+		if _, dup := out[k]; dup {
+			return nil, usage("--%s: %q is given twice", flag, k)
+		}
+		out[k] = val
+	}
+	return out, nil
+}
+
+func registerCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "register",
+		Usage:     "register an instance explicitly; prints its incarnation and lease deadline",
+		ArgsUsage: "NS/SVC",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "instance", Required: true, Usage: "instance id (a DNS label)"},
+			&cli.StringSliceFlag{Name: "address", Required: true, Usage: "IPv4 or IPv6 address (repeatable)"},
+			&cli.StringSliceFlag{Name: "port", Required: true, Usage: "NAME=NUMBER for a port of the service (repeatable)"},
+			&cli.StringFlag{Name: "region"},
+			&cli.StringFlag{Name: "zone"},
+			&cli.IntFlag{Name: "weight", Usage: "base weight 1-65535 (default 100)"},
+			&cli.DurationFlag{Name: "lease-ttl", Usage: "lease TTL (default: the service's lease_ttl)"},
+		},
+		Action: func(c *cli.Context) error {
+			ns, svc, err := serviceArg(c)
+			if err != nil {
+				return err
+			}
+			ports, err := keyValues("port", c.StringSlice("port"))
+			if err != nil {
+				return err
+			}
+			reg := store.Registration{ID: c.String("instance"), Addresses: c.StringSlice("address"),
+				Ports: map[string]int{}, Region: c.String("region"), Zone: c.String("zone"),
+				Weight: c.Int("weight"), LeaseTTL: store.Duration(c.Duration("lease-ttl"))}
+			for k, v := range ports {
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					return usage("--port: %s=%q: the port is not a number", k, v)
+				}
+				reg.Ports[k] = n
+			}
+			cl, err := apiClient(c)
+			if err != nil {
+				return err
+			}
+			r, err := cl.Register(c.Context, ns, svc, reg)
+			if err != nil {
+				return failed(err)
+			}
+			if c.String("output") == "json" {
+				return printJSON(c.App.Writer, r)
+			}
+			fmt.Fprintf(c.App.Writer, "instance: %s/%s/%s\nincarnation: %d\nlease_deadline: %s\n",
+				ns, svc, r.ID, r.Incarnation, r.LeaseDeadline.Format(time.RFC3339))
+			return nil
+		},
+	}
+}
+
+func instanceFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "instance", Required: true, Usage: "instance id"},
+		&cli.Uint64Flag{Name: "incarnation", Required: true, Usage: "the incarnation register printed"},
+	}
+}
+
+func instanceKey(c *cli.Context) (store.InstanceKey, error) {
+	ns, svc, err := serviceArg(c)
+	if err != nil {
+		return store.InstanceKey{}, err
+	}
+	return store.InstanceKey{Namespace: ns, Service: svc, ID: c.String("instance")}, nil
+}
+
+func printInstance(c *cli.Context, in store.Instance) error {
+	if c.String("output") == "json" {
+		return printJSON(c.App.Writer, in)
+	}
+	fmt.Fprintf(c.App.Writer, "instance: %s\nincarnation: %d\nlifecycle: %s\nlease_deadline: %s\n",
+		in.Key(), in.Incarnation, in.Lifecycle, in.LeaseDeadline.Format(time.RFC3339))
+	return nil
+}
+
+func mutateCommand(name, help string) *cli.Command {
+	return &cli.Command{
+		Name:      name,
+		Usage:     help,
+		ArgsUsage: "NS/SVC",
+		Flags:     instanceFlags(),
+		Action: func(c *cli.Context) error {
+			key, err := instanceKey(c)
+			if err != nil {
+				return err
+			}
+			cl, err := apiClient(c)
+			if err != nil {
+				return err
+			}
+			inc := c.Uint64("incarnation")
+			var in store.Instance
+			switch name {
+			case "renew":
+				in, err = cl.Renew(c.Context, key, inc)
+			case "drain":
+				in, err = cl.Drain(c.Context, key, inc)
+			default:
+				in, err = cl.Deregister(c.Context, key, inc)
+			}
+			if err != nil {
+				return failed(err)
+			}
+			return printInstance(c, in)
+		},
+	}
+}
+
+func reportCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "report",
+		Usage:     "self-report readiness and dependency states",
+		ArgsUsage: "NS/SVC",
+		Flags: append(instanceFlags(),
+			&cli.BoolFlag{Name: "ready", Required: true, Usage: "--ready=true or --ready=false"},
+			&cli.StringSliceFlag{Name: "dependency", Usage: "NAME=ok|degraded|failed (repeatable)"},
+		),
+		Action: func(c *cli.Context) error {
+			key, err := instanceKey(c)
+			if err != nil {
+				return err
+			}
+			kv, err := keyValues("dependency", c.StringSlice("dependency"))
+			if err != nil {
+				return err
+			}
+			deps := map[string]store.DependencyState{}
+			for k, v := range kv {
+				deps[k] = store.DependencyState(v)
+			}
+			cl, err := apiClient(c)
+			if err != nil {
+				return err
+			}
+			in, err := cl.Report(c.Context, key, c.Uint64("incarnation"), c.Bool("ready"), deps)
+			if err != nil {
+				return failed(err)
+			}
+			return printInstance(c, in)
+		},
+	}
+}
+
+func servicesCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "services",
+		Usage: "list services",
+		Action: func(c *cli.Context) error {
+			cl, err := apiClient(c)
+			if err != nil {
+				return err
+			}
+			ss, err := cl.Services(c.Context)
+			if err != nil {
+				return failed(err)
+			}
+			if c.String("output") == "json" {
+				return printJSON(c.App.Writer, ss)
+			}
+			var rows [][]string
+			for _, s := range ss {
+				rows = append(rows, []string{s.Namespace + "/" + s.Name, fmt.Sprint(s.Instances), fmt.Sprint(s.Eligible), fmt.Sprint(s.Revision)})
+			}
+			return table(c.App.Writer, "SERVICE\tINSTANCES\tELIGIBLE\tREVISION", rows)
+		},
+	}
+}
+
+func endpointsCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "endpoints",
+		Usage:     "endpoints of a service with verdict, eligibility and weight",
+		ArgsUsage: "NS/SVC",
+		Action: func(c *cli.Context) error {
+			ns, svc, err := serviceArg(c)
+			if err != nil {
+				return err
+			}
+			cl, err := apiClient(c)
+			if err != nil {
+				return err
+			}
+			es, err := cl.Endpoints(c.Context, ns, svc)
+			if err != nil {
+				return failed(err)
+			}
+			if c.String("output") == "json" {
+				return printJSON(c.App.Writer, es)
+			}
+			var rows [][]string
+			for _, e := range es {
+				lease := "expired"
+				if !e.LeaseExpired {
+					lease = time.Until(e.LeaseDeadline).Round(time.Second).String()
+				}
+				rows = append(rows, []string{e.InstanceID, fmt.Sprint(e.Incarnation), strings.Join(e.Addresses, ","),
+					orDash(e.Zone), string(e.Lifecycle), e.Verdict, fmt.Sprint(e.Eligible), fmt.Sprint(e.Weight),
+					lease, orDash(strings.Join(e.Reasons, "; "))})
+			}
+			return table(c.App.Writer, "INSTANCE\tINCARNATION\tADDRESSES\tZONE\tLIFECYCLE\tVERDICT\tELIGIBLE\tWEIGHT\tLEASE\tREASONS", rows)
+		},
+	}
+}
+
+func eventsCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "events",
+		Usage:     "the audit trail of a service",
+		ArgsUsage: "NS/SVC",
+		Flags:     []cli.Flag{&cli.IntFlag{Name: "limit", Value: 100, Usage: "newest N events"}},
+		Action: func(c *cli.Context) error {
+			ns, svc, err := serviceArg(c)
+			if err != nil {
+				return err
+			}
+			cl, err := apiClient(c)
+			if err != nil {
+				return err
+			}
+			ev, err := cl.Events(c.Context, ns, svc, c.Int("limit"))
+			if err != nil {
+				return failed(err)
+			}
+			if c.String("output") == "json" {
+				return printJSON(c.App.Writer, ev)
+			}
+			var rows [][]string
+			for _, e := range ev {
+				change := ""
+				if e.From != "" || e.To != "" {
+					change = orDash(e.From) + " -> " + orDash(e.To)
+				}
+				inst := e.Instance
+				if e.Incarnation > 0 {
+					inst += "#" + fmt.Sprint(e.Incarnation)
+				}
+				rows = append(rows, []string{e.At.Local().Format(time.RFC3339), string(e.Kind), orDash(inst), orDash(change), orDash(e.Reason), e.Actor})
+			}
+			return table(c.App.Writer, "TIME\tKIND\tINSTANCE\tCHANGE\tREASON\tACTOR", rows)
+		},
+	}
+}
+
+func membersCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "members",
+		Usage: "list the cluster's servers",
+		Action: func(c *cli.Context) error {
+			cl, err := apiClient(c)
+			if err != nil {
+				return err
+			}
+			ms, err := cl.Members(c.Context)
+			if err != nil {
+				return failed(err)
+			}
+			if c.String("output") == "json" {
+				return printJSON(c.App.Writer, ms)
+			}
+			var rows [][]string
+			for _, m := range ms {
+				role := "follower"
+				if m.Leader {
+					role = "leader"
+				}
+				rows = append(rows, []string{m.NodeID, m.RaftAddr, orDash(m.HTTPAddr), role})
+			}
+			return table(c.App.Writer, "NODE\tRAFT\tHTTP\tROLE", rows)
+		},
+	}
+}
+
+func joinCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "join",
+		Usage: "add a server to the cluster (a server started with --join does this itself)",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "node-id", Required: true},
+			&cli.StringFlag{Name: "raft-addr", Required: true},
+			&cli.StringFlag{Name: "http-addr", Required: true},
+		},
+		Action: func(c *cli.Context) error {
+			cl, err := apiClient(c)
+			if err != nil {
+				return err
+			}
+			m := store.Member{NodeID: c.String("node-id"), RaftAddr: c.String("raft-addr"), HTTPAddr: c.String("http-addr")}
+			if err := cl.Join(c.Context, m); err != nil {
+				return failed(err)
+			}
+			fmt.Fprintf(c.App.Writer, "joined %s\n", m.NodeID)
+			return nil
+		},
+	}
+}
+
+func leaveCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "leave",
+		Usage: "remove a server from the cluster",
+		Flags: []cli.Flag{&cli.StringFlag{Name: "node-id", Required: true}},
+		Action: func(c *cli.Context) error {
+			cl, err := apiClient(c)
+			if err != nil {
+				return err
+			}
+			if err := cl.Leave(c.Context, c.String("node-id")); err != nil {
+				return failed(err)
+			}
+			fmt.Fprintf(c.App.Writer, "removed %s\n", c.String("node-id"))
+			return nil
+		},
+	}
+}

@@ -1,0 +1,304 @@
+package cmd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/cairn-sd/cairn/acl"
+	"github.com/cairn-sd/cairn/addrpolicy"
+	"github.com/cairn-sd/cairn/api"
+	"github.com/cairn-sd/cairn/client"
+	"github.com/cairn-sd/cairn/store"
+)
+
+// AddrsFile is written to the data dir once the server listens: the
+// addresses it actually bound (useful with port 0).
+const AddrsFile = "addrs.json"
+
+// serverConfig is everything `cairn server` was told.
+type serverConfig struct {
+	Dev            bool
+	DataDir        string
+	NodeID         string
+	HTTPAddr       string
+	RaftAddr       string
+	DNSAddr        string
+	GRPCAddr       string
+	Domain         string
+	Region, Zone   string
+	Join           string
+	Token          string
+	StaleAfter     time.Duration
+	MaxStale       time.Duration
+	LameDuck       time.Duration
+	Tokens         []acl.Token
+	NamespaceCIDRs map[string][]netip.Prefix
+	Subnets        map[netip.Prefix]string
+	ECSTrusted     []netip.Prefix
+	LogLevel       slog.Level
+}
+
+func serverCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "server",
+		Usage: "run a server: store, API (later DNS, xDS, probes and the evaluator)",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "dev", Usage: "single node, bootstrapped, data in a temporary folder, loopback endpoints allowed, ACLs off unless configured"},
+			&cli.StringFlag{Name: "data-dir", EnvVars: []string{"CAIRN_DATA_DIR"}, Usage: "raft log, snapshots and node id (required without --dev)"},
+			&cli.StringFlag{Name: "node-id", Usage: "raft node id (default: a random id kept in the data dir)"},
+			&cli.StringFlag{Name: "http-addr", Value: "127.0.0.1:8480", Usage: "API, /metrics, /healthz, /readyz"},
+			&cli.StringFlag{Name: "raft-addr", Value: "127.0.0.1:8482", Usage: "raft transport; peers must reach it"},
+			&cli.StringFlag{Name: "dns-addr", Value: "127.0.0.1:8053", Usage: "DNS (UDP and TCP)"},
+			&cli.StringFlag{Name: "grpc-addr", Value: "127.0.0.1:8481", Usage: "xDS over gRPC"},
+			&cli.StringFlag{Name: "domain", Value: "cairn.internal.", Usage: "DNS zone"},
+			&cli.StringFlag{Name: "region", Usage: "this server's region"},
+			&cli.StringFlag{Name: "zone", Usage: "this server's zone"},
+			&cli.StringFlag{Name: "join", Usage: "HTTP address (HOST:PORT) of a member of the cluster to join"},
+			&cli.DurationFlag{Name: "stale-after", Value: 5 * time.Second, Usage: "answers are marked stale when the store view is older"},
+			&cli.DurationFlag{Name: "max-stale", Value: 24 * time.Hour, Usage: "past this, DNS answers SERVFAIL"},
+			&cli.DurationFlag{Name: "lame-duck", Value: time.Second, Usage: "on SIGTERM, keep serving this long while /readyz says not ready"},
+			&cli.StringFlag{Name: "acl-file", Usage: "YAML file of tokens; turns ACLs on"},
+			&cli.StringFlag{Name: "acl-bootstrap-token", EnvVars: []string{"CAIRN_ACL_BOOTSTRAP_TOKEN"}, Usage: "an admin token; turns ACLs on"},
+			&cli.StringSliceFlag{Name: "namespace-cidr", Usage: "NS=CIDR: endpoints of NS must fall in CIDR (repeatable)"},
+			&cli.StringSliceFlag{Name: "subnet", Usage: "CIDR=REGION/ZONE: locality of DNS clients in CIDR (repeatable)"},
+			&cli.StringSliceFlag{Name: "ecs-trusted", Usage: "CIDR whose EDNS Client Subnet is trusted (repeatable)"},
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
+		},
+		Action: func(c *cli.Context) error {
+			cfg, err := serverConfigFromFlags(c)
+			if err != nil {
+				return cli.Exit(err, exitUsage)
+			}
+			if err := serve(c.Context, cfg, c.App.ErrWriter); err != nil {
+				return cli.Exit(err, exitError)
+			}
+			return nil
+		},
+	}
+}
+
+// serverConfigFromFlags parses and checks the flags; it touches nothing.
+func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
+	cfg := serverConfig{
+		Dev: c.Bool("dev"), DataDir: c.String("data-dir"), NodeID: c.String("node-id"),
+		HTTPAddr: c.String("http-addr"), RaftAddr: c.String("raft-addr"), DNSAddr: c.String("dns-addr"),
+		GRPCAddr: c.String("grpc-addr"), Domain: c.String("domain"), Region: c.String("region"),
+		Zone: c.String("zone"), Join: c.String("join"), Token: c.String("token"),
+		StaleAfter: c.Duration("stale-after"), MaxStale: c.Duration("max-stale"), LameDuck: c.Duration("lame-duck"),
+		NamespaceCIDRs: map[string][]netip.Prefix{}, Subnets: map[netip.Prefix]string{},
+	}
+	if cfg.DataDir == "" && !cfg.Dev {
+		return cfg, errors.New("--data-dir is required (or --dev for a throw-away node)")
+	}
+	if cfg.NodeID != "" {
+		if err := store.CheckLabel("--node-id", cfg.NodeID); err != nil {
+			return cfg, err
+		}
+	}
+	for _, f := range []struct{ name, v string }{{"http-addr", cfg.HTTPAddr}, {"raft-addr", cfg.RaftAddr}, {"dns-addr", cfg.DNSAddr}, {"grpc-addr", cfg.GRPCAddr}} {
+		if _, _, err := net.SplitHostPort(f.v); err != nil {
+			return cfg, fmt.Errorf("--%s: %q is not HOST:PORT", f.name, f.v)
+		}
+	}
+	if cfg.Join != "" {
+		if _, _, err := net.SplitHostPort(strings.TrimPrefix(cfg.Join, "http://")); err != nil {
+			return cfg, fmt.Errorf("--join: %q is not HOST:PORT", cfg.Join)
+		}
+	}
+	if !strings.HasSuffix(cfg.Domain, ".") {
+		cfg.Domain += "."
+	}
+	for _, f := range []struct{ name, v string }{{"region", cfg.Region}, {"zone", cfg.Zone}} {
+		if f.v != "" {
+			if err := store.CheckLabel("--"+f.name, f.v); err != nil {
+				return cfg, err
+			}
+		}
+	}
+	if cfg.StaleAfter <= 0 || cfg.MaxStale <= cfg.StaleAfter {
+		return cfg, fmt.Errorf("--stale-after (%s) must be positive and --max-stale (%s) longer", cfg.StaleAfter, cfg.MaxStale)
+	}
+	if f := c.String("acl-file"); f != "" {
+		toks, err := acl.LoadFile(f)
+		if err != nil {
+			return cfg, fmt.Errorf("--acl-file: %w", err)
+		}
+		cfg.Tokens = toks
+	}
+	if t := c.String("acl-bootstrap-token"); t != "" {
+		cfg.Tokens = append(cfg.Tokens, acl.Token{Secret: t, Scope: acl.Admin})
+	}
+	for _, v := range c.StringSlice("namespace-cidr") {
+		ns, cidr, ok := strings.Cut(v, "=")
+		p, err := netip.ParsePrefix(cidr)
+		if !ok || err != nil || store.CheckLabel("namespace", ns) != nil {
+			return cfg, fmt.Errorf("--namespace-cidr: %q is not NS=CIDR", v)
+		}
+		cfg.NamespaceCIDRs[ns] = append(cfg.NamespaceCIDRs[ns], p)
+	}
+	for _, v := range c.StringSlice("subnet") {
+		cidr, loc, ok := strings.Cut(v, "=")
+		p, err := netip.ParsePrefix(cidr)
+		region, zone, ok2 := strings.Cut(loc, "/")
+		if !ok || !ok2 || err != nil || store.CheckLabel("region", region) != nil || store.CheckLabel("zone", zone) != nil {
+			return cfg, fmt.Errorf("--subnet: %q is not CIDR=REGION/ZONE", v)
+		}
+		cfg.Subnets[p.Masked()] = loc
+	}
+	for _, v := range c.StringSlice("ecs-trusted") {
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			return cfg, fmt.Errorf("--ecs-trusted: %q is not a CIDR", v)
+		}
+		cfg.ECSTrusted = append(cfg.ECSTrusted, p)
+	}
+	if err := cfg.LogLevel.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+		return cfg, fmt.Errorf("--log-level: %w", err)
+	}
+	return cfg, nil
+}
+
+// serve runs one server until ctx is done, then shuts it down in order:
+// not ready, lame duck, HTTP, store.
+func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) (int, error) }) error {
+	log := slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	if cfg.DataDir == "" {
+		dir, err := os.MkdirTemp("", "cairn-dev-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		cfg.DataDir = dir
+	}
+	nodeID := cfg.NodeID
+	if nodeID == "" {
+		id, err := store.LoadOrCreateNodeID(cfg.DataDir)
+		if err != nil {
+			return err
+		}
+		nodeID = id
+	}
+	log = log.With("node", nodeID)
+
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listening for HTTP on %q: %w", cfg.HTTPAddr, err)
+	}
+	defer ln.Close()
+	httpAddr := ln.Addr().String()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	st, err := store.Open(store.Config{NodeID: nodeID, RaftAddr: cfg.RaftAddr, HTTPAddr: httpAddr,
+		DataDir: cfg.DataDir, Bootstrap: cfg.Join == "", Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := st.Close(); err != nil {
+			log.Error("closing store", "err", err)
+		}
+	}()
+
+	authz, err := acl.New(acl.Config{Enabled: len(cfg.Tokens) > 0, Tokens: cfg.Tokens})
+	if err != nil {
+		return err
+	}
+	if !authz.Enabled() {
+		log.Warn("ACLS ARE OFF: every caller is an admin. Pass --acl-file or --acl-bootstrap-token to turn them on.")
+	}
+	pol := addrpolicy.New(addrpolicy.Config{AllowLoopback: cfg.Dev, Permitted: cfg.NamespaceCIDRs,
+		Own: func() []netip.Addr { return ownAddrs(st, httpAddr) }})
+
+	var joined, stopping atomic.Bool
+	joined.Store(cfg.Join == "")
+	a, err := api.New(api.Config{Store: st, ACL: authz, Addrs: pol, Gatherer: reg, Registerer: reg, Logger: log,
+		Ready: func() bool {
+			id, _ := st.Leader()
+			return id != "" && joined.Load() && !stopping.Load()
+		}})
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: a, ReadHeaderTimeout: 10 * time.Second}
+
+	addrs, _ := json.Marshal(map[string]string{"node_id": nodeID, "http": httpAddr, "raft": st.RaftAddr()})
+	if err := store.WriteFileAtomic(filepath.Join(cfg.DataDir, AddrsFile), addrs); err != nil {
+		return err
+	}
+	log.Info("cairn server started", "http", httpAddr, "raft", st.RaftAddr(), "data_dir", cfg.DataDir, "dev", cfg.Dev)
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return st.Run(gctx) })
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serving HTTP: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		stopping.Store(true)
+		log.Info("shutting down", "lame_duck_s", cfg.LameDuck.Seconds())
+		t := time.NewTimer(cfg.LameDuck)
+		<-t.C
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	})
+	if cfg.Join != "" {
+		g.Go(func() error {
+			cl, err := client.New(cfg.Join, cfg.Token)
+			if err != nil {
+				return fmt.Errorf("--join: %w", err)
+			}
+			m := store.Member{NodeID: nodeID, RaftAddr: st.RaftAddr(), HTTPAddr: httpAddr}
+			err = cl.JoinRetry(gctx, m, func(err error) { log.Info("joining: retrying", "via", cfg.Join, "err", err) })
+			if err != nil {
+				if gctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			joined.Store(true)
+			log.Info("joined the cluster", "via", cfg.Join)
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// ownAddrs returns the servers' own addresses: every member's raft and HTTP
+// host, and this node's listener.
+func ownAddrs(st *store.Store, httpAddr string) []netip.Addr {
+	var out []netip.Addr
+	add := func(hostport string) {
+		if ap, err := netip.ParseAddrPort(hostport); err == nil {
+			out = append(out, ap.Addr().Unmap())
+		}
+	}
+	add(httpAddr)
+	add(st.RaftAddr())
+	ms, _ := st.Members() // on error, the listener addresses still count
+	for _, m := range ms {
+		add(m.RaftAddr)
+		add(m.HTTPAddr)
+	}
+	return out
+}

@@ -1,0 +1,422 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// AuditCapacity is how many audit events the store keeps. It is a constant,
+// not a setting, so that every replica keeps exactly the same trail.
+const AuditCapacity = 10000
+
+type opcode string
+
+const (
+	opApply      opcode = "apply"
+	opRegister   opcode = "register"
+	opDrain      opcode = "drain"
+	opDeregister opcode = "deregister"
+	opReport     opcode = "report"
+	opHousekeep  opcode = "housekeep"
+	opSetMember  opcode = "set_member"
+	opDelMember  opcode = "del_member"
+	opAudit      opcode = "audit"
+)
+
+// command is one entry of the raft log. Everything Apply needs travels in
+// it, the time included, so that every replica computes the same state.
+type command struct {
+	Op          opcode        `json:"op"`
+	At          time.Time     `json:"at"`
+	Actor       string        `json:"actor,omitempty"`
+	Key         InstanceKey   `json:"key,omitzero"`
+	Incarnation uint64        `json:"incarnation,omitempty"`
+	Services    []Service     `json:"services,omitempty"`
+	Register    *Registration `json:"register,omitempty"`
+	Report      *Report       `json:"report,omitempty"`
+	Leases      []leaseUpdate `json:"leases,omitempty"`
+	Terminate   []fence       `json:"terminate,omitempty"`
+	PruneBefore time.Time     `json:"prune_before,omitzero"`
+	Member      *Member       `json:"member,omitempty"`
+	Event       *Event        `json:"event,omitempty"`
+}
+
+// fence names one incarnation of an instance.
+type fence struct {
+	Key         InstanceKey `json:"key"`
+	Incarnation uint64      `json:"incarnation"`
+}
+
+type leaseUpdate struct {
+	fence
+	Deadline time.Time `json:"deadline"`
+}
+
+// result is what Apply returns through raft's ApplyFuture.Response.
+type result struct {
+	Instance Instance
+	Created  bool
+	Rev      uint64
+	Err      error
+}
+
+// fsm is the replicated state machine. Apply, Snapshot and Restore are
+// called by raft from one goroutine; readers call the exported read methods
+// concurrently, so all state sits behind mu.
+type fsm struct {
+	mu        sync.RWMutex
+	rev       uint64
+	nextInc   uint64
+	eventSeq  uint64
+	services  map[ServiceKey]*Service
+	instances map[InstanceKey]*Instance
+	members   map[string]Member
+	events    []Event // oldest first, at most AuditCapacity
+
+	// onRegister is called, under no lock, after a registration created a
+	// new incarnation. Used for metrics; may be nil.
+	onRegister func()
+}
+
+func newFSM() *fsm {
+	return &fsm{
+		services:  map[ServiceKey]*Service{},
+		instances: map[InstanceKey]*Instance{},
+		members:   map[string]Member{},
+	}
+}
+
+// Apply implements raft.FSM.
+func (f *fsm) Apply(l *raft.Log) any {
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	var c command
+	if err := json.Unmarshal(l.Data, &c); err != nil {
+		// A log entry this version cannot read: refuse it the same way on
+		// every replica rather than crash.
+		return result{Err: fmt.Errorf("store: decoding log entry %d: %w", l.Index, err)}
+	}
+	f.mu.Lock()
+	r := f.apply(l.Index, c)
+	f.mu.Unlock()
+	if r.Created && f.onRegister != nil {
+		f.onRegister()
+	}
+	return r
+}
+
+func (f *fsm) apply(index uint64, c command) result {
+	f.rev = index
+	r := result{Rev: index}
+	switch c.Op {
+	case opApply:
+		r.Err = f.applyServices(index, c)
+	case opRegister:
+		r.Instance, r.Created, r.Err = f.register(index, c)
+	case opDrain, opDeregister, opReport:
+		r.Instance, r.Err = f.mutate(c)
+	case opHousekeep:
+		f.housekeep(c)
+	case opSetMember:
+		if c.Member != nil {
+			m := *c.Member
+			m.Leader, m.Voter = false, false
+			f.members[m.NodeID] = m
+		}
+	case opDelMember:
+		if c.Member != nil {
+			delete(f.members, c.Member.NodeID)
+		}
+	case opAudit:
+		if c.Event != nil {
+			f.record(*c.Event)
+		}
+	default:
+		r.Err = fmt.Errorf("store: unknown operation %q in log entry %d", c.Op, index)
+	}
+	return r
+}
+
+func (f *fsm) record(e Event) {
+	f.eventSeq++
+	e.Seq = f.eventSeq
+	if len(f.events) == AuditCapacity {
+		copy(f.events, f.events[1:])
+		f.events = f.events[:AuditCapacity-1]
+	}
+	f.events = append(f.events, e)
+}
+
+func (f *fsm) applyServices(index uint64, c command) error {
+	next := make([]Service, len(c.Services))
+	for i, s := range c.Services {
+		s = s.WithDefaults()
+		if err := s.Validate(); err != nil {
+			return fmt.Errorf("service %d (%s): %w", i, s.Key(), err)
+		}
+		next[i] = s
+	}
+	// All or nothing: nothing changes until every document is valid.
+	for _, s := range next {
+		old := f.services[s.Key()]
+		if old != nil {
+			s.Revision = old.Revision
+			if reflect.DeepEqual(*old, s) {
+				continue
+			}
+		}
+		s.Revision = index
+		f.services[s.Key()] = &s
+		f.record(Event{At: c.At, Kind: EventApplied, Namespace: s.Namespace, Service: s.Name, Actor: c.Actor})
+	}
+	return nil
+}
+
+func (f *fsm) register(index uint64, c command) (Instance, bool, error) {
+	if c.Register == nil {
+		return Instance{}, false, invalid("body", "registration is missing")
+	}
+	reg := *c.Register
+	reg.Namespace, reg.Service = c.Key.Namespace, c.Key.Service
+	svc, ok := f.services[c.Key.ServiceKey()]
+	if !ok {
+		return Instance{}, false, fmt.Errorf("service %s is not defined; apply its definition first: %w", c.Key.ServiceKey(), ErrNotFound)
+	}
+	if err := reg.normalize(*svc); err != nil {
+		return Instance{}, false, err
+	}
+	key := reg.Key()
+	old := f.instances[key]
+	if old != nil && (old.Lifecycle == Starting || old.Lifecycle == Ready) && reg.sameAs(*old) {
+		// A retry of the committed registration: same incarnation. It
+		// re-arms the lease, as any sign of life does.
+		if d := c.At.Add(old.LeaseTTL.D()); d.After(old.LeaseDeadline) {
+			old.LeaseDeadline = d
+		}
+		if old.Lifecycle != reg.Lifecycle {
+			f.record(Event{At: c.At, Kind: EventRegistered, Namespace: key.Namespace, Service: key.Service,
+				Instance: key.ID, Incarnation: old.Incarnation, From: string(old.Lifecycle), To: string(reg.Lifecycle), Actor: c.Actor})
+			old.Lifecycle = reg.Lifecycle
+		}
+		return old.clone(), false, nil
+	}
+	f.nextInc++
+	in := &Instance{
+		Namespace: key.Namespace, Service: key.Service, ID: key.ID,
+		Incarnation:    f.nextInc,
+		Addresses:      append([]string(nil), reg.Addresses...),
+		Ports:          map[string]int{},
+		Region:         reg.Region,
+		Zone:           reg.Zone,
+		Weight:         reg.Weight,
+		Lifecycle:      reg.Lifecycle,
+		LeaseTTL:       reg.LeaseTTL,
+		LeaseDeadline:  c.At.Add(reg.LeaseTTL.D()),
+		Registrar:      c.Actor,
+		SourceRevision: index,
+		RegisteredAt:   c.At,
+	}
+	for k, v := range reg.Ports {
+		in.Ports[k] = v
+	}
+	e := Event{At: c.At, Kind: EventRegistered, Namespace: key.Namespace, Service: key.Service,
+		Instance: key.ID, Incarnation: in.Incarnation, To: string(in.Lifecycle), Actor: c.Actor}
+	if old != nil {
+		e.From = string(old.Lifecycle)
+		e.Reason = fmt.Sprintf("replaces incarnation %d", old.Incarnation)
+	}
+	f.instances[key] = in
+	f.record(e)
+	return in.clone(), true, nil
+}
+
+// current returns the instance c names if c carries its current
+// incarnation.
+func (f *fsm) current(key InstanceKey, inc uint64) (*Instance, error) {
+	in := f.instances[key]
+	if in == nil {
+		return nil, fmt.Errorf("instance %s is not registered: %w", key, ErrNotFound)
+	}
+	if inc != in.Incarnation {
+		return nil, fmt.Errorf("instance %s: incarnation %d is not the current incarnation %d: %w", key, inc, in.Incarnation, ErrFenced)
+	}
+	return in, nil
+}
+
+func (f *fsm) mutate(c command) (Instance, error) {
+	in, err := f.current(c.Key, c.Incarnation)
+	if err != nil {
+		return Instance{}, err
+	}
+	e := Event{At: c.At, Namespace: in.Namespace, Service: in.Service, Instance: in.ID,
+		Incarnation: in.Incarnation, From: string(in.Lifecycle), Actor: c.Actor}
+	switch c.Op {
+	case opDrain:
+		switch in.Lifecycle {
+		case Draining:
+			return in.clone(), nil // a retry
+		case Terminated:
+			return Instance{}, fmt.Errorf("instance %s is deregistered: %w", c.Key, ErrFenced)
+		}
+		in.Lifecycle, in.DrainingSince = Draining, c.At
+		e.Kind = EventDrained
+	case opDeregister:
+		if in.Lifecycle == Terminated {
+			return in.clone(), nil // a retry
+		}
+		in.Lifecycle, in.TerminatedAt = Terminated, c.At
+		e.Kind = EventDeregistered
+	case opReport:
+		if in.Lifecycle == Terminated {
+			return Instance{}, fmt.Errorf("instance %s is deregistered: %w", c.Key, ErrFenced)
+		}
+		if c.Report == nil {
+			return Instance{}, invalid("body", "report is missing")
+		}
+		if err := c.Report.validate(*f.services[c.Key.ServiceKey()]); err != nil {
+			return Instance{}, err
+		}
+		prev := in.Report
+		in.Report = &SelfReport{Ready: c.Report.Ready, Dependencies: map[string]DependencyState{}, At: c.At, Reporter: c.Actor}
+		for k, v := range c.Report.Dependencies {
+			in.Report.Dependencies[k] = v
+		}
+		if prev != nil && prev.Ready == in.Report.Ready && reflect.DeepEqual(prev.Dependencies, in.Report.Dependencies) {
+			return in.clone(), nil // no news: not worth an audit entry
+		}
+		e.Kind, e.From = EventReported, ""
+		e.Reason = fmt.Sprintf("ready=%t", c.Report.Ready)
+		for _, k := range sortedKeys(c.Report.Dependencies) {
+			e.Reason += fmt.Sprintf(" %s=%s", k, c.Report.Dependencies[k])
+		}
+	}
+	if e.Kind != EventReported {
+		e.To = string(in.Lifecycle)
+	}
+	f.record(e)
+	return in.clone(), nil
+}
+
+func (f *fsm) housekeep(c command) {
+	for _, l := range c.Leases {
+		in := f.instances[l.Key]
+		if in == nil || in.Incarnation != l.Incarnation || in.Lifecycle == Terminated {
+			continue
+		}
+		if l.Deadline.After(in.LeaseDeadline) {
+			in.LeaseDeadline = l.Deadline
+		}
+	}
+	for _, t := range c.Terminate {
+		in := f.instances[t.Key]
+		if in == nil || in.Incarnation != t.Incarnation || in.Lifecycle != Draining {
+			continue
+		}
+		in.Lifecycle, in.TerminatedAt = Terminated, c.At
+		f.record(Event{At: c.At, Kind: EventTerminated, Namespace: in.Namespace, Service: in.Service,
+			Instance: in.ID, Incarnation: in.Incarnation, From: string(Draining), To: string(Terminated),
+			Reason: "drain window over", Actor: c.Actor})
+	}
+	if !c.PruneBefore.IsZero() {
+		for k, in := range f.instances {
+			if in.Lifecycle == Terminated && in.TerminatedAt.Before(c.PruneBefore) {
+				delete(f.instances, k)
+			}
+		}
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// fsmState is the serialised form of the whole state: a snapshot.
+type fsmState struct {
+	Rev       uint64     `json:"rev"`
+	NextInc   uint64     `json:"next_incarnation"`
+	EventSeq  uint64     `json:"event_seq"`
+	Services  []Service  `json:"services"`
+	Instances []Instance `json:"instances"`
+	Members   []Member   `json:"members"`
+	Events    []Event    `json:"events"`
+}
+
+func (f *fsm) state() fsmState {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	s := fsmState{Rev: f.rev, NextInc: f.nextInc, EventSeq: f.eventSeq,
+		Instances: sortedInstances(f.instances, nil),
+		Events:    append([]Event(nil), f.events...)}
+	for _, svc := range f.services {
+		s.Services = append(s.Services, *svc)
+	}
+	sort.Slice(s.Services, func(i, j int) bool { return s.Services[i].Key().String() < s.Services[j].Key().String() })
+	for _, m := range f.members {
+		s.Members = append(s.Members, m)
+	}
+	sort.Slice(s.Members, func(i, j int) bool { return s.Members[i].NodeID < s.Members[j].NodeID })
+	return s
+}
+
+// Snapshot implements raft.FSM. The copy is taken under the lock; the
+// encoding happens in Persist, off raft's apply path.
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	return &fsmSnapshot{st: f.state()}, nil
+}
+
+// Restore implements raft.FSM. It replaces the whole state.
+func (f *fsm) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	var s fsmState
+	dec := json.NewDecoder(rc)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return fmt.Errorf("store: decoding snapshot: %w", err)
+	}
+	f.load(s)
+	return nil
+}
+
+func (f *fsm) load(s fsmState) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rev, f.nextInc, f.eventSeq = s.Rev, s.NextInc, s.EventSeq
+	f.services = make(map[ServiceKey]*Service, len(s.Services))
+	for i := range s.Services {
+		f.services[s.Services[i].Key()] = &s.Services[i]
+	}
+	f.instances = make(map[InstanceKey]*Instance, len(s.Instances))
+	for i := range s.Instances {
+		f.instances[s.Instances[i].Key()] = &s.Instances[i]
+	}
+	f.members = make(map[string]Member, len(s.Members))
+	for _, m := range s.Members {
+		f.members[m.NodeID] = m
+	}
+	f.events = s.Events
+}
+
+type fsmSnapshot struct{ st fsmState }
+
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if err := json.NewEncoder(sink).Encode(s.st); err != nil {
+		return errors.Join(fmt.Errorf("store: writing snapshot: %w", err), sink.Cancel())
+	}
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) Release() {}

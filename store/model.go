@@ -1,0 +1,326 @@
+package store
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Duration is a time.Duration that reads and writes as a Go duration
+// string ("30s", "1m30s") in both JSON and YAML, as SPEC §6.1 asks of
+// service definitions.
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// String formats d as a Go duration string.
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalJSON writes d as a duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// UnmarshalJSON reads a duration string. A bare number is refused: its unit
+// would be a guess.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a duration string such as \"30s\", got %s", b)
+	}
+	return d.parse(s)
+}
+
+// MarshalYAML writes d as a duration string.
+func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
+
+// UnmarshalYAML reads a duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: want a duration string such as \"30s\"", n.Line)
+	}
+	return d.parse(n.Value)
+}
+
+func (d *Duration) parse(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("want a duration string such as \"30s\", got %q", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// ServiceKey names a service: the namespace is the tenant boundary.
+type ServiceKey struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+}
+
+func (k ServiceKey) String() string { return k.Namespace + "/" + k.Name }
+
+// InstanceKey names one instance of a service.
+type InstanceKey struct {
+	Namespace string `json:"namespace"`
+	Service   string `json:"service"`
+	ID        string `json:"instance_id"`
+}
+
+func (k InstanceKey) String() string { return k.Namespace + "/" + k.Service + "/" + k.ID }
+
+// ServiceKey returns the key of the service k belongs to.
+func (k InstanceKey) ServiceKey() ServiceKey { return ServiceKey{k.Namespace, k.Service} }
+
+// Port is a named service port.
+type Port struct {
+	Name     string `json:"name" yaml:"name"`
+	Number   int    `json:"number" yaml:"number"`
+	Protocol string `json:"protocol" yaml:"protocol"`
+}
+
+// Dependency is a dependency an instance may report on. A failing shared
+// dependency lowers weight; only a non-shared one may make it unready.
+type Dependency struct {
+	Name   string `json:"name" yaml:"name"`
+	Shared bool   `json:"shared" yaml:"shared"`
+}
+
+// Capability says which evidence a service can give about itself.
+type Capability struct {
+	// Readiness is probe, self or none. Defaults to probe when the service
+	// declares a check and to none otherwise.
+	Readiness    string       `json:"readiness" yaml:"readiness"`
+	Dependencies []Dependency `json:"dependencies,omitempty" yaml:"dependencies,omitempty"`
+}
+
+// Check is the active health check of a service.
+type Check struct {
+	// Type is tcp, http or grpc.
+	Type string `json:"type" yaml:"type"`
+	// Port names one of the service's ports. Defaults to the first port.
+	Port string `json:"port" yaml:"port"`
+	// Path is the HTTP path; defaults to "/" for http checks.
+	Path string `json:"path,omitempty" yaml:"path,omitempty"`
+	// Interval defaults to 2s.
+	Interval Duration `json:"interval" yaml:"interval"`
+	// Timeout defaults to 1s and must be shorter than Interval.
+	Timeout Duration `json:"timeout" yaml:"timeout"`
+}
+
+// Policy holds the per-service thresholds. A zero field takes its default
+// when the definition is applied, so a stored definition is always complete.
+type Policy struct {
+	DNSTTL             Duration `json:"dns_ttl" yaml:"dns_ttl"`                                     // default 5s
+	ARecordLimit       int      `json:"a_record_limit" yaml:"a_record_limit"`                       // default 8
+	MinHealthyFraction *float64 `json:"min_healthy_fraction,omitempty" yaml:"min_healthy_fraction"` // default 0.5; 0 never disregards health
+	WithdrawAfter      int      `json:"withdraw_after" yaml:"withdraw_after"`                       // default 3
+	AdmitAfter         int      `json:"admit_after" yaml:"admit_after"`                             // default 5; must exceed withdraw_after
+	AdmitMin           Duration `json:"admit_min" yaml:"admit_min"`                                 // default 10s
+	SlowStart          Duration `json:"slow_start" yaml:"slow_start"`                               // default 30s
+	DrainWindow        Duration `json:"drain_window" yaml:"drain_window"`                           // default 30s
+	LeaseTTL           Duration `json:"lease_ttl" yaml:"lease_ttl"`                                 // default 30s
+	ShrinkCap          float64  `json:"shrink_cap" yaml:"shrink_cap"`                               // default 0.33
+	MaxEjectionPercent *int     `json:"max_ejection_percent,omitempty" yaml:"max_ejection_percent"` // default 10
+}
+
+// Service is a service definition: the desired state applied with
+// `cairn apply`.
+type Service struct {
+	Namespace  string     `json:"namespace" yaml:"namespace"`
+	Name       string     `json:"name" yaml:"name"`
+	Ports      []Port     `json:"ports" yaml:"ports"`
+	Capability Capability `json:"capability" yaml:"capability"`
+	Check      *Check     `json:"check,omitempty" yaml:"check,omitempty"`
+	Policy     Policy     `json:"policy" yaml:"policy"`
+	// Revision is the store revision that last changed the definition. It
+	// is set by the store; a value in input is ignored.
+	Revision uint64 `json:"revision,omitempty" yaml:"-"`
+}
+
+// Key returns the service's key.
+func (s Service) Key() ServiceKey { return ServiceKey{s.Namespace, s.Name} }
+
+// Port returns the port called name.
+func (s Service) Port(name string) (Port, bool) {
+	for _, p := range s.Ports {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Port{}, false
+}
+
+// Lifecycle is the stage of an instance's life, as its registrar tells it.
+type Lifecycle string
+
+// The lifecycles of SPEC §1.
+const (
+	Starting   Lifecycle = "starting"
+	Ready      Lifecycle = "ready"
+	Draining   Lifecycle = "draining"
+	Terminated Lifecycle = "terminated"
+)
+
+// DependencyState is what an instance reports of one dependency.
+type DependencyState string
+
+// The dependency states `cairn report` accepts.
+const (
+	DepOK       DependencyState = "ok"
+	DepDegraded DependencyState = "degraded"
+	DepFailed   DependencyState = "failed"
+)
+
+// SelfReport is the last readiness report an instance made about itself.
+// It is stored now and evaluated by the health evaluator.
+type SelfReport struct {
+	Ready        bool                       `json:"ready"`
+	Dependencies map[string]DependencyState `json:"dependencies,omitempty"`
+	At           time.Time                  `json:"at"`
+	Reporter     string                     `json:"reporter"`
+}
+
+// Instance is one registered instance of a service.
+type Instance struct {
+	Namespace   string         `json:"namespace"`
+	Service     string         `json:"service"`
+	ID          string         `json:"instance_id"`
+	Incarnation uint64         `json:"incarnation"`
+	Addresses   []string       `json:"addresses"`
+	Ports       map[string]int `json:"ports"`
+	Region      string         `json:"region,omitempty"`
+	Zone        string         `json:"zone,omitempty"`
+	Weight      int            `json:"weight"`
+	Lifecycle   Lifecycle      `json:"lifecycle"`
+	LeaseTTL    Duration       `json:"lease_ttl"`
+	// LeaseDeadline is when the lease runs out unless renewed. On the
+	// leader it includes renewals not yet checkpointed.
+	LeaseDeadline time.Time `json:"lease_deadline"`
+	// Registrar is the identity of the token that registered the instance
+	// (never the secret).
+	Registrar string `json:"registrar"`
+	// SourceRevision is the store revision of the registration.
+	SourceRevision uint64      `json:"source_revision"`
+	RegisteredAt   time.Time   `json:"registered_at"`
+	DrainingSince  time.Time   `json:"draining_since,omitzero"`
+	TerminatedAt   time.Time   `json:"terminated_at,omitzero"`
+	Report         *SelfReport `json:"report,omitempty"`
+}
+
+// Key returns the instance's key.
+func (in Instance) Key() InstanceKey { return InstanceKey{in.Namespace, in.Service, in.ID} }
+
+func (in Instance) clone() Instance {
+	out := in
+	out.Addresses = append([]string(nil), in.Addresses...)
+	out.Ports = make(map[string]int, len(in.Ports))
+	for k, v := range in.Ports {
+		out.Ports[k] = v
+	}
+	if in.Report != nil {
+		r := *in.Report
+		r.Dependencies = make(map[string]DependencyState, len(in.Report.Dependencies))
+		for k, v := range in.Report.Dependencies {
+			r.Dependencies[k] = v
+		}
+		out.Report = &r
+	}
+	return out
+}
+
+// Registration is a request to register an instance. Addresses must be
+// canonical already (the API checks them against the address policy).
+type Registration struct {
+	Namespace string         `json:"-"`
+	Service   string         `json:"-"`
+	ID        string         `json:"instance_id"`
+	Addresses []string       `json:"addresses"`
+	Ports     map[string]int `json:"ports"`
+	Region    string         `json:"region,omitempty"`
+	Zone      string         `json:"zone,omitempty"`
+	// Weight is the base weight, 1–65535; 0 means the default 100.
+	Weight int `json:"weight,omitempty"`
+	// LeaseTTL defaults to the service's policy lease_ttl.
+	LeaseTTL Duration `json:"lease_ttl,omitempty"`
+	// Lifecycle is starting or ready; defaults to ready.
+	Lifecycle Lifecycle `json:"lifecycle,omitempty"`
+}
+
+// Key returns the key of the instance r registers.
+func (r Registration) Key() InstanceKey { return InstanceKey{r.Namespace, r.Service, r.ID} }
+
+// sameAs reports whether r asks for exactly what in already holds, so that
+// a retried registration returns the committed record.
+func (r Registration) sameAs(in Instance) bool {
+	if r.ID != in.ID || r.Region != in.Region || r.Zone != in.Zone ||
+		r.Weight != in.Weight || r.LeaseTTL != in.LeaseTTL ||
+		len(r.Addresses) != len(in.Addresses) || len(r.Ports) != len(in.Ports) {
+		return false
+	}
+	for i := range r.Addresses {
+		if r.Addresses[i] != in.Addresses[i] {
+			return false
+		}
+	}
+	for k, v := range r.Ports {
+		if in.Ports[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Member is one server of the cluster as the store records it.
+type Member struct {
+	NodeID   string `json:"node_id"`
+	RaftAddr string `json:"raft_addr"`
+	HTTPAddr string `json:"http_addr"`
+	// Leader and Voter come from the raft configuration when listed.
+	Leader bool `json:"leader"`
+	Voter  bool `json:"voter"`
+}
+
+// EventKind is the kind of an audit event.
+type EventKind string
+
+// Audit event kinds.
+const (
+	EventApplied      EventKind = "applied"
+	EventRegistered   EventKind = "registered"
+	EventDrained      EventKind = "drained"
+	EventDeregistered EventKind = "deregistered"
+	EventTerminated   EventKind = "terminated" // drain window over
+	EventReported     EventKind = "reported"
+	EventRefused      EventKind = "refused"
+)
+
+// Event is one entry of the durable audit trail.
+type Event struct {
+	Seq         uint64    `json:"seq"`
+	At          time.Time `json:"at"`
+	Kind        EventKind `json:"kind"`
+	Namespace   string    `json:"namespace"`
+	Service     string    `json:"service"`
+	Instance    string    `json:"instance_id,omitempty"`
+	Incarnation uint64    `json:"incarnation,omitempty"`
+	From        string    `json:"from,omitempty"`
+	To          string    `json:"to,omitempty"`
+	Reason      string    `json:"reason,omitempty"`
+	Actor       string    `json:"actor"`
+}
+
+func sortedInstances(m map[InstanceKey]*Instance, filter func(*Instance) bool) []Instance {
+	out := make([]Instance, 0, len(m))
+	for _, in := range m {
+		if filter == nil || filter(in) {
+			out = append(out, in.clone())
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return strings.Compare(out[i].Key().String(), out[j].Key().String()) < 0
+	})
+	return out
+}

@@ -1,0 +1,70 @@
+package store
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// NodeIDFile is the file in the data dir that keeps a node's generated id.
+const NodeIDFile = "node-id"
+
+// LoadOrCreateNodeID returns the node id kept in dir, creating a random one
+// on first use, so that several nodes on one host never collide and a
+// restarted node keeps its identity.
+func LoadOrCreateNodeID(dir string) (string, error) {
+	path := filepath.Join(dir, NodeIDFile)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		id := strings.TrimSpace(string(b))
+		if err := CheckLabel("node_id", id); err != nil {
+			return "", fmt.Errorf("store: %s: %w", path, err)
+		}
+		return id, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("store: reading node id: %w", err)
+	}
+	var r [4]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return "", err
+	}
+	id := "node-" + hex.EncodeToString(r[:])
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("store: creating data dir %q: %w", dir, err)
+	}
+	if err := WriteFileAtomic(path, []byte(id+"\n")); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// WriteFileAtomic writes data to path through a temporary file, fsync and
+// rename, so that a crash leaves the old file or the new one.
+func WriteFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("writing %q: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %q: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("syncing %q: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("renaming into %q: %w", path, err)
+	}
+	return nil
+}

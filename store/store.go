@@ -1,0 +1,522 @@
+// Package store owns cairn's replicated desired state — service
+// definitions, instances with their incarnations and leases, cluster
+// membership and the audit trail — and hides raft from everything else.
+//
+// Writes go through raft on the leader; a follower returns ErrNotLeader and
+// the API forwards the request. Lease renewals are not replicated one by
+// one: the leader keeps them in memory and replicates them in batches every
+// LeaseCheckpoint, and a new leader extends every lease by one TTL before it
+// accepts renewals, so a leader change never expires a lease that was
+// renewed on the old leader (etcd's lease-extension rule).
+//
+// Reads are served from the local replica and may lag the leader by the
+// replication delay.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+)
+
+// Store is the replicated store of one node. Its methods are safe for
+// concurrent use.
+type Store struct {
+	cfg     Config
+	log     *slog.Logger
+	fsm     *fsm
+	raft    *raft.Raft
+	trans   raft.Transport
+	closers []func() error
+	metrics *metrics
+
+	// leaderReady is set once this node is leader, its FSM has caught up
+	// (Barrier) and the leases have been extended; renewals wait for it.
+	leaderReady atomic.Bool
+
+	leaseMu sync.Mutex
+	leases  map[InstanceKey]leaseUpdate // renewals held by the leader
+	dirty   map[InstanceKey]bool        // renewals not yet replicated
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open starts raft for cfg and returns the node's store. A node with
+// Bootstrap set and no existing state forms a one-node cluster. Close
+// stops raft; Run drives the leader's housekeeping.
+func Open(cfg Config) (*Store, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Store{cfg: cfg, log: cfg.Logger.With("component", "store"), fsm: newFSM(),
+		leases: map[InstanceKey]leaseUpdate{}, dirty: map[InstanceKey]bool{}}
+	s.metrics = newMetrics(cfg.Registerer, s)
+	s.fsm.onRegister = s.metrics.registrations.Inc
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.LeaderLease
+	if cfg.SnapshotThreshold > 0 {
+		rc.SnapshotThreshold = cfg.SnapshotThreshold
+	}
+	rc.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Info,
+		Output: &slogWriter{log: cfg.Logger.With("component", "raft")}})
+
+	var (
+		logs   raft.LogStore
+		stable raft.StableStore
+		snaps  raft.SnapshotStore
+	)
+	if cfg.DataDir == "" {
+		mem := raft.NewInmemStore()
+		logs, stable, snaps = mem, mem, raft.NewInmemSnapshotStore()
+	} else {
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("store: creating data dir %q: %w", cfg.DataDir, err)
+		}
+		bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")})
+		if err != nil {
+			return nil, fmt.Errorf("store: opening raft log %q: %w", filepath.Join(cfg.DataDir, "raft.db"), err)
+		}
+		s.closers = append(s.closers, bolt.Close)
+		cache, err := raft.NewLogCache(512, bolt)
+		if err != nil {
+			bolt.Close()
+			return nil, fmt.Errorf("store: raft log cache: %w", err)
+		}
+		logs, stable = cache, bolt
+		fss, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, rc.Logger)
+		if err != nil {
+			bolt.Close()
+			return nil, fmt.Errorf("store: opening snapshots in %q: %w", cfg.DataDir, err)
+		}
+		snaps = fss
+	}
+
+	trans := cfg.Transport
+	if trans == nil {
+		addr, err := net.ResolveTCPAddr("tcp", cfg.RaftAddr)
+		if err != nil {
+			s.close()
+			return nil, fmt.Errorf("store: raft address %q: %w", cfg.RaftAddr, err)
+		}
+		if addr.IP == nil || addr.IP.IsUnspecified() {
+			s.close()
+			return nil, fmt.Errorf("store: raft address %q must name the host peers reach it on", cfg.RaftAddr)
+		}
+		tt, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, addr, 3, 5*time.Second, rc.Logger)
+		if err != nil {
+			s.close()
+			return nil, fmt.Errorf("store: listening for raft on %q: %w", cfg.RaftAddr, err)
+		}
+		trans = tt
+		s.closers = append(s.closers, tt.Close)
+	}
+	s.trans = trans
+
+	if cfg.Bootstrap {
+		has, err := raft.HasExistingState(logs, stable, snaps)
+		if err != nil {
+			s.close()
+			return nil, fmt.Errorf("store: reading existing state: %w", err)
+		}
+		if !has {
+			boot := raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: trans.LocalAddr()}}}
+			if err := raft.BootstrapCluster(rc, logs, stable, snaps, trans, boot); err != nil {
+				s.close()
+				return nil, fmt.Errorf("store: bootstrapping: %w", err)
+			}
+		}
+	}
+	r, err := raft.NewRaft(rc, s.fsm, logs, stable, snaps, trans)
+	if err != nil {
+		s.close()
+		return nil, fmt.Errorf("store: starting raft: %w", err)
+	}
+	s.raft = r
+	return s, nil
+}
+
+// close runs the closers in reverse order.
+func (s *Store) close() error {
+	var errs []error
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		errs = append(errs, s.closers[i]())
+	}
+	return errors.Join(errs...)
+}
+
+// Close shuts raft down and closes the log. It is safe to call twice.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.leaderReady.Store(false)
+		var errs []error
+		if s.raft != nil {
+			errs = append(errs, s.raft.Shutdown().Error())
+		}
+		errs = append(errs, s.close())
+		s.closeErr = errors.Join(errs...)
+	})
+	return s.closeErr
+}
+
+// NodeID returns this node's id.
+func (s *Store) NodeID() string { return s.cfg.NodeID }
+
+// RaftAddr returns the address raft advertises.
+func (s *Store) RaftAddr() string { return string(s.trans.LocalAddr()) }
+
+// IsLeader reports whether this node is the leader and ready for writes.
+func (s *Store) IsLeader() bool { return s.raft.State() == raft.Leader }
+
+// State returns the raft state: Leader, Follower, Candidate or Shutdown.
+func (s *Store) State() string { return s.raft.State().String() }
+
+// LastContact returns when this node last heard from a leader; the zero
+// time before it ever has. On the leader it is now.
+func (s *Store) LastContact() time.Time {
+	if s.IsLeader() {
+		return s.cfg.Now()
+	}
+	return s.raft.LastContact()
+}
+
+// Leader returns the leader's id and HTTP address as recorded in the
+// membership; empty strings when no leader is known.
+func (s *Store) Leader() (id, httpAddr string) {
+	_, lid := s.raft.LeaderWithID()
+	if lid == "" {
+		return "", ""
+	}
+	s.fsm.mu.RLock()
+	defer s.fsm.mu.RUnlock()
+	return string(lid), s.fsm.members[string(lid)].HTTPAddr
+}
+
+// Revision returns the revision of the local replica: the raft index of the
+// last applied entry. It only grows.
+func (s *Store) Revision() uint64 {
+	s.fsm.mu.RLock()
+	defer s.fsm.mu.RUnlock()
+	return s.fsm.rev
+}
+
+// WaitLeader blocks until some node is leader, or ctx is done.
+func (s *Store) WaitLeader(ctx context.Context) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if addr, _ := s.raft.LeaderWithID(); addr != "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("store: waiting for a leader: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Store) now() time.Time { return s.cfg.Now().UTC().Round(0) }
+
+// propose replicates c and returns the FSM's result. It checks both of
+// raft's error paths: the future's Error and the FSM's Response.
+func (s *Store) propose(ctx context.Context, c command) (result, error) {
+	if s.raft.State() != raft.Leader {
+		return result{}, s.notLeader()
+	}
+	if c.At.IsZero() {
+		c.At = s.now()
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		return result{}, fmt.Errorf("store: encoding %s command: %w", c.Op, err)
+	}
+	timeout := 5 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	start := time.Now()
+	f := s.raft.Apply(b, timeout)
+	if err := f.Error(); err != nil {
+		switch {
+		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+			return result{}, s.notLeader()
+		case errors.Is(err, raft.ErrLeadershipLost):
+			// The entry may or may not commit; every write is idempotent,
+			// so the caller retries.
+			return result{}, fmt.Errorf("leadership lost while committing; retry: %w", ErrNoLeader)
+		case errors.Is(err, raft.ErrRaftShutdown):
+			return result{}, ErrClosed
+		case errors.Is(err, raft.ErrEnqueueTimeout):
+			return result{}, fmt.Errorf("store: commit timed out: %w", ErrNoLeader)
+		}
+		return result{}, fmt.Errorf("store: applying %s: %w", c.Op, err)
+	}
+	s.metrics.applyDuration.Observe(time.Since(start).Seconds())
+	r, ok := f.Response().(result)
+	if !ok {
+		return result{}, fmt.Errorf("store: unexpected response %T", f.Response())
+	}
+	return r, r.Err
+}
+
+func (s *Store) notLeader() error {
+	if addr, _ := s.raft.LeaderWithID(); addr == "" {
+		return ErrNoLeader
+	}
+	return ErrNotLeader
+}
+
+// ApplyServices validates and stores service definitions, all or none,
+// and returns the revision they were committed at.
+func (s *Store) ApplyServices(ctx context.Context, actor string, svcs []Service) (uint64, error) {
+	if len(svcs) == 0 {
+		return 0, invalid("services", "at least one service definition is required")
+	}
+	seen := map[ServiceKey]bool{}
+	for i := range svcs {
+		svcs[i] = svcs[i].WithDefaults()
+		svcs[i].Revision = 0
+		if err := svcs[i].Validate(); err != nil {
+			return 0, fmt.Errorf("document %d: %w", i+1, err)
+		}
+		if seen[svcs[i].Key()] {
+			return 0, fmt.Errorf("document %d: %w", i+1, invalid("name", "%s is defined twice", svcs[i].Key()))
+		}
+		seen[svcs[i].Key()] = true
+	}
+	r, err := s.propose(ctx, command{Op: opApply, Actor: actor, Services: svcs})
+	return r.Rev, err
+}
+
+// Register registers an instance. It returns the committed record and
+// whether a new incarnation was created: an identical retry of a live
+// registration returns the committed one.
+func (s *Store) Register(ctx context.Context, actor string, reg Registration) (Instance, bool, error) {
+	svc, ok := s.Service(reg.Namespace, reg.Service)
+	if !ok {
+		return Instance{}, false, fmt.Errorf("service %s/%s is not defined; apply its definition first: %w", reg.Namespace, reg.Service, ErrNotFound)
+	}
+	if err := reg.normalize(svc); err != nil {
+		return Instance{}, false, err
+	}
+	r, err := s.propose(ctx, command{Op: opRegister, Actor: actor, Key: reg.Key(), Register: &reg})
+	if err != nil {
+		return Instance{}, false, err
+	}
+	s.forgetLease(r.Instance.Key())
+	return r.Instance, r.Created, nil
+}
+
+// Drain marks an instance draining; it is terminated after the service's
+// drain window.
+func (s *Store) Drain(ctx context.Context, actor string, key InstanceKey, inc uint64) (Instance, error) {
+	r, err := s.propose(ctx, command{Op: opDrain, Actor: actor, Key: key, Incarnation: inc})
+	return s.overlay(r.Instance), err
+}
+
+// Deregister terminates an instance. The record stays as a tombstone for
+// TombstoneTTL so that its incarnation stays fenced.
+func (s *Store) Deregister(ctx context.Context, actor string, key InstanceKey, inc uint64) (Instance, error) {
+	r, err := s.propose(ctx, command{Op: opDeregister, Actor: actor, Key: key, Incarnation: inc})
+	if err == nil {
+		s.forgetLease(key)
+	}
+	return r.Instance, err
+}
+
+// Report stores an instance's self-report.
+func (s *Store) Report(ctx context.Context, actor string, key InstanceKey, inc uint64, rep Report) (Instance, error) {
+	r, err := s.propose(ctx, command{Op: opReport, Actor: actor, Key: key, Incarnation: inc, Report: &rep})
+	return s.overlay(r.Instance), err
+}
+
+// Audit appends an event to the replicated audit trail (refusals, say).
+func (s *Store) Audit(ctx context.Context, e Event) error {
+	if e.At.IsZero() {
+		e.At = s.now()
+	}
+	_, err := s.propose(ctx, command{Op: opAudit, At: e.At, Actor: e.Actor, Event: &e})
+	return err
+}
+
+// Services returns every service definition, sorted by key.
+func (s *Store) Services() []Service {
+	return s.fsm.state().Services
+}
+
+// Service returns one service definition.
+func (s *Store) Service(ns, name string) (Service, bool) {
+	s.fsm.mu.RLock()
+	defer s.fsm.mu.RUnlock()
+	svc, ok := s.fsm.services[ServiceKey{ns, name}]
+	if !ok {
+		return Service{}, false
+	}
+	return *svc, true
+}
+
+// Instances returns the instances of a service, terminated ones included,
+// sorted by id. On the leader, lease deadlines include renewals not yet
+// replicated.
+func (s *Store) Instances(ns, svc string) []Instance {
+	s.fsm.mu.RLock()
+	out := sortedInstances(s.fsm.instances, func(in *Instance) bool {
+		return in.Namespace == ns && in.Service == svc
+	})
+	s.fsm.mu.RUnlock()
+	for i := range out {
+		out[i] = s.overlay(out[i])
+	}
+	return out
+}
+
+// Instance returns one instance.
+func (s *Store) Instance(key InstanceKey) (Instance, bool) {
+	s.fsm.mu.RLock()
+	in := s.fsm.instances[key]
+	var out Instance
+	if in != nil {
+		out = in.clone()
+	}
+	s.fsm.mu.RUnlock()
+	return s.overlay(out), in != nil
+}
+
+// Events returns up to limit audit events of one service, newest last. An
+// empty ns returns every service's.
+func (s *Store) Events(ns, svc string, limit int) []Event {
+	s.fsm.mu.RLock()
+	defer s.fsm.mu.RUnlock()
+	var out []Event
+	for i := len(s.fsm.events) - 1; i >= 0 && (limit <= 0 || len(out) < limit); i-- {
+		e := s.fsm.events[i]
+		if ns == "" || e.Namespace == ns && e.Service == svc {
+			out = append(out, e)
+		}
+	}
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out
+}
+
+// Members returns the servers of the raft configuration with the
+// addresses recorded for them.
+func (s *Store) Members() ([]Member, error) {
+	f := s.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, fmt.Errorf("store: reading raft configuration: %w", err)
+	}
+	_, lid := s.raft.LeaderWithID()
+	s.fsm.mu.RLock()
+	defer s.fsm.mu.RUnlock()
+	var out []Member
+	for _, srv := range f.Configuration().Servers {
+		m := s.fsm.members[string(srv.ID)]
+		m.NodeID = string(srv.ID)
+		m.RaftAddr = string(srv.Address)
+		m.Voter = srv.Suffrage == raft.Voter
+		m.Leader = srv.ID == lid
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// Join adds m as a voter (or updates its address) and records its HTTP
+// address. Only the leader can.
+func (s *Store) Join(ctx context.Context, actor string, m Member) error {
+	if err := CheckLabel("node_id", m.NodeID); err != nil {
+		return err
+	}
+	if _, _, err := net.SplitHostPort(m.RaftAddr); err != nil {
+		return invalid("raft_addr", "%q is not host:port", m.RaftAddr)
+	}
+	if _, _, err := net.SplitHostPort(m.HTTPAddr); err != nil {
+		return invalid("http_addr", "%q is not host:port", m.HTTPAddr)
+	}
+	if s.raft.State() != raft.Leader {
+		return s.notLeader()
+	}
+	if err := s.raft.AddVoter(raft.ServerID(m.NodeID), raft.ServerAddress(m.RaftAddr), 0, timeoutOf(ctx)).Error(); err != nil {
+		return fmt.Errorf("store: adding voter %q: %w", m.NodeID, err)
+	}
+	_, err := s.propose(ctx, command{Op: opSetMember, Actor: actor, Member: &m})
+	return err
+}
+
+// Leave removes a server from the cluster.
+func (s *Store) Leave(ctx context.Context, actor, nodeID string) error {
+	if s.raft.State() != raft.Leader {
+		return s.notLeader()
+	}
+	ms, err := s.Members()
+	if err != nil {
+		return err
+	}
+	found := false
+	for _, m := range ms {
+		found = found || m.NodeID == nodeID
+	}
+	if !found {
+		return fmt.Errorf("member %q: %w", nodeID, ErrNotFound)
+	}
+	// Forget the address first: once the leader removes itself it can no
+	// longer commit anything.
+	if _, err := s.propose(ctx, command{Op: opDelMember, Actor: actor, Member: &Member{NodeID: nodeID}}); err != nil {
+		return err
+	}
+	if err := s.raft.RemoveServer(raft.ServerID(nodeID), 0, timeoutOf(ctx)).Error(); err != nil {
+		return fmt.Errorf("store: removing %q: %w", nodeID, err)
+	}
+	return nil
+}
+
+// Snapshot forces a raft snapshot (tests and operators).
+func (s *Store) Snapshot() error { return s.raft.Snapshot().Error() }
+
+func timeoutOf(ctx context.Context) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		return time.Until(dl)
+	}
+	return 5 * time.Second
+}
+
+// slogWriter turns hclog's text lines into slog records.
+type slogWriter struct{ log *slog.Logger }
+
+func (w *slogWriter) Write(p []byte) (int, error) {
+	line := strings.TrimSpace(string(p))
+	lvl := slog.LevelInfo
+	switch {
+	case strings.Contains(line, "[ERROR]"):
+		lvl = slog.LevelError
+	case strings.Contains(line, "[WARN]"):
+		lvl = slog.LevelWarn
+	case strings.Contains(line, "[DEBUG]"), strings.Contains(line, "[TRACE]"):
+		lvl = slog.LevelDebug
+	}
+	if i := strings.Index(line, "raft: "); i >= 0 {
+		line = line[i+len("raft: "):]
+	}
+	w.log.Log(context.Background(), lvl, line)
+	return len(p), nil
+}
