@@ -99,9 +99,21 @@ func Single(t testing.TB, cfg store.Config) *Node {
 // voters and one is a ready leader.
 func Cluster(t testing.TB, n int) []*Node {
 	t.Helper()
+	addrs := make([]string, n)
+	for i := range addrs {
+		addrs[i] = fmt.Sprintf("127.0.0.1:%d", 10+i)
+	}
+	return ClusterWith(t, addrs)
+}
+
+// ClusterWith is Cluster with one node per HTTP address given, recorded in
+// the membership (so that API tests can forward between real listeners).
+func ClusterWith(t testing.TB, httpAddrs []string) []*Node {
+	t.Helper()
+	n := len(httpAddrs)
 	nodes := make([]*Node, n)
 	for i := range nodes {
-		cfg := Fast(store.Config{NodeID: fmt.Sprintf("n%d", i+1), HTTPAddr: fmt.Sprintf("127.0.0.1:%d", 10+i), Bootstrap: i == 0})
+		cfg := Fast(store.Config{NodeID: fmt.Sprintf("n%d", i+1), HTTPAddr: httpAddrs[i], Bootstrap: i == 0})
 		nodes[i] = start(t, cfg)
 	}
 	t.Cleanup(func() {
@@ -126,7 +138,7 @@ func Cluster(t testing.TB, n int) []*Node {
 	})
 	for i, nd := range nodes[1:] {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := nodes[0].Join(ctx, "test", store.Member{NodeID: nd.NodeID(), RaftAddr: nd.RaftAddr(), HTTPAddr: fmt.Sprintf("127.0.0.1:%d", 11+i)})
+		err := nodes[0].Join(ctx, "test", store.Member{NodeID: nd.NodeID(), RaftAddr: nd.RaftAddr(), HTTPAddr: httpAddrs[i+1]})
 		cancel()
 		if err != nil {
 			t.Fatalf("joining %s: %v", nd.NodeID(), err)
