@@ -133,7 +133,7 @@ func bearer(r *http.Request) (string, error) {
 	}
 	tok, ok := strings.CutPrefix(h, "Bearer ")
 	if !ok || tok == "" {
-		return "", fmt.Errorf("Authorization header must be \"Bearer TOKEN\": %w", acl.ErrNoToken)
+		return "", fmt.Errorf("authorization header must be \"Bearer TOKEN\": %w", acl.ErrNoToken)
 	}
 	return tok, nil
 }

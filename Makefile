@@ -1,0 +1,38 @@
+# cairn — `make` with no target lists the targets.
+GO        ?= go
+FUZZTIME  ?= 30s
+STATICCHECK_VERSION ?= v0.8.2
+
+.PHONY: help build run test integration bench fuzz lint fmt tidy
+help:        ## list the targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
+
+build:       ## build bin/cairn
+	$(GO) build -o bin/cairn ./cmd/cairn
+
+run: build   ## single-node server on loopback, data in .cairn/, demo service and 3 instances
+	./scripts/run-demo.sh
+
+test:        ## every test (unit, property, fuzz seeds, API, real-process integration) with -race
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+integration: ## only the real-process tests
+	$(GO) test -race -count=1 -timeout 15m ./integration/...
+
+bench:       ## store throughput and leader failover on loopback (see BENCHMARKS.md)
+	$(GO) run ./bench/cmd/storebench
+
+fuzz:        ## each fuzz target for FUZZTIME (go test -fuzz takes one target per run)
+	$(GO) test -run='^$$' -fuzz='^FuzzParseServices$$' -fuzztime=$(FUZZTIME) ./store
+	$(GO) test -run='^$$' -fuzz='^FuzzFSMApply$$' -fuzztime=$(FUZZTIME) ./store
+
+lint:        ## go vet, gofmt, staticcheck (from the module proxy)
+	$(GO) vet ./...
+	test -z "$$(gofmt -l .)" || (gofmt -l . && false)
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+fmt:         ## gofmt -w
+	gofmt -w .
+
+tidy:        ## go mod tidy
+	$(GO) mod tidy

@@ -1,0 +1,161 @@
+package cmd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+
+	"github.com/cairn-sd/cairn/acl"
+	"github.com/cairn-sd/cairn/addrpolicy"
+	"github.com/cairn-sd/cairn/api"
+	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/store/storetest"
+)
+
+// testServer serves the API of an in-memory single node with ACLs off and
+// loopback endpoints allowed, and returns its URL.
+func testServer(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	n := storetest.Single(t, store.Config{Registerer: reg})
+	authz, err := acl.New(acl.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := api.New(api.Config{Store: n.Store, ACL: authz, Addrs: addrpolicy.New(addrpolicy.Config{AllowLoopback: true}),
+		Registerer: reg, Gatherer: reg, Logger: storetest.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(a)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func run(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := Run(context.Background(), append([]string{"cairn"}, args...), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestCLI(t *testing.T) {
+	url := testServer(t, nil)
+	def := filepath.Join(t.TempDir(), "svc.yaml")
+	if err := os.WriteFile(def, []byte("namespace: shop\nname: cart\nports: [{name: http, number: 8080, protocol: tcp}]\n---\nnamespace: shop\nname: web\nports: [{name: http, number: 80}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := run(t, "--addr", url, "apply", "-f", def); code != 0 || !strings.Contains(out, "applied shop/cart") || !strings.Contains(out, "applied shop/web") {
+		t.Fatalf("apply: %d %q %q", code, out, errs)
+	}
+	reg := []string{"--addr", url, "register", "--instance", "i-1", "--address", "10.0.0.1", "--port", "http=8080", "--zone", "z1", "shop/cart"}
+	code, out, errs := run(t, reg...)
+	if code != 0 || !strings.Contains(out, "incarnation: 1\n") || !strings.Contains(out, "lease_deadline: ") {
+		t.Fatalf("register: %d %q %q", code, out, errs)
+	}
+	t.Run("identical retry returns the same incarnation as json", func(t *testing.T) {
+		code, out, errs := run(t, append([]string{"--output", "json"}, reg...)...)
+		var got struct{ Incarnation uint64 }
+		if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got.Incarnation != 1 {
+			t.Fatalf("retry: %d %q %q", code, out, errs)
+		}
+	})
+	t.Run("endpoints json has the documented fields", func(t *testing.T) {
+		code, out, errs := run(t, "--addr", url, "-o", "json", "endpoints", "shop/cart")
+		var got []map[string]any
+		if code != 0 || json.Unmarshal([]byte(out), &got) != nil || len(got) != 1 {
+			t.Fatalf("endpoints: %d %q %q", code, out, errs)
+		}
+		for _, f := range []string{"instance_id", "incarnation", "addresses", "zone", "lifecycle", "verdict", "eligible", "weight"} {
+			if _, ok := got[0][f]; !ok {
+				t.Errorf("endpoints json lacks %q: %v", f, got[0])
+			}
+		}
+	})
+	t.Run("members json has the documented fields", func(t *testing.T) {
+		code, out, errs := run(t, "--addr", url, "-o", "json", "members")
+		var got []map[string]any
+		if code != 0 || json.Unmarshal([]byte(out), &got) != nil || len(got) != 1 {
+			t.Fatalf("members: %d %q %q", code, out, errs)
+		}
+		for _, f := range []string{"node_id", "raft_addr", "http_addr", "leader"} {
+			if _, ok := got[0][f]; !ok {
+				t.Errorf("members json lacks %q: %v", f, got[0])
+			}
+		}
+	})
+	t.Run("stale incarnation exits 1 with the server's error", func(t *testing.T) {
+		code, _, errs := run(t, "--addr", url, "drain", "--instance", "i-1", "--incarnation", "7", "shop/cart")
+		if code != exitError || !strings.Contains(errs, "409 fenced") {
+			t.Fatalf("drain: %d %q", code, errs)
+		}
+	})
+	t.Run("report, drain and events", func(t *testing.T) {
+		if code, _, errs := run(t, "--addr", url, "report", "--instance", "i-1", "--incarnation", "1", "--ready=false", "shop/cart"); code != 0 {
+			t.Fatalf("report: %d %q", code, errs)
+		}
+		if code, out, errs := run(t, "--addr", url, "drain", "--instance", "i-1", "--incarnation", "1", "shop/cart"); code != 0 || !strings.Contains(out, "lifecycle: draining") {
+			t.Fatalf("drain: %d %q %q", code, out, errs)
+		}
+		code, out, errs := run(t, "--addr", url, "events", "shop/cart")
+		if code != 0 || !strings.Contains(out, "ready -> draining") || !strings.Contains(out, "ready=false") {
+			t.Fatalf("events: %d %q %q", code, out, errs)
+		}
+	})
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no NS/SVC", []string{"endpoints"}, "want exactly one NS/SVC"},
+		{"NS/SVC malformed", []string{"endpoints", "shop"}, `"shop" is not NS/SVC`},
+		{"port not NAME=NUM", []string{"register", "--instance", "i", "--address", "10.0.0.1", "--port", "http", "shop/cart"}, `--port: "http" is not NAME=VALUE`},
+		{"port not a number", []string{"register", "--instance", "i", "--address", "10.0.0.1", "--port", "http=x", "shop/cart"}, "not a number"},
+		{"unknown output", []string{"--output", "yaml", "services"}, "--output"},
+		{"missing required flag", []string{"renew", "--instance", "i", "shop/cart"}, "incarnation"},
+		{"server without data dir", []string{"server"}, "--data-dir is required"},
+		{"server bad subnet", []string{"server", "--dev", "--subnet", "10.0.0.0/8=eu"}, "--subnet"},
+	} {
+		t.Run("usage: "+tc.name, func(t *testing.T) {
+			code, _, errs := run(t, append([]string{"--addr", url}, tc.args...)...)
+			if code != exitUsage || !strings.Contains(errs, tc.want) {
+				t.Fatalf("exit %d, stderr %q; want exit %d and %q", code, errs, exitUsage, tc.want)
+			}
+		})
+	}
+}
+
+func TestMetricNames(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	url := testServer(t, reg)
+	// One request so that the labelled counters have series to lint.
+	if code, _, errs := run(t, "--addr", url, "services"); code != 0 {
+		t.Fatal(errs)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	probs, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range probs {
+		t.Errorf("metric %s: %s", p.Metric, p.Text)
+	}
+	for _, mf := range mfs {
+		if !strings.HasPrefix(mf.GetName(), "cairn_") {
+			t.Errorf("metric %s lacks the cairn_ namespace", mf.GetName())
+		}
+	}
+}

@@ -1,0 +1,71 @@
+package cmd
+
+import (
+	"encoding/json"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// Project rules about imports (STYLE §3.1): data flows one way, only the
+// store knows raft, and production code never imports testing helpers.
+// Each rule carries its reason.
+var importRules = []struct {
+	pkg    string // module-relative package ("" = every package)
+	banned string // import path prefix
+	why    string
+}{
+	{"", "github.com/hashicorp/raft", "only store imports raft"},
+	{"", "testing", "no testing package in production code"},
+	{"", "github.com/cairn-sd/cairn/store/storetest", "test helpers stay in tests"},
+	{"acl", "github.com/cairn-sd/cairn/", "acl is a leaf"},
+	{"addrpolicy", "github.com/cairn-sd/cairn/", "addrpolicy is a leaf"},
+	{"store", "github.com/cairn-sd/cairn/", "store sits at the start of the flow and imports no other cairn package"},
+	{"api", "github.com/cairn-sd/cairn/cmd", "only cmd wires"},
+	{"client", "github.com/cairn-sd/cairn/cmd", "only cmd wires"},
+}
+
+// allowed lists the packages a rule does not apply to.
+var allowed = map[string][]string{
+	"github.com/hashicorp/raft":                 {"store", "store/storetest"},
+	"testing":                                   {"store/storetest"},
+	"github.com/cairn-sd/cairn/store/storetest": {},
+}
+
+func TestImportRules(t *testing.T) {
+	out, err := exec.Command("go", "list", "-json", "github.com/cairn-sd/cairn/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	const mod = "github.com/cairn-sd/cairn"
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	n := 0
+	for dec.More() {
+		var p struct {
+			ImportPath string
+			Imports    []string
+		}
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		n++
+		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, mod), "/")
+		for _, r := range importRules {
+			if r.pkg != "" && r.pkg != rel {
+				continue
+			}
+			if slices.Contains(allowed[r.banned], rel) {
+				continue
+			}
+			for _, imp := range p.Imports {
+				if imp == r.banned || strings.HasPrefix(imp, r.banned) && (strings.HasSuffix(r.banned, "/") || strings.HasPrefix(imp, r.banned+"/")) {
+					t.Errorf("%s imports %s: %s", p.ImportPath, imp, r.why)
+				}
+			}
+		}
+	}
+	if n < 5 {
+		t.Fatalf("go list found only %d packages", n)
+	}
+}
