@@ -212,16 +212,21 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, route string) {
 	p.ServeHTTP(w, r)
 }
 
-// deny answers 403 for an authenticated caller acting out of scope, logs
-// it (never the token) and records it in the audit trail, rate-limited.
+// deny answers 403 for an authenticated caller writing out of scope (key
+// names an instance, or a service when key.ID is empty), logs it (never
+// the token) and records it in the audit trail, rate-limited.
 func (s *Server) deny(r *http.Request, id acl.Identity, what string, key store.InstanceKey) error {
-	s.log.Warn("refused", "identity", id.Name, "action", what, "target", key.String())
+	target := key.String()
+	if key.ID == "" {
+		target = key.ServiceKey().String()
+	}
+	s.log.Warn("refused", "identity", id.Name, "action", what, "target", target)
 	if s.allowAudit() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 2*time.Second)
 		defer cancel()
 		err := s.cfg.Store.Audit(ctx, store.Event{Kind: store.EventRefused, Namespace: key.Namespace,
 			Service: key.Service, Instance: key.ID, Actor: id.Name,
-			Reason: fmt.Sprintf("%s token may not %s %s", id.Scope, what, key)})
+			Reason: fmt.Sprintf("%s token may not %s %s", id.Scope, what, target)})
 		if err != nil {
 			s.log.Warn("recording refusal in the audit trail", "err", err)
 			s.metrics.unaudited.Inc()
@@ -229,7 +234,7 @@ func (s *Server) deny(r *http.Request, id acl.Identity, what string, key store.I
 	} else {
 		s.metrics.unaudited.Inc()
 	}
-	return fmt.Errorf("%s token may not %s %s: %w", id.Scope, what, key, acl.ErrDenied)
+	return fmt.Errorf("%s token may not %s %s: %w", id.Scope, what, target, acl.ErrDenied)
 }
 
 func (s *Server) allowAudit() bool {

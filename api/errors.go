@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 
 	"github.com/cairn-sd/cairn/acl"
@@ -112,7 +113,14 @@ func decode(r *http.Request, v any) error {
 		case errors.Is(err, io.EOF):
 			return badRequest("body", "is empty; want a JSON object")
 		case errors.As(err, &typeErr):
-			return badRequest(typeErr.Field, "want %s, got JSON %s", typeErr.Type, typeErr.Value)
+			field := typeErr.Field
+			if field == "" { // the whole body has the wrong type, such as an array
+				field = "body"
+			}
+			if typeErr.Type == reflect.TypeFor[store.Duration]() {
+				return badRequest(field, "want a duration string such as \"30s\", got %s", typeErr.Value)
+			}
+			return badRequest(field, "want %s, got JSON %s", typeErr.Type, typeErr.Value)
 		case errors.As(err, &synErr):
 			return badRequest("body", "malformed JSON at byte %d: %v", synErr.Offset, err)
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
@@ -120,7 +128,13 @@ func decode(r *http.Request, v any) error {
 		}
 		return badRequest("body", "%v", err)
 	}
-	if dec.More() {
+	// Only whitespace may follow. (dec.More would let a stray '}' or ']'
+	// through, and would not notice a body over the size limit.)
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return err
+		}
 		return badRequest("body", "trailing data after the JSON object")
 	}
 	return nil
@@ -131,8 +145,9 @@ func bearer(r *http.Request) (string, error) {
 	if h == "" {
 		return "", nil
 	}
-	tok, ok := strings.CutPrefix(h, "Bearer ")
-	if !ok || tok == "" {
+	// The scheme is case-insensitive (RFC 9110 §11.1).
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
 		return "", fmt.Errorf("authorization header must be \"Bearer TOKEN\": %w", acl.ErrNoToken)
 	}
 	return tok, nil

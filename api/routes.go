@@ -125,7 +125,10 @@ func (s *Server) listServices(w http.ResponseWriter, r *http.Request, id acl.Ide
 
 // service returns the named service if id may read it.
 func (s *Server) service(r *http.Request, id acl.Identity) (store.Service, error) {
-	ns, name := r.PathValue("ns"), r.PathValue("svc")
+	ns, name, err := pathService(r)
+	if err != nil {
+		return store.Service{}, err
+	}
 	if !id.Allows(acl.Read, ns, name, "") {
 		return store.Service{}, fmt.Errorf("%s token may not read %s/%s: %w", id.Scope, ns, name, acl.ErrDenied)
 	}
@@ -199,7 +202,7 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request, id acl.Identity) 
 	}
 	for _, svc := range svcs {
 		if !id.Allows(acl.Apply, svc.Namespace, svc.Name, "") {
-			return 0, nil, fmt.Errorf("%s token may not apply definitions in namespace %q: %w", id.Scope, svc.Namespace, acl.ErrDenied)
+			return 0, nil, s.deny(r, id, "apply the definition of", store.InstanceKey{Namespace: svc.Namespace, Service: svc.Name})
 		}
 	}
 	rev, err := s.cfg.Store.ApplyServices(r.Context(), id.Name, svcs)
@@ -213,8 +216,23 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request, id acl.Identity) 
 	return http.StatusOK, map[string]any{"revision": rev, "services": keys}, nil
 }
 
-func (s *Server) register(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
+// pathService returns the {ns} and {svc} of the path, checked as labels.
+func pathService(r *http.Request) (string, string, error) {
 	ns, svc := r.PathValue("ns"), r.PathValue("svc")
+	if err := store.CheckLabel("namespace", ns); err != nil {
+		return "", "", err
+	}
+	if err := store.CheckLabel("service", svc); err != nil {
+		return "", "", err
+	}
+	return ns, svc, nil
+}
+
+func (s *Server) register(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
+	ns, svc, err := pathService(r)
+	if err != nil {
+		return 0, nil, err
+	}
 	var reg store.Registration
 	if err := decode(r, &reg); err != nil {
 		return 0, nil, err
@@ -263,7 +281,14 @@ type MutateRequest struct {
 func (s *Server) mutate(act acl.Action) handler {
 	verb := map[acl.Action]string{acl.Renew: "renew", acl.Drain: "drain", acl.Deregister: "deregister", acl.Report: "report about"}[act]
 	return func(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
-		key := store.InstanceKey{Namespace: r.PathValue("ns"), Service: r.PathValue("svc"), ID: r.PathValue("id")}
+		ns, svc, err := pathService(r)
+		if err != nil {
+			return 0, nil, err
+		}
+		key := store.InstanceKey{Namespace: ns, Service: svc, ID: r.PathValue("id")}
+		if err := store.CheckLabel("instance_id", key.ID); err != nil {
+			return 0, nil, err
+		}
 		var req MutateRequest
 		if err := decode(r, &req); err != nil {
 			return 0, nil, err
@@ -277,10 +302,7 @@ func (s *Server) mutate(act acl.Action) handler {
 		if !id.Allows(act, key.Namespace, key.Service, key.ID) {
 			return 0, nil, s.deny(r, id, verb, key)
 		}
-		var (
-			in  store.Instance
-			err error
-		)
+		var in store.Instance
 		ctx := r.Context()
 		switch act {
 		case acl.Renew:

@@ -28,8 +28,8 @@ var importRules = []struct {
 
 // allowed lists the packages a rule does not apply to.
 var allowed = map[string][]string{
-	"github.com/hashicorp/raft":                 {"store", "store/storetest"},
-	"testing":                                   {"store/storetest"},
+	"github.com/hashicorp/raft": {"store", "store/storetest"},
+	"testing":                   {"store/storetest", "integration"},
 	"github.com/cairn-sd/cairn/store/storetest": {},
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"reflect"
 	"sort"
 	"sync"
@@ -290,7 +291,9 @@ func (f *fsm) mutate(c command) (Instance, error) {
 		for k, v := range c.Report.Dependencies {
 			in.Report.Dependencies[k] = v
 		}
-		if prev != nil && prev.Ready == in.Report.Ready && reflect.DeepEqual(prev.Dependencies, in.Report.Dependencies) {
+		// maps.Equal, not reflect.DeepEqual: a snapshot restores an empty
+		// map as nil, and a restored replica must decide as the others do.
+		if prev != nil && prev.Ready == in.Report.Ready && maps.Equal(prev.Dependencies, in.Report.Dependencies) {
 			return in.clone(), nil // no news: not worth an audit entry
 		}
 		e.Kind, e.From = EventReported, ""

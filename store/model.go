@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"sort"
 	"strings"
 	"time"
@@ -27,9 +28,14 @@ func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()
 // UnmarshalJSON reads a duration string. A bare number is refused: its unit
 // would be a guess.
 func (d *Duration) UnmarshalJSON(b []byte) error {
+	// A *json.UnmarshalTypeError lets encoding/json name the field.
+	bad := &json.UnmarshalTypeError{Value: string(b), Type: reflect.TypeFor[Duration]()}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("want a duration string such as \"30s\", got %s", b)
+		return bad
+	}
+	if _, err := time.ParseDuration(s); err != nil {
+		return bad
 	}
 	return d.parse(s)
 }

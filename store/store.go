@@ -256,19 +256,7 @@ func (s *Store) propose(ctx context.Context, c command) (result, error) {
 	start := time.Now()
 	f := s.raft.Apply(b, timeout)
 	if err := f.Error(); err != nil {
-		switch {
-		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
-			return result{}, s.notLeader()
-		case errors.Is(err, raft.ErrLeadershipLost):
-			// The entry may or may not commit; every write is idempotent,
-			// so the caller retries.
-			return result{}, fmt.Errorf("leadership lost while committing; retry: %w", ErrNoLeader)
-		case errors.Is(err, raft.ErrRaftShutdown):
-			return result{}, ErrClosed
-		case errors.Is(err, raft.ErrEnqueueTimeout):
-			return result{}, fmt.Errorf("store: commit timed out: %w", ErrNoLeader)
-		}
-		return result{}, fmt.Errorf("store: applying %s: %w", c.Op, err)
+		return result{}, fmt.Errorf("store: applying %s: %w", c.Op, s.raftErr(err))
 	}
 	s.metrics.applyDuration.Observe(time.Since(start).Seconds())
 	r, ok := f.Response().(result)
@@ -276,6 +264,23 @@ func (s *Store) propose(ctx context.Context, c command) (result, error) {
 		return result{}, fmt.Errorf("store: unexpected response %T", f.Response())
 	}
 	return r, r.Err
+}
+
+// raftErr translates raft's errors into the store's sentinels.
+func (s *Store) raftErr(err error) error {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return s.notLeader()
+	case errors.Is(err, raft.ErrLeadershipLost):
+		// The entry may or may not commit; every write is idempotent, so
+		// the caller retries.
+		return fmt.Errorf("leadership lost while committing; retry: %w", ErrNoLeader)
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return ErrClosed
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return fmt.Errorf("commit timed out: %w", ErrNoLeader)
+	}
+	return err
 }
 
 func (s *Store) notLeader() error {
@@ -326,9 +331,35 @@ func (s *Store) Register(ctx context.Context, actor string, reg Registration) (I
 	return r.Instance, r.Created, nil
 }
 
+// precheck refuses, before anything is proposed, a mutation the FSM would
+// refuse: so that a stale incarnation costs no log entry and leaves the
+// revision alone. The FSM checks again when the entry applies; before this
+// leader has caught up (LeaderReady) the FSM alone decides.
+func (s *Store) precheck(op opcode, key InstanceKey, inc uint64, rep *Report) error {
+	if !s.leaderReady.Load() {
+		return nil
+	}
+	s.fsm.mu.RLock()
+	defer s.fsm.mu.RUnlock()
+	in, err := s.fsm.current(key, inc)
+	if err != nil {
+		return err
+	}
+	if op != opDeregister && in.Lifecycle == Terminated {
+		return fmt.Errorf("instance %s is deregistered: %w", key, ErrFenced)
+	}
+	if rep != nil {
+		return rep.validate(*s.fsm.services[key.ServiceKey()])
+	}
+	return nil
+}
+
 // Drain marks an instance draining; it is terminated after the service's
 // drain window.
 func (s *Store) Drain(ctx context.Context, actor string, key InstanceKey, inc uint64) (Instance, error) {
+	if err := s.precheck(opDrain, key, inc, nil); err != nil {
+		return Instance{}, err
+	}
 	r, err := s.propose(ctx, command{Op: opDrain, Actor: actor, Key: key, Incarnation: inc})
 	return s.overlay(r.Instance), err
 }
@@ -336,6 +367,9 @@ func (s *Store) Drain(ctx context.Context, actor string, key InstanceKey, inc ui
 // Deregister terminates an instance. The record stays as a tombstone for
 // TombstoneTTL so that its incarnation stays fenced.
 func (s *Store) Deregister(ctx context.Context, actor string, key InstanceKey, inc uint64) (Instance, error) {
+	if err := s.precheck(opDeregister, key, inc, nil); err != nil {
+		return Instance{}, err
+	}
 	r, err := s.propose(ctx, command{Op: opDeregister, Actor: actor, Key: key, Incarnation: inc})
 	if err == nil {
 		s.forgetLease(key)
@@ -345,6 +379,9 @@ func (s *Store) Deregister(ctx context.Context, actor string, key InstanceKey, i
 
 // Report stores an instance's self-report.
 func (s *Store) Report(ctx context.Context, actor string, key InstanceKey, inc uint64, rep Report) (Instance, error) {
+	if err := s.precheck(opReport, key, inc, &rep); err != nil {
+		return Instance{}, err
+	}
 	r, err := s.propose(ctx, command{Op: opReport, Actor: actor, Key: key, Incarnation: inc, Report: &rep})
 	return s.overlay(r.Instance), err
 }
@@ -457,7 +494,7 @@ func (s *Store) Join(ctx context.Context, actor string, m Member) error {
 		return s.notLeader()
 	}
 	if err := s.raft.AddVoter(raft.ServerID(m.NodeID), raft.ServerAddress(m.RaftAddr), 0, timeoutOf(ctx)).Error(); err != nil {
-		return fmt.Errorf("store: adding voter %q: %w", m.NodeID, err)
+		return fmt.Errorf("store: adding voter %q: %w", m.NodeID, s.raftErr(err))
 	}
 	_, err := s.propose(ctx, command{Op: opSetMember, Actor: actor, Member: &m})
 	return err
@@ -485,7 +522,7 @@ func (s *Store) Leave(ctx context.Context, actor, nodeID string) error {
 		return err
 	}
 	if err := s.raft.RemoveServer(raft.ServerID(nodeID), 0, timeoutOf(ctx)).Error(); err != nil {
-		return fmt.Errorf("store: removing %q: %w", nodeID, err)
+		return fmt.Errorf("store: removing %q: %w", nodeID, s.raftErr(err))
 	}
 	return nil
 }

@@ -205,7 +205,8 @@ func (s Service) Validate() error {
 	if p.ARecordLimit < 1 || p.ARecordLimit > 64 {
 		return invalid("policy.a_record_limit", "%d is out of range 1-64", p.ARecordLimit)
 	}
-	if f := *p.MinHealthyFraction; f < 0 || f > 1 {
+	// Negated ranges, so that NaN (YAML's .nan) is out of range too.
+	if f := *p.MinHealthyFraction; !(f >= 0 && f <= 1) {
 		return invalid("policy.min_healthy_fraction", "%g is out of range 0-1", f)
 	}
 	if p.WithdrawAfter < 1 || p.WithdrawAfter > 100 {
@@ -226,7 +227,7 @@ func (s Service) Validate() error {
 	if err := checkLeaseTTL("policy.lease_ttl", p.LeaseTTL); err != nil {
 		return err
 	}
-	if p.ShrinkCap <= 0 || p.ShrinkCap > 1 {
+	if !(p.ShrinkCap > 0 && p.ShrinkCap <= 1) {
 		return invalid("policy.shrink_cap", "%g is out of range (0, 1]", p.ShrinkCap)
 	}
 	if e := *p.MaxEjectionPercent; e < 0 || e > 100 {

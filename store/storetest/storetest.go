@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,21 +40,29 @@ type Node struct {
 	Trans  *raft.InmemTransport
 	cancel context.CancelFunc
 	done   chan error
+
+	stopOnce sync.Once
+	stopErr  error
 }
 
-// Stop stops the node's Run loop and closes its store.
+// Stop stops the node's Run loop and closes its store. It is safe to call
+// twice: a test may stop a node that the cleanup stops again.
 func (n *Node) Stop() error {
-	n.cancel()
-	err := <-n.done
-	if cerr := n.Close(); cerr != nil {
-		return cerr
-	}
-	return err
+	n.stopOnce.Do(func() {
+		n.cancel()
+		err := <-n.done
+		if cerr := n.Close(); cerr != nil {
+			err = cerr
+		}
+		n.stopErr = err
+	})
+	return n.stopErr
 }
 
-func start(t testing.TB, cfg store.Config) *Node {
+// start opens a store for cfg on an in-memory transport named addr.
+func start(t testing.TB, cfg store.Config, addr string) *Node {
 	t.Helper()
-	_, trans := raft.NewInmemTransport(raft.ServerAddress(cfg.NodeID))
+	_, trans := raft.NewInmemTransport(raft.ServerAddress(addr))
 	cfg.Transport = trans
 	if cfg.Logger == nil {
 		cfg.Logger = Logger(t).With("node", cfg.NodeID)
@@ -79,7 +88,7 @@ func Single(t testing.TB, cfg store.Config) *Node {
 		cfg.HTTPAddr = "127.0.0.1:1"
 	}
 	cfg.Bootstrap = true
-	n := start(t, Fast(cfg))
+	n := start(t, Fast(cfg), cfg.NodeID)
 	t.Cleanup(func() {
 		if err := n.Stop(); err != nil {
 			t.Errorf("stopping store: %v", err)
@@ -114,7 +123,9 @@ func ClusterWith(t testing.TB, httpAddrs []string) []*Node {
 	nodes := make([]*Node, n)
 	for i := range nodes {
 		cfg := Fast(store.Config{NodeID: fmt.Sprintf("n%d", i+1), HTTPAddr: httpAddrs[i], Bootstrap: i == 0})
-		nodes[i] = start(t, cfg)
+		// Store.Join wants a host:port raft address, so the transports
+		// are named "nI:8300" rather than by the bare node id.
+		nodes[i] = start(t, cfg, cfg.NodeID+":8300")
 	}
 	t.Cleanup(func() {
 		for _, nd := range nodes {

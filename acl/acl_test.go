@@ -1,0 +1,383 @@
+package acl_test
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cairn-sd/cairn/acl"
+)
+
+const (
+	adminSecret     = "admin-secret-0123456789"
+	registrarSecret = "registrar-secret-012345"
+	instanceSecret  = "instance-secret-0123456"
+	proberSecret    = "prober-secret-012345678"
+	readerSecret    = "reader-secret-012345678"
+)
+
+func tokens() []acl.Token {
+	return []acl.Token{
+		{Secret: adminSecret, Scope: acl.Admin},
+		{Secret: registrarSecret, Scope: acl.Registrar, Namespaces: []string{"shop", "pay"}},
+		{Secret: instanceSecret, Scope: acl.Instance, Namespace: "shop", Service: "web", Instance: "i-1"},
+		{Secret: proberSecret, Scope: acl.Prober},
+		{Secret: readerSecret, Scope: acl.Reader, Namespaces: []string{"shop"}},
+	}
+}
+
+func newAuthorizer(t *testing.T) *acl.Authorizer {
+	t.Helper()
+	a, err := acl.New(acl.Config{Enabled: true, Tokens: tokens()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func name(scope acl.Scope, secret string) string {
+	d := sha256.Sum256([]byte(secret))
+	return string(scope) + ":" + hex.EncodeToString(d[:4])
+}
+
+func TestAuthenticate(t *testing.T) {
+	a := newAuthorizer(t)
+	if !a.Enabled() {
+		t.Fatal("Enabled() is false")
+	}
+	for _, tok := range tokens() {
+		id, err := a.Authenticate(tok.Secret)
+		if err != nil {
+			t.Fatalf("%s token: %v", tok.Scope, err)
+		}
+		if id.Scope != tok.Scope || id.Name != name(tok.Scope, tok.Secret) || id.Namespace != tok.Namespace ||
+			id.Service != tok.Service || id.Instance != tok.Instance || strings.Join(id.Namespaces, ",") != strings.Join(tok.Namespaces, ",") {
+			t.Errorf("%s token authenticated as %+v", tok.Scope, id)
+		}
+		// The name is fit for logs: it holds no part of the secret.
+		if strings.Contains(id.Name, tok.Secret[len(tok.Secret)-8:]) || len(id.Name) != len(tok.Scope)+1+8 {
+			t.Errorf("identity name %q", id.Name)
+		}
+	}
+	// The identity does not alias the configuration.
+	toks := tokens()
+	a2, err := acl.New(acl.Config{Enabled: true, Tokens: toks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks[1].Namespaces[0] = "other"
+	if id, _ := a2.Authenticate(registrarSecret); id.Namespaces[0] != "shop" {
+		t.Errorf("changing the config changed the identity: %v", id.Namespaces)
+	}
+}
+
+func TestAuthenticateRefuses(t *testing.T) {
+	a := newAuthorizer(t)
+	for _, tc := range []struct {
+		name, secret string
+		want         error
+	}{
+		{"empty", "", acl.ErrNoToken},
+		{"unknown", "some-other-secret-0123456", acl.ErrUnknownToken},
+		{"prefix", adminSecret[:len(adminSecret)-1], acl.ErrUnknownToken},
+		{"suffix", adminSecret + "0", acl.ErrUnknownToken},
+		{"last byte", adminSecret[:len(adminSecret)-1] + "X", acl.ErrUnknownToken},
+		{"first byte", "X" + adminSecret[1:], acl.ErrUnknownToken},
+		{"case", strings.ToUpper(adminSecret), acl.ErrUnknownToken},
+		{"padded", " " + adminSecret, acl.ErrUnknownToken},
+		{"digest", hex.EncodeToString(func() []byte { d := sha256.Sum256([]byte(adminSecret)); return d[:] }()), acl.ErrUnknownToken},
+		{"scope name", "admin", acl.ErrUnknownToken},
+		{"identity name", name(acl.Admin, adminSecret), acl.ErrUnknownToken},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id, err := a.Authenticate(tc.secret)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Authenticate(%q) = %+v, %v; want %v", tc.secret, id, err, tc.want)
+			}
+			if id.Scope != "" || id.Name != "" {
+				t.Errorf("a refused token got an identity: %+v", id)
+			}
+			if strings.Contains(err.Error(), tc.secret) && tc.secret != "" {
+				t.Errorf("the error %q repeats the secret", err)
+			}
+		})
+	}
+}
+
+// TestAuthenticateComparesEveryEntry: whichever entry matches, and however
+// many entries there are, the right identity is found. Authenticate
+// compares SHA-256 digests with subtle.ConstantTimeCompare and does not
+// stop at the first match, so its time does not depend on where (or
+// whether) the secret matches; timing is not measured here, because a
+// timing test on a shared machine would be flaky.
+func TestAuthenticateComparesEveryEntry(t *testing.T) {
+	var toks []acl.Token
+	for i := range 200 {
+		toks = append(toks, acl.Token{Secret: fmt.Sprintf("reader-%04d-0123456789", i), Scope: acl.Reader, Namespaces: []string{fmt.Sprintf("ns%d", i)}})
+	}
+	a, err := acl.New(acl.Config{Enabled: true, Tokens: toks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{0, 1, 99, 198, 199} {
+		id, err := a.Authenticate(toks[i].Secret)
+		if err != nil || id.Namespaces[0] != fmt.Sprintf("ns%d", i) {
+			t.Errorf("token %d: %+v, %v", i, id, err)
+		}
+	}
+	// Secrets that share a long prefix with an entry are no closer to it.
+	if _, err := a.Authenticate("reader-0199-012345678"); !errors.Is(err, acl.ErrUnknownToken) {
+		t.Errorf("a near miss: %v", err)
+	}
+}
+
+func TestAuthenticateDisabled(t *testing.T) {
+	a, err := acl.New(acl.Config{Tokens: tokens()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Enabled() {
+		t.Fatal("Enabled() is true")
+	}
+	// ACLs off: everyone, with or without a token, is an anonymous admin.
+	for _, s := range []string{"", "anything", readerSecret} {
+		id, err := a.Authenticate(s)
+		if err != nil || id.Scope != acl.Admin || id.Name != "anonymous" {
+			t.Errorf("Authenticate(%q) with ACLs off = %+v, %v; want the anonymous admin", s, id, err)
+		}
+	}
+}
+
+func TestNewRejectsInvalidTokens(t *testing.T) {
+	const s = "a-secret-of-sixteen+"
+	for _, tc := range []struct {
+		name   string
+		tokens []acl.Token
+		want   []string // fragments of the error: the token's index and the field
+	}{
+		{"short secret", []acl.Token{{Secret: "short", Scope: acl.Admin}}, []string{"tokens[0]", "secret", "16"}},
+		{"15 characters", []acl.Token{{Secret: strings.Repeat("x", 15), Scope: acl.Admin}}, []string{"tokens[0]", "secret"}},
+		{"empty secret", []acl.Token{{Scope: acl.Admin}}, []string{"tokens[0]", "secret"}},
+		{"duplicate", []acl.Token{{Secret: s, Scope: acl.Admin}, {Secret: s, Scope: acl.Reader, Namespaces: []string{"a"}}}, []string{"tokens[1]", "secret", "twice"}},
+		{"unknown scope", []acl.Token{{Secret: s, Scope: "root"}}, []string{"tokens[0]", "scope", "root"}},
+		{"empty scope", []acl.Token{{Secret: s}}, []string{"tokens[0]", "scope"}},
+		{"admin with namespaces", []acl.Token{{Secret: s, Scope: acl.Admin, Namespaces: []string{"shop"}}}, []string{"tokens[0]", "scope"}},
+		{"admin with an instance", []acl.Token{{Secret: s, Scope: acl.Admin, Instance: "i-1"}}, []string{"tokens[0]", "scope"}},
+		{"prober with namespaces", []acl.Token{{Secret: s, Scope: acl.Prober, Namespaces: []string{"shop"}}}, []string{"tokens[0]", "scope"}},
+		{"registrar without namespaces", []acl.Token{{Secret: s, Scope: acl.Registrar}}, []string{"tokens[0]", "namespaces"}},
+		{"reader without namespaces", []acl.Token{{Secret: s, Scope: acl.Reader}}, []string{"tokens[0]", "namespaces"}},
+		{"reader with an instance", []acl.Token{{Secret: s, Scope: acl.Reader, Namespaces: []string{"shop"}, Service: "web"}}, []string{"tokens[0]", "namespaces"}},
+		{"instance without instance", []acl.Token{{Secret: s, Scope: acl.Instance, Namespace: "shop", Service: "web"}}, []string{"tokens[0]", "instance"}},
+		{"instance without service", []acl.Token{{Secret: s, Scope: acl.Instance, Namespace: "shop", Instance: "i-1"}}, []string{"tokens[0]", "instance"}},
+		{"instance without namespace", []acl.Token{{Secret: s, Scope: acl.Instance, Service: "web", Instance: "i-1"}}, []string{"tokens[0]", "instance"}},
+		{"instance with namespaces", []acl.Token{{Secret: s, Scope: acl.Instance, Namespace: "shop", Service: "web", Instance: "i-1", Namespaces: []string{"shop"}}}, []string{"tokens[0]", "namespaces"}},
+		{"second token", []acl.Token{{Secret: s, Scope: acl.Admin}, {Secret: s + "2", Scope: acl.Registrar}}, []string{"tokens[1]", "namespaces"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, err := acl.New(acl.Config{Enabled: true, Tokens: tc.tokens})
+			if err == nil {
+				t.Fatalf("New accepted %+v", tc.tokens)
+			}
+			if a != nil {
+				t.Errorf("New returned an Authorizer with the error %v", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+			for _, tok := range tc.tokens {
+				if len(tok.Secret) >= 4 && strings.Contains(err.Error(), tok.Secret) {
+					t.Errorf("error %q repeats a secret", err)
+				}
+			}
+		})
+	}
+}
+
+// Targets of the Allows matrix.
+type target struct{ ns, svc, inst string }
+
+var (
+	self      = target{"shop", "web", "i-1"} // the instance token's own instance
+	sibling   = target{"shop", "web", "i-2"} // another instance of its service
+	otherSvc  = target{"shop", "cart", "i-1"}
+	otherNS   = target{"other", "web", "i-1"}
+	secondNS  = target{"pay", "api", "i-1"} // the registrar's second namespace
+	cluster   = target{"", "", ""}
+	targets   = []target{self, sibling, otherSvc, otherNS, secondNS, cluster}
+	targetNam = []string{"self", "sibling", "other service", "other namespace", "second namespace", "cluster"}
+)
+
+func TestAllowsMatrix(t *testing.T) {
+	a := newAuthorizer(t)
+	ids := map[acl.Scope]acl.Identity{}
+	for _, tok := range tokens() {
+		id, err := a.Authenticate(tok.Secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[tok.Scope] = id
+	}
+	const (
+		y = true
+		n = false
+	)
+	actions := []struct {
+		name string
+		act  acl.Action
+	}{
+		{"read", acl.Read}, {"apply", acl.Apply}, {"register", acl.Register}, {"renew", acl.Renew},
+		{"drain", acl.Drain}, {"deregister", acl.Deregister}, {"report", acl.Report},
+		{"read cluster", acl.ReadCluster}, {"manage cluster", acl.ManageCluster},
+	}
+	// want[scope][action] lists, for each of targets (self, sibling, other
+	// service, other namespace, second namespace, cluster), whether the
+	// scope may act. "cluster" targets no namespace.
+	want := map[acl.Scope][][6]bool{
+		acl.Admin: {
+			{y, y, y, y, y, y}, {y, y, y, y, y, y}, {y, y, y, y, y, y}, {y, y, y, y, y, y}, {y, y, y, y, y, y},
+			{y, y, y, y, y, y}, {y, y, y, y, y, y}, {y, y, y, y, y, y}, {y, y, y, y, y, y},
+		},
+		acl.Registrar: { // shop and pay
+			/* read */ {y, y, y, n, y, n},
+			/* apply */ {y, y, y, n, y, n},
+			/* register */ {y, y, y, n, y, n},
+			/* renew */ {y, y, y, n, y, n},
+			/* drain */ {y, y, y, n, y, n},
+			/* deregister */ {y, y, y, n, y, n},
+			/* report: only the instance itself */ {n, n, n, n, n, n},
+			/* read cluster */ {y, y, y, y, y, y},
+			/* manage cluster */ {n, n, n, n, n, n},
+		},
+		acl.Instance: { // shop/web/i-1
+			/* read: its own service */ {y, y, n, n, n, n},
+			/* apply */ {n, n, n, n, n, n},
+			/* register */ {y, n, n, n, n, n},
+			/* renew */ {y, n, n, n, n, n},
+			/* drain */ {y, n, n, n, n, n},
+			/* deregister */ {n, n, n, n, n, n},
+			/* report */ {y, n, n, n, n, n},
+			/* read cluster */ {n, n, n, n, n, n},
+			/* manage cluster */ {n, n, n, n, n, n},
+		},
+		acl.Prober: {
+			/* read */ {y, y, y, y, y, y},
+			/* apply */ {n, n, n, n, n, n},
+			/* register */ {n, n, n, n, n, n},
+			/* renew */ {n, n, n, n, n, n},
+			/* drain */ {n, n, n, n, n, n},
+			/* deregister */ {n, n, n, n, n, n},
+			/* report */ {n, n, n, n, n, n},
+			/* read cluster */ {y, y, y, y, y, y},
+			/* manage cluster */ {n, n, n, n, n, n},
+		},
+		acl.Reader: { // shop
+			/* read */ {y, y, y, n, n, n},
+			/* apply */ {n, n, n, n, n, n},
+			/* register */ {n, n, n, n, n, n},
+			/* renew */ {n, n, n, n, n, n},
+			/* drain */ {n, n, n, n, n, n},
+			/* deregister */ {n, n, n, n, n, n},
+			/* report */ {n, n, n, n, n, n},
+			/* read cluster */ {y, y, y, y, y, y},
+			/* manage cluster */ {n, n, n, n, n, n},
+		},
+	}
+	for scope, rows := range want {
+		if len(rows) != len(actions) {
+			t.Fatalf("%s: %d rows for %d actions", scope, len(rows), len(actions))
+		}
+		for i, a := range actions {
+			for j, tg := range targets {
+				got := ids[scope].Allows(a.act, tg.ns, tg.svc, tg.inst)
+				if got != rows[i][j] {
+					t.Errorf("%s may %s on %s (%s/%s/%s): got %v, want %v", scope, a.name, targetNam[j], tg.ns, tg.svc, tg.inst, got, rows[i][j])
+				}
+			}
+		}
+	}
+	// An identity that is not one (the zero value) may do nothing.
+	for _, a := range actions {
+		for _, tg := range targets {
+			if (acl.Identity{}).Allows(a.act, tg.ns, tg.svc, tg.inst) {
+				t.Errorf("the zero identity may %s on %+v", a.name, tg)
+			}
+		}
+	}
+	// An unknown action is refused to everyone but an admin.
+	for scope, id := range ids {
+		if got := id.Allows(acl.Action(99), "shop", "web", "i-1"); got != (scope == acl.Admin) {
+			t.Errorf("%s may do action 99: %v", scope, got)
+		}
+	}
+}
+
+func writeFile(t *testing.T, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "acl.yaml")
+	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoadFile(t *testing.T) {
+	p := writeFile(t, `tokens:
+  - {secret: `+adminSecret+`, scope: admin}
+  - secret: `+registrarSecret+`
+    scope: registrar
+    namespaces: [shop, pay]
+  - {secret: `+instanceSecret+`, scope: instance, namespace: shop, service: web, instance: i-1}
+  - {secret: `+readerSecret+`, scope: reader, namespaces: [shop]}
+`)
+	toks, err := acl.LoadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(toks) != 4 || toks[1].Scope != acl.Registrar || strings.Join(toks[1].Namespaces, ",") != "shop,pay" ||
+		toks[2].Instance != "i-1" || toks[2].Service != "web" || toks[2].Namespace != "shop" {
+		t.Fatalf("loaded %+v", toks)
+	}
+	a, err := acl.New(acl.Config{Enabled: true, Tokens: toks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := a.Authenticate(instanceSecret); err != nil || !id.Allows(acl.Renew, "shop", "web", "i-1") {
+		t.Errorf("instance token from the file: %+v, %v", id, err)
+	}
+}
+
+func TestLoadFileRejects(t *testing.T) {
+	for _, tc := range []struct{ name, text, want string }{
+		{"unknown top-level key", "tokens: []\nadmins: [x]\n", "admins"},
+		{"unknown token key", "tokens:\n  - {secret: " + adminSecret + ", scope: admin, role: root}\n", "role"},
+		{"misspelt key", "tokens:\n  - {secrte: " + adminSecret + ", scope: admin}\n", "secrte"},
+		{"namespaces as a string", "tokens:\n  - {secret: " + adminSecret + ", scope: reader, namespaces: shop}\n", "namespaces"},
+		{"not a list", "tokens: {secret: x}\n", "line 1"},
+		{"malformed", "tokens: [\n", "yaml"},
+		{"empty", "", "EOF"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := writeFile(t, tc.text)
+			toks, err := acl.LoadFile(p)
+			if err == nil {
+				t.Fatalf("LoadFile accepted %q: %+v", tc.text, toks)
+			}
+			if !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), p) {
+				t.Errorf("error %q does not mention %q and the file", err, tc.want)
+			}
+			if strings.Contains(err.Error(), adminSecret) {
+				t.Errorf("error %q repeats a secret", err)
+			}
+		})
+	}
+	if _, err := acl.LoadFile(filepath.Join(t.TempDir(), "missing.yaml")); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
+		t.Errorf("a missing file: %v", err)
+	}
+}
