@@ -159,11 +159,16 @@ func (f *fsm) record(e Event) {
 
 func (f *fsm) applyServices(index uint64, c command) error {
 	next := make([]Service, len(c.Services))
+	seen := map[ServiceKey]bool{}
 	for i, s := range c.Services {
 		s = s.WithDefaults()
 		if err := s.Validate(); err != nil {
 			return fmt.Errorf("service %d (%s): %w", i, s.Key(), err)
 		}
+		if seen[s.Key()] {
+			return fmt.Errorf("service %d: %w", i, invalid("name", "%s is defined twice", s.Key()))
+		}
+		seen[s.Key()] = true
 		next[i] = s
 	}
 	// All or nothing: nothing changes until every document is valid.

@@ -239,6 +239,9 @@ func (s *Store) now() time.Time { return s.cfg.Now().UTC().Round(0) }
 // propose replicates c and returns the FSM's result. It checks both of
 // raft's error paths: the future's Error and the FSM's Response.
 func (s *Store) propose(ctx context.Context, c command) (result, error) {
+	if s.raft.State() == raft.Shutdown {
+		return result{}, ErrClosed
+	}
 	if s.raft.State() != raft.Leader {
 		return result{}, s.notLeader()
 	}

@@ -118,6 +118,11 @@ func (s Service) WithDefaults() Service {
 		setD(&c.Timeout, DefaultCheckTimeout)
 		s.Check = &c
 	}
+	if len(s.Capability.Dependencies) == 0 {
+		// One spelling of "none", so that a definition compares equal to
+		// itself after a snapshot (which restores an empty list as nil).
+		s.Capability.Dependencies = nil
+	}
 	if s.Capability.Readiness == "" {
 		if s.Check != nil {
 			s.Capability.Readiness = "probe"

@@ -1,0 +1,574 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"go.uber.org/goleak"
+
+	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/store/storetest"
+)
+
+// TestMain checks that no test leaves a goroutine behind: every store is
+// stopped, raft included, when its test ends. It covers the FSM tests of
+// package store too, which share this test binary.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const wait = 10 * time.Second
+
+func webService(drainWindow time.Duration) store.Service {
+	return store.Service{
+		Namespace: "prod", Name: "web",
+		Ports:      []store.Port{{Name: "http", Number: 8080}},
+		Capability: store.Capability{Readiness: "self", Dependencies: []store.Dependency{{Name: "db"}}},
+		Policy:     store.Policy{DrainWindow: store.Duration(drainWindow), LeaseTTL: store.Duration(30 * time.Second)},
+	}
+}
+
+func registration(id, addr string) store.Registration {
+	return store.Registration{Namespace: "prod", Service: "web", ID: id,
+		Addresses: []string{addr}, Ports: map[string]int{"http": 8080}}
+}
+
+func key(id string) store.InstanceKey {
+	return store.InstanceKey{Namespace: "prod", Service: "web", ID: id}
+}
+
+func mustApply(t *testing.T, s *store.Store, svcs ...store.Service) uint64 {
+	t.Helper()
+	rev, err := s.ApplyServices(t.Context(), "admin", svcs)
+	if err != nil {
+		t.Fatalf("ApplyServices: %v", err)
+	}
+	return rev
+}
+
+func mustRegister(t *testing.T, s *store.Store, r store.Registration) store.Instance {
+	t.Helper()
+	in, _, err := s.Register(t.Context(), "registrar", r)
+	if err != nil {
+		t.Fatalf("Register %s: %v", r.ID, err)
+	}
+	return in
+}
+
+func kinds(events []store.Event) []store.EventKind {
+	var out []store.EventKind
+	for _, e := range events {
+		out = append(out, e.Kind)
+	}
+	return out
+}
+
+func TestSingleNodeLifecycle(t *testing.T) {
+	n := storetest.Single(t, store.Config{HTTPAddr: "127.0.0.1:7000"})
+	ctx := t.Context()
+
+	rev := mustApply(t, n.Store, webService(time.Minute))
+	svc, ok := n.Service("prod", "web")
+	if !ok || svc.Revision != rev || svc.Policy.DNSTTL.D() != store.DefaultDNSTTL || svc.Ports[0].Protocol != "tcp" {
+		t.Fatalf("stored service %+v (found %t), want revision %d with defaults filled", svc, ok, rev)
+	}
+	if again := mustApply(t, n.Store, webService(time.Minute)); n.Services()[0].Revision != rev {
+		t.Errorf("re-applying the same definition moved its revision from %d to %d (entry %d)", rev, n.Services()[0].Revision, again)
+	}
+
+	in, created, err := n.Register(ctx, "registrar", registration("a", "10.0.0.1"))
+	if err != nil || !created || in.Incarnation == 0 || in.Lifecycle != store.Ready || in.Registrar != "registrar" {
+		t.Fatalf("Register: %+v created=%t err=%v", in, created, err)
+	}
+	retry, created, err := n.Register(ctx, "registrar", registration("a", "10.0.0.1"))
+	if err != nil || created || retry.Incarnation != in.Incarnation {
+		t.Fatalf("identical retry: incarnation %d created=%t err=%v, want %d false nil", retry.Incarnation, created, err, in.Incarnation)
+	}
+
+	renewed, err := n.Renew(ctx, key("a"), in.Incarnation)
+	if err != nil || renewed.LeaseDeadline.Before(in.LeaseDeadline) {
+		t.Fatalf("Renew: deadline %v err %v, want at least %v", renewed.LeaseDeadline, err, in.LeaseDeadline)
+	}
+	if got, _ := n.Instance(key("a")); !got.LeaseDeadline.Equal(renewed.LeaseDeadline) {
+		t.Errorf("Instance shows deadline %v after renewal to %v", got.LeaseDeadline, renewed.LeaseDeadline)
+	}
+
+	rep, err := n.Report(ctx, "instance:a", key("a"), in.Incarnation, store.Report{Ready: true, Dependencies: map[string]store.DependencyState{"db": store.DepOK}})
+	if err != nil || rep.Report == nil || !rep.Report.Ready || rep.Report.Reporter != "instance:a" {
+		t.Fatalf("Report: %+v err %v", rep.Report, err)
+	}
+	if !rep.LeaseDeadline.Equal(renewed.LeaseDeadline) {
+		t.Errorf("Report answered lease deadline %v, want the renewed %v", rep.LeaseDeadline, renewed.LeaseDeadline)
+	}
+
+	// Refusals.
+	refusals := []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"undeclared dependency", errOf(n.Report(ctx, "x", key("a"), in.Incarnation, store.Report{Dependencies: map[string]store.DependencyState{"queue": store.DepOK}})), store.ErrInvalid},
+		{"stale drain", errOf(n.Drain(ctx, "x", key("a"), in.Incarnation-1)), store.ErrFenced},
+		{"future deregister", errOf(n.Deregister(ctx, "x", key("a"), in.Incarnation+1)), store.ErrFenced},
+		{"stale renew", errOf(n.Renew(ctx, key("a"), in.Incarnation+1)), store.ErrFenced},
+		{"unknown instance", errOf(n.Drain(ctx, "x", key("zz"), 1)), store.ErrNotFound},
+		{"unknown service", errOf3(n.Register(ctx, "x", store.Registration{Namespace: "prod", Service: "nope", ID: "a"})), store.ErrNotFound},
+		{"bad registration", errOf3(n.Register(ctx, "x", registration("a", "not-an-ip"))), store.ErrInvalid},
+		{"no services", errOf(n.ApplyServices(ctx, "x", nil)), store.ErrInvalid},
+		{"twice in one apply", errOf(n.ApplyServices(ctx, "x", []store.Service{webService(0), webService(0)})), store.ErrInvalid},
+		{"invalid service", errOf(n.ApplyServices(ctx, "x", []store.Service{{Namespace: "prod", Name: "Web"}})), store.ErrInvalid},
+	}
+	for _, r := range refusals {
+		if !errors.Is(r.err, r.want) {
+			t.Errorf("%s: error %v, want %v", r.name, r.err, r.want)
+		}
+	}
+
+	drained, err := n.Drain(ctx, "admin", key("a"), in.Incarnation)
+	if err != nil || drained.Lifecycle != store.Draining || drained.DrainingSince.IsZero() {
+		t.Fatalf("Drain: %+v err %v", drained, err)
+	}
+	gone, err := n.Deregister(ctx, "admin", key("a"), in.Incarnation)
+	if err != nil || gone.Lifecycle != store.Terminated {
+		t.Fatalf("Deregister: %+v err %v", gone, err)
+	}
+	if _, err := n.Renew(ctx, key("a"), in.Incarnation); !errors.Is(err, store.ErrFenced) {
+		t.Errorf("renewing a deregistered instance: error %v, want ErrFenced", err)
+	}
+	back := mustRegister(t, n.Store, registration("a", "10.0.0.1"))
+	if back.Incarnation <= in.Incarnation {
+		t.Errorf("re-registration got incarnation %d, want > %d", back.Incarnation, in.Incarnation)
+	}
+	if err := n.Audit(ctx, store.Event{Kind: store.EventRefused, Namespace: "prod", Service: "web", Actor: "api", Reason: "test"}); err != nil {
+		t.Fatalf("Audit: %v", err)
+	}
+
+	want := []store.EventKind{store.EventApplied, store.EventRegistered, store.EventReported,
+		store.EventDrained, store.EventDeregistered, store.EventRegistered, store.EventRefused}
+	if got := kinds(n.Events("prod", "web", 0)); !reflect.DeepEqual(got, want) {
+		t.Errorf("events %v, want %v", got, want)
+	}
+	if got := kinds(n.Events("prod", "web", 2)); !reflect.DeepEqual(got, want[len(want)-2:]) {
+		t.Errorf("last 2 events %v, want %v", got, want[len(want)-2:])
+	}
+	if ins := n.Instances("prod", "web"); len(ins) != 1 || ins[0].Incarnation != back.Incarnation {
+		t.Errorf("instances %+v, want only incarnation %d", ins, back.Incarnation)
+	}
+
+	storetest.WaitFor(t, wait, func() error {
+		ms, err := n.Members()
+		if err != nil {
+			return err
+		}
+		want := []store.Member{{NodeID: "n1", RaftAddr: "n1", HTTPAddr: "127.0.0.1:7000", Leader: true, Voter: true}}
+		if !reflect.DeepEqual(ms, want) {
+			return fmt.Errorf("members %+v, want %+v", ms, want)
+		}
+		return nil
+	})
+	if id, addr := n.Leader(); id != "n1" || addr != "127.0.0.1:7000" {
+		t.Errorf("Leader() = %q %q", id, addr)
+	}
+	if !n.IsLeader() || n.State() != "Leader" || n.LastContact().IsZero() {
+		t.Errorf("IsLeader %t State %s LastContact %v", n.IsLeader(), n.State(), n.LastContact())
+	}
+
+	if err := n.Stop(); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if err := n.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if _, err := n.ApplyServices(ctx, "x", []store.Service{webService(0)}); err == nil {
+		t.Errorf("write after Close succeeded")
+	}
+}
+
+func errOf[T any](_ T, err error) error          { return err }
+func errOf3[T, U any](_ T, _ U, err error) error { return err }
+
+func followers(nodes []*storetest.Node, leader *storetest.Node) []*storetest.Node {
+	var out []*storetest.Node
+	for _, nd := range nodes {
+		if nd != leader {
+			out = append(out, nd)
+		}
+	}
+	return out
+}
+
+// stop stops nd and cuts it off from the others, so that they do not wait
+// on a transport nobody reads any more.
+func stop(t *testing.T, nd *storetest.Node, others []*storetest.Node) {
+	t.Helper()
+	if err := nd.Stop(); err != nil {
+		t.Fatalf("stopping %s: %v", nd.NodeID(), err)
+	}
+	for _, o := range others {
+		o.Trans.Disconnect(nd.Trans.LocalAddr())
+	}
+}
+
+func TestClusterFollowerWritesReturnNotLeader(t *testing.T) {
+	nodes := storetest.Cluster(t, 3)
+	leader := storetest.Leader(t, nodes)
+	ctx := t.Context()
+	mustApply(t, leader.Store, webService(time.Minute))
+	in := mustRegister(t, leader.Store, registration("a", "10.0.0.1"))
+
+	for _, f := range followers(nodes, leader) {
+		storetest.WaitFor(t, wait, func() error {
+			if _, ok := f.Instance(key("a")); !ok {
+				return fmt.Errorf("%s has not seen instance a", f.NodeID())
+			}
+			return nil
+		})
+		writes := map[string]error{
+			"apply":      errOf(f.ApplyServices(ctx, "x", []store.Service{webService(time.Minute)})),
+			"register":   errOf3(f.Register(ctx, "x", registration("b", "10.0.0.2"))),
+			"renew":      errOf(f.Renew(ctx, key("a"), in.Incarnation)),
+			"drain":      errOf(f.Drain(ctx, "x", key("a"), in.Incarnation)),
+			"deregister": errOf(f.Deregister(ctx, "x", key("a"), in.Incarnation)),
+			"report":     errOf(f.Report(ctx, "x", key("a"), in.Incarnation, store.Report{Ready: true})),
+			"audit":      f.Audit(ctx, store.Event{Kind: store.EventRefused}),
+			"join":       f.Join(ctx, "x", store.Member{NodeID: "n9", RaftAddr: "h:1", HTTPAddr: "h:2"}),
+			"leave":      f.Leave(ctx, "x", "n3"),
+		}
+		for op, err := range writes {
+			if !errors.Is(err, store.ErrNotLeader) {
+				t.Errorf("%s on follower %s: error %v, want ErrNotLeader", op, f.NodeID(), err)
+			}
+		}
+		if id, _ := f.Leader(); id != leader.NodeID() {
+			t.Errorf("follower %s names leader %q, want %q", f.NodeID(), id, leader.NodeID())
+		}
+		if f.LeaderReady() || f.IsLeader() {
+			t.Errorf("follower %s claims to lead", f.NodeID())
+		}
+	}
+	if got, _ := leader.Instance(key("a")); got.Lifecycle != store.Ready {
+		t.Errorf("refused follower writes changed instance a: %+v", got)
+	}
+}
+
+// TestClusterLeaderStopKeepsWritesAndLeases: every write acknowledged by
+// the old leader is on the new one, and a leader change never expires a
+// lease it could not have seen renewed.
+func TestClusterLeaderStopKeepsWritesAndLeases(t *testing.T) {
+	nodes := storetest.Cluster(t, 3)
+	old := storetest.Leader(t, nodes)
+	ctx := t.Context()
+	mustApply(t, old.Store, webService(time.Hour))
+	a := mustRegister(t, old.Store, registration("a", "10.0.0.1"))
+	b := mustRegister(t, old.Store, registration("b", "10.0.0.2"))
+	if _, err := old.Drain(ctx, "admin", key("b"), b.Incarnation); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Report(ctx, "instance:a", key("a"), a.Incarnation, store.Report{Ready: false}); err != nil {
+		t.Fatal(err)
+	}
+	renewed, err := old.Renew(ctx, key("a"), a.Incarnation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantServices := old.Services()
+	wantInstances := old.Instances("prod", "web")
+	wantEvents := old.Events("", "", 0)
+
+	rest := followers(nodes, old)
+	stop(t, old, rest)
+	leader := storetest.Leader(t, rest)
+
+	got, ok := leader.Instance(key("a"))
+	if !ok || got.LeaseDeadline.Before(renewed.LeaseDeadline) {
+		t.Fatalf("new leader %s shows lease deadline %v, want at least %v, renewed on the old leader", leader.NodeID(), got.LeaseDeadline, renewed.LeaseDeadline)
+	}
+	if got := leader.Services(); !reflect.DeepEqual(got, wantServices) {
+		t.Errorf("services on the new leader\n%+v\nwant\n%+v", got, wantServices)
+	}
+	gotInstances := leader.Instances("prod", "web")
+	if len(gotInstances) != len(wantInstances) {
+		t.Fatalf("new leader has %d instances, want %d", len(gotInstances), len(wantInstances))
+	}
+	for i := range gotInstances {
+		g, w := gotInstances[i], wantInstances[i]
+		if g.LeaseDeadline.Before(w.LeaseDeadline) {
+			t.Errorf("instance %s: lease deadline went back from %v to %v", g.ID, w.LeaseDeadline, g.LeaseDeadline)
+		}
+		g.LeaseDeadline, w.LeaseDeadline = time.Time{}, time.Time{}
+		if !reflect.DeepEqual(g, w) {
+			t.Errorf("instance on the new leader\n%+v\nwant\n%+v", g, w)
+		}
+	}
+	if got := leader.Events("", "", 0); !reflect.DeepEqual(got[:len(wantEvents)], wantEvents) {
+		t.Errorf("events on the new leader\n%+v\nwant them to start with\n%+v", got, wantEvents)
+	}
+	// The new leader takes writes.
+	if _, err := leader.Deregister(ctx, "admin", key("a"), a.Incarnation); err != nil {
+		t.Errorf("Deregister on the new leader: %v", err)
+	}
+}
+
+func TestClusterDrainedInstanceTerminatedAfterWindow(t *testing.T) {
+	const window = 100 * time.Millisecond
+	nodes := storetest.Cluster(t, 3)
+	leader := storetest.Leader(t, nodes)
+	mustApply(t, leader.Store, webService(window))
+	in := mustRegister(t, leader.Store, registration("a", "10.0.0.1"))
+	drained, err := leader.Drain(t.Context(), "admin", key("a"), in.Incarnation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, nd := range nodes {
+		storetest.WaitFor(t, wait, func() error {
+			got, _ := nd.Instance(key("a"))
+			if got.Lifecycle != store.Terminated {
+				return fmt.Errorf("%s: instance a is %s", nd.NodeID(), got.Lifecycle)
+			}
+			if d := got.TerminatedAt.Sub(drained.DrainingSince); d < window {
+				t.Fatalf("%s: terminated %s after the drain began, before the %s window", nd.NodeID(), d, window)
+			}
+			return nil
+		})
+	}
+	evs := leader.Events("prod", "web", 1)
+	if len(evs) != 1 || evs[0].Kind != store.EventTerminated || evs[0].Incarnation != in.Incarnation {
+		t.Errorf("last event %+v, want %s of incarnation %d", evs, store.EventTerminated, in.Incarnation)
+	}
+}
+
+func TestClusterLeaseCheckpointReachesFollowers(t *testing.T) {
+	nodes := storetest.Cluster(t, 3)
+	leader := storetest.Leader(t, nodes)
+	mustApply(t, leader.Store, webService(time.Minute))
+	in := mustRegister(t, leader.Store, registration("a", "10.0.0.1"))
+	renewed, err := leader.Renew(t.Context(), key("a"), in.Incarnation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !renewed.LeaseDeadline.After(in.LeaseDeadline) {
+		t.Fatalf("renewal did not move the deadline past %v: %v", in.LeaseDeadline, renewed.LeaseDeadline)
+	}
+	for _, f := range followers(nodes, leader) {
+		storetest.WaitFor(t, wait, func() error {
+			if got, _ := f.Instance(key("a")); got.LeaseDeadline.Before(renewed.LeaseDeadline) {
+				return fmt.Errorf("%s shows deadline %v, want %v", f.NodeID(), got.LeaseDeadline, renewed.LeaseDeadline)
+			}
+			return nil
+		})
+	}
+}
+
+// node is a store started by hand, for tests that need a Config that
+// storetest does not set.
+type node struct {
+	*store.Store
+	trans *raft.InmemTransport
+	stop  func()
+}
+
+func startNode(t *testing.T, cfg store.Config) *node {
+	t.Helper()
+	_, trans := raft.NewInmemTransport(raft.ServerAddress(cfg.NodeID + ":8300"))
+	cfg.Transport = trans
+	cfg.Logger = storetest.Logger(t).With("node", cfg.NodeID)
+	s, err := store.Open(cfg)
+	if err != nil {
+		t.Fatalf("opening %s: %v", cfg.NodeID, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	n := &node{Store: s, trans: trans}
+	stopped := false
+	n.stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run of %s: %v", cfg.NodeID, err)
+		}
+		if err := s.Close(); err != nil {
+			t.Errorf("closing %s: %v", cfg.NodeID, err)
+		}
+	}
+	t.Cleanup(n.stop)
+	return n
+}
+
+// TestLeaseExtendedOnElectionWithoutCheckpoint pins down the lease
+// extension rule: with checkpoints too rare to happen during the test, a
+// renewal lives only in the old leader's memory, and the new leader must
+// still not show (or replicate) an earlier deadline.
+func TestLeaseExtendedOnElectionWithoutCheckpoint(t *testing.T) {
+	var nodes []*node
+	for i := 1; i <= 3; i++ {
+		cfg := storetest.Fast(store.Config{NodeID: fmt.Sprintf("n%d", i), HTTPAddr: fmt.Sprintf("127.0.0.1:%d", i), Bootstrap: i == 1})
+		cfg.LeaseCheckpoint = time.Hour
+		nodes = append(nodes, startNode(t, cfg))
+	}
+	for _, a := range nodes {
+		for _, b := range nodes {
+			if a != b {
+				a.trans.Connect(b.trans.LocalAddr(), b.trans)
+			}
+		}
+	}
+	n1 := nodes[0]
+	storetest.WaitFor(t, wait, func() error {
+		if !n1.LeaderReady() {
+			return fmt.Errorf("n1 is %s", n1.State())
+		}
+		return nil
+	})
+	for _, nd := range nodes[1:] {
+		if err := n1.Join(t.Context(), "test", store.Member{NodeID: nd.NodeID(), RaftAddr: nd.RaftAddr(), HTTPAddr: "127.0.0.1:9"}); err != nil {
+			t.Fatalf("joining %s: %v", nd.NodeID(), err)
+		}
+	}
+	mustApply(t, n1.Store, webService(time.Minute))
+	in := mustRegister(t, n1.Store, registration("a", "10.0.0.1"))
+	renewed, err := n1.Renew(t.Context(), key("a"), in.Incarnation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Make sure the followers hold the registration, and only it.
+	if err := n1.Audit(t.Context(), store.Event{Kind: store.EventRefused, Reason: "barrier"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range nodes[1:] {
+		storetest.WaitFor(t, wait, func() error {
+			got, ok := f.Instance(key("a"))
+			if !ok {
+				return fmt.Errorf("%s has not seen instance a", f.NodeID())
+			}
+			if !got.LeaseDeadline.Equal(in.LeaseDeadline) {
+				t.Fatalf("%s shows deadline %v: a checkpoint ran, so this test shows nothing", f.NodeID(), got.LeaseDeadline)
+			}
+			return nil
+		})
+	}
+
+	n1.stop()
+	for _, o := range nodes[1:] {
+		o.trans.Disconnect(n1.trans.LocalAddr())
+	}
+	var leader *node
+	storetest.WaitFor(t, wait, func() error {
+		for _, nd := range nodes[1:] {
+			if nd.LeaderReady() {
+				leader = nd
+				return nil
+			}
+		}
+		return errors.New("no ready leader among n2, n3")
+	})
+	if got, _ := leader.Instance(key("a")); got.LeaseDeadline.Before(renewed.LeaseDeadline) {
+		t.Fatalf("new leader %s shows deadline %v, earlier than the %v the old leader granted", leader.NodeID(), got.LeaseDeadline, renewed.LeaseDeadline)
+	}
+	// The extension is replicated when the new leader takes over.
+	for _, nd := range nodes[1:] {
+		storetest.WaitFor(t, wait, func() error {
+			if got, _ := nd.Instance(key("a")); got.LeaseDeadline.Before(renewed.LeaseDeadline) {
+				return fmt.Errorf("%s shows deadline %v, want at least %v", nd.NodeID(), got.LeaseDeadline, renewed.LeaseDeadline)
+			}
+			return nil
+		})
+	}
+}
+
+// TestPersistenceAcrossRestart: a node with a data dir comes back with
+// everything it acknowledged, from a snapshot plus the log after it.
+func TestPersistenceAcrossRestart(t *testing.T) {
+	dir := t.TempDir()
+	ctx := t.Context()
+	n := storetest.Single(t, store.Config{DataDir: dir})
+	mustApply(t, n.Store, webService(time.Hour))
+	a := mustRegister(t, n.Store, registration("a", "10.0.0.1"))
+	b := mustRegister(t, n.Store, registration("b", "10.0.0.2"))
+	if _, err := n.Drain(ctx, "admin", key("b"), b.Incarnation); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Snapshot(); err != nil {
+		t.Fatalf("Snapshot: %v", err)
+	}
+	if snaps, _ := filepath.Glob(filepath.Join(dir, "snapshots", "*", "state.bin")); len(snaps) == 0 {
+		t.Fatalf("no snapshot in %s", dir)
+	}
+	// After the snapshot: only in the log.
+	other := webService(time.Hour)
+	other.Name = "api"
+	mustApply(t, n.Store, other)
+	c := mustRegister(t, n.Store, registration("c", "10.0.0.3"))
+	if _, err := n.Deregister(ctx, "admin", key("a"), a.Incarnation); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Report(ctx, "instance:c", key("c"), c.Incarnation, store.Report{Ready: true}); err != nil {
+		t.Fatal(err)
+	}
+	wantServices := n.Services()
+	wantInstances := n.Instances("prod", "web")
+	wantEvents := n.Events("", "", 0)
+	wantRev := n.Revision()
+	if err := n.Stop(); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "raft.db")); err != nil {
+		t.Fatal(err)
+	}
+
+	n = storetest.Single(t, store.Config{DataDir: dir})
+	storetest.WaitFor(t, wait, func() error {
+		if n.Revision() < wantRev {
+			return fmt.Errorf("revision %d, want at least %d", n.Revision(), wantRev)
+		}
+		return nil
+	})
+	if got := n.Services(); !reflect.DeepEqual(got, wantServices) {
+		t.Errorf("services after restart\n%+v\nwant\n%+v", got, wantServices)
+	}
+	got := n.Instances("prod", "web")
+	if len(got) != len(wantInstances) {
+		t.Fatalf("%d instances after restart, want %d", len(got), len(wantInstances))
+	}
+	for i := range got {
+		g, w := got[i], wantInstances[i]
+		// The restarted leader extends live leases; nothing else moves.
+		if g.LeaseDeadline.Before(w.LeaseDeadline) {
+			t.Errorf("instance %s: lease deadline went back from %v to %v", g.ID, w.LeaseDeadline, g.LeaseDeadline)
+		}
+		g.LeaseDeadline, w.LeaseDeadline = time.Time{}, time.Time{}
+		if !reflect.DeepEqual(g, w) {
+			t.Errorf("instance after restart\n%+v\nwant\n%+v", g, w)
+		}
+	}
+	if got := n.Events("", "", 0); !reflect.DeepEqual(got, wantEvents) {
+		t.Errorf("events after restart\n%+v\nwant\n%+v", got, wantEvents)
+	}
+	d := mustRegister(t, n.Store, registration("d", "10.0.0.4"))
+	if d.Incarnation <= c.Incarnation {
+		t.Errorf("registration after restart got incarnation %d, want > %d (the counter must survive)", d.Incarnation, c.Incarnation)
+	}
+}
+
+func TestOpenRejectsBadConfig(t *testing.T) {
+	_, trans := raft.NewInmemTransport("x")
+	for name, cfg := range map[string]store.Config{
+		"no node id":           {Transport: trans},
+		"no raft address":      {NodeID: "n1"},
+		"lease over heartbeat": {NodeID: "n1", Transport: trans, HeartbeatTimeout: time.Second, LeaderLease: 2 * time.Second},
+		"unspecified address":  {NodeID: "n1", RaftAddr: "0.0.0.0:0"},
+	} {
+		if s, err := store.Open(cfg); err == nil {
+			s.Close()
+			t.Errorf("%s: Open succeeded", name)
+		}
+	}
+}
