@@ -1,0 +1,749 @@
+// Package integration runs cairn as real processes on loopback: it builds
+// the binary once per process, starts N servers on free ports (node 1
+// bootstraps, the others --join it), waits for /readyz, and lets a test
+// kill, stop, pause and restart nodes.
+//
+// The core (Binary, New, Cluster, Node) needs no testing.T, so that
+// bench/ can reuse it; StartCluster and Eventually are the wrappers for
+// tests. Each node's stdout and stderr go to a log file next to its data
+// directory, and StartCluster prints the tail of every log when a test
+// fails.
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cairn-sd/cairn/client"
+)
+
+// Environment variables the harness reads.
+const (
+	// EnvBin names a prebuilt cairn binary to use instead of building one.
+	EnvBin = "CAIRN_BIN"
+	// EnvBinRace, set to 1, builds the binary with -race, so that data
+	// races in the server fail the server (and the test) too.
+	EnvBinRace = "CAIRN_BIN_RACE"
+	// EnvArtifacts names a directory where StartCluster copies every
+	// node's log when a test ends, under the test's name.
+	EnvArtifacts = "CAIRN_TEST_ARTIFACTS"
+)
+
+// addrsFile is what a server writes to its data dir once it listens
+// (cmd.AddrsFile; not imported so that this package links no server code).
+const addrsFile = "addrs.json"
+
+var build struct {
+	once sync.Once
+	dir  string // removed by RemoveBinary; empty when EnvBin was used
+	bin  string
+	err  error
+}
+
+// Binary returns the path of the cairn binary: $CAIRN_BIN if set,
+// otherwise one built with `go build` into a temporary directory, once per
+// process; that needs the go command in PATH and a working directory
+// inside the module.
+func Binary() (string, error) {
+	build.once.Do(func() {
+		if p := os.Getenv(EnvBin); p != "" {
+			abs, err := filepath.Abs(p)
+			if err == nil {
+				_, err = os.Stat(abs)
+			}
+			if err != nil {
+				build.err = fmt.Errorf("$%s=%q: %w", EnvBin, p, err)
+				return
+			}
+			build.bin = abs
+			return
+		}
+		dir, err := os.MkdirTemp("", "cairn-integration-bin-")
+		if err != nil {
+			build.err = err
+			return
+		}
+		build.dir = dir
+		bin := filepath.Join(dir, "cairn")
+		args := []string{"build", "-o", bin}
+		if os.Getenv(EnvBinRace) == "1" {
+			args = append(args, "-race")
+		}
+		args = append(args, "github.com/cairn-sd/cairn/cmd/cairn")
+		out, err := exec.Command("go", args...).CombinedOutput()
+		if err != nil {
+			build.err = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+			return
+		}
+		build.bin = bin
+	})
+	return build.bin, build.err
+}
+
+// RemoveBinary deletes the binary Binary built (never one named by
+// $CAIRN_BIN). Call it once every cluster is closed, from TestMain.
+func RemoveBinary() {
+	if build.dir != "" {
+		os.RemoveAll(build.dir)
+	}
+}
+
+// Config describes a cluster to start.
+type Config struct {
+	// Nodes is the number of servers; at least 1.
+	Nodes int
+	// Dir holds each node's data dir and log. Required.
+	Dir string
+	// Bin is the cairn binary; defaults to Binary().
+	Bin string
+	// Args are extra `cairn server` flags given to every node.
+	Args []string
+	// ReadyTimeout bounds each wait for /readyz; defaults to 30s.
+	ReadyTimeout time.Duration
+	// Logf, if set, receives a line for each start, stop and kill.
+	Logf func(format string, args ...any)
+}
+
+// Cluster is a set of cairn server processes on loopback.
+type Cluster struct {
+	cfg   Config
+	Nodes []*Node
+}
+
+// Node is one server. Its ports and data dir stay the same across
+// restarts.
+type Node struct {
+	// Index is the node's position, from 1; node 1 bootstraps.
+	Index    int
+	ID       string
+	DataDir  string
+	LogPath  string
+	HTTPAddr string
+	RaftAddr string
+	DNSAddr  string
+	GRPCAddr string
+
+	c      *Cluster
+	client *client.Client
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd     // nil when not started
+	done    chan struct{} // closed when cmd has exited
+	exitErr error
+}
+
+// New prepares a cluster: it picks free loopback ports and lays out the
+// data dirs. It starts nothing; call Start, and Close when done.
+func New(cfg Config) (*Cluster, error) {
+	if cfg.Nodes < 1 {
+		return nil, errors.New("integration: Config.Nodes must be at least 1")
+	}
+	if cfg.Dir == "" {
+		return nil, errors.New("integration: Config.Dir is required")
+	}
+	if cfg.Bin == "" {
+		bin, err := Binary()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Bin = bin
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = 30 * time.Second
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	ports, err := FreePorts(4 * cfg.Nodes)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{cfg: cfg}
+	for i := range cfg.Nodes {
+		p := ports[4*i : 4*i+4]
+		n := &Node{
+			Index:    i + 1,
+			ID:       fmt.Sprintf("n%d", i+1),
+			DataDir:  filepath.Join(cfg.Dir, fmt.Sprintf("n%d", i+1)),
+			LogPath:  filepath.Join(cfg.Dir, fmt.Sprintf("n%d.log", i+1)),
+			HTTPAddr: fmt.Sprintf("127.0.0.1:%d", p[0]),
+			RaftAddr: fmt.Sprintf("127.0.0.1:%d", p[1]),
+			DNSAddr:  fmt.Sprintf("127.0.0.1:%d", p[2]),
+			GRPCAddr: fmt.Sprintf("127.0.0.1:%d", p[3]),
+			c:        c,
+		}
+		if n.client, err = client.New(n.HTTPAddr, ""); err != nil {
+			return nil, err
+		}
+		// The harness moves to the next node itself; a client retrying a
+		// killed node would only hide how fast the cluster recovers.
+		n.client.RetryFor = -1
+		c.Nodes = append(c.Nodes, n)
+	}
+	return c, nil
+}
+
+// FreePorts returns n distinct TCP ports that were free on 127.0.0.1 a
+// moment ago: it listens on 127.0.0.1:0 n times at once, then closes.
+func FreePorts(n int) ([]int, error) {
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	var ports []int
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("integration: picking a free port: %w", err)
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// Start starts node 1, waits until it is ready (it is then the leader),
+// starts the others with --join node 1 and waits until every node is
+// ready, all of them name the same leader and every one lists every
+// member with its addresses.
+func (c *Cluster) Start() error {
+	if err := c.Nodes[0].Start(); err != nil {
+		return err
+	}
+	errs := make([]error, len(c.Nodes))
+	var wg sync.WaitGroup
+	for i, n := range c.Nodes[1:] {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i+1] = n.Start()
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if _, err := c.WaitLeader(c.cfg.ReadyTimeout); err != nil {
+		return err
+	}
+	return c.WaitMembers(c.cfg.ReadyTimeout)
+}
+
+// WaitMembers polls until every live node lists exactly the cluster's
+// nodes, each with the raft and HTTP address the harness gave it. A node
+// learns a member's HTTP address when it applies the entry the join wrote,
+// a moment after the raft configuration names the member.
+func (c *Cluster) WaitMembers(timeout time.Duration) error {
+	err := Poll(timeout, 50*time.Millisecond, func() error {
+		for _, n := range c.Live() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			ms, err := n.client.Members(ctx)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("%s: %v", n.ID, err)
+			}
+			if len(ms) != len(c.Nodes) {
+				return fmt.Errorf("%s lists %d members; want %d: %+v", n.ID, len(ms), len(c.Nodes), ms)
+			}
+			for _, m := range ms {
+				o := c.Node(m.NodeID)
+				if o == nil || m.RaftAddr != o.RaftAddr || m.HTTPAddr != o.HTTPAddr {
+					return fmt.Errorf("%s lists member %+v; want one of the cluster's nodes with its addresses", n.ID, m)
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("integration: waiting for the membership: %w", err)
+	}
+	return nil
+}
+
+// Close kills every node that still runs (SIGKILL) and waits for it.
+func (c *Cluster) Close() {
+	for _, n := range c.Nodes {
+		if n.Running() {
+			n.Kill()
+		}
+	}
+}
+
+// Live returns the nodes whose process runs.
+func (c *Cluster) Live() []*Node {
+	var out []*Node
+	for _, n := range c.Nodes {
+		if n.Running() {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Node returns the node with the given raft id, or nil.
+func (c *Cluster) Node(id string) *Node {
+	for _, n := range c.Nodes {
+		if n.ID == id {
+			return n
+		}
+	}
+	return nil
+}
+
+// Leader asks the live nodes in turn for the membership (GET /v1/members)
+// and returns the node the first answer names leader.
+func (c *Cluster) Leader() (*Node, error) {
+	var errs []error
+	for _, n := range c.Live() {
+		id, err := n.leaderID()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", n.ID, err))
+			continue
+		}
+		if l := c.Node(id); l != nil {
+			return l, nil
+		}
+		errs = append(errs, fmt.Errorf("%s names leader %q, which is not in the cluster", n.ID, id))
+	}
+	if len(errs) == 0 {
+		return nil, errors.New("integration: no node runs")
+	}
+	return nil, fmt.Errorf("integration: no leader known: %w", errors.Join(errs...))
+}
+
+// WaitLeader polls until every live node names the same leader and that
+// leader runs, and returns it. On timeout the error says what each node
+// said last.
+func (c *Cluster) WaitLeader(timeout time.Duration) (*Node, error) {
+	var leader *Node
+	err := Poll(timeout, 50*time.Millisecond, func() error {
+		live := c.Live()
+		if len(live) == 0 {
+			return errors.New("no node runs")
+		}
+		views := make([]string, 0, len(live))
+		ids := map[string]bool{}
+		for _, n := range live {
+			id, err := n.leaderID()
+			if err != nil {
+				views = append(views, fmt.Sprintf("%s: %v", n.ID, err))
+				ids["?"] = true
+				continue
+			}
+			views = append(views, fmt.Sprintf("%s: leader %s", n.ID, id))
+			ids[id] = true
+		}
+		if len(ids) != 1 {
+			return fmt.Errorf("nodes disagree: %s", strings.Join(views, "; "))
+		}
+		for id := range ids {
+			leader = c.Node(id)
+		}
+		if leader == nil || !leader.Running() {
+			return fmt.Errorf("the named leader does not run: %s", strings.Join(views, "; "))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("integration: waiting for one leader: %w", err)
+	}
+	return leader, nil
+}
+
+// Logs returns the last lines of every node's log, for a failure report.
+func (c *Cluster) Logs(lines int) string {
+	var b strings.Builder
+	for _, n := range c.Nodes {
+		fmt.Fprintf(&b, "----- %s (%s) last %d lines of %s -----\n%s\n", n.ID, n.state(), lines, n.LogPath, n.Tail(lines))
+	}
+	return b.String()
+}
+
+// CopyLogs copies every node's log into dir.
+func (c *Cluster) CopyLogs(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, n := range c.Nodes {
+		b, err := os.ReadFile(n.LogPath)
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(n.LogPath)), b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Client returns an API client for the node. It keeps working across
+// restarts (the address does not change).
+func (n *Node) Client() *client.Client { return n.client }
+
+// URL returns the node's API base URL.
+func (n *Node) URL() string { return "http://" + n.HTTPAddr }
+
+// Running reports whether the node's process runs (or is paused).
+func (n *Node) Running() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil {
+		return false
+	}
+	select {
+	case <-n.done:
+		return false
+	default:
+		return true
+	}
+}
+
+func (n *Node) state() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch {
+	case n.cmd == nil:
+		return "never started"
+	case isClosed(n.done):
+		return fmt.Sprintf("exited: %v", n.exitErr)
+	default:
+		return fmt.Sprintf("running, pid %d", n.cmd.Process.Pid)
+	}
+}
+
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// args returns the server's command line. Node 1 bootstraps (and resumes
+// its state on a restart); any other node joins through a live node,
+// node 1 if none other runs.
+func (n *Node) args() []string {
+	args := []string{"server",
+		"--data-dir", n.DataDir, "--node-id", n.ID,
+		"--http-addr", n.HTTPAddr, "--raft-addr", n.RaftAddr,
+		"--dns-addr", n.DNSAddr, "--grpc-addr", n.GRPCAddr,
+		"--lame-duck", "0s"}
+	if n.Index > 1 {
+		join := n.c.Nodes[0].HTTPAddr
+		for _, o := range n.c.Nodes {
+			if o != n && o.Running() {
+				join = o.HTTPAddr
+				break
+			}
+		}
+		args = append(args, "--join", join)
+	}
+	return append(args, n.c.cfg.Args...)
+}
+
+// Start starts the node's process and waits until /readyz answers 200.
+// It fails if the node runs already.
+func (n *Node) Start() error {
+	if err := n.spawn(); err != nil {
+		return err
+	}
+	return n.WaitReady(n.c.cfg.ReadyTimeout)
+}
+
+// Restart starts a node that was killed or stopped, with the same data
+// dir and ports, and waits until it is ready.
+func (n *Node) Restart() error { return n.Start() }
+
+func (n *Node) spawn() error {
+	args := n.args() // before locking n: args looks at the other nodes
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd != nil && !isClosed(n.done) {
+		return fmt.Errorf("integration: %s runs already (pid %d)", n.ID, n.cmd.Process.Pid)
+	}
+	if err := os.MkdirAll(n.DataDir, 0o700); err != nil {
+		return err
+	}
+	// A stale addrs.json would let WaitReady trust another process on
+	// our port; the server writes a fresh one once it listens.
+	if err := os.Remove(filepath.Join(n.DataDir, addrsFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	logf, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close() // the child has its own descriptor
+	fmt.Fprintf(logf, "=== harness %s: %s %s\n", time.Now().Format(time.RFC3339Nano), n.c.cfg.Bin, strings.Join(args, " "))
+	cmd := exec.Command(n.c.cfg.Bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = childEnv()
+	cmd.SysProcAttr = SysProcAttr()
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("integration: starting %s: %w", n.ID, err)
+	}
+	done := make(chan struct{})
+	n.cmd, n.done, n.exitErr = cmd, done, nil
+	go func() {
+		err := cmd.Wait()
+		n.mu.Lock()
+		n.exitErr = err
+		n.mu.Unlock()
+		close(done)
+	}()
+	n.c.cfg.Logf("started %s (pid %d): http %s, raft %s", n.ID, cmd.Process.Pid, n.HTTPAddr, n.RaftAddr)
+	return nil
+}
+
+// childEnv is the test's environment without CAIRN_* variables, so that
+// a developer's CAIRN_TOKEN or CAIRN_DATA_DIR cannot change the servers.
+func childEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CAIRN_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// WaitReady polls until the node has written addrs.json naming its own
+// addresses and /readyz answers 200. It fails at once if the process
+// exits, and on timeout it reports the last state it saw.
+func (n *Node) WaitReady(timeout time.Duration) error {
+	n.mu.Lock()
+	done := n.done
+	n.mu.Unlock()
+	if done == nil {
+		return fmt.Errorf("integration: %s was never started", n.ID)
+	}
+	hc := &http.Client{Timeout: time.Second}
+	defer hc.CloseIdleConnections()
+	err := Poll(timeout, 50*time.Millisecond, func() error {
+		if isClosed(done) {
+			return &stopPolling{fmt.Errorf("%s exited before it was ready: %s", n.ID, n.state())}
+		}
+		b, err := os.ReadFile(filepath.Join(n.DataDir, addrsFile))
+		if err != nil {
+			return fmt.Errorf("%s not written yet", addrsFile)
+		}
+		var a struct {
+			NodeID string `json:"node_id"`
+			HTTP   string `json:"http"`
+			Raft   string `json:"raft"`
+		}
+		if err := json.Unmarshal(b, &a); err != nil {
+			return fmt.Errorf("%s: %v", addrsFile, err)
+		}
+		if a.NodeID != n.ID || a.HTTP != n.HTTPAddr || a.Raft != n.RaftAddr {
+			return &stopPolling{fmt.Errorf("%s says %s; want node %s, http %s, raft %s", addrsFile, b, n.ID, n.HTTPAddr, n.RaftAddr)}
+		}
+		resp, err := hc.Get(n.URL() + "/readyz")
+		if err != nil {
+			return fmt.Errorf("GET /readyz: %v", err)
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET /readyz: %d %s", resp.StatusCode, strings.TrimSpace(string(body)))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("integration: %s not ready: %w\n%s", n.ID, err, n.Tail(30))
+	}
+	return nil
+}
+
+// Kill sends SIGKILL and waits for the process to exit.
+func (n *Node) Kill() error {
+	if err := n.signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	n.wait(0)
+	n.c.cfg.Logf("killed %s", n.ID)
+	return nil
+}
+
+// Stop sends SIGTERM and waits up to 15s for a clean exit; a node that
+// does not exit by then is killed and Stop fails. A non-zero exit status
+// is an error too.
+func (n *Node) Stop() error {
+	if err := n.signal(syscall.SIGTERM); err != nil {
+		return err
+	}
+	if !n.wait(15 * time.Second) {
+		n.Kill()
+		return fmt.Errorf("integration: %s did not exit within 15s of SIGTERM; killed", n.ID)
+	}
+	n.mu.Lock()
+	err := n.exitErr
+	n.mu.Unlock()
+	n.c.cfg.Logf("stopped %s: %v", n.ID, err)
+	if err != nil {
+		return fmt.Errorf("integration: %s exited after SIGTERM with %w", n.ID, err)
+	}
+	return nil
+}
+
+// Pause stops the process (SIGSTOP) without killing it; Resume continues
+// it.
+func (n *Node) Pause() error { return n.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused process (SIGCONT).
+func (n *Node) Resume() error { return n.signal(syscall.SIGCONT) }
+
+func (n *Node) signal(sig syscall.Signal) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil || isClosed(n.done) {
+		return fmt.Errorf("integration: %s does not run", n.ID)
+	}
+	if err := n.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("integration: signalling %s: %w", n.ID, err)
+	}
+	return nil
+}
+
+// wait waits for the process to exit, at most d (0: no limit), and
+// reports whether it did.
+func (n *Node) wait(d time.Duration) bool {
+	n.mu.Lock()
+	done := n.done
+	n.mu.Unlock()
+	if d == 0 {
+		<-done
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// Tail returns the last lines of the node's log.
+func (n *Node) Tail(lines int) string {
+	f, err := os.Open(n.LogPath)
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	defer f.Close()
+	const max = 64 << 10
+	if st, err := f.Stat(); err == nil && st.Size() > max {
+		f.Seek(st.Size()-max, io.SeekStart)
+	}
+	b, _ := io.ReadAll(f)
+	ls := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(ls) > lines {
+		ls = ls[len(ls)-lines:]
+	}
+	return strings.Join(ls, "\n")
+}
+
+// leaderID asks the node for the membership and returns the id it names
+// leader.
+func (n *Node) leaderID() (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ms, err := n.client.Members(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, m := range ms {
+		if m.Leader {
+			return m.NodeID, nil
+		}
+	}
+	return "", fmt.Errorf("no leader among %d members", len(ms))
+}
+
+// stopPolling makes Poll give up at once.
+type stopPolling struct{ err error }
+
+func (s *stopPolling) Error() string { return s.err.Error() }
+
+// Poll calls f every interval until it returns nil, or until timeout; the
+// error then carries f's last error, the last state observed.
+func Poll(timeout, interval time.Duration, f func() error) error {
+	deadline := time.Now().Add(timeout)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		var stop *stopPolling
+		if errors.As(err, &stop) {
+			return stop.err
+		}
+		if !time.Now().Before(deadline) {
+			return fmt.Errorf("still failing after %s: %w", timeout, err)
+		}
+		<-t.C
+	}
+}
+
+// StartCluster starts an n-node cluster for a test, in the test's temp
+// dir. Every process is killed when the test ends; if the test failed,
+// the tail of every node's log is printed first. Extra server flags go in
+// args.
+func StartCluster(t testing.TB, nodes int, args ...string) *Cluster {
+	t.Helper()
+	// Timestamps as in the servers' logs, to line the two up.
+	logf := func(format string, args ...any) {
+		t.Logf("%s harness: %s", time.Now().UTC().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+	}
+	c, err := New(Config{Nodes: nodes, Dir: t.TempDir(), Args: args, Logf: logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("node logs:\n%s", c.Logs(60))
+		}
+		c.Close()
+		if dir := os.Getenv(EnvArtifacts); dir != "" {
+			if err := c.CopyLogs(filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_"))); err != nil {
+				t.Errorf("keeping the node logs: %v", err)
+			}
+		}
+	})
+	if err := c.Start(); err != nil {
+		t.Fatalf("starting a %d-node cluster: %v", nodes, err)
+	}
+	logf("%d-node cluster ready", nodes)
+	return c
+}
+
+// Eventually polls f every 50ms until it returns nil, and fails the test
+// with f's last error if that takes longer than timeout.
+func Eventually(t testing.TB, timeout time.Duration, f func() error) {
+	t.Helper()
+	if err := Poll(timeout, 50*time.Millisecond, f); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,169 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cairn-sd/cairn/store"
+)
+
+// TestWriteToFollowerIsForwarded: writes sent to a follower (apply,
+// register, renew) succeed, are forwarded to the leader, and are visible
+// there.
+func TestWriteToFollowerIsForwarded(t *testing.T) {
+	needProcesses(t)
+	c := StartCluster(t, 3)
+	ctx := ctxT(t, time.Minute)
+	leader, err := c.WaitLeader(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var follower *Node
+	for _, n := range c.Nodes {
+		if n != leader {
+			follower = n
+			break
+		}
+	}
+	forwardedBefore := forwardedWrites(t, follower)
+	fc := follower.Client()
+
+	if _, err := fc.Apply(ctx, []byte(testService)); err != nil {
+		t.Fatalf("apply via follower %s: %v", follower.ID, err)
+	}
+	r, err := fc.Register(ctx, testNS, testSvc, registration("via-follower", 7))
+	if err != nil {
+		t.Fatalf("register via follower %s: %v", follower.ID, err)
+	}
+	if !r.Created || r.Incarnation == 0 {
+		t.Fatalf("register via follower: created=%v incarnation=%d; want a new incarnation", r.Created, r.Incarnation)
+	}
+	key := store.InstanceKey{Namespace: testNS, Service: testSvc, ID: "via-follower"}
+	if _, err := fc.Renew(ctx, key, r.Incarnation); err != nil {
+		t.Fatalf("renew via follower %s: %v", follower.ID, err)
+	}
+	// The leader answered only after applying the entry, so it has it.
+	got, err := incarnations(ctx, leader.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["via-follower"] != r.Incarnation {
+		t.Fatalf("leader %s: via-follower has incarnation %d (present: %v); the follower acknowledged %d", leader.ID, got["via-follower"], len(got), r.Incarnation)
+	}
+	// The follower was a follower throughout: it forwarded all three.
+	if n := forwardedWrites(t, follower) - forwardedBefore; n < 3 {
+		t.Errorf("follower %s forwarded %v writes; want 3 (apply, register, renew)", follower.ID, n)
+	}
+	if l, err := c.WaitLeader(10 * time.Second); err != nil || l != leader {
+		t.Errorf("leader after the writes: %v (%v); want %s unchanged", l, err, leader.ID)
+	}
+	// And the follower's own replica catches up.
+	Eventually(t, 10*time.Second, func() error {
+		got, err := incarnations(ctx, fc)
+		if err != nil {
+			return err
+		}
+		if got["via-follower"] != r.Incarnation {
+			return fmt.Errorf("follower %s: via-follower incarnation %d; want %d", follower.ID, got["via-follower"], r.Incarnation)
+		}
+		return nil
+	})
+}
+
+// forwardedWrites reads cairn_api_forwarded_writes_total from a node's
+// /metrics.
+func forwardedWrites(t *testing.T, n *Node) float64 {
+	t.Helper()
+	resp, err := http.Get(n.URL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "cairn_api_forwarded_writes_total "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s /metrics: %q: %v", n.ID, sc.Text(), err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("%s /metrics has no cairn_api_forwarded_writes_total (%v)", n.ID, sc.Err())
+	return 0
+}
+
+// TestMembersCLIJSON: `cairn --output json members`, run as the real
+// binary against each node, lists the three members with node_id,
+// raft_addr, http_addr and leader, exactly one of them leader.
+func TestMembersCLIJSON(t *testing.T) {
+	needProcesses(t)
+	c := StartCluster(t, 3)
+	bin, err := Binary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader, err := c.WaitLeader(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.Nodes {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		cmd := exec.CommandContext(ctx, bin, "--addr", n.URL(), "--output", "json", "members")
+		cmd.Env = childEnv()
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		cancel()
+		if err != nil {
+			t.Fatalf("cairn --addr %s --output json members: %v\nstderr: %s", n.URL(), err, stderr.String())
+		}
+		var ms []map[string]any
+		if err := json.Unmarshal(stdout.Bytes(), &ms); err != nil {
+			t.Fatalf("members via %s: not a JSON list: %v\n%s", n.ID, err, stdout.String())
+		}
+		if len(ms) != 3 {
+			t.Fatalf("members via %s: %d members; want 3:\n%s", n.ID, len(ms), stdout.String())
+		}
+		leaders := 0
+		seen := map[string]bool{}
+		for _, m := range ms {
+			for _, f := range []string{"node_id", "raft_addr", "http_addr", "leader"} {
+				if _, ok := m[f]; !ok {
+					t.Fatalf("members via %s: a member lacks %q: %v", n.ID, f, m)
+				}
+			}
+			isLeader, ok := m["leader"].(bool)
+			if !ok {
+				t.Fatalf("members via %s: leader is %T, not a bool: %v", n.ID, m["leader"], m)
+			}
+			id, _ := m["node_id"].(string)
+			want := c.Node(id)
+			if want == nil || seen[id] {
+				t.Fatalf("members via %s: unknown or repeated node_id %q", n.ID, id)
+			}
+			seen[id] = true
+			if m["raft_addr"] != want.RaftAddr || m["http_addr"] != want.HTTPAddr {
+				t.Errorf("members via %s: %s has raft_addr %v http_addr %v; want %s %s", n.ID, id, m["raft_addr"], m["http_addr"], want.RaftAddr, want.HTTPAddr)
+			}
+			if isLeader {
+				leaders++
+				if want != leader {
+					t.Errorf("members via %s: %s is leader; the cluster agreed on %s", n.ID, id, leader.ID)
+				}
+			}
+		}
+		if leaders != 1 {
+			t.Errorf("members via %s: %d members with leader:true; want exactly 1:\n%s", n.ID, leaders, stdout.String())
+		}
+	}
+}
