@@ -44,6 +44,23 @@ type Token struct {
 	Namespace string `yaml:"namespace,omitempty"`
 	Service   string `yaml:"service,omitempty"`
 	Instance  string `yaml:"instance,omitempty"`
+	// Digest is the hex SHA-256 of the secret, for a token whose secret is
+	// not known here (one stored in the cluster); Secret is then empty.
+	Digest string `yaml:"-"`
+}
+
+// DigestOf returns the hex SHA-256 digest under which a secret is stored.
+func DigestOf(secret string) string {
+	d := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(d[:])
+}
+
+// AccessorOf returns the public name of the token with the given hex
+// digest: derived from it, so every node names a token alike, but not the
+// digest itself.
+func AccessorOf(digest string) string {
+	a := sha256.Sum256([]byte("cairn-accessor:" + digest))
+	return "t" + hex.EncodeToString(a[:6])
 }
 
 // File is the ACL file's layout.
@@ -93,16 +110,21 @@ func New(cfg Config) (*Authorizer, error) {
 	a := &Authorizer{enabled: cfg.Enabled}
 	seen := map[[sha256.Size]byte]bool{}
 	for i, t := range cfg.Tokens {
-		if err := t.validate(); err != nil {
+		if err := t.Validate(); err != nil {
 			return nil, fmt.Errorf("acl: tokens[%d]: %w", i, err)
 		}
-		d := sha256.Sum256([]byte(t.Secret))
+		var d [sha256.Size]byte
+		if t.Secret != "" {
+			d = sha256.Sum256([]byte(t.Secret))
+		} else if _, err := hex.Decode(d[:], []byte(t.Digest)); err != nil {
+			return nil, fmt.Errorf("acl: tokens[%d]: digest: %w", i, err)
+		}
 		if seen[d] {
 			return nil, fmt.Errorf("acl: tokens[%d]: secret: the same secret is listed twice", i)
 		}
 		seen[d] = true
 		a.entries = append(a.entries, entry{digest: d, id: Identity{
-			Name:  string(t.Scope) + ":" + hex.EncodeToString(d[:4]),
+			Name:  string(t.Scope) + ":" + AccessorOf(hex.EncodeToString(d[:])),
 			Scope: t.Scope, Namespaces: slices.Clone(t.Namespaces),
 			Namespace: t.Namespace, Service: t.Service, Instance: t.Instance,
 		}})
@@ -110,8 +132,40 @@ func New(cfg Config) (*Authorizer, error) {
 	return a, nil
 }
 
-func (t Token) validate() error {
-	if len(t.Secret) < 16 {
+// Validate checks a token: its secret (or digest) and that its scope and
+// bounds fit together. The error names the field.
+// With returns an Authorizer that also accepts toks, skipping those whose
+// secret a is already configured with (a's grant wins).
+func (a *Authorizer) With(toks []Token) (*Authorizer, error) {
+	have := map[[sha256.Size]byte]bool{}
+	for _, e := range a.entries {
+		have[e.digest] = true
+	}
+	extra := &Authorizer{enabled: a.enabled}
+	var keep []Token
+	for _, t := range toks {
+		d := t.Digest
+		if t.Secret != "" {
+			d = DigestOf(t.Secret)
+		}
+		var b [sha256.Size]byte
+		if _, err := hex.Decode(b[:], []byte(d)); err == nil && have[b] {
+			continue
+		}
+		keep = append(keep, t)
+	}
+	more, err := New(Config{Enabled: a.enabled, Tokens: keep})
+	if err != nil {
+		return nil, err
+	}
+	extra.entries = append(slices.Clone(a.entries), more.entries...)
+	return extra, nil
+}
+
+func (t Token) Validate() error {
+	switch {
+	case t.Secret == "" && len(t.Digest) == 64:
+	case len(t.Secret) < 16:
 		return errors.New("secret: must be at least 16 characters")
 	}
 	switch t.Scope {
@@ -228,7 +282,7 @@ func (id Identity) Allows(act Action, ns, svc, inst string) bool {
 	case Instance:
 		self := ns == id.Namespace && svc == id.Service && inst == id.Instance
 		switch act {
-		case Register, Renew, Drain, Report:
+		case Renew, Drain, Report:
 			return self
 		case Read:
 			return ns == id.Namespace && svc == id.Service

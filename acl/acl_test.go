@@ -41,8 +41,7 @@ func newAuthorizer(t *testing.T) *acl.Authorizer {
 }
 
 func name(scope acl.Scope, secret string) string {
-	d := sha256.Sum256([]byte(secret))
-	return string(scope) + ":" + hex.EncodeToString(d[:4])
+	return string(scope) + ":" + acl.AccessorOf(acl.DigestOf(secret))
 }
 
 func TestAuthenticate(t *testing.T) {
@@ -60,7 +59,8 @@ func TestAuthenticate(t *testing.T) {
 			t.Errorf("%s token authenticated as %+v", tok.Scope, id)
 		}
 		// The name is fit for logs: it holds no part of the secret.
-		if strings.Contains(id.Name, tok.Secret[len(tok.Secret)-8:]) || len(id.Name) != len(tok.Scope)+1+8 {
+		d := sha256.Sum256([]byte(tok.Secret))
+		if strings.Contains(id.Name, tok.Secret[len(tok.Secret)-8:]) || strings.Contains(id.Name, hex.EncodeToString(d[:4])) || len(id.Name) != len(tok.Scope)+1+13 {
 			t.Errorf("identity name %q", id.Name)
 		}
 	}
@@ -258,7 +258,7 @@ func TestAllowsMatrix(t *testing.T) {
 		acl.Instance: { // shop/web/i-1
 			/* read: its own service */ {y, y, n, n, n, n},
 			/* apply */ {n, n, n, n, n, n},
-			/* register */ {y, n, n, n, n, n},
+			/* register: SPEC §8, renew, drain and report only */ {n, n, n, n, n, n},
 			/* renew */ {y, n, n, n, n, n},
 			/* drain */ {y, n, n, n, n, n},
 			/* deregister */ {n, n, n, n, n, n},

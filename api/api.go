@@ -10,10 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -64,9 +66,13 @@ type Server struct {
 	mux     *http.ServeMux
 	metrics *metrics
 
+	auth      atomic.Pointer[authCache]
+	forwarder *http.Transport
+
 	auditMu     sync.Mutex
 	auditWindow time.Time
 	auditCount  int
+	auditBy     map[string]int // refusals audited per identity in the window
 }
 
 // New validates cfg and builds the API.
@@ -93,14 +99,50 @@ func New(cfg Config) (*Server, error) {
 		st := cfg.Store
 		cfg.Ready = func() bool { id, _ := st.Leader(); return id != "" }
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "api"), mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "api"), mux: http.NewServeMux(),
+		// Forwarding goes straight to the leader: no proxy from the
+		// environment, bounded waits.
+		forwarder: &http.Transport{
+			DialContext:           (&net.Dialer{Timeout: 3 * time.Second}).DialContext,
+			ResponseHeaderTimeout: cfg.WriteTimeout + 5*time.Second,
+			MaxIdleConnsPerHost:   64,
+			IdleConnTimeout:       90 * time.Second,
+		}}
 	s.metrics = newMetrics(cfg.Registerer)
 	s.routes()
 	return s, nil
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler. A path no route knows gets a JSON
+// 404, and a known path with the wrong method a JSON 405.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := s.mux.Handler(r); pattern != "" {
+		s.mux.ServeHTTP(w, r)
+		return
+	}
+	rec := &statusRecorder{header: http.Header{}}
+	s.mux.ServeHTTP(rec, r) // the mux's own 404 or 405, to learn which
+	if rec.code == http.StatusMethodNotAllowed {
+		w.Header().Set("Allow", rec.header.Get("Allow"))
+		s.writeError(w, r, "unknown", fmt.Errorf("%s %s: %w", r.Method, r.URL.Path, errMethod))
+		return
+	}
+	s.writeError(w, r, "unknown", fmt.Errorf("%s %s: %w", r.Method, r.URL.Path, errRouteNotFound))
+}
+
+// statusRecorder keeps the status and headers of a response and drops
+// its body.
+type statusRecorder struct {
+	header http.Header
+	code   int
+}
+
+func (r *statusRecorder) Header() http.Header         { return r.header }
+func (r *statusRecorder) Write(b []byte) (int, error) { return len(b), nil }
+func (r *statusRecorder) WriteHeader(code int)        { r.code = code }
+
+// Close releases the idle connections kept for forwarding.
+func (s *Server) Close() { s.forwarder.CloseIdleConnections() }
 
 func (s *Server) routes() {
 	m := s.mux
@@ -130,9 +172,9 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/members", s.read("members", s.members))
 	m.HandleFunc("POST /v1/members", s.write("join", s.join))
 	m.HandleFunc("DELETE /v1/members/{id}", s.write("leave", s.leave))
-	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		s.writeError(w, r, "unknown", fmt.Errorf("%s %s: %w", r.Method, r.URL.Path, errRouteNotFound))
-	})
+	m.HandleFunc("GET /v1/acl/tokens", s.read("tokens", s.listTokens))
+	m.HandleFunc("POST /v1/acl/tokens", s.write("create_token", s.createToken))
+	m.HandleFunc("DELETE /v1/acl/tokens/{accessor}", s.write("delete_token", s.deleteToken))
 }
 
 // handler is an API handler: it gets the authenticated caller and returns
@@ -186,7 +228,7 @@ func (s *Server) authenticate(r *http.Request) (acl.Identity, error) {
 	if err != nil {
 		return acl.Identity{}, err
 	}
-	return s.cfg.ACL.Authenticate(tok)
+	return s.authorizer().Authenticate(tok)
 }
 
 // forward proxies a write to the leader's API. The leader authenticates
@@ -200,6 +242,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, route string) {
 	}
 	target := &url.URL{Scheme: "http", Host: addr}
 	p := &httputil.ReverseProxy{
+		Transport: s.forwarder,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.Out.Header.Set(forwardedHeader, s.cfg.Store.NodeID())
@@ -221,7 +264,7 @@ func (s *Server) deny(r *http.Request, id acl.Identity, what string, key store.I
 		target = key.ServiceKey().String()
 	}
 	s.log.Warn("refused", "identity", id.Name, "action", what, "target", target)
-	if s.allowAudit() {
+	if s.allowAudit(id.Name) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 2*time.Second)
 		defer cancel()
 		err := s.cfg.Store.Audit(ctx, store.Event{Kind: store.EventRefused, Namespace: key.Namespace,
@@ -237,13 +280,21 @@ func (s *Server) deny(r *http.Request, id acl.Identity, what string, key store.I
 	return fmt.Errorf("%s token may not %s %s: %w", id.Scope, what, target, acl.ErrDenied)
 }
 
-func (s *Server) allowAudit() bool {
+// allowAudit rations refusals written to the audit trail: at most
+// AuditRefusals a second in all, and one a second per identity, so that
+// one token cannot crowd out the others' refusals.
+func (s *Server) allowAudit(who string) bool {
 	s.auditMu.Lock()
 	defer s.auditMu.Unlock()
 	now := s.cfg.Now()
 	if now.Sub(s.auditWindow) >= time.Second {
 		s.auditWindow, s.auditCount = now, 0
+		s.auditBy = map[string]int{}
+	}
+	if s.auditCount >= s.cfg.AuditRefusals || s.auditBy[who] >= 1 {
+		return false
 	}
 	s.auditCount++
-	return s.auditCount <= s.cfg.AuditRefusals
+	s.auditBy[who]++
+	return true
 }

@@ -95,7 +95,16 @@ func TestUnknownRoute(t *testing.T) {
 		{http.MethodPost, "/v1/services/shop/web/instances/i-1/explode"},
 	} {
 		r := e.call(t, tc.method, tc.path, "", `{"incarnation": 1}`)
-		wantError(t, r, http.StatusNotFound, api.CodeNotFound, tc.path)
+		// A known path with another method is 405 with Allow; the rest 404.
+		switch tc.path {
+		case "/v1/services", "/v1/apply", "/v1/members", "/v1/services/shop/web/instances/i-1/renew":
+			wantError(t, r, http.StatusMethodNotAllowed, api.CodeMethod, tc.path)
+			if r.Header.Get("Allow") == "" {
+				t.Errorf("%s %s: 405 without an Allow header", tc.method, tc.path)
+			}
+		default:
+			wantError(t, r, http.StatusNotFound, api.CodeNotFound, tc.path)
+		}
 	}
 	e.wantUnchanged(t, before, "requests to unknown routes")
 }
@@ -597,4 +606,16 @@ func TestJoinAndLeaveRefused(t *testing.T) {
 	}
 	wantError(t, e.call(t, http.MethodDelete, "/v1/members/n9", "", ""), http.StatusNotFound, api.CodeNotFound, "n9")
 	e.wantUnchanged(t, before, "refused joins and leaves")
+}
+
+// TestDefinitionReadBackApplies: a definition as GET returns it (revision
+// included) can be applied back unchanged.
+func TestDefinitionReadBackApplies(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, options{})
+	e.apply(t, "", webYAML)
+	r := e.call(t, http.MethodGet, svcPath("shop", "web"), "", "")
+	wantStatus(t, r, http.StatusOK)
+	detail := decodeAs[api.ServiceDetail](t, r)
+	wantStatus(t, e.call(t, http.MethodPost, "/v1/apply", "", mustJSON(detail.Definition)), http.StatusOK)
 }

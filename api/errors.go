@@ -29,13 +29,17 @@ const (
 	CodeForbiddenAddress = "forbidden_address"
 	CodeNotFound         = "not_found"
 	CodeFenced           = "fenced"
+	CodeConflict         = "conflict"
+	CodeMethod           = "method_not_allowed"
 	CodeNoLeader         = "no_leader"
 	CodeInternal         = "internal"
 )
 
 var (
 	errRouteNotFound = errors.New("no such route")
+	errMethod        = errors.New("method not allowed on this route")
 	errBadRequest    = errors.New("bad request")
+	errConflict      = errors.New("conflict")
 )
 
 // badRequest is malformed input found by the API itself (not the store).
@@ -62,6 +66,10 @@ func status(err error) (int, string) {
 		return http.StatusNotFound, CodeNotFound
 	case errors.Is(err, store.ErrFenced):
 		return http.StatusConflict, CodeFenced
+	case errors.Is(err, errConflict):
+		return http.StatusConflict, CodeConflict
+	case errors.Is(err, errMethod):
+		return http.StatusMethodNotAllowed, CodeMethod
 	case errors.Is(err, store.ErrNotLeader), errors.Is(err, store.ErrNoLeader), errors.Is(err, store.ErrClosed):
 		return http.StatusServiceUnavailable, CodeNoLeader
 	}
@@ -74,7 +82,8 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, route string
 	// Sentinel prefixes ("store: invalid input") say nothing to a user.
 	for _, p := range []string{": " + store.ErrInvalid.Error(), ": " + errBadRequest.Error(),
 		": " + addrpolicy.ErrForbidden.Error(), ": " + acl.ErrDenied.Error(), ": " + store.ErrFenced.Error(),
-		": " + store.ErrNotFound.Error()} {
+		": " + store.ErrNotFound.Error(), ": " + errConflict.Error(), ": " + errRouteNotFound.Error(),
+		": " + errMethod.Error()} {
 		msg = strings.TrimSuffix(msg, p)
 	}
 	if code == http.StatusInternalServerError {

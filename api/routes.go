@@ -25,19 +25,23 @@ type ServiceSummary struct {
 
 // Endpoint is one instance as GET .../endpoints shows it.
 type Endpoint struct {
-	InstanceID    string            `json:"instance_id"`
-	Incarnation   uint64            `json:"incarnation"`
-	Addresses     []string          `json:"addresses"`
-	Ports         map[string]int    `json:"ports"`
-	Region        string            `json:"region"`
-	Zone          string            `json:"zone"`
-	Lifecycle     store.Lifecycle   `json:"lifecycle"`
-	Verdict       string            `json:"verdict"`
-	Eligible      bool              `json:"eligible"`
-	Weight        int               `json:"weight"`
-	BaseWeight    int               `json:"base_weight"`
-	Reasons       []string          `json:"reasons"`
+	InstanceID  string          `json:"instance_id"`
+	Incarnation uint64          `json:"incarnation"`
+	Addresses   []string        `json:"addresses"`
+	Ports       map[string]int  `json:"ports"`
+	Region      string          `json:"region"`
+	Zone        string          `json:"zone"`
+	Lifecycle   store.Lifecycle `json:"lifecycle"`
+	Verdict     string          `json:"verdict"`
+	Eligible    bool            `json:"eligible"`
+	Weight      int             `json:"weight"`
+	BaseWeight  int             `json:"base_weight"`
+	Reasons     []string        `json:"reasons"`
+	// LeaseDeadline is the deadline recorded by the last renewal;
+	// LeaseExpiry is when the lease runs out as this node tells it, which
+	// is later for one TTL after a leader change (see docs/decisions.md).
 	LeaseDeadline time.Time         `json:"lease_deadline"`
+	LeaseExpiry   time.Time         `json:"lease_expiry"`
 	LeaseExpired  bool              `json:"lease_expired"`
 	Registrar     string            `json:"registrar"`
 	Report        *store.SelfReport `json:"report,omitempty"`
@@ -68,12 +72,12 @@ type Registered struct {
 // endpointOf shows an instance. Until the health evaluator publishes a
 // status table, a registered instance that is ready counts as eligible and
 // its verdict is unknown (no evidence has been evaluated).
-func endpointOf(in store.Instance, now time.Time) Endpoint {
+func endpointOf(in store.Instance, now, leaseExpiry time.Time) Endpoint {
 	e := Endpoint{
 		InstanceID: in.ID, Incarnation: in.Incarnation, Addresses: in.Addresses, Ports: in.Ports,
 		Region: in.Region, Zone: in.Zone, Lifecycle: in.Lifecycle, Verdict: "unknown",
-		BaseWeight: in.Weight, LeaseDeadline: in.LeaseDeadline,
-		LeaseExpired: !now.Before(in.LeaseDeadline), Registrar: in.Registrar, Report: in.Report,
+		BaseWeight: in.Weight, LeaseDeadline: in.LeaseDeadline, LeaseExpiry: leaseExpiry,
+		LeaseExpired: !now.Before(leaseExpiry), Registrar: in.Registrar, Report: in.Report,
 		Reasons: []string{},
 	}
 	switch in.Lifecycle {
@@ -100,7 +104,7 @@ func (s *Server) view(ns, svc string, all bool) View {
 		if in.Lifecycle == store.Terminated && !all {
 			continue
 		}
-		v.Endpoints = append(v.Endpoints, endpointOf(in, now))
+		v.Endpoints = append(v.Endpoints, endpointOf(in, now, s.cfg.Store.LeaseExpiry(in)))
 	}
 	return v
 }
@@ -289,6 +293,11 @@ func (s *Server) mutate(act acl.Action) handler {
 		if err := store.CheckLabel("instance_id", key.ID); err != nil {
 			return 0, nil, err
 		}
+		// Scope first: a caller out of scope learns nothing from
+		// validation errors.
+		if !id.Allows(act, key.Namespace, key.Service, key.ID) {
+			return 0, nil, s.deny(r, id, verb, key)
+		}
 		var req MutateRequest
 		if err := decode(r, &req); err != nil {
 			return 0, nil, err
@@ -298,9 +307,6 @@ func (s *Server) mutate(act acl.Action) handler {
 		}
 		if act != acl.Report && (req.Ready != nil || req.Dependencies != nil) {
 			return 0, nil, badRequest("ready", "only a report carries readiness and dependencies")
-		}
-		if !id.Allows(act, key.Namespace, key.Service, key.ID) {
-			return 0, nil, s.deny(r, id, verb, key)
 		}
 		var in store.Instance
 		ctx := r.Context()

@@ -1,8 +1,6 @@
 package api_test
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"slices"
@@ -39,8 +37,7 @@ func scopeTokens() []acl.Token {
 
 // identity is the name the audit trail and the logs give a token.
 func identity(scope acl.Scope, secret string) string {
-	d := sha256.Sum256([]byte(secret))
-	return string(scope) + ":" + hex.EncodeToString(d[:4])
+	return string(scope) + ":" + acl.AccessorOf(acl.DigestOf(secret))
 }
 
 // newACLEnv starts an API with ACLs on, shop/web, shop/cart and other/web
@@ -174,12 +171,10 @@ func TestScopes(t *testing.T) {
 	if in := decodeAs[store.Instance](t, r); in.Report == nil || in.Report.Reporter != identity(acl.Instance, instanceSecret) {
 		t.Errorf("report by the instance token: %+v", in.Report)
 	}
-	// An instance token may register itself; the record names it.
-	r = e.call(t, "POST", svcPath("shop", "web")+"/instances", instanceSecret, regJSON("i-1", "10.0.0.11"))
-	wantStatus(t, r, http.StatusCreated)
-	if in := decodeAs[api.Registered](t, r); in.Registrar != identity(acl.Instance, instanceSecret) {
-		t.Errorf("registrar %q, want the instance identity", in.Registrar)
-	}
+	// SPEC §8: an instance token renews, drains and reports about itself,
+	// and registers nothing, not even itself.
+	wantError(t, e.call(t, "POST", svcPath("shop", "web")+"/instances", instanceSecret, regJSON("i-1", "10.0.0.11")),
+		http.StatusForbidden, api.CodeDenied, "register")
 	wantStatus(t, e.call(t, "POST", "/v1/apply", adminSecret, otherApply), http.StatusOK)
 }
 
@@ -189,7 +184,8 @@ func TestScopes(t *testing.T) {
 // the caller's identity.
 func TestInstanceTokenConfinedToItself(t *testing.T) {
 	t.Parallel()
-	e, regs := newACLEnv(t, options{})
+	clk := &clock{t: time.Now()}
+	e, regs := newACLEnv(t, options{now: clk.Now})
 	i2 := regs["i-2"]
 	target := e.instance(t, "shop", "web", "i-2")
 	who := identity(acl.Instance, instanceSecret)
@@ -199,6 +195,7 @@ func TestInstanceTokenConfinedToItself(t *testing.T) {
 		{"report", "report", fmt.Sprintf(`{"incarnation": %d, "ready": false, "dependencies": {"db": "failed"}}`, i2.Incarnation)},
 	} {
 		t.Run(tc.verb, func(t *testing.T) {
+			clk.Advance(time.Second) // one audited refusal per identity a second
 			r := e.call(t, http.MethodPost, instPath("shop", "web", "i-2", tc.verb), instanceSecret, tc.body)
 			wantError(t, r, http.StatusForbidden, api.CodeDenied, "instance token", tc.word, "shop/web/i-2")
 			if got := e.instance(t, "shop", "web", "i-2"); !equalJSON(got, target) {
@@ -353,14 +350,17 @@ func TestNoSecretInLogs(t *testing.T) {
 	}
 }
 
-// TestRefusalAuditIsRateLimited: past Config.AuditRefusals a second,
-// refusals are counted and logged but not written to the audit trail.
+// TestRefusalAuditIsRateLimited: past one refusal a second per identity,
+// and Config.AuditRefusals a second in all, refusals are counted and
+// logged but not written to the audit trail.
 func TestRefusalAuditIsRateLimited(t *testing.T) {
 	t.Parallel()
 	clk := &clock{t: time.Now()}
 	e, regs := newACLEnv(t, options{auditRefusals: 2, now: clk.Now})
 	path := instPath("shop", "web", "i-2", "renew")
 	body := incBody(regs["i-2"].Incarnation)
+	// Another identity's refusal takes one of the two slots of the second.
+	wantError(t, e.call(t, http.MethodPost, path, readerSecret, body), http.StatusForbidden, api.CodeDenied, "i-2")
 	refusals := func() int {
 		n := 0
 		for _, ev := range e.node.Events("shop", "web", 0) {
@@ -376,11 +376,11 @@ func TestRefusalAuditIsRateLimited(t *testing.T) {
 	if n := refusals(); n != 2 {
 		t.Errorf("%d refusals audited, want 2", n)
 	}
-	if got := e.metric(t, "cairn_api_unaudited_refusals_total", nil); got != 3 {
-		t.Errorf("unaudited refusals %v, want 3", got)
+	if got := e.metric(t, "cairn_api_unaudited_refusals_total", nil); got != 4 {
+		t.Errorf("unaudited refusals %v, want 4", got)
 	}
-	if got := e.metric(t, "cairn_api_rejected_mutations_total", map[string]string{"reason": api.CodeDenied}); got != 5 {
-		t.Errorf("rejected mutations (permission_denied) %v, want 5", got)
+	if got := e.metric(t, "cairn_api_rejected_mutations_total", map[string]string{"reason": api.CodeDenied}); got != 6 {
+		t.Errorf("rejected mutations (permission_denied) %v, want 6", got)
 	}
 	clk.Advance(time.Second)
 	wantError(t, e.call(t, http.MethodPost, path, instanceSecret, body), http.StatusForbidden, api.CodeDenied, "i-2")

@@ -147,7 +147,6 @@ func TestUnknownKeysAndFields(t *testing.T) {
 		{"yaml top level", "/v1/apply", webYAML + "colour: red\n", "colour"},
 		{"yaml nested", "/v1/apply", "namespace: shop\nname: web\nports: [{name: http, number: 80, tls: true}]\n", "tls"},
 		{"yaml policy", "/v1/apply", "namespace: shop\nname: web\nports: [{name: http, number: 80}]\npolicy: {ttl: 5s}\n", "ttl"},
-		{"yaml revision", "/v1/apply", "namespace: shop\nname: web\nports: [{name: http, number: 80}]\nrevision: 7\n", "revision"},
 		{"json object", "/v1/apply", `{"namespace": "shop", "name": "web", "ports": [{"name": "http", "number": 80}], "colour": "red"}`, "colour"},
 		{"json array", "/v1/apply", `[{"namespace": "shop", "name": "web", "ports": [{"name": "http", "number": 80}], "colour": "red"}]`, "colour"},
 		{"register", svcPath("shop", "web") + "/instances", `{"instance_id": "i-1", "addresses": ["10.0.0.1"], "ports": {"http": 8080}, "colour": "red"}`, "colour"},

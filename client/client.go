@@ -10,9 +10,11 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/cairn-sd/cairn/api"
@@ -28,11 +30,35 @@ type Error struct {
 
 func (e *Error) Error() string { return fmt.Sprintf("%s (%d %s)", e.Message, e.Status, e.Code) }
 
+// DefaultRetryFor is the retry budget of a Client whose RetryFor is 0.
+const DefaultRetryFor = 10 * time.Second
+
+// Retry timing: full-jitter exponential backoff (each wait is uniform in
+// [0, ceiling), the ceiling doubling from retryBase up to retryCap).
+// Variables only so that tests can stretch them.
+var (
+	retryBase = 100 * time.Millisecond
+	retryCap  = 2 * time.Second
+)
+
 // Client talks to one cairn server. It is safe for concurrent use.
+//
+// A request that gets 503 (no leader, during an election) or no answer
+// (connection refused or reset) is sent again, with the same body, with
+// exponential backoff and full jitter, until it gets another answer, the
+// retry budget RetryFor is spent or ctx is done: every write of the API is
+// idempotent (a registration is content-based, a mutation is fenced by
+// incarnation). A cancelled context or a deadline is never retried.
 type Client struct {
 	base  *url.URL
 	token string
 	hc    *http.Client
+
+	// RetryFor bounds how long a request is retried after its first
+	// failure: no retry starts later than RetryFor after it. 0 means
+	// DefaultRetryFor; a negative value disables retries. Set it before
+	// the client is used.
+	RetryFor time.Duration
 }
 
 // New returns a client for the server at addr ("http://host:port" or
@@ -45,10 +71,71 @@ func New(addr, token string) (*Client, error) {
 	if err != nil || u.Host == "" {
 		return nil, fmt.Errorf("address %q is not a URL such as http://127.0.0.1:8480", addr)
 	}
-	return &Client{base: u, token: token, hc: &http.Client{Timeout: 30 * time.Second}}, nil
+	// A transport of its own, keeping enough idle connections for many
+	// concurrent callers (http.DefaultTransport keeps 2 a host, so a busy
+	// caller would open a connection a request).
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 64
+	return &Client{base: u, token: token, hc: &http.Client{Timeout: 30 * time.Second, Transport: tr}}, nil
 }
 
+// noRetry is the budget of a request that is sent once.
+const noRetry = -1
+
+func (c *Client) retryFor() time.Duration {
+	if c.RetryFor == 0 {
+		return DefaultRetryFor
+	}
+	return c.RetryFor
+}
+
+// do sends a request, retrying it within the client's retry budget.
 func (c *Client) do(ctx context.Context, method, path, ctype string, body []byte, out any) error {
+	return c.retry(ctx, c.retryFor(), method, path, ctype, body, out)
+}
+
+// retry sends a request until it succeeds, fails for good (see
+// IsRetryable), budget has passed since its first failure (a negative
+// budget: after one attempt) or ctx is done. It returns the last attempt's
+// error, or, when ctx ends the retries, ctx's error.
+func (c *Client) retry(ctx context.Context, budget time.Duration, method, path, ctype string, body []byte, out any) error {
+	var deadline time.Time
+	ceiling := retryBase
+	for attempt := 1; ; attempt++ {
+		err := c.once(ctx, method, path, ctype, body, out)
+		if err == nil || budget < 0 || !IsRetryable(err) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return stopped(ctx, method, path, attempt, err)
+		}
+		if attempt == 1 {
+			deadline = time.Now().Add(budget)
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return err
+		}
+		wait := min(rand.N(ceiling), left)
+		ceiling = min(2*ceiling, retryCap)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return stopped(ctx, method, path, attempt, err)
+		case <-t.C:
+		}
+	}
+}
+
+// stopped is the error of a request whose retries ctx ended: ctx's error,
+// with the last attempt's for information.
+func stopped(ctx context.Context, method, path string, attempts int, last error) error {
+	return fmt.Errorf("%s %s: %w (after %d attempts; the last: %v)", method, path, ctx.Err(), attempts, last)
+}
+
+// once sends a request once.
+func (c *Client) once(ctx context.Context, method, path, ctype string, body []byte, out any) error {
 	u := *c.base
 	u.Path = strings.TrimSuffix(u.Path, "/") + path
 	if i := strings.IndexByte(u.Path, '?'); i >= 0 {
@@ -56,7 +143,7 @@ func (c *Client) do(ctx context.Context, method, path, ctype string, body []byte
 	}
 	var rd io.Reader
 	if body != nil {
-		rd = bytes.NewReader(body)
+		rd = bytes.NewReader(body) // a new reader per attempt: the body is sent whole every time
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
 	if err != nil {
@@ -68,6 +155,10 @@ func (c *Client) do(ctx context.Context, method, path, ctype string, body []byte
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
+	// Every request of the API is idempotent: let the transport resend a
+	// write, too, on a kept-alive connection the server had closed. (An
+	// empty value is not sent on the wire.)
+	req.Header["Idempotency-Key"] = nil
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return err
@@ -196,7 +287,15 @@ func (c *Client) Members(ctx context.Context) ([]store.Member, error) {
 
 // Join adds a server to the cluster.
 func (c *Client) Join(ctx context.Context, m store.Member) error {
-	return c.json(ctx, http.MethodPost, "/v1/members", m, nil)
+	return c.join(ctx, c.retryFor(), m)
+}
+
+func (c *Client) join(ctx context.Context, budget time.Duration, m store.Member) error {
+	body, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return c.retry(ctx, budget, http.MethodPost, "/v1/members", "application/json", body, nil)
 }
 
 // Leave removes a server from the cluster.
@@ -204,20 +303,52 @@ func (c *Client) Leave(ctx context.Context, nodeID string) error {
 	return c.json(ctx, http.MethodDelete, "/v1/members/"+url.PathEscape(nodeID), nil, nil)
 }
 
-// Ready reports whether the server answers 200 on /readyz.
+// Close releases the client's idle connections.
+func (c *Client) Close() { c.hc.CloseIdleConnections() }
+
+// Ready reports whether the server answers 200 on /readyz. It asks once:
+// a 503 means not ready, not "try again".
 func (c *Client) Ready(ctx context.Context) bool {
-	err := c.do(ctx, http.MethodGet, "/readyz", "", nil, nil)
+	err := c.retry(ctx, noRetry, http.MethodGet, "/readyz", "", nil, nil)
 	return err == nil
 }
 
-// IsRetryable reports whether err may succeed if sent again: no leader,
-// or the server could not be reached.
+// IsRetryable reports whether err may succeed if sent again: no leader
+// (503), or the server could not be reached or dropped the connection
+// (refused, reset, closed before answering). A cancelled context, a
+// deadline or a timeout is not retryable, nor is any other answer.
 func IsRetryable(err error) bool {
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Status == http.StatusServiceUnavailable
 	}
-	return err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return false
+	}
+	// A connection that could not be made or broke: refused, reset,
+	// unreachable, closed by the server before it answered.
+	for _, target := range []error{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ECONNABORTED,
+		syscall.EPIPE, syscall.EHOSTUNREACH, syscall.ENETUNREACH, io.EOF, io.ErrUnexpectedEOF} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	var op *net.OpError
+	if errors.As(err, &op) {
+		return true
+	}
+	// net/http's own words for a connection that died under a request.
+	for _, s := range []string{"server closed idle connection", "persistConn.readLoop exiting",
+		"http2: client connection lost", "http2: server sent GOAWAY"} {
+		if strings.Contains(err.Error(), s) {
+			return true
+		}
+	}
+	return false
 }
 
 // JoinRetry asks the cluster to add m until it succeeds or ctx is done,
@@ -226,7 +357,9 @@ func IsRetryable(err error) bool {
 func (c *Client) JoinRetry(ctx context.Context, m store.Member, onError func(error)) error {
 	backoff := 200 * time.Millisecond
 	for {
-		err := c.Join(ctx, m)
+		// One attempt at a time: this loop backs off and reports each
+		// failure itself.
+		err := c.join(ctx, noRetry, m)
 		if err == nil {
 			return nil
 		}

@@ -53,6 +53,12 @@ func App(stdout, stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "token", EnvVars: []string{"CAIRN_TOKEN"}, Usage: "bearer token"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "table", Usage: "table or json"},
 		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usage("unknown command %q; see cairn --help", c.Args().First())
+			}
+			return cli.ShowAppHelp(c)
+		},
 		Before: func(c *cli.Context) error {
 			if o := c.String("output"); o != "table" && o != "json" {
 				return cli.Exit(fmt.Sprintf("--output: %q must be table or json", o), exitUsage)

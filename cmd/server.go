@@ -117,6 +117,9 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 		}
 	}
 	if cfg.Join != "" {
+		if cfg.Dev {
+			return cfg, errors.New("--dev runs a single node; it cannot --join a cluster")
+		}
 		if _, _, err := net.SplitHostPort(strings.TrimPrefix(cfg.Join, "http://")); err != nil {
 			return cfg, fmt.Errorf("--join: %q is not HOST:PORT", cfg.Join)
 		}
@@ -171,7 +174,38 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 	if err := cfg.LogLevel.UnmarshalText([]byte(c.String("log-level"))); err != nil {
 		return cfg, fmt.Errorf("--log-level: %w", err)
 	}
+	if len(cfg.Tokens) == 0 && !cfg.Dev && !isLoopback(cfg.HTTPAddr) {
+		return cfg, fmt.Errorf("--http-addr %s is reachable beyond this host, so ACLs must be on: pass --acl-file or --acl-bootstrap-token (or --dev for a throw-away node)", cfg.HTTPAddr)
+	}
 	return cfg, nil
+}
+
+// isLoopback reports whether hostport listens on loopback only.
+func isLoopback(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
+}
+
+// advertised returns the address peers reach a listener bound to bound
+// on: bound itself, or, for a wildcard host, the raft address's host
+// (which must be concrete) with bound's port.
+func advertised(bound, raftAddr string) string {
+	ap, err := netip.ParseAddrPort(bound)
+	if err != nil || !ap.Addr().IsUnspecified() {
+		return bound
+	}
+	host, _, err := net.SplitHostPort(raftAddr)
+	if err != nil {
+		return bound
+	}
+	return net.JoinHostPort(host, fmt.Sprint(ap.Port()))
 }
 
 // serve runs one server until ctx is done, then shuts it down in order:
@@ -201,12 +235,13 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 		return fmt.Errorf("listening for HTTP on %q: %w", cfg.HTTPAddr, err)
 	}
 	defer ln.Close()
-	httpAddr := ln.Addr().String()
+	httpAddr := advertised(ln.Addr().String(), cfg.RaftAddr)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	st, err := store.Open(store.Config{NodeID: nodeID, RaftAddr: cfg.RaftAddr, HTTPAddr: httpAddr,
-		DataDir: cfg.DataDir, Bootstrap: cfg.Join == "", Logger: log, Registerer: reg})
+		DataDir: cfg.DataDir, Bootstrap: cfg.Join == "", Logger: log, Registerer: reg,
+		SeedTokens: api.TokenRecords(cfg.Tokens, "file")})
 	if err != nil {
 		return err
 	}
@@ -229,14 +264,13 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 	var joined, stopping atomic.Bool
 	joined.Store(cfg.Join == "")
 	a, err := api.New(api.Config{Store: st, ACL: authz, Addrs: pol, Gatherer: reg, Registerer: reg, Logger: log,
-		Ready: func() bool {
-			id, _ := st.Leader()
-			return id != "" && joined.Load() && !stopping.Load()
-		}})
+		Ready: func() bool { return st.CaughtUp() && joined.Load() && !stopping.Load() }})
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: a, ReadHeaderTimeout: 10 * time.Second}
+	defer a.Close()
+	srv := &http.Server{Handler: a, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 
 	addrs, _ := json.Marshal(map[string]string{"node_id": nodeID, "http": httpAddr, "raft": st.RaftAddr()})
 	if err := store.WriteFileAtomic(filepath.Join(cfg.DataDir, AddrsFile), addrs); err != nil {
@@ -244,8 +278,12 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 	}
 	log.Info("cairn server started", "http", httpAddr, "raft", st.RaftAddr(), "data_dir", cfg.DataDir, "dev", cfg.Dev)
 
+	// The store's loop has a context of its own: it keeps checkpointing
+	// renewals and following leadership until HTTP has drained.
+	runCtx, stopRun := context.WithCancel(context.Background())
+	defer stopRun()
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return st.Run(gctx) })
+	g.Go(func() error { return st.Run(runCtx) })
 	g.Go(func() error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serving HTTP: %w", err)
@@ -253,14 +291,26 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 		return nil
 	})
 	g.Go(func() error {
+		// Shutdown, in order: not ready; lame duck; drain HTTP; hand
+		// leadership over with renewals replicated; stop the store's loop
+		// (the deferred Close then stops raft).
 		<-gctx.Done()
+		defer stopRun()
 		stopping.Store(true)
 		log.Info("shutting down", "lame_duck_s", cfg.LameDuck.Seconds())
 		t := time.NewTimer(cfg.LameDuck)
 		<-t.C
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		return srv.Shutdown(sctx)
+		if err := srv.Shutdown(sctx); err != nil {
+			log.Warn("HTTP connections still open at shutdown", "err", err)
+		}
+		hctx, hcancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer hcancel()
+		if err := st.Handoff(hctx); err != nil {
+			log.Warn("handing leadership over", "err", err)
+		}
+		return nil
 	})
 	if cfg.Join != "" {
 		g.Go(func() error {

@@ -44,6 +44,10 @@ type Config struct {
 	// Defaults to raft's 8192.
 	SnapshotThreshold uint64
 
+	// SeedTokens are tokens from this node's ACL file: a leader stores
+	// those the store lacks, so that every node honours them.
+	SeedTokens []TokenRecord
+
 	// Transport replaces the TCP transport (tests use raft's in-memory
 	// one).
 	Transport raft.Transport

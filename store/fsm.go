@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"reflect"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -14,9 +15,15 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// AuditCapacity is how many audit events the store keeps. It is a constant,
-// not a setting, so that every replica keeps exactly the same trail.
-const AuditCapacity = 10000
+// AuditCapacity is how many audit events the store keeps, and
+// RefusalCapacity how many refusals, in a ring of their own so that a
+// token hammering calls it may not make cannot push the history out.
+// They are constants, not settings, so that every replica keeps exactly
+// the same trail.
+const (
+	AuditCapacity   = 10000
+	RefusalCapacity = 1000
+)
 
 type opcode string
 
@@ -30,6 +37,9 @@ const (
 	opSetMember  opcode = "set_member"
 	opDelMember  opcode = "del_member"
 	opAudit      opcode = "audit"
+	opLeader     opcode = "leader"
+	opPutTokens  opcode = "put_tokens"
+	opDelToken   opcode = "del_token"
 )
 
 // command is one entry of the raft log. Everything Apply needs travels in
@@ -48,6 +58,8 @@ type command struct {
 	PruneBefore time.Time     `json:"prune_before,omitzero"`
 	Member      *Member       `json:"member,omitempty"`
 	Event       *Event        `json:"event,omitempty"`
+	Tokens      []TokenRecord `json:"tokens,omitempty"`
+	Accessor    string        `json:"accessor,omitempty"`
 }
 
 // fence names one incarnation of an instance.
@@ -80,7 +92,13 @@ type fsm struct {
 	services  map[ServiceKey]*Service
 	instances map[InstanceKey]*Instance
 	members   map[string]Member
-	events    []Event // oldest first, at most AuditCapacity
+	tokens    map[string]TokenRecord // by accessor
+	tokenRev  uint64                 // index of the last token change
+	// leaderSince is when the current leader took over: every lease's
+	// grace runs one TTL from it.
+	leaderSince time.Time
+	events      ring // at most AuditCapacity
+	refusals    ring // at most RefusalCapacity
 
 	// onRegister is called, under no lock, after a registration created a
 	// new incarnation. Used for metrics; may be nil.
@@ -92,6 +110,9 @@ func newFSM() *fsm {
 		services:  map[ServiceKey]*Service{},
 		instances: map[InstanceKey]*Instance{},
 		members:   map[string]Member{},
+		tokens:    map[string]TokenRecord{},
+		events:    newRing(AuditCapacity),
+		refusals:  newRing(RefusalCapacity),
 	}
 }
 
@@ -141,6 +162,19 @@ func (f *fsm) apply(index uint64, c command) result {
 		if c.Event != nil {
 			f.record(*c.Event)
 		}
+	case opLeader:
+		f.leaderSince = c.At
+	case opPutTokens:
+		r.Err = f.putTokens(index, c)
+	case opDelToken:
+		t, ok := f.tokens[c.Accessor]
+		if !ok {
+			r.Err = fmt.Errorf("token %q: %w", c.Accessor, ErrNotFound)
+			break
+		}
+		delete(f.tokens, c.Accessor)
+		f.tokenRev = index
+		f.record(Event{At: c.At, Kind: EventTokenDeleted, Reason: fmt.Sprintf("%s token %s", t.Scope, t.Accessor), Actor: c.Actor})
 	default:
 		r.Err = fmt.Errorf("store: unknown operation %q in log entry %d", c.Op, index)
 	}
@@ -150,11 +184,63 @@ func (f *fsm) apply(index uint64, c command) result {
 func (f *fsm) record(e Event) {
 	f.eventSeq++
 	e.Seq = f.eventSeq
-	if len(f.events) == AuditCapacity {
-		copy(f.events, f.events[1:])
-		f.events = f.events[:AuditCapacity-1]
+	if e.Kind == EventRefused {
+		f.refusals.push(e)
+		return
 	}
-	f.events = append(f.events, e)
+	f.events.push(e)
+}
+
+func (f *fsm) putTokens(index uint64, c command) error {
+	for i, t := range c.Tokens {
+		if err := t.validate(); err != nil {
+			return fmt.Errorf("tokens[%d]: %w", i, err)
+		}
+	}
+	for _, t := range c.Tokens {
+		if cur, ok := f.tokens[t.Accessor]; ok && cur.sameGrant(t) {
+			continue
+		}
+		t.Namespaces = slices.Clone(t.Namespaces)
+		if t.CreatedAt.IsZero() {
+			t.CreatedAt = c.At
+		}
+		f.tokens[t.Accessor] = t
+		f.tokenRev = index
+		f.record(Event{At: c.At, Kind: EventTokenCreated, Reason: fmt.Sprintf("%s token %s from %s", t.Scope, t.Accessor, t.Source), Actor: c.Actor})
+	}
+	return nil
+}
+
+// ring is a fixed-capacity buffer of events, oldest first. Pushing onto a
+// full ring drops the oldest: O(1), no copying.
+type ring struct {
+	buf   []Event
+	start int
+}
+
+func newRing(capacity int) ring { return ring{buf: make([]Event, 0, capacity)} }
+
+func (r *ring) push(e Event) {
+	if len(r.buf) < cap(r.buf) {
+		r.buf = append(r.buf, e)
+		return
+	}
+	r.buf[r.start] = e
+	r.start = (r.start + 1) % len(r.buf)
+}
+
+func (r *ring) len() int { return len(r.buf) }
+
+// at returns the i-th oldest event.
+func (r *ring) at(i int) Event { return r.buf[(r.start+i)%len(r.buf)] }
+
+func (r *ring) list() []Event {
+	out := make([]Event, 0, len(r.buf))
+	for i := range r.buf {
+		out = append(out, r.at(i))
+	}
+	return out
 }
 
 func (f *fsm) applyServices(index uint64, c command) error {
@@ -208,7 +294,8 @@ func (f *fsm) register(index uint64, c command) (Instance, bool, error) {
 		if d := c.At.Add(old.LeaseTTL.D()); d.After(old.LeaseDeadline) {
 			old.LeaseDeadline = d
 		}
-		if old.Lifecycle != reg.Lifecycle {
+		// A retry may move starting → ready, never back.
+		if old.Lifecycle == Starting && reg.Lifecycle == Ready {
 			f.record(Event{At: c.At, Kind: EventRegistered, Namespace: key.Namespace, Service: key.Service,
 				Instance: key.ID, Incarnation: old.Incarnation, From: string(old.Lifecycle), To: string(reg.Lifecycle), Actor: c.Actor})
 			old.Lifecycle = reg.Lifecycle
@@ -228,6 +315,7 @@ func (f *fsm) register(index uint64, c command) (Instance, bool, error) {
 		LeaseTTL:       reg.LeaseTTL,
 		LeaseDeadline:  c.At.Add(reg.LeaseTTL.D()),
 		Registrar:      c.Actor,
+		RegistrationID: reg.RegistrationID,
 		SourceRevision: index,
 		RegisteredAt:   c.At,
 	}
@@ -354,21 +442,30 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // fsmState is the serialised form of the whole state: a snapshot.
 type fsmState struct {
-	Rev       uint64     `json:"rev"`
-	NextInc   uint64     `json:"next_incarnation"`
-	EventSeq  uint64     `json:"event_seq"`
-	Services  []Service  `json:"services"`
-	Instances []Instance `json:"instances"`
-	Members   []Member   `json:"members"`
-	Events    []Event    `json:"events"`
+	Rev         uint64        `json:"rev"`
+	NextInc     uint64        `json:"next_incarnation"`
+	EventSeq    uint64        `json:"event_seq"`
+	Services    []Service     `json:"services"`
+	Instances   []Instance    `json:"instances"`
+	Members     []Member      `json:"members"`
+	Tokens      []TokenRecord `json:"tokens"`
+	TokenRev    uint64        `json:"token_rev"`
+	LeaderSince time.Time     `json:"leader_since"`
+	Events      []Event       `json:"events"`
+	Refusals    []Event       `json:"refusals"`
 }
 
 func (f *fsm) state() fsmState {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	s := fsmState{Rev: f.rev, NextInc: f.nextInc, EventSeq: f.eventSeq,
-		Instances: sortedInstances(f.instances, nil),
-		Events:    append([]Event(nil), f.events...)}
+		Instances: sortedInstances(f.instances, nil), TokenRev: f.tokenRev, LeaderSince: f.leaderSince,
+		Events: f.events.list(), Refusals: f.refusals.list()}
+	for _, t := range f.tokens {
+		t.Namespaces = slices.Clone(t.Namespaces)
+		s.Tokens = append(s.Tokens, t)
+	}
+	sort.Slice(s.Tokens, func(i, j int) bool { return s.Tokens[i].Accessor < s.Tokens[j].Accessor })
 	for _, svc := range f.services {
 		s.Services = append(s.Services, *svc)
 	}
@@ -415,7 +512,18 @@ func (f *fsm) load(s fsmState) {
 	for _, m := range s.Members {
 		f.members[m.NodeID] = m
 	}
-	f.events = s.Events
+	f.tokens = make(map[string]TokenRecord, len(s.Tokens))
+	for _, t := range s.Tokens {
+		f.tokens[t.Accessor] = t
+	}
+	f.tokenRev, f.leaderSince = s.TokenRev, s.LeaderSince
+	f.events, f.refusals = newRing(AuditCapacity), newRing(RefusalCapacity)
+	for _, e := range s.Events {
+		f.events.push(e)
+	}
+	for _, e := range s.Refusals {
+		f.refusals.push(e)
+	}
 }
 
 type fsmSnapshot struct{ st fsmState }

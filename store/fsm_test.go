@@ -344,7 +344,7 @@ func TestFSMAuditRingIsCapped(t *testing.T) {
 	l := newLog(t)
 	const extra = 25
 	for i := 0; i < AuditCapacity+extra; i++ {
-		l.must(command{Op: opAudit, Event: &Event{Kind: EventRefused, Namespace: "prod", Service: "web",
+		l.must(command{Op: opAudit, Event: &Event{Kind: EventReported, Namespace: "prod", Service: "web",
 			Reason: fmt.Sprint(i), Seq: 999999 /* ignored: the FSM numbers events */}})
 	}
 	st := l.f.state()
@@ -617,5 +617,50 @@ func TestRestoredReplicaRecordsTheSameEvents(t *testing.T) {
 	a.must(again)
 	if want, got := a.f.state(), restored.state(); !reflect.DeepEqual(want, got) {
 		t.Errorf("restored replica diverged: %s", firstDiff(got, want))
+	}
+}
+
+// TestFSMRefusalsHaveTheirOwnRing: refusals, however many, never push the
+// lifecycle history out of the trail.
+func TestFSMRefusalsHaveTheirOwnRing(t *testing.T) {
+	l := newLog(t)
+	l.must(command{Op: opAudit, Event: &Event{Kind: EventReported, Namespace: "prod", Service: "web", Reason: "history"}})
+	for i := 0; i < 3*RefusalCapacity; i++ {
+		l.must(command{Op: opAudit, Event: &Event{Kind: EventRefused, Namespace: "prod", Service: "web", Reason: fmt.Sprint(i)}})
+	}
+	st := l.f.state()
+	if len(st.Events) != 1 || st.Events[0].Reason != "history" {
+		t.Fatalf("history after a flood of refusals: %+v", st.Events)
+	}
+	if len(st.Refusals) != RefusalCapacity || st.Refusals[RefusalCapacity-1].Seq != 1+3*RefusalCapacity {
+		t.Fatalf("%d refusals kept (newest seq %d), want %d ending at %d", len(st.Refusals),
+			st.Refusals[len(st.Refusals)-1].Seq, RefusalCapacity, 1+3*RefusalCapacity)
+	}
+}
+
+// TestFSMRegistrationID: a registration id tells a restarted process from
+// a retry when nothing else differs; a retry never moves ready back to
+// starting.
+func TestFSMRegistrationID(t *testing.T) {
+	l := newLog(t)
+	l.must(applySvc(webService()))
+	c := registerCmd("a")
+	c.Register.RegistrationID = "boot-1"
+	first := l.must(c).Instance
+	if again := l.must(c); again.Created || again.Instance.Incarnation != first.Incarnation {
+		t.Fatalf("retry with the same registration id: created=%t incarnation %d, want false %d", again.Created, again.Instance.Incarnation, first.Incarnation)
+	}
+	c = registerCmd("a")
+	c.Register.RegistrationID = "boot-2"
+	second := l.must(c)
+	if !second.Created || second.Instance.Incarnation <= first.Incarnation {
+		t.Fatalf("new registration id: created=%t incarnation %d, want a new one above %d", second.Created, second.Instance.Incarnation, first.Incarnation)
+	}
+	if r := l.apply(command{Op: opDrain, Key: webKey("a"), Incarnation: first.Incarnation}); !errors.Is(r.Err, ErrFenced) {
+		t.Fatalf("the old process drained the new one: %v", r.Err)
+	}
+	c.Register.Lifecycle = Starting
+	if r := l.must(c); r.Created || r.Instance.Lifecycle != Ready {
+		t.Fatalf("a late retry saying starting: created=%t lifecycle %s, want false ready", r.Created, r.Instance.Lifecycle)
 	}
 }

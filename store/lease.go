@@ -6,16 +6,22 @@ import (
 	"time"
 )
 
-// maxLeasesPerEntry bounds one checkpoint log entry (about 150 bytes a
-// lease); the rest wait for the next tick.
-const maxLeasesPerEntry = 4096
+const (
+	// maxLeasesPerEntry bounds one checkpoint log entry (about 150 bytes a
+	// lease).
+	maxLeasesPerEntry = 4096
+	// maxEntriesPerTick bounds the checkpoint entries one tick commits; at
+	// 8 × 4096 a tick replicates 32,768 renewals, so 100,000 instances on a
+	// 30 s TTL (about 10,000 renewals a second) never fall behind.
+	maxEntriesPerTick = 8
+)
 
 // Renew extends an instance's lease by its TTL from now. It is served by
 // the leader from memory and replicated in the next checkpoint batch; the
 // returned record carries the new deadline.
 func (s *Store) Renew(_ context.Context, key InstanceKey, inc uint64) (Instance, error) {
-	if !s.leaderReady.Load() {
-		return Instance{}, s.notLeader()
+	if !s.LeaderReady() {
+		return Instance{}, s.notReady()
 	}
 	s.fsm.mu.RLock()
 	cur, err := s.fsm.current(key, inc)
@@ -41,10 +47,45 @@ func (s *Store) Renew(_ context.Context, key InstanceKey, inc uint64) (Instance,
 	return s.overlay(in), nil
 }
 
-// LeaderReady reports whether this node is the leader and has finished
-// taking over (caught up and extended the leases): only then does it
-// accept renewals.
-func (s *Store) LeaderReady() bool { return s.leaderReady.Load() }
+// LeaderReady reports whether this node is the leader of the current term
+// and has finished taking over in that term (caught up with a Barrier and
+// committed its lease grace): only then does it serve renewals and
+// pre-checks from its own replica.
+func (s *Store) LeaderReady() bool {
+	t := s.readyTerm.Load()
+	return t != 0 && s.IsLeader() && s.raft.CurrentTerm() == t
+}
+
+// notReady is the error of a call that needs a ready leader.
+func (s *Store) notReady() error {
+	if s.IsLeader() {
+		return fmt.Errorf("this node was just elected and is still taking over; retry: %w", ErrNoLeader)
+	}
+	return s.notLeader()
+}
+
+// LeaseExpiry returns when in's lease runs out as this node can tell: its
+// recorded deadline, but never before one TTL after the current leader
+// took over (the new leader cannot know of renewals the old one did not
+// replicate, so it extends every lease by one TTL from its election, as
+// etcd does — without rewriting the recorded deadline, so a lease that was
+// long dead before the election keeps its true deadline for hard expiry).
+// A follower adds two checkpoint intervals for renewals the leader holds
+// but has not replicated yet.
+func (s *Store) LeaseExpiry(in Instance) time.Time {
+	in = s.overlay(in)
+	s.fsm.mu.RLock()
+	since := s.fsm.leaderSince
+	s.fsm.mu.RUnlock()
+	exp := in.LeaseDeadline
+	if g := since.Add(in.LeaseTTL.D()); !since.IsZero() && g.After(exp) {
+		exp = g
+	}
+	if !s.LeaderReady() {
+		exp = exp.Add(2 * s.cfg.LeaseCheckpoint)
+	}
+	return exp
+}
 
 // overlay applies the leader's unreplicated renewal of in, if any.
 func (s *Store) overlay(in Instance) Instance {
@@ -68,97 +109,120 @@ func (s *Store) forgetLease(key InstanceKey) {
 }
 
 // Run drives the leader's duties until ctx is done: on election it catches
-// up, extends every lease by one TTL and records its own address; while
-// leader it checkpoints renewals, ends drain windows and prunes tombstones
-// every LeaseCheckpoint. It returns nil when ctx is done.
+// up and records its lease grace and its own addresses; while leader it
+// checkpoints renewals, ends drain windows and prunes tombstones every
+// LeaseCheckpoint. It returns nil when ctx is done; call Handoff before
+// cancelling it for a clean stop.
 func (s *Store) Run(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.LeaseCheckpoint)
 	defer t.Stop()
 	leaderCh := s.raft.LeaderCh()
-	isLeader := false
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case l := <-leaderCh:
 			s.metrics.transitions.Inc()
+			// LeaderCh may fold true→false→true into one true: whatever
+			// it says, what was ready belongs to an older term.
+			s.stepDown()
 			if !l {
-				isLeader = false
-				s.stepDown()
 				s.log.Info("lost leadership")
 				continue
 			}
-			isLeader = true
 			if err := s.takeOver(ctx); err != nil {
-				// Retried on the next tick.
-				s.log.Warn("taking over as leader", "err", err)
+				s.log.Warn("taking over as leader; retrying on the next tick", "err", err)
 			}
 		case <-t.C:
-			if !isLeader {
-				continue
-			}
-			if !s.leaderReady.Load() {
+			switch {
+			case !s.IsLeader():
+			case !s.LeaderReady():
 				if err := s.takeOver(ctx); err != nil {
-					s.log.Warn("taking over as leader", "err", err)
+					s.log.Warn("taking over as leader; retrying on the next tick", "err", err)
 				}
-				continue
-			}
-			if err := s.housekeep(ctx); err != nil {
-				s.log.Warn("housekeeping", "err", err)
+			default:
+				if err := s.housekeep(ctx); err != nil {
+					s.log.Warn("housekeeping", "err", err)
+				}
 			}
 		}
 	}
 }
 
 func (s *Store) stepDown() {
-	s.leaderReady.Store(false)
+	s.readyTerm.Store(0)
 	s.leaseMu.Lock()
 	clear(s.leases)
 	clear(s.dirty)
 	s.leaseMu.Unlock()
 }
 
-// takeOver makes a new leader ready: Barrier so that the FSM holds every
-// committed entry, then every live lease is extended to at least now + TTL
-// (it could have been renewed on the old leader in the meantime), and this
-// node's addresses are recorded.
+// takeOver makes a new leader ready: a Barrier so that the FSM holds every
+// committed entry, then a log entry recording when this leader took over
+// (the start of every lease's grace), then its own addresses and tokens.
 func (s *Store) takeOver(ctx context.Context) error {
+	term := s.raft.CurrentTerm()
 	if err := s.raft.Barrier(timeoutOf(ctx)).Error(); err != nil {
-		return fmt.Errorf("barrier: %w", err)
+		return fmt.Errorf("barrier: %w", s.raftErr(err))
 	}
-	now := s.now()
-	s.fsm.mu.RLock()
-	s.leaseMu.Lock()
-	n := 0
-	for k, in := range s.fsm.instances {
-		if in.Lifecycle == Terminated {
-			continue
-		}
-		d := now.Add(in.LeaseTTL.D())
-		if d.After(in.LeaseDeadline) {
-			s.leases[k] = leaseUpdate{fence: fence{k, in.Incarnation}, Deadline: d}
-			s.dirty[k] = true
-			n++
-		}
+	if _, err := s.propose(ctx, command{Op: opLeader, Actor: "node:" + s.cfg.NodeID}); err != nil {
+		return fmt.Errorf("recording the lease grace: %w", err)
 	}
-	self := s.fsm.members[s.cfg.NodeID]
-	s.leaseMu.Unlock()
-	s.fsm.mu.RUnlock()
-	s.leaderReady.Store(true)
-	s.log.Info("leader ready", "leases_extended", n, "revision", s.Revision())
-	if self.HTTPAddr != s.cfg.HTTPAddr || self.RaftAddr != s.RaftAddr() {
-		m := Member{NodeID: s.cfg.NodeID, RaftAddr: s.RaftAddr(), HTTPAddr: s.cfg.HTTPAddr}
-		if _, err := s.propose(ctx, command{Op: opSetMember, Actor: "node:" + s.cfg.NodeID, Member: &m}); err != nil {
-			return fmt.Errorf("recording own address: %w", err)
-		}
+	if s.raft.CurrentTerm() != term {
+		return fmt.Errorf("term moved from %d to %d while taking over", term, s.raft.CurrentTerm())
 	}
+	s.readyTerm.Store(term)
+	s.log.Info("leader ready", "term", term, "revision", s.Revision())
 	return s.housekeep(ctx)
 }
 
 // housekeep replicates pending renewals (in batches), terminates instances
-// whose drain window is over and prunes old tombstones: one log entry, and
-// none when there is nothing to do.
+// whose drain window is over, prunes old tombstones, and records this
+// node's own addresses and seed tokens when the store lacks them. It
+// commits nothing when there is nothing to do.
 func (s *Store) housekeep(ctx context.Context) error {
+	if err := s.recordSelf(ctx); err != nil {
+		return err
+	}
+	for i := 0; i < maxEntriesPerTick; i++ {
+		more, err := s.housekeepOnce(ctx)
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// recordSelf commits this node's addresses and the seed tokens missing
+// from the store.
+func (s *Store) recordSelf(ctx context.Context) error {
+	s.fsm.mu.RLock()
+	self := s.fsm.members[s.cfg.NodeID]
+	var missing []TokenRecord
+	for _, t := range s.cfg.SeedTokens {
+		if cur, ok := s.fsm.tokens[t.Accessor]; !ok || !cur.sameGrant(t) {
+			missing = append(missing, t)
+		}
+	}
+	s.fsm.mu.RUnlock()
+	actor := "node:" + s.cfg.NodeID
+	if self.HTTPAddr != s.cfg.HTTPAddr || self.RaftAddr != s.RaftAddr() {
+		m := Member{NodeID: s.cfg.NodeID, RaftAddr: s.RaftAddr(), HTTPAddr: s.cfg.HTTPAddr}
+		if _, err := s.propose(ctx, command{Op: opSetMember, Actor: actor, Member: &m}); err != nil {
+			return fmt.Errorf("recording own address: %w", err)
+		}
+	}
+	if len(missing) > 0 {
+		if _, err := s.propose(ctx, command{Op: opPutTokens, Actor: actor, Tokens: missing}); err != nil {
+			return fmt.Errorf("recording seed tokens: %w", err)
+		}
+	}
+	return nil
+}
+
+// housekeepOnce commits one housekeeping entry and reports whether
+// renewals are still waiting.
+func (s *Store) housekeepOnce(ctx context.Context) (bool, error) {
 	now := s.now()
 	c := command{Op: opHousekeep, At: now, Actor: "node:" + s.cfg.NodeID}
 	s.leaseMu.Lock()
@@ -169,6 +233,7 @@ func (s *Store) housekeep(ctx context.Context) error {
 		c.Leases = append(c.Leases, s.leases[k])
 		delete(s.dirty, k)
 	}
+	more := len(s.dirty) > 0
 	s.leaseMu.Unlock()
 	pruneBefore := now.Add(-s.cfg.TombstoneTTL)
 	s.fsm.mu.RLock()
@@ -187,8 +252,11 @@ func (s *Store) housekeep(ctx context.Context) error {
 	}
 	s.fsm.mu.RUnlock()
 	if len(c.Leases) == 0 && len(c.Terminate) == 0 && c.PruneBefore.IsZero() {
-		return nil
+		return false, nil
 	}
+	// Map order is random; the log fixes the order for every replica, and
+	// sorting makes the audit trail read in a stable order too.
+	sortFences(c.Terminate)
 	if _, err := s.propose(ctx, c); err != nil {
 		// Put the renewals back so that the next tick retries them.
 		s.leaseMu.Lock()
@@ -198,7 +266,34 @@ func (s *Store) housekeep(ctx context.Context) error {
 			}
 		}
 		s.leaseMu.Unlock()
+		return false, err
+	}
+	return more, nil
+}
+
+// Handoff prepares a leader for a planned stop: it replicates pending
+// renewals and hands leadership to another voter, so the cluster need not
+// wait out an election timeout. On a follower it does nothing.
+func (s *Store) Handoff(ctx context.Context) error {
+	if !s.LeaderReady() {
+		return nil
+	}
+	s.readyTerm.Store(0) // no more renewals in memory from here on
+	for i := 0; i < maxEntriesPerTick; i++ {
+		more, err := s.housekeepOnce(ctx)
+		if err != nil {
+			return err
+		}
+		if !more {
+			break
+		}
+	}
+	ms, err := s.Members()
+	if err != nil || len(ms) < 2 {
 		return err
+	}
+	if err := s.raft.LeadershipTransfer().Error(); err != nil {
+		return fmt.Errorf("store: transferring leadership: %w", err)
 	}
 	return nil
 }

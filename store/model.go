@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -142,8 +143,9 @@ type Service struct {
 	Check      *Check     `json:"check,omitempty" yaml:"check,omitempty"`
 	Policy     Policy     `json:"policy" yaml:"policy"`
 	// Revision is the store revision that last changed the definition. It
-	// is set by the store; a value in input is ignored.
-	Revision uint64 `json:"revision,omitempty" yaml:"-"`
+	// is set by the store; a value in input is ignored, so that a
+	// definition read from the API can be applied back.
+	Revision uint64 `json:"revision,omitempty" yaml:"revision,omitempty"`
 }
 
 // Key returns the service's key.
@@ -208,6 +210,9 @@ type Instance struct {
 	// Registrar is the identity of the token that registered the instance
 	// (never the secret).
 	Registrar string `json:"registrar"`
+	// RegistrationID is the id the registrar gave this registration, if
+	// any.
+	RegistrationID string `json:"registration_id,omitempty"`
 	// SourceRevision is the store revision of the registration.
 	SourceRevision uint64      `json:"source_revision"`
 	RegisteredAt   time.Time   `json:"registered_at"`
@@ -253,6 +258,11 @@ type Registration struct {
 	LeaseTTL Duration `json:"lease_ttl,omitempty"`
 	// Lifecycle is starting or ready; defaults to ready.
 	Lifecycle Lifecycle `json:"lifecycle,omitempty"`
+	// RegistrationID optionally names this registration (a process's boot
+	// id, say). A retry with the same id and content returns the committed
+	// record; a new id always allocates a new incarnation, so a restarted
+	// process fences its predecessor even when nothing else changed.
+	RegistrationID string `json:"registration_id,omitempty"`
 }
 
 // Key returns the key of the instance r registers.
@@ -261,7 +271,7 @@ func (r Registration) Key() InstanceKey { return InstanceKey{r.Namespace, r.Serv
 // sameAs reports whether r asks for exactly what in already holds, so that
 // a retried registration returns the committed record.
 func (r Registration) sameAs(in Instance) bool {
-	if r.ID != in.ID || r.Region != in.Region || r.Zone != in.Zone ||
+	if r.ID != in.ID || r.RegistrationID != in.RegistrationID || r.Region != in.Region || r.Zone != in.Zone ||
 		r.Weight != in.Weight || r.LeaseTTL != in.LeaseTTL ||
 		len(r.Addresses) != len(in.Addresses) || len(r.Ports) != len(in.Ports) {
 		return false
@@ -289,6 +299,44 @@ type Member struct {
 	Voter  bool `json:"voter"`
 }
 
+// TokenRecord is an API token as the store keeps it: the SHA-256 digest
+// of its secret, never the secret.
+type TokenRecord struct {
+	// Accessor names the token in listings, logs and the audit trail.
+	Accessor   string   `json:"accessor"`
+	Digest     string   `json:"digest"` // hex SHA-256 of the secret
+	Scope      string   `json:"scope"`
+	Namespaces []string `json:"namespaces,omitempty"`
+	Namespace  string   `json:"namespace,omitempty"`
+	Service    string   `json:"service,omitempty"`
+	Instance   string   `json:"instance,omitempty"`
+	// Source is "file" for tokens seeded from a server's ACL file and
+	// "api" for tokens created over the API.
+	Source      string    `json:"source"`
+	Description string    `json:"description,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+// sameGrant reports whether t and o are the same secret with the same
+// rights.
+func (t TokenRecord) sameGrant(o TokenRecord) bool {
+	return t.Digest == o.Digest && t.Scope == o.Scope && slices.Equal(t.Namespaces, o.Namespaces) &&
+		t.Namespace == o.Namespace && t.Service == o.Service && t.Instance == o.Instance
+}
+
+func (t TokenRecord) validate() error {
+	if err := CheckLabel("accessor", t.Accessor); err != nil {
+		return err
+	}
+	if len(t.Digest) != 64 || strings.Trim(t.Digest, "0123456789abcdef") != "" {
+		return invalid("digest", "must be 64 lower-case hex digits")
+	}
+	if t.Scope == "" {
+		return invalid("scope", "is required")
+	}
+	return nil
+}
+
 // EventKind is the kind of an audit event.
 type EventKind string
 
@@ -301,6 +349,8 @@ const (
 	EventTerminated   EventKind = "terminated" // drain window over
 	EventReported     EventKind = "reported"
 	EventRefused      EventKind = "refused"
+	EventTokenCreated EventKind = "token_created"
+	EventTokenDeleted EventKind = "token_deleted"
 )
 
 // Event is one entry of the durable audit trail.

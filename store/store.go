@@ -22,6 +22,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -43,9 +46,10 @@ type Store struct {
 	closers []func() error
 	metrics *metrics
 
-	// leaderReady is set once this node is leader, its FSM has caught up
-	// (Barrier) and the leases have been extended; renewals wait for it.
-	leaderReady atomic.Bool
+	// readyTerm is the raft term in which this node finished taking over
+	// as leader (0: not ready); see LeaderReady.
+	readyTerm atomic.Uint64
+	caughtUp  atomic.Bool
 
 	leaseMu sync.Mutex
 	leases  map[InstanceKey]leaseUpdate // renewals held by the leader
@@ -166,7 +170,7 @@ func (s *Store) close() error {
 // Close shuts raft down and closes the log. It is safe to call twice.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		s.leaderReady.Store(false)
+		s.readyTerm.Store(0)
 		var errs []error
 		if s.raft != nil {
 			errs = append(errs, s.raft.Shutdown().Error())
@@ -183,7 +187,8 @@ func (s *Store) NodeID() string { return s.cfg.NodeID }
 // RaftAddr returns the address raft advertises.
 func (s *Store) RaftAddr() string { return string(s.trans.LocalAddr()) }
 
-// IsLeader reports whether this node is the leader and ready for writes.
+// IsLeader reports whether raft says this node is the leader. Writes may
+// still fail until LeaderReady.
 func (s *Store) IsLeader() bool { return s.raft.State() == raft.Leader }
 
 // State returns the raft state: Leader, Follower, Candidate or Shutdown.
@@ -196,6 +201,25 @@ func (s *Store) LastContact() time.Time {
 		return s.cfg.Now()
 	}
 	return s.raft.LastContact()
+}
+
+// CaughtUp reports whether this node's replica has, at least once since
+// it started, applied everything a leader told it was committed (on the
+// leader: taken over). It latches: a node that later loses its leader
+// keeps serving what it has, marked stale by its readers.
+func (s *Store) CaughtUp() bool {
+	if s.caughtUp.Load() {
+		return true
+	}
+	ok := s.LeaderReady()
+	if !ok && !s.raft.LastContact().IsZero() {
+		commit, err := strconv.ParseUint(s.raft.Stats()["commit_index"], 10, 64)
+		ok = err == nil && commit > 0 && s.raft.AppliedIndex() >= commit
+	}
+	if ok {
+		s.caughtUp.Store(true)
+	}
+	return ok
 }
 
 // Leader returns the leader's id and HTTP address as recorded in the
@@ -319,12 +343,16 @@ func (s *Store) ApplyServices(ctx context.Context, actor string, svcs []Service)
 // whether a new incarnation was created: an identical retry of a live
 // registration returns the committed one.
 func (s *Store) Register(ctx context.Context, actor string, reg Registration) (Instance, bool, error) {
-	svc, ok := s.Service(reg.Namespace, reg.Service)
-	if !ok {
-		return Instance{}, false, fmt.Errorf("service %s/%s is not defined; apply its definition first: %w", reg.Namespace, reg.Service, ErrNotFound)
-	}
-	if err := reg.normalize(svc); err != nil {
-		return Instance{}, false, err
+	// A ready leader refuses bad input without a log entry; before it has
+	// caught up, its replica may lack the service, and the FSM decides.
+	if s.LeaderReady() {
+		svc, ok := s.Service(reg.Namespace, reg.Service)
+		if !ok {
+			return Instance{}, false, fmt.Errorf("service %s/%s is not defined; apply its definition first: %w", reg.Namespace, reg.Service, ErrNotFound)
+		}
+		if err := reg.normalize(svc); err != nil {
+			return Instance{}, false, err
+		}
 	}
 	r, err := s.propose(ctx, command{Op: opRegister, Actor: actor, Key: reg.Key(), Register: &reg})
 	if err != nil {
@@ -339,7 +367,7 @@ func (s *Store) Register(ctx context.Context, actor string, reg Registration) (I
 // revision alone. The FSM checks again when the entry applies; before this
 // leader has caught up (LeaderReady) the FSM alone decides.
 func (s *Store) precheck(op opcode, key InstanceKey, inc uint64, rep *Report) error {
-	if !s.leaderReady.Load() {
+	if !s.LeaderReady() {
 		return nil
 	}
 	s.fsm.mu.RLock()
@@ -400,7 +428,14 @@ func (s *Store) Audit(ctx context.Context, e Event) error {
 
 // Services returns every service definition, sorted by key.
 func (s *Store) Services() []Service {
-	return s.fsm.state().Services
+	s.fsm.mu.RLock()
+	out := make([]Service, 0, len(s.fsm.services))
+	for _, svc := range s.fsm.services {
+		out = append(out, *svc)
+	}
+	s.fsm.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Key().String() < out[j].Key().String() })
+	return out
 }
 
 // Service returns one service definition.
@@ -446,16 +481,22 @@ func (s *Store) Instance(key InstanceKey) (Instance, bool) {
 func (s *Store) Events(ns, svc string, limit int) []Event {
 	s.fsm.mu.RLock()
 	defer s.fsm.mu.RUnlock()
+	// Walk both rings from the newest, merging by sequence number.
 	var out []Event
-	for i := len(s.fsm.events) - 1; i >= 0 && (limit <= 0 || len(out) < limit); i-- {
-		e := s.fsm.events[i]
+	ev, rf := &s.fsm.events, &s.fsm.refusals
+	i, j := ev.len()-1, rf.len()-1
+	for (i >= 0 || j >= 0) && (limit <= 0 || len(out) < limit) {
+		var e Event
+		if j < 0 || i >= 0 && ev.at(i).Seq > rf.at(j).Seq {
+			e, i = ev.at(i), i-1
+		} else {
+			e, j = rf.at(j), j-1
+		}
 		if ns == "" || e.Namespace == ns && e.Service == svc {
 			out = append(out, e)
 		}
 	}
-	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-		out[i], out[j] = out[j], out[i]
-	}
+	slices.Reverse(out)
 	return out
 }
 
@@ -519,15 +560,70 @@ func (s *Store) Leave(ctx context.Context, actor, nodeID string) error {
 	if !found {
 		return fmt.Errorf("member %q: %w", nodeID, ErrNotFound)
 	}
-	// Forget the address first: once the leader removes itself it can no
-	// longer commit anything.
-	if _, err := s.propose(ctx, command{Op: opDelMember, Actor: actor, Member: &Member{NodeID: nodeID}}); err != nil {
+	del := func() error {
+		_, err := s.propose(ctx, command{Op: opDelMember, Actor: actor, Member: &Member{NodeID: nodeID}})
 		return err
+	}
+	// A leader that removes itself can commit nothing afterwards, so it
+	// forgets its address first; for any other node the address goes only
+	// once the node is out, so a failed removal leaves it reachable.
+	if nodeID == s.cfg.NodeID {
+		if err := del(); err != nil {
+			return err
+		}
 	}
 	if err := s.raft.RemoveServer(raft.ServerID(nodeID), 0, timeoutOf(ctx)).Error(); err != nil {
 		return fmt.Errorf("store: removing %q: %w", nodeID, s.raftErr(err))
 	}
+	if nodeID != s.cfg.NodeID {
+		return del()
+	}
 	return nil
+}
+
+// PutTokens stores tokens (digests, never secrets); a token already
+// stored with the same grant is left as it is.
+func (s *Store) PutTokens(ctx context.Context, actor string, toks []TokenRecord) error {
+	for i, t := range toks {
+		if err := t.validate(); err != nil {
+			return fmt.Errorf("tokens[%d]: %w", i, err)
+		}
+	}
+	_, err := s.propose(ctx, command{Op: opPutTokens, Actor: actor, Tokens: toks})
+	return err
+}
+
+// DeleteToken removes the token with the given accessor.
+func (s *Store) DeleteToken(ctx context.Context, actor, accessor string) error {
+	s.fsm.mu.RLock()
+	_, ok := s.fsm.tokens[accessor]
+	s.fsm.mu.RUnlock()
+	if !ok && s.LeaderReady() {
+		return fmt.Errorf("token %q: %w", accessor, ErrNotFound)
+	}
+	_, err := s.propose(ctx, command{Op: opDelToken, Actor: actor, Accessor: accessor})
+	return err
+}
+
+// Tokens returns the stored tokens, sorted by accessor, and the revision
+// of their last change (to rebuild an authorizer only when they change).
+func (s *Store) Tokens() ([]TokenRecord, uint64) {
+	s.fsm.mu.RLock()
+	defer s.fsm.mu.RUnlock()
+	out := make([]TokenRecord, 0, len(s.fsm.tokens))
+	for _, t := range s.fsm.tokens {
+		t.Namespaces = slices.Clone(t.Namespaces)
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Accessor < out[j].Accessor })
+	return out, s.fsm.tokenRev
+}
+
+// TokenRevision returns the revision of the last token change.
+func (s *Store) TokenRevision() uint64 {
+	s.fsm.mu.RLock()
+	defer s.fsm.mu.RUnlock()
+	return s.fsm.tokenRev
 }
 
 // Snapshot forces a raft snapshot (tests and operators).
@@ -538,6 +634,10 @@ func timeoutOf(ctx context.Context) time.Duration {
 		return time.Until(dl)
 	}
 	return 5 * time.Second
+}
+
+func sortFences(fs []fence) {
+	sort.Slice(fs, func(i, j int) bool { return fs[i].Key.String() < fs[j].Key.String() })
 }
 
 // slogWriter turns hclog's text lines into slog records.

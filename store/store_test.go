@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -285,8 +286,8 @@ func TestClusterLeaderStopKeepsWritesAndLeases(t *testing.T) {
 	leader := storetest.Leader(t, rest)
 
 	got, ok := leader.Instance(key("a"))
-	if !ok || got.LeaseDeadline.Before(renewed.LeaseDeadline) {
-		t.Fatalf("new leader %s shows lease deadline %v, want at least %v, renewed on the old leader", leader.NodeID(), got.LeaseDeadline, renewed.LeaseDeadline)
+	if !ok || leader.LeaseExpiry(got).Before(renewed.LeaseDeadline) {
+		t.Fatalf("new leader %s lets the lease expire at %v, want at least %v, renewed on the old leader", leader.NodeID(), leader.LeaseExpiry(got), renewed.LeaseDeadline)
 	}
 	if got := leader.Services(); !reflect.DeepEqual(got, wantServices) {
 		t.Errorf("services on the new leader\n%+v\nwant\n%+v", got, wantServices)
@@ -297,7 +298,7 @@ func TestClusterLeaderStopKeepsWritesAndLeases(t *testing.T) {
 	}
 	for i := range gotInstances {
 		g, w := gotInstances[i], wantInstances[i]
-		if g.LeaseDeadline.Before(w.LeaseDeadline) {
+		if leader.LeaseExpiry(g).Before(w.LeaseDeadline) {
 			t.Errorf("instance %s: lease deadline went back from %v to %v", g.ID, w.LeaseDeadline, g.LeaseDeadline)
 		}
 		g.LeaseDeadline, w.LeaseDeadline = time.Time{}, time.Time{}
@@ -470,17 +471,22 @@ func TestLeaseExtendedOnElectionWithoutCheckpoint(t *testing.T) {
 		}
 		return errors.New("no ready leader among n2, n3")
 	})
-	if got, _ := leader.Instance(key("a")); got.LeaseDeadline.Before(renewed.LeaseDeadline) {
-		t.Fatalf("new leader %s shows deadline %v, earlier than the %v the old leader granted", leader.NodeID(), got.LeaseDeadline, renewed.LeaseDeadline)
+	if got, _ := leader.Instance(key("a")); leader.LeaseExpiry(got).Before(renewed.LeaseDeadline) {
+		t.Fatalf("new leader %s lets the lease expire at %v, earlier than the %v the old leader granted", leader.NodeID(), leader.LeaseExpiry(got), renewed.LeaseDeadline)
 	}
-	// The extension is replicated when the new leader takes over.
+	// The grace is replicated when the new leader takes over.
 	for _, nd := range nodes[1:] {
 		storetest.WaitFor(t, wait, func() error {
-			if got, _ := nd.Instance(key("a")); got.LeaseDeadline.Before(renewed.LeaseDeadline) {
-				return fmt.Errorf("%s shows deadline %v, want at least %v", nd.NodeID(), got.LeaseDeadline, renewed.LeaseDeadline)
+			if got, _ := nd.Instance(key("a")); nd.LeaseExpiry(got).Before(renewed.LeaseDeadline) {
+				return fmt.Errorf("%s lets the lease expire at %v, want at least %v", nd.NodeID(), nd.LeaseExpiry(got), renewed.LeaseDeadline)
 			}
 			return nil
 		})
+	}
+	// The recorded deadline is not rewritten: a lease dead long before the
+	// election keeps its true deadline for hard expiry.
+	if got, _ := leader.Instance(key("a")); !got.LeaseDeadline.Equal(in.LeaseDeadline) {
+		t.Errorf("new leader rewrote the recorded deadline %v to %v", in.LeaseDeadline, got.LeaseDeadline)
 	}
 }
 
@@ -540,8 +546,8 @@ func TestPersistenceAcrossRestart(t *testing.T) {
 	}
 	for i := range got {
 		g, w := got[i], wantInstances[i]
-		// The restarted leader extends live leases; nothing else moves.
-		if g.LeaseDeadline.Before(w.LeaseDeadline) {
+		// The restarted leader gives every lease a grace; nothing else moves.
+		if n.LeaseExpiry(g).Before(w.LeaseDeadline) {
 			t.Errorf("instance %s: lease deadline went back from %v to %v", g.ID, w.LeaseDeadline, g.LeaseDeadline)
 		}
 		g.LeaseDeadline, w.LeaseDeadline = time.Time{}, time.Time{}
@@ -570,5 +576,27 @@ func TestOpenRejectsBadConfig(t *testing.T) {
 			s.Close()
 			t.Errorf("%s: Open succeeded", name)
 		}
+	}
+}
+
+// TestSeedTokensAreStored: a leader stores the tokens of its ACL file
+// that the store lacks, so that every node honours them.
+func TestSeedTokensAreStored(t *testing.T) {
+	seed := store.TokenRecord{Accessor: "t0123456789ab", Digest: strings.Repeat("ab", 32), Scope: "admin", Source: "file"}
+	n := storetest.Single(t, store.Config{SeedTokens: []store.TokenRecord{seed}})
+	storetest.WaitFor(t, wait, func() error {
+		toks, rev := n.Tokens()
+		if len(toks) != 1 || toks[0].Digest != seed.Digest || rev == 0 {
+			return fmt.Errorf("stored tokens %+v at revision %d", toks, rev)
+		}
+		return nil
+	})
+	// Seeding again changes nothing.
+	rev := n.TokenRevision()
+	if err := n.PutTokens(t.Context(), "test", []store.TokenRecord{seed}); err != nil {
+		t.Fatal(err)
+	}
+	if n.TokenRevision() != rev {
+		t.Fatal("an identical token moved the token revision")
 	}
 }

@@ -61,9 +61,10 @@ const (
 	DefaultCheckTimeout       = 1 * time.Second
 	DefaultWeight             = 100
 
-	// MinLeaseTTL keeps renewals from becoming a write storm; MaxLeaseTTL
-	// keeps a dead instance from lingering for days.
-	MinLeaseTTL = 1 * time.Second
+	// MinLeaseTTL is five lease checkpoints, so that a follower's view of
+	// a renewed lease (replicated once a checkpoint) never looks expired;
+	// MaxLeaseTTL keeps a dead instance from lingering for days.
+	MinLeaseTTL = 5 * time.Second
 	MaxLeaseTTL = 24 * time.Hour
 )
 
@@ -289,6 +290,9 @@ func (r *Registration) normalize(svc Service) error {
 		if num < 1 || num > 65535 {
 			return invalid("ports", "%s=%d is out of range 1-65535", name, num)
 		}
+	}
+	if len(r.RegistrationID) > 128 {
+		return invalid("registration_id", "is %d characters; at most 128 are allowed", len(r.RegistrationID))
 	}
 	if r.Region != "" {
 		if err := CheckLabel("region", r.Region); err != nil {

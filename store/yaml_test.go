@@ -49,7 +49,6 @@ func TestParseServicesRefuses(t *testing.T) {
 		{"unknown key with its line", "namespace: prod\nname: web\nsurprise: 1\n", "line 3"},
 		{"bare number duration", "namespace: prod\npolicy: {lease_ttl: 30}\n", "duration"},
 		{"bad duration", "namespace: prod\npolicy: {lease_ttl: soon}\n", "duration"},
-		{"revision is not input", "namespace: prod\nrevision: 7\n", "revision"},
 		{"nothing", "", "no service definition"},
 		{"only separators", "---\n---\n", "no service definition"},
 		{"second document broken", "namespace: a\n---\nname: [\n", "document 2"},

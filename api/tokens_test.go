@@ -1,0 +1,76 @@
+package api_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/cairn-sd/cairn/api"
+	"github.com/cairn-sd/cairn/store"
+)
+
+// TestTokensAPI: an admin creates a token over the API; the store keeps
+// its digest, never its secret; the token works at once and stops working
+// when deleted.
+func TestTokensAPI(t *testing.T) {
+	t.Parallel()
+	e, regs := newACLEnv(t, options{})
+	before := e.node.TokenRevision()
+
+	// Only an admin manages tokens.
+	for _, s := range []string{registrarSecret, readerSecret, instanceSecret, proberSecret} {
+		wantError(t, e.call(t, http.MethodPost, "/v1/acl/tokens", s, `{"scope": "reader", "namespaces": ["shop"]}`),
+			http.StatusForbidden, api.CodeDenied, "token")
+		wantError(t, e.call(t, http.MethodGet, "/v1/acl/tokens", s, ""), http.StatusForbidden, api.CodeDenied, "token")
+	}
+	// Bad requests name the field and change nothing.
+	for _, tc := range []struct{ body, field string }{
+		{`{"scope": "reader"}`, "namespaces"},
+		{`{"scope": "root"}`, "scope"},
+		{`{"scope": "instance", "namespace": "shop"}`, "instance"},
+		{`{"scope": "admin", "secret": "short"}`, "secret"},
+		{`{"scope": "admin", "colour": "red"}`, "colour"},
+	} {
+		wantError(t, e.call(t, http.MethodPost, "/v1/acl/tokens", adminSecret, tc.body), http.StatusBadRequest, api.CodeInvalid, tc.field)
+	}
+	if e.node.TokenRevision() != before {
+		t.Fatal("a refused token request changed the stored tokens")
+	}
+
+	r := e.call(t, http.MethodPost, "/v1/acl/tokens", adminSecret, `{"scope": "registrar", "namespaces": ["shop"], "description": "ci"}`)
+	wantStatus(t, r, http.StatusCreated)
+	created := decodeAs[api.Token](t, r)
+	if len(created.Secret) < 16 || created.Accessor == "" || created.Digest != "" || created.Scope != "registrar" {
+		t.Fatalf("created token: %+v", created)
+	}
+	recs, _ := e.node.Tokens()
+	if len(recs) != 1 || recs[0].Digest == "" || strings.Contains(mustJSON(recs), created.Secret) {
+		t.Fatalf("stored tokens %+v: want one, by digest, without the secret", recs)
+	}
+	// The new token works at once: it may drain in its namespace.
+	wantStatus(t, e.call(t, http.MethodPost, instPath("shop", "web", "i-1", "drain"), created.Secret, incBody(regs["i-1"].Incarnation)), http.StatusOK)
+	// Listing shows it without digest or secret.
+	r = e.call(t, http.MethodGet, "/v1/acl/tokens", adminSecret, "")
+	wantStatus(t, r, http.StatusOK)
+	if body := string(r.Body); !strings.Contains(body, created.Accessor) || strings.Contains(body, created.Secret) || strings.Contains(body, recs[0].Digest) {
+		t.Fatalf("token list: %s", body)
+	}
+	// The same secret twice is a conflict.
+	wantError(t, e.call(t, http.MethodPost, "/v1/acl/tokens", adminSecret, `{"scope": "admin", "secret": "`+created.Secret+`"}`),
+		http.StatusConflict, api.CodeConflict, "secret")
+	// Deleted, it is unknown.
+	wantStatus(t, e.call(t, http.MethodDelete, "/v1/acl/tokens/"+created.Accessor, adminSecret, ""), http.StatusOK)
+	wantError(t, e.call(t, http.MethodGet, "/v1/services", created.Secret, ""), http.StatusUnauthorized, api.CodeUnauthenticated, "token")
+	wantError(t, e.call(t, http.MethodDelete, "/v1/acl/tokens/"+created.Accessor, adminSecret, ""), http.StatusNotFound, api.CodeNotFound, created.Accessor)
+	// Creation and deletion are audited, without the secret.
+	var kinds []store.EventKind
+	for _, ev := range e.node.Events("", "", 0) {
+		if strings.Contains(mustJSON(ev), created.Secret) {
+			t.Errorf("audit event %+v holds the secret", ev)
+		}
+		kinds = append(kinds, ev.Kind)
+	}
+	if !strings.Contains(mustJSON(kinds), string(store.EventTokenCreated)) || !strings.Contains(mustJSON(kinds), string(store.EventTokenDeleted)) {
+		t.Errorf("audit kinds %v lack token_created and token_deleted", kinds)
+	}
+}
