@@ -117,6 +117,7 @@ func registerCommand() *cli.Command {
 			&cli.StringFlag{Name: "zone"},
 			&cli.IntFlag{Name: "weight", Usage: "base weight 1-65535 (default 100)"},
 			&cli.DurationFlag{Name: "lease-ttl", Usage: "lease TTL (default: the service's lease_ttl)"},
+			&cli.StringFlag{Name: "registration-id", Usage: "names this registration (a boot id): a new id always gets a new incarnation"},
 		},
 		Action: func(c *cli.Context) error {
 			ns, svc, err := serviceArg(c)
@@ -129,7 +130,8 @@ func registerCommand() *cli.Command {
 			}
 			reg := store.Registration{ID: c.String("instance"), Addresses: c.StringSlice("address"),
 				Ports: map[string]int{}, Region: c.String("region"), Zone: c.String("zone"),
-				Weight: c.Int("weight"), LeaseTTL: store.Duration(c.Duration("lease-ttl"))}
+				Weight: c.Int("weight"), LeaseTTL: store.Duration(c.Duration("lease-ttl")),
+				RegistrationID: c.String("registration-id")}
 			for k, v := range ports {
 				n, err := strconv.Atoi(v)
 				if err != nil {
