@@ -1,0 +1,61 @@
+package integration
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/cairn-sd/cairn/store"
+)
+
+// TestGracefulStopHandsOver: SIGTERM to the leader of a 3-node cluster
+// exits cleanly, and the renewal it acknowledged just before is on the new
+// leader as a recorded deadline (replicated by the handoff), not only
+// covered by the new leader's grace.
+func TestGracefulStopHandsOver(t *testing.T) {
+	needProcesses(t)
+	c := StartCluster(t, 3)
+	ctx := ctxT(t, time.Minute)
+	old, err := c.Leader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := old.Client()
+	if _, err := cl.Apply(ctx, []byte(testService)); err != nil {
+		t.Fatal(err)
+	}
+	r, err := cl.Register(ctx, testNS, testSvc, registration("i-1", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := store.InstanceKey{Namespace: testNS, Service: testSvc, ID: "i-1"}
+	renewed, err := cl.Renew(ctx, key, r.Incarnation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Stop(); err != nil {
+		t.Fatalf("SIGTERM to the leader: %v", err)
+	}
+	var leader *Node
+	Eventually(t, 10*time.Second, func() error {
+		l, err := c.Leader()
+		if err != nil {
+			return err
+		}
+		if l == old {
+			return fmt.Errorf("%s is still named leader", l.ID)
+		}
+		leader = l
+		return nil
+	})
+	Eventually(t, 5*time.Second, func() error {
+		es, err := leader.Client().Endpoints(ctx, testNS, testSvc)
+		if err != nil {
+			return err
+		}
+		if len(es) != 1 || !es[0].LeaseDeadline.Equal(renewed.LeaseDeadline) {
+			return fmt.Errorf("new leader %s records %+v; want the deadline %s renewed on %s", leader.ID, es, renewed.LeaseDeadline, old.ID)
+		}
+		return nil
+	})
+}
