@@ -6,6 +6,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,6 +48,9 @@ func genRegistration(id string) *rapid.Generator[Registration] {
 			Weight:    rapid.SampledFrom(propWeights).Draw(t, "weight"),
 			LeaseTTL:  rapid.SampledFrom(propTTLs).Draw(t, "ttl"),
 			Lifecycle: rapid.SampledFrom(propLife).Draw(t, "lifecycle"),
+			// A registration id is usually absent, sometimes one of two
+			// boot ids: a new id must fence the old process.
+			RegistrationID: rapid.SampledFrom([]string{"", "", "boot-1", "boot-2"}).Draw(t, "registration id"),
 		}
 	})
 }
@@ -103,7 +107,8 @@ func (m *fencingModel) stateOf(id string) (Instance, bool) {
 
 func sameRegistration(r Registration, in *Instance) bool {
 	return slices.Equal(r.Addresses, in.Addresses) && maps.Equal(r.Ports, in.Ports) &&
-		r.Region == in.Region && r.Zone == in.Zone && r.Weight == in.Weight && r.LeaseTTL == in.LeaseTTL
+		r.Region == in.Region && r.Zone == in.Zone && r.Weight == in.Weight && r.LeaseTTL == in.LeaseTTL &&
+		r.RegistrationID == in.RegistrationID
 }
 
 func (m *fencingModel) register(t *rapid.T) {
@@ -134,7 +139,8 @@ func (m *fencingModel) register(t *rapid.T) {
 		if d := at.Add(old.LeaseTTL.D()); d.After(old.LeaseDeadline) {
 			old.LeaseDeadline = d
 		}
-		if old.Lifecycle != reg.Lifecycle {
+		// A retry may move starting → ready, never back.
+		if old.Lifecycle == Starting && reg.Lifecycle == Ready {
 			old.Lifecycle = reg.Lifecycle
 			m.events++
 		}
@@ -150,7 +156,7 @@ func (m *fencingModel) register(t *rapid.T) {
 		Namespace: "prod", Service: "web", ID: id, Incarnation: m.maxInc,
 		Addresses: reg.Addresses, Ports: reg.Ports, Region: reg.Region, Zone: reg.Zone,
 		Weight: reg.Weight, Lifecycle: reg.Lifecycle, LeaseTTL: reg.LeaseTTL,
-		LeaseDeadline: at.Add(reg.LeaseTTL.D()), Registrar: "registrar",
+		LeaseDeadline: at.Add(reg.LeaseTTL.D()), Registrar: "registrar", RegistrationID: reg.RegistrationID,
 		SourceRevision: m.l.index, RegisteredAt: at,
 	}
 	m.events++
@@ -368,7 +374,7 @@ func genCommand(t *rapid.T, ref *fsm) command {
 	if rapid.IntRange(0, 2).Draw(t, "stale") == 0 {
 		inc = rapid.Uint64Range(0, 6).Draw(t, "inc")
 	}
-	switch op := rapid.IntRange(0, 12).Draw(t, "op"); op {
+	switch op := rapid.IntRange(0, 15).Draw(t, "op"); op {
 	case 0:
 		svc := webService()
 		svc.Policy.DrainWindow = Duration(rapid.SampledFrom([]time.Duration{0, 5 * time.Second, time.Minute}).Draw(t, "drain window"))
@@ -408,7 +414,17 @@ func genCommand(t *rapid.T, ref *fsm) command {
 		}
 		return command{Op: opDelMember, Member: &Member{NodeID: n}}
 	case 11:
-		return command{Op: opAudit, Actor: "api", Event: &Event{Kind: EventRefused, Namespace: "prod", Service: "web", Reason: "test"}}
+		kind := rapid.SampledFrom([]EventKind{EventRefused, EventReported}).Draw(t, "kind")
+		return command{Op: opAudit, Actor: "api", Event: &Event{Kind: kind, Namespace: "prod", Service: "web", Reason: "test"}}
+	case 12:
+		return command{Op: opLeader, Actor: "node:n1"}
+	case 13:
+		acc := rapid.SampledFrom([]string{"ta", "tb"}).Draw(t, "accessor")
+		return command{Op: opPutTokens, Actor: "admin", Tokens: []TokenRecord{{Accessor: acc,
+			Digest: strings.Repeat(rapid.SampledFrom([]string{"a", "b", "z"}).Draw(t, "digest"), 64),
+			Scope:  rapid.SampledFrom([]string{"admin", "reader"}).Draw(t, "scope"), Namespaces: []string{"prod"}, Source: "api"}}}
+	case 14:
+		return command{Op: opDelToken, Actor: "admin", Accessor: rapid.SampledFrom([]string{"ta", "tb"}).Draw(t, "accessor")}
 	default:
 		return command{Op: "bogus"}
 	}
