@@ -132,6 +132,21 @@ func (p *Policy) Check(ns, raw string) (netip.Addr, error) {
 		if !in {
 			return forbid(fmt.Sprintf("outside the CIDRs permitted for namespace %q", ns))
 		}
+		// A translated address reaches its embedded IPv4 address: where
+		// the namespace lists IPv4 ranges, that address must be in them
+		// too, or a permitted NAT64 prefix would reach any IPv4 host.
+		var v4 []netip.Prefix
+		for _, pr := range ps {
+			if pr.Addr().Is4() {
+				v4 = append(v4, pr)
+			}
+		}
+		for _, e := range embedded(ip) {
+			if len(v4) > 0 && !slices.ContainsFunc(v4, func(pr netip.Prefix) bool { return pr.Contains(e.v4) }) {
+				return netip.Addr{}, fmt.Errorf("%s embeds the IPv4 address %s (%s), which is outside the IPv4 CIDRs permitted for namespace %q: %w",
+					ip, e.v4, e.scheme, ns, ErrForbidden)
+			}
+		}
 	}
 	return ip, nil
 }

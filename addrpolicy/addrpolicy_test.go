@@ -225,6 +225,8 @@ func TestCheck(t *testing.T) {
 		// Inside a namespace's CIDRs, an embedded IPv4 address is judged
 		// too; outside them, a translated address is refused as any other.
 		{"nat64 permitted", addrpolicy.New(addrpolicy.Config{Permitted: map[string][]netip.Prefix{"nat": prefixes("64:ff9b::/96")}}), "nat", "64:ff9b::808:808", allowed, "64:ff9b::808:808", ""},
+		{"nat64 permitted, embedded ipv4 inside the v4 ranges", addrpolicy.New(addrpolicy.Config{Permitted: map[string][]netip.Prefix{"nat": prefixes("64:ff9b::/96", "10.1.0.0/16")}}), "nat", "64:ff9b::a01:203", allowed, "64:ff9b::a01:203", ""},
+		{"nat64 permitted, embedded ipv4 outside the v4 ranges", addrpolicy.New(addrpolicy.Config{Permitted: map[string][]netip.Prefix{"nat": prefixes("64:ff9b::/96", "10.1.0.0/16")}}), "nat", "64:ff9b::a63:1", forbidden, "", "10.99.0.1|outside the IPv4 CIDRs"},
 		{"nat64 permitted metadata", addrpolicy.New(addrpolicy.Config{Permitted: map[string][]netip.Prefix{"nat": prefixes("64:ff9b::/96")}}), "nat", "64:ff9b::a9fe:a9fe", forbidden, "", "169.254.169.254|link-local"},
 		{"nat64 outside pci", prod, "pci", "64:ff9b::a32:1", forbidden, "", `"pci"`},
 	} {

@@ -169,6 +169,11 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/services/{ns}/{svc}/instances/{id}/drain", s.write("drain", s.mutate(acl.Drain)))
 	m.HandleFunc("POST /v1/services/{ns}/{svc}/instances/{id}/deregister", s.write("deregister", s.mutate(acl.Deregister)))
 	m.HandleFunc("POST /v1/services/{ns}/{svc}/instances/{id}/report", s.write("report", s.mutate(acl.Report)))
+	// Like /readyz, the node status needs no token: followers read the
+	// leader's revision from it to know when they have caught up.
+	m.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		s.finish(w, r, "status", acl.Identity{}, s.status)
+	})
 	m.HandleFunc("GET /v1/members", s.read("members", s.members))
 	m.HandleFunc("POST /v1/members", s.write("join", s.join))
 	m.HandleFunc("DELETE /v1/members/{id}", s.write("leave", s.leave))
@@ -198,12 +203,14 @@ func (s *Server) read(route string, h handler) http.HandlerFunc {
 func (s *Server) write(route string, h handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id, err := s.authenticate(r)
-		if err != nil {
-			s.writeError(w, r, route, err)
+		if !s.cfg.Store.IsLeader() && (err == nil || errors.Is(err, acl.ErrUnknownToken)) {
+			// A token this follower does not know yet (created moments ago
+			// on the leader) is the leader's to judge.
+			s.forward(w, r, route)
 			return
 		}
-		if !s.cfg.Store.IsLeader() {
-			s.forward(w, r, route)
+		if err != nil {
+			s.writeError(w, r, route, err)
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)

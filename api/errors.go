@@ -82,8 +82,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, route string
 	// Sentinel prefixes ("store: invalid input") say nothing to a user.
 	for _, p := range []string{": " + store.ErrInvalid.Error(), ": " + errBadRequest.Error(),
 		": " + addrpolicy.ErrForbidden.Error(), ": " + acl.ErrDenied.Error(), ": " + store.ErrFenced.Error(),
-		": " + store.ErrNotFound.Error(), ": " + errConflict.Error(), ": " + errRouteNotFound.Error(),
-		": " + errMethod.Error()} {
+		": " + store.ErrNotFound.Error(), ": " + errConflict.Error()} {
 		msg = strings.TrimSuffix(msg, p)
 	}
 	if code == http.StatusInternalServerError {

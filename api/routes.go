@@ -330,6 +330,23 @@ func (s *Server) mutate(act acl.Action) handler {
 	}
 }
 
+// Status is GET /v1/status: this node as it sees itself.
+type Status struct {
+	NodeID   string `json:"node_id"`
+	State    string `json:"state"`
+	LeaderID string `json:"leader_id"`
+	// Revision is the last raft index applied to this node's replica; a
+	// follower is caught up once its revision reaches the leader's.
+	Revision uint64 `json:"revision"`
+	CaughtUp bool   `json:"caught_up"`
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request, _ acl.Identity) (int, any, error) {
+	lid, _ := s.cfg.Store.Leader()
+	return http.StatusOK, Status{NodeID: s.cfg.Store.NodeID(), State: s.cfg.Store.State(), LeaderID: lid,
+		Revision: s.cfg.Store.Revision(), CaughtUp: s.cfg.Store.CaughtUp()}, nil
+}
+
 func (s *Server) members(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
 	if !id.Allows(acl.ReadCluster, "", "", "") {
 		return 0, nil, fmt.Errorf("%s token may not list members: %w", id.Scope, acl.ErrDenied)

@@ -11,9 +11,9 @@ import (
 	"github.com/cairn-sd/cairn/store"
 )
 
-// TokenRecords turns tokens with secrets (an ACL file's) into the records
-// the store keeps: digests and grants, never secrets.
-func TokenRecords(toks []acl.Token, source string) []store.TokenRecord {
+// tokenRecords turns tokens with secrets into the records the store
+// keeps: digests and grants, never secrets.
+func tokenRecords(toks []acl.Token, source string) []store.TokenRecord {
 	out := make([]store.TokenRecord, 0, len(toks))
 	for _, t := range toks {
 		d := acl.DigestOf(t.Secret)
@@ -96,13 +96,16 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, id acl.Iden
 	if err := t.Validate(); err != nil {
 		return 0, nil, fmt.Errorf("%v: %w", err, errBadRequest)
 	}
-	rec := TokenRecords([]acl.Token{t}, "api")[0]
+	rec := tokenRecords([]acl.Token{t}, "api")[0]
 	rec.Description = req.Description
 	recs, _ := s.cfg.Store.Tokens()
 	for _, cur := range recs {
 		if cur.Accessor == rec.Accessor {
 			return 0, nil, fmt.Errorf("secret: a token with this secret exists already (%s): %w", cur.Accessor, errConflict)
 		}
+	}
+	if _, err := s.cfg.ACL.Authenticate(req.Secret); err == nil && s.cfg.ACL.Enabled() {
+		return 0, nil, fmt.Errorf("secret: a token of the servers' ACL files has this secret: %w", errConflict)
 	}
 	if err := s.cfg.Store.PutTokens(r.Context(), id.Name, []store.TokenRecord{rec}); err != nil {
 		return 0, nil, err
@@ -128,12 +131,6 @@ func (s *Server) deleteToken(w http.ResponseWriter, r *http.Request, id acl.Iden
 		return 0, nil, fmt.Errorf("%s token may not delete tokens: %w", id.Scope, acl.ErrDenied)
 	}
 	acc := r.PathValue("accessor")
-	recs, _ := s.cfg.Store.Tokens()
-	for _, cur := range recs {
-		if cur.Accessor == acc && cur.Source == "file" {
-			return 0, nil, fmt.Errorf("token %s comes from the servers' ACL files; remove it there: %w", acc, errConflict)
-		}
-	}
 	if err := s.cfg.Store.DeleteToken(r.Context(), id.Name, acc); err != nil {
 		return 0, nil, err
 	}

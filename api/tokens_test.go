@@ -55,6 +55,9 @@ func TestTokensAPI(t *testing.T) {
 	if body := string(r.Body); !strings.Contains(body, created.Accessor) || strings.Contains(body, created.Secret) || strings.Contains(body, recs[0].Digest) {
 		t.Fatalf("token list: %s", body)
 	}
+	// A secret of the servers' ACL files is a conflict too.
+	wantError(t, e.call(t, http.MethodPost, "/v1/acl/tokens", adminSecret, `{"scope": "admin", "secret": "`+readerSecret+`"}`),
+		http.StatusConflict, api.CodeConflict, "ACL files")
 	// The same secret twice is a conflict.
 	wantError(t, e.call(t, http.MethodPost, "/v1/acl/tokens", adminSecret, `{"scope": "admin", "secret": "`+created.Secret+`"}`),
 		http.StatusConflict, api.CodeConflict, "secret")

@@ -99,22 +99,26 @@ func (c *Client) do(ctx context.Context, method, path, ctype string, body []byte
 // budget: after one attempt) or ctx is done. It returns the last attempt's
 // error, or, when ctx ends the retries, ctx's error.
 func (c *Client) retry(ctx context.Context, budget time.Duration, method, path, ctype string, body []byte, out any) error {
-	var deadline time.Time
+	var deadline, first time.Time
 	ceiling := retryBase
 	for attempt := 1; ; attempt++ {
 		err := c.once(ctx, method, path, ctype, body, out)
 		if err == nil || budget < 0 || !IsRetryable(err) {
+			if err != nil && attempt > 1 {
+				return fmt.Errorf("%w (after %d attempts over %s)", err, attempt, time.Since(first).Round(time.Millisecond))
+			}
 			return err
 		}
 		if ctx.Err() != nil {
 			return stopped(ctx, method, path, attempt, err)
 		}
 		if attempt == 1 {
-			deadline = time.Now().Add(budget)
+			first = time.Now()
+			deadline = first.Add(budget)
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			return err
+			return fmt.Errorf("%w (after %d attempts over %s)", err, attempt, time.Since(first).Round(time.Millisecond))
 		}
 		wait := min(rand.N(ceiling), left)
 		ceiling = min(2*ceiling, retryCap)
@@ -278,6 +282,13 @@ func (c *Client) Events(ctx context.Context, ns, svc string, limit int) ([]store
 	return out, err
 }
 
+// Status returns the node's own view: id, raft state, leader, revision.
+func (c *Client) Status(ctx context.Context) (api.Status, error) {
+	var out api.Status
+	err := c.json(ctx, http.MethodGet, "/v1/status", nil, &out)
+	return out, err
+}
+
 // Members lists the cluster's servers.
 func (c *Client) Members(ctx context.Context) ([]store.Member, error) {
 	var out []store.Member
@@ -336,6 +347,11 @@ func IsRetryable(err error) bool {
 		if errors.Is(err, target) {
 			return true
 		}
+	}
+	// A name that does not resolve will not resolve a second later.
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return false
 	}
 	var op *net.OpError
 	if errors.As(err, &op) {

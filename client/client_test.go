@@ -512,3 +512,12 @@ func TestIsRetryable(t *testing.T) {
 		}
 	}
 }
+
+// TestDNSErrorIsNotRetried: a name that does not resolve fails at once.
+func TestDNSErrorIsNotRetried(t *testing.T) {
+	err := &url.Error{Op: "Get", URL: "http://no-such-host.invalid/", Err: &net.OpError{Op: "dial", Net: "tcp",
+		Err: &net.DNSError{Err: "no such host", Name: "no-such-host.invalid", IsNotFound: true}}}
+	if client.IsRetryable(err) {
+		t.Fatal("a DNS failure is retryable")
+	}
+}

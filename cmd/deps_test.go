@@ -21,6 +21,7 @@ var importRules = []struct {
 	{"", "github.com/cairn-sd/cairn/store/storetest", "test helpers stay in tests"},
 	{"acl", "github.com/cairn-sd/cairn/", "acl is a leaf"},
 	{"addrpolicy", "github.com/cairn-sd/cairn/", "addrpolicy is a leaf"},
+	{"probe", "github.com/cairn-sd/cairn/", "probe is a leaf: it checks targets and knows nothing of the store"},
 	{"store", "github.com/cairn-sd/cairn/", "store sits at the start of the flow and imports no other cairn package"},
 	{"api", "github.com/cairn-sd/cairn/cmd", "only cmd wires"},
 	{"client", "github.com/cairn-sd/cairn/cmd", "only cmd wires"},

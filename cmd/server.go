@@ -241,7 +241,7 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	st, err := store.Open(store.Config{NodeID: nodeID, RaftAddr: cfg.RaftAddr, HTTPAddr: httpAddr,
 		DataDir: cfg.DataDir, Bootstrap: cfg.Join == "", Logger: log, Registerer: reg,
-		SeedTokens: api.TokenRecords(cfg.Tokens, "file")})
+		LeaderRevision: leaderRevision})
 	if err != nil {
 		return err
 	}
@@ -291,8 +291,9 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 		return nil
 	})
 	g.Go(func() error {
-		// Shutdown, in order: not ready; lame duck; drain HTTP; hand
-		// leadership over with renewals replicated; stop the store's loop
+		// Shutdown, in order: not ready; lame duck; hand leadership over
+		// with renewals replicated (writes arriving from here on are
+		// forwarded to the new leader); drain HTTP; stop the store's loop
 		// (the deferred Close then stops raft).
 		<-gctx.Done()
 		defer stopRun()
@@ -300,15 +301,15 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 		log.Info("shutting down", "lame_duck_s", cfg.LameDuck.Seconds())
 		t := time.NewTimer(cfg.LameDuck)
 		<-t.C
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(sctx); err != nil {
-			log.Warn("HTTP connections still open at shutdown", "err", err)
-		}
 		hctx, hcancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer hcancel()
 		if err := st.Handoff(hctx); err != nil {
 			log.Warn("handing leadership over", "err", err)
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			log.Warn("HTTP connections still open at shutdown", "err", err)
 		}
 		return nil
 	})
@@ -332,6 +333,18 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 		})
 	}
 	return g.Wait()
+}
+
+// leaderRevision reads the leader's revision from its /v1/status.
+func leaderRevision(ctx context.Context, httpAddr string) (uint64, error) {
+	cl, err := client.New(httpAddr, "")
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	cl.RetryFor = -1 // asked again on the store's next tick
+	st, err := cl.Status(ctx)
+	return st.Revision, err
 }
 
 // ownAddrs returns the servers' own addresses: every member's raft and HTTP

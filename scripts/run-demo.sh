@@ -10,14 +10,16 @@ bin=./bin/cairn
 mkdir -p .cairn
 "$bin" server --dev --data-dir .cairn/data &
 server=$!
-trap 'kill -TERM $server 2>/dev/null; wait $server' INT TERM
+# Whatever ends this script, the server goes with it.
+trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null' EXIT
+trap 'exit 130' INT TERM
 
-# Wait (at most 30 s) until the server takes writes.
+# Wait (at most 30 s) until the server takes writes; a server that died
+# (its port taken, say) is not mistaken for another one answering there.
 deadline=$((SECONDS + 30))
-until "$bin" apply -f deploy/demo.yaml >/dev/null 2>&1; do
+until kill -0 $server 2>/dev/null && "$bin" apply -f deploy/demo.yaml >/dev/null 2>&1 && kill -0 $server 2>/dev/null; do
   if ! kill -0 $server 2>/dev/null || ((SECONDS > deadline)); then
     echo "cairn server did not become ready; see its log above" >&2
-    kill -TERM $server 2>/dev/null || true
     exit 1
   fi
   sleep 0.2

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"time"
@@ -44,9 +45,10 @@ type Config struct {
 	// Defaults to raft's 8192.
 	SnapshotThreshold uint64
 
-	// SeedTokens are tokens from this node's ACL file: a leader stores
-	// those the store lacks, so that every node honours them.
-	SeedTokens []TokenRecord
+	// LeaderRevision asks the leader, at its HTTP address, for its
+	// revision; a follower is CaughtUp once it has applied as much. Nil
+	// leaves followers never CaughtUp (tests that do not need it).
+	LeaderRevision func(ctx context.Context, httpAddr string) (uint64, error)
 
 	// Transport replaces the TCP transport (tests use raft's in-memory
 	// one).

@@ -25,6 +25,9 @@ const (
 	RefusalCapacity = 1000
 )
 
+// maxRetiredIDs is how many replaced registration ids an instance keeps.
+const maxRetiredIDs = 8
+
 type opcode string
 
 const (
@@ -169,7 +172,7 @@ func (f *fsm) apply(index uint64, c command) result {
 	case opDelToken:
 		t, ok := f.tokens[c.Accessor]
 		if !ok {
-			r.Err = fmt.Errorf("token %q: %w", c.Accessor, ErrNotFound)
+			r.Err = fmt.Errorf("token %q is not stored (tokens of ACL files live in the files): %w", c.Accessor, ErrNotFound)
 			break
 		}
 		delete(f.tokens, c.Accessor)
@@ -279,6 +282,7 @@ func (f *fsm) register(index uint64, c command) (Instance, bool, error) {
 	}
 	reg := *c.Register
 	reg.Namespace, reg.Service = c.Key.Namespace, c.Key.Service
+	ttlDefault := reg.LeaseTTL == 0
 	svc, ok := f.services[c.Key.ServiceKey()]
 	if !ok {
 		return Instance{}, false, fmt.Errorf("service %s is not defined; apply its definition first: %w", c.Key.ServiceKey(), ErrNotFound)
@@ -288,7 +292,11 @@ func (f *fsm) register(index uint64, c command) (Instance, bool, error) {
 	}
 	key := reg.Key()
 	old := f.instances[key]
-	if old != nil && (old.Lifecycle == Starting || old.Lifecycle == Ready) && reg.sameAs(*old) {
+	if old != nil && reg.RegistrationID != "" && slices.Contains(old.RetiredRegistrationIDs, reg.RegistrationID) {
+		return Instance{}, false, fmt.Errorf("instance %s: registration id %q was replaced by incarnation %d: %w",
+			key, reg.RegistrationID, old.Incarnation, ErrFenced)
+	}
+	if old != nil && (old.Lifecycle == Starting || old.Lifecycle == Ready) && reg.sameAs(*old, ttlDefault) {
 		// A retry of the committed registration: same incarnation. It
 		// re-arms the lease, as any sign of life does.
 		if d := c.At.Add(old.LeaseTTL.D()); d.After(old.LeaseDeadline) {
@@ -305,19 +313,20 @@ func (f *fsm) register(index uint64, c command) (Instance, bool, error) {
 	f.nextInc++
 	in := &Instance{
 		Namespace: key.Namespace, Service: key.Service, ID: key.ID,
-		Incarnation:    f.nextInc,
-		Addresses:      append([]string(nil), reg.Addresses...),
-		Ports:          map[string]int{},
-		Region:         reg.Region,
-		Zone:           reg.Zone,
-		Weight:         reg.Weight,
-		Lifecycle:      reg.Lifecycle,
-		LeaseTTL:       reg.LeaseTTL,
-		LeaseDeadline:  c.At.Add(reg.LeaseTTL.D()),
-		Registrar:      c.Actor,
-		RegistrationID: reg.RegistrationID,
-		SourceRevision: index,
-		RegisteredAt:   c.At,
+		Incarnation:     f.nextInc,
+		Addresses:       append([]string(nil), reg.Addresses...),
+		Ports:           map[string]int{},
+		Region:          reg.Region,
+		Zone:            reg.Zone,
+		Weight:          reg.Weight,
+		Lifecycle:       reg.Lifecycle,
+		LeaseTTL:        reg.LeaseTTL,
+		LeaseTTLDefault: ttlDefault,
+		LeaseDeadline:   c.At.Add(reg.LeaseTTL.D()),
+		Registrar:       c.Actor,
+		RegistrationID:  reg.RegistrationID,
+		SourceRevision:  index,
+		RegisteredAt:    c.At,
 	}
 	for k, v := range reg.Ports {
 		in.Ports[k] = v
@@ -325,6 +334,13 @@ func (f *fsm) register(index uint64, c command) (Instance, bool, error) {
 	e := Event{At: c.At, Kind: EventRegistered, Namespace: key.Namespace, Service: key.Service,
 		Instance: key.ID, Incarnation: in.Incarnation, To: string(in.Lifecycle), Actor: c.Actor}
 	if old != nil {
+		in.RetiredRegistrationIDs = slices.Clone(old.RetiredRegistrationIDs)
+		if old.RegistrationID != "" && old.RegistrationID != reg.RegistrationID {
+			in.RetiredRegistrationIDs = append(in.RetiredRegistrationIDs, old.RegistrationID)
+		}
+		if n := len(in.RetiredRegistrationIDs); n > maxRetiredIDs {
+			in.RetiredRegistrationIDs = in.RetiredRegistrationIDs[n-maxRetiredIDs:]
+		}
 		e.From = string(old.Lifecycle)
 		e.Reason = fmt.Sprintf("replaces incarnation %d", old.Incarnation)
 	}

@@ -117,9 +117,7 @@ func (m *fencingModel) register(t *rapid.T) {
 	at := m.tick(t)
 	c := command{Op: opRegister, Actor: "registrar", Key: webKey(id), Register: &reg}
 	r := m.l.apply(c)
-	if r.Err != nil {
-		t.Fatalf("registration refused: %v", r.Err)
-	}
+	ttlDefault := reg.LeaseTTL == 0
 	// The model's own normalisation.
 	if reg.Weight == 0 {
 		reg.Weight = DefaultWeight
@@ -131,6 +129,16 @@ func (m *fencingModel) register(t *rapid.T) {
 		reg.Lifecycle = Ready
 	}
 	old := m.instances[id]
+	if old != nil && reg.RegistrationID != "" && slices.Contains(old.RetiredRegistrationIDs, reg.RegistrationID) {
+		// A late retry of a replaced registration: fenced, nothing changes.
+		if !errors.Is(r.Err, ErrFenced) {
+			t.Fatalf("registration with retired id %q of %s: %+v, %v; want ErrFenced", reg.RegistrationID, id, r.Instance, r.Err)
+		}
+		return
+	}
+	if r.Err != nil {
+		t.Fatalf("registration refused: %v", r.Err)
+	}
 	if old != nil && (old.Lifecycle == Starting || old.Lifecycle == Ready) && sameRegistration(reg, old) {
 		if r.Created || r.Instance.Incarnation != old.Incarnation {
 			t.Fatalf("identical retry of live %s (incarnation %d): created=%t incarnation %d, want the committed one",
@@ -152,7 +160,18 @@ func (m *fencingModel) register(t *rapid.T) {
 	}
 	m.maxInc = r.Instance.Incarnation
 	m.issued[id] = append(m.issued[id], m.maxInc)
+	var retired []string
+	if old != nil {
+		retired = slices.Clone(old.RetiredRegistrationIDs)
+		if old.RegistrationID != "" && old.RegistrationID != reg.RegistrationID {
+			retired = append(retired, old.RegistrationID)
+		}
+		if len(retired) > maxRetiredIDs {
+			retired = retired[len(retired)-maxRetiredIDs:]
+		}
+	}
 	m.instances[id] = &Instance{
+		RetiredRegistrationIDs: retired, LeaseTTLDefault: ttlDefault,
 		Namespace: "prod", Service: "web", ID: id, Incarnation: m.maxInc,
 		Addresses: reg.Addresses, Ports: reg.Ports, Region: reg.Region, Zone: reg.Zone,
 		Weight: reg.Weight, Lifecycle: reg.Lifecycle, LeaseTTL: reg.LeaseTTL,

@@ -663,4 +663,29 @@ func TestFSMRegistrationID(t *testing.T) {
 	if r := l.must(c); r.Created || r.Instance.Lifecycle != Ready {
 		t.Fatalf("a late retry saying starting: created=%t lifecycle %s, want false ready", r.Created, r.Instance.Lifecycle)
 	}
+	// A late retry of the predecessor's registration does not fence its
+	// successor.
+	late := registerCmd("a")
+	late.Register.RegistrationID = "boot-1"
+	if r := l.apply(late); !errors.Is(r.Err, ErrFenced) {
+		t.Fatalf("late retry of a replaced registration id: %+v, %v; want ErrFenced", r.Instance, r.Err)
+	}
+	if in := l.f.instances[webKey("a")]; in.Incarnation != second.Instance.Incarnation || in.RegistrationID != "boot-2" {
+		t.Fatalf("after the late retry the record is %+v; want incarnation %d of boot-2", in, second.Instance.Incarnation)
+	}
+}
+
+// TestFSMRetryMatchesAfterPolicyChange: a registration that left
+// lease_ttl to the policy is still an identical retry after the policy's
+// lease_ttl changes.
+func TestFSMRetryMatchesAfterPolicyChange(t *testing.T) {
+	l := newLog(t)
+	l.must(applySvc(webService()))
+	first := l.must(registerCmd("a")).Instance
+	svc := webService()
+	svc.Policy.LeaseTTL = Duration(time.Minute)
+	l.must(applySvc(svc))
+	if r := l.must(registerCmd("a")); r.Created || r.Instance.Incarnation != first.Incarnation {
+		t.Fatalf("identical retry after a policy change: created=%t incarnation %d, want the committed %d", r.Created, r.Instance.Incarnation, first.Incarnation)
+	}
 }

@@ -19,7 +19,7 @@ const (
 // Renew extends an instance's lease by its TTL from now. It is served by
 // the leader from memory and replicated in the next checkpoint batch; the
 // returned record carries the new deadline.
-func (s *Store) Renew(_ context.Context, key InstanceKey, inc uint64) (Instance, error) {
+func (s *Store) Renew(ctx context.Context, key InstanceKey, inc uint64) (Instance, error) {
 	if !s.LeaderReady() {
 		return Instance{}, s.notReady()
 	}
@@ -36,7 +36,18 @@ func (s *Store) Renew(_ context.Context, key InstanceKey, inc uint64) (Instance,
 	if in.Lifecycle == Terminated {
 		return Instance{}, fmt.Errorf("instance %s is deregistered: %w", key, ErrFenced)
 	}
-	d := s.now().Add(in.LeaseTTL.D())
+	now := s.now()
+	d := now.Add(in.LeaseTTL.D())
+	if !now.Before(s.overlay(in).LeaseDeadline) {
+		// A renewal that brings an expired lease back is replicated before
+		// it is acknowledged: the election grace (LeaseExpiry) then only
+		// has to cover leases that were live shortly before it.
+		c := command{Op: opHousekeep, At: now, Actor: "node:" + s.cfg.NodeID,
+			Leases: []leaseUpdate{{fence: fence{key, inc}, Deadline: d}}}
+		if _, err := s.propose(ctx, c); err != nil {
+			return Instance{}, err
+		}
+	}
 	s.leaseMu.Lock()
 	if old, ok := s.leases[key]; !ok || old.Incarnation != inc || d.After(old.Deadline) {
 		s.leases[key] = leaseUpdate{fence: fence{key, inc}, Deadline: d}
@@ -65,26 +76,38 @@ func (s *Store) notReady() error {
 }
 
 // LeaseExpiry returns when in's lease runs out as this node can tell: its
-// recorded deadline, but never before one TTL after the current leader
-// took over (the new leader cannot know of renewals the old one did not
-// replicate, so it extends every lease by one TTL from its election, as
-// etcd does — without rewriting the recorded deadline, so a lease that was
-// long dead before the election keeps its true deadline for hard expiry).
-// A follower adds two checkpoint intervals for renewals the leader holds
-// but has not replicated yet.
+// recorded deadline, but, for a lease that was live shortly before the
+// current leader took over, never before one TTL after that (the new
+// leader cannot know of renewals the old one did not replicate, so it
+// extends those leases by one TTL from its election, as etcd does —
+// without rewriting the recorded deadline). A lease dead before the
+// election gets no grace: a renewal that revives an expired lease is
+// replicated before it is acknowledged, so any renewal the new leader may
+// have missed was made while the recorded deadline was still ahead, and no
+// earlier than GraceWindow before the takeover. A follower adds two
+// checkpoint intervals for renewals the leader holds but has not
+// replicated yet.
 func (s *Store) LeaseExpiry(in Instance) time.Time {
 	in = s.overlay(in)
 	s.fsm.mu.RLock()
 	since := s.fsm.leaderSince
 	s.fsm.mu.RUnlock()
 	exp := in.LeaseDeadline
-	if g := since.Add(in.LeaseTTL.D()); !since.IsZero() && g.After(exp) {
+	if g := since.Add(in.LeaseTTL.D()); !since.IsZero() && g.After(exp) && exp.After(since.Add(-s.graceWindow())) {
 		exp = g
 	}
 	if !s.LeaderReady() {
 		exp = exp.Add(2 * s.cfg.LeaseCheckpoint)
 	}
 	return exp
+}
+
+// graceWindow is how long before a takeover a renewal can have been
+// acknowledged by the old leader and not replicated: two checkpoint
+// intervals (the last one may have failed) plus the longest a dead leader
+// goes unnoticed and an election takes (about four election timeouts).
+func (s *Store) graceWindow() time.Duration {
+	return 2*s.cfg.LeaseCheckpoint + 4*s.cfg.ElectionTimeout
 }
 
 // overlay applies the leader's unreplicated renewal of in, if any.
@@ -136,6 +159,7 @@ func (s *Store) Run(ctx context.Context) error {
 		case <-t.C:
 			switch {
 			case !s.IsLeader():
+				s.checkCaughtUp(ctx)
 			case !s.LeaderReady():
 				if err := s.takeOver(ctx); err != nil {
 					s.log.Warn("taking over as leader; retrying on the next tick", "err", err)
@@ -161,6 +185,9 @@ func (s *Store) stepDown() {
 // committed entry, then a log entry recording when this leader took over
 // (the start of every lease's grace), then its own addresses and tokens.
 func (s *Store) takeOver(ctx context.Context) error {
+	if s.handingOff.Load() {
+		return nil
+	}
 	term := s.raft.CurrentTerm()
 	if err := s.raft.Barrier(timeoutOf(ctx)).Error(); err != nil {
 		return fmt.Errorf("barrier: %w", s.raftErr(err))
@@ -178,8 +205,8 @@ func (s *Store) takeOver(ctx context.Context) error {
 
 // housekeep replicates pending renewals (in batches), terminates instances
 // whose drain window is over, prunes old tombstones, and records this
-// node's own addresses and seed tokens when the store lacks them. It
-// commits nothing when there is nothing to do.
+// node's own addresses when the store lacks them. It commits nothing when
+// there is nothing to do.
 func (s *Store) housekeep(ctx context.Context) error {
 	if err := s.recordSelf(ctx); err != nil {
 		return err
@@ -193,29 +220,17 @@ func (s *Store) housekeep(ctx context.Context) error {
 	return nil
 }
 
-// recordSelf commits this node's addresses and the seed tokens missing
-// from the store.
+// recordSelf commits this node's addresses when the store lacks them.
 func (s *Store) recordSelf(ctx context.Context) error {
 	s.fsm.mu.RLock()
 	self := s.fsm.members[s.cfg.NodeID]
-	var missing []TokenRecord
-	for _, t := range s.cfg.SeedTokens {
-		if cur, ok := s.fsm.tokens[t.Accessor]; !ok || !cur.sameGrant(t) {
-			missing = append(missing, t)
-		}
-	}
 	s.fsm.mu.RUnlock()
-	actor := "node:" + s.cfg.NodeID
-	if self.HTTPAddr != s.cfg.HTTPAddr || self.RaftAddr != s.RaftAddr() {
-		m := Member{NodeID: s.cfg.NodeID, RaftAddr: s.RaftAddr(), HTTPAddr: s.cfg.HTTPAddr}
-		if _, err := s.propose(ctx, command{Op: opSetMember, Actor: actor, Member: &m}); err != nil {
-			return fmt.Errorf("recording own address: %w", err)
-		}
+	if self.HTTPAddr == s.cfg.HTTPAddr && self.RaftAddr == s.RaftAddr() {
+		return nil
 	}
-	if len(missing) > 0 {
-		if _, err := s.propose(ctx, command{Op: opPutTokens, Actor: actor, Tokens: missing}); err != nil {
-			return fmt.Errorf("recording seed tokens: %w", err)
-		}
+	m := Member{NodeID: s.cfg.NodeID, RaftAddr: s.RaftAddr(), HTTPAddr: s.cfg.HTTPAddr}
+	if _, err := s.propose(ctx, command{Op: opSetMember, Actor: "node:" + s.cfg.NodeID, Member: &m}); err != nil {
+		return fmt.Errorf("recording own address: %w", err)
 	}
 	return nil
 }
@@ -275,11 +290,15 @@ func (s *Store) housekeepOnce(ctx context.Context) (bool, error) {
 // renewals and hands leadership to another voter, so the cluster need not
 // wait out an election timeout. On a follower it does nothing.
 func (s *Store) Handoff(ctx context.Context) error {
-	if !s.LeaderReady() {
+	if !s.IsLeader() {
 		return nil
 	}
-	s.readyTerm.Store(0) // no more renewals in memory from here on
-	for i := 0; i < maxEntriesPerTick; i++ {
+	// From here on this node neither takes over again nor holds renewals
+	// in memory: followers forward them to whoever leads next.
+	s.handingOff.Store(true)
+	wasReady := s.LeaderReady()
+	s.readyTerm.Store(0)
+	for i := 0; wasReady && i < maxEntriesPerTick; i++ {
 		more, err := s.housekeepOnce(ctx)
 		if err != nil {
 			return err

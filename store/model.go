@@ -204,6 +204,10 @@ type Instance struct {
 	Weight      int            `json:"weight"`
 	Lifecycle   Lifecycle      `json:"lifecycle"`
 	LeaseTTL    Duration       `json:"lease_ttl"`
+	// LeaseTTLDefault is set when the registration left lease_ttl to the
+	// service's policy, so that an identical retry still matches after
+	// the policy changes.
+	LeaseTTLDefault bool `json:"lease_ttl_default,omitempty"`
 	// LeaseDeadline is when the lease runs out unless renewed. On the
 	// leader it includes renewals not yet checkpointed.
 	LeaseDeadline time.Time `json:"lease_deadline"`
@@ -211,8 +215,11 @@ type Instance struct {
 	// (never the secret).
 	Registrar string `json:"registrar"`
 	// RegistrationID is the id the registrar gave this registration, if
-	// any.
-	RegistrationID string `json:"registration_id,omitempty"`
+	// any; RetiredRegistrationIDs are the ids of the registrations it
+	// replaced (the newest 8), refused from then on so that a late retry
+	// of a predecessor cannot fence its successor.
+	RegistrationID         string   `json:"registration_id,omitempty"`
+	RetiredRegistrationIDs []string `json:"retired_registration_ids,omitempty"`
 	// SourceRevision is the store revision of the registration.
 	SourceRevision uint64      `json:"source_revision"`
 	RegisteredAt   time.Time   `json:"registered_at"`
@@ -227,6 +234,7 @@ func (in Instance) Key() InstanceKey { return InstanceKey{in.Namespace, in.Servi
 func (in Instance) clone() Instance {
 	out := in
 	out.Addresses = append([]string(nil), in.Addresses...)
+	out.RetiredRegistrationIDs = slices.Clone(in.RetiredRegistrationIDs)
 	out.Ports = make(map[string]int, len(in.Ports))
 	for k, v := range in.Ports {
 		out.Ports[k] = v
@@ -268,11 +276,13 @@ type Registration struct {
 // Key returns the key of the instance r registers.
 func (r Registration) Key() InstanceKey { return InstanceKey{r.Namespace, r.Service, r.ID} }
 
-// sameAs reports whether r asks for exactly what in already holds, so that
+// sameAs reports whether r (normalised; ttlDefault says whether it left
+// lease_ttl to the policy) asks for exactly what in already holds, so that
 // a retried registration returns the committed record.
-func (r Registration) sameAs(in Instance) bool {
+func (r Registration) sameAs(in Instance, ttlDefault bool) bool {
+	sameTTL := r.LeaseTTL == in.LeaseTTL || ttlDefault && in.LeaseTTLDefault
 	if r.ID != in.ID || r.RegistrationID != in.RegistrationID || r.Region != in.Region || r.Zone != in.Zone ||
-		r.Weight != in.Weight || r.LeaseTTL != in.LeaseTTL ||
+		r.Weight != in.Weight || !sameTTL ||
 		len(r.Addresses) != len(in.Addresses) || len(r.Ports) != len(in.Ports) {
 		return false
 	}

@@ -19,12 +19,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,8 +48,10 @@ type Store struct {
 
 	// readyTerm is the raft term in which this node finished taking over
 	// as leader (0: not ready); see LeaderReady.
-	readyTerm atomic.Uint64
-	caughtUp  atomic.Bool
+	readyTerm  atomic.Uint64
+	caughtUp   atomic.Bool
+	catchUpTo  atomic.Uint64 // the leader's revision when asked; 0: not asked yet
+	handingOff atomic.Bool
 
 	leaseMu sync.Mutex
 	leases  map[InstanceKey]leaseUpdate // renewals held by the leader
@@ -204,22 +206,41 @@ func (s *Store) LastContact() time.Time {
 }
 
 // CaughtUp reports whether this node's replica has, at least once since
-// it started, applied everything a leader told it was committed (on the
-// leader: taken over). It latches: a node that later loses its leader
-// keeps serving what it has, marked stale by its readers.
+// it started, applied everything the leader had applied when asked (on
+// the leader: taken over). Followers ask through Config.LeaderRevision,
+// in Run. It latches: a node that later loses its leader keeps serving
+// what it has, marked stale by its readers.
 func (s *Store) CaughtUp() bool {
 	if s.caughtUp.Load() {
 		return true
 	}
-	ok := s.LeaderReady()
-	if !ok && !s.raft.LastContact().IsZero() {
-		commit, err := strconv.ParseUint(s.raft.Stats()["commit_index"], 10, 64)
-		ok = err == nil && commit > 0 && s.raft.AppliedIndex() >= commit
-	}
-	if ok {
+	if target := s.catchUpTo.Load(); s.LeaderReady() || target > 0 && s.Revision() >= target {
 		s.caughtUp.Store(true)
+		return true
 	}
-	return ok
+	return false
+}
+
+// checkCaughtUp asks the leader for its revision once, then CaughtUp
+// latches when the local replica has applied as much. (Asking again each
+// time would chase a leader that keeps writing.)
+func (s *Store) checkCaughtUp(ctx context.Context) {
+	if s.CaughtUp() || s.catchUpTo.Load() > 0 || s.cfg.LeaderRevision == nil {
+		return
+	}
+	lid, addr := s.Leader()
+	if lid == "" || addr == "" || lid == s.cfg.NodeID {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.LeaseCheckpoint)
+	defer cancel()
+	rev, err := s.cfg.LeaderRevision(ctx, addr)
+	if err != nil {
+		s.log.Debug("asking the leader for its revision", "leader", lid, "err", err)
+		return
+	}
+	s.catchUpTo.Store(max(rev, 1))
+	s.log.Info("catching up with the leader", "leader", lid, "leader_revision", rev, "revision", s.Revision())
 }
 
 // Leader returns the leader's id and HTTP address as recorded in the
@@ -350,7 +371,12 @@ func (s *Store) Register(ctx context.Context, actor string, reg Registration) (I
 		if !ok {
 			return Instance{}, false, fmt.Errorf("service %s/%s is not defined; apply its definition first: %w", reg.Namespace, reg.Service, ErrNotFound)
 		}
-		if err := reg.normalize(svc); err != nil {
+		// Check a copy: the log carries the request as sent, so that the
+		// FSM knows which fields took their defaults.
+		check := reg
+		check.Addresses = slices.Clone(reg.Addresses)
+		check.Ports = maps.Clone(reg.Ports)
+		if err := check.normalize(svc); err != nil {
 			return Instance{}, false, err
 		}
 	}
@@ -558,7 +584,8 @@ func (s *Store) Leave(ctx context.Context, actor, nodeID string) error {
 		found = found || m.NodeID == nodeID
 	}
 	if !found {
-		return fmt.Errorf("member %q: %w", nodeID, ErrNotFound)
+		// Already gone: a retried leave succeeds, as it did the first time.
+		return nil
 	}
 	del := func() error {
 		_, err := s.propose(ctx, command{Op: opDelMember, Actor: actor, Member: &Member{NodeID: nodeID}})
@@ -599,7 +626,7 @@ func (s *Store) DeleteToken(ctx context.Context, actor, accessor string) error {
 	_, ok := s.fsm.tokens[accessor]
 	s.fsm.mu.RUnlock()
 	if !ok && s.LeaderReady() {
-		return fmt.Errorf("token %q: %w", accessor, ErrNotFound)
+		return fmt.Errorf("token %q is not stored (tokens of ACL files live in the files): %w", accessor, ErrNotFound)
 	}
 	_, err := s.propose(ctx, command{Op: opDelToken, Actor: actor, Accessor: accessor})
 	return err

@@ -7,7 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -579,24 +580,111 @@ func TestOpenRejectsBadConfig(t *testing.T) {
 	}
 }
 
-// TestSeedTokensAreStored: a leader stores the tokens of its ACL file
-// that the store lacks, so that every node honours them.
-func TestSeedTokensAreStored(t *testing.T) {
-	seed := store.TokenRecord{Accessor: "t0123456789ab", Digest: strings.Repeat("ab", 32), Scope: "admin", Source: "file"}
-	n := storetest.Single(t, store.Config{SeedTokens: []store.TokenRecord{seed}})
+// fakeClock is a settable clock for the store's timestamps (raft keeps
+// its own real timers).
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// TestLeaseGraceOnlyForLiveLeases: after a takeover, a lease renewed
+// shortly before it gets one TTL of grace; a lease dead long before it
+// keeps its true deadline (no revival); and a renewal that revived an
+// expired lease was replicated before it was acknowledged.
+func TestLeaseGraceOnlyForLiveLeases(t *testing.T) {
+	dir := t.TempDir()
+	clk := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	cfg := store.Config{DataDir: dir, Now: clk.Now}
+	n := storetest.Single(t, cfg)
+	mustApply(t, n.Store, webService(time.Minute))
+	a := mustRegister(t, n.Store, registration("a", "10.0.0.1"))
+	b := mustRegister(t, n.Store, registration("b", "10.0.0.2"))
+
+	clk.Advance(time.Hour) // both leases long dead
+	renewed, err := n.Renew(t.Context(), key("b"), b.Incarnation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := n.Instance(key("b")); !got.LeaseDeadline.Equal(renewed.LeaseDeadline) {
+		t.Fatalf("reviving renewal not applied: %v, want %v", got.LeaseDeadline, renewed.LeaseDeadline)
+	}
+	clk.Advance(2 * time.Second)
+	if err := n.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	n2 := storetest.Single(t, cfg) // takes over at now
+	since := clk.Now()
+
+	gotA, _ := n2.Instance(key("a"))
+	if !gotA.LeaseDeadline.Equal(a.LeaseDeadline) || !n2.LeaseExpiry(gotA).Equal(a.LeaseDeadline) {
+		t.Errorf("dead lease a: deadline %v, expiry %v; want both %v (no grace for a lease dead an hour before the election)",
+			gotA.LeaseDeadline, n2.LeaseExpiry(gotA), a.LeaseDeadline)
+	}
+	gotB, _ := n2.Instance(key("b"))
+	if !gotB.LeaseDeadline.Equal(renewed.LeaseDeadline) {
+		t.Errorf("revived lease b: recorded %v, want %v (replicated before acknowledged)", gotB.LeaseDeadline, renewed.LeaseDeadline)
+	}
+	if want := since.Add(gotB.LeaseTTL.D()); !n2.LeaseExpiry(gotB).Equal(want) {
+		t.Errorf("live lease b: expiry %v, want %v (one TTL from the takeover)", n2.LeaseExpiry(gotB), want)
+	}
+}
+
+// TestFollowerCaughtUp: a follower is CaughtUp only once its replica has
+// applied what the leader had applied when asked.
+func TestFollowerCaughtUp(t *testing.T) {
+	var leader atomic.Pointer[store.Store]
+	ask := func(ctx context.Context, _ string) (uint64, error) {
+		l := leader.Load()
+		if l == nil {
+			return 0, errors.New("no leader yet")
+		}
+		return l.Revision(), nil
+	}
+	var nodes []*node
+	for i := 1; i <= 2; i++ {
+		cfg := storetest.Fast(store.Config{NodeID: fmt.Sprintf("n%d", i), HTTPAddr: fmt.Sprintf("127.0.0.1:%d", i),
+			Bootstrap: i == 1, LeaderRevision: ask})
+		nodes = append(nodes, startNode(t, cfg))
+	}
+	n1, n2 := nodes[0], nodes[1]
 	storetest.WaitFor(t, wait, func() error {
-		toks, rev := n.Tokens()
-		if len(toks) != 1 || toks[0].Digest != seed.Digest || rev == 0 {
-			return fmt.Errorf("stored tokens %+v at revision %d", toks, rev)
+		if !n1.LeaderReady() {
+			return fmt.Errorf("n1 is %s", n1.State())
 		}
 		return nil
 	})
-	// Seeding again changes nothing.
-	rev := n.TokenRevision()
-	if err := n.PutTokens(t.Context(), "test", []store.TokenRecord{seed}); err != nil {
+	leader.Store(n1.Store)
+	if !n1.CaughtUp() {
+		t.Fatal("a ready leader is not CaughtUp")
+	}
+	mustApply(t, n1.Store, webService(time.Minute))
+	for i := range 200 {
+		mustRegister(t, n1.Store, registration(fmt.Sprintf("i-%d", i), fmt.Sprintf("10.0.%d.%d", i/200, i%200+1)))
+	}
+	// n2 is not connected yet: it knows no leader and is not caught up.
+	if n2.CaughtUp() {
+		t.Fatal("a follower that never heard from a leader is CaughtUp")
+	}
+	n1.trans.Connect(n2.trans.LocalAddr(), n2.trans)
+	n2.trans.Connect(n1.trans.LocalAddr(), n1.trans)
+	if err := n1.Join(t.Context(), "test", store.Member{NodeID: "n2", RaftAddr: n2.RaftAddr(), HTTPAddr: "127.0.0.1:2"}); err != nil {
 		t.Fatal(err)
 	}
-	if n.TokenRevision() != rev {
-		t.Fatal("an identical token moved the token revision")
+	want := n1.Revision()
+	storetest.WaitFor(t, wait, func() error {
+		if !n2.CaughtUp() {
+			return fmt.Errorf("n2 at revision %d is not CaughtUp (leader %d)", n2.Revision(), want)
+		}
+		return nil
+	})
+	if got := n2.Revision(); got < want {
+		t.Fatalf("n2 CaughtUp at revision %d, before the leader's %d", got, want)
 	}
 }
