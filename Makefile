@@ -25,6 +25,7 @@ bench:       ## store throughput and leader failover on loopback (see BENCHMARKS
 fuzz:        ## each fuzz target for FUZZTIME (go test -fuzz takes one target per run)
 	$(GO) test -run='^$$' -fuzz='^FuzzParseServices$$' -fuzztime=$(FUZZTIME) ./store
 	$(GO) test -run='^$$' -fuzz='^FuzzFSMApply$$' -fuzztime=$(FUZZTIME) ./store
+	$(GO) test -run='^$$' -fuzz='^FuzzWriteBodies$$' -fuzztime=$(FUZZTIME) ./api
 
 lint:        ## go vet, gofmt, staticcheck (from the module proxy)
 	$(GO) vet ./...

@@ -481,3 +481,21 @@ func TestRefusedMutationKeepsRevision(t *testing.T) {
 		http.StatusBadRequest, api.CodeInvalid, "dependencies")
 	e.wantUnchanged(t, before, "refused mutations")
 }
+
+// TestRetiredRegistrationIDKeepsRevision: a late retry of a replaced
+// registration id is refused with 409 before anything is written (found
+// by FuzzWriteBodies).
+func TestRetiredRegistrationIDKeepsRevision(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, options{})
+	e.apply(t, "", webYAML)
+	path := svcPath("shop", "web") + "/instances"
+	body := func(id string) string {
+		return `{"instance_id": "i-1", "addresses": ["10.0.0.1"], "ports": {"http": 8080}, "registration_id": "` + id + `"}`
+	}
+	wantStatus(t, e.call(t, http.MethodPost, path, "", body("boot-a")), http.StatusCreated)
+	wantStatus(t, e.call(t, http.MethodPost, path, "", body("boot-b")), http.StatusCreated)
+	before := e.snapshot(t)
+	wantError(t, e.call(t, http.MethodPost, path, "", body("boot-a")), http.StatusConflict, api.CodeFenced, "boot-a")
+	e.wantUnchanged(t, before, "a late retry of a replaced registration id")
+}

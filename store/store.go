@@ -379,6 +379,10 @@ func (s *Store) Register(ctx context.Context, actor string, reg Registration) (I
 		if err := check.normalize(svc); err != nil {
 			return Instance{}, false, err
 		}
+		if old, ok := s.Instance(reg.Key()); ok && reg.RegistrationID != "" && slices.Contains(old.RetiredRegistrationIDs, reg.RegistrationID) {
+			return Instance{}, false, fmt.Errorf("instance %s: registration id %q was replaced by incarnation %d: %w",
+				reg.Key(), reg.RegistrationID, old.Incarnation, ErrFenced)
+		}
 	}
 	r, err := s.propose(ctx, command{Op: opRegister, Actor: actor, Key: reg.Key(), Register: &reg})
 	if err != nil {
