@@ -3,7 +3,7 @@
 // bootstraps, the others --join it), waits for /readyz, and lets a test
 // kill, stop, pause and restart nodes.
 //
-// The core (Binary, New, Cluster, Node) needs no testing.T, so that
+// The core (Binary, New, Cluster, Node, Writer) needs no testing.T, so that
 // bench/ can reuse it; StartCluster and Eventually are the wrappers for
 // tests. Each node's stdout and stderr go to a log file next to its data
 // directory, and StartCluster prints the tail of every log when a test

@@ -2,16 +2,14 @@ package integration
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/cairn-sd/cairn/client"
+	"github.com/cairn-sd/cairn/store"
 )
 
 // failoverBound is SPEC §9: a 3-node cluster accepts writes again less
@@ -32,30 +30,30 @@ func TestLeaderKillFailover(t *testing.T) {
 	applyService(ctx, t, c)
 
 	w := startWriter(ctx, c)
-	defer w.stop()
+	defer w.Stop()
 	for round := 1; round <= 2; round++ {
 		// Some writes before the kill, so that the history spans it.
-		n := len(w.snapshot())
-		if err := w.waitAcks(ctx, func(acks []ack) bool { return len(acks) >= n+25 }); err != nil {
+		n := len(w.Acks())
+		if err := w.WaitAcks(ctx, func(acks []Ack) bool { return len(acks) >= n+25 }); err != nil {
 			t.Fatalf("round %d, before the kill: %v", round, err)
 		}
 		killed := killLeader(ctx, t, c, w)
 		// Let the writer go on under the new leader for a while.
-		n = len(w.snapshot())
-		if err := w.waitAcks(ctx, func(acks []ack) bool { return len(acks) >= n+25 }); err != nil {
+		n = len(w.Acks())
+		if err := w.WaitAcks(ctx, func(acks []Ack) bool { return len(acks) >= n+25 }); err != nil {
 			t.Fatalf("round %d, after the failover: %v", round, err)
 		}
 		// Followers apply asynchronously: poll each live node until it
 		// has every registration acknowledged so far, with that
 		// incarnation.
-		want := w.acked(t)
+		want := acked(t, w)
 		for _, n := range c.Live() {
 			Eventually(t, 10*time.Second, func() error {
 				got, err := incarnations(ctx, n.Client())
 				if err != nil {
 					return fmt.Errorf("%s: %v", n.ID, err)
 				}
-				return w.check(n.ID, got, want)
+				return check(w, n.ID, got, want)
 			})
 		}
 		// The killed node restarts from its data dir and catches up
@@ -65,23 +63,23 @@ func TestLeaderKillFailover(t *testing.T) {
 			t.Fatal(err)
 		}
 		readyAfter := time.Since(restartAt)
-		want = w.acked(t)
+		want = acked(t, w)
 		Eventually(t, 10*time.Second, func() error {
 			got, err := incarnations(ctx, killed.Client())
 			if err != nil {
 				return fmt.Errorf("restarted %s: %v", killed.ID, err)
 			}
-			return w.check(killed.ID, got, want)
+			return check(w, killed.ID, got, want)
 		})
 		t.Logf("restarted %s: ready after %s, caught up after %s", killed.ID, readyAfter.Round(time.Millisecond), time.Since(restartAt).Round(time.Millisecond))
 	}
 	stopAt := time.Now()
-	w.stop()
-	if err := w.err(); err != nil {
+	w.Stop()
+	if err := w.Err(); err != nil {
 		t.Fatalf("writer: %v", err)
 	}
-	want := w.acked(t)
-	t.Logf("%d registrations acknowledged; %d attempts failed and were retried; writer stopped in %s", len(want), w.retries(), time.Since(stopAt).Round(time.Millisecond))
+	want := acked(t, w)
+	t.Logf("%d registrations acknowledged; %d attempts failed and were retried; writer stopped in %s", len(want), w.Retries(), time.Since(stopAt).Round(time.Millisecond))
 
 	// At rest, the nodes converge on the same instances, among them every
 	// acknowledged registration. (A registration in flight when the
@@ -94,7 +92,7 @@ func TestLeaderKillFailover(t *testing.T) {
 			if err != nil {
 				return fmt.Errorf("%s: %v", n.ID, err)
 			}
-			if err := w.check(n.ID, got, want); err != nil {
+			if err := check(w, n.ID, got, want); err != nil {
 				return err
 			}
 			if ref == nil {
@@ -111,7 +109,7 @@ func TestLeaderKillFailover(t *testing.T) {
 // killLeader kills the leader with SIGKILL while w writes, waits for the
 // first registration sent after the kill to be accepted, checks the time
 // that took against failoverBound, and returns the killed node.
-func killLeader(ctx context.Context, t *testing.T, c *Cluster, w *writer) *Node {
+func killLeader(ctx context.Context, t *testing.T, c *Cluster, w *Writer) *Node {
 	t.Helper()
 	leader, err := c.WaitLeader(10 * time.Second)
 	if err != nil {
@@ -121,20 +119,14 @@ func killLeader(ctx context.Context, t *testing.T, c *Cluster, w *writer) *Node 
 	if err := leader.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	var first ack
 	wctx, cancel := context.WithTimeout(ctx, 3*failoverBound)
 	defer cancel()
-	err = w.waitAcks(wctx, func(acks []ack) bool {
-		for i := len(acks) - 1; i >= 0 && acks[i].sent.After(killedAt); i-- {
-			first = acks[i]
-		}
-		return !first.sent.IsZero()
-	})
+	first, err := w.FirstAckAfter(wctx, killedAt)
 	if err != nil {
 		t.Fatalf("no write accepted within %s of killing leader %s: %v", 3*failoverBound, leader.ID, err)
 	}
-	failover := first.acked.Sub(killedAt)
-	t.Logf("killed leader %s; first write accepted %s after the kill (%s via %s)", leader.ID, failover.Round(time.Millisecond), first.id, first.via)
+	failover := first.Acked.Sub(killedAt)
+	t.Logf("killed leader %s; first write accepted %s after the kill (%s via %s)", leader.ID, failover.Round(time.Millisecond), first.ID, first.Via)
 	if failover >= failoverBound {
 		load, _ := os.ReadFile("/proc/loadavg") // a starved machine stretches elections
 		t.Errorf("writes accepted again %s after leader %s was killed; SPEC §9 wants < %s (load average: %s)",
@@ -143,155 +135,37 @@ func killLeader(ctx context.Context, t *testing.T, c *Cluster, w *writer) *Node 
 	return leader
 }
 
-// ack is one acknowledged registration.
-type ack struct {
-	id    string
-	inc   uint64
-	via   string    // the node the request was sent to
-	sent  time.Time // when the accepted attempt was sent
-	acked time.Time
+// writerID is the id of the writer's i-th registration.
+const writerID = "w-%06d"
+
+// startWriter starts a writer that registers instances w-000000,
+// w-000001, ... of testService, 50 a second (as in R1).
+func startWriter(ctx context.Context, c *Cluster) *Writer {
+	return StartWriter(ctx, c, WriterConfig{
+		Namespace: testNS,
+		Service:   testSvc,
+		Rate:      50,
+		Registration: func(i int) store.Registration {
+			return registration(fmt.Sprintf(writerID, i), i)
+		},
+	})
 }
 
-// writer registers instances w-000000, w-000001, ... one at a time, at
-// most 50 a second, sending each to the next node in turn and retrying it on another node
-// while the answer is 503 or no answer (a registration is idempotent: a
-// retry of a committed one returns the committed incarnation).
-type writer struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-
-	mu       sync.Mutex
-	acks     []ack
-	changed  chan struct{} // closed and replaced on every ack
-	attempts int           // ids attempted (acked or not)
-	failed   int           // attempts retried
-	fatal    error
-}
-
-func startWriter(ctx context.Context, c *Cluster) *writer {
-	ctx, cancel := context.WithCancel(ctx)
-	w := &writer{cancel: cancel, done: make(chan struct{}), changed: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		w.run(ctx, c.Nodes)
-	}()
-	return w
-}
-
-func (w *writer) run(ctx context.Context, nodes []*Node) {
-	// A new registration every 20ms (50 writes/s, as in R1), and a
-	// retry 10ms after a failed attempt.
-	pace := time.NewTicker(20 * time.Millisecond)
-	defer pace.Stop()
-	next := 0
-	for i := 0; ; i++ {
-		id := fmt.Sprintf("w-%06d", i)
-		reg := registration(id, i)
-		w.mu.Lock()
-		w.attempts = i + 1
-		w.mu.Unlock()
-		for {
-			n := nodes[next%len(nodes)]
-			next++
-			actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			sent := time.Now()
-			r, err := n.Client().Register(actx, testNS, testSvc, reg)
-			cancel()
-			if err == nil {
-				w.mu.Lock()
-				w.acks = append(w.acks, ack{id: id, inc: r.Incarnation, via: n.ID, sent: sent, acked: time.Now()})
-				close(w.changed)
-				w.changed = make(chan struct{})
-				w.mu.Unlock()
-				break
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			if !client.IsRetryable(err) && !errors.Is(err, context.DeadlineExceeded) {
-				w.mu.Lock()
-				w.fatal = fmt.Errorf("register %s via %s: %w", id, n.ID, err)
-				close(w.changed)
-				w.changed = make(chan struct{})
-				w.mu.Unlock()
-				return
-			}
-			w.mu.Lock()
-			w.failed++
-			w.mu.Unlock()
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-pace.C:
-		}
-	}
-}
-
-// waitAcks waits until cond holds for the acknowledged registrations, the
-// writer fails, or ctx is done.
-func (w *writer) waitAcks(ctx context.Context, cond func([]ack) bool) error {
-	for {
-		w.mu.Lock()
-		ok, fatal, ch, n := cond(w.acks), w.fatal, w.changed, len(w.acks)
-		w.mu.Unlock()
-		if ok {
-			return nil
-		}
-		if fatal != nil {
-			return fatal
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w with %d registrations acknowledged", ctx.Err(), n)
-		case <-ch:
-		}
-	}
-}
-
-func (w *writer) stop() {
-	w.cancel()
-	<-w.done
-}
-
-func (w *writer) snapshot() []ack {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return append([]ack(nil), w.acks...)
-}
-
-func (w *writer) err() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.fatal
-}
-
-func (w *writer) retries() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.failed
-}
-
-// acked returns the acknowledged registrations as id → incarnation, and
-// fails t if one incarnation was acknowledged for two ids.
-func (w *writer) acked(t *testing.T) map[string]uint64 {
+// acked returns the registrations w acknowledged as id → incarnation,
+// and fails t if one incarnation was acknowledged for two ids.
+func acked(t *testing.T, w *Writer) map[string]uint64 {
 	t.Helper()
 	want := map[string]uint64{}
 	seen := map[uint64]string{}
-	for _, a := range w.snapshot() {
-		if a.inc == 0 {
-			t.Errorf("%s acknowledged with incarnation 0", a.id)
+	for _, a := range w.Acks() {
+		if a.Incarnation == 0 {
+			t.Errorf("%s acknowledged with incarnation 0", a.ID)
 		}
-		want[a.id] = a.inc
-		if other, dup := seen[a.inc]; dup {
-			t.Errorf("incarnation %d acknowledged for both %s and %s", a.inc, other, a.id)
+		want[a.ID] = a.Incarnation
+		if other, dup := seen[a.Incarnation]; dup {
+			t.Errorf("incarnation %d acknowledged for both %s and %s", a.Incarnation, other, a.ID)
 		}
-		seen[a.inc] = a.id
+		seen[a.Incarnation] = a.ID
 	}
 	return want
 }
@@ -299,7 +173,7 @@ func (w *writer) acked(t *testing.T) map[string]uint64 {
 // check reports the first acknowledged registration that node's view got
 // lacks or holds with another incarnation, and any instance the writer
 // never sent.
-func (w *writer) check(node string, got, want map[string]uint64) error {
+func check(w *Writer, node string, got, want map[string]uint64) error {
 	for id, inc := range want {
 		g, ok := got[id]
 		if !ok {
@@ -309,12 +183,10 @@ func (w *writer) check(node string, got, want map[string]uint64) error {
 			return fmt.Errorf("%s: acknowledged %s has incarnation %d; the acknowledgement said %d", node, id, g, inc)
 		}
 	}
-	w.mu.Lock()
-	attempts := w.attempts
-	w.mu.Unlock()
+	attempts := w.Attempts()
 	for id := range got {
 		var i int
-		if _, err := fmt.Sscanf(id, "w-%06d", &i); err != nil || i >= attempts {
+		if _, err := fmt.Sscanf(id, writerID, &i); err != nil || i >= attempts {
 			return fmt.Errorf("%s: instance %s was never sent", node, id)
 		}
 	}

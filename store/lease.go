@@ -139,11 +139,22 @@ func (s *Store) forgetLease(key InstanceKey) {
 func (s *Store) Run(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.LeaseCheckpoint)
 	defer t.Stop()
+	// Until this node has caught up, it checks often: /readyz waits on it.
+	catchUp := time.NewTicker(50 * time.Millisecond)
+	defer catchUp.Stop()
 	leaderCh := s.raft.LeaderCh()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-catchUp.C:
+			if s.CaughtUp() {
+				catchUp.Stop()
+				continue
+			}
+			if !s.IsLeader() {
+				s.checkCaughtUp(ctx)
+			}
 		case l := <-leaderCh:
 			s.metrics.transitions.Inc()
 			// LeaderCh may fold true→false→true into one true: whatever
@@ -159,7 +170,6 @@ func (s *Store) Run(ctx context.Context) error {
 		case <-t.C:
 			switch {
 			case !s.IsLeader():
-				s.checkCaughtUp(ctx)
 			case !s.LeaderReady():
 				if err := s.takeOver(ctx); err != nil {
 					s.log.Warn("taking over as leader; retrying on the next tick", "err", err)

@@ -23,7 +23,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -321,102 +320,16 @@ func throughput(ctx context.Context, o options, bin, dir string, nodes int) erro
 	return nil
 }
 
-// failoverWriter registers instances at a fixed rate against the live
-// nodes in turn, retrying each on the next node while the answer is 503 or
-// none, and keeps every acknowledgement.
-type failoverWriter struct {
-	mu      sync.Mutex
-	acks    []fwAck
-	changed chan struct{}
-	fatal   error
-}
-
-type fwAck struct {
-	sent, acked time.Time
-}
-
-func (fw *failoverWriter) run(ctx context.Context, c *integration.Cluster, rate int) {
-	pace := time.NewTicker(time.Second / time.Duration(rate))
-	defer pace.Stop()
-	next := 0
-	for i := 0; ctx.Err() == nil; i++ {
-		reg := store.Registration{
-			ID:        fmt.Sprintf("f-%07d", i),
-			Addresses: []string{fmt.Sprintf("10.200.%d.%d", (i/250)%250, i%250+1)},
-			Ports:     map[string]int{"http": 8080},
-		}
-		for ctx.Err() == nil {
-			n := c.Nodes[next%len(c.Nodes)]
-			next++
-			actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			sent := time.Now()
-			_, err := n.Client().Register(actx, benchNS, benchSvc, reg)
-			cancel()
-			if err == nil {
-				fw.mu.Lock()
-				fw.acks = append(fw.acks, fwAck{sent: sent, acked: time.Now()})
-				close(fw.changed)
-				fw.changed = make(chan struct{})
-				fw.mu.Unlock()
-				break
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			if !client.IsRetryable(err) && !errors.Is(err, context.DeadlineExceeded) {
-				fw.mu.Lock()
-				fw.fatal = fmt.Errorf("register %s via %s: %w", reg.ID, n.ID, err)
-				close(fw.changed)
-				fw.changed = make(chan struct{})
-				fw.mu.Unlock()
-				return
-			}
-			select { // retry on the next node after a short pause
-			case <-ctx.Done():
-				return
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-pace.C:
-		}
-	}
-}
-
 // steady waits until the writer has been getting through for d: for the
 // acknowledgement of a write sent from now on, then for that of one sent
 // at least d later.
-func (fw *failoverWriter) steady(ctx context.Context, d time.Duration) error {
-	first, err := fw.firstAfter(ctx, time.Now())
+func steady(ctx context.Context, w *integration.Writer, d time.Duration) error {
+	first, err := w.FirstAckAfter(ctx, time.Now())
 	if err != nil {
 		return err
 	}
-	_, err = fw.firstAfter(ctx, first.sent.Add(d))
+	_, err = w.FirstAckAfter(ctx, first.Sent.Add(d))
 	return err
-}
-
-// firstAfter waits for the first acknowledgement of a write sent after t.
-func (fw *failoverWriter) firstAfter(ctx context.Context, t time.Time) (fwAck, error) {
-	for {
-		fw.mu.Lock()
-		acks, fatal, ch := fw.acks, fw.fatal, fw.changed
-		fw.mu.Unlock()
-		for i := len(acks) - 1; i >= 0 && acks[i].sent.After(t); i-- {
-			if i == 0 || !acks[i-1].sent.After(t) {
-				return acks[i], nil
-			}
-		}
-		if fatal != nil {
-			return fwAck{}, fatal
-		}
-		select {
-		case <-ctx.Done():
-			return fwAck{}, ctx.Err()
-		case <-ch:
-		}
-	}
 }
 
 // failover kills the leader of a 3-node cluster o.failoverRuns times
@@ -427,18 +340,21 @@ func failover(ctx context.Context, o options, bin, dir string) error {
 		return err
 	}
 	defer c.Close()
-	wctx, cancel := context.WithCancel(ctx)
-	fw := &failoverWriter{changed: make(chan struct{})}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		fw.run(wctx, c, o.failoverRate)
-	}()
-	defer func() {
-		cancel()
-		wg.Wait()
-	}()
+	// The writer registers instances f-0000000, f-0000001, ... to the
+	// nodes in turn, moving on to the next on 503 or no answer.
+	w := integration.StartWriter(ctx, c, integration.WriterConfig{
+		Namespace: benchNS,
+		Service:   benchSvc,
+		Rate:      o.failoverRate,
+		Registration: func(i int) store.Registration {
+			return store.Registration{
+				ID:        fmt.Sprintf("f-%07d", i),
+				Addresses: []string{fmt.Sprintf("10.200.%d.%d", (i/250)%250, i%250+1)},
+				Ports:     map[string]int{"http": 8080},
+			}
+		},
+	})
+	defer w.Stop()
 
 	var times, catchUps []time.Duration
 	var log []string
@@ -449,7 +365,7 @@ func failover(ctx context.Context, o options, bin, dir string) error {
 		}
 		// Steady state before the kill: the writer gets through for
 		// -failover-steady (and at least one write).
-		if err := fw.steady(ctx, o.failoverSteady); err != nil {
+		if err := steady(ctx, w, o.failoverSteady); err != nil {
 			return fmt.Errorf("run %d, before the kill: %w", run, err)
 		}
 		killedAt := time.Now()
@@ -457,12 +373,12 @@ func failover(ctx context.Context, o options, bin, dir string) error {
 			return err
 		}
 		rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
-		first, err := fw.firstAfter(rctx, killedAt)
+		first, err := w.FirstAckAfter(rctx, killedAt)
 		rcancel()
 		if err != nil {
 			return fmt.Errorf("run %d: no write accepted within 30 s of killing %s: %w\n%s", run, leader.ID, err, c.Logs(40))
 		}
-		d := first.acked.Sub(killedAt)
+		d := first.Acked.Sub(killedAt)
 		times = append(times, d)
 
 		// Restart the killed node and time how long it takes to reach the
@@ -492,14 +408,11 @@ func failover(ctx context.Context, o options, bin, dir string) error {
 		catchUps = append(catchUps, time.Since(restartAt))
 		log = append(log, fmt.Sprintf("%s %s", leader.ID, ms(d)))
 	}
-	cancel()
-	wg.Wait()
-	fw.mu.Lock()
-	acked, fatal := len(fw.acks), fw.fatal
-	fw.mu.Unlock()
-	if fatal != nil {
-		return fatal
+	w.Stop()
+	if err := w.Err(); err != nil {
+		return err
 	}
+	acked := len(w.Acks())
 	under := 0
 	for _, d := range times {
 		if d < 5*time.Second {
