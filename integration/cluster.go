@@ -143,6 +143,7 @@ type Node struct {
 	cmd     *exec.Cmd     // nil when not started
 	done    chan struct{} // closed when cmd has exited
 	exitErr error
+	started bool // has been ready once: its ports are its identity from then on
 }
 
 // New prepares a cluster: it picks free loopback ports and lays out the
@@ -173,27 +174,37 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	c := &Cluster{cfg: cfg}
 	for i := range cfg.Nodes {
-		p := ports[4*i : 4*i+4]
 		n := &Node{
-			Index:    i + 1,
-			ID:       fmt.Sprintf("n%d", i+1),
-			DataDir:  filepath.Join(cfg.Dir, fmt.Sprintf("n%d", i+1)),
-			LogPath:  filepath.Join(cfg.Dir, fmt.Sprintf("n%d.log", i+1)),
-			HTTPAddr: fmt.Sprintf("127.0.0.1:%d", p[0]),
-			RaftAddr: fmt.Sprintf("127.0.0.1:%d", p[1]),
-			DNSAddr:  fmt.Sprintf("127.0.0.1:%d", p[2]),
-			GRPCAddr: fmt.Sprintf("127.0.0.1:%d", p[3]),
-			c:        c,
+			Index:   i + 1,
+			ID:      fmt.Sprintf("n%d", i+1),
+			DataDir: filepath.Join(cfg.Dir, fmt.Sprintf("n%d", i+1)),
+			LogPath: filepath.Join(cfg.Dir, fmt.Sprintf("n%d.log", i+1)),
+			c:       c,
 		}
-		if n.client, err = client.New(n.HTTPAddr, ""); err != nil {
+		if err := n.setPorts(ports[4*i : 4*i+4]); err != nil {
 			return nil, err
 		}
-		// The harness moves to the next node itself; a client retrying a
-		// killed node would only hide how fast the cluster recovers.
-		n.client.RetryFor = -1
 		c.Nodes = append(c.Nodes, n)
 	}
 	return c, nil
+}
+
+// setPorts gives a node that has never run its addresses and a client
+// for them.
+func (n *Node) setPorts(p []int) error {
+	n.HTTPAddr = fmt.Sprintf("127.0.0.1:%d", p[0])
+	n.RaftAddr = fmt.Sprintf("127.0.0.1:%d", p[1])
+	n.DNSAddr = fmt.Sprintf("127.0.0.1:%d", p[2])
+	n.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", p[3])
+	cl, err := client.New(n.HTTPAddr, "")
+	if err != nil {
+		return err
+	}
+	// The harness moves to the next node itself; a client retrying a
+	// killed node would only hide how fast the cluster recovers.
+	cl.RetryFor = -1
+	n.client = cl
+	return nil
 }
 
 // FreePorts returns n distinct TCP ports that were free on 127.0.0.1 a
@@ -462,11 +473,38 @@ func (n *Node) args() []string {
 
 // Start starts the node's process and waits until /readyz answers 200.
 // It fails if the node runs already.
+//
+// FreePorts' ports were free a moment before: another process (a parallel
+// test package) can take one first. A node that has never been ready and
+// exits because an address is in use is started again on fresh ports, up
+// to three times.
 func (n *Node) Start() error {
-	if err := n.spawn(); err != nil {
-		return err
+	for try := 1; ; try++ {
+		if err := n.spawn(); err != nil {
+			return err
+		}
+		err := n.WaitReady(n.c.cfg.ReadyTimeout)
+		if err == nil {
+			n.mu.Lock()
+			n.started = true
+			n.mu.Unlock()
+			return nil
+		}
+		n.mu.Lock()
+		fresh, exited := !n.started, n.done != nil && isClosed(n.done)
+		n.mu.Unlock()
+		if !fresh || !exited || try == 3 || !strings.Contains(n.Tail(30), "address already in use") {
+			return err
+		}
+		ports, perr := FreePorts(4)
+		if perr != nil {
+			return errors.Join(err, perr)
+		}
+		if perr := n.setPorts(ports); perr != nil {
+			return errors.Join(err, perr)
+		}
+		n.c.cfg.Logf("%s: a port was taken; starting again on fresh ports", n.ID)
 	}
-	return n.WaitReady(n.c.cfg.ReadyTimeout)
 }
 
 // Restart starts a node that was killed or stopped, with the same data

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os/exec"
 	"strconv"
@@ -165,5 +166,36 @@ func TestMembersCLIJSON(t *testing.T) {
 		if leaders != 1 {
 			t.Errorf("members via %s: %d members with leader:true; want exactly 1:\n%s", n.ID, leaders, stdout.String())
 		}
+	}
+}
+
+// TestStartRetriesTakenPort: a port taken between FreePorts and the
+// server's listen (by a parallel test package, say) does not fail the
+// start: the node starts again on fresh ports.
+func TestStartRetriesTakenPort(t *testing.T) {
+	needProcesses(t)
+	c, err := New(Config{Nodes: 1, Dir: t.TempDir(), Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	ports, err := FreePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := c.Nodes[0]
+	if err := n.setPorts(append([]int{taken.Addr().(*net.TCPAddr).Port}, ports...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if n.HTTPAddr == taken.Addr().String() {
+		t.Fatalf("node runs on the taken address %s", n.HTTPAddr)
 	}
 }

@@ -1,0 +1,160 @@
+package status
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Entry is one slot of a Table: what the evaluator concluded about one
+// instance at the table's version.
+//
+// It is 32 bytes and holds no pointers, so a Table's entries are one flat
+// allocation that the garbage collector never scans, and two entries
+// share a cache line. The zero Entry is an unused slot: Key 0, not
+// eligible, weight 0.
+type Entry struct {
+	// Key is KeyHash of the instance key the slot was assigned to; 0 marks
+	// an unused slot (KeyHash never returns 0). A reader that found the
+	// slot through an older table, or through its own index, compares Key
+	// (and Incarnation) to tell that the slot still holds the instance it
+	// expects: slots are reused after an instance goes.
+	Key uint64
+	// Incarnation is the instance's incarnation (SPEC §1) the verdict is
+	// about.
+	Incarnation uint64
+	// Service is the index of the instance's service in the table's
+	// Services; 0 is the empty name.
+	Service uint32
+	// Weight is the published weight: BaseWeight after the slow-start and
+	// dependency factors (SPEC §2), never above BaseWeight; 0 when the
+	// instance is not Eligible. 16 bits are enough: base weights are
+	// 1–65535 (SPEC §1) and SRV weights are 16 bits on the wire.
+	Weight uint16
+	// BaseWeight is the registered base weight (1–65535, default 100).
+	BaseWeight uint16
+	// Region and Zone are the instance's locality, as ids in the table's
+	// Localities; 0 is the empty name (locality not given).
+	Region, Zone uint16
+	Verdict      Verdict
+	Lifecycle    Lifecycle
+	Flags        Flags
+}
+
+// Used reports whether the slot holds an instance (a non-zero Key).
+func (e Entry) Used() bool { return e.Key != 0 }
+
+// Verdict is the evaluator's judgement of an instance's health (SPEC §1).
+// It is evidence for rotation, not rotation itself: whether the instance
+// is served is the Eligible flag (an Unknown instance stays eligible, a
+// Degraded one may be, SPEC §2).
+type Verdict uint8
+
+// The verdicts. The zero value is Unknown: silence is unknown, not
+// unhealthy (SPEC §0.3).
+const (
+	Unknown Verdict = iota
+	Healthy
+	Degraded
+	Unhealthy
+	Quarantined
+)
+
+var verdictNames = [...]string{"unknown", "healthy", "degraded", "unhealthy", "quarantined"}
+
+// String returns the SPEC's name of v: "unknown", "healthy", "degraded",
+// "unhealthy" or "quarantined"; "verdict(N)" for anything else.
+func (v Verdict) String() string {
+	if int(v) < len(verdictNames) {
+		return verdictNames[v]
+	}
+	return "verdict(" + strconv.Itoa(int(v)) + ")"
+}
+
+// Lifecycle is the stage of an instance's life as its registrar declared
+// it (SPEC §1), copied from the store.
+type Lifecycle uint8
+
+// The lifecycles, in the store's order. The zero value is Starting, which
+// is never eligible, so a zeroed Entry is never served.
+const (
+	Starting Lifecycle = iota
+	Ready
+	Draining
+	Terminated
+)
+
+var lifecycleNames = [...]string{"starting", "ready", "draining", "terminated"}
+
+// String returns the SPEC's name of l: "starting", "ready", "draining" or
+// "terminated"; "lifecycle(N)" for anything else.
+func (l Lifecycle) String() string {
+	if int(l) < len(lifecycleNames) {
+		return lifecycleNames[l]
+	}
+	return "lifecycle(" + strconv.Itoa(int(l)) + ")"
+}
+
+// Flags is a set of per-instance facts the readers need besides the
+// verdict. The evaluator sets them; the readers act on Eligible and
+// HealthDisregarded and pass the others on (xDS metadata, the API).
+type Flags uint8
+
+// The flags.
+const (
+	// Eligible: the instance is in rotation. DNS may return it and xDS
+	// publishes it (HEALTHY, or UNKNOWN when the verdict is Unknown).
+	// Weight is non-zero exactly when Eligible is set.
+	Eligible Flags = 1 << iota
+	// HealthDisregarded: the instance is Eligible only because its
+	// service is below the minimum healthy fraction and the guard serves
+	// every registered non-draining instance (SPEC §2). Answers that
+	// include it say so (EDE 0 "health-disregarded", xDS metadata
+	// cairn.health_disregarded). A reader that computes the guard per
+	// caller's tiers (SPEC §3) uses it with the Verdict and Lifecycle.
+	HealthDisregarded
+	// SlowStart: the instance became eligible within its slow-start
+	// window, and Weight is rising from 10% to 100% of BaseWeight.
+	SlowStart
+	// DependencyDegraded: a dependency declared shared is failing, and
+	// Weight carries its factor (default × 0.5). It never withdraws.
+	DependencyDegraded
+	// LeaseExpired: the instance's lease expired. That is silence: it
+	// withdraws only with corroboration or after the hard expiry.
+	LeaseExpired
+	// WithdrawalDeferred: the evaluator would withdraw the instance, but
+	// the shrink cap keeps it Eligible until its turn (SPEC §2).
+	WithdrawalDeferred
+)
+
+var flagNames = [...]string{
+	"eligible", "health_disregarded", "slow_start", "dependency_degraded",
+	"lease_expired", "withdrawal_deferred",
+}
+
+// Has reports whether every flag in g is set in f.
+func (f Flags) Has(g Flags) bool { return f&g == g }
+
+// String lists the set flags joined by "|" ("eligible|slow_start"), "0"
+// for none, and unknown bits as hexadecimal.
+func (f Flags) String() string {
+	if f == 0 {
+		return "0"
+	}
+	var b strings.Builder
+	for i, name := range flagNames {
+		if f&(1<<i) == 0 {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('|')
+		}
+		b.WriteString(name)
+	}
+	if rest := f &^ (1<<len(flagNames) - 1); rest != 0 {
+		if b.Len() > 0 {
+			b.WriteByte('|')
+		}
+		b.WriteString("0x" + strconv.FormatUint(uint64(rest), 16))
+	}
+	return b.String()
+}

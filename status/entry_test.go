@@ -1,0 +1,101 @@
+package status
+
+import (
+	"reflect"
+	"testing"
+	"unsafe"
+)
+
+func TestEntryLayout(t *testing.T) {
+	if got := unsafe.Sizeof(Entry{}); got != 32 {
+		t.Errorf("Entry is %d bytes; want 32 (two to a cache line)", got)
+	}
+	// A pointer anywhere in Entry would make the GC scan every table.
+	typ := reflect.TypeFor[Entry]()
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		switch f.Type.Kind() {
+		case reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		default:
+			t.Errorf("Entry.%s is a %s; want a fixed-size integer", f.Name, f.Type)
+		}
+	}
+	if (Entry{}).Used() {
+		t.Error("the zero Entry is used")
+	}
+	if z := (Entry{}); z.Flags.Has(Eligible) || z.Weight != 0 || z.Verdict != Unknown || z.Lifecycle != Starting {
+		t.Errorf("zero Entry = %+v; want unknown, starting, not eligible", z)
+	}
+}
+
+func TestStrings(t *testing.T) {
+	tests := []struct {
+		got  interface{ String() string }
+		want string
+	}{
+		{Unknown, "unknown"},
+		{Healthy, "healthy"},
+		{Degraded, "degraded"},
+		{Unhealthy, "unhealthy"},
+		{Quarantined, "quarantined"},
+		{Verdict(9), "verdict(9)"},
+		{Starting, "starting"},
+		{Ready, "ready"},
+		{Draining, "draining"},
+		{Terminated, "terminated"},
+		{Lifecycle(4), "lifecycle(4)"},
+		{Flags(0), "0"},
+		{Eligible, "eligible"},
+		{Eligible | SlowStart, "eligible|slow_start"},
+		{HealthDisregarded | DependencyDegraded | LeaseExpired | WithdrawalDeferred,
+			"health_disregarded|dependency_degraded|lease_expired|withdrawal_deferred"},
+		{Eligible | 0x80, "eligible|0x80"},
+		{Flags(0xc0), "0xc0"},
+	}
+	for _, tt := range tests {
+		if got := tt.got.String(); got != tt.want {
+			t.Errorf("%#v.String() = %q; want %q", tt.got, got, tt.want)
+		}
+	}
+}
+
+func TestFlagsHas(t *testing.T) {
+	f := Eligible | SlowStart
+	if !f.Has(Eligible) || !f.Has(Eligible|SlowStart) || f.Has(Eligible|LeaseExpired) || !f.Has(0) {
+		t.Errorf("Has is wrong for %v", f)
+	}
+}
+
+func TestNames(t *testing.T) {
+	n := NewNames("eu-west", "", "eu-west-1a", "eu-west")
+	if n.Len() != 3 {
+		t.Fatalf("Len = %d; want 3 (the empty name, eu-west, eu-west-1a)", n.Len())
+	}
+	for _, tt := range []struct {
+		id   uint32
+		name string
+	}{{0, ""}, {1, "eu-west"}, {2, "eu-west-1a"}} {
+		if got := n.Name(tt.id); got != tt.name {
+			t.Errorf("Name(%d) = %q; want %q", tt.id, got, tt.name)
+		}
+		if id, ok := n.ID(tt.name); !ok || id != tt.id {
+			t.Errorf("ID(%q) = %d, %v; want %d", tt.name, id, ok, tt.id)
+		}
+	}
+	if got := n.Name(3); got != "" {
+		t.Errorf("Name(3) = %q; want \"\" out of range", got)
+	}
+	if _, ok := n.ID("us-east"); ok {
+		t.Error("ID(us-east) found")
+	}
+	var none *Names
+	if none.Len() != 1 || none.Name(0) != "" || none.Name(1) != "" {
+		t.Error("nil Names is not just the empty name")
+	}
+	if id, ok := none.ID(""); !ok || id != 0 {
+		t.Error("nil Names has no empty name")
+	}
+	if _, ok := none.ID("x"); ok {
+		t.Error("nil Names has x")
+	}
+}
