@@ -1,0 +1,232 @@
+package eval
+
+import (
+	"maps"
+	"math"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cairn-sd/cairn/status"
+	"pgregory.net/rapid"
+)
+
+func genPolicy(t *rapid.T) Policy {
+	wa := rapid.IntRange(1, 4).Draw(t, "withdraw_after")
+	return Policy{
+		Readiness:          rapid.SampledFrom([]Readiness{ReadinessProbe, ReadinessSelf}).Draw(t, "readiness"),
+		Dependencies:       map[string]bool{"own": false, "shared": true},
+		WithdrawAfter:      wa,
+		AdmitAfter:         wa + rapid.IntRange(1, 3).Draw(t, "admit_extra"),
+		AdmitMin:           time.Duration(rapid.IntRange(1, 20).Draw(t, "admit_min_s")) * s,
+		MinHealthyFraction: rapid.SampledFrom([]float64{0.25, 0.5, 0.75, 1}).Draw(t, "min_healthy"),
+		ShrinkCap:          rapid.SampledFrom([]float64{0.1, 0.33, 0.5, 1}).Draw(t, "shrink_cap"),
+		FlapLimit:          rapid.IntRange(1, 6).Draw(t, "flap_limit"),
+		QuarantineBase:     time.Duration(rapid.IntRange(1, 60).Draw(t, "quarantine_s")) * s,
+	}
+}
+
+// scenarioStep is one evaluation's inputs.
+type scenarioStep struct {
+	now      time.Time
+	ins      []Instance
+	evidence map[string][]Sample
+	hard     map[string]bool
+}
+
+// genStep draws the next step: time moves 1–20s; every non-silent
+// instance may get a probe, a hard failure, an outcome window or a new
+// report; any instance's lease may move.
+func genStep(t *rapid.T, ins []Instance, silent map[string]bool, now time.Time) scenarioStep {
+	now = now.Add(time.Duration(rapid.IntRange(1, 20).Draw(t, "dt_s")) * s)
+	st := scenarioStep{now: now, ins: slices.Clone(ins), evidence: map[string][]Sample{}, hard: map[string]bool{}}
+	states := []string{DependencyOK, DependencyDegraded, DependencyFailed}
+	for i := range st.ins {
+		in := &st.ins[i]
+		switch rapid.IntRange(0, 3).Draw(t, "lease") {
+		case 0:
+			in.LeaseExpiry = now.Add(time.Duration(rapid.IntRange(-60, 60).Draw(t, "lease_s")) * s)
+		case 1:
+			in.LeaseExpiry = time.Time{}
+		}
+		if silent[in.ID] {
+			continue
+		}
+		obs := rapid.SampledFrom([]string{"n1", "n2"}).Draw(t, "observer")
+		switch rapid.IntRange(0, 5).Draw(t, "evidence") {
+		case 1:
+			st.evidence[in.ID] = append(st.evidence[in.ID], Sample{Class: ClassProbe, Observer: obs, At: now, OK: true})
+		case 2:
+			st.evidence[in.ID] = append(st.evidence[in.ID], Sample{Class: ClassProbe, Observer: obs, At: now})
+		case 3:
+			st.evidence[in.ID] = append(st.evidence[in.ID], Sample{Class: ClassProbe, Observer: obs, At: now, Hard: true})
+			st.hard[in.ID] = true
+		case 4:
+			st.evidence[in.ID] = append(st.evidence[in.ID], Sample{Class: ClassOutcome, Observer: "c", At: now,
+				Successes: rapid.IntRange(0, 10).Draw(t, "ok"), Failures: rapid.IntRange(0, 10).Draw(t, "fail"),
+				Timeouts: rapid.IntRange(0, 3).Draw(t, "timeouts")})
+		case 5:
+			in.Report = &Report{Ready: rapid.Bool().Draw(t, "ready"), At: now, Dependencies: map[string]string{
+				"own":    rapid.SampledFrom(states).Draw(t, "own"),
+				"shared": rapid.SampledFrom(states).Draw(t, "shared"),
+			}}
+		}
+	}
+	return st
+}
+
+func genFleet(t *rapid.T) ([]Instance, map[string]bool) {
+	n := rapid.IntRange(1, 10).Draw(t, "n")
+	ins := fleet(n)
+	silent := map[string]bool{}
+	for i := range ins {
+		ins[i].Zone = rapid.SampledFrom([]string{"z1", "z2", "z3"}).Draw(t, "zone")
+		ins[i].BaseWeight = rapid.IntRange(0, 1000).Draw(t, "weight")
+		if rapid.IntRange(0, 3).Draw(t, "silent") == 0 {
+			silent[ins[i].ID] = true
+		}
+	}
+	return ins, silent
+}
+
+func cloneState(st State) State {
+	out := st
+	if st.Instances != nil {
+		out.Instances = make(map[string]InstanceState, len(st.Instances))
+		for k, v := range st.Instances {
+			v.Flaps = slices.Clone(v.Flaps)
+			out.Instances[k] = v
+		}
+	}
+	return out
+}
+
+// TestPropertiesOfEvaluate drives random fleets through random evidence
+// and checks, after every evaluation, the invariants of SPEC §0 and §2.
+func TestPropertiesOfEvaluate(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		p := genPolicy(t)
+		pd := p.WithDefaults()
+		ins, silent := genFleet(t)
+		var (
+			st       State
+			prevRes  *Result
+			now      = t0
+			winStart time.Time
+			winBase  int
+			winUsed  int
+		)
+		for i := range rapid.IntRange(1, 25).Draw(t, "steps") {
+			step := genStep(t, ins, silent, now)
+			now, ins = step.now, step.ins
+			before := cloneState(st)
+
+			res, next := Evaluate(p, step.ins, step.evidence, st, now)
+
+			// Determinism: equal inputs in another order give equal outputs.
+			perm := rapid.Permutation(step.ins).Draw(t, "perm")
+			res2, next2 := Evaluate(p, perm, maps.Clone(step.evidence), cloneState(before), now)
+			if !reflect.DeepEqual(res, res2) || !reflect.DeepEqual(next, next2) {
+				t.Fatalf("step %d: not deterministic:\n%+v\n%+v", i, res, res2)
+			}
+			if !reflect.DeepEqual(st, before) {
+				t.Fatalf("step %d: Evaluate modified the previous state", i)
+			}
+
+			published, ready := map[string]bool{}, 0
+			for j, r := range res.Instances {
+				if j > 0 && res.Instances[j-1].ID >= r.ID {
+					t.Fatalf("results not sorted by id")
+				}
+				if r.Eligible != r.Flags.Has(status.Eligible) || r.Eligible != (r.Weight > 0) || r.Weight > 65535 {
+					t.Fatalf("%s: eligible %v flags %v weight %d", r.ID, r.Eligible, r.Flags, r.Weight)
+				}
+				published[r.ID] = r.Eligible
+				if r.Lifecycle == status.Ready {
+					ready++
+				}
+				// Silence alone never withdraws.
+				if silent[r.ID] && !r.Eligible {
+					t.Fatalf("step %d: silent %s withdrawn: %+v", i, r.ID, r)
+				}
+				// A hard failure withdraws within one evaluation, or says why not.
+				if step.hard[r.ID] && r.Eligible && !r.Flags.Has(status.WithdrawalDeferred) && !r.Flags.Has(status.HealthDisregarded) {
+					t.Fatalf("step %d: hard failure left %s eligible without a flag: %+v", i, r.ID, r)
+				}
+			}
+			n := 0
+			for _, ok := range published {
+				if ok {
+					n++
+				}
+			}
+			// The guard.
+			if !res.HealthDisregarded && float64(n) < pd.MinHealthyFraction*float64(ready) {
+				t.Fatalf("step %d: %d of %d eligible, below %v, without HealthDisregarded", i, n, ready, pd.MinHealthyFraction)
+			}
+			// The shrink cap, modelled independently of the state.
+			if prevRes == nil || now.Sub(winStart) >= pd.ShrinkWindow {
+				winStart, winBase, winUsed = now, 0, 0
+				if prevRes != nil {
+					for _, r := range prevRes.Instances {
+						if r.Eligible {
+							winBase++
+						}
+					}
+				}
+			}
+			if prevRes != nil {
+				for _, r := range prevRes.Instances {
+					if r.Eligible && !published[r.ID] {
+						winUsed++
+					}
+				}
+			}
+			if limit := max(1, int(math.Floor(pd.ShrinkCap*float64(winBase)))); winUsed > limit {
+				t.Fatalf("step %d: %d withdrawals in the window from %v (base %d); cap %d", i, winUsed, winStart, winBase, limit)
+			}
+			st, prevRes = next, &res
+		}
+	})
+}
+
+// TestPropertyReadmissionSlowerThanWithdrawal: for the same evidence
+// cadence, a run of successes takes strictly more samples and strictly
+// more time to re-admit than a run of failures takes to withdraw.
+func TestPropertyReadmissionSlowerThanWithdrawal(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		p := genPolicy(t)
+		p.FlapLimit = 10
+		class := rapid.SampledFrom([]Class{ClassProbe, ClassOutcome}).Draw(t, "class")
+		every := time.Duration(rapid.IntRange(1, 10).Draw(t, "every_s")) * s
+		ins := fleet(rapid.IntRange(4, 8).Draw(t, "n"))
+		p.MinHealthyFraction, p.ShrinkCap = 0.25, 1
+		sample := func(d time.Time, ok bool) map[string][]Sample {
+			sm := Sample{Class: class, At: d, OK: ok, Successes: 10}
+			if !ok {
+				sm.Successes, sm.Failures = 0, 10
+			}
+			return map[string][]Sample{"i0": {sm}}
+		}
+		res, st := Evaluate(p, ins, nil, State{}, t0)
+		now := t0
+		run := func(ok bool) (int, time.Duration) {
+			first := now.Add(every)
+			for k := 1; k <= 100; k++ {
+				now = now.Add(every)
+				res, st = Evaluate(p, ins, sample(now, ok), st, now)
+				if res.Instances[0].Eligible == ok {
+					return k, now.Sub(first)
+				}
+			}
+			t.Fatalf("no transition after 100 samples (ok=%v): %+v", ok, res.Instances[0])
+			return 0, 0
+		}
+		kw, dw := run(false)
+		ka, da := run(true)
+		if ka <= kw || da <= dw {
+			t.Fatalf("withdrawal took %d samples / %v, re-admission %d / %v", kw, dw, ka, da)
+		}
+	})
+}

@@ -1,0 +1,193 @@
+package eval
+
+import (
+	"fmt"
+	"time"
+)
+
+// State is what one evaluation of a service carries to the next. It is
+// computed state, disposable (SPEC §0.2): the zero State is a valid
+// start, in which every instance is unknown and eligible.
+//
+// Evaluate never modifies the State it is given; it returns a new one.
+// A State is not safe for concurrent mutation, but may be read
+// concurrently.
+type State struct {
+	// Instances holds each instance's state by id.
+	Instances map[string]InstanceState
+	// Shrink is the shrink cap's current window.
+	Shrink ShrinkState
+	// HealthDisregarded records whether the last evaluation disregarded
+	// health, to raise an event when that changes.
+	HealthDisregarded bool
+}
+
+// ShrinkState is the shrink cap's window: at most max(1, floor(ShrinkCap
+// × Base)) withdrawals between Start and Start + ShrinkWindow.
+type ShrinkState struct {
+	Start time.Time
+	// Base is the number of eligible instances when the window started.
+	Base int
+	// Used is the number of withdrawals made in the window.
+	Used int
+}
+
+// ClassState is one evidence class's state for one instance.
+type ClassState struct {
+	// Last is the latest consumed sample (the class's watermark);
+	// LastOK its result.
+	Last   EvidenceRef
+	LastOK bool
+	// ConsecutiveOK and ConsecutiveFail are the current runs; RunStart
+	// is the time of the first success of the current success run.
+	ConsecutiveOK, ConsecutiveFail int
+	RunStart                       time.Time
+	// FailMass and TotalMass are the decaying failure and sample masses;
+	// the score is FailMass/TotalMass.
+	FailMass, TotalMass float64
+	// Failing is the class's hysteresis state; FailingSince when it
+	// began, Hard whether a refused connection began it, Why the reason.
+	Failing      bool
+	FailingSince time.Time
+	Hard         bool
+	Why          string
+	// Trigger is the sample that turned Failing on or off.
+	Trigger EvidenceRef
+}
+
+// Score is the class's decaying failure rate, 0 when it has no samples.
+func (c ClassState) Score() float64 {
+	if c.TotalMass == 0 {
+		return 0
+	}
+	return c.FailMass / c.TotalMass
+}
+
+// InstanceState is one instance's state, bound to one incarnation.
+type InstanceState struct {
+	Incarnation uint64
+	// Seen is false until the instance's first evaluation.
+	Seen      bool
+	Lifecycle Lifecycle
+	Classes   [numSampleClasses]ClassState
+	// HealthEligible is the evaluator's judgement before the guard and
+	// the shrink cap: the eligibility whose changes count as flapping.
+	HealthEligible bool
+	// Published is the eligibility last published; Verdict the verdict.
+	Published bool
+	Verdict   Verdict
+	// EligibleSince is when Published last became true (slow start).
+	EligibleSince time.Time
+	// FailingSince is when HealthEligible last became false (the shrink
+	// cap's order).
+	FailingSince time.Time
+	// Flaps are the times of HealthEligible changes within FlapWindow.
+	Flaps []time.Time
+	// QuarantineLevel counts this incarnation's quarantines;
+	// QuarantineUntil is when the current one ends.
+	QuarantineLevel int
+	QuarantineUntil time.Time
+}
+
+// Result is one evaluation's output for one service.
+type Result struct {
+	At time.Time
+	// Instances, sorted by ID.
+	Instances []InstanceResult
+	// HealthDisregarded: fewer than MinHealthyFraction of the service's
+	// ready instances are healthy-eligible, so every ready instance is
+	// published.
+	HealthDisregarded bool
+	// Zones reports the guard per (Region, Zone), sorted. Spilling a
+	// zone's callers to the next tiers is the DNS and xDS servers' job at
+	// query time (SPEC §3); the evaluator only says which zones are below.
+	Zones []ZoneResult
+	// Transitions are the changes of eligibility or verdict, by ID.
+	Transitions []Transition
+	// Events are service-level and quarantine events.
+	Events []Event
+	// Discarded counts samples discarded as unattributable (another
+	// incarnation, an unknown instance) or from the future.
+	Discarded int
+}
+
+// InstanceResult is one instance's verdict.
+type InstanceResult struct {
+	ID          string
+	Incarnation uint64
+	Lifecycle   Lifecycle
+	Verdict     Verdict
+	// Eligible is the published eligibility; Flags has status.Eligible
+	// set exactly when it is true.
+	Eligible bool
+	// Weight is the published weight: 0 when not eligible, else between
+	// 1 and the base weight.
+	Weight int
+	Flags  Flags
+	// Reasons explain the verdict and eligibility, in a fixed order.
+	Reasons []string
+	// Evidence is the evidence behind the verdict (the zero value if
+	// none).
+	Evidence EvidenceRef
+}
+
+// ZoneResult is the minimum-healthy-fraction guard for one zone.
+type ZoneResult struct {
+	Region, Zone string
+	// Ready counts the zone's ready instances; Healthy those of them the
+	// evidence keeps eligible.
+	Ready, Healthy int
+	// BelowGuard: Healthy < MinHealthyFraction × Ready.
+	BelowGuard bool
+}
+
+// Position is where an instance stands: published eligibility and
+// verdict.
+type Position struct {
+	Eligible bool
+	Verdict  Verdict
+}
+
+// String returns "eligible/healthy", "withdrawn/unhealthy" and so on.
+func (p Position) String() string {
+	if p.Eligible {
+		return "eligible/" + p.Verdict.String()
+	}
+	return "withdrawn/" + p.Verdict.String()
+}
+
+// Transition is one audit-trail record (SPEC §2).
+type Transition struct {
+	ID          string
+	Incarnation uint64
+	From, To    Position
+	Reason      string
+	Evidence    EvidenceRef
+	At          time.Time
+}
+
+func (t Transition) String() string {
+	return fmt.Sprintf("%s#%d %v -> %v: %s", t.ID, t.Incarnation, t.From, t.To, t.Reason)
+}
+
+// EventKind says what an Event is about.
+type EventKind uint8
+
+// The events.
+const (
+	// EventHealthDisregarded: the service fell below its minimum healthy
+	// fraction; every ready instance is served.
+	EventHealthDisregarded EventKind = iota + 1
+	// EventHealthRestored: the service is above the fraction again.
+	EventHealthRestored
+	// EventQuarantined: an instance flapped and is quarantined.
+	EventQuarantined
+)
+
+// Event is a service-level or quarantine event.
+type Event struct {
+	Kind   EventKind
+	ID     string // the instance, for EventQuarantined
+	At     time.Time
+	Detail string
+}
