@@ -67,7 +67,8 @@ type Policy struct {
 	// Defaults to 5.
 	AdmitAfter int
 	// AdmitMin is the least time from the first to the last success of
-	// the re-admitting run. Defaults to 10s.
+	// the re-admitting run. Defaults to 10s; a negative value means no
+	// minimum (a service definition's admit_min: 0).
 	AdmitMin time.Duration
 	// FailureThreshold is the decaying failure-rate score (0–1) above
 	// which a class is failing even without WithdrawAfter consecutive
@@ -90,7 +91,9 @@ type Policy struct {
 	HardExpiry time.Duration
 
 	// MinHealthyFraction is the minimum healthy fraction (0–1]: below it,
-	// health is disregarded. Defaults to 0.5.
+	// health is disregarded. Defaults to 0.5; a negative value means
+	// health is never disregarded (a service definition's
+	// min_healthy_fraction: 0).
 	MinHealthyFraction float64
 	// ShrinkCap is the fraction (0–1] of the eligible set that may be
 	// withdrawn per ShrinkWindow, always at least one. Defaults to 0.33.
@@ -110,7 +113,8 @@ type Policy struct {
 	QuarantineMax time.Duration
 
 	// SlowStart is the window over which a newly eligible instance's
-	// weight rises from 10% to 100%. Defaults to 30s.
+	// weight rises from 10% to 100%. Defaults to 30s; a negative value
+	// means none (a service definition's slow_start: 0).
 	SlowStart time.Duration
 	// SharedDependencyFactor multiplies the weight of an instance whose
 	// shared dependency is failing or degraded. Defaults to 0.5.
@@ -194,8 +198,8 @@ func (p Policy) Validate() error {
 		return bad("admit_after %d must exceed withdraw_after %d", p.AdmitAfter, p.WithdrawAfter)
 	case p.FailureThreshold <= 0 || p.FailureThreshold >= 1:
 		return bad("failure_threshold %v outside (0, 1)", p.FailureThreshold)
-	case p.MinHealthyFraction <= 0 || p.MinHealthyFraction > 1:
-		return bad("min_healthy_fraction %v outside (0, 1]", p.MinHealthyFraction)
+	case p.MinHealthyFraction == 0 || p.MinHealthyFraction > 1 || p.MinHealthyFraction != p.MinHealthyFraction:
+		return bad("min_healthy_fraction %v outside (0, 1] (negative: never disregard)", p.MinHealthyFraction)
 	case p.ShrinkCap <= 0 || p.ShrinkCap > 1:
 		return bad("shrink_cap %v outside (0, 1]", p.ShrinkCap)
 	case p.SharedDependencyFactor <= 0 || p.SharedDependencyFactor > 1:
@@ -209,8 +213,9 @@ func (p Policy) Validate() error {
 	case p.ScoreMinWeight < 1:
 		return bad("score_min_weight %v < 1", p.ScoreMinWeight)
 	}
-	for _, d := range []time.Duration{p.CheckInterval, p.Freshness, p.AdmitMin, p.ScoreHalfLife, p.LeaseTTL,
-		p.ShrinkWindow, p.FlapWindow, p.QuarantineBase, p.SlowStart} {
+	// AdmitMin and SlowStart may be negative: none.
+	for _, d := range []time.Duration{p.CheckInterval, p.Freshness, p.ScoreHalfLife, p.LeaseTTL,
+		p.ShrinkWindow, p.FlapWindow, p.QuarantineBase} {
 		if d <= 0 {
 			return bad("negative duration %v", d)
 		}

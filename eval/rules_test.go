@@ -608,3 +608,33 @@ func TestDiscardsUnattributable(t *testing.T) {
 	}
 	want{eligible: true, verdict: status.Unknown}.check(t, m.inst("i0"))
 }
+
+// TestNegativeMeansNone: a service definition's min_healthy_fraction: 0,
+// admit_min: 0 and slow_start: 0 reach the evaluator as negative values
+// (zero means "the default" here) and switch the rule off.
+func TestNegativeMeansNone(t *testing.T) {
+	t.Run("min_healthy_fraction", func(t *testing.T) {
+		m := newSim(t, Policy{MinHealthyFraction: -1, ShrinkCap: 1}, fleet(4)...)
+		m.step(0)
+		m.step(10*s, hard("i0", 10*s), hard("i1", 10*s), hard("i2", 10*s), hard("i3", 10*s))
+		if m.res.HealthDisregarded {
+			t.Fatal("health disregarded with the guard off")
+		}
+		want{eligible: false, verdict: status.Unhealthy}.check(t, m.inst("i0"))
+	})
+	t.Run("admit_min", func(t *testing.T) {
+		runRule(t, ruleCase{policy: Policy{AdmitMin: -1},
+			steps: seq(probeSteps("i0", 0, 2*s, F, F, F), probeSteps("i0", 6*s, 100*time.Millisecond, T, T, T, T, T)),
+			want:  want{eligible: true, verdict: status.Healthy}})
+	})
+	t.Run("slow_start", func(t *testing.T) {
+		m := newSim(t, Policy{SlowStart: -1}, fleet(1)...)
+		m.step(0)
+		if r := m.inst("i0"); r.Weight != 100 || r.Flags.Has(status.SlowStart) {
+			t.Fatalf("new instance with slow start off: weight %d flags %v; want 100 without slow_start", r.Weight, r.Flags)
+		}
+	})
+	if err := (Policy{MinHealthyFraction: -1, AdmitMin: -1, SlowStart: -1}).WithDefaults().Validate(); err != nil {
+		t.Fatalf("negative (none) values refused: %v", err)
+	}
+}
