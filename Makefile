@@ -19,8 +19,11 @@ test:        ## every test (unit, property, fuzz seeds, API, real-process integr
 integration: ## only the real-process tests
 	$(GO) test -race -count=1 -timeout 15m ./integration/...
 
-bench:       ## store throughput and leader failover on loopback (see BENCHMARKS.md)
+bench:       ## store throughput and failover, status table, probe pool, evaluator (see BENCHMARKS.md)
 	$(GO) run ./bench/cmd/storebench
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=2s -count=5 ./bench/status/
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=10x -count=3 -timeout=10m ./bench/probe/
+	$(GO) test -run='^$$' -bench=. -benchmem -count=3 ./bench/eval/
 
 fuzz:        ## each fuzz target for FUZZTIME (go test -fuzz takes one target per run)
 	$(GO) test -run='^$$' -fuzz='^FuzzParseServices$$' -fuzztime=$(FUZZTIME) ./store
