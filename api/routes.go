@@ -80,9 +80,12 @@ func endpointOf(in store.Instance, now, leaseExpiry time.Time) Endpoint {
 		LeaseExpired: !now.Before(leaseExpiry), Registrar: in.Registrar, Report: in.Report,
 		Reasons: []string{},
 	}
+	e.Eligible = eligible(in)
+	if e.Eligible {
+		e.Weight = in.Weight
+	}
 	switch in.Lifecycle {
 	case store.Ready:
-		e.Eligible, e.Weight = true, in.Weight
 		e.Reasons = append(e.Reasons, "no health evidence evaluated yet")
 	case store.Starting:
 		e.Reasons = append(e.Reasons, "starting")
@@ -97,6 +100,10 @@ func endpointOf(in store.Instance, now, leaseExpiry time.Time) Endpoint {
 	return e
 }
 
+// eligible says whether in receives traffic: until the evaluator is
+// wired, every ready instance does.
+func eligible(in store.Instance) bool { return in.Lifecycle == store.Ready }
+
 func (s *Server) view(ns, svc string, all bool) View {
 	now := s.cfg.Now()
 	v := View{Revision: s.cfg.Store.Revision(), Endpoints: []Endpoint{}}
@@ -110,19 +117,27 @@ func (s *Server) view(ns, svc string, all bool) View {
 }
 
 func (s *Server) listServices(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
+	// One pass over every instance, not one scan per service.
+	counts := map[store.ServiceKey][2]int{} // instances, eligible
+	for _, in := range s.cfg.Store.AllInstances() {
+		if in.Lifecycle == store.Terminated {
+			continue
+		}
+		c := counts[in.Key().ServiceKey()]
+		c[0]++
+		if eligible(in) {
+			c[1]++
+		}
+		counts[in.Key().ServiceKey()] = c
+	}
 	out := []ServiceSummary{}
 	for _, svc := range s.cfg.Store.Services() {
 		if !id.Allows(acl.Read, svc.Namespace, svc.Name, "") {
 			continue
 		}
-		row := ServiceSummary{Namespace: svc.Namespace, Name: svc.Name, Ports: len(svc.Ports), Revision: svc.Revision}
-		for _, e := range s.view(svc.Namespace, svc.Name, false).Endpoints {
-			row.Instances++
-			if e.Eligible {
-				row.Eligible++
-			}
-		}
-		out = append(out, row)
+		c := counts[svc.Key()]
+		out = append(out, ServiceSummary{Namespace: svc.Namespace, Name: svc.Name, Ports: len(svc.Ports),
+			Revision: svc.Revision, Instances: c[0], Eligible: c[1]})
 	}
 	return http.StatusOK, out, nil
 }

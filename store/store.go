@@ -494,6 +494,15 @@ func (s *Store) Instances(ns, svc string) []Instance {
 	return out
 }
 
+// AllInstances returns every instance of every service, terminated ones
+// included, sorted by key.
+func (s *Store) AllInstances() []Instance {
+	s.fsm.mu.RLock()
+	out := sortedInstances(s.fsm.instances, nil)
+	s.fsm.mu.RUnlock()
+	return out
+}
+
 // Instance returns one instance.
 func (s *Store) Instance(key InstanceKey) (Instance, bool) {
 	s.fsm.mu.RLock()

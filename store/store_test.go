@@ -290,23 +290,7 @@ func TestClusterLeaderStopKeepsWritesAndLeases(t *testing.T) {
 	if !ok || leader.LeaseExpiry(got).Before(renewed.LeaseDeadline) {
 		t.Fatalf("new leader %s lets the lease expire at %v, want at least %v, renewed on the old leader", leader.NodeID(), leader.LeaseExpiry(got), renewed.LeaseDeadline)
 	}
-	if got := leader.Services(); !reflect.DeepEqual(got, wantServices) {
-		t.Errorf("services on the new leader\n%+v\nwant\n%+v", got, wantServices)
-	}
-	gotInstances := leader.Instances("prod", "web")
-	if len(gotInstances) != len(wantInstances) {
-		t.Fatalf("new leader has %d instances, want %d", len(gotInstances), len(wantInstances))
-	}
-	for i := range gotInstances {
-		g, w := gotInstances[i], wantInstances[i]
-		if leader.LeaseExpiry(g).Before(w.LeaseDeadline) {
-			t.Errorf("instance %s: lease deadline went back from %v to %v", g.ID, w.LeaseDeadline, g.LeaseDeadline)
-		}
-		g.LeaseDeadline, w.LeaseDeadline = time.Time{}, time.Time{}
-		if !reflect.DeepEqual(g, w) {
-			t.Errorf("instance on the new leader\n%+v\nwant\n%+v", g, w)
-		}
-	}
+	wantSameState(t, leader.Store, wantServices, wantInstances, "on the new leader")
 	if got := leader.Events("", "", 0); !reflect.DeepEqual(got[:len(wantEvents)], wantEvents) {
 		t.Errorf("events on the new leader\n%+v\nwant them to start with\n%+v", got, wantEvents)
 	}
@@ -538,24 +522,8 @@ func TestPersistenceAcrossRestart(t *testing.T) {
 		}
 		return nil
 	})
-	if got := n.Services(); !reflect.DeepEqual(got, wantServices) {
-		t.Errorf("services after restart\n%+v\nwant\n%+v", got, wantServices)
-	}
-	got := n.Instances("prod", "web")
-	if len(got) != len(wantInstances) {
-		t.Fatalf("%d instances after restart, want %d", len(got), len(wantInstances))
-	}
-	for i := range got {
-		g, w := got[i], wantInstances[i]
-		// The restarted leader gives every lease a grace; nothing else moves.
-		if n.LeaseExpiry(g).Before(w.LeaseDeadline) {
-			t.Errorf("instance %s: lease deadline went back from %v to %v", g.ID, w.LeaseDeadline, g.LeaseDeadline)
-		}
-		g.LeaseDeadline, w.LeaseDeadline = time.Time{}, time.Time{}
-		if !reflect.DeepEqual(g, w) {
-			t.Errorf("instance after restart\n%+v\nwant\n%+v", g, w)
-		}
-	}
+	// The restarted leader gives every lease a grace; nothing else moves.
+	wantSameState(t, n.Store, wantServices, wantInstances, "after restart")
 	if got := n.Events("", "", 0); !reflect.DeepEqual(got, wantEvents) {
 		t.Errorf("events after restart\n%+v\nwant\n%+v", got, wantEvents)
 	}
@@ -686,5 +654,29 @@ func TestFollowerCaughtUp(t *testing.T) {
 	})
 	if got := n2.Revision(); got < want {
 		t.Fatalf("n2 CaughtUp at revision %d, before the leader's %d", got, want)
+	}
+}
+
+// wantSameState checks that s holds wantServices and, for prod/web,
+// wantInstances, except that a lease may expire later (a new leader's
+// grace) but never earlier.
+func wantSameState(t *testing.T, s *store.Store, wantServices []store.Service, wantInstances []store.Instance, where string) {
+	t.Helper()
+	if got := s.Services(); !reflect.DeepEqual(got, wantServices) {
+		t.Errorf("services %s\n%+v\nwant\n%+v", where, got, wantServices)
+	}
+	got := s.Instances("prod", "web")
+	if len(got) != len(wantInstances) {
+		t.Fatalf("%d instances %s, want %d", len(got), where, len(wantInstances))
+	}
+	for i := range got {
+		g, w := got[i], wantInstances[i]
+		if s.LeaseExpiry(g).Before(w.LeaseDeadline) {
+			t.Errorf("instance %s %s: lease deadline went back from %v to %v", g.ID, where, w.LeaseDeadline, g.LeaseDeadline)
+		}
+		g.LeaseDeadline, w.LeaseDeadline = time.Time{}, time.Time{}
+		if !reflect.DeepEqual(g, w) {
+			t.Errorf("instance %s\n%+v\nwant\n%+v", where, g, w)
+		}
 	}
 }
