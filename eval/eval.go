@@ -427,21 +427,12 @@ func finish(p Policy, w *work, now time.Time) InstanceResult {
 		if !w.prev.Published {
 			st.EligibleSince = now
 		}
-		base := w.in.BaseWeight
-		if base <= 0 {
-			base = 100
-		}
-		base = min(base, 65535)
-		f := 1.0
-		if age := now.Sub(st.EligibleSince); age < p.SlowStart {
-			f = 0.1 + 0.9*float64(age)/float64(p.SlowStart)
+		var slow bool
+		r.Weight, slow = Weight(p, w.in.BaseWeight, st.EligibleSince, w.depLow, now)
+		if slow {
 			flags |= status.SlowStart
 			r.Reasons = append(r.Reasons, "slow start")
 		}
-		if w.depLow {
-			f *= p.SharedDependencyFactor
-		}
-		r.Weight = min(base, max(1, int(math.Round(float64(base)*f))))
 		flags |= status.Eligible
 		if flags.Has(status.HealthDisregarded) {
 			// First: it is why the instance is served at all.
@@ -456,11 +447,37 @@ func finish(p Policy, w *work, now time.Time) InstanceResult {
 	return r
 }
 
-func transitionReason(r InstanceResult) string {
-	if len(r.Reasons) == 0 {
-		return "healthy"
+// Weight is the published weight of an eligible instance (SPEC §2): its
+// base weight (0 means 100, at most 65535), rising linearly from 10% to
+// 100% over p.SlowStart from eligibleSince, times
+// p.SharedDependencyFactor when a shared dependency is failing or
+// degraded; never below 1. slow reports whether slow start still applies.
+// p must have its defaults (WithDefaults). The status table builders of
+// every node call it each rebuild, so that weights keep rising between
+// the evaluator's commits.
+func Weight(p Policy, base int, eligibleSince time.Time, depLow bool, now time.Time) (weight int, slow bool) {
+	if base <= 0 {
+		base = 100
 	}
-	return r.Reasons[0]
+	base = min(base, 65535)
+	f := 1.0
+	if age := now.Sub(eligibleSince); age < p.SlowStart {
+		f = 0.1 + 0.9*max(0, float64(age))/float64(p.SlowStart)
+		slow = true
+	}
+	if depLow {
+		f *= p.SharedDependencyFactor
+	}
+	return min(base, max(1, int(math.Round(float64(base)*f)))), slow
+}
+
+func transitionReason(r InstanceResult) string {
+	for _, s := range r.Reasons {
+		if s != "slow start" {
+			return s
+		}
+	}
+	return r.Verdict.String()
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -75,6 +75,7 @@ type Builder struct {
 	services   *Names
 	localities *Names
 	revision   uint64
+	directory  *Directory
 }
 
 // New validates cfg, applies its defaults and returns a Publisher with
@@ -191,6 +192,7 @@ func (p *Publisher) Build(fill func(b *Builder) error) (uint64, error) {
 	p.b = Builder{t: t}
 	if prev != nil {
 		p.b.services, p.b.localities, p.b.revision = prev.services, prev.localities, prev.storeRevision
+		p.b.directory = prev.directory
 	}
 	t.version = p.version + 1
 	t.built = p.cfg.Now()
@@ -205,6 +207,7 @@ func (p *Publisher) Build(fill func(b *Builder) error) (uint64, error) {
 		return 0, err
 	}
 	t.services, t.localities, t.storeRevision = b.services, b.localities, b.revision
+	t.directory = b.directory
 	t.index(p.scratch)
 	p.version = t.version
 	// The swap is inside nmu with the rest, so that a reader that has
@@ -280,6 +283,10 @@ func (b *Builder) SetStoreRevision(rev uint64) { b.revision = rev }
 // previous table's. The table keeps n: the writer passes the same *Names
 // until the set of services changes.
 func (b *Builder) SetServices(n *Names) { b.services = n }
+
+// SetDirectory sets the table's Directory. It defaults to the previous
+// table's. The writer passes the same *Directory until the store changes.
+func (b *Builder) SetDirectory(d *Directory) { b.directory = d }
 
 // SetLocalities sets the names Entry.Region and Entry.Zone refer to, at
 // most 65536 of them with the empty name. It defaults to the previous

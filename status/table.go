@@ -27,6 +27,7 @@ type Table struct {
 	entries       []Entry // len == capacity, always
 	services      *Names
 	localities    *Names
+	directory     *Directory
 	// offsets and members index the used entries by service, in slot
 	// order: the slots of service s are members[offsets[s]:offsets[s+1]].
 	// Both are derived from entries at every build.
@@ -85,6 +86,10 @@ func (t *Table) Lookup(slot int, key uint64) (Entry, bool) {
 
 // Services returns the service names that Entry.Service refers to.
 func (t *Table) Services() *Names { return t.services }
+
+// Directory returns the names and addresses the entries refer to by
+// slot and service id; nil if the writer set none.
+func (t *Table) Directory() *Directory { return t.directory }
 
 // Localities returns the locality names that Entry.Region and Entry.Zone
 // refer to.

@@ -43,6 +43,7 @@ const (
 	opLeader     opcode = "leader"
 	opPutTokens  opcode = "put_tokens"
 	opDelToken   opcode = "del_token"
+	opHealth     opcode = "health"
 )
 
 // command is one entry of the raft log. Everything Apply needs travels in
@@ -63,6 +64,9 @@ type command struct {
 	Event       *Event        `json:"event,omitempty"`
 	Tokens      []TokenRecord `json:"tokens,omitempty"`
 	Accessor    string        `json:"accessor,omitempty"`
+	// Health and ServiceEvents are the evaluator's commits.
+	Health        []HealthUpdate `json:"health,omitempty"`
+	ServiceEvents []ServiceEvent `json:"service_events,omitempty"`
 }
 
 // fence names one incarnation of an instance.
@@ -167,6 +171,8 @@ func (f *fsm) apply(index uint64, c command) result {
 		}
 	case opLeader:
 		f.leaderSince = c.At
+	case opHealth:
+		f.commitHealth(c)
 	case opPutTokens:
 		r.Err = f.putTokens(index, c)
 	case opDelToken:

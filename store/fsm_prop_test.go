@@ -55,6 +55,78 @@ func genRegistration(id string) *rapid.Generator[Registration] {
 	})
 }
 
+// genHealth draws a committed verdict about incarnation inc, decided at
+// at. Its lists are nil or non-empty: a leader's JSON encoding drops an
+// empty list, so the FSM never holds one.
+func genHealth(t *rapid.T, inc uint64, at time.Time) Health {
+	ago := func(label string) time.Time {
+		return at.Add(-time.Duration(rapid.IntRange(0, 120).Draw(t, label)) * time.Second)
+	}
+	h := Health{
+		Incarnation:    inc,
+		Verdict:        rapid.SampledFrom([]string{"unknown", "healthy", "degraded", "unhealthy", "quarantined"}).Draw(t, "verdict"),
+		Eligible:       rapid.Bool().Draw(t, "eligible"),
+		HealthEligible: rapid.Bool().Draw(t, "health eligible"),
+		Flags:          uint8(rapid.IntRange(0, 63).Draw(t, "flags")),
+		Reasons:        slices.Clone(rapid.SampledFrom([][]string{nil, {"probe failing: 3 consecutive failures"}, {"lifecycle draining", "slow start"}}).Draw(t, "reasons")),
+		At:             at,
+	}
+	if h.Eligible {
+		h.EligibleSince = ago("eligible since")
+	}
+	if !h.HealthEligible {
+		h.FailingSince = ago("failing since")
+		if rapid.Bool().Draw(t, "failing") {
+			h.Failing = []FailingClass{{Class: rapid.SampledFrom([]string{"probe", "outcome"}).Draw(t, "class"),
+				Since: h.FailingSince, Hard: rapid.Bool().Draw(t, "hard"), Why: "3 consecutive failures"}}
+		}
+	}
+	if rapid.Bool().Draw(t, "evidence") {
+		h.Evidence = &Evidence{Class: "probe", Observer: rapid.SampledFrom([]string{"n1", "n2"}).Draw(t, "observer"), At: ago("evidence at")}
+	}
+	if h.Verdict == "quarantined" {
+		h.QuarantineLevel = rapid.IntRange(1, 3).Draw(t, "quarantine level")
+		h.QuarantineUntil = at.Add(time.Minute)
+	}
+	return h
+}
+
+// genTransition draws the audit record of a health update, or none.
+func genTransition(t *rapid.T) *Transition {
+	if !rapid.Bool().Draw(t, "transition") {
+		return nil
+	}
+	return &Transition{From: "eligible/unknown", To: rapid.SampledFrom([]string{"withdrawn/unhealthy", "eligible/healthy"}).Draw(t, "to"),
+		Reason: "probe failing: 3 consecutive failures"}
+}
+
+// genServiceEvents draws evaluator events, some of a kind or about a
+// service the FSM must ignore.
+func genServiceEvents(t *rapid.T) []ServiceEvent {
+	var out []ServiceEvent
+	for i := range rapid.IntRange(0, 2).Draw(t, "service events") {
+		out = append(out, ServiceEvent{
+			Kind:      rapid.SampledFrom([]EventKind{EventHealthDisregarded, EventHealthRestored, EventQuarantined, EventRegistered}).Draw(t, "kind"),
+			Namespace: "prod", Service: rapid.SampledFrom([]string{"web", "web", "nope"}).Draw(t, "service"),
+			Instance: rapid.SampledFrom(propIDs).Draw(t, "instance"), Incarnation: uint64(i), Detail: "1 of 2 ready instances healthy",
+		})
+	}
+	return out
+}
+
+// evaluatorEvents counts the events of evs the FSM records.
+func evaluatorEvents(evs []ServiceEvent) uint64 {
+	var n uint64
+	for _, e := range evs {
+		switch {
+		case e.Namespace != "prod" || e.Service != "web":
+		case e.Kind == EventHealthDisregarded, e.Kind == EventHealthRestored, e.Kind == EventQuarantined:
+			n++
+		}
+	}
+	return n
+}
+
 // fencingModel is what the FSM must hold, computed independently of it
 // from the rules of SPEC §1: the expected record of every instance.
 type fencingModel struct {
@@ -334,6 +406,33 @@ func (m *fencingModel) prune(t *rapid.T) {
 	}
 }
 
+// health is the evaluator's commit: it lands only on the current
+// incarnation of a live instance, and a new incarnation starts without
+// it (the model's register leaves Health nil).
+func (m *fencingModel) health(t *rapid.T) {
+	id := rapid.SampledFrom(propIDs).Draw(t, "id")
+	inc := m.drawInc(t, id)
+	at := m.tick(t)
+	h := genHealth(t, inc, at)
+	tr := genTransition(t)
+	evs := genServiceEvents(t)
+	beforeIn, existed := m.stateOf(id)
+	m.l.must(command{Op: opHealth, Actor: "evaluator@n1", Health: []HealthUpdate{{Key: webKey(id), Health: h, Transition: tr}},
+		ServiceEvents: evs})
+	m.events += evaluatorEvents(evs)
+	cur := m.instances[id]
+	if cur == nil || inc != cur.Incarnation || cur.Lifecycle == Terminated {
+		if afterIn, _ := m.stateOf(id); existed && !reflect.DeepEqual(beforeIn, afterIn) {
+			t.Fatalf("health for incarnation %d changed %s:\nbefore %+v\nafter  %+v", inc, id, beforeIn, afterIn)
+		}
+		return
+	}
+	cur.Health = &h
+	if tr != nil {
+		m.events++
+	}
+}
+
 func (m *fencingModel) check(t *rapid.T) {
 	for _, id := range propIDs {
 		got, ok := m.stateOf(id)
@@ -357,11 +456,11 @@ func (m *fencingModel) check(t *rapid.T) {
 }
 
 // TestPropFencing: no interleaving of registrations, renewals, drains,
-// deregistrations, reports, terminations and pruning carrying random
-// incarnations lets an older (or made-up) incarnation change a newer
-// record; incarnations only grow; a changed registration gets a new,
-// larger incarnation while an identical retry of a live one gets the
-// committed one.
+// deregistrations, reports, terminations, pruning and evaluator commits
+// carrying random incarnations lets an older (or made-up) incarnation
+// change a newer record; incarnations only grow; a changed registration
+// gets a new, larger incarnation (without the predecessor's health)
+// while an identical retry of a live one gets the committed one.
 func TestPropFencing(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		m := newFencingModel(t)
@@ -374,6 +473,7 @@ func TestPropFencing(t *testing.T) {
 			"renew":       m.renew,
 			"terminate":   m.terminate,
 			"prune":       m.prune,
+			"health":      m.health,
 			"":            m.check,
 		})
 	})
@@ -393,7 +493,7 @@ func genCommand(t *rapid.T, ref *fsm) command {
 	if rapid.IntRange(0, 2).Draw(t, "stale") == 0 {
 		inc = rapid.Uint64Range(0, 6).Draw(t, "inc")
 	}
-	switch op := rapid.IntRange(0, 15).Draw(t, "op"); op {
+	switch op := rapid.IntRange(0, 17).Draw(t, "op"); op {
 	case 0:
 		svc := webService()
 		svc.Policy.DrainWindow = Duration(rapid.SampledFrom([]time.Duration{0, 5 * time.Second, time.Minute}).Draw(t, "drain window"))
@@ -444,6 +544,25 @@ func genCommand(t *rapid.T, ref *fsm) command {
 			Scope:  rapid.SampledFrom([]string{"admin", "reader"}).Draw(t, "scope"), Namespaces: []string{"prod"}, Source: "api"}}}
 	case 14:
 		return command{Op: opDelToken, Actor: "admin", Accessor: rapid.SampledFrom([]string{"ta", "tb"}).Draw(t, "accessor")}
+	case 15, 16:
+		// The evaluator's commit: updates for several instances, each
+		// for their current incarnation or any, and evaluator events.
+		c := command{Op: opHealth, Actor: "evaluator@n1", ServiceEvents: genServiceEvents(t)}
+		at := t0.Add(time.Duration(rapid.IntRange(0, 600).Draw(t, "decided")) * time.Second)
+		for range rapid.IntRange(0, 3).Draw(t, "updates") {
+			id := rapid.SampledFrom(propIDs).Draw(t, "update id")
+			var inc uint64
+			ref.mu.RLock()
+			if in := ref.instances[webKey(id)]; in != nil {
+				inc = in.Incarnation
+			}
+			ref.mu.RUnlock()
+			if rapid.IntRange(0, 3).Draw(t, "stale update") == 0 {
+				inc = rapid.Uint64Range(0, 6).Draw(t, "update inc")
+			}
+			c.Health = append(c.Health, HealthUpdate{Key: webKey(id), Health: genHealth(t, inc, at), Transition: genTransition(t)})
+		}
+		return c
 	default:
 		return command{Op: "bogus"}
 	}

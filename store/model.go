@@ -226,6 +226,10 @@ type Instance struct {
 	DrainingSince  time.Time   `json:"draining_since,omitzero"`
 	TerminatedAt   time.Time   `json:"terminated_at,omitzero"`
 	Report         *SelfReport `json:"report,omitempty"`
+	// Health is the evaluator's last committed verdict about this
+	// incarnation; nil until the first one (unknown, and eligible when
+	// ready).
+	Health *Health `json:"health,omitempty"`
 }
 
 // Key returns the instance's key.
@@ -247,6 +251,7 @@ func (in Instance) clone() Instance {
 		}
 		out.Report = &r
 	}
+	out.Health = in.Health.clone()
 	return out
 }
 
@@ -375,7 +380,9 @@ type Event struct {
 	From        string    `json:"from,omitempty"`
 	To          string    `json:"to,omitempty"`
 	Reason      string    `json:"reason,omitempty"`
-	Actor       string    `json:"actor"`
+	// Evidence is what an eligibility transition was decided on.
+	Evidence *Evidence `json:"evidence,omitempty"`
+	Actor    string    `json:"actor"`
 }
 
 func sortedInstances(m map[InstanceKey]*Instance, filter func(*Instance) bool) []Instance {

@@ -1,0 +1,294 @@
+package health
+
+import (
+	"net/netip"
+	"slices"
+	"sort"
+
+	"github.com/cairn-sd/cairn/eval"
+	"github.com/cairn-sd/cairn/probe"
+	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/store"
+)
+
+// catalog is the loop's copy of the store at one revision: services with
+// their evaluation policies, and their live (not terminated) instances.
+type catalog struct {
+	rev      uint64
+	services []catService
+	// bySlot[slot] indexes services[.].instances, -1 for a free slot.
+	bySlot []slotRef
+	// dir is what the readers need beside the entries (names, addresses),
+	// handed to every build until the next refresh.
+	dir *status.Directory
+}
+
+type catService struct {
+	svc       store.Service
+	key       store.ServiceKey
+	policy    eval.Policy
+	id        uint32 // in the table's service names
+	instances []store.Instance
+}
+
+type slotRef struct{ svc, inst int32 }
+
+// refresh re-reads the store when its revision moved: services,
+// instances, members, slots and the interned names.
+func (n *Node) refresh() {
+	st := n.cfg.Store
+	rev := st.Revision()
+	if rev == n.cat.rev && n.cat.bySlot != nil {
+		return
+	}
+	svcs := st.Services()
+	all := st.AllInstances()
+	c := catalog{rev: rev, services: make([]catService, 0, len(svcs)), bySlot: make([]slotRef, n.slots.Capacity())}
+	for i := range c.bySlot {
+		c.bySlot[i] = slotRef{-1, -1}
+	}
+	idx := make(map[store.ServiceKey]int, len(svcs))
+	names := make([]string, 0, len(svcs))
+	for _, s := range svcs {
+		idx[s.Key()] = len(c.services)
+		c.services = append(c.services, catService{svc: s, key: s.Key(), policy: policyOf(s)})
+		names = append(names, s.Key().String())
+	}
+	n.svcs = extend(n.svcs, names)
+	var locs []string
+	for _, in := range all {
+		i, ok := idx[in.Key().ServiceKey()]
+		if !ok || in.Lifecycle == store.Terminated {
+			continue
+		}
+		c.services[i].instances = append(c.services[i].instances, in)
+		locs = append(locs, in.Region, in.Zone)
+	}
+	n.locs = extend(n.locs, locs)
+
+	// Slots: keep every live instance's, free the others'.
+	present := make(map[string]bool, len(all))
+	slotOf := make(map[string]int, len(all))
+	for si := range c.services {
+		cs := &c.services[si]
+		cs.id, _ = n.svcs.ID(cs.key.String())
+		for ii, in := range cs.instances {
+			k := in.Key().String()
+			present[k] = true
+			slot, err := n.slots.Assign(k)
+			if err != nil {
+				n.m.unslotted.Inc()
+				n.log.Warn("status table full: instance not published", "instance", k, "err", err)
+				continue
+			}
+			if n.slotInc[slot] != in.Incarnation {
+				n.slotInc[slot] = in.Incarnation
+				n.served[slot].Store(0)
+			}
+			c.bySlot[slot] = slotRef{int32(si), int32(ii)}
+			slotOf[k] = slot
+		}
+	}
+	for slot := range c.bySlot {
+		if k, _, ok := n.slots.Key(slot); ok && !present[k] {
+			n.slots.Free(k)
+			n.slotInc[slot] = 0
+			n.served[slot].Store(0)
+		}
+	}
+	n.slotOf.Store(&slotOf)
+	c.dir = n.directory(c)
+	if ms, err := st.Members(); err == nil {
+		ids := make([]string, 0, len(ms))
+		for _, m := range ms {
+			ids = append(ids, m.NodeID)
+		}
+		sort.Strings(ids)
+		n.members.Store(&ids)
+	}
+	n.cat = c
+}
+
+// directory makes the readers' Directory of a catalog. An instance's
+// InstanceInfo is reused while its incarnation is the same (its addresses
+// and ports cannot change without a new incarnation), so readers may
+// cache by pointer.
+func (n *Node) directory(c catalog) *status.Directory {
+	d := &status.Directory{Revision: c.rev, Services: make([]status.ServiceInfo, n.svcs.Len()),
+		Instances: make([]*status.InstanceInfo, len(c.bySlot))}
+	for _, cs := range c.services {
+		p := cs.svc.Policy
+		info := status.ServiceInfo{Namespace: cs.key.Namespace, Name: cs.key.Name, DNSTTL: p.DNSTTL.D(),
+			ARecordLimit: p.ARecordLimit, MinHealthyFraction: cs.policy.MinHealthyFraction}
+		for _, pt := range cs.svc.Ports {
+			info.Ports = append(info.Ports, status.Port{Name: pt.Name, Number: uint16(pt.Number), Protocol: pt.Protocol})
+		}
+		d.Services[cs.id] = info
+	}
+	prev := n.infos
+	n.infos = make(map[string]*status.InstanceInfo, len(prev))
+	for slot, ref := range c.bySlot {
+		if ref.svc < 0 {
+			continue
+		}
+		in := &c.services[ref.svc].instances[ref.inst]
+		k := in.Key().String()
+		info := prev[k]
+		if info == nil || info.Incarnation != in.Incarnation {
+			info = &status.InstanceInfo{ID: in.ID, Incarnation: in.Incarnation, Ports: make(map[string]uint16, len(in.Ports))}
+			for _, a := range in.Addresses {
+				if ip, err := netip.ParseAddr(a); err == nil {
+					info.Addrs = append(info.Addrs, ip.Unmap())
+				}
+			}
+			for name, num := range in.Ports {
+				info.Ports[name] = uint16(num)
+			}
+		}
+		n.infos[k] = info
+		d.Instances[slot] = info
+	}
+	return d
+}
+
+// extend returns names with the new ones appended (ids stay stable), or
+// names itself when nothing is new.
+func extend(names *status.Names, add []string) *status.Names {
+	var fresh []string
+	for _, s := range add {
+		if _, ok := names.ID(s); !ok && !slices.Contains(fresh, s) {
+			fresh = append(fresh, s)
+		}
+	}
+	if len(fresh) == 0 && names != nil {
+		return names
+	}
+	old := make([]string, 0, names.Len()+len(fresh))
+	for i := 1; i < names.Len(); i++ {
+		old = append(old, names.Name(uint32(i)))
+	}
+	return status.NewNames(append(old, fresh...)...)
+}
+
+// policyOf maps a stored service definition to the evaluator's policy.
+func policyOf(s store.Service) eval.Policy {
+	p := eval.Policy{
+		WithdrawAfter: s.Policy.WithdrawAfter,
+		AdmitAfter:    s.Policy.AdmitAfter,
+		AdmitMin:      s.Policy.AdmitMin.D(),
+		SlowStart:     s.Policy.SlowStart.D(),
+		LeaseTTL:      s.Policy.LeaseTTL.D(),
+		ShrinkCap:     s.Policy.ShrinkCap,
+	}
+	switch s.Capability.Readiness {
+	case "self":
+		p.Readiness = eval.ReadinessSelf
+	case "none":
+		p.Readiness = eval.ReadinessNone
+	}
+	if len(s.Capability.Dependencies) > 0 {
+		p.Dependencies = make(map[string]bool, len(s.Capability.Dependencies))
+		for _, d := range s.Capability.Dependencies {
+			p.Dependencies[d.Name] = d.Shared
+		}
+	}
+	if s.Check != nil {
+		p.CheckInterval = s.Check.Interval.D()
+	}
+	if f := s.Policy.MinHealthyFraction; f != nil {
+		p.MinHealthyFraction = *f
+		if *f == 0 {
+			p.MinHealthyFraction = -1 // never disregard health
+		}
+	}
+	return p.WithDefaults()
+}
+
+// updateTargets gives the prober the targets assigned to this node.
+func (n *Node) updateTargets() {
+	p := n.cfg.Prober
+	if p == nil {
+		return
+	}
+	live := n.liveSet()
+	self := p.Observer()
+	var ts []probe.Target
+	var skipped []error
+	for _, cs := range n.cat.services {
+		ck := cs.svc.Check
+		if ck == nil {
+			continue
+		}
+		kind, err := probe.ParseKind(ck.Type)
+		if err != nil {
+			continue
+		}
+		port, _ := cs.svc.Port(ck.Port)
+		for _, in := range cs.instances {
+			if in.Lifecycle != store.Starting && in.Lifecycle != store.Ready || len(in.Addresses) == 0 {
+				continue
+			}
+			id := TargetID(in.Key(), in.Incarnation)
+			if !probe.Assigned(id, self, live, n.cfg.Replicas) {
+				continue
+			}
+			addr, err := netip.ParseAddr(in.Addresses[0])
+			if err != nil {
+				continue
+			}
+			num := port.Number
+			if v, ok := in.Ports[ck.Port]; ok && v > 0 {
+				num = v
+			}
+			t := probe.Target{ID: id, Kind: kind, Addr: netip.AddrPortFrom(addr, uint16(num)),
+				Interval: ck.Interval.D(), Timeout: ck.Timeout.D()}
+			if kind == probe.HTTP {
+				t.Path = ck.Path
+			}
+			// One target the prober refuses (a check path the store
+			// let through, an unspecified address) must not stop the
+			// whole set: SetTargets takes all or nothing.
+			if err := t.Validate(); err != nil {
+				skipped = append(skipped, err)
+				continue
+			}
+			ts = append(ts, t)
+		}
+	}
+	if slices.Equal(ts, n.targets) && n.targets != nil {
+		return
+	}
+	if len(skipped) > 0 {
+		n.log.Warn("instances not probed: invalid probe targets", "count", len(skipped), "first", skipped[0])
+	}
+	if err := p.SetTargets(ts); err != nil {
+		n.log.Error("setting probe targets", "targets", len(ts), "err", err)
+		return
+	}
+	n.targets = ts
+	if n.targets == nil {
+		n.targets = []probe.Target{}
+	}
+	n.m.targets.Set(float64(len(ts)))
+}
+
+func lifecycleOf(l store.Lifecycle) status.Lifecycle {
+	switch l {
+	case store.Ready:
+		return status.Ready
+	case store.Draining:
+		return status.Draining
+	case store.Terminated:
+		return status.Terminated
+	}
+	return status.Starting
+}
+
+func parseVerdict(s string) status.Verdict {
+	for v := status.Unknown; v <= status.Quarantined; v++ {
+		if v.String() == s {
+			return v
+		}
+	}
+	return status.Unknown
+}

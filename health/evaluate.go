@@ -1,0 +1,228 @@
+package health
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/cairn-sd/cairn/eval"
+	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/store"
+)
+
+// evaluate runs the evaluator over every service (on the leader) and
+// commits the verdicts that changed. It reports whether it committed.
+func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
+	start := time.Now()
+	// Evidence younger than one interval waits for the next round, so
+	// that a late batch from another observer is not behind the class's
+	// watermark when it arrives.
+	cutoff := now.Add(-n.cfg.Interval)
+	states := make(map[store.ServiceKey]*eval.State, len(n.cat.services))
+	var ups []store.HealthUpdate
+	var evs []store.ServiceEvent
+	disregarded := 0
+	actor := "evaluator@" + n.cfg.Store.NodeID()
+
+	n.mu.Lock()
+	n.prune(n.currentInc, now.Add(-2*n.cfg.OutcomeHorizon))
+	for _, cs := range n.cat.services {
+		prev := n.states[cs.key]
+		if prev == nil {
+			prev = &eval.State{}
+		}
+		ins := make([]eval.Instance, 0, len(cs.instances))
+		samples := map[string][]eval.Sample{}
+		stored := make(map[string]*store.Health, len(cs.instances))
+		for _, in := range cs.instances {
+			ins = append(ins, n.evalInstance(in))
+			stored[in.ID] = in.Health
+			if _, ok := prev.Instances[in.ID]; !ok && in.Health != nil && in.Health.Incarnation == in.Incarnation {
+				// A new term: resume from the committed verdict.
+				if prev.Instances == nil {
+					prev.Instances = map[string]eval.InstanceState{}
+				}
+				prev.Instances[in.ID] = seed(*in.Health, in)
+				if status.Flags(in.Health.Flags).Has(status.HealthDisregarded) {
+					prev.HealthDisregarded = true
+				}
+			}
+			if ss := n.samples(in.Key().String(), in.Incarnation, cutoff); ss != nil {
+				samples[in.ID] = ss
+			}
+		}
+		res, next := eval.Evaluate(cs.policy, ins, samples, *prev, now)
+		states[cs.key] = &next
+		if res.HealthDisregarded {
+			disregarded++
+		}
+		n.m.discarded.WithLabelValues("unattributable").Add(float64(res.Discarded))
+		trans := make(map[string]eval.Transition, len(res.Transitions))
+		for _, t := range res.Transitions {
+			trans[t.ID] = t
+		}
+		for _, r := range res.Instances {
+			h := healthOf(r, next.Instances[r.ID], now)
+			if old := stored[r.ID]; old != nil && old.Incarnation == h.Incarnation && sameHealth(*old, h) {
+				continue
+			}
+			u := store.HealthUpdate{Key: store.InstanceKey{Namespace: cs.key.Namespace, Service: cs.key.Name, ID: r.ID}, Health: h}
+			if t, ok := trans[r.ID]; ok {
+				u.Transition = &store.Transition{From: t.From.String(), To: t.To.String(), Reason: t.Reason}
+				if stored[r.ID] == nil || stored[r.ID].Incarnation != r.Incarnation {
+					u.Transition.From = "new" // its first verdict: it was never withdrawn
+				}
+			}
+			ups = append(ups, u)
+		}
+		for _, e := range res.Events {
+			se := store.ServiceEvent{Namespace: cs.key.Namespace, Service: cs.key.Name, Instance: e.ID, Detail: e.Detail}
+			switch e.Kind {
+			case eval.EventHealthDisregarded:
+				se.Kind = store.EventHealthDisregarded
+			case eval.EventHealthRestored:
+				se.Kind = store.EventHealthRestored
+			case eval.EventQuarantined:
+				se.Kind = store.EventQuarantined
+				if st, ok := next.Instances[e.ID]; ok {
+					se.Incarnation = st.Incarnation
+				}
+			}
+			evs = append(evs, se)
+			n.log.Info("health event", "service", cs.key, "kind", se.Kind, "instance", e.ID, "detail", e.Detail)
+		}
+	}
+	n.mu.Unlock()
+	n.states = states
+	n.m.disregarded.Set(float64(disregarded))
+	n.m.evaluations.Inc()
+	n.m.evalSeconds.Observe(time.Since(start).Seconds())
+
+	committed := false
+	for len(ups) > 0 || len(evs) > 0 {
+		k := min(len(ups), store.MaxHealthUpdates)
+		var batchEvs []store.ServiceEvent
+		if k == len(ups) {
+			batchEvs, evs = evs, nil
+		}
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := n.cfg.Store.CommitHealth(ctx, actor, ups[:k], batchEvs)
+		cancel()
+		if err != nil {
+			// Start the next round from what the store holds.
+			n.m.commitErrors.Inc()
+			n.log.Warn("committing verdicts", "updates", len(ups), "err", err)
+			n.states = nil
+			return committed
+		}
+		n.m.commits.Inc()
+		committed = true
+		for _, u := range ups[:k] {
+			if u.Transition != nil {
+				n.m.transitions.WithLabelValues(eligibility(u.Health.Eligible)).Inc()
+			}
+		}
+		ups = ups[k:]
+	}
+	return committed
+}
+
+func eligibility(e bool) string {
+	if e {
+		return "eligible"
+	}
+	return "withdrawn"
+}
+
+// currentInc reports the current incarnation of a live instance, for
+// pruning evidence.
+func (n *Node) currentInc(key string) (uint64, bool) {
+	slot, ok := (*n.slotOf.Load())[key]
+	if !ok {
+		return 0, false
+	}
+	return n.slotInc[slot], true
+}
+
+// evalInstance copies what the evaluator needs of a stored instance.
+func (n *Node) evalInstance(in store.Instance) eval.Instance {
+	e := eval.Instance{ID: in.ID, Incarnation: in.Incarnation, Region: in.Region, Zone: in.Zone,
+		BaseWeight: in.Weight, Lifecycle: lifecycleOf(in.Lifecycle), LeaseDeadline: in.LeaseDeadline}
+	if in.LeaseTTL > 0 {
+		e.LeaseExpiry = n.cfg.Store.LeaseExpiry(in)
+	}
+	if r := in.Report; r != nil {
+		e.Report = &eval.Report{Ready: r.Ready, At: r.At}
+		if len(r.Dependencies) > 0 {
+			e.Report.Dependencies = make(map[string]string, len(r.Dependencies))
+			for k, v := range r.Dependencies {
+				e.Report.Dependencies[k] = string(v)
+			}
+		}
+	}
+	return e
+}
+
+// healthOf is the committed form of one instance's result.
+func healthOf(r eval.InstanceResult, st eval.InstanceState, now time.Time) store.Health {
+	h := store.Health{Incarnation: r.Incarnation, Verdict: r.Verdict.String(), Eligible: r.Eligible,
+		HealthEligible: st.HealthEligible, Flags: uint8(r.Flags), FailingSince: st.FailingSince,
+		QuarantineLevel: st.QuarantineLevel, QuarantineUntil: st.QuarantineUntil,
+		Reasons: withoutSlowStart(r.Reasons), At: now}
+	// Slow start is the table builders' to compute, from EligibleSince:
+	// its end is not worth a commit.
+	h.Flags &^= uint8(status.SlowStart)
+	if r.Eligible {
+		h.EligibleSince = st.EligibleSince
+	}
+	for i, c := range st.Classes {
+		if c.Failing {
+			h.Failing = append(h.Failing, store.FailingClass{Class: eval.Class(i).String(), Since: c.FailingSince,
+				Hard: c.Hard, Why: c.Why})
+		}
+	}
+	if !r.Evidence.At.IsZero() {
+		h.Evidence = &store.Evidence{Class: r.Evidence.Class.String(), Observer: r.Evidence.Observer, At: r.Evidence.At}
+	}
+	return h
+}
+
+// sameHealth reports whether two verdicts differ in nothing a reader acts
+// on: the evidence's time and the decision's are left out, or every
+// probe would be a commit.
+func sameHealth(a, b store.Health) bool {
+	return a.Verdict == b.Verdict && a.Eligible == b.Eligible && a.HealthEligible == b.HealthEligible &&
+		a.Flags&^uint8(status.SlowStart) == b.Flags&^uint8(status.SlowStart) &&
+		a.EligibleSince.Equal(b.EligibleSince) && a.QuarantineLevel == b.QuarantineLevel &&
+		a.QuarantineUntil.Equal(b.QuarantineUntil) &&
+		slices.EqualFunc(a.Failing, b.Failing, func(x, y store.FailingClass) bool {
+			return x.Class == y.Class && x.Hard == y.Hard && x.Since.Equal(y.Since)
+		}) &&
+		slices.Equal(withoutSlowStart(a.Reasons), withoutSlowStart(b.Reasons))
+}
+
+func withoutSlowStart(rs []string) []string {
+	return slices.DeleteFunc(slices.Clone(rs), func(s string) bool { return s == "slow start" })
+}
+
+// seed rebuilds an instance's evaluator state from its committed
+// verdict: a new leader resumes failing classes (re-admission still
+// takes the full run of successes), publication, slow start and
+// quarantine. Flap history and scores start afresh.
+func seed(h store.Health, in store.Instance) eval.InstanceState {
+	st := eval.InstanceState{Incarnation: h.Incarnation, Seen: true, Lifecycle: lifecycleOf(in.Lifecycle),
+		HealthEligible: h.HealthEligible, Published: h.Eligible, Verdict: parseVerdict(h.Verdict),
+		EligibleSince: h.EligibleSince, FailingSince: h.FailingSince,
+		QuarantineLevel: h.QuarantineLevel, QuarantineUntil: h.QuarantineUntil}
+	for _, f := range h.Failing {
+		i := eval.ClassProbe
+		if f.Class == eval.ClassOutcome.String() {
+			i = eval.ClassOutcome
+		} else if f.Class != eval.ClassProbe.String() {
+			continue
+		}
+		st.Classes[i] = eval.ClassState{Failing: true, FailingSince: f.Since, Hard: f.Hard, Why: f.Why,
+			Trigger: eval.EvidenceRef{Class: i, At: f.Since}, Last: eval.EvidenceRef{Class: i, At: f.Since}}
+	}
+	return st
+}

@@ -1,0 +1,210 @@
+package health
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/cairn-sd/cairn/eval"
+)
+
+// obs is one observer's latest observation of one instance in one class.
+type obs struct {
+	observer string
+	at       time.Time
+	ok, hard bool
+	code     int
+	err      string
+	// outcome counts
+	succ, fail, tmo int
+}
+
+// instEvidence is the evidence the leader holds about one instance: the
+// latest probe result of each observer and the latest outcome window of
+// each caller, for its latest incarnation.
+type instEvidence struct {
+	inc      uint64
+	probes   []obs
+	outcomes []obs
+}
+
+// perObserver is how many recent observations of each observer are
+// kept: the evaluator holds back the newest for one interval (see
+// evaluate), so the ones before must still be there when it looks.
+const perObserver = 4
+
+// put records o in list: at most perObserver observations per observer
+// (the oldest goes) and at most observers observers (the one heard from
+// least recently goes).
+func put(list []obs, o obs, observers int) []obs {
+	count := 0
+	oldest := -1
+	for i := range list {
+		if list[i].observer != o.observer {
+			continue
+		}
+		if list[i].at.Equal(o.at) {
+			return list // the same result again (batches repeat it)
+		}
+		count++
+		if oldest < 0 || list[i].at.Before(list[oldest].at) {
+			oldest = i
+		}
+	}
+	if count >= perObserver {
+		if !o.at.After(list[oldest].at) {
+			return list
+		}
+		list[oldest] = o
+		return list
+	}
+	if count == 0 {
+		latest := map[string]time.Time{}
+		for _, x := range list {
+			if x.at.After(latest[x.observer]) {
+				latest[x.observer] = x.at
+			}
+		}
+		if len(latest) >= observers {
+			stalest := ""
+			for who, at := range latest {
+				if stalest == "" || at.Before(latest[stalest]) || at.Equal(latest[stalest]) && who < stalest {
+					stalest = who
+				}
+			}
+			if !o.at.After(latest[stalest]) {
+				return list
+			}
+			list = slices.DeleteFunc(list, func(x obs) bool { return x.observer == stalest })
+		}
+	}
+	return append(list, o)
+}
+
+// record adds an observation of instance key (incarnation inc) in the
+// class, under n.mu. An observation about an older incarnation than one
+// already seen is dropped and reported false.
+func (n *Node) record(key string, inc uint64, class eval.Class, o obs) bool {
+	e := n.evidence[key]
+	switch {
+	case e == nil:
+		e = &instEvidence{inc: inc}
+		n.evidence[key] = e
+	case inc < e.inc:
+		return false
+	case inc > e.inc:
+		*e = instEvidence{inc: inc}
+	}
+	if class == eval.ClassProbe {
+		e.probes = put(e.probes, o, max(n.cfg.Replicas+2, 4))
+	} else {
+		e.outcomes = put(e.outcomes, o, n.cfg.MaxOutcomeObservers)
+	}
+	return true
+}
+
+// samples returns the evidence about one incarnation observed at or
+// before cutoff, as eval samples; nil when there is none.
+func (n *Node) samples(key string, inc uint64, cutoff time.Time) []eval.Sample {
+	e := n.evidence[key]
+	if e == nil || e.inc != inc {
+		return nil
+	}
+	var out []eval.Sample
+	for _, o := range e.probes {
+		if !o.at.After(cutoff) {
+			out = append(out, eval.Sample{Class: eval.ClassProbe, Observer: o.observer, Incarnation: inc,
+				At: o.at, OK: o.ok, Hard: o.hard})
+		}
+	}
+	for _, o := range e.outcomes {
+		if !o.at.After(cutoff) {
+			out = append(out, eval.Sample{Class: eval.ClassOutcome, Observer: o.observer, Incarnation: inc,
+				At: o.at, Successes: o.succ, Failures: o.fail, Timeouts: o.tmo})
+		}
+	}
+	return out
+}
+
+// prune drops evidence about instances that are gone or reincarnated
+// (keep reports the current incarnation of a key) and observations older
+// than horizon. Under n.mu.
+func (n *Node) prune(keep func(key string) (uint64, bool), horizon time.Time) {
+	for k, e := range n.evidence {
+		inc, ok := keep(k)
+		if !ok || inc != e.inc {
+			delete(n.evidence, k)
+			continue
+		}
+		old := func(o obs) bool { return o.at.Before(horizon) }
+		e.probes = slices.DeleteFunc(e.probes, old)
+		e.outcomes = slices.DeleteFunc(e.outcomes, old)
+	}
+	for o, t := range n.heard {
+		if t.Before(horizon) {
+			delete(n.heard, o)
+		}
+	}
+}
+
+// ClassEvidence is one observer's latest evidence about an instance in
+// one class, for `cairn endpoints`.
+type ClassEvidence struct {
+	Class    string    `json:"class"`
+	Observer string    `json:"observer"`
+	At       time.Time `json:"at"`
+	OK       bool      `json:"ok"`
+	// Detail: a probe's status code or error; an outcome window's counts.
+	Detail string `json:"detail,omitempty"`
+}
+
+// Evidence returns the evidence this node holds about one incarnation of
+// an instance, freshest first within each class (probes, then outcomes),
+// and whether this node holds evidence at all: only the leader does.
+func (n *Node) Evidence(key string, inc uint64) ([]ClassEvidence, bool) {
+	if !n.cfg.Store.LeaderReady() {
+		return nil, false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	e := n.evidence[key]
+	if e == nil || e.inc != inc {
+		return nil, true
+	}
+	var out []ClassEvidence
+	for _, o := range sortedObs(e.probes) {
+		ce := ClassEvidence{Class: "probe", Observer: o.observer, At: o.at, OK: o.ok && !o.hard, Detail: o.err}
+		if o.code != 0 && ce.Detail == "" {
+			ce.Detail = "status " + strconv.Itoa(o.code)
+		}
+		out = append(out, ce)
+	}
+	for _, o := range sortedObs(e.outcomes) {
+		out = append(out, ClassEvidence{Class: "outcome", Observer: o.observer, At: o.at,
+			OK:     outcomeOK(o),
+			Detail: strconv.Itoa(o.succ) + " ok, " + strconv.Itoa(o.fail) + " failed, " + strconv.Itoa(o.tmo) + " timed out"})
+	}
+	return out, true
+}
+
+func outcomeOK(o obs) bool {
+	n := o.succ + o.fail + o.tmo
+	return n == 0 || float64(o.fail+o.tmo) <= eval.DefaultFailureThreshold*float64(n)
+}
+
+// sortedObs returns each observer's latest observation, freshest first.
+func sortedObs(list []obs) []obs {
+	latest := map[string]obs{}
+	for _, o := range list {
+		if l, ok := latest[o.observer]; !ok || o.at.After(l.at) {
+			latest[o.observer] = o
+		}
+	}
+	out := make([]obs, 0, len(latest))
+	for _, o := range latest {
+		out = append(out, o)
+	}
+	slices.SortFunc(out, func(a, b obs) int { return cmp.Or(b.at.Compare(a.at), cmp.Compare(a.observer, b.observer)) })
+	return out
+}

@@ -1,0 +1,306 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/cairn-sd/cairn/probe"
+	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/store/storetest"
+)
+
+// TestMain checks that no test leaves a goroutine behind: every Node.Run,
+// prober and store is stopped when its test ends.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const wait = 10 * time.Second
+
+// clock is the injected clock of the tests that drive Node.Tick by hand.
+// The store of a single-node harness shares it, so that registration
+// times, lease deadlines and the evaluator's now agree.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+func (c *clock) Advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+// harness is one Node over a real store replica, with its own status
+// table and metrics registry.
+type harness struct {
+	t   *testing.T
+	clk *clock
+	st  *storetest.Node
+	pub *status.Publisher
+	reg *prometheus.Registry
+	n   *Node
+}
+
+// newHarness starts a single-node store on clk (nil: a fresh clock) and a
+// Node on it with a table of capacity slots (0: 64). mod may change the
+// Node's Config.
+func newHarness(t *testing.T, clk *clock, capacity int, mod func(*Config)) *harness {
+	t.Helper()
+	if clk == nil {
+		clk = newClock()
+	}
+	st := storetest.Single(t, store.Config{Now: clk.Now})
+	// The new leader records its own addresses just after it is ready;
+	// wait for that, so that the revision holds still from here on.
+	storetest.WaitFor(t, wait, func() error {
+		if _, addr := st.Leader(); addr == "" {
+			return errors.New("the leader's HTTP address is not recorded yet")
+		}
+		return nil
+	})
+	h := &harness{t: t, clk: clk, st: st}
+	h.n = newNode(t, st.Store, clk, capacity, mod)
+	h.pub, h.reg = h.n.cfg.Table, h.n.cfg.Registerer.(*prometheus.Registry)
+	return h
+}
+
+// newNode returns a Node on s with a table of capacity slots (0: 64), a
+// fresh registry, and clk (nil: the real clock).
+func newNode(t *testing.T, s *store.Store, clk *clock, capacity int, mod func(*Config)) *Node {
+	t.Helper()
+	if capacity == 0 {
+		capacity = 64
+	}
+	pub, err := status.New(status.Config{Capacity: capacity})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Store: s, Table: pub, Registerer: prometheus.NewRegistry(),
+		Logger: storetest.Logger(t).With("health", s.NodeID())}
+	if clk != nil {
+		cfg.Now = clk.Now
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatalf("health.New: %v", err)
+	}
+	return n
+}
+
+// tick advances the clock by d and runs one round.
+func (h *harness) tick(d time.Duration) {
+	h.t.Helper()
+	h.clk.Advance(d)
+	h.n.Tick(h.t.Context())
+}
+
+func (h *harness) apply(svcs ...store.Service) {
+	h.t.Helper()
+	if _, err := h.st.ApplyServices(h.t.Context(), "admin", svcs); err != nil {
+		h.t.Fatalf("ApplyServices: %v", err)
+	}
+}
+
+func (h *harness) register(r store.Registration) store.Instance {
+	h.t.Helper()
+	return register(h.t, h.st.Store, r)
+}
+
+func register(t *testing.T, s *store.Store, r store.Registration) store.Instance {
+	t.Helper()
+	in, _, err := s.Register(t.Context(), "registrar", r)
+	if err != nil {
+		t.Fatalf("Register %s: %v", r.ID, err)
+	}
+	return in
+}
+
+// instance re-reads an instance from the harness's replica.
+func (h *harness) instance(in store.Instance) store.Instance {
+	h.t.Helper()
+	got, ok := h.st.Instance(in.Key())
+	if !ok {
+		h.t.Fatalf("instance %s is not in the store", in.Key())
+	}
+	return got
+}
+
+// entry returns in's entry in the current table, failing when the table
+// does not hold it.
+func (h *harness) entry(in store.Instance) status.Entry {
+	h.t.Helper()
+	e, ok := h.n.Status(in.Key().String(), in.Incarnation)
+	if !ok {
+		h.t.Fatalf("the table holds no entry for %s#%d", in.Key(), in.Incarnation)
+	}
+	return e
+}
+
+// probe reports one probe result about in from observer, taken now.
+func (h *harness) probe(observer string, in store.Instance, ok, hard bool) ProbeReply {
+	h.t.Helper()
+	return h.n.ProbeReport(ProbeReport{Observer: observer, Results: []ProbeResult{
+		{Target: TargetID(in.Key(), in.Incarnation), At: h.clk.Now(), OK: ok, Hard: hard}}})
+}
+
+// metric returns the value of the counter or gauge name with the given
+// label pairs ("reason", "unassigned"), or 0 when it has no such series.
+func (h *harness) metric(name string, labels ...string) float64 {
+	h.t.Helper()
+	return metricValue(h.t, h.reg, name, labels...)
+}
+
+// nodeMetric is metric for a Node made by newNode.
+func nodeMetric(t *testing.T, n *Node, name string, labels ...string) float64 {
+	t.Helper()
+	return metricValue(t, n.cfg.Registerer.(prometheus.Gatherer), name, labels...)
+}
+
+func metricValue(t *testing.T, g prometheus.Gatherer, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					found = found || lp.GetName() == labels[i] && lp.GetValue() == labels[i+1]
+				}
+				if !found {
+					continue series
+				}
+			}
+			switch {
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// events returns the audit events of one service of kind (all kinds when
+// empty) about instance id (all when empty).
+func events(s *store.Store, key store.ServiceKey, kind store.EventKind, id string) []store.Event {
+	var out []store.Event
+	for _, e := range s.Events(key.Namespace, key.Name, 0) {
+		if (kind == "" || e.Kind == kind) && (id == "" || e.Instance == id) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// tcpService is a service probed over TCP on its "main" port, with a
+// lease long enough that it never expires in a test.
+func tcpService(ns, name string) store.Service {
+	return store.Service{Namespace: ns, Name: name,
+		Ports:  []store.Port{{Name: "main", Number: 8080}},
+		Check:  &store.Check{Type: "tcp"},
+		Policy: store.Policy{LeaseTTL: store.Duration(time.Hour)}}
+}
+
+// selfService is a service whose instances report their own readiness:
+// no check, one declared dependency of their own.
+func selfService(ns, name string) store.Service {
+	return store.Service{Namespace: ns, Name: name,
+		Ports:      []store.Port{{Name: "main", Number: 8080}},
+		Capability: store.Capability{Readiness: "self", Dependencies: []store.Dependency{{Name: "db"}}},
+		Policy:     store.Policy{LeaseTTL: store.Duration(time.Hour)}}
+}
+
+func reg(svc store.Service, id, addr string) store.Registration {
+	return store.Registration{Namespace: svc.Namespace, Service: svc.Name, ID: id,
+		Addresses: []string{addr}, Ports: map[string]int{"main": 8080}}
+}
+
+// fleet registers n ready instances of svc, ids prefix0…, addresses
+// 10.0.0.1…
+func (h *harness) fleet(svc store.Service, prefix string, n int) []store.Instance {
+	h.t.Helper()
+	out := make([]store.Instance, n)
+	for i := range out {
+		out[i] = h.register(reg(svc, fmt.Sprintf("%s%d", prefix, i), fmt.Sprintf("10.0.0.%d", i+1)))
+	}
+	return out
+}
+
+// assignedTo returns the first of observers that target in is assigned
+// to over members, failing when none is.
+func assignedTo(t *testing.T, in store.Instance, members []string, replicas int, observers ...string) string {
+	t.Helper()
+	for _, o := range observers {
+		if slices.Contains(probe.Assign(TargetID(in.Key(), in.Incarnation), members, replicas), o) {
+			return o
+		}
+	}
+	t.Fatalf("%s is assigned to none of %v over %v", in.Key(), observers, members)
+	return ""
+}
+
+// run starts n.Run and returns a function that stops it and waits.
+func run(t *testing.T, n *Node) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// waitFor polls cond until it holds, failing the test with its last
+// error after wait.
+func waitFor(t *testing.T, cond func() error) {
+	t.Helper()
+	storetest.WaitFor(t, wait, cond)
+}
+
+// cluster starts an n-node store cluster and waits until every node's
+// replica lists all n members (a follower learns the last joins a little
+// after the leader).
+func cluster(t *testing.T, n int) []*storetest.Node {
+	t.Helper()
+	nodes := storetest.Cluster(t, n)
+	for _, nd := range nodes {
+		waitFor(t, func() error {
+			ms, err := nd.Members()
+			if err != nil {
+				return err
+			}
+			if len(ms) != n {
+				return fmt.Errorf("%s lists %d members, want %d", nd.NodeID(), len(ms), n)
+			}
+			return nil
+		})
+	}
+	return nodes
+}

@@ -1,0 +1,355 @@
+package health
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cairn-sd/cairn/eval"
+	"github.com/cairn-sd/cairn/probe"
+	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/store"
+)
+
+// Node runs health evaluation on one server (see the package comment).
+type Node struct {
+	cfg Config
+	log *slog.Logger
+	m   *metrics
+
+	// mu guards the evidence and liveness, written by the API's handlers
+	// and the batch consumer, read by the loop.
+	mu       sync.Mutex
+	evidence map[string]*instEvidence
+	heard    map[string]time.Time // observer → when its last batch reached this leader
+	live     []string             // the members targets are assigned over
+	leading  time.Time            // when this node last became the evaluating leader
+
+	// slotOf is the loop's key → slot map, published for the API's
+	// handlers (immutable once published).
+	slotOf atomic.Pointer[map[string]int]
+	// members is the ids of the cluster's members, sorted (immutable
+	// once published).
+	members atomic.Pointer[[]string]
+	// served[slot] is when the instance in the slot was last published
+	// eligible (unix ns); 0 when never, or when the slot changed hands.
+	served []atomic.Int64
+
+	// Owned by the loop.
+	cat     catalog
+	slots   *status.Slots
+	slotInc []uint64 // incarnation last written to each slot
+	states  map[store.ServiceKey]*eval.State
+	targets []probe.Target
+	svcs    *status.Names
+	locs    *status.Names
+	infos   map[string]*status.InstanceInfo // by instance key, for reuse
+}
+
+// New validates cfg and returns a Node; Run starts it.
+func New(cfg Config) (*Node, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c := cfg.Table.Capacity()
+	n := &Node{
+		cfg:      cfg,
+		log:      cfg.Logger.With("component", "health"),
+		m:        newMetrics(cfg.Registerer),
+		evidence: map[string]*instEvidence{},
+		heard:    map[string]time.Time{},
+		served:   make([]atomic.Int64, c),
+		slots:    status.NewSlots(c),
+		slotInc:  make([]uint64, c),
+	}
+	empty := map[string]int{}
+	n.slotOf.Store(&empty)
+	none := []string{}
+	n.members.Store(&none)
+	return n, nil
+}
+
+// Run evaluates and publishes every Interval, and runs the prober if
+// there is one, until ctx is done. It builds a first table at once, so
+// that the servers reading the table have one to read.
+func (n *Node) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	if p := n.cfg.Prober; p != nil {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			if err := p.Run(ctx); err != nil && ctx.Err() == nil {
+				n.log.Error("prober stopped", "err", err)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for b := range p.Batches() {
+				n.handleBatch(ctx, b)
+			}
+		}()
+	}
+	defer wg.Wait()
+	t := time.NewTicker(n.cfg.Interval)
+	defer t.Stop()
+	for {
+		n.Tick(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Tick runs one round: targets, evaluation (on the leader), commit, and
+// the table. Run calls it every Interval; tests may call it directly
+// (never concurrently with Run).
+func (n *Node) Tick(ctx context.Context) {
+	now := n.cfg.Now()
+	n.refresh()
+	n.updateLive(now)
+	n.updateTargets()
+	if n.cfg.Store.LeaderReady() {
+		if n.evaluate(ctx, now) {
+			n.refresh() // build from what was just committed
+		}
+	} else {
+		// A new term starts from the committed verdicts, and with every
+		// member live for LiveTimeout. Reset both whatever the last
+		// round left: a round whose commit failed (as it does when
+		// leadership is lost) has already cleared states.
+		n.states = nil
+		n.mu.Lock()
+		n.leading = time.Time{}
+		n.mu.Unlock()
+	}
+	n.build(now)
+}
+
+// handleBatch passes one of this node's probe batches to the leader.
+func (n *Node) handleBatch(ctx context.Context, b *probe.Batch) {
+	r := ProbeReport{Observer: b.Observer, Seq: b.Seq, Results: make([]ProbeResult, 0, len(b.Results))}
+	for _, res := range b.Results {
+		if res.TargetID == "" {
+			continue
+		}
+		r.Results = append(r.Results, ProbeResult{Target: res.TargetID, At: res.At, OK: res.OK, Hard: res.Hard,
+			Code: res.Code, Error: res.Err})
+	}
+	if n.cfg.Store.LeaderReady() {
+		n.ProbeReport(r)
+		return
+	}
+	if n.cfg.Push == nil {
+		n.m.pushes.WithLabelValues("dropped").Inc()
+		return
+	}
+	// An empty report is sent too: it tells the leader this node is live.
+	ctx, cancel := context.WithTimeout(ctx, max(n.cfg.Interval, time.Second))
+	defer cancel()
+	reply, err := n.cfg.Push(ctx, r)
+	if err != nil {
+		n.m.pushes.WithLabelValues("error").Inc()
+		n.log.Debug("pushing probe results to the leader", "err", err)
+		return
+	}
+	n.m.pushes.WithLabelValues("ok").Inc()
+	if len(reply.Live) > 0 {
+		n.mu.Lock()
+		n.live = slices.Clone(reply.Live)
+		n.mu.Unlock()
+	}
+}
+
+// ProbeReport takes an observer's probe results (on the leader): each
+// result about a target assigned to that observer becomes evidence; the
+// others are discarded and counted. The reply names the live members.
+func (n *Node) ProbeReport(r ProbeReport) ProbeReply {
+	now := n.cfg.Now()
+	all := *n.members.Load()
+	slotOf := *n.slotOf.Load()
+	t := n.cfg.Table.Acquire()
+	if t != nil {
+		defer t.Release()
+	}
+	// current reports whether the table holds key at incarnation inc.
+	current := func(key string, inc uint64) (known, same bool) {
+		slot, ok := slotOf[key]
+		if !ok || t == nil {
+			return false, false
+		}
+		e := t.Entry(slot)
+		if e.Key != status.KeyHash(key) {
+			return false, false
+		}
+		return true, e.Incarnation == inc
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if r.Observer != "" {
+		n.heard[r.Observer] = now
+	}
+	live := n.live
+	var reply ProbeReply
+	for _, res := range r.Results {
+		key, inc, ok := parseTarget(res.Target)
+		known, same := current(key, inc)
+		switch {
+		case !ok || r.Observer == "":
+			n.m.discarded.WithLabelValues("malformed").Inc()
+		case !probe.Assigned(res.Target, r.Observer, live, n.cfg.Replicas) &&
+			!probe.Assigned(res.Target, r.Observer, all, n.cfg.Replicas):
+			n.m.discarded.WithLabelValues("unassigned").Inc()
+		case res.At.After(now.Add(n.cfg.Interval)):
+			n.m.discarded.WithLabelValues("future").Inc()
+		case !known:
+			n.m.discarded.WithLabelValues("unknown_endpoint").Inc()
+		case !same:
+			n.m.discarded.WithLabelValues("stale_incarnation").Inc()
+		case !n.record(key, inc, eval.ClassProbe, obs{observer: r.Observer, at: res.At, ok: res.OK, hard: res.Hard,
+			code: res.Code, err: res.Error}):
+			n.m.discarded.WithLabelValues("stale_incarnation").Inc()
+		default:
+			reply.Accepted++
+			continue
+		}
+		reply.Discarded++
+	}
+	reply.Live = slices.Clone(live)
+	return reply
+}
+
+// Outcomes takes a caller's outcome report (on the leader). observer is
+// the caller's authenticated identity. Endpoints that are unknown, of
+// another incarnation, or that were not published eligible within the
+// OutcomeHorizon (the caller cannot have been served them) are discarded
+// and counted. r must be valid (Validate).
+func (n *Node) Outcomes(observer string, r OutcomeReport) OutcomeReply {
+	now := n.cfg.Now()
+	reply := OutcomeReply{Discarded: map[string]int{}}
+	discard := func(why string) {
+		reply.Discarded[why]++
+		n.m.discarded.WithLabelValues(why).Inc()
+	}
+	// The table is nil until the first build, which follows the first
+	// publication of slotOf: nothing was served before it.
+	t := n.cfg.Table.Acquire()
+	if t != nil {
+		defer t.Release()
+	}
+	slotOf := *n.slotOf.Load()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, e := range r.Endpoints {
+		key := e.key().String()
+		slot, ok := slotOf[key]
+		if !ok || t == nil {
+			discard("unknown_endpoint")
+			continue
+		}
+		ent := t.Entry(slot)
+		switch {
+		case ent.Key != status.KeyHash(key):
+			discard("unknown_endpoint")
+			continue
+		case ent.Incarnation != e.Incarnation:
+			discard("stale_incarnation")
+			continue
+		}
+		if s := n.served[slot].Load(); s == 0 || now.Sub(time.Unix(0, s)) > n.cfg.OutcomeHorizon {
+			discard("not_served")
+			continue
+		}
+		if e.Success+e.Failure+e.Timeout == 0 {
+			discard("no_calls")
+			continue
+		}
+		n.record(key, e.Incarnation, eval.ClassOutcome, obs{observer: observer, at: now,
+			succ: e.Success, fail: e.Failure, tmo: e.Timeout})
+		reply.Accepted++
+	}
+	if len(reply.Discarded) == 0 {
+		reply.Discarded = nil
+	}
+	return reply
+}
+
+// liveSet returns the members targets are assigned over.
+func (n *Node) liveSet() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.live
+}
+
+func subset(a, b []string) bool {
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			return false
+		}
+	}
+	return true
+}
+
+// updateLive recomputes the live set on the leader: itself and every
+// member whose results reached it within LiveTimeout, or every member
+// while it has led for less than LiveTimeout. On a follower the set comes
+// from the leader's replies; until the first, it is every member.
+func (n *Node) updateLive(now time.Time) {
+	all := *n.members.Load()
+	self := n.cfg.Store.NodeID()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.cfg.Store.LeaderReady() {
+		if len(n.live) == 0 || !subset(n.live, all) {
+			n.live = all
+		}
+		return
+	}
+	if n.leading.IsZero() {
+		n.leading = now
+	}
+	if now.Sub(n.leading) < n.cfg.LiveTimeout {
+		n.live = all
+		n.m.liveMembers.Set(float64(len(all)))
+		return
+	}
+	live := make([]string, 0, len(all))
+	for _, id := range all {
+		if id == self || now.Sub(n.heard[id]) <= n.cfg.LiveTimeout {
+			live = append(live, id)
+		}
+	}
+	if !slices.Equal(live, n.live) {
+		n.log.Info("probe assignment changed", "live", live, "members", all)
+	}
+	n.live = live
+	n.m.liveMembers.Set(float64(len(live)))
+}
+
+// Status returns one incarnation's entry in the current status table, as
+// every reader of the table sees it; false when the table does not hold
+// it (yet).
+func (n *Node) Status(key string, inc uint64) (status.Entry, bool) {
+	slot, ok := (*n.slotOf.Load())[key]
+	if !ok {
+		return status.Entry{}, false
+	}
+	t := n.cfg.Table.Acquire()
+	if t == nil {
+		return status.Entry{}, false // no table built yet
+	}
+	defer t.Release()
+	e := t.Entry(slot)
+	if e.Key != status.KeyHash(key) || e.Incarnation != inc {
+		return status.Entry{}, false
+	}
+	return e, true
+}
+
+// Leading reports whether this node evaluates (it holds the evidence).
+func (n *Node) Leading() bool { return n.cfg.Store.LeaderReady() }

@@ -1,0 +1,71 @@
+package health
+
+import (
+	"time"
+
+	"github.com/cairn-sd/cairn/eval"
+	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/store"
+)
+
+// build writes every slot of the next status table from the catalog: the
+// committed verdicts, with weights recomputed now so that slow start
+// keeps rising between commits. An instance without a committed verdict
+// (the evaluator has not run yet) is unknown and eligible when ready.
+func (n *Node) build(now time.Time) {
+	start := time.Now()
+	nowNS := now.UnixNano()
+	_, err := n.cfg.Table.Build(func(b *status.Builder) error {
+		b.SetStoreRevision(n.cat.rev)
+		b.SetServices(n.svcs)
+		b.SetLocalities(n.locs)
+		b.SetDirectory(n.cat.dir)
+		es := b.Entries()
+		for slot := range es {
+			e := &es[slot]
+			ref := n.cat.bySlot[slot]
+			if ref.svc < 0 {
+				*e = status.Entry{}
+				continue
+			}
+			cs := &n.cat.services[ref.svc]
+			in := &cs.instances[ref.inst]
+			_, hash, _ := n.slots.Key(slot)
+			e.Key = hash
+			e.Incarnation = in.Incarnation
+			e.Service = cs.id
+			e.BaseWeight = uint16(min(max(in.Weight, 1), 65535))
+			r, _ := n.locs.ID(in.Region)
+			z, _ := n.locs.ID(in.Zone)
+			e.Region, e.Zone = uint16(r), uint16(z)
+			e.Lifecycle = lifecycleOf(in.Lifecycle)
+			e.Verdict, e.Flags, e.Weight = status.Unknown, 0, 0
+			since := in.RegisteredAt
+			eligible := in.Lifecycle == store.Ready
+			if h := in.Health; h != nil && h.Incarnation == in.Incarnation {
+				e.Verdict = parseVerdict(h.Verdict)
+				e.Flags = status.Flags(h.Flags) &^ (status.Eligible | status.SlowStart)
+				eligible = eligible && h.Eligible
+				since = h.EligibleSince
+			}
+			if eligible {
+				w, slow := eval.Weight(cs.policy, in.Weight, since, e.Flags.Has(status.DependencyDegraded), now)
+				e.Weight = uint16(w)
+				e.Flags |= status.Eligible
+				if slow {
+					e.Flags |= status.SlowStart
+				}
+				n.served[slot].Store(nowNS)
+			} else {
+				e.Flags &^= status.HealthDisregarded | status.WithdrawalDeferred
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		n.log.Error("building the status table", "err", err)
+		return
+	}
+	n.slots.Recycle()
+	n.m.buildSeconds.Observe(time.Since(start).Seconds())
+}

@@ -1,0 +1,145 @@
+package health
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cairn-sd/cairn/store"
+)
+
+// ProbeReport is one observer's batch of probe results: what a follower
+// sends the leader every batch interval (POST /v1/internal/probe-results),
+// and what the leader's own prober hands its Node in process. It carries
+// the latest result of every target the observer probes, changed or not.
+type ProbeReport struct {
+	Observer string        `json:"observer"`
+	Seq      uint64        `json:"seq"`
+	Results  []ProbeResult `json:"results"`
+}
+
+// ProbeResult is the latest result of one target.
+type ProbeResult struct {
+	// Target is the target id: "namespace/service/instance#incarnation".
+	Target string    `json:"target"`
+	At     time.Time `json:"at"`
+	OK     bool      `json:"ok"`
+	// Hard marks a refused connection.
+	Hard bool `json:"hard,omitempty"`
+	// Code is the HTTP status or gRPC serving status, 0 if none.
+	Code int `json:"code,omitempty"`
+	// Error says briefly why the check failed.
+	Error string `json:"error,omitempty"`
+}
+
+// ProbeReply is the leader's answer to a ProbeReport.
+type ProbeReply struct {
+	Accepted  int `json:"accepted"`
+	Discarded int `json:"discarded"`
+	// Live is the members the leader counts as live: the set every node
+	// assigns targets over.
+	Live []string `json:"live"`
+}
+
+// OutcomeReport is one caller's outcomes (POST /v1/outcomes): per
+// endpoint it was served, the calls that succeeded, failed and timed out
+// over the caller's last window. The caller is the authenticated token.
+type OutcomeReport struct {
+	Endpoints []EndpointOutcome `json:"endpoints"`
+}
+
+// EndpointOutcome is one endpoint's counts.
+type EndpointOutcome struct {
+	Namespace   string `json:"namespace"`
+	Service     string `json:"service"`
+	Instance    string `json:"instance_id"`
+	Incarnation uint64 `json:"incarnation"`
+	Success     int    `json:"success"`
+	Failure     int    `json:"failure"`
+	Timeout     int    `json:"timeout"`
+}
+
+// OutcomeReply says what became of an OutcomeReport: endpoints accepted
+// as evidence, and those discarded by reason (unknown_endpoint,
+// stale_incarnation, not_served, no_calls).
+type OutcomeReply struct {
+	Accepted  int            `json:"accepted"`
+	Discarded map[string]int `json:"discarded,omitempty"`
+}
+
+// Limits of the wire types.
+const (
+	MaxOutcomeEndpoints = 1000
+	maxCount            = 1_000_000_000
+	MaxProbeResults     = 1 << 20
+)
+
+// ErrInvalid is wrapped by the errors of bad reports (the API's 400).
+var ErrInvalid = errors.New("invalid")
+
+func invalid(field, format string, args ...any) error {
+	return fmt.Errorf("%s: %s: %w", field, fmt.Sprintf(format, args...), ErrInvalid)
+}
+
+// Validate checks r: 1 to 1000 endpoints, each named by valid labels and
+// a non-zero incarnation, counts between 0 and 10⁹, no endpoint twice.
+func (r OutcomeReport) Validate() error {
+	if len(r.Endpoints) == 0 {
+		return invalid("endpoints", "at least one endpoint is required")
+	}
+	if len(r.Endpoints) > MaxOutcomeEndpoints {
+		return invalid("endpoints", "at most %d per report, got %d", MaxOutcomeEndpoints, len(r.Endpoints))
+	}
+	seen := make(map[string]bool, len(r.Endpoints))
+	for i, e := range r.Endpoints {
+		f := fmt.Sprintf("endpoints[%d]", i)
+		for _, l := range []struct{ name, v string }{{"namespace", e.Namespace}, {"service", e.Service}, {"instance_id", e.Instance}} {
+			if err := store.CheckLabel(f+"."+l.name, l.v); err != nil {
+				return fmt.Errorf("%w: %w", err, ErrInvalid)
+			}
+		}
+		if e.Incarnation == 0 {
+			return invalid(f+".incarnation", "is required")
+		}
+		for _, c := range []struct {
+			name string
+			v    int
+		}{{"success", e.Success}, {"failure", e.Failure}, {"timeout", e.Timeout}} {
+			if c.v < 0 || c.v > maxCount {
+				return invalid(f+"."+c.name, "must be between 0 and %d, got %d", maxCount, c.v)
+			}
+		}
+		k := e.key().String()
+		if seen[k] {
+			return invalid(f, "%s appears twice", k)
+		}
+		seen[k] = true
+	}
+	return nil
+}
+
+func (e EndpointOutcome) key() store.InstanceKey {
+	return store.InstanceKey{Namespace: e.Namespace, Service: e.Service, ID: e.Instance}
+}
+
+// TargetID is the probe target id of one incarnation of an instance.
+func TargetID(key store.InstanceKey, inc uint64) string {
+	return key.String() + "#" + strconv.FormatUint(inc, 10)
+}
+
+// parseTarget splits a target id into the instance key string and the
+// incarnation. Only the canonical form TargetID prints is accepted: the
+// observer check hashes the id as sent, so "#007" must not pass for "#7".
+func parseTarget(id string) (key string, inc uint64, ok bool) {
+	i := strings.LastIndexByte(id, '#')
+	if i <= 0 || i+1 < len(id) && id[i+1] == '0' {
+		return "", 0, false
+	}
+	inc, err := strconv.ParseUint(id[i+1:], 10, 64)
+	if err != nil || inc == 0 || strings.Count(id[:i], "/") != 2 {
+		return "", 0, false
+	}
+	return id[:i], inc, true
+}
