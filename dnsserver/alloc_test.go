@@ -1,0 +1,57 @@
+package dnsserver_test
+
+import (
+	"net"
+	"testing"
+
+	"github.com/miekg/dns"
+
+	"github.com/cairn-sd/cairn/dnsserver"
+)
+
+// sink is a dns.ResponseWriter that keeps the last answer: the one
+// stand-in in these tests, for measuring the handler alone (the network
+// tests use real sockets).
+type sink struct {
+	remote net.Addr
+	last   []byte
+}
+
+func (s *sink) LocalAddr() net.Addr         { return &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 53} }
+func (s *sink) RemoteAddr() net.Addr        { return s.remote }
+func (s *sink) WriteMsg(m *dns.Msg) error   { b, err := m.Pack(); s.last = b; return err }
+func (s *sink) Write(b []byte) (int, error) { s.last = append(s.last[:0], b...); return len(b), nil }
+func (s *sink) Close() error                { return nil }
+func (s *sink) TsigStatus() error           { return nil }
+func (s *sink) TsigTimersOnly(bool)         {}
+func (s *sink) Hijack()                     {}
+
+func handlerCase(b testing.TB, name string, qtype uint16) (*dnsserver.Server, *sink, *dns.Msg) {
+	f := start(b.(*testing.T), shopServices(), own)
+	return f.srv, &sink{remote: &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5353}}, query(name, qtype, true)
+}
+
+// The hot path allocates nothing of its own: the library's request
+// unpacking is before ServeDNS, and the answer is written into a pooled
+// buffer.
+func TestHotPathAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts differ under the race detector")
+	}
+	for _, c := range []struct {
+		name  string
+		qtype uint16
+		max   float64
+	}{
+		{"web.shop.svc.cairn.internal.", dns.TypeA, 0},
+		{"_http._tcp.web.shop.svc.cairn.internal.", dns.TypeSRV, 0},
+		{"w1.web.shop.svc.cairn.internal.", dns.TypeA, 0},
+		{"nope.shop.svc.cairn.internal.", dns.TypeA, 2}, // the SOA record of a negative answer
+	} {
+		srv, w, q := handlerCase(t, c.name, c.qtype)
+		srv.ServeDNS(w, q) // warm the pools and the view
+		if n := testing.AllocsPerRun(200, func() { srv.ServeDNS(w, q) }); n > c.max {
+			t.Errorf("%s %s: %v allocations per query, want at most %v", c.name, dns.TypeToString[c.qtype], n, c.max)
+		}
+	}
+}

@@ -1,0 +1,127 @@
+package dnsserver
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/netip"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/zones"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Zone is the zone served: apex, NS, SOA, static records, and the
+	// shape of the service tree. Required.
+	Zone *zones.Zone
+	// Table is the status table the answers are cross-referenced with.
+	// Required.
+	Table *status.Publisher
+	// Addr is the UDP and TCP address to listen on (SPEC §3: default
+	// 127.0.0.1:8053).
+	Addr string
+	// Own is this server's locality: the caller's when neither EDNS
+	// Client Subnet nor Subnets place it.
+	Own Place
+	// Subnets place callers by source (or trusted client-subnet)
+	// address; the longest matching prefix wins.
+	Subnets []Subnet
+	// ECSTrusted are the sources whose EDNS Client Subnet option is used
+	// (resolvers of the operator's). Others' ECS options are ignored.
+	ECSTrusted []netip.Prefix
+	// StaleAfter: when the node's view of the store is older than this,
+	// answers are stale (EDE 3 or 19, TTL at most 30 s). Defaults to 5s.
+	StaleAfter time.Duration
+	// MaxStale: past this, SERVFAIL with EDE 22. Defaults to 24h.
+	MaxStale time.Duration
+	// LastSync returns when this node's store view was last known to be
+	// current (now on the leader, the last contact with it on a
+	// follower). nil: never stale.
+	LastSync func() time.Time
+	// UDPSize is the EDNS UDP payload size advertised and the most a UDP
+	// answer may be. Defaults to 1232.
+	UDPSize uint16
+	// TCPIdleTimeout closes an idle TCP connection. Defaults to 10s.
+	TCPIdleTimeout time.Duration
+	// Rand returns uniform floats in [0, 1) for weighted sampling; nil
+	// uses math/rand/v2. Tests pass a seeded source (it must then be safe
+	// for concurrent use if queries run concurrently).
+	Rand func() float64
+
+	Now        func() time.Time
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// Place is a region and zone by name.
+type Place struct{ Region, Zone string }
+
+// Subnet places the callers of a prefix.
+type Subnet struct {
+	Prefix netip.Prefix
+	Place
+}
+
+// The defaults.
+const (
+	DefaultAddr           = "127.0.0.1:8053"
+	DefaultStaleAfter     = 5 * time.Second
+	DefaultMaxStale       = 24 * time.Hour
+	DefaultUDPSize        = 1232
+	DefaultTCPIdleTimeout = 10 * time.Second
+	// defaultARecordLimit applies when a service's limit is unset.
+	defaultARecordLimit = 8
+	// staleTTL caps the TTLs of stale answers (RFC 8767 suggests 30 s).
+	staleTTL = 30
+)
+
+func (c *Config) setDefaults() {
+	if c.Addr == "" {
+		c.Addr = DefaultAddr
+	}
+	if c.StaleAfter == 0 {
+		c.StaleAfter = DefaultStaleAfter
+	}
+	if c.MaxStale == 0 {
+		c.MaxStale = DefaultMaxStale
+	}
+	if c.UDPSize == 0 {
+		c.UDPSize = DefaultUDPSize
+	}
+	if c.TCPIdleTimeout == 0 {
+		c.TCPIdleTimeout = DefaultTCPIdleTimeout
+	}
+	if c.Rand == nil {
+		c.Rand = rand.Float64
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Zone == nil:
+		return errors.New("dnsserver: Zone is required")
+	case c.Table == nil:
+		return errors.New("dnsserver: Table is required")
+	case c.StaleAfter <= 0 || c.MaxStale <= c.StaleAfter:
+		return fmt.Errorf("dnsserver: StaleAfter (%v) must be positive and MaxStale (%v) longer", c.StaleAfter, c.MaxStale)
+	case c.UDPSize < 512:
+		return fmt.Errorf("dnsserver: UDPSize %d is below 512", c.UDPSize)
+	}
+	for i, s := range c.Subnets {
+		if !s.Prefix.IsValid() {
+			return fmt.Errorf("dnsserver: Subnets[%d]: invalid prefix", i)
+		}
+	}
+	return nil
+}

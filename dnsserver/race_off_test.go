@@ -1,0 +1,5 @@
+//go:build !race
+
+package dnsserver_test
+
+const raceEnabled = false

@@ -1,0 +1,249 @@
+package dnsserver
+
+import (
+	"cmp"
+	"math"
+	"slices"
+
+	"github.com/cairn-sd/cairn/status"
+)
+
+// Locality is a querier's or a server's place: region and zone ids in the
+// table's Localities (0: unknown).
+type Locality struct{ Region, Zone uint16 }
+
+// Tiers (SPEC §3): 0 = same zone, 1 = same region, 2 = other regions.
+const (
+	tierZone   = 0
+	tierRegion = 1
+	tierOther  = 2
+	numTiers   = 3
+)
+
+// overprovisioning is Envoy's factor: a tier whose eligible fraction
+// times it is below 1 spills its callers into the next tier.
+const overprovisioning = 1.4
+
+// tierOf returns the tier of an endpoint at e for a caller at loc. An
+// endpoint or a caller without a locality is in tier 0: nothing is known
+// to be nearer.
+func tierOf(loc Locality, e status.Entry) int {
+	switch {
+	case loc.Region == 0 && loc.Zone == 0, e.Region == 0 && e.Zone == 0:
+		return tierZone
+	case e.Region == loc.Region && e.Zone == loc.Zone:
+		return tierZone
+	case e.Region == loc.Region:
+		return tierRegion
+	}
+	return tierOther
+}
+
+// candidate is one endpoint of an answer in the making.
+type candidate struct {
+	slot   uint32
+	tier   uint8
+	weight uint16
+	key    float64 // the sampling key: smaller is chosen first
+	// disregarded: served only because health is disregarded.
+	disregarded bool
+}
+
+// selection is the outcome of choosing a service's endpoints for one
+// caller: the chosen candidates, best first, and whether health was
+// disregarded for any of them.
+type selection struct {
+	chosen      []candidate
+	disregarded bool
+}
+
+// servable reports whether an entry's instance may be served at all when
+// health is disregarded: ready, not draining, terminated or starting
+// (SPEC §2: those never come back through the guard).
+func servable(e status.Entry) bool { return e.Lifecycle == status.Ready }
+
+// healthy reports whether the evidence keeps an entry in rotation: it is
+// eligible, and not only because the evaluator's own guard serves it
+// (status.HealthDisregarded). An instance whose withdrawal the shrink cap
+// defers still counts.
+func healthy(e status.Entry) bool {
+	return e.Flags.Has(status.Eligible) && !e.Flags.Has(status.HealthDisregarded)
+}
+
+// weightOf is the weight an entry is sampled with: its published weight
+// when healthy, its base weight when served with health disregarded.
+func weightOf(e status.Entry) uint16 {
+	if healthy(e) && e.Weight > 0 {
+		return e.Weight
+	}
+	return max(e.BaseWeight, 1)
+}
+
+// selectA chooses the A/AAAA endpoints of a service for a caller at loc
+// (SPEC §3). Every member is examined, whatever its state (constant work
+// per query).
+//
+// The caller uses the best tier with candidates and spills into the next
+// ones while the last tier used has a healthy fraction × 1.4 below 1.
+// The tiers used share the load as Envoy's priority levels do: tier 0
+// takes min(1, 1.4 × its healthy fraction), the next what remains up to
+// its own share, the last used all that is left. When the tiers used
+// together have fewer healthy endpoints than minFrac of their servable
+// ones, health is disregarded: every servable endpoint of them is a
+// candidate, the load shared by their numbers, healthy ones listed first.
+//
+// Candidates are sampled without replacement with weight × their tier's
+// load ÷ the tier's total weight (Efraimidis–Spirakis), up to limit, so
+// the first record of an answer falls on an endpoint in proportion to its
+// share of the load. has filters endpoints with no address of the asked
+// family. rnd returns uniform floats in [0, 1). buf is reused for the
+// result's candidates.
+func selectA(t *status.Table, members []uint32, loc Locality, minFrac float64, limit int,
+	has func(slot uint32) bool, rnd func() float64, buf []candidate) selection {
+	var total, good [numTiers]int
+	var allW, goodW [numTiers]float64
+	for _, slot := range members {
+		e := t.Entry(int(slot))
+		if !servable(e) || !has(slot) {
+			continue
+		}
+		tr := tierOf(loc, e)
+		total[tr]++
+		allW[tr] += float64(weightOf(e))
+		if healthy(e) {
+			good[tr]++
+			goodW[tr] += float64(e.Weight)
+		}
+	}
+	var use [numTiers]bool
+	usedTotal, usedGood, last := 0, 0, -1
+	for tr := range numTiers {
+		if total[tr] == 0 {
+			continue
+		}
+		use[tr], last = true, tr
+		usedTotal += total[tr]
+		usedGood += good[tr]
+		if float64(good[tr])/float64(total[tr])*overprovisioning >= 1 {
+			break
+		}
+	}
+	sel := selection{chosen: buf[:0]}
+	if last < 0 {
+		return sel
+	}
+	disregard := minFrac > 0 && float64(usedGood) < minFrac*float64(usedTotal)
+	// Each used tier's share of the load, spread over its weight.
+	var perW [numTiers]float64
+	remaining := 1.0
+	for tr := range numTiers {
+		if !use[tr] {
+			continue
+		}
+		var load, w float64
+		switch {
+		case disregard:
+			load, w = float64(total[tr])/float64(usedTotal), allW[tr]
+		case tr == last:
+			load, w = remaining, goodW[tr]
+		default:
+			load, w = min(remaining, float64(good[tr])/float64(total[tr])*overprovisioning), goodW[tr]
+		}
+		remaining -= load
+		if w > 0 {
+			perW[tr] = load / w
+		}
+	}
+	for _, slot := range members {
+		e := t.Entry(int(slot))
+		if !servable(e) || !has(slot) {
+			continue
+		}
+		tr := tierOf(loc, e)
+		ok := healthy(e)
+		if !use[tr] || !ok && !disregard || perW[tr] == 0 {
+			continue
+		}
+		w := weightOf(e)
+		c := candidate{slot: slot, tier: uint8(tr), weight: w, disregarded: !ok}
+		c.key = sampleKey(rnd(), float64(w)*perW[tr])
+		sel.chosen = append(sel.chosen, c)
+	}
+	slices.SortFunc(sel.chosen, func(a, b candidate) int {
+		return cmp.Or(cmpBool(a.disregarded, b.disregarded), cmp.Compare(a.key, b.key), cmp.Compare(a.slot, b.slot))
+	})
+	if len(sel.chosen) > limit {
+		sel.chosen = sel.chosen[:limit]
+	}
+	for _, c := range sel.chosen {
+		sel.disregarded = sel.disregarded || c.disregarded
+	}
+	return sel
+}
+
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
+}
+
+// selectSRV chooses the SRV endpoints of a service for a caller: every
+// eligible endpoint (every servable one of the tiers used, when health is
+// disregarded as for selectA), priority = tier, in weighted random order
+// within a tier, so a client that takes the first record still spreads
+// its load by weight.
+func selectSRV(t *status.Table, members []uint32, loc Locality, minFrac float64,
+	has func(slot uint32) bool, rnd func() float64, buf []candidate) selection {
+	var total, good int
+	for _, slot := range members {
+		e := t.Entry(int(slot))
+		if !servable(e) || !has(slot) {
+			continue
+		}
+		total++
+		if healthy(e) {
+			good++
+		}
+	}
+	disregard := total > 0 && minFrac > 0 && float64(good) < minFrac*float64(total)
+	sel := selection{chosen: buf[:0]}
+	for _, slot := range members {
+		e := t.Entry(int(slot))
+		if !servable(e) || !has(slot) {
+			continue
+		}
+		ok := healthy(e)
+		if !ok && !disregard {
+			continue
+		}
+		w := weightOf(e)
+		c := candidate{slot: slot, tier: uint8(tierOf(loc, e)), weight: w, disregarded: !ok}
+		c.key = sampleKey(rnd(), float64(w))
+		sel.chosen = append(sel.chosen, c)
+		sel.disregarded = sel.disregarded || c.disregarded
+	}
+	sortCandidates(sel.chosen)
+	return sel
+}
+
+// sampleKey is the Efraimidis–Spirakis key of weighted sampling without
+// replacement, in its exponential form: the k smallest of −ln(u)/w are a
+// weighted sample of k.
+func sampleKey(u, w float64) float64 {
+	if u <= 0 {
+		u = math.SmallestNonzeroFloat64
+	}
+	return -math.Log(u) / w
+}
+
+// sortCandidates orders SRV candidates by tier (their priority), then
+// key; it allocates nothing.
+func sortCandidates(cs []candidate) {
+	slices.SortFunc(cs, func(a, b candidate) int {
+		return cmp.Or(cmp.Compare(a.tier, b.tier), cmp.Compare(a.key, b.key), cmp.Compare(a.slot, b.slot))
+	})
+}
