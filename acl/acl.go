@@ -255,6 +255,11 @@ const (
 	// ReadCluster lists members; ManageCluster joins and removes them.
 	ReadCluster
 	ManageCluster
+	// Outcome reports caller-observed outcomes about endpoints of a
+	// namespace (POST /v1/outcomes): whoever may resolve it.
+	Outcome
+	// ProbeResults sends a server's probe results to the leader.
+	ProbeResults
 )
 
 // Allows reports whether id may do act on the namespace, service and
@@ -265,20 +270,20 @@ func (id Identity) Allows(act Action, ns, svc, inst string) bool {
 		return true
 	case Registrar:
 		switch act {
-		case Read, Apply, Register, Renew, Drain, Deregister:
+		case Read, Apply, Register, Renew, Drain, Deregister, Outcome:
 			return slices.Contains(id.Namespaces, ns)
 		case ReadCluster:
 			return true
 		}
 	case Reader:
 		switch act {
-		case Read:
+		case Read, Outcome:
 			return slices.Contains(id.Namespaces, ns)
 		case ReadCluster:
 			return true
 		}
 	case Prober:
-		return act == Read || act == ReadCluster
+		return act == Read || act == ReadCluster || act == ProbeResults || act == Outcome
 	case Instance:
 		self := ns == id.Namespace && svc == id.Service && inst == id.Instance
 		switch act {

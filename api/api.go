@@ -23,6 +23,7 @@ import (
 
 	"github.com/cairn-sd/cairn/acl"
 	"github.com/cairn-sd/cairn/addrpolicy"
+	"github.com/cairn-sd/cairn/health"
 	"github.com/cairn-sd/cairn/store"
 )
 
@@ -49,6 +50,11 @@ type Config struct {
 	// Ready reports whether the node serves; /readyz answers 503 while it
 	// returns false. Defaults to "a leader is known".
 	Ready func() bool
+	// Health is the node's health evaluation: the status table the
+	// endpoints view reads, and the sink of outcomes and probe results.
+	// nil: no evaluator runs (the view counts ready instances eligible,
+	// and those routes answer 503).
+	Health *health.Node
 	// Gatherer serves /metrics; nil serves no metrics.
 	Gatherer prometheus.Gatherer
 	// Registerer receives the API's metrics; may be nil.
@@ -174,6 +180,8 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
 		s.finish(w, r, "status", acl.Identity{}, s.status)
 	})
+	m.HandleFunc("POST /v1/outcomes", s.write("outcomes", s.outcomes))
+	m.HandleFunc("POST /v1/internal/probe-results", s.writeLimit("probe_results", maxProbeBody, s.probeResults))
 	m.HandleFunc("GET /v1/members", s.read("members", s.members))
 	m.HandleFunc("POST /v1/members", s.write("join", s.join))
 	m.HandleFunc("DELETE /v1/members/{id}", s.write("leave", s.leave))
@@ -201,6 +209,14 @@ func (s *Server) read(route string, h handler) http.HandlerFunc {
 // write wraps a write route: authenticate, forward to the leader when this
 // node is not it, limit the body, run with a commit timeout, count.
 func (s *Server) write(route string, h handler) http.HandlerFunc {
+	return s.writeLimit(route, 0, h)
+}
+
+// writeLimit is write with a body limit of its own (0: MaxBodyBytes).
+func (s *Server) writeLimit(route string, limit int64, h handler) http.HandlerFunc {
+	if limit == 0 {
+		limit = s.cfg.MaxBodyBytes
+	}
 	return func(w http.ResponseWriter, r *http.Request) {
 		id, err := s.authenticate(r)
 		if !s.cfg.Store.IsLeader() && (err == nil || errors.Is(err, acl.ErrUnknownToken)) {
@@ -213,7 +229,7 @@ func (s *Server) write(route string, h handler) http.HandlerFunc {
 			s.writeError(w, r, route, err)
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WriteTimeout)
 		defer cancel()
 		s.finish(w, r.WithContext(ctx), route, id, h)

@@ -23,6 +23,8 @@ import (
 	"github.com/cairn-sd/cairn/addrpolicy"
 	"github.com/cairn-sd/cairn/api"
 	"github.com/cairn-sd/cairn/client"
+	"github.com/cairn-sd/cairn/health"
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
 )
@@ -73,6 +75,10 @@ type options struct {
 	now           func() time.Time
 	ready         func() bool
 	noMetrics     bool
+	// health runs a health.Node (no prober) that the test drives with
+	// env.tick, on clock when set.
+	health bool
+	clock  *clock
 }
 
 // env is one API server, over a real HTTP listener, in front of a real
@@ -83,6 +89,8 @@ type env struct {
 	hc   *http.Client
 	logs *syncBuffer
 	reg  *prometheus.Registry
+	// health is the node's evaluator when options.health is set.
+	health *health.Node
 }
 
 // syncBuffer collects log output; slog and the test read it concurrently.
@@ -166,6 +174,21 @@ func newEnv(t *testing.T, o options) *env {
 	if !o.noMetrics {
 		cfg.Gatherer = reg
 	}
+	var hn *health.Node
+	if o.health {
+		tbl, err := status.New(status.Config{Capacity: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hc := health.Config{Store: node.Store, Table: tbl, Logger: logger, Registerer: reg}
+		if o.clock != nil {
+			hc.Now = o.clock.Now
+		}
+		if hn, err = health.New(hc); err != nil {
+			t.Fatal(err)
+		}
+		cfg.Health = hn
+	}
 	a, err := api.New(cfg)
 	if err != nil {
 		t.Fatalf("api.New: %v", err)
@@ -176,7 +199,13 @@ func newEnv(t *testing.T, o options) *env {
 		tr.CloseIdleConnections()
 		srv.Close()
 	})
-	return &env{node: node, url: srv.URL, hc: &http.Client{Transport: tr, Timeout: 20 * time.Second}, logs: logs, reg: reg}
+	return &env{node: node, url: srv.URL, hc: &http.Client{Transport: tr, Timeout: 20 * time.Second}, logs: logs, reg: reg, health: hn}
+}
+
+// tick runs one round of the health loop: evaluate, commit, publish.
+func (e *env) tick(t *testing.T) {
+	t.Helper()
+	e.health.Tick(t.Context())
 }
 
 // client returns the Go client for e with token.

@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/cairn-sd/cairn/acl"
+	"github.com/cairn-sd/cairn/health"
+	cstatus "github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
 )
 
@@ -45,6 +48,17 @@ type Endpoint struct {
 	LeaseExpired  bool              `json:"lease_expired"`
 	Registrar     string            `json:"registrar"`
 	Report        *store.SelfReport `json:"report,omitempty"`
+	// Flags are the status table's flags (eligible, slow_start,
+	// health_disregarded, …).
+	Flags []string `json:"flags"`
+	// VerdictEvidence is the evidence the committed verdict was decided
+	// on, and VerdictAt when it was decided.
+	VerdictEvidence *store.Evidence `json:"verdict_evidence,omitempty"`
+	VerdictAt       time.Time       `json:"verdict_at,omitzero"`
+	// Evidence is the latest evidence per class and observer, freshest
+	// first within each class. Only the leader holds it: a follower's
+	// answer leaves it out.
+	Evidence []health.ClassEvidence `json:"evidence,omitzero"`
 }
 
 // View is a service's current view (SPEC §1).
@@ -69,18 +83,18 @@ type Registered struct {
 	Created bool `json:"created"`
 }
 
-// endpointOf shows an instance. Until the health evaluator publishes a
-// status table, a registered instance that is ready counts as eligible and
-// its verdict is unknown (no evidence has been evaluated).
+// endpointOf shows an instance from the store alone: the view of a node
+// that runs no evaluator (tests of the API on its own). A ready instance
+// counts as eligible and its verdict is unknown.
 func endpointOf(in store.Instance, now, leaseExpiry time.Time) Endpoint {
 	e := Endpoint{
 		InstanceID: in.ID, Incarnation: in.Incarnation, Addresses: in.Addresses, Ports: in.Ports,
 		Region: in.Region, Zone: in.Zone, Lifecycle: in.Lifecycle, Verdict: "unknown",
 		BaseWeight: in.Weight, LeaseDeadline: in.LeaseDeadline, LeaseExpiry: leaseExpiry,
 		LeaseExpired: !now.Before(leaseExpiry), Registrar: in.Registrar, Report: in.Report,
-		Reasons: []string{},
+		Reasons: []string{}, Flags: []string{},
 	}
-	e.Eligible = eligible(in)
+	e.Eligible = in.Lifecycle == store.Ready
 	if e.Eligible {
 		e.Weight = in.Weight
 	}
@@ -100,9 +114,62 @@ func endpointOf(in store.Instance, now, leaseExpiry time.Time) Endpoint {
 	return e
 }
 
-// eligible says whether in receives traffic: until the evaluator is
-// wired, every ready instance does.
-func eligible(in store.Instance) bool { return in.Lifecycle == store.Ready }
+// published overlays what the status table publishes about in (verdict,
+// eligibility, weight, flags), the committed reasons, and the evidence
+// the leader holds.
+func (s *Server) published(e *Endpoint, in store.Instance) {
+	h := s.cfg.Health
+	ent, ok := h.Status(in.Key().String(), in.Incarnation)
+	if !ok {
+		return
+	}
+	e.Verdict = ent.Verdict.String()
+	e.Eligible = ent.Flags.Has(cstatus.Eligible)
+	e.Weight = int(ent.Weight)
+	e.Flags = flagNames(ent.Flags)
+	switch c := in.Health; {
+	case c != nil && c.Incarnation == in.Incarnation && c.Verdict == e.Verdict && c.Eligible == e.Eligible:
+		e.Reasons = slices.Clone(c.Reasons)
+		e.VerdictEvidence = c.Evidence
+		e.VerdictAt = c.At
+	case c != nil && c.Incarnation == in.Incarnation:
+		// Committed, not yet in this node's table (it is rebuilt every
+		// second): show what the table serves, and say so.
+		e.Reasons = []string{fmt.Sprintf("verdict %s committed, not yet published by this node", c)}
+	case in.Lifecycle == store.Ready:
+		e.Reasons = []string{"no health evidence evaluated yet"}
+	}
+	if e.Reasons == nil {
+		e.Reasons = []string{}
+	}
+	if ent.Flags.Has(cstatus.SlowStart) {
+		e.Reasons = append(e.Reasons, "slow start")
+	}
+	if ev, leading := h.Evidence(in.Key().String(), in.Incarnation); leading {
+		e.Evidence = ev
+		if e.Evidence == nil {
+			e.Evidence = []health.ClassEvidence{}
+		}
+	}
+}
+
+// eligible says whether the status table publishes in (without an
+// evaluator: whether it is ready).
+func (s *Server) eligible(in store.Instance) bool {
+	if s.cfg.Health == nil {
+		return in.Lifecycle == store.Ready
+	}
+	e, ok := s.cfg.Health.Status(in.Key().String(), in.Incarnation)
+	return ok && e.Flags.Has(cstatus.Eligible)
+}
+
+func flagNames(f cstatus.Flags) []string {
+	out := []string{}
+	if f == 0 {
+		return out
+	}
+	return strings.Split(f.String(), "|")
+}
 
 func (s *Server) view(ns, svc string, all bool) View {
 	now := s.cfg.Now()
@@ -111,7 +178,12 @@ func (s *Server) view(ns, svc string, all bool) View {
 		if in.Lifecycle == store.Terminated && !all {
 			continue
 		}
-		v.Endpoints = append(v.Endpoints, endpointOf(in, now, s.cfg.Store.LeaseExpiry(in)))
+		e := endpointOf(in, now, s.cfg.Store.LeaseExpiry(in))
+		if s.cfg.Health != nil {
+			s.published(&e, in)
+		}
+		v.HealthDisregarded = v.HealthDisregarded || slices.Contains(e.Flags, "health_disregarded")
+		v.Endpoints = append(v.Endpoints, e)
 	}
 	return v
 }
@@ -125,7 +197,7 @@ func (s *Server) listServices(w http.ResponseWriter, r *http.Request, id acl.Ide
 		}
 		c := counts[in.Key().ServiceKey()]
 		c[0]++
-		if eligible(in) {
+		if s.eligible(in) {
 			c[1]++
 		}
 		counts[in.Key().ServiceKey()] = c

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cairn-sd/cairn/api"
+	"github.com/cairn-sd/cairn/health"
 	"github.com/cairn-sd/cairn/store"
 )
 
@@ -395,4 +396,19 @@ func (c *Client) JoinRetry(ctx context.Context, m store.Member, onError func(err
 		}
 		backoff = min(backoff*2, 5*time.Second)
 	}
+}
+
+// Outcomes reports a caller's outcomes per endpoint (POST /v1/outcomes).
+func (c *Client) Outcomes(ctx context.Context, rep health.OutcomeReport) (health.OutcomeReply, error) {
+	var out health.OutcomeReply
+	err := c.json(ctx, http.MethodPost, "/v1/outcomes", rep, &out)
+	return out, err
+}
+
+// ProbeResults sends a server's probe batch to the leader (POST
+// /v1/internal/probe-results); servers call it, not operators.
+func (c *Client) ProbeResults(ctx context.Context, rep health.ProbeReport) (health.ProbeReply, error) {
+	var out health.ProbeReply
+	err := c.json(ctx, http.MethodPost, "/v1/internal/probe-results", rep, &out)
+	return out, err
 }

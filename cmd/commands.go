@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/cairn-sd/cairn/api"
 	"github.com/cairn-sd/cairn/store"
 )
 
@@ -303,11 +304,43 @@ func endpointsCommand() *cli.Command {
 				}
 				rows = append(rows, []string{e.InstanceID, fmt.Sprint(e.Incarnation), strings.Join(e.Addresses, ","),
 					orDash(e.Zone), string(e.Lifecycle), e.Verdict, fmt.Sprint(e.Eligible), fmt.Sprint(e.Weight),
-					lease, orDash(strings.Join(e.Reasons, "; "))})
+					lease, orDash(evidenceSummary(e, time.Now())), orDash(strings.Join(e.Reasons, "; "))})
 			}
-			return table(c.App.Writer, "INSTANCE\tINCARNATION\tADDRESSES\tZONE\tLIFECYCLE\tVERDICT\tELIGIBLE\tWEIGHT\tLEASE\tREASONS", rows)
+			return table(c.App.Writer, "INSTANCE\tINCARNATION\tADDRESSES\tZONE\tLIFECYCLE\tVERDICT\tELIGIBLE\tWEIGHT\tLEASE\tEVIDENCE\tREASONS", rows)
 		},
 	}
+}
+
+// evidenceSummary is the freshest evidence per class with its age:
+// "probe ok 1s (node-a), report ready 12s". A follower holds no per-class
+// evidence; it shows what the committed verdict was decided on.
+func evidenceSummary(e api.Endpoint, now time.Time) string {
+	age := func(t time.Time) string { return now.Sub(t).Round(time.Second).String() }
+	var parts []string
+	seen := map[string]bool{}
+	for _, ev := range e.Evidence { // freshest first within each class
+		if seen[ev.Class] {
+			continue
+		}
+		seen[ev.Class] = true
+		res := "fail"
+		if ev.OK {
+			res = "ok"
+		}
+		parts = append(parts, fmt.Sprintf("%s %s %s (%s)", ev.Class, res, age(ev.At), ev.Observer))
+	}
+	if r := e.Report; r != nil {
+		res := "not-ready"
+		if r.Ready {
+			res = "ready"
+		}
+		parts = append(parts, fmt.Sprintf("report %s %s", res, age(r.At)))
+	}
+	if len(parts) == 0 && e.VerdictEvidence != nil {
+		v := e.VerdictEvidence
+		parts = append(parts, fmt.Sprintf("%s %s (%s)", v.Class, age(v.At), v.Observer))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func eventsCommand() *cli.Command {

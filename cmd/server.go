@@ -24,7 +24,12 @@ import (
 	"github.com/cairn-sd/cairn/addrpolicy"
 	"github.com/cairn-sd/cairn/api"
 	"github.com/cairn-sd/cairn/client"
+	"github.com/cairn-sd/cairn/dnsserver"
+	"github.com/cairn-sd/cairn/health"
+	"github.com/cairn-sd/cairn/probe"
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/zones"
 )
 
 // AddrsFile is written to the data dir once the server listens: the
@@ -52,12 +57,18 @@ type serverConfig struct {
 	Subnets        map[netip.Prefix]string
 	ECSTrusted     []netip.Prefix
 	LogLevel       slog.Level
+	AllowLoopback  bool
+	ProbeWorkers   int
+	ProbeCapacity  int
+	TableCapacity  int
+	EvalInterval   time.Duration
+	ZoneFile       string
 }
 
 func serverCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "server",
-		Usage: "run a server: store, API (later DNS, xDS, probes and the evaluator)",
+		Usage: "run a server: store, probes, health evaluator, status table, DNS and API (xDS later)",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "dev", Usage: "single node, bootstrapped, data in a temporary folder, loopback endpoints allowed, ACLs off unless configured"},
 			&cli.StringFlag{Name: "data-dir", EnvVars: []string{"CAIRN_DATA_DIR"}, Usage: "raft log, snapshots and node id (required without --dev)"},
@@ -79,6 +90,12 @@ func serverCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "subnet", Usage: "CIDR=REGION/ZONE: locality of DNS clients in CIDR (repeatable)"},
 			&cli.StringSliceFlag{Name: "ecs-trusted", Usage: "CIDR whose EDNS Client Subnet is trusted (repeatable)"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
+			&cli.BoolFlag{Name: "allow-loopback-endpoints", Usage: "accept loopback instance addresses (single-host setups and tests; --dev implies it)"},
+			&cli.StringFlag{Name: "zone-file", Usage: "RFC 1035 file of static records for names outside the service tree"},
+			&cli.IntFlag{Name: "probe-workers", Value: probe.DefaultWorkers, Usage: "concurrent health checks on this node (0: this node does not probe)"},
+			&cli.IntFlag{Name: "probe-capacity", Value: probe.DefaultCapacity, Usage: "most probe targets this node takes (its batch size)"},
+			&cli.IntFlag{Name: "table-capacity", Value: status.DefaultCapacity, Usage: "status table slots: most instances this node publishes"},
+			&cli.DurationFlag{Name: "eval-interval", Value: health.DefaultInterval, Usage: "health evaluation and status table cadence"},
 		},
 		Action: func(c *cli.Context) error {
 			cfg, err := serverConfigFromFlags(c)
@@ -101,6 +118,9 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 		GRPCAddr: c.String("grpc-addr"), Domain: c.String("domain"), Region: c.String("region"),
 		Zone: c.String("zone"), Join: c.String("join"), Token: c.String("token"),
 		StaleAfter: c.Duration("stale-after"), MaxStale: c.Duration("max-stale"), LameDuck: c.Duration("lame-duck"),
+		AllowLoopback: c.Bool("dev") || c.Bool("allow-loopback-endpoints"),
+		ProbeWorkers:  c.Int("probe-workers"), ProbeCapacity: c.Int("probe-capacity"),
+		TableCapacity: c.Int("table-capacity"), EvalInterval: c.Duration("eval-interval"), ZoneFile: c.String("zone-file"),
 		NamespaceCIDRs: map[string][]netip.Prefix{}, Subnets: map[netip.Prefix]string{},
 	}
 	if cfg.DataDir == "" && !cfg.Dev {
@@ -170,6 +190,16 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 			return cfg, fmt.Errorf("--ecs-trusted: %q is not a CIDR", v)
 		}
 		cfg.ECSTrusted = append(cfg.ECSTrusted, p)
+	}
+	switch {
+	case cfg.ProbeWorkers < 0 || cfg.ProbeWorkers > 4096:
+		return cfg, fmt.Errorf("--probe-workers: %d is not between 0 and 4096", cfg.ProbeWorkers)
+	case cfg.ProbeCapacity < 1 || cfg.ProbeCapacity > 1_000_000:
+		return cfg, fmt.Errorf("--probe-capacity: %d is not between 1 and 1000000", cfg.ProbeCapacity)
+	case cfg.TableCapacity < 1 || cfg.TableCapacity > status.MaxCapacity:
+		return cfg, fmt.Errorf("--table-capacity: %d is not between 1 and %d", cfg.TableCapacity, status.MaxCapacity)
+	case cfg.EvalInterval < 10*time.Millisecond || cfg.EvalInterval > time.Minute:
+		return cfg, fmt.Errorf("--eval-interval: %s is not between 10ms and 1m", cfg.EvalInterval)
 	}
 	if err := cfg.LogLevel.UnmarshalText([]byte(c.String("log-level"))); err != nil {
 		return cfg, fmt.Errorf("--log-level: %w", err)
@@ -258,12 +288,52 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 	if !authz.Enabled() {
 		log.Warn("ACLS ARE OFF: every caller is an admin. Pass --acl-file or --acl-bootstrap-token to turn them on.")
 	}
-	pol := addrpolicy.New(addrpolicy.Config{AllowLoopback: cfg.Dev, Permitted: cfg.NamespaceCIDRs,
+	pol := addrpolicy.New(addrpolicy.Config{AllowLoopback: cfg.AllowLoopback, Permitted: cfg.NamespaceCIDRs,
 		Own: func() []netip.Addr { return ownAddrs(st, httpAddr) }})
+
+	table, err := status.New(status.Config{Capacity: cfg.TableCapacity})
+	if err != nil {
+		return err
+	}
+	var prober *probe.Prober
+	if cfg.ProbeWorkers > 0 {
+		// Batches twice per evaluation, so that a check at the
+		// evaluation's interval never has two results in one batch (a
+		// batch carries each target's latest).
+		prober, err = probe.New(probe.Config{Observer: nodeID, Workers: cfg.ProbeWorkers, Capacity: cfg.ProbeCapacity,
+			BatchInterval: cfg.EvalInterval / 2, Logger: log, Registerer: reg})
+		if err != nil {
+			return err
+		}
+	}
+	push := &leaderPush{st: st, token: cfg.Token}
+	defer push.close()
+	hn, err := health.New(health.Config{Store: st, Table: table, Prober: prober, Push: push.send,
+		Interval: cfg.EvalInterval, Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+
+	zone, err := zones.New(zones.Config{Domain: cfg.Domain, StaticFile: cfg.ZoneFile,
+		NSAddrs: map[string][]netip.Addr{"ns." + cfg.Domain: {nsAddr(cfg.DNSAddr, cfg.RaftAddr)}}})
+	if err != nil {
+		return fmt.Errorf("DNS zone: %w", err)
+	}
+	var subnets []dnsserver.Subnet
+	for p, loc := range cfg.Subnets {
+		region, zn, _ := strings.Cut(loc, "/")
+		subnets = append(subnets, dnsserver.Subnet{Prefix: p, Place: dnsserver.Place{Region: region, Zone: zn}})
+	}
+	ds, err := dnsserver.New(dnsserver.Config{Zone: zone, Table: table, Addr: cfg.DNSAddr,
+		Own: dnsserver.Place{Region: cfg.Region, Zone: cfg.Zone}, Subnets: subnets, ECSTrusted: cfg.ECSTrusted,
+		StaleAfter: cfg.StaleAfter, MaxStale: cfg.MaxStale, LastSync: st.LastContact, Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
 
 	var joined, stopping atomic.Bool
 	joined.Store(cfg.Join == "")
-	a, err := api.New(api.Config{Store: st, ACL: authz, Addrs: pol, Gatherer: reg, Registerer: reg, Logger: log,
+	a, err := api.New(api.Config{Store: st, ACL: authz, Addrs: pol, Health: hn, Gatherer: reg, Registerer: reg, Logger: log,
 		Ready: func() bool { return st.CaughtUp() && joined.Load() && !stopping.Load() }})
 	if err != nil {
 		return err
@@ -272,11 +342,15 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 	srv := &http.Server{Handler: a, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 
-	addrs, _ := json.Marshal(map[string]string{"node_id": nodeID, "http": httpAddr, "raft": st.RaftAddr()})
+	if err := ds.Listen(); err != nil {
+		return err
+	}
+	dnsUDP, _ := ds.Addrs()
+	addrs, _ := json.Marshal(map[string]string{"node_id": nodeID, "http": httpAddr, "raft": st.RaftAddr(), "dns": dnsUDP.String()})
 	if err := store.WriteFileAtomic(filepath.Join(cfg.DataDir, AddrsFile), addrs); err != nil {
 		return err
 	}
-	log.Info("cairn server started", "http", httpAddr, "raft", st.RaftAddr(), "data_dir", cfg.DataDir, "dev", cfg.Dev)
+	log.Info("cairn server started", "http", httpAddr, "raft", st.RaftAddr(), "dns", dnsUDP.String(), "data_dir", cfg.DataDir, "dev", cfg.Dev)
 
 	// The store's loop has a context of its own: it keeps checkpointing
 	// renewals and following leadership until HTTP has drained.
@@ -284,6 +358,8 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 	defer stopRun()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return st.Run(runCtx) })
+	g.Go(func() error { return hn.Run(runCtx) })
+	g.Go(func() error { return ds.Run(runCtx) })
 	g.Go(func() error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serving HTTP: %w", err)
@@ -333,6 +409,55 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 		})
 	}
 	return g.Wait()
+}
+
+// nsAddr is the address of the zone's name server, ns.<domain>: the DNS
+// listener's host, or the raft host for a wildcard listener.
+func nsAddr(dnsAddr, raftAddr string) netip.Addr {
+	for _, hp := range []string{dnsAddr, raftAddr} {
+		host, _, _ := net.SplitHostPort(hp)
+		if host == "localhost" {
+			return netip.MustParseAddr("127.0.0.1")
+		}
+		if a, err := netip.ParseAddr(host); err == nil && !a.IsUnspecified() {
+			return a.Unmap()
+		}
+	}
+	return netip.MustParseAddr("127.0.0.1")
+}
+
+// leaderPush sends this node's probe results to the current leader.
+type leaderPush struct {
+	st    *store.Store
+	token string
+	addr  string
+	cl    *client.Client
+}
+
+// send is health.Config.Push; the health loop calls it from one
+// goroutine.
+func (p *leaderPush) send(ctx context.Context, r health.ProbeReport) (health.ProbeReply, error) {
+	_, addr := p.st.Leader()
+	if addr == "" {
+		return health.ProbeReply{}, store.ErrNoLeader
+	}
+	if addr != p.addr || p.cl == nil {
+		p.close()
+		cl, err := client.New(addr, p.token)
+		if err != nil {
+			return health.ProbeReply{}, err
+		}
+		cl.RetryFor = -1 // the next batch comes soon enough
+		p.cl, p.addr = cl, addr
+	}
+	return p.cl.ProbeResults(ctx, r)
+}
+
+func (p *leaderPush) close() {
+	if p.cl != nil {
+		p.cl.Close()
+		p.cl = nil
+	}
 }
 
 // leaderRevision reads the leader's revision from its /v1/status.

@@ -133,6 +133,8 @@ type Node struct {
 	LogPath  string
 	HTTPAddr string
 	RaftAddr string
+	// DNSAddr is the node's DNS address, UDP and TCP (--dns-addr); the
+	// node has confirmed it in addrs.json once it is ready.
 	DNSAddr  string
 	GRPCAddr string
 
@@ -565,8 +567,9 @@ func childEnv() []string {
 }
 
 // WaitReady polls until the node has written addrs.json naming its own
-// addresses and /readyz answers 200. It fails at once if the process
-// exits, and on timeout it reports the last state it saw.
+// addresses (node id, HTTP, raft and DNS) and /readyz answers 200. It
+// fails at once if the process exits, and on timeout it reports the last
+// state it saw.
 func (n *Node) WaitReady(timeout time.Duration) error {
 	n.mu.Lock()
 	done := n.done
@@ -588,12 +591,13 @@ func (n *Node) WaitReady(timeout time.Duration) error {
 			NodeID string `json:"node_id"`
 			HTTP   string `json:"http"`
 			Raft   string `json:"raft"`
+			DNS    string `json:"dns"`
 		}
 		if err := json.Unmarshal(b, &a); err != nil {
 			return fmt.Errorf("%s: %v", addrsFile, err)
 		}
-		if a.NodeID != n.ID || a.HTTP != n.HTTPAddr || a.Raft != n.RaftAddr {
-			return &stopPolling{fmt.Errorf("%s says %s; want node %s, http %s, raft %s", addrsFile, b, n.ID, n.HTTPAddr, n.RaftAddr)}
+		if a.NodeID != n.ID || a.HTTP != n.HTTPAddr || a.Raft != n.RaftAddr || a.DNS != n.DNSAddr {
+			return &stopPolling{fmt.Errorf("%s says %s; want node %s, http %s, raft %s, dns %s", addrsFile, b, n.ID, n.HTTPAddr, n.RaftAddr, n.DNSAddr)}
 		}
 		resp, err := hc.Get(n.URL() + "/readyz")
 		if err != nil {

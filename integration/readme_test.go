@@ -7,9 +7,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/miekg/dns"
 
 	"github.com/cairn-sd/cairn/client"
 )
@@ -62,7 +65,7 @@ func TestReadmeQuickstart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ports, err := FreePorts(2)
+	ports, err := FreePorts(3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +77,8 @@ func TestReadmeQuickstart(t *testing.T) {
 	}
 	defer logf.Close()
 	srv := exec.Command(bin, "server", "--dev", "--data-dir", filepath.Join(dir, "data"), "--lame-duck", "0s",
-		"--http-addr", addr, "--raft-addr", fmt.Sprintf("127.0.0.1:%d", ports[1]))
+		"--http-addr", addr, "--raft-addr", fmt.Sprintf("127.0.0.1:%d", ports[1]),
+		"--dns-addr", fmt.Sprintf("127.0.0.1:%d", ports[2]))
 	srv.Stdout, srv.Stderr, srv.Env = logf, logf, childEnv()
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
@@ -146,4 +150,47 @@ func TestReadmeQuickstart(t *testing.T) {
 			t.Errorf("%s does not show the demo instances:\n%s", line, out)
 		}
 	}
+
+	// The quickstart ends with a dig of the demo service: ask the same
+	// name of the server's DNS port and get the demo addresses (web-4 is
+	// drained by then).
+	name := readmeDigName(t)
+	Eventually(t, 15*time.Second, func() error {
+		q := new(dns.Msg)
+		q.SetQuestion(dns.Fqdn(name), dns.TypeA)
+		r, _, err := new(dns.Client).Exchange(q, fmt.Sprintf("127.0.0.1:%d", ports[2]))
+		if err != nil {
+			return err
+		}
+		var got []string
+		for _, rr := range r.Answer {
+			if a, ok := rr.(*dns.A); ok {
+				got = append(got, a.A.String())
+			}
+		}
+		slices.Sort(got)
+		if want := []string{"127.0.0.11", "127.0.0.12", "127.0.0.13"}; !slices.Equal(got, want) {
+			return fmt.Errorf("dig %s: %v, want %v", name, got, want)
+		}
+		return nil
+	})
+}
+
+// readmeDigName returns the name the quickstart's dig line asks for.
+func readmeDigName(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "dig @127.0.0.1 -p 8053 ") {
+			continue
+		}
+		body, _, _ := strings.Cut(line, "#")
+		f := strings.Fields(body)
+		return f[len(f)-1]
+	}
+	t.Fatal("README.md's quickstart has no `dig @127.0.0.1 -p 8053 ...` line")
+	return ""
 }

@@ -1,0 +1,73 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/cairn-sd/cairn/acl"
+	"github.com/cairn-sd/cairn/health"
+	"github.com/cairn-sd/cairn/store"
+)
+
+// maxProbeBody bounds a probe report: a full batch of a node's capacity
+// (10,000 targets by default) is about 1.5 MB of JSON.
+const maxProbeBody = 64 << 20
+
+// evaluating returns the node's evaluator when this node is the ready
+// leader, or the 503 to answer.
+func (s *Server) evaluating() (*health.Node, error) {
+	h := s.cfg.Health
+	if h == nil {
+		return nil, fmt.Errorf("this node runs no health evaluator: %w", store.ErrNoLeader)
+	}
+	if !h.Leading() {
+		return nil, fmt.Errorf("this node is not the evaluating leader (yet); retry: %w", store.ErrNoLeader)
+	}
+	return h, nil
+}
+
+// outcomes takes POST /v1/outcomes: one caller's success, failure and
+// timeout counts per endpoint. The caller is the token's identity; every
+// endpoint must be in a namespace it may report on, or nothing is taken.
+func (s *Server) outcomes(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
+	var rep health.OutcomeReport
+	if err := decode(r, &rep); err != nil {
+		return 0, nil, err
+	}
+	if err := rep.Validate(); err != nil {
+		return 0, nil, badRequest("body", "%v", err)
+	}
+	for _, e := range rep.Endpoints {
+		if !id.Allows(acl.Outcome, e.Namespace, e.Service, e.Instance) {
+			return 0, nil, s.deny(r, id, "report outcomes about", store.InstanceKey{Namespace: e.Namespace, Service: e.Service, ID: e.Instance})
+		}
+	}
+	h, err := s.evaluating()
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusAccepted, h.Outcomes(id.Name, rep), nil
+}
+
+// probeResults takes POST /v1/internal/probe-results: a follower's batch
+// of probe results (prober or admin tokens).
+func (s *Server) probeResults(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
+	if !id.Allows(acl.ProbeResults, "", "", "") {
+		return 0, nil, fmt.Errorf("%s token may not send probe results: %w", id.Scope, acl.ErrDenied)
+	}
+	var rep health.ProbeReport
+	if err := decode(r, &rep); err != nil {
+		return 0, nil, err
+	}
+	if rep.Observer == "" {
+		return 0, nil, badRequest("observer", "is required")
+	}
+	if len(rep.Results) > health.MaxProbeResults {
+		return 0, nil, badRequest("results", "at most %d, got %d", health.MaxProbeResults, len(rep.Results))
+	}
+	h, err := s.evaluating()
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, h.ProbeReport(rep), nil
+}
