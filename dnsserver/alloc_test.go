@@ -26,8 +26,8 @@ func (s *sink) TsigStatus() error           { return nil }
 func (s *sink) TsigTimersOnly(bool)         {}
 func (s *sink) Hijack()                     {}
 
-func handlerCase(b testing.TB, name string, qtype uint16) (*dnsserver.Server, *sink, *dns.Msg) {
-	f := start(b.(*testing.T), shopServices(), own)
+func handlerCase(tb testing.TB, name string, qtype uint16) (*dnsserver.Server, *sink, *dns.Msg) {
+	f := start(tb, shopServices(), own)
 	return f.srv, &sink{remote: &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5353}}, query(name, qtype, true)
 }
 
@@ -53,5 +53,26 @@ func TestHotPathAllocations(t *testing.T) {
 		if n := testing.AllocsPerRun(200, func() { srv.ServeDNS(w, q) }); n > c.max {
 			t.Errorf("%s %s: %v allocations per query, want at most %v", c.name, dns.TypeToString[c.qtype], n, c.max)
 		}
+	}
+}
+
+// BenchmarkServeDNS is the handler alone, per query type (the real
+// throughput, sockets included, is make bench-dns).
+func BenchmarkServeDNS(b *testing.B) {
+	for _, c := range []struct {
+		name  string
+		qtype uint16
+	}{
+		{"web.shop.svc.cairn.internal.", dns.TypeA},
+		{"_http._tcp.web.shop.svc.cairn.internal.", dns.TypeSRV},
+		{"nope.shop.svc.cairn.internal.", dns.TypeA},
+	} {
+		b.Run(dns.TypeToString[c.qtype]+"/"+c.name[:4], func(b *testing.B) {
+			srv, w, q := handlerCase(b, c.name, c.qtype)
+			b.ReportAllocs()
+			for b.Loop() {
+				srv.ServeDNS(w, q)
+			}
+		})
 	}
 }

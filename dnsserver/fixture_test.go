@@ -47,7 +47,7 @@ type svc struct {
 // fixture is a real status table built from svcs, a zone and a running
 // DNS server on loopback.
 type fixture struct {
-	t     *testing.T
+	t     testing.TB
 	pub   *status.Publisher
 	srv   *dnsserver.Server
 	addr  string
@@ -68,7 +68,7 @@ func (f *fixture) clock() time.Time    { f.mu.Lock(); defer f.mu.Unlock(); retur
 // age makes the node's store view d old.
 func (f *fixture) age(d time.Duration) { f.mu.Lock(); f.sync = f.now.Add(-d); f.mu.Unlock() }
 
-func newZone(t *testing.T, static string) *zones.Zone {
+func newZone(t testing.TB, static string) *zones.Zone {
 	t.Helper()
 	z, err := zones.New(zones.Config{
 		Domain:  "cairn.internal.",
@@ -82,7 +82,7 @@ func newZone(t *testing.T, static string) *zones.Zone {
 }
 
 // start runs a server over svcs; tweak may change its Config.
-func start(t *testing.T, svcs []svc, tweak func(*dnsserver.Config)) *fixture {
+func start(t testing.TB, svcs []svc, tweak func(*dnsserver.Config)) *fixture {
 	t.Helper()
 	pub, err := status.New(status.Config{Capacity: 256})
 	if err != nil {

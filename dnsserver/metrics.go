@@ -2,6 +2,7 @@ package dnsserver
 
 import (
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
@@ -9,7 +10,10 @@ import (
 )
 
 type metrics struct {
-	queries     *prometheus.CounterVec
+	queries *prometheus.CounterVec
+	// byTypeRcode caches queries' counters by type label and rcode, so
+	// that a query does not hash its labels.
+	byTypeRcode [len(typeLabels)][24]atomic.Pointer[prometheus.Counter]
 	latency     prometheus.Histogram
 	stale       *prometheus.CounterVec
 	disregarded prometheus.Counter
@@ -36,16 +40,32 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-// typeLabel keeps the label set small: the types cairn answers by name,
-// the rest as "other".
-func typeLabel(t uint16) string {
+// typeLabels keep the label set small: the types cairn answers by name,
+// "none" for queries without a question, the rest as "other".
+var typeLabels = [...]string{"A", "AAAA", "SRV", "SOA", "NS", "ANY", "TXT", "CNAME", "none", "other"}
+
+func typeIndex(t uint16) int {
 	switch t {
-	case dns.TypeA, dns.TypeAAAA, dns.TypeSRV, dns.TypeSOA, dns.TypeNS, dns.TypeANY, dns.TypeTXT, dns.TypeCNAME:
-		return dns.TypeToString[t]
+	case dns.TypeA:
+		return 0
+	case dns.TypeAAAA:
+		return 1
+	case dns.TypeSRV:
+		return 2
+	case dns.TypeSOA:
+		return 3
+	case dns.TypeNS:
+		return 4
+	case dns.TypeANY:
+		return 5
+	case dns.TypeTXT:
+		return 6
+	case dns.TypeCNAME:
+		return 7
 	case 0:
-		return "none"
+		return 8
 	}
-	return "other"
+	return 9
 }
 
 func rcodeLabel(rc int) string {
@@ -56,6 +76,18 @@ func rcodeLabel(rc int) string {
 }
 
 func (m *metrics) observe(qtype uint16, rcode int, d time.Duration) {
-	m.queries.WithLabelValues(typeLabel(qtype), rcodeLabel(rcode)).Inc()
+	ti := typeIndex(qtype)
+	if rcode >= 0 && rcode < len(m.byTypeRcode[ti]) {
+		slot := &m.byTypeRcode[ti][rcode]
+		c := slot.Load()
+		if c == nil {
+			cc := m.queries.WithLabelValues(typeLabels[ti], rcodeLabel(rcode))
+			slot.CompareAndSwap(nil, &cc)
+			c = slot.Load()
+		}
+		(*c).Inc()
+	} else {
+		m.queries.WithLabelValues(typeLabels[ti], rcodeLabel(rcode)).Inc()
+	}
 	m.latency.Observe(d.Seconds())
 }
