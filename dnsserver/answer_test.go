@@ -350,3 +350,39 @@ func TestHealthDisregarded(t *testing.T) {
 		t.Fatalf("%v; want the 2 eligible without EDE", r)
 	}
 }
+
+// A hundred pipelined queries on one connection are all answered, in
+// order; an idle connection is closed after the idle timeout.
+func TestTCPPipelineAndIdle(t *testing.T) {
+	f := start(t, shopServices(), func(c *dnsserver.Config) { own(c); c.TCPIdleTimeout = 300 * time.Millisecond })
+	conn, err := dns.Dial("tcp", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var ids []uint16
+	for i := range 100 {
+		q := query(fmt.Sprintf("w%d.web.shop.svc.cairn.internal.", i%5+1), dns.TypeA, false)
+		ids = append(ids, q.Id)
+		if err := conn.WriteMsg(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for i := range ids {
+		r, err := conn.ReadMsg()
+		if err != nil || r.Id != ids[i] {
+			t.Fatalf("answer %d: %v %v; want id %d", i, r, err, ids[i])
+		}
+	}
+	// Idle now: the server closes the connection (read gets EOF well
+	// before our own 5 s deadline).
+	start := time.Now()
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.ReadMsg(); err == nil {
+		t.Fatal("an idle connection got a message")
+	} else if ne, ok := err.(interface{ Timeout() bool }); ok && ne.Timeout() {
+		t.Fatalf("the idle connection was still open after 5 s: %v", err)
+	}
+	t.Logf("idle connection closed after %v", time.Since(start).Round(10*time.Millisecond))
+}

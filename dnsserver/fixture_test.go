@@ -2,7 +2,6 @@ package dnsserver_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -247,5 +246,3 @@ func ede(r *dns.Msg) []*dns.EDNS0_EDE {
 	}
 	return out
 }
-
-var errNoAnswer = errors.New("no answer")

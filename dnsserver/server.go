@@ -321,6 +321,7 @@ func (s *Server) answer(w dns.ResponseWriter, r *dns.Msg, buf []byte) ([]byte, i
 	name := s.cfg.Zone.Classify(q.name)
 	if name.Kind == zones.OutsideZone {
 		m.flags &^= flagAA // not authoritative; no referral either
+		q.addEDE(&m, dns.ExtendedErrorCodeNotAuthoritative, "")
 		return s.finish(&m, &q, dns.RcodeRefused)
 	}
 

@@ -134,10 +134,9 @@ func (m *msg) truncate() {
 
 // opt is the OPT record of a response (RFC 6891).
 type opt struct {
-	present  bool
-	udpSize  uint16
-	extRcode uint8
-	do       bool
+	present bool
+	udpSize uint16
+	do      bool
 	// edes are the Extended DNS Errors (RFC 8914), nede of them.
 	edes [2]ede
 	nede int
