@@ -269,7 +269,36 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	st, err := store.Open(store.Config{NodeID: nodeID, RaftAddr: cfg.RaftAddr, HTTPAddr: httpAddr,
+
+	// Every listener is bound before the store opens (and may bootstrap
+	// a cluster on this raft address): a port in use fails the start
+	// with nothing written.
+	var st *store.Store // the DNS server's LastSync reads it once it runs, after Open
+	table, err := status.New(status.Config{Capacity: cfg.TableCapacity})
+	if err != nil {
+		return err
+	}
+	zone, err := zones.New(zones.Config{Domain: cfg.Domain, StaticFile: cfg.ZoneFile,
+		NSAddrs: map[string][]netip.Addr{"ns." + cfg.Domain: {nsAddr(cfg.DNSAddr, cfg.RaftAddr)}}})
+	if err != nil {
+		return fmt.Errorf("DNS zone: %w", err)
+	}
+	var subnets []dnsserver.Subnet
+	for p, loc := range cfg.Subnets {
+		region, zn, _ := strings.Cut(loc, "/")
+		subnets = append(subnets, dnsserver.Subnet{Prefix: p, Place: dnsserver.Place{Region: region, Zone: zn}})
+	}
+	ds, err := dnsserver.New(dnsserver.Config{Zone: zone, Table: table, Addr: cfg.DNSAddr,
+		Own: dnsserver.Place{Region: cfg.Region, Zone: cfg.Zone}, Subnets: subnets, ECSTrusted: cfg.ECSTrusted,
+		StaleAfter: cfg.StaleAfter, MaxStale: cfg.MaxStale, LastSync: func() time.Time { return st.LastContact() }, Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+
+	if err := ds.Listen(); err != nil {
+		return err
+	}
+	st, err = store.Open(store.Config{NodeID: nodeID, RaftAddr: cfg.RaftAddr, HTTPAddr: httpAddr,
 		DataDir: cfg.DataDir, Bootstrap: cfg.Join == "", Logger: log, Registerer: reg,
 		LeaderRevision: leaderRevision})
 	if err != nil {
@@ -291,10 +320,6 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 	pol := addrpolicy.New(addrpolicy.Config{AllowLoopback: cfg.AllowLoopback, Permitted: cfg.NamespaceCIDRs,
 		Own: func() []netip.Addr { return ownAddrs(st, httpAddr) }})
 
-	table, err := status.New(status.Config{Capacity: cfg.TableCapacity})
-	if err != nil {
-		return err
-	}
 	var prober *probe.Prober
 	if cfg.ProbeWorkers > 0 {
 		// Batches twice per evaluation, so that a check at the
@@ -314,23 +339,6 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 		return err
 	}
 
-	zone, err := zones.New(zones.Config{Domain: cfg.Domain, StaticFile: cfg.ZoneFile,
-		NSAddrs: map[string][]netip.Addr{"ns." + cfg.Domain: {nsAddr(cfg.DNSAddr, cfg.RaftAddr)}}})
-	if err != nil {
-		return fmt.Errorf("DNS zone: %w", err)
-	}
-	var subnets []dnsserver.Subnet
-	for p, loc := range cfg.Subnets {
-		region, zn, _ := strings.Cut(loc, "/")
-		subnets = append(subnets, dnsserver.Subnet{Prefix: p, Place: dnsserver.Place{Region: region, Zone: zn}})
-	}
-	ds, err := dnsserver.New(dnsserver.Config{Zone: zone, Table: table, Addr: cfg.DNSAddr,
-		Own: dnsserver.Place{Region: cfg.Region, Zone: cfg.Zone}, Subnets: subnets, ECSTrusted: cfg.ECSTrusted,
-		StaleAfter: cfg.StaleAfter, MaxStale: cfg.MaxStale, LastSync: st.LastContact, Logger: log, Registerer: reg})
-	if err != nil {
-		return err
-	}
-
 	var joined, stopping atomic.Bool
 	joined.Store(cfg.Join == "")
 	a, err := api.New(api.Config{Store: st, ACL: authz, Addrs: pol, Health: hn, Gatherer: reg, Registerer: reg, Logger: log,
@@ -342,9 +350,6 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 	srv := &http.Server{Handler: a, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 
-	if err := ds.Listen(); err != nil {
-		return err
-	}
 	dnsUDP, _ := ds.Addrs()
 	addrs, _ := json.Marshal(map[string]string{"node_id": nodeID, "http": httpAddr, "raft": st.RaftAddr(), "dns": dnsUDP.String()})
 	if err := store.WriteFileAtomic(filepath.Join(cfg.DataDir, AddrsFile), addrs); err != nil {

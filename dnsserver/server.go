@@ -697,7 +697,7 @@ func (s *Server) srv(m *msg, q *query, t *status.Table, v *view, id uint32, svc 
 		s.m.disregarded.Inc()
 	}
 	// The targets share the question's suffix after "_port._proto.".
-	suffix := uint16(0xC000 | (headerLen + 1 + 1 + len(name.Port) + 1 + 1 + len(name.Proto)))
+	suffix := headerLen + 1 + 1 + len(name.Port) + 1 + 1 + len(name.Proto)
 	ttl := q.ttl(dnsTTL(svc))
 	var targets [64]int
 	nt := 0
@@ -721,6 +721,9 @@ func (s *Server) srv(m *msg, q *query, t *status.Table, v *view, id uint32, svc 
 	// Additional: the targets' addresses while they fit (RFC 2181 §9:
 	// leaving them out is not truncation).
 	for i, c := range sel.chosen[:nt] {
+		if targets[i] > 0x3FFF {
+			break // beyond a compression pointer's reach
+		}
 		ptr := uint16(0xC000 | targets[i])
 		full := false
 		for _, a := range v.dir.Instance(int(c.slot)).Addrs {

@@ -91,10 +91,12 @@ func (m *msg) addrRR(ptr uint16, a netip.Addr, ttl uint32) bool {
 }
 
 // srvRR adds an SRV record owned by the question name whose target is
-// label + the name at suffixPtr. It returns the offset of the target
-// name, for the additional records to point at.
-func (m *msg) srvRR(ttl uint32, prio, weight, port uint16, label string, suffixPtr uint16) (int, bool) {
-	n := 12 + 6 + 1 + len(label) + 2
+// label followed by the question's labels from suffixOff on, written out
+// in full: RFC 2782 forbids compressing the target. It returns the offset
+// of the target name, for the additional records to point at.
+func (m *msg) srvRR(ttl uint32, prio, weight, port uint16, label string, suffixOff int) (int, bool) {
+	suffix := m.buf[suffixOff : m.qend-4] // wire labels, root included
+	n := 12 + 6 + 1 + len(label) + len(suffix)
 	if len(label) == 0 || len(label) > 63 || !m.room(n) {
 		return 0, false
 	}
@@ -109,7 +111,7 @@ func (m *msg) srvRR(ttl uint32, prio, weight, port uint16, label string, suffixP
 	binary.BigEndian.PutUint16(b[16:], port)
 	b[18] = byte(len(label))
 	copy(b[19:], label)
-	binary.BigEndian.PutUint16(b[19+len(label):], suffixPtr)
+	copy(b[19+len(label):], suffix)
 	target := m.off + 18
 	m.off += n
 	return target, true

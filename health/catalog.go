@@ -1,9 +1,11 @@
 package health
 
 import (
+	"math"
 	"net/netip"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/cairn-sd/cairn/eval"
 	"github.com/cairn-sd/cairn/probe"
@@ -175,10 +177,26 @@ func policyOf(s store.Service) eval.Policy {
 	p := eval.Policy{
 		WithdrawAfter: s.Policy.WithdrawAfter,
 		AdmitAfter:    s.Policy.AdmitAfter,
-		AdmitMin:      s.Policy.AdmitMin.D(),
-		SlowStart:     s.Policy.SlowStart.D(),
 		LeaseTTL:      s.Policy.LeaseTTL.D(),
 		ShrinkCap:     s.Policy.ShrinkCap,
+	}
+	// In a definition 0 switches a rule off; in eval.Policy 0 is "the
+	// default" and a negative value is off.
+	off := func(d *store.Duration) time.Duration {
+		switch {
+		case d == nil:
+			return 0
+		case *d == 0:
+			return -1
+		}
+		return d.D()
+	}
+	p.AdmitMin, p.SlowStart = off(s.Policy.AdmitMin), off(s.Policy.SlowStart)
+	if f := s.Policy.FlapLimit; f != nil {
+		p.FlapLimit = *f
+		if *f == 0 {
+			p.FlapLimit = math.MaxInt32 // never quarantine
+		}
 	}
 	switch s.Capability.Readiness {
 	case "self":

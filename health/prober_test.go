@@ -79,7 +79,8 @@ func TestRunWithProber(t *testing.T) {
 	tcpSvc.Check = fast("tcp", "")
 	webSvc := tcpService("shop", "web")
 	webSvc.Check = fast("http", "/healthz")
-	webSvc.Policy.AdmitMin = store.Duration(100 * time.Millisecond)
+	admitMin := store.Duration(100 * time.Millisecond)
+	webSvc.Policy.AdmitMin = &admitMin
 	badSvc := tcpService("shop", "bad")
 	badSvc.Check = fast("http", "//not-a-path")
 	if _, err := st.ApplyServices(t.Context(), "admin", []store.Service{tcpSvc, webSvc, badSvc}); err != nil {

@@ -1,6 +1,7 @@
 package health
 
 import (
+	"runtime"
 	"time"
 
 	"github.com/cairn-sd/cairn/eval"
@@ -22,6 +23,9 @@ func (n *Node) build(now time.Time) {
 		b.SetDirectory(n.cat.dir)
 		es := b.Entries()
 		for slot := range es {
+			if slot%4096 == 4095 {
+				runtime.Gosched() // see evaluate
+			}
 			e := &es[slot]
 			ref := n.cat.bySlot[slot]
 			if ref.svc < 0 {

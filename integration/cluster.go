@@ -209,23 +209,34 @@ func (n *Node) setPorts(p []int) error {
 	return nil
 }
 
-// FreePorts returns n distinct TCP ports that were free on 127.0.0.1 a
-// moment ago: it listens on 127.0.0.1:0 n times at once, then closes.
+// FreePorts returns n distinct ports that were free on 127.0.0.1 a
+// moment ago over both TCP and UDP (a DNS address takes both): it
+// listens on 127.0.0.1:0 over TCP and on the same port over UDP n times
+// at once, then closes them.
 func FreePorts(n int) ([]int, error) {
-	var lns []net.Listener
+	var closers []io.Closer
 	defer func() {
-		for _, ln := range lns {
-			ln.Close()
+		for _, c := range closers {
+			c.Close()
 		}
 	}()
 	var ports []int
-	for range n {
+	for len(ports) < n {
+		if len(closers) > 4*n+20 {
+			return nil, fmt.Errorf("integration: no port free over both TCP and UDP")
+		}
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, fmt.Errorf("integration: picking a free port: %w", err)
 		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+		closers = append(closers, ln)
+		port := ln.Addr().(*net.TCPAddr).Port
+		pc, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue // taken over UDP: try another
+		}
+		closers = append(closers, pc)
+		ports = append(ports, port)
 	}
 	return ports, nil
 }

@@ -241,10 +241,10 @@ func TestFSMApplyFillsDefaults(t *testing.T) {
 		Policy: Policy{
 			DNSTTL: Duration(DefaultDNSTTL), ARecordLimit: DefaultARecordLimit,
 			MinHealthyFraction: &half, WithdrawAfter: DefaultWithdrawAfter,
-			AdmitAfter: DefaultAdmitAfter, AdmitMin: Duration(DefaultAdmitMin),
-			SlowStart: Duration(DefaultSlowStart), DrainWindow: Duration(DefaultDrainWindow),
+			AdmitAfter: DefaultAdmitAfter, AdmitMin: ptr(Duration(DefaultAdmitMin)),
+			SlowStart: ptr(Duration(DefaultSlowStart)), DrainWindow: Duration(DefaultDrainWindow),
 			LeaseTTL: Duration(DefaultLeaseTTL), ShrinkCap: DefaultShrinkCap,
-			MaxEjectionPercent: &ten,
+			MaxEjectionPercent: &ten, FlapLimit: ptr(DefaultFlapLimit),
 		},
 		Revision: r.Rev,
 	}

@@ -57,6 +57,7 @@ const (
 	DefaultLeaseTTL           = 30 * time.Second
 	DefaultShrinkCap          = 0.33
 	DefaultMaxEjectionPercent = 10
+	DefaultFlapLimit          = 4
 	DefaultCheckInterval      = 2 * time.Second
 	DefaultCheckTimeout       = 1 * time.Second
 	DefaultWeight             = 100
@@ -77,8 +78,18 @@ func (s Service) WithDefaults() Service {
 		}
 	}
 	setD(&p.DNSTTL, DefaultDNSTTL)
-	setD(&p.AdmitMin, DefaultAdmitMin)
-	setD(&p.SlowStart, DefaultSlowStart)
+	if p.AdmitMin == nil {
+		v := Duration(DefaultAdmitMin)
+		p.AdmitMin = &v
+	}
+	if p.SlowStart == nil {
+		v := Duration(DefaultSlowStart)
+		p.SlowStart = &v
+	}
+	if p.FlapLimit == nil {
+		v := DefaultFlapLimit
+		p.FlapLimit = &v
+	}
 	setD(&p.DrainWindow, DefaultDrainWindow)
 	setD(&p.LeaseTTL, DefaultLeaseTTL)
 	if p.ARecordLimit == 0 {
@@ -222,10 +233,13 @@ func (s Service) Validate() error {
 		return invalid("policy.admit_after", "%d must be greater than withdraw_after (%d) and at most 1000: re-admission is slower than withdrawal", p.AdmitAfter, p.WithdrawAfter)
 	}
 	if p.AdmitMin.D() < 0 {
-		return invalid("policy.admit_min", "%s is negative", p.AdmitMin)
+		return invalid("policy.admit_min", "%s is negative", *p.AdmitMin)
 	}
 	if p.SlowStart.D() < 0 {
-		return invalid("policy.slow_start", "%s is negative", p.SlowStart)
+		return invalid("policy.slow_start", "%s is negative", *p.SlowStart)
+	}
+	if f := *p.FlapLimit; f < 0 || f > 1000 {
+		return invalid("policy.flap_limit", "%d is out of range 0-1000", f)
 	}
 	if p.DrainWindow.D() < 0 {
 		return invalid("policy.drain_window", "%s is negative", p.DrainWindow)

@@ -27,7 +27,7 @@ func TestParseServices(t *testing.T) {
 		Check: &Check{Type: "http", Port: "http", Path: "/healthz",
 			Interval: Duration(2 * time.Second), Timeout: Duration(500 * time.Millisecond)},
 		Policy: Policy{DNSTTL: Duration(10 * time.Second), ARecordLimit: 4, MinHealthyFraction: ptr(0.25),
-			WithdrawAfter: 2, AdmitAfter: 6, AdmitMin: Duration(15 * time.Second), SlowStart: Duration(time.Minute),
+			WithdrawAfter: 2, AdmitAfter: 6, AdmitMin: ptr(Duration(15 * time.Second)), SlowStart: ptr(Duration(time.Minute)),
 			DrainWindow: Duration(45 * time.Second), LeaseTTL: Duration(20 * time.Second), ShrinkCap: 0.5,
 			MaxEjectionPercent: ptr(20)},
 	}
