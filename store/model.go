@@ -120,17 +120,17 @@ type Check struct {
 // Policy holds the per-service thresholds. A zero field takes its default
 // when the definition is applied, so a stored definition is always complete.
 type Policy struct {
-	DNSTTL             Duration `json:"dns_ttl" yaml:"dns_ttl"`                                     // default 5s
-	ARecordLimit       int      `json:"a_record_limit" yaml:"a_record_limit"`                       // default 8
-	MinHealthyFraction *float64 `json:"min_healthy_fraction,omitempty" yaml:"min_healthy_fraction"` // default 0.5; 0 never disregards health
-	WithdrawAfter      int      `json:"withdraw_after" yaml:"withdraw_after"`                       // default 3
-	AdmitAfter         int      `json:"admit_after" yaml:"admit_after"`                             // default 5; must exceed withdraw_after
-	AdmitMin           *Duration `json:"admit_min,omitempty" yaml:"admit_min"`                      // default 10s; 0 = no minimum time
-	SlowStart          *Duration `json:"slow_start,omitempty" yaml:"slow_start"`                    // default 30s; 0 = no slow start
-	DrainWindow        Duration `json:"drain_window" yaml:"drain_window"`                           // default 30s
-	LeaseTTL           Duration `json:"lease_ttl" yaml:"lease_ttl"`                                 // default 30s
-	ShrinkCap          float64  `json:"shrink_cap" yaml:"shrink_cap"`                               // default 0.33
-	MaxEjectionPercent *int     `json:"max_ejection_percent,omitempty" yaml:"max_ejection_percent"` // default 10
+	DNSTTL             Duration  `json:"dns_ttl" yaml:"dns_ttl"`                                     // default 5s
+	ARecordLimit       int       `json:"a_record_limit" yaml:"a_record_limit"`                       // default 8
+	MinHealthyFraction *float64  `json:"min_healthy_fraction,omitempty" yaml:"min_healthy_fraction"` // default 0.5; 0 never disregards health
+	WithdrawAfter      int       `json:"withdraw_after" yaml:"withdraw_after"`                       // default 3
+	AdmitAfter         int       `json:"admit_after" yaml:"admit_after"`                             // default 5; must exceed withdraw_after
+	AdmitMin           *Duration `json:"admit_min,omitempty" yaml:"admit_min"`                       // default 10s; 0 = no minimum time
+	SlowStart          *Duration `json:"slow_start,omitempty" yaml:"slow_start"`                     // default 30s; 0 = no slow start
+	DrainWindow        Duration  `json:"drain_window" yaml:"drain_window"`                           // default 30s
+	LeaseTTL           Duration  `json:"lease_ttl" yaml:"lease_ttl"`                                 // default 30s
+	ShrinkCap          float64   `json:"shrink_cap" yaml:"shrink_cap"`                               // default 0.33
+	MaxEjectionPercent *int      `json:"max_ejection_percent,omitempty" yaml:"max_ejection_percent"` // default 10
 	// FlapLimit: more than this many eligibility changes in 2 minutes
 	// quarantine an instance; 0 never quarantines.
 	FlapLimit *int `json:"flap_limit,omitempty" yaml:"flap_limit"` // default 4
