@@ -32,15 +32,15 @@ type Server struct {
 	viewMu sync.Mutex
 	view   atomic.Pointer[view]
 
-	mu       sync.Mutex
-	udp, tcp *dns.Server
-	pc       net.PacketConn
-	ln       net.Listener
-	udpAddr  net.Addr
-	tcpAddr  net.Addr
-	ready    chan struct{}
-	started  time.Time
-	running  atomic.Bool
+	mu      sync.Mutex
+	tcp     *dns.Server
+	pc      net.PacketConn
+	ln      net.Listener
+	udpAddr net.Addr
+	tcpAddr net.Addr
+	ready   chan struct{}
+	started time.Time
+	running atomic.Bool
 }
 
 const maxMsg = dns.MaxMsgSize
@@ -108,20 +108,15 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	idle := func() time.Duration { return s.cfg.TCPIdleTimeout }
 	s.mu.Lock()
-	s.udp = &dns.Server{PacketConn: pc, Handler: s, MsgAcceptFunc: accept, UDPSize: 4096}
 	s.tcp = &dns.Server{Listener: ln, Handler: s, MsgAcceptFunc: accept, IdleTimeout: idle,
 		ReadTimeout: s.cfg.TCPIdleTimeout, WriteTimeout: 5 * time.Second}
-	udp, tcp := s.udp, s.tcp
+	tcp := s.tcp
 	s.mu.Unlock()
 	errc := make(chan error, 2)
-	var started sync.WaitGroup
-	started.Add(2)
-	udp.NotifyStartedFunc = started.Done
-	tcp.NotifyStartedFunc = started.Done
-	go func() { errc <- udp.ActivateAndServe() }()
-	go func() { errc <- tcp.ActivateAndServe() }()
 	startedc := make(chan struct{})
-	go func() { started.Wait(); close(startedc) }()
+	tcp.NotifyStartedFunc = func() { close(startedc) }
+	go func() { errc <- s.serveUDP(pc) }()
+	go func() { errc <- tcp.ActivateAndServe() }()
 	select {
 	case <-startedc:
 		close(s.ready)
@@ -140,7 +135,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	_ = udp.ShutdownContext(sctx)
+	pc.Close() // ends the UDP readers
 	_ = tcp.ShutdownContext(sctx)
 	for range 2 - btoi(first != nil) {
 		<-errc
@@ -234,81 +229,127 @@ func (q *query) ttl(t uint32) uint32 {
 	return t
 }
 
-// ServeDNS implements dns.Handler.
+// ServeDNS implements dns.Handler: the TCP path (and any query the UDP
+// fast path hands over).
 func (s *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	start := time.Now()
 	bp := s.bufs.Get().(*[]byte)
 	defer s.bufs.Put(bp)
-	out, rcode, qtype := s.answer(w, r, *bp)
-	if out == nil {
-		s.m.dropped.Inc()
-		return
-	}
+	req := requestOf(r, w.RemoteAddr())
+	out, rcode, qtype := s.answer(&req, *bp)
 	if _, err := w.Write(out); err != nil {
 		s.log.Debug("writing DNS answer", "err", err)
 	}
 	s.m.observe(qtype, rcode, time.Since(start))
 }
 
-// answer builds the response to r in buf.
-func (s *Server) answer(w dns.ResponseWriter, r *dns.Msg, buf []byte) ([]byte, int, uint16) {
-	var q query
-	switch a := w.RemoteAddr().(type) {
+// request is what answering needs of a query, whether miekg/dns parsed it
+// (requestOf) or the UDP fast path did (parseQuery).
+type request struct {
+	id      uint16
+	opcode  int
+	qflags  uint16 // the query's RD and CD bits
+	bad     bool   // not exactly one question, records in answer or authority, two OPTs
+	name    string // presentation form, case preserved
+	qtype   uint16
+	qclass  uint16
+	rawQ    []byte // the question as it came on the wire (fast path), else nil
+	hasOPT  bool
+	udpSize uint16
+	version uint8
+	do      bool
+	// ecs is the client subnet option, when ecsFamily != 0.
+	ecsFamily uint16
+	ecsSource uint8
+	ecsAddr   [16]byte
+	remote    netip.Addr
+	tcp       bool
+}
+
+// requestOf takes what answering needs from a parsed query.
+func requestOf(r *dns.Msg, remote net.Addr) request {
+	req := request{id: r.Id, opcode: r.Opcode}
+	switch a := remote.(type) {
 	case *net.TCPAddr:
-		q.tcp = true
-		q.remote, _ = netip.AddrFromSlice(a.IP)
+		req.tcp = true
+		req.remote, _ = netip.AddrFromSlice(a.IP)
 	case *net.UDPAddr:
-		q.remote, _ = netip.AddrFromSlice(a.IP)
+		req.remote, _ = netip.AddrFromSlice(a.IP)
 	}
-	q.remote = q.remote.Unmap()
-	var qflags uint16
+	req.remote = req.remote.Unmap()
 	if r.RecursionDesired {
-		qflags |= flagRD
+		req.qflags |= flagRD
 	}
 	if r.CheckingDisabled {
-		qflags |= flagCD
+		req.qflags |= flagCD
 	}
+	req.bad = len(r.Question) != 1 || len(r.Answer) != 0 || len(r.Ns) != 0 || countOPT(r.Extra) > 1
+	if len(r.Question) > 0 {
+		q := r.Question[0]
+		req.name, req.qtype, req.qclass = q.Name, q.Qtype, q.Qclass
+	}
+	if o := r.IsEdns0(); o != nil {
+		req.hasOPT, req.udpSize, req.version, req.do = true, o.UDPSize(), o.Version(), o.Do()
+		for _, op := range o.Option {
+			if e, ok := op.(*dns.EDNS0_SUBNET); ok {
+				req.ecsFamily, req.ecsSource = e.Family, e.SourceNetmask
+				switch e.Family {
+				case 1:
+					copy(req.ecsAddr[:], e.Address.To4())
+				case 2:
+					copy(req.ecsAddr[:], e.Address.To16())
+				}
+				break
+			}
+		}
+	}
+	return req
+}
+
+// answer builds the response to req in buf.
+func (s *Server) answer(req *request, buf []byte) ([]byte, int, uint16) {
+	q := query{tcp: req.tcp, remote: req.remote}
+	qflags := req.qflags
 	var m msg
 
 	// Malformed or unsupported queries: FORMERR, NOTIMP, BADVERS.
-	if r.Opcode != dns.OpcodeQuery {
+	if req.opcode != dns.OpcodeQuery {
 		// RFC 8906: NOTIMP, the opcode echoed, no other flag copied.
-		binaryHeader(buf, r.Id, flagQR|uint16(r.Opcode&0xF)<<11|dns.RcodeNotImplemented)
+		binaryHeader(buf, req.id, flagQR|uint16(req.opcode&0xF)<<11|dns.RcodeNotImplemented)
 		return buf[:headerLen], dns.RcodeNotImplemented, 0
 	}
-	if len(r.Question) != 1 || len(r.Answer) != 0 || len(r.Ns) != 0 || countOPT(r.Extra) > 1 {
-		binaryHeader(buf, r.Id, flagQR|qflags&flagRD|dns.RcodeFormatError)
+	if req.bad {
+		binaryHeader(buf, req.id, flagQR|qflags&flagRD|dns.RcodeFormatError)
 		return buf[:headerLen], dns.RcodeFormatError, 0
 	}
-	qs := r.Question[0]
-	q.name, q.qtype = qs.Name, qs.Qtype
+	q.name, q.qtype = req.name, req.qtype
 	limit := 512
-	if o := r.IsEdns0(); o != nil {
-		q.o = opt{present: true, udpSize: s.cfg.UDPSize, do: o.Do()}
-		limit = int(min(max(o.UDPSize(), 512), s.cfg.UDPSize))
-		if o.Version() > 0 {
+	if req.hasOPT {
+		q.o = opt{present: true, udpSize: s.cfg.UDPSize, do: req.do}
+		limit = int(min(max(req.udpSize, 512), s.cfg.UDPSize))
+		if req.version > 0 {
 			// BADVERS (16): the low 4 bits in the header, the rest in OPT.
-			if !m.start(buf, r.Id, qflags, q.name, qs.Qtype, qs.Qclass, limit) {
-				return s.formerr(buf, r.Id, qflags)
+			if !m.start(buf, req, qflags, limit) {
+				return s.formerr(buf, req.id, qflags)
 			}
 			m.flags &^= flagAA
 			m.reserve = q.o.size()
 			return m.finish(dns.RcodeBadVers, &q.o), dns.RcodeBadVers, q.qtype
 		}
-		q.ecs(o, s)
+		q.ecs(req, s)
 	}
 	if q.tcp {
 		limit = maxMsg
 	}
-	if !m.start(buf, r.Id, qflags, q.name, qs.Qtype, qs.Qclass, limit) {
-		return s.formerr(buf, r.Id, qflags)
+	if !m.start(buf, req, qflags, limit) {
+		return s.formerr(buf, req.id, qflags)
 	}
 	m.reserve = q.o.size()
-	if qs.Qclass != dns.ClassINET && qs.Qclass != dns.ClassANY {
+	if req.qclass != dns.ClassINET && req.qclass != dns.ClassANY {
 		m.flags &^= flagAA
 		return s.finish(&m, &q, dns.RcodeRefused)
 	}
-	switch qs.Qtype {
+	switch req.qtype {
 	case dns.TypeAXFR, dns.TypeIXFR:
 		// No zone transfer (SPEC §8).
 		m.flags &^= flagAA
@@ -398,38 +439,33 @@ func (s *Server) finish(m *msg, q *query, rcode int) ([]byte, int, uint16) {
 // source's is used to place the caller (q.ecsUsed), and then the scope is
 // the source prefix length — the answer holds for that block, whatever
 // subnet it fell in — else 0: the answer does not depend on it.
-func (q *query) ecs(o *dns.OPT, s *Server) {
-	for _, op := range o.Option {
-		e, ok := op.(*dns.EDNS0_SUBNET)
-		if !ok {
-			continue
-		}
-		var a netip.Addr
-		switch e.Family {
-		case 1:
-			a, ok = netip.AddrFromSlice(e.Address.To4())
-		case 2:
-			a, ok = netip.AddrFromSlice(e.Address.To16())
-		}
-		if !ok || int(e.SourceNetmask) > a.BitLen() {
-			return
-		}
-		p, err := a.Prefix(int(e.SourceNetmask))
-		if err != nil {
-			return
-		}
-		q.o.ecsFamily, q.o.ecsSource, q.o.ecsAddr = e.Family, e.SourceNetmask, p.Addr()
-		if !q.remote.IsValid() {
-			return
-		}
-		for _, tp := range s.cfg.ECSTrusted {
-			if tp.Contains(q.remote) {
-				q.ecsUsed = true
-				q.o.ecsScope = e.SourceNetmask
-				return
-			}
-		}
+func (q *query) ecs(req *request, s *Server) {
+	var a netip.Addr
+	switch req.ecsFamily {
+	case 1:
+		a = netip.AddrFrom4([4]byte(req.ecsAddr[:4]))
+	case 2:
+		a = netip.AddrFrom16(req.ecsAddr)
+	default:
 		return
+	}
+	if int(req.ecsSource) > a.BitLen() {
+		return
+	}
+	p, err := a.Prefix(int(req.ecsSource))
+	if err != nil {
+		return
+	}
+	q.o.ecsFamily, q.o.ecsSource, q.o.ecsAddr = req.ecsFamily, req.ecsSource, p.Addr()
+	if !q.remote.IsValid() {
+		return
+	}
+	for _, tp := range s.cfg.ECSTrusted {
+		if tp.Contains(q.remote) {
+			q.ecsUsed = true
+			q.o.ecsScope = req.ecsSource
+			return
+		}
 	}
 }
 

@@ -40,21 +40,31 @@ type msg struct {
 	flags   uint16
 }
 
-// start writes the header and question. id and the query's RD and CD
-// bits are echoed; opcode 0; AA set.
-func (m *msg) start(buf []byte, id, qflags uint16, qname string, qtype, qclass uint16, limit int) bool {
+// start writes the header and question. The query's id and its RD and
+// CD bits are echoed; opcode 0; AA set. The question is the query's own
+// bytes when the fast path parsed it, else packed from its name.
+func (m *msg) start(buf []byte, req *request, qflags uint16, limit int) bool {
 	m.buf, m.limit, m.reserve = buf[:cap(buf)], limit, 0
 	m.an, m.ns, m.ar = 0, 0, 0
 	m.flags = flagQR | flagAA | qflags&(flagRD|flagCD)
-	binary.BigEndian.PutUint16(m.buf[0:], id)
+	binary.BigEndian.PutUint16(m.buf[0:], req.id)
 	clear(m.buf[2:headerLen])
-	off, err := dns.PackDomainName(qname, m.buf[:min(len(m.buf), limit)], headerLen, nil, false)
-	if err != nil || off+4 > limit {
-		return false
+	off := headerLen
+	if req.rawQ != nil {
+		if headerLen+len(req.rawQ) > limit {
+			return false
+		}
+		off += copy(m.buf[headerLen:], req.rawQ)
+	} else {
+		o, err := dns.PackDomainName(req.name, m.buf[:min(len(m.buf), limit)], headerLen, nil, false)
+		if err != nil || o+4 > limit {
+			return false
+		}
+		binary.BigEndian.PutUint16(m.buf[o:], req.qtype)
+		binary.BigEndian.PutUint16(m.buf[o+2:], req.qclass)
+		off = o + 4
 	}
-	binary.BigEndian.PutUint16(m.buf[off:], qtype)
-	binary.BigEndian.PutUint16(m.buf[off+2:], qclass)
-	m.off = off + 4
+	m.off = off
 	m.qend = m.off
 	binary.BigEndian.PutUint16(m.buf[4:], 1)
 	return true

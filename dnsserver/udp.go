@@ -1,0 +1,244 @@
+package dnsserver
+
+import (
+	"encoding/binary"
+	"errors"
+	"net"
+	"net/netip"
+	"runtime"
+	"time"
+	"unsafe"
+
+	"github.com/miekg/dns"
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
+)
+
+// UDP is served by a loop of our own rather than by miekg/dns's server:
+// each of GOMAXPROCS readers takes up to udpBatch datagrams per system
+// call (recvmmsg), answers them in order on its own goroutine, and sends
+// the answers with one system call (sendmmsg). The common query (one
+// question of plain labels, at most an OPT record) is parsed here without
+// allocating; anything else goes through miekg/dns's parser, and every
+// query is answered by the same code as over TCP.
+const (
+	udpBatch   = 32
+	udpReadBuf = 4096
+)
+
+// batchConn is what ipv4.PacketConn and ipv6.PacketConn share.
+type batchConn interface {
+	ReadBatch(ms []ipv4.Message, flags int) (int, error)
+	WriteBatch(ms []ipv4.Message, flags int) (int, error)
+}
+
+type v6batch struct{ *ipv6.PacketConn }
+
+func (c v6batch) ReadBatch(ms []ipv4.Message, flags int) (int, error) {
+	return c.PacketConn.ReadBatch(ms, flags)
+}
+
+func (c v6batch) WriteBatch(ms []ipv4.Message, flags int) (int, error) {
+	return c.PacketConn.WriteBatch(ms, flags)
+}
+
+// serveUDP runs the readers until pc is closed.
+func (s *Server) serveUDP(pc net.PacketConn) error {
+	var bc batchConn
+	if ua, ok := pc.LocalAddr().(*net.UDPAddr); ok && ua.IP.To4() == nil {
+		bc = v6batch{ipv6.NewPacketConn(pc)}
+	} else {
+		bc = ipv4.NewPacketConn(pc)
+	}
+	n := max(runtime.GOMAXPROCS(0), 1)
+	errc := make(chan error, n)
+	for range n {
+		go func() { errc <- s.udpReader(bc) }()
+	}
+	var first error
+	for range n {
+		if err := <-errc; first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// udpReader is one reader's loop.
+func (s *Server) udpReader(bc batchConn) error {
+	in := make([]ipv4.Message, udpBatch)
+	out := make([]ipv4.Message, udpBatch)
+	for i := range in {
+		in[i].Buffers = [][]byte{make([]byte, udpReadBuf)}
+		out[i].Buffers = [][]byte{make([]byte, int(s.cfg.UDPSize)+headerLen)}
+	}
+	var scratch [256]byte // the query name in presentation form
+	for {
+		n, err := bc.ReadBatch(in, 0)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+		k := 0
+		for i := range in[:n] {
+			start := time.Now()
+			pkt := in[i].Buffers[0][:in[i].N]
+			var remote netip.Addr
+			if ua, ok := in[i].Addr.(*net.UDPAddr); ok {
+				remote, _ = netip.AddrFromSlice(ua.IP)
+				remote = remote.Unmap()
+			}
+			req, ok := parseQuery(pkt, scratch[:], remote)
+			if !ok {
+				// Not the common shape: let miekg/dns parse it, and
+				// drop what it cannot (as its server would) or answer a
+				// response.
+				if len(pkt) < headerLen || pkt[2]&0x80 != 0 {
+					s.m.dropped.Inc()
+					continue
+				}
+				var r dns.Msg
+				if err := r.Unpack(pkt); err != nil {
+					s.m.dropped.Inc()
+					continue
+				}
+				req = requestOf(&r, in[i].Addr)
+			}
+			buf := out[k].Buffers[0][:cap(out[k].Buffers[0])]
+			resp, rcode, qtype := s.answer(&req, buf)
+			out[k].Buffers[0] = resp
+			out[k].Addr = in[i].Addr
+			k++
+			s.m.observe(qtype, rcode, time.Since(start))
+		}
+		for sent := 0; sent < k; {
+			m, err := bc.WriteBatch(out[sent:k], 0)
+			if err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					return nil
+				}
+				s.log.Debug("sending DNS answers", "err", err)
+				break
+			}
+			sent += m
+		}
+		for i := range out[:k] {
+			out[i].Buffers[0] = out[i].Buffers[0][:cap(out[i].Buffers[0])]
+		}
+	}
+}
+
+// parseQuery parses the common query without allocating: header, one
+// question whose name is plain labels (letters, digits, '-' and '_'; no
+// compression), and at most one additional record, an OPT (with an ECS
+// option, or others, which are skipped). Anything else reports false.
+// The name is written into scratch, which the request's name refers to
+// until the next call.
+func parseQuery(b []byte, scratch []byte, remote netip.Addr) (request, bool) {
+	var req request
+	if len(b) < headerLen+5 {
+		return req, false
+	}
+	flags := binary.BigEndian.Uint16(b[2:])
+	qd, an, ns, ar := binary.BigEndian.Uint16(b[4:]), binary.BigEndian.Uint16(b[6:]),
+		binary.BigEndian.Uint16(b[8:]), binary.BigEndian.Uint16(b[10:])
+	if flags&flagQR != 0 || qd != 1 || an != 0 || ns != 0 || ar > 1 {
+		return req, false
+	}
+	req.id = binary.BigEndian.Uint16(b)
+	req.opcode = int(flags>>11) & 0xF
+	req.qflags = flags & (flagRD | flagCD)
+	req.remote = remote
+	// The name.
+	off, n := headerLen, 0
+	for {
+		if off >= len(b) {
+			return req, false
+		}
+		l := int(b[off])
+		off++
+		if l == 0 {
+			break
+		}
+		if l > 63 || off+l > len(b) || n+l+1 > len(scratch) {
+			return req, false
+		}
+		for _, c := range b[off : off+l] {
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+				return req, false
+			}
+		}
+		n += copy(scratch[n:], b[off:off+l])
+		scratch[n] = '.'
+		n++
+		off += l
+	}
+	if n == 0 {
+		scratch[0] = '.'
+		n = 1
+	}
+	if off+4 > len(b) {
+		return req, false
+	}
+	req.qtype = binary.BigEndian.Uint16(b[off:])
+	req.qclass = binary.BigEndian.Uint16(b[off+2:])
+	off += 4
+	req.rawQ = b[headerLen:off]
+	req.name = unsafe.String(&scratch[0], n)
+	if ar == 0 {
+		return req, off == len(b)
+	}
+	// The OPT record: root name, type 41, class = payload size, TTL =
+	// extended rcode, version, flags; then its options.
+	if off+11 > len(b) || b[off] != 0 || binary.BigEndian.Uint16(b[off+1:]) != dns.TypeOPT {
+		return req, false
+	}
+	req.hasOPT = true
+	req.udpSize = binary.BigEndian.Uint16(b[off+3:])
+	req.version = b[off+6]
+	req.do = binary.BigEndian.Uint16(b[off+7:])&0x8000 != 0
+	rdlen := int(binary.BigEndian.Uint16(b[off+9:]))
+	off += 11
+	if off+rdlen != len(b) {
+		return req, false
+	}
+	for end := off + rdlen; off < end; {
+		if off+4 > end {
+			return req, false
+		}
+		code, l := binary.BigEndian.Uint16(b[off:]), int(binary.BigEndian.Uint16(b[off+2:]))
+		off += 4
+		if off+l > end {
+			return req, false
+		}
+		switch code {
+		case dns.EDNS0NSID, dns.EDNS0COOKIE, dns.EDNS0PADDING, dns.EDNS0SUBNET:
+		default:
+			return req, false // miekg/dns knows its form, or that it is unknown
+		}
+		if code == dns.EDNS0SUBNET {
+			if l < 4 || req.ecsFamily != 0 {
+				return req, false
+			}
+			fam, src := binary.BigEndian.Uint16(b[off:]), b[off+2]
+			addr := b[off+4 : off+l]
+			max := 4
+			if fam == 2 {
+				max = 16
+			}
+			if fam != 1 && fam != 2 || int(src) > 8*max || b[off+3] != 0 || len(addr) != (int(src)+7)/8 {
+				return req, false // miekg/dns decides what that is
+			}
+			req.ecsFamily, req.ecsSource = fam, src
+			copy(req.ecsAddr[:], addr)
+		}
+		off += l
+	}
+	return req, true
+}
