@@ -3,7 +3,7 @@ GO        ?= go
 FUZZTIME  ?= 30s
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: help build run test integration bench fuzz lint fmt tidy
+.PHONY: help build run test integration bench bench-dns fuzz lint fmt tidy
 help:        ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
 
@@ -25,10 +25,20 @@ bench:       ## store throughput and failover, status table, probe pool, evaluat
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=10x -count=3 -timeout=10m ./bench/probe/
 	$(GO) test -run='^$$' -bench=. -benchmem -count=3 ./bench/eval/
 
+bench-dns: build ## DNS vs CoreDNS and Knot, pinned; needs root for apt (bench/dns/run.sh: ROUNDS, MODE=flip ...)
+	bench/dns/install-peers.sh >/dev/null
+	bench/dns/run.sh
+	bench/dns/summarize.sh
+
 fuzz:        ## each fuzz target for FUZZTIME (go test -fuzz takes one target per run)
 	$(GO) test -run='^$$' -fuzz='^FuzzParseServices$$' -fuzztime=$(FUZZTIME) ./store
 	$(GO) test -run='^$$' -fuzz='^FuzzFSMApply$$' -fuzztime=$(FUZZTIME) ./store
 	$(GO) test -run='^$$' -fuzz='^FuzzWriteBodies$$' -fuzztime=$(FUZZTIME) ./api
+	$(GO) test -run='^$$' -fuzz='^FuzzParseTarget$$' -fuzztime=$(FUZZTIME) ./health
+	$(GO) test -run='^$$' -fuzz='^FuzzClassify$$' -fuzztime=$(FUZZTIME) ./zones
+	$(GO) test -run='^$$' -fuzz='^FuzzParseZone$$' -fuzztime=$(FUZZTIME) ./zones
+	$(GO) test -run='^$$' -fuzz='^FuzzQuery$$' -fuzztime=$(FUZZTIME) ./dnsserver
+	$(GO) test -run='^$$' -fuzz='^FuzzParseQuery$$' -fuzztime=$(FUZZTIME) ./dnsserver
 
 lint:        ## go vet, gofmt, staticcheck (from the module proxy)
 	$(GO) vet ./...
