@@ -2,6 +2,7 @@ package dnsserver_test
 
 import (
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -385,4 +386,37 @@ func TestTCPPipelineAndIdle(t *testing.T) {
 		t.Fatalf("the idle connection was still open after 5 s: %v", err)
 	}
 	t.Logf("idle connection closed after %v", time.Since(start).Round(10*time.Millisecond))
+}
+
+// What miekg/dns cannot parse over UDP (a bad ECS option) still gets an
+// answer: a header-only FORMERR, as over TCP.
+func TestUnparseableQueryGetsFORMERR(t *testing.T) {
+	f := start(t, shopServices(), own)
+	q := query("web.shop.svc.cairn.internal.", dns.TypeA, true)
+	b, err := q.Pack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Append an ECS option of family 3 by hand (miekg/dns would not pack
+	// it): option 8, length 4, family 3, source 0, scope 0.
+	b = append(b, 0, 8, 0, 4, 0, 3, 0, 0)
+	b[len(b)-9] = 8 // the OPT's rdlength, low byte (it had no options)
+	conn, err := net.Dial("udp", f.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 512)
+	n, err := conn.Read(buf)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	var r dns.Msg
+	if err := r.Unpack(buf[:n]); err != nil || r.Rcode != dns.RcodeFormatError || r.Id != q.Id || !r.Response {
+		t.Fatalf("answer %v (%v); want a FORMERR with the query's id", r, err)
+	}
 }

@@ -18,6 +18,8 @@ type metrics struct {
 	stale       *prometheus.CounterVec
 	disregarded prometheus.Counter
 	dropped     prometheus.Counter
+	readErrors  prometheus.Counter
+	sendErrors  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -25,17 +27,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		queries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_dns_queries_total",
 			Help: "DNS queries answered, by query type and rcode."}, []string{"type", "rcode"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "cairn_dns_query_duration_seconds",
-			Help:    "Time to build and send one DNS answer.",
+			Help:    "Time to build one DNS answer (and, over TCP, send it).",
 			Buckets: prometheus.ExponentialBuckets(0.000005, 3, 10)}),
 		stale: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_dns_stale_answers_total",
 			Help: "Answers given from a stale store view (stale) or refused past max-stale (servfail)."}, []string{"kind"}),
 		disregarded: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_dns_health_disregarded_answers_total",
 			Help: "Answers served with health disregarded (EDE 0 health-disregarded)."}),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_dns_dropped_total",
-			Help: "Queries dropped without an answer."}),
+			Help: "UDP datagrams dropped without an answer: no DNS header, or a response."}),
+		readErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_dns_udp_read_errors_total",
+			Help: "Errors reading UDP queries (the reader goes on)."}),
+		sendErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_dns_udp_send_errors_total",
+			Help: "UDP answers that could not be sent (the others of the batch still are)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.queries, m.latency, m.stale, m.disregarded, m.dropped)
+		reg.MustRegister(m.queries, m.latency, m.stale, m.disregarded, m.dropped, m.readErrors, m.sendErrors)
 	}
 	return m
 }

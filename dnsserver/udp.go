@@ -79,11 +79,13 @@ func (s *Server) udpReader(bc batchConn) error {
 			if errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			return err
+			// Anything else (a timeout, ENOMEM, an ICMP error on some
+			// systems) is the read's, not the socket's: log, breathe,
+			// go on, as miekg/dns's server does.
+			s.log.Warn("reading DNS queries", "err", err)
+			s.m.readErrors.Inc()
+			time.Sleep(10 * time.Millisecond)
+			continue
 		}
 		k := 0
 		for i := range in[:n] {
@@ -94,24 +96,38 @@ func (s *Server) udpReader(bc batchConn) error {
 				remote, _ = netip.AddrFromSlice(ua.IP)
 				remote = remote.Unmap()
 			}
+			buf := out[k].Buffers[0][:cap(out[k].Buffers[0])]
 			req, ok := parseQuery(pkt, scratch[:], remote)
-			if !ok {
-				// Not the common shape: let miekg/dns parse it, and
-				// drop what it cannot (as its server would) or answer a
-				// response.
-				if len(pkt) < headerLen || pkt[2]&0x80 != 0 {
-					s.m.dropped.Inc()
-					continue
-				}
+			var resp []byte
+			var rcode int
+			var qtype uint16
+			switch {
+			case ok:
+				resp, rcode, qtype = s.answer(&req, buf)
+			case len(pkt) < headerLen || pkt[2]&0x80 != 0:
+				// No header to answer, or a response: never answer.
+				s.m.dropped.Inc()
+				continue
+			default:
+				// Not the common shape: miekg/dns parses it. What it
+				// cannot parse gets a header-only FORMERR (NOTIMP for
+				// an opcode we do not serve), as RFC 8906 asks.
 				var r dns.Msg
 				if err := r.Unpack(pkt); err != nil {
-					s.m.dropped.Inc()
-					continue
+					id, flags := binary.BigEndian.Uint16(pkt), binary.BigEndian.Uint16(pkt[2:])
+					rcode = dns.RcodeFormatError
+					if op := int(flags>>11) & 0xF; op != dns.OpcodeQuery {
+						binaryHeader(buf, id, flagQR|uint16(op)<<11|dns.RcodeNotImplemented)
+						rcode = dns.RcodeNotImplemented
+					} else {
+						binaryHeader(buf, id, flagQR|flags&flagRD|dns.RcodeFormatError)
+					}
+					resp = buf[:headerLen]
+					break
 				}
 				req = requestOf(&r, in[i].Addr)
+				resp, rcode, qtype = s.answer(&req, buf)
 			}
-			buf := out[k].Buffers[0][:cap(out[k].Buffers[0])]
-			resp, rcode, qtype := s.answer(&req, buf)
 			out[k].Buffers[0] = resp
 			out[k].Addr = in[i].Addr
 			k++
@@ -119,12 +135,16 @@ func (s *Server) udpReader(bc batchConn) error {
 		}
 		for sent := 0; sent < k; {
 			m, err := bc.WriteBatch(out[sent:k], 0)
-			if err != nil {
-				if errors.Is(err, net.ErrClosed) {
-					return nil
-				}
-				s.log.Debug("sending DNS answers", "err", err)
-				break
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			if m <= 0 {
+				// The first message left could not be sent (a source
+				// port 0, a refused route): skip it alone, so that one
+				// bad source cannot silence the others of its batch.
+				s.log.Debug("sending a DNS answer", "to", out[sent].Addr, "err", err)
+				s.m.sendErrors.Inc()
+				m = 1
 			}
 			sent += m
 		}
@@ -166,7 +186,10 @@ func parseQuery(b []byte, scratch []byte, remote netip.Addr) (request, bool) {
 		if l == 0 {
 			break
 		}
-		if l > 63 || off+l > len(b) || n+l+1 > len(scratch) {
+		// A name is at most 255 octets on the wire, its root included:
+		// the labels so far (n octets of text, one length octet each
+		// standing in for the dots) plus this one must leave room for it.
+		if l > 63 || off+l > len(b) || n+l+1 > 254 || n+l+1 > len(scratch) {
 			return req, false
 		}
 		for _, c := range b[off : off+l] {

@@ -75,3 +75,31 @@ func TestParseQueryTakesCommonQueries(t *testing.T) {
 		t.Fatalf("%v allocations per parse", n)
 	}
 }
+
+// A name longer than 255 octets is not the fast path's: miekg/dns
+// refuses it.
+func TestParseQueryNameLimit(t *testing.T) {
+	for _, octets := range []int{255, 256, 257} {
+		// Labels of 63 octets, then one that makes the total.
+		var b []byte
+		b = append(b, make([]byte, headerLen)...)
+		b[5] = 1           // qdcount
+		left := octets - 1 // the root
+		for left > 0 {
+			l := min(63, left-1)
+			b = append(b, byte(l))
+			for range l {
+				b = append(b, 'a')
+			}
+			left -= l + 1
+		}
+		b = append(b, 0, 0, 1, 0, 1)
+		var scratch [256]byte
+		_, ok := parseQuery(b, scratch[:], netip.Addr{})
+		var m dns.Msg
+		err := m.Unpack(b)
+		if ok != (octets <= 255) || (err == nil) != (octets <= 255) {
+			t.Errorf("%d octets: fast path %v, miekg/dns %v; want both to take only <= 255", octets, ok, err)
+		}
+	}
+}
