@@ -105,7 +105,8 @@ func (n *Node) record(key string, inc uint64, class eval.Class, o obs) bool {
 }
 
 // samples returns the evidence about one incarnation observed at or
-// before cutoff, as eval samples; nil when there is none.
+// before cutoff, and every refused connection, as eval samples; nil when
+// there is none.
 func (n *Node) samples(key string, inc uint64, cutoff time.Time) []eval.Sample {
 	e := n.evidence[key]
 	if e == nil || e.inc != inc {
@@ -113,7 +114,9 @@ func (n *Node) samples(key string, inc uint64, cutoff time.Time) []eval.Sample {
 	}
 	var out []eval.Sample
 	for _, o := range e.probes {
-		if !o.at.After(cutoff) {
+		// A refused connection withdraws whatever came before it, so it
+		// need not wait for a slower observer's results: no hold-back.
+		if !o.at.After(cutoff) || o.hard {
 			out = append(out, eval.Sample{Class: eval.ClassProbe, Observer: o.observer, Incarnation: inc,
 				At: o.at, OK: o.ok, Hard: o.hard})
 		}
