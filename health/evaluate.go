@@ -67,10 +67,11 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 			trans[t.ID] = t
 		}
 		for _, r := range res.Instances {
-			h := healthOf(r, next.Instances[r.ID], now)
-			if old := stored[r.ID]; old != nil && old.Incarnation == h.Incarnation && sameHealth(*old, h) {
-				continue
+			st := next.Instances[r.ID]
+			if old := stored[r.ID]; old != nil && old.Incarnation == r.Incarnation && unchanged(*old, r, st) {
+				continue // the common case: nothing to build, nothing to commit
 			}
+			h := healthOf(r, st, now)
 			u := store.HealthUpdate{Key: store.InstanceKey{Namespace: cs.key.Namespace, Service: cs.key.Name, ID: r.ID}, Health: h}
 			if t, ok := trans[r.ID]; ok {
 				u.Transition = &store.Transition{From: t.From.String(), To: t.To.String(), Reason: t.Reason}
@@ -192,18 +193,58 @@ func healthOf(r eval.InstanceResult, st eval.InstanceState, now time.Time) store
 	return h
 }
 
-// sameHealth reports whether two verdicts differ in nothing a reader acts
-// on: the evidence's time and the decision's are left out, or every
-// probe would be a commit.
-func sameHealth(a, b store.Health) bool {
-	return a.Verdict == b.Verdict && a.Eligible == b.Eligible && a.HealthEligible == b.HealthEligible &&
-		a.Flags&^uint8(status.SlowStart) == b.Flags&^uint8(status.SlowStart) &&
-		a.EligibleSince.Equal(b.EligibleSince) && a.QuarantineLevel == b.QuarantineLevel &&
-		a.QuarantineUntil.Equal(b.QuarantineUntil) &&
-		slices.EqualFunc(a.Failing, b.Failing, func(x, y store.FailingClass) bool {
-			return x.Class == y.Class && x.Hard == y.Hard && x.Since.Equal(y.Since)
-		}) &&
-		slices.Equal(withoutSlowStart(a.Reasons), withoutSlowStart(b.Reasons))
+// unchanged reports whether the committed verdict old already says
+// everything a reader acts on of the result r (with its state st): the
+// evidence's time and the decision's are left out, or every probe would be
+// a commit, and so is slow start, which the table builders compute. It
+// allocates nothing: it runs for every instance every round.
+func unchanged(old store.Health, r eval.InstanceResult, st eval.InstanceState) bool {
+	const slow = uint8(status.SlowStart)
+	eligibleSince := time.Time{}
+	if r.Eligible {
+		eligibleSince = st.EligibleSince
+	}
+	if old.Verdict != r.Verdict.String() || old.Eligible != r.Eligible || old.HealthEligible != st.HealthEligible ||
+		old.Flags&^slow != uint8(r.Flags)&^slow || !old.EligibleSince.Equal(eligibleSince) ||
+		!old.FailingSince.Equal(st.FailingSince) ||
+		old.QuarantineLevel != st.QuarantineLevel || !old.QuarantineUntil.Equal(st.QuarantineUntil) {
+		return false
+	}
+	i := 0
+	for c, cs := range st.Classes {
+		if !cs.Failing {
+			continue
+		}
+		if i >= len(old.Failing) {
+			return false
+		}
+		f := old.Failing[i]
+		if f.Class != eval.Class(c).String() || f.Hard != cs.Hard || !f.Since.Equal(cs.FailingSince) {
+			return false
+		}
+		i++
+	}
+	if i != len(old.Failing) {
+		return false
+	}
+	// The reasons, "slow start" left out on both sides.
+	j := 0
+	for _, reason := range r.Reasons {
+		if reason == "slow start" {
+			continue
+		}
+		for j < len(old.Reasons) && old.Reasons[j] == "slow start" {
+			j++
+		}
+		if j >= len(old.Reasons) || old.Reasons[j] != reason {
+			return false
+		}
+		j++
+	}
+	for j < len(old.Reasons) && old.Reasons[j] == "slow start" {
+		j++
+	}
+	return j == len(old.Reasons)
 }
 
 func withoutSlowStart(rs []string) []string {

@@ -195,8 +195,8 @@ func TestSeedResumesCommittedState(t *testing.T) {
 		t.Errorf("a seeded state evaluates to transitions %v, events %v; want none", res2.Transitions, res2.Events)
 	}
 	for _, x := range res2.Instances {
-		if got := healthOf(x, st2.Instances[x.ID], at(5)); x.ID == "a" && !sameHealth(h, got) {
-			t.Errorf("a's verdict from the seeded state\n%+v\ndiffers from the committed\n%+v", got, h)
+		if x.ID == "a" && !unchanged(h, x, st2.Instances[x.ID]) {
+			t.Errorf("a's verdict from the seeded state\n%+v\ndiffers from the committed\n%+v", healthOf(x, st2.Instances[x.ID], at(5)), h)
 		}
 	}
 }
@@ -251,4 +251,44 @@ func TestNeverDisregard(t *testing.T) {
 		h.wantEntry(in, status.Unhealthy, false)
 	}
 	h.wantEntry(fleet[3], status.Unknown, true)
+}
+
+// unchanged agrees with building the verdict and comparing it, and
+// allocates nothing.
+func TestUnchangedAgreesWithHealthOf(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	base := eval.InstanceResult{ID: "a", Incarnation: 3, Verdict: status.Unhealthy, Flags: 0,
+		Reasons: []string{"probe failing: hard failure (connection refused)"}}
+	st := eval.InstanceState{Incarnation: 3, FailingSince: now.Add(-time.Minute)}
+	st.Classes[eval.ClassProbe] = eval.ClassState{Failing: true, Hard: true, FailingSince: now.Add(-time.Minute)}
+	committed := healthOf(base, st, now)
+	if !unchanged(committed, base, st) {
+		t.Fatal("a result is not unchanged from its own verdict")
+	}
+	if n := testing.AllocsPerRun(100, func() { unchanged(committed, base, st) }); n != 0 {
+		t.Fatalf("%v allocations", n)
+	}
+	slow := base
+	slow.Reasons = append([]string{"slow start"}, base.Reasons...)
+	slow.Flags |= status.SlowStart
+	if !unchanged(committed, slow, st) {
+		t.Fatal("slow start alone counts as a change")
+	}
+	for name, change := range map[string]func(*eval.InstanceResult, *eval.InstanceState){
+		"verdict":        func(r *eval.InstanceResult, _ *eval.InstanceState) { r.Verdict = status.Healthy },
+		"eligible":       func(r *eval.InstanceResult, _ *eval.InstanceState) { r.Eligible = true },
+		"reason":         func(r *eval.InstanceResult, _ *eval.InstanceState) { r.Reasons = []string{"other"} },
+		"extra reason":   func(r *eval.InstanceResult, _ *eval.InstanceState) { r.Reasons = append(r.Reasons, "x") },
+		"flags":          func(r *eval.InstanceResult, _ *eval.InstanceState) { r.Flags |= status.LeaseExpired },
+		"failing class":  func(_ *eval.InstanceResult, s *eval.InstanceState) { s.Classes[eval.ClassOutcome].Failing = true },
+		"no longer hard": func(_ *eval.InstanceResult, s *eval.InstanceState) { s.Classes[eval.ClassProbe].Hard = false },
+		"quarantine":     func(_ *eval.InstanceResult, s *eval.InstanceState) { s.QuarantineLevel = 1 },
+	} {
+		r, s := base, st
+		r.Reasons = slices.Clone(base.Reasons)
+		change(&r, &s)
+		if unchanged(committed, r, s) {
+			t.Errorf("%s: a change went unnoticed", name)
+		}
+	}
 }
