@@ -16,10 +16,12 @@ type metrics struct {
 	byTypeRcode [len(typeLabels)][24]atomic.Pointer[prometheus.Counter]
 	latency     prometheus.Histogram
 	stale       *prometheus.CounterVec
-	disregarded prometheus.Counter
-	dropped     prometheus.Counter
-	readErrors  prometheus.Counter
-	sendErrors  prometheus.Counter
+	// staleAnswers and staleServfail are stale's two series, resolved once.
+	staleAnswers, staleServfail prometheus.Counter
+	disregarded                 prometheus.Counter
+	dropped                     prometheus.Counter
+	readErrors                  prometheus.Counter
+	sendErrors                  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -40,6 +42,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		sendErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_dns_udp_send_errors_total",
 			Help: "UDP answers that could not be sent (the others of the batch still are)."}),
 	}
+	m.staleAnswers, m.staleServfail = m.stale.WithLabelValues("stale"), m.stale.WithLabelValues("servfail")
 	if reg != nil {
 		reg.MustRegister(m.queries, m.latency, m.stale, m.disregarded, m.dropped, m.readErrors, m.sendErrors)
 	}

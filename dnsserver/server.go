@@ -221,6 +221,17 @@ func (q *query) addEDE(m *msg, code uint16, text string) {
 	m.reserve = q.o.size()
 }
 
+// capped returns rr, or a copy with its TTL capped when the answer is
+// stale (the zone's records are shared and never modified).
+func (q *query) capped(rr dns.RR) dns.RR {
+	if !q.stale {
+		return rr
+	}
+	rr = dns.Copy(rr)
+	rr.Header().Ttl = q.ttl(rr.Header().Ttl)
+	return rr
+}
+
 // ttl caps a TTL for stale answers (RFC 8767).
 func (q *query) ttl(t uint32) uint32 {
 	if q.stale {
@@ -380,7 +391,7 @@ func (s *Server) answer(req *request, buf []byte) ([]byte, int, uint16) {
 		switch {
 		case age > s.cfg.MaxStale:
 			q.addEDE(&m, dns.ExtendedErrorCodeNoReachableAuthority, "store view older than max-stale")
-			s.m.stale.WithLabelValues("servfail").Inc()
+			s.m.staleServfail.Inc()
 			return s.finish(&m, &q, dns.RcodeServerFailure)
 		case age > s.cfg.StaleAfter:
 			q.stale = true
@@ -398,7 +409,7 @@ func (s *Server) answer(req *request, buf []byte) ([]byte, int, uint16) {
 		if rcode == dns.RcodeNameError && q.o.nede > 0 {
 			q.o.edes[0].code = dns.ExtendedErrorCodeStaleNXDOMAINAnswer // same size as 3
 		}
-		s.m.stale.WithLabelValues("stale").Inc()
+		s.m.staleAnswers.Inc()
 	}
 	return s.finish(&m, &q, rcode)
 }
@@ -591,22 +602,14 @@ func (s *Server) records(m *msg, q *query, t *status.Table, rrs, extra []dns.RR)
 		return s.nodata(m, q, t)
 	}
 	for _, rr := range rrs {
-		if q.stale {
-			rr = dns.Copy(rr)
-			rr.Header().Ttl = q.ttl(rr.Header().Ttl)
-		}
-		if !m.rr(rr) {
+		if !m.rr(q.capped(rr)) {
 			m.truncate()
 			return dns.RcodeSuccess
 		}
 		m.an++
 	}
 	for _, rr := range extra {
-		if q.stale {
-			rr = dns.Copy(rr)
-			rr.Header().Ttl = q.ttl(rr.Header().Ttl)
-		}
-		if !m.rr(rr) {
+		if !m.rr(q.capped(rr)) {
 			break
 		}
 		m.ar++
@@ -683,10 +686,7 @@ func (s *Server) addrs(m *msg, q *query, t *status.Table, v *view, id uint32, sv
 	if len(sel.chosen) == 0 {
 		return s.nodata(m, q, t)
 	}
-	if sel.disregarded {
-		q.addEDE(m, dns.ExtendedErrorCodeOther, disregardedText)
-		s.m.disregarded.Inc()
-	}
+	s.noteDisregarded(m, q, sel)
 	ttl := q.ttl(dnsTTL(svc))
 	n := 0
 	for _, c := range sel.chosen {
@@ -708,6 +708,15 @@ func (s *Server) addrs(m *msg, q *query, t *status.Table, v *view, id uint32, sv
 // disregardedText is EDE 0's text on an answer served under the guard.
 const disregardedText = "health-disregarded: fewer healthy endpoints than the service's minimum healthy fraction"
 
+// noteDisregarded marks an answer whose selection served endpoints under
+// the guard: EDE 0, decided before its records are written.
+func (s *Server) noteDisregarded(m *msg, q *query, sel selection) {
+	if sel.disregarded {
+		q.addEDE(m, dns.ExtendedErrorCodeOther, disregardedText)
+		s.m.disregarded.Inc()
+	}
+}
+
 // srv answers SRV at _port._proto.<svc>: every eligible endpoint,
 // priority = topology tier, weight = published weight (at least 1),
 // target = the instance name, its addresses in the additional section.
@@ -728,10 +737,7 @@ func (s *Server) srv(m *msg, q *query, t *status.Table, v *view, id uint32, svc 
 	if len(sel.chosen) == 0 {
 		return s.nodata(m, q, t)
 	}
-	if sel.disregarded {
-		q.addEDE(m, dns.ExtendedErrorCodeOther, disregardedText)
-		s.m.disregarded.Inc()
-	}
+	s.noteDisregarded(m, q, sel)
 	// The targets share the question's suffix after "_port._proto.".
 	suffix := headerLen + 1 + 1 + len(name.Port) + 1 + 1 + len(name.Proto)
 	ttl := q.ttl(dnsTTL(svc))

@@ -172,23 +172,8 @@ func (n *Node) handleBatch(ctx context.Context, b *probe.Batch) {
 func (n *Node) ProbeReport(r ProbeReport) ProbeReply {
 	now := n.cfg.Now()
 	all := *n.members.Load()
-	slotOf := *n.slotOf.Load()
-	t := n.cfg.Table.Acquire()
-	if t != nil {
-		defer t.Release()
-	}
-	// current reports whether the table holds key at incarnation inc.
-	current := func(key string, inc uint64) (known, same bool) {
-		slot, ok := slotOf[key]
-		if !ok || t == nil {
-			return false, false
-		}
-		e := t.Entry(slot)
-		if e.Key != status.KeyHash(key) {
-			return false, false
-		}
-		return true, e.Incarnation == inc
-	}
+	pub := n.published()
+	defer pub.release()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if r.Observer != "" {
@@ -198,7 +183,8 @@ func (n *Node) ProbeReport(r ProbeReport) ProbeReply {
 	var reply ProbeReply
 	for _, res := range r.Results {
 		key, inc, ok := parseTarget(res.Target)
-		known, same := current(key, inc)
+		_, e, known := pub.lookup(key)
+		same := known && e.Incarnation == inc
 		switch {
 		case !ok || r.Observer == "":
 			n.m.discarded.WithLabelValues("malformed").Inc()
@@ -236,25 +222,15 @@ func (n *Node) Outcomes(observer string, r OutcomeReport) OutcomeReply {
 		reply.Discarded[why]++
 		n.m.discarded.WithLabelValues(why).Inc()
 	}
-	// The table is nil until the first build, which follows the first
-	// publication of slotOf: nothing was served before it.
-	t := n.cfg.Table.Acquire()
-	if t != nil {
-		defer t.Release()
-	}
-	slotOf := *n.slotOf.Load()
+	pub := n.published()
+	defer pub.release()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, e := range r.Endpoints {
 		key := e.key().String()
-		slot, ok := slotOf[key]
-		if !ok || t == nil {
-			discard("unknown_endpoint")
-			continue
-		}
-		ent := t.Entry(slot)
+		slot, ent, ok := pub.lookup(key)
 		switch {
-		case ent.Key != status.KeyHash(key):
+		case !ok:
 			discard("unknown_endpoint")
 			continue
 		case ent.Incarnation != e.Incarnation:
@@ -335,20 +311,47 @@ func (n *Node) updateLive(now time.Time) {
 // every reader of the table sees it; false when the table does not hold
 // it (yet).
 func (n *Node) Status(key string, inc uint64) (status.Entry, bool) {
-	slot, ok := (*n.slotOf.Load())[key]
-	if !ok {
-		return status.Entry{}, false
+	pub := n.published()
+	defer pub.release()
+	if _, e, ok := pub.lookup(key); ok && e.Incarnation == inc {
+		return e, true
 	}
-	t := n.cfg.Table.Acquire()
-	if t == nil {
-		return status.Entry{}, false // no table built yet
+	return status.Entry{}, false
+}
+
+// publication is one look at what this node publishes: the current table
+// (nil before the first build) and the key → slot map. Release it.
+type publication struct {
+	t      *status.Table
+	slotOf map[string]int
+}
+
+// published takes the current table, then the slot map: the first build
+// follows the first publication of the map, so a key the map lacks was
+// never in a table.
+func (n *Node) published() publication {
+	return publication{t: n.cfg.Table.Acquire(), slotOf: *n.slotOf.Load()}
+}
+
+func (p publication) release() {
+	if p.t != nil {
+		p.t.Release()
 	}
-	defer t.Release()
-	e := t.Entry(slot)
-	if e.Key != status.KeyHash(key) || e.Incarnation != inc {
-		return status.Entry{}, false
+}
+
+// lookup returns key's slot and entry, whatever its incarnation; false
+// when the table does not hold key (a slot reused by another key fails
+// the key hash check).
+func (p publication) lookup(key string) (int, status.Entry, bool) {
+	slot, ok := p.slotOf[key]
+	if !ok || p.t == nil {
+		return 0, status.Entry{}, false
 	}
-	return e, true
+	e := p.t.Entry(slot)
+	if e.Key != status.KeyHash(key) {
+		return 0, status.Entry{}, false
+	}
+	return slot, e, true
 }
 
 // Leading reports whether this node evaluates (it holds the evidence).
