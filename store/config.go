@@ -21,6 +21,9 @@ type Config struct {
 	// HTTPAddr is this node's API address, recorded in the membership so
 	// that followers can forward writes to the leader.
 	HTTPAddr string
+	// Region and Zone are where this server runs, recorded in the
+	// membership with its addresses.
+	Region, Zone string
 	// DataDir holds the raft log, stable store and snapshots. Empty means
 	// in memory (tests only: nothing survives Close).
 	DataDir string

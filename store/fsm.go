@@ -59,6 +59,10 @@ type command struct {
 	Report      *Report       `json:"report,omitempty"`
 	Leases      []leaseUpdate `json:"leases,omitempty"`
 	Terminate   []fence       `json:"terminate,omitempty"`
+	// Expire terminates leases past their hard expiry; each carries when
+	// the lease ran out as the leader judged it (Store.LeaseExpiry), so
+	// that a renewal applied in between wins.
+	Expire      []leaseUpdate `json:"expire,omitempty"`
 	PruneBefore time.Time     `json:"prune_before,omitzero"`
 	Member      *Member       `json:"member,omitempty"`
 	Event       *Event        `json:"event,omitempty"`
@@ -84,6 +88,7 @@ type leaseUpdate struct {
 type result struct {
 	Instance Instance
 	Created  bool
+	Expired  int // registrations a housekeeping entry ended at their hard expiry
 	Rev      uint64
 	Err      error
 }
@@ -108,8 +113,10 @@ type fsm struct {
 	refusals    ring // at most RefusalCapacity
 
 	// onRegister is called, under no lock, after a registration created a
-	// new incarnation. Used for metrics; may be nil.
+	// new incarnation, and onExpire with the number of registrations an
+	// entry ended at their hard expiry. Used for metrics; may be nil.
 	onRegister func()
+	onExpire   func(n int)
 }
 
 func newFSM() *fsm {
@@ -140,6 +147,9 @@ func (f *fsm) Apply(l *raft.Log) any {
 	if r.Created && f.onRegister != nil {
 		f.onRegister()
 	}
+	if r.Expired > 0 && f.onExpire != nil {
+		f.onExpire(r.Expired)
+	}
 	return r
 }
 
@@ -154,7 +164,7 @@ func (f *fsm) apply(index uint64, c command) result {
 	case opDrain, opDeregister, opReport:
 		r.Instance, r.Err = f.mutate(c)
 	case opHousekeep:
-		f.housekeep(c)
+		r.Expired = f.housekeep(c)
 	case opSetMember:
 		if c.Member != nil {
 			m := *c.Member
@@ -298,11 +308,10 @@ func (f *fsm) register(index uint64, c command) (Instance, bool, error) {
 	}
 	key := reg.Key()
 	old := f.instances[key]
-	if old != nil && reg.RegistrationID != "" && slices.Contains(old.RetiredRegistrationIDs, reg.RegistrationID) {
-		return Instance{}, false, fmt.Errorf("instance %s: registration id %q was replaced by incarnation %d: %w",
-			key, reg.RegistrationID, old.Incarnation, ErrFenced)
+	if err := fenceRegistration(old, reg, ttlDefault); err != nil {
+		return Instance{}, false, err
 	}
-	if old != nil && (old.Lifecycle == Starting || old.Lifecycle == Ready) && reg.sameAs(*old, ttlDefault) {
+	if isRetry(old, reg, ttlDefault) {
 		// A retry of the committed registration: same incarnation. It
 		// re-arms the lease, as any sign of life does.
 		if d := c.At.Add(old.LeaseTTL.D()); d.After(old.LeaseDeadline) {
@@ -353,6 +362,57 @@ func (f *fsm) register(index uint64, c command) (Instance, bool, error) {
 	f.instances[key] = in
 	f.record(e)
 	return in.clone(), true, nil
+}
+
+// isRetry reports whether reg (normalised; ttlDefault says whether it
+// left lease_ttl to the policy) is a retry of old, the committed record:
+// old is starting or ready and holds exactly what reg asks for. What reg
+// says it replaces does not matter: the retry of a registration that
+// replaced incarnation N names N, and must still find its own result.
+func isRetry(old *Instance, reg Registration, ttlDefault bool) bool {
+	return old != nil && (old.Lifecycle == Starting || old.Lifecycle == Ready) && reg.sameAs(*old, ttlDefault)
+}
+
+// fenceRegistration returns an ErrFenced error when reg (normalised) may
+// not take the place of old, the instance's record (nil: none):
+//   - a registration id old has retired is a late retry of a replaced
+//     registration;
+//   - unless reg is a retry of old, a non-zero Replaces must name old's
+//     incarnation;
+//   - without a registration id, a registration that is not a retry of a
+//     live record (starting, ready or draining) must name it in Replaces:
+//     the registrar must have seen what it overwrites.
+//
+// A terminated record, or none, takes any registration that names no
+// other incarnation. The FSM and the leader's pre-check both decide with
+// it, so that a refusal costs no log entry.
+func fenceRegistration(old *Instance, reg Registration, ttlDefault bool) error {
+	if old == nil {
+		return nil
+	}
+	key := old.Key()
+	if reg.RegistrationID != "" && slices.Contains(old.RetiredRegistrationIDs, reg.RegistrationID) {
+		return fmt.Errorf("instance %s: registration id %q was replaced by incarnation %d: %w",
+			key, reg.RegistrationID, old.Incarnation, ErrFenced)
+	}
+	if isRetry(old, reg, ttlDefault) {
+		return nil
+	}
+	if reg.Replaces != 0 && reg.Replaces != old.Incarnation {
+		return fmt.Errorf("instance %s: replaces %d is not the current incarnation %d (%s): the registration is late or was "+
+			"sent on an old view; read the instance and pass replaces %d (cairn register --replaces %d) to replace it: %w",
+			key, reg.Replaces, old.Incarnation, old.Lifecycle, old.Incarnation, old.Incarnation, ErrFenced)
+	}
+	if reg.Replaces == 0 && reg.RegistrationID == "" && old.Lifecycle != Terminated {
+		what := "with other content"
+		if old.Lifecycle == Draining {
+			what = "and draining"
+		}
+		return fmt.Errorf("instance %s is registered as incarnation %d %s; to replace it, register with replaces %d "+
+			"(cairn register --replaces %d), or deregister it first: %w",
+			key, old.Incarnation, what, old.Incarnation, old.Incarnation, ErrFenced)
+	}
+	return nil
 }
 
 // current returns the instance c names if c carries its current
@@ -424,7 +484,11 @@ func (f *fsm) mutate(c command) (Instance, error) {
 	return in.clone(), nil
 }
 
-func (f *fsm) housekeep(c command) {
+// housekeep applies a housekeeping entry: renewal checkpoints, ended
+// drains, hard expiries and tombstone pruning. It returns how many
+// registrations it ended at their hard expiry.
+func (f *fsm) housekeep(c command) int {
+	expired := 0
 	for _, l := range c.Leases {
 		in := f.instances[l.Key]
 		if in == nil || in.Incarnation != l.Incarnation || in.Lifecycle == Terminated {
@@ -444,6 +508,26 @@ func (f *fsm) housekeep(c command) {
 			Instance: in.ID, Incarnation: in.Incarnation, From: string(Draining), To: string(Terminated),
 			Reason: "drain window over", Actor: c.Actor})
 	}
+	for _, l := range c.Expire {
+		in := f.instances[l.Key]
+		if in == nil || in.Incarnation != l.Incarnation || in.Lifecycle == Terminated || in.LeaseTTL <= 0 {
+			continue
+		}
+		// A renewal applied since the leader judged the lease wins, and
+		// so does a lease the entry's own time does not show past its
+		// hard expiry: time travels in the log, not in the replica.
+		if in.LeaseDeadline.After(l.Deadline) || c.At.Before(hardExpiry(l.Deadline, in.LeaseTTL.D())) {
+			continue
+		}
+		from := in.Lifecycle
+		in.Lifecycle, in.TerminatedAt = Terminated, c.At
+		expired++
+		f.record(Event{At: c.At, Kind: EventExpired, Namespace: in.Namespace, Service: in.Service,
+			Instance: in.ID, Incarnation: in.Incarnation, From: string(from), To: string(Terminated),
+			Reason: fmt.Sprintf("lease past its hard expiry (%d × lease_ttl %s since the last renewal; the lease ran out at %s)",
+				HardExpiryTTLs, in.LeaseTTL, l.Deadline.Format(time.RFC3339Nano)),
+			Actor: c.Actor})
+	}
 	if !c.PruneBefore.IsZero() {
 		for k, in := range f.instances {
 			if in.Lifecycle == Terminated && in.TerminatedAt.Before(c.PruneBefore) {
@@ -451,6 +535,18 @@ func (f *fsm) housekeep(c command) {
 			}
 		}
 	}
+	return expired
+}
+
+// HardExpiryTTLs is how many lease TTLs after its last renewal a
+// registration is over (SPEC §2: 5 × TTL): its lease has then been
+// expired for four TTLs.
+const HardExpiryTTLs = 5
+
+// hardExpiry returns when a lease that expires at exp (its deadline, or a
+// new leader's grace) is past its hard expiry.
+func hardExpiry(exp time.Time, ttl time.Duration) time.Time {
+	return exp.Add((HardExpiryTTLs - 1) * ttl)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -183,11 +183,41 @@ func sameRegistration(r Registration, in *Instance) bool {
 		r.RegistrationID == in.RegistrationID
 }
 
+// drawReplaces draws what a registration says it replaces: mostly
+// nothing, otherwise the current incarnation or any other.
+func (m *fencingModel) drawReplaces(t *rapid.T, id string) uint64 {
+	if rapid.IntRange(0, 2).Draw(t, "names what it replaces") == 0 {
+		return 0
+	}
+	return m.drawInc(t, id)
+}
+
+// registrationFenced is the model's own statement of the fencing rules
+// of a registration (SPEC §1, issue 8): it returns why reg (normalised)
+// may not take the place of old, or "".
+func registrationFenced(old *Instance, reg Registration) string {
+	switch {
+	case old == nil:
+		return ""
+	case reg.RegistrationID != "" && slices.Contains(old.RetiredRegistrationIDs, reg.RegistrationID):
+		return "a retired registration id"
+	case (old.Lifecycle == Starting || old.Lifecycle == Ready) && sameRegistration(reg, old):
+		return "" // a retry
+	case reg.Replaces != 0 && reg.Replaces != old.Incarnation:
+		return "replaces names another incarnation"
+	case reg.Replaces == 0 && reg.RegistrationID == "" && old.Lifecycle != Terminated:
+		return "replaces a live record it does not name"
+	}
+	return ""
+}
+
 func (m *fencingModel) register(t *rapid.T) {
 	id := rapid.SampledFrom(propIDs).Draw(t, "id")
 	reg := genRegistration(id).Draw(t, "registration")
+	reg.Replaces = m.drawReplaces(t, id)
 	at := m.tick(t)
 	c := command{Op: opRegister, Actor: "registrar", Key: webKey(id), Register: &reg}
+	before := withoutRev(m.l.f)
 	r := m.l.apply(c)
 	ttlDefault := reg.LeaseTTL == 0
 	// The model's own normalisation.
@@ -201,10 +231,13 @@ func (m *fencingModel) register(t *rapid.T) {
 		reg.Lifecycle = Ready
 	}
 	old := m.instances[id]
-	if old != nil && reg.RegistrationID != "" && slices.Contains(old.RetiredRegistrationIDs, reg.RegistrationID) {
-		// A late retry of a replaced registration: fenced, nothing changes.
+	if why := registrationFenced(old, reg); why != "" {
+		// Fenced: nothing changes, not even the audit trail.
 		if !errors.Is(r.Err, ErrFenced) {
-			t.Fatalf("registration with retired id %q of %s: %+v, %v; want ErrFenced", reg.RegistrationID, id, r.Instance, r.Err)
+			t.Fatalf("registration of %s (%s, current %+v): %+v, %v; want ErrFenced", id, why, old, r.Instance, r.Err)
+		}
+		if after := withoutRev(m.l.f); !reflect.DeepEqual(before, after) {
+			t.Fatalf("a fenced registration (%s) changed the state", why)
 		}
 		return
 	}
@@ -395,6 +428,42 @@ func (m *fencingModel) terminate(t *rapid.T) {
 	}
 }
 
+// expire is the leader's hard expiry: it names an incarnation and the
+// lease expiry it judged, and lands only on that incarnation, live, not
+// renewed past that expiry, when the entry's time is past the hard
+// expiry (4 more TTLs).
+func (m *fencingModel) expire(t *rapid.T) {
+	id := rapid.SampledFrom(propIDs).Draw(t, "id")
+	cur := m.instances[id]
+	inc := m.drawInc(t, id)
+	if cur != nil && rapid.Bool().Draw(t, "names the current incarnation") {
+		inc = cur.Incarnation
+	}
+	deadline := m.l.now.Add(time.Duration(rapid.IntRange(-300, 30).Draw(t, "judged expiry")) * time.Second)
+	if cur != nil && rapid.Bool().Draw(t, "judged the recorded deadline") {
+		deadline = cur.LeaseDeadline.Add(time.Duration(rapid.IntRange(-1, 1).Draw(t, "judged offset")) * time.Second)
+	}
+	if cur != nil && rapid.Bool().Draw(t, "jump near the hard expiry") {
+		// Move the clock to about deadline + 4 TTLs (never back).
+		target := deadline.Add(4*cur.LeaseTTL.D() + time.Duration(rapid.IntRange(-1, 1).Draw(t, "jump offset"))*time.Second)
+		if target.After(m.l.now.Add(time.Second)) {
+			m.l.now = target.Add(-time.Second)
+		}
+	}
+	at := m.tick(t)
+	beforeIn, existed := m.stateOf(id)
+	m.l.must(command{Op: opHousekeep, Actor: "node:n1", Expire: []leaseUpdate{{fence{webKey(id), inc}, deadline}}})
+	if cur == nil || cur.Incarnation != inc || cur.Lifecycle == Terminated ||
+		cur.LeaseDeadline.After(deadline) || at.Before(deadline.Add(4*cur.LeaseTTL.D())) {
+		if afterIn, _ := m.stateOf(id); existed && !reflect.DeepEqual(beforeIn, afterIn) {
+			t.Fatalf("an expiry of incarnation %d judged at %v changed %s:\nbefore %+v\nafter  %+v", inc, deadline, id, beforeIn, afterIn)
+		}
+		return
+	}
+	cur.Lifecycle, cur.TerminatedAt = Terminated, at
+	m.events++
+}
+
 func (m *fencingModel) prune(t *rapid.T) {
 	at := m.tick(t)
 	before := at.Add(-time.Duration(rapid.IntRange(0, 60).Draw(t, "age")) * time.Second)
@@ -456,11 +525,13 @@ func (m *fencingModel) check(t *rapid.T) {
 }
 
 // TestPropFencing: no interleaving of registrations, renewals, drains,
-// deregistrations, reports, terminations, pruning and evaluator commits
-// carrying random incarnations lets an older (or made-up) incarnation
-// change a newer record; incarnations only grow; a changed registration
-// gets a new, larger incarnation (without the predecessor's health)
-// while an identical retry of a live one gets the committed one.
+// deregistrations, reports, terminations, hard expiries, pruning and
+// evaluator commits carrying random incarnations lets an older (or
+// made-up) incarnation change a newer record; incarnations only grow; a
+// changed registration that names what it replaces gets a new, larger
+// incarnation (without the predecessor's health) while an identical retry
+// of a live one gets the committed one, and one that does not is refused
+// and changes nothing.
 func TestPropFencing(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		m := newFencingModel(t)
@@ -472,6 +543,7 @@ func TestPropFencing(t *testing.T) {
 			"report":      m.report,
 			"renew":       m.renew,
 			"terminate":   m.terminate,
+			"expire":      m.expire,
 			"prune":       m.prune,
 			"health":      m.health,
 			"":            m.check,
@@ -493,7 +565,7 @@ func genCommand(t *rapid.T, ref *fsm) command {
 	if rapid.IntRange(0, 2).Draw(t, "stale") == 0 {
 		inc = rapid.Uint64Range(0, 6).Draw(t, "inc")
 	}
-	switch op := rapid.IntRange(0, 17).Draw(t, "op"); op {
+	switch op := rapid.IntRange(0, 18).Draw(t, "op"); op {
 	case 0:
 		svc := webService()
 		svc.Policy.DrainWindow = Duration(rapid.SampledFrom([]time.Duration{0, 5 * time.Second, time.Minute}).Draw(t, "drain window"))
@@ -511,6 +583,9 @@ func genCommand(t *rapid.T, ref *fsm) command {
 		return applySvc(svcs...)
 	case 1, 2:
 		reg := genRegistration(id).Draw(t, "registration")
+		if rapid.Bool().Draw(t, "names what it replaces") {
+			reg.Replaces = inc
+		}
 		return command{Op: opRegister, Actor: "registrar", Key: webKey(id), Register: &reg}
 	case 3:
 		return mutateCmd(opDrain, id, inc)
@@ -523,6 +598,11 @@ func genCommand(t *rapid.T, ref *fsm) command {
 			Leases: []leaseUpdate{{fence{webKey(id), inc}, t0.Add(time.Duration(rapid.IntRange(0, 600).Draw(t, "deadline")) * time.Second)}}}
 	case 8:
 		return command{Op: opHousekeep, Actor: "node:n1", Terminate: []fence{{webKey(id), inc}}}
+	case 17:
+		// A hard expiry, judged on any deadline (the entry's time, set by
+		// the caller, decides whether it is past).
+		return command{Op: opHousekeep, Actor: "node:n1",
+			Expire: []leaseUpdate{{fence{webKey(id), inc}, t0.Add(time.Duration(rapid.IntRange(-600, 600).Draw(t, "expired at")) * time.Second)}}}
 	case 9:
 		return command{Op: opHousekeep, Actor: "node:n1",
 			PruneBefore: t0.Add(time.Duration(rapid.IntRange(0, 600).Draw(t, "prune")) * time.Second)}
@@ -572,12 +652,13 @@ func genCommand(t *rapid.T, ref *fsm) command {
 type resultView struct {
 	Instance Instance
 	Created  bool
+	Expired  int
 	Rev      uint64
 	Err      string
 }
 
 func viewOf(r result) resultView {
-	v := resultView{Instance: r.Instance, Created: r.Created, Rev: r.Rev}
+	v := resultView{Instance: r.Instance, Created: r.Created, Expired: r.Expired, Rev: r.Rev}
 	if r.Err != nil {
 		v.Err = r.Err.Error()
 	}
@@ -644,4 +725,117 @@ func firstDiff(got, want fsmState) string {
 		}
 	}
 	return "no difference"
+}
+
+// TestPropRegistrationFencing: under any interleaving of registrations —
+// fresh ones naming what they replace or not, late duplicates of earlier
+// requests, registrars that read the record first — drains,
+// deregistrations and pruning, a registration without a registration id
+// never replaces a live record whose incarnation it did not name, a
+// non-zero replaces always names the record replaced, a request that is
+// not a new incarnation leaves the record's content alone, a refused one
+// changes nothing, and incarnations only grow.
+func TestPropRegistrationFencing(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		l := newLog(t)
+		l.must(applySvc(webService()))
+		var (
+			sent   []Registration // every request sent so far, as sent
+			seen   []uint64       // every incarnation a registrar was answered
+			maxInc uint64
+		)
+		current := func(id string) *Instance {
+			l.f.mu.RLock()
+			defer l.f.mu.RUnlock()
+			if in := l.f.instances[webKey(id)]; in != nil {
+				c := in.clone()
+				return &c
+			}
+			return nil
+		}
+		send := func(t *rapid.T, reg Registration) {
+			old := current(reg.ID)
+			before := withoutRev(l.f)
+			r := l.apply(command{Op: opRegister, Actor: "registrar", Key: webKey(reg.ID), Register: &reg})
+			sent = append(sent, reg)
+			switch {
+			case r.Err != nil:
+				if !errors.Is(r.Err, ErrFenced) {
+					t.Fatalf("registration %+v: %v; want success or ErrFenced", reg, r.Err)
+				}
+				if after := withoutRev(l.f); !reflect.DeepEqual(before, after) {
+					t.Fatalf("a refused registration %+v changed the state", reg)
+				}
+				if old == nil {
+					t.Fatalf("registration %+v of an unknown instance refused: %v", reg, r.Err)
+				}
+				if !strings.Contains(r.Err.Error(), fmt.Sprint(old.Incarnation)) {
+					t.Fatalf("refusal %q does not name the current incarnation %d", r.Err, old.Incarnation)
+				}
+			case r.Created:
+				if r.Instance.Incarnation <= maxInc {
+					t.Fatalf("new incarnation %d after %d: incarnations must only grow", r.Instance.Incarnation, maxInc)
+				}
+				maxInc = r.Instance.Incarnation
+				if old != nil && old.Lifecycle != Terminated && reg.RegistrationID == "" && reg.Replaces != old.Incarnation {
+					t.Fatalf("registration %+v without a registration id replaced live incarnation %d (%s) it did not name",
+						reg, old.Incarnation, old.Lifecycle)
+				}
+				if old != nil && reg.Replaces != 0 && reg.Replaces != old.Incarnation {
+					t.Fatalf("registration %+v replaced incarnation %d, not the one it named", reg, old.Incarnation)
+				}
+				seen = append(seen, r.Instance.Incarnation)
+			default:
+				// A retry: the committed record, its content untouched.
+				if old == nil || r.Instance.Incarnation != old.Incarnation {
+					t.Fatalf("retry %+v answered incarnation %d; the record was %+v", reg, r.Instance.Incarnation, old)
+				}
+				got := current(reg.ID)
+				if !slices.Equal(got.Addresses, old.Addresses) || !maps.Equal(got.Ports, old.Ports) || got.Weight != old.Weight ||
+					got.Zone != old.Zone || got.RegistrationID != old.RegistrationID || got.Incarnation != old.Incarnation {
+					t.Fatalf("a retry changed the record's content:\nbefore %+v\nafter  %+v", old, got)
+				}
+				seen = append(seen, r.Instance.Incarnation)
+			}
+		}
+		t.Repeat(map[string]func(*rapid.T){
+			"register": func(t *rapid.T) {
+				id := rapid.SampledFrom(propIDs[:2]).Draw(t, "id")
+				reg := genRegistration(id).Draw(t, "registration")
+				if rapid.IntRange(0, 3).Draw(t, "with a registration id") != 0 {
+					reg.RegistrationID = ""
+				}
+				choices := []uint64{0, rapid.Uint64Range(1, maxInc+2).Draw(t, "any")}
+				if cur := current(id); cur != nil {
+					choices = append(choices, cur.Incarnation, cur.Incarnation) // read first
+				}
+				choices = append(choices, seen...)
+				reg.Replaces = rapid.SampledFrom(choices).Draw(t, "replaces")
+				send(t, reg)
+			},
+			"late duplicate": func(t *rapid.T) {
+				if len(sent) == 0 {
+					t.Skip("nothing sent yet")
+				}
+				reg := rapid.SampledFrom(sent).Draw(t, "earlier request")
+				reg.Addresses, reg.Ports = slices.Clone(reg.Addresses), maps.Clone(reg.Ports)
+				send(t, reg)
+			},
+			"drain": func(t *rapid.T) {
+				id := rapid.SampledFrom(propIDs[:2]).Draw(t, "id")
+				if cur := current(id); cur != nil {
+					l.apply(mutateCmd(opDrain, id, cur.Incarnation))
+				}
+			},
+			"deregister": func(t *rapid.T) {
+				id := rapid.SampledFrom(propIDs[:2]).Draw(t, "id")
+				if cur := current(id); cur != nil {
+					l.apply(mutateCmd(opDeregister, id, cur.Incarnation))
+				}
+			},
+			"prune": func(t *rapid.T) {
+				l.must(command{Op: opHousekeep, Actor: "node:n1", PruneBefore: l.now.Add(time.Hour)})
+			},
+		})
+	})
 }

@@ -245,6 +245,7 @@ func TestFSMApplyFillsDefaults(t *testing.T) {
 			SlowStart: ptr(Duration(DefaultSlowStart)), DrainWindow: Duration(DefaultDrainWindow),
 			LeaseTTL: Duration(DefaultLeaseTTL), ShrinkCap: DefaultShrinkCap,
 			MaxEjectionPercent: &ten, FlapLimit: ptr(DefaultFlapLimit),
+			OutcomeQuorum: DefaultOutcomeQuorum, CorrelatedFailureFraction: DefaultCorrelatedFailure,
 		},
 		Revision: r.Rev,
 	}
@@ -333,8 +334,11 @@ func TestFSMRegisterRetryWithNewLifecycleKeepsIncarnation(t *testing.T) {
 		t.Errorf("starting→ready retry: created=%t incarnation %d lifecycle %s, want false %d ready",
 			r.Created, r.Instance.Incarnation, r.Instance.Lifecycle, first.Incarnation)
 	}
-	// A different registration is a new incarnation.
-	r = l.must(registerCmd("a", "10.0.0.2"))
+	// A different registration that names the record it replaces is a
+	// new incarnation.
+	c = registerCmd("a", "10.0.0.2")
+	c.Register.Replaces = first.Incarnation
+	r = l.must(c)
 	if !r.Created || r.Instance.Incarnation <= first.Incarnation {
 		t.Errorf("new addresses: created=%t incarnation %d, want true and > %d", r.Created, r.Instance.Incarnation, first.Incarnation)
 	}

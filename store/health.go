@@ -106,6 +106,11 @@ const (
 	EventHealthDisregarded EventKind = "health_disregarded"
 	EventHealthRestored    EventKind = "health_restored"
 	EventQuarantined       EventKind = "quarantined"
+	// EventProbesSetAside: one prober got no answer from most of its
+	// targets in one zone, so its timeouts about that zone are set aside
+	// (SPEC §2); EventProbesRestored: it reaches the zone again.
+	EventProbesSetAside EventKind = "probes_set_aside"
+	EventProbesRestored EventKind = "probes_restored"
 )
 
 // MaxHealthUpdates is the most updates one CommitHealth call takes: one
@@ -149,7 +154,7 @@ func (f *fsm) commitHealth(c command) {
 	}
 	for _, se := range c.ServiceEvents {
 		switch se.Kind {
-		case EventHealthDisregarded, EventHealthRestored, EventQuarantined:
+		case EventHealthDisregarded, EventHealthRestored, EventQuarantined, EventProbesSetAside, EventProbesRestored:
 		default:
 			continue // not an evaluator event: ignored the same way everywhere
 		}

@@ -138,7 +138,9 @@ func TestCommitHealth(t *testing.T) {
 	if retry := mustRegister(t, n.Store, registration("a", "10.0.0.1")); retry.Incarnation != a.Incarnation || retry.Health == nil {
 		t.Errorf("an identical retry: incarnation %d, health %+v; want %d with its health", retry.Incarnation, retry.Health, a.Incarnation)
 	}
-	a2 := mustRegister(t, n.Store, registration("a", "10.0.0.9"))
+	re := registration("a", "10.0.0.9")
+	re.Replaces = a.Incarnation
+	a2 := mustRegister(t, n.Store, re)
 	if a2.Incarnation == a.Incarnation || a2.Health != nil {
 		t.Fatalf("re-registration: incarnation %d (was %d), health %+v; want a new incarnation without health", a2.Incarnation, a.Incarnation, a2.Health)
 	}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
 )
 
@@ -14,6 +15,9 @@ const (
 	// 8 × 4096 a tick replicates 32,768 renewals, so 100,000 instances on a
 	// 30 s TTL (about 10,000 renewals a second) never fall behind.
 	maxEntriesPerTick = 8
+	// maxTerminationsPerEntry bounds the drains ended and the leases
+	// expired by one entry, each list on its own (about 150 bytes each).
+	maxTerminationsPerEntry = 4096
 )
 
 // Renew extends an instance's lease by its TTL from now. It is served by
@@ -37,6 +41,13 @@ func (s *Store) Renew(ctx context.Context, key InstanceKey, inc uint64) (Instanc
 		return Instance{}, fmt.Errorf("instance %s is deregistered: %w", key, ErrFenced)
 	}
 	now := s.now()
+	if hx := s.HardExpiry(in); !hx.IsZero() && !now.Before(hx) {
+		// The registration is over (SPEC §2), whether or not housekeeping
+		// has committed its end yet: the address may belong to another
+		// process by now.
+		return Instance{}, fmt.Errorf("instance %s: incarnation %d is past its hard expiry (%s); register it again: %w",
+			key, inc, hx.Format(time.RFC3339), ErrFenced)
+	}
 	d := now.Add(in.LeaseTTL.D())
 	if !now.Before(s.overlay(in).LeaseDeadline) {
 		// A renewal that brings an expired lease back is replicated before
@@ -46,6 +57,19 @@ func (s *Store) Renew(ctx context.Context, key InstanceKey, inc uint64) (Instanc
 			Leases: []leaseUpdate{{fence: fence{key, inc}, Deadline: d}}}
 		if _, err := s.propose(ctx, c); err != nil {
 			return Instance{}, err
+		}
+		// Housekeeping may have judged the lease past its hard expiry at a
+		// later reading of the clock and committed its end first.
+		s.fsm.mu.RLock()
+		rec, ferr := s.fsm.current(key, inc)
+		ended := ferr == nil && rec.Lifecycle == Terminated
+		s.fsm.mu.RUnlock()
+		if ferr != nil {
+			return Instance{}, ferr
+		}
+		if ended {
+			return Instance{}, fmt.Errorf("instance %s: incarnation %d was terminated meanwhile (past its hard expiry, or deregistered); register it again: %w",
+				key, inc, ErrFenced)
 		}
 	}
 	s.leaseMu.Lock()
@@ -92,6 +116,25 @@ func (s *Store) LeaseExpiry(in Instance) time.Time {
 	s.fsm.mu.RLock()
 	since := s.fsm.leaderSince
 	s.fsm.mu.RUnlock()
+	return s.leaseExpiry(in, since)
+}
+
+// HardExpiry returns when in's registration is over, as this node can
+// tell: HardExpiryTTLs lease TTLs after its last renewal, counted from
+// LeaseExpiry so that a new leader's grace holds here too. At that time
+// the leader terminates it (with an audit event "expired"), whatever its
+// capability and whatever probes say. An instance without a lease TTL
+// never expires: HardExpiry returns the zero time.
+func (s *Store) HardExpiry(in Instance) time.Time {
+	if in.LeaseTTL <= 0 {
+		return time.Time{}
+	}
+	return hardExpiry(s.LeaseExpiry(in), in.LeaseTTL.D())
+}
+
+// leaseExpiry is LeaseExpiry for in, already overlaid, with the leader's
+// takeover time since; it takes no lock of the FSM.
+func (s *Store) leaseExpiry(in Instance, since time.Time) time.Time {
 	exp := in.LeaseDeadline
 	if g := since.Add(in.LeaseTTL.D()); !since.IsZero() && g.After(exp) && exp.After(since.Add(-s.graceWindow())) {
 		exp = g
@@ -235,21 +278,20 @@ func (s *Store) recordSelf(ctx context.Context) error {
 	s.fsm.mu.RLock()
 	self := s.fsm.members[s.cfg.NodeID]
 	s.fsm.mu.RUnlock()
-	if self.HTTPAddr == s.cfg.HTTPAddr && self.RaftAddr == s.RaftAddr() {
+	if self.HTTPAddr == s.cfg.HTTPAddr && self.RaftAddr == s.RaftAddr() && self.Region == s.cfg.Region && self.Zone == s.cfg.Zone {
 		return nil
 	}
-	m := Member{NodeID: s.cfg.NodeID, RaftAddr: s.RaftAddr(), HTTPAddr: s.cfg.HTTPAddr}
+	m := Member{NodeID: s.cfg.NodeID, RaftAddr: s.RaftAddr(), HTTPAddr: s.cfg.HTTPAddr, Region: s.cfg.Region, Zone: s.cfg.Zone}
 	if _, err := s.propose(ctx, command{Op: opSetMember, Actor: "node:" + s.cfg.NodeID, Member: &m}); err != nil {
 		return fmt.Errorf("recording own address: %w", err)
 	}
 	return nil
 }
 
-// housekeepOnce commits one housekeeping entry and reports whether
-// renewals are still waiting.
+// housekeepOnce commits one housekeeping entry and reports whether work
+// is still waiting (renewals, or terminations past the entry's bound).
 func (s *Store) housekeepOnce(ctx context.Context) (bool, error) {
-	now := s.now()
-	c := command{Op: opHousekeep, At: now, Actor: "node:" + s.cfg.NodeID}
+	c := command{Op: opHousekeep, Actor: "node:" + s.cfg.NodeID}
 	s.leaseMu.Lock()
 	for k := range s.dirty {
 		if len(c.Leases) == maxLeasesPerEntry {
@@ -260,28 +302,55 @@ func (s *Store) housekeepOnce(ctx context.Context) (bool, error) {
 	}
 	more := len(s.dirty) > 0
 	s.leaseMu.Unlock()
+	// Read the clock after taking the renewals: an entry that carries a
+	// renewal judged every lease at a time no earlier than that renewal.
+	now := s.now()
+	c.At = now
 	pruneBefore := now.Add(-s.cfg.TombstoneTTL)
 	s.fsm.mu.RLock()
+	since := s.fsm.leaderSince
 	for k, in := range s.fsm.instances {
-		switch in.Lifecycle {
-		case Draining:
+		if in.Lifecycle == Draining {
 			svc := s.fsm.services[k.ServiceKey()]
 			if svc != nil && !now.Before(in.DrainingSince.Add(svc.Policy.DrainWindow.D())) {
+				if len(c.Terminate) == maxTerminationsPerEntry {
+					more = true
+					continue
+				}
 				c.Terminate = append(c.Terminate, fence{k, in.Incarnation})
+				continue
 			}
-		case Terminated:
+		}
+		switch {
+		case in.Lifecycle == Terminated:
 			if in.TerminatedAt.Before(pruneBefore) {
 				c.PruneBefore = pruneBefore
 			}
+		case in.LeaseTTL > 0:
+			if now.Before(hardExpiry(in.LeaseDeadline, in.LeaseTTL.D())) {
+				continue // renewals and grace only move it later
+			}
+			// The overlay takes leaseMu under the FSM's read lock; nothing
+			// takes them in the other order.
+			exp := s.leaseExpiry(s.overlay(*in), since)
+			if now.Before(hardExpiry(exp, in.LeaseTTL.D())) {
+				continue
+			}
+			if len(c.Expire) == maxTerminationsPerEntry {
+				more = true
+				continue
+			}
+			c.Expire = append(c.Expire, leaseUpdate{fence: fence{k, in.Incarnation}, Deadline: exp})
 		}
 	}
 	s.fsm.mu.RUnlock()
-	if len(c.Leases) == 0 && len(c.Terminate) == 0 && c.PruneBefore.IsZero() {
+	if len(c.Leases) == 0 && len(c.Terminate) == 0 && len(c.Expire) == 0 && c.PruneBefore.IsZero() {
 		return false, nil
 	}
 	// Map order is random; the log fixes the order for every replica, and
 	// sorting makes the audit trail read in a stable order too.
 	sortFences(c.Terminate)
+	sort.Slice(c.Expire, func(i, j int) bool { return c.Expire[i].Key.String() < c.Expire[j].Key.String() })
 	if _, err := s.propose(ctx, c); err != nil {
 		// Put the renewals back so that the next tick retries them.
 		s.leaseMu.Lock()

@@ -10,6 +10,7 @@ type metrics struct {
 	registrations prometheus.Counter
 	renewals      prometheus.Counter
 	transitions   prometheus.Counter
+	hardExpiries  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, s *Store) *metrics {
@@ -31,6 +32,10 @@ func newMetrics(reg prometheus.Registerer, s *Store) *metrics {
 			Namespace: "cairn", Subsystem: "store", Name: "leadership_transitions_total",
 			Help: "Times this node gained or lost leadership.",
 		}),
+		hardExpiries: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "cairn", Subsystem: "store", Name: "hard_expiries_total",
+			Help: "Registrations this node's replica ended because their lease was past its hard expiry (5 × lease_ttl).",
+		}),
 	}
 	if reg == nil {
 		return m
@@ -49,7 +54,7 @@ func newMetrics(reg prometheus.Registerer, s *Store) *metrics {
 			return 0
 		}))
 	}
-	reg.MustRegister(m.applyDuration, m.registrations, m.renewals, m.transitions,
+	reg.MustRegister(m.applyDuration, m.registrations, m.renewals, m.transitions, m.hardExpiries,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "cairn", Subsystem: "store", Name: "revision",
 			Help: "Raft index of the last entry applied to this node's replica.",

@@ -130,7 +130,15 @@ type Policy struct {
 	DrainWindow        Duration  `json:"drain_window" yaml:"drain_window"`                           // default 30s
 	LeaseTTL           Duration  `json:"lease_ttl" yaml:"lease_ttl"`                                 // default 30s
 	ShrinkCap          float64   `json:"shrink_cap" yaml:"shrink_cap"`                               // default 0.33
-	MaxEjectionPercent *int      `json:"max_ejection_percent,omitempty" yaml:"max_ejection_percent"` // default 10
+	MaxEjectionPercent *int      `json:"max_ejection_percent,omitempty" yaml:"max_ejection_percent"` // default 10; 0 = outcomes never withdraw
+	// OutcomeQuorum is how many distinct callers must report an instance
+	// failing in the same window before outcomes withdraw it; fewer only
+	// lower its weight.
+	OutcomeQuorum int `json:"outcome_quorum" yaml:"outcome_quorum"` // default 2
+	// CorrelatedFailureFraction: when one prober sees more than this
+	// fraction of its targets in one zone time out or become unreachable
+	// at once, its evidence about that zone is set aside.
+	CorrelatedFailureFraction float64 `json:"correlated_failure_fraction" yaml:"correlated_failure_fraction"` // default 0.5
 	// FlapLimit: more than this many eligibility changes in 2 minutes
 	// quarantine an instance; 0 never quarantines.
 	FlapLimit *int `json:"flap_limit,omitempty" yaml:"flap_limit"` // default 4
@@ -268,7 +276,9 @@ type Registration struct {
 	Ports     map[string]int `json:"ports"`
 	Region    string         `json:"region,omitempty"`
 	Zone      string         `json:"zone,omitempty"`
-	// Weight is the base weight, 1–65535; 0 means the default 100.
+	// Weight is the base weight, 1–65535; 0 means the default 100. (On
+	// the wire an absent weight takes the default and an explicit 0 is
+	// refused: the API decodes it apart, see api.RegisterRequest.)
 	Weight int `json:"weight,omitempty"`
 	// LeaseTTL defaults to the service's policy lease_ttl.
 	LeaseTTL Duration `json:"lease_ttl,omitempty"`
@@ -279,6 +289,15 @@ type Registration struct {
 	// record; a new id always allocates a new incarnation, so a restarted
 	// process fences its predecessor even when nothing else changed.
 	RegistrationID string `json:"registration_id,omitempty"`
+	// Replaces is the incarnation the registrar last saw of this instance
+	// (0: none). Without a registration id, a registration whose content
+	// differs from a live record (starting, ready or draining) replaces it
+	// only when Replaces names that record's incarnation, so that a late
+	// retry of an old registration can never overwrite its successor. A
+	// non-zero Replaces must name the current incarnation whenever a
+	// record exists. It is not part of a registration's content: an
+	// identical retry matches whatever it carries.
+	Replaces uint64 `json:"replaces,omitempty"`
 }
 
 // Key returns the key of the instance r registers.
@@ -312,6 +331,10 @@ type Member struct {
 	NodeID   string `json:"node_id"`
 	RaftAddr string `json:"raft_addr"`
 	HTTPAddr string `json:"http_addr"`
+	// Region and Zone are where the server runs (its --region and
+	// --zone): a target's two probers are chosen in different zones.
+	Region string `json:"region,omitempty"`
+	Zone   string `json:"zone,omitempty"`
 	// Leader and Voter come from the raft configuration when listed.
 	Leader bool `json:"leader"`
 	Voter  bool `json:"voter"`
@@ -328,6 +351,8 @@ type TokenRecord struct {
 	Namespace  string   `json:"namespace,omitempty"`
 	Service    string   `json:"service,omitempty"`
 	Instance   string   `json:"instance,omitempty"`
+	// Node is the server a prober token speaks for (acl.Token.Node).
+	Node string `json:"node,omitempty"`
 	// Source is "file" for tokens seeded from a server's ACL file and
 	// "api" for tokens created over the API.
 	Source      string    `json:"source"`
@@ -339,7 +364,7 @@ type TokenRecord struct {
 // rights.
 func (t TokenRecord) sameGrant(o TokenRecord) bool {
 	return t.Digest == o.Digest && t.Scope == o.Scope && slices.Equal(t.Namespaces, o.Namespaces) &&
-		t.Namespace == o.Namespace && t.Service == o.Service && t.Instance == o.Instance
+		t.Namespace == o.Namespace && t.Service == o.Service && t.Instance == o.Instance && t.Node == o.Node
 }
 
 func (t TokenRecord) validate() error {
@@ -351,6 +376,14 @@ func (t TokenRecord) validate() error {
 	}
 	if t.Scope == "" {
 		return invalid("scope", "is required")
+	}
+	if t.Node != "" {
+		if t.Scope != "prober" {
+			return invalid("node", "only a prober token names a node")
+		}
+		if err := CheckLabel("node", t.Node); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -365,6 +398,7 @@ const (
 	EventDrained      EventKind = "drained"
 	EventDeregistered EventKind = "deregistered"
 	EventTerminated   EventKind = "terminated" // drain window over
+	EventExpired      EventKind = "expired"    // lease past its hard expiry
 	EventReported     EventKind = "reported"
 	EventRefused      EventKind = "refused"
 	EventTokenCreated EventKind = "token_created"

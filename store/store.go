@@ -73,6 +73,7 @@ func Open(cfg Config) (*Store, error) {
 		leases: map[InstanceKey]leaseUpdate{}, dirty: map[InstanceKey]bool{}}
 	s.metrics = newMetrics(cfg.Registerer, s)
 	s.fsm.onRegister = s.metrics.registrations.Inc
+	s.fsm.onExpire = func(n int) { s.metrics.hardExpiries.Add(float64(n)) }
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
@@ -362,7 +363,9 @@ func (s *Store) ApplyServices(ctx context.Context, actor string, svcs []Service)
 
 // Register registers an instance. It returns the committed record and
 // whether a new incarnation was created: an identical retry of a live
-// registration returns the committed one.
+// registration returns the committed one. A registration that would
+// replace a record it does not name (see Registration.Replaces) is
+// refused with ErrFenced and changes nothing.
 func (s *Store) Register(ctx context.Context, actor string, reg Registration) (Instance, bool, error) {
 	// A ready leader refuses bad input without a log entry; before it has
 	// caught up, its replica may lack the service, and the FSM decides.
@@ -379,9 +382,11 @@ func (s *Store) Register(ctx context.Context, actor string, reg Registration) (I
 		if err := check.normalize(svc); err != nil {
 			return Instance{}, false, err
 		}
-		if old, ok := s.Instance(reg.Key()); ok && reg.RegistrationID != "" && slices.Contains(old.RetiredRegistrationIDs, reg.RegistrationID) {
-			return Instance{}, false, fmt.Errorf("instance %s: registration id %q was replaced by incarnation %d: %w",
-				reg.Key(), reg.RegistrationID, old.Incarnation, ErrFenced)
+		s.fsm.mu.RLock()
+		err := fenceRegistration(s.fsm.instances[reg.Key()], check, reg.LeaseTTL == 0)
+		s.fsm.mu.RUnlock()
+		if err != nil {
+			return Instance{}, false, err
 		}
 	}
 	r, err := s.propose(ctx, command{Op: opRegister, Actor: actor, Key: reg.Key(), Register: &reg})

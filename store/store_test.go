@@ -575,7 +575,9 @@ func TestLeaseGraceOnlyForLiveLeases(t *testing.T) {
 	a := mustRegister(t, n.Store, registration("a", "10.0.0.1"))
 	b := mustRegister(t, n.Store, registration("b", "10.0.0.2"))
 
-	clk.Advance(time.Hour) // both leases long dead
+	// Both leases long dead (far past the grace window), not yet past
+	// their hard expiry (5 × 30 s).
+	clk.Advance(time.Minute)
 	renewed, err := n.Renew(t.Context(), key("b"), b.Incarnation)
 	if err != nil {
 		t.Fatal(err)
@@ -592,7 +594,7 @@ func TestLeaseGraceOnlyForLiveLeases(t *testing.T) {
 
 	gotA, _ := n2.Instance(key("a"))
 	if !gotA.LeaseDeadline.Equal(a.LeaseDeadline) || !n2.LeaseExpiry(gotA).Equal(a.LeaseDeadline) {
-		t.Errorf("dead lease a: deadline %v, expiry %v; want both %v (no grace for a lease dead an hour before the election)",
+		t.Errorf("dead lease a: deadline %v, expiry %v; want both %v (no grace for a lease dead half a minute before the election)",
 			gotA.LeaseDeadline, n2.LeaseExpiry(gotA), a.LeaseDeadline)
 	}
 	gotB, _ := n2.Instance(key("b"))

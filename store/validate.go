@@ -58,6 +58,8 @@ const (
 	DefaultShrinkCap          = 0.33
 	DefaultMaxEjectionPercent = 10
 	DefaultFlapLimit          = 4
+	DefaultOutcomeQuorum      = 2
+	DefaultCorrelatedFailure  = 0.5
 	DefaultCheckInterval      = 2 * time.Second
 	DefaultCheckTimeout       = 1 * time.Second
 	DefaultWeight             = 100
@@ -111,6 +113,12 @@ func (s Service) WithDefaults() Service {
 	if p.MaxEjectionPercent == nil {
 		v := DefaultMaxEjectionPercent
 		p.MaxEjectionPercent = &v
+	}
+	if p.OutcomeQuorum == 0 {
+		p.OutcomeQuorum = DefaultOutcomeQuorum
+	}
+	if p.CorrelatedFailureFraction == 0 {
+		p.CorrelatedFailureFraction = DefaultCorrelatedFailure
 	}
 	s.Ports = append([]Port(nil), s.Ports...)
 	for i := range s.Ports {
@@ -252,6 +260,12 @@ func (s Service) Validate() error {
 	}
 	if e := *p.MaxEjectionPercent; e < 0 || e > 100 {
 		return invalid("policy.max_ejection_percent", "%d is out of range 0-100", e)
+	}
+	if q := p.OutcomeQuorum; q < 1 || q > 16 {
+		return invalid("policy.outcome_quorum", "%d is out of range 1-16 (at most 16 callers are remembered per instance)", q)
+	}
+	if f := p.CorrelatedFailureFraction; !(f > 0 && f <= 1) {
+		return invalid("policy.correlated_failure_fraction", "%g is out of range (0, 1]", f)
 	}
 	return nil
 }
