@@ -20,6 +20,10 @@ type work struct {
 	notes    []string      // other reasons (degraded, lease, …)
 	hard     bool          // a hard failure is behind the withdrawal
 	depLow   bool          // shared dependency factor applies
+	outLow   bool          // outcome factor applies
+	// outcome: the outcome class is behind the withdrawal (a candidate
+	// for the max_ejection_percent cap when it is the only reason).
+	outcome  bool
 	degraded bool
 	leaseExp bool
 	evidence EvidenceRef
@@ -65,10 +69,14 @@ func Evaluate(p Policy, instances []Instance, evidence map[string][]Sample, prev
 		}
 		w.st = w.prev
 		w.st.Flaps = slices.Clone(w.prev.Flaps)
+		w.st.Observers = slices.Clone(w.prev.Observers)
 		res.Discarded += consume(p, &w.st, in, evidence[in.ID], now)
 		judge(p, w, now)
-		flap(p, w, now, &res)
 		ws = append(ws, w)
+	}
+	capEjections(p, ws)
+	for _, w := range ws {
+		flap(p, w, now, &res)
 	}
 	for id, ss := range evidence {
 		if !known[id] {
@@ -208,59 +216,191 @@ func consume(p Policy, st *InstanceState, in Instance, samples []Sample, now tim
 			cmpBool(a.OK, b.OK), cmpBool(b.Hard, a.Hard),
 			cmp.Compare(a.Successes, b.Successes), cmp.Compare(a.Failures, b.Failures), cmp.Compare(a.Timeouts, b.Timeouts))
 	})
-	for _, s := range ss {
-		c := &st.Classes[s.Class]
-		fail, ok := 0.0, s.OK && !s.Hard
+	var outcomes *Sample // the latest outcome sample consumed
+	for i, s := range ss {
 		if s.Class == ClassOutcome {
+			// Each caller's window is its own judgement; the class
+			// hears, once per evaluation, whether the callers reach
+			// their quorum (below).
 			n := s.Successes + s.Failures + s.Timeouts
 			if n <= 0 {
 				continue
 			}
-			fail = float64(s.Failures+s.Timeouts) / float64(n)
-			ok = fail <= p.FailureThreshold
-		} else if !ok {
-			fail = 1
+			fail := float64(s.Failures+s.Timeouts) / float64(n)
+			observe(st, ObserverState{Class: ClassOutcome, Observer: s.Observer, At: s.At, OK: fail <= p.FailureThreshold})
+			outcomes = &ss[i]
+			continue
 		}
-		ref := EvidenceRef{Class: s.Class, Observer: s.Observer, At: s.At}
-		if !c.Last.At.IsZero() {
-			d := math.Pow(0.5, float64(s.At.Sub(c.Last.At))/float64(p.ScoreHalfLife))
-			c.FailMass *= d
-			c.TotalMass *= d
-		}
-		c.FailMass += fail
-		c.TotalMass++
-		c.Last, c.LastOK = ref, ok
-		if ok {
-			if c.ConsecutiveOK == 0 {
-				c.RunStart = s.At
+		ok := s.OK && !s.Hard
+		observe(st, ObserverState{Class: s.Class, Observer: s.Observer, At: s.At, OK: ok})
+		feed(p, &st.Classes[s.Class], EvidenceRef{Class: s.Class, Observer: s.Observer, At: s.At}, ok, s.Hard)
+	}
+	if outcomes != nil {
+		failing, reporting := outcomeQuorum(p, st, outcomes.At)
+		met := failing >= p.OutcomeQuorum && 3*failing >= reporting
+		feed(p, &st.Classes[ClassOutcome], EvidenceRef{Class: ClassOutcome, Observer: outcomes.Observer, At: outcomes.At}, !met, false)
+	}
+	keep := max(p.Freshness, p.OutcomeWindow)
+	st.Observers = slices.DeleteFunc(st.Observers, func(o ObserverState) bool { return now.Sub(o.At) > keep })
+	return discarded
+}
+
+// maxObservers bounds InstanceState.Observers: the callers and probers
+// heard from within the windows, the stalest dropped first.
+const maxObservers = 32
+
+// observe records o as its observer's latest sample in its class.
+func observe(st *InstanceState, o ObserverState) {
+	for i := range st.Observers {
+		x := &st.Observers[i]
+		if x.Class == o.Class && x.Observer == o.Observer {
+			if o.At.After(x.At) {
+				*x = o
 			}
-			c.ConsecutiveOK++
-			c.ConsecutiveFail = 0
-		} else {
-			c.ConsecutiveFail++
-			c.ConsecutiveOK = 0
-		}
-		if !c.Failing {
-			why := ""
-			switch {
-			case s.Hard && s.Class == ClassProbe:
-				why = "hard failure (connection refused)"
-			case c.ConsecutiveFail >= p.WithdrawAfter:
-				why = fmt.Sprintf("%d consecutive failures", c.ConsecutiveFail)
-			case !ok && c.TotalMass >= p.ScoreMinWeight && c.Score() > p.FailureThreshold:
-				why = fmt.Sprintf("failure score %.2f above %.2f", c.Score(), p.FailureThreshold)
-			}
-			if why != "" {
-				c.Failing, c.FailingSince, c.Hard, c.Why, c.Trigger = true, s.At, s.Hard, why, ref
-			}
-		} else if ok && c.ConsecutiveOK >= p.AdmitAfter && s.At.Sub(c.RunStart) >= p.AdmitMin {
-			// Re-admitted: the score starts afresh so old failures do
-			// not withdraw the instance again on its first miss.
-			c.Failing, c.Hard, c.Why, c.Trigger = false, false, "", ref
-			c.FailMass, c.TotalMass = 0, 0
+			return
 		}
 	}
-	return discarded
+	if len(st.Observers) >= maxObservers {
+		oldest := 0
+		for i, x := range st.Observers {
+			if x.At.Before(st.Observers[oldest].At) {
+				oldest = i
+			}
+		}
+		st.Observers = slices.Delete(st.Observers, oldest, oldest+1)
+	}
+	st.Observers = append(st.Observers, o)
+}
+
+// disagreement returns, when the probe class is failing, an observer whose
+// latest fresh probe passed no earlier than one check interval before the
+// newest fresh failure of another observer (SPEC §2: two probers that
+// disagree degrade the instance, they do not withdraw it), with that
+// failing observer; empty strings when the probers agree.
+func disagreement(p Policy, st *InstanceState, now time.Time) (passed, failed string) {
+	var newest ObserverState
+	for _, o := range st.Observers {
+		if o.Class == ClassProbe && !o.OK && now.Sub(o.At) <= p.Freshness && o.At.After(newest.At) {
+			newest = o
+		}
+	}
+	if newest.Observer == "" {
+		return "", ""
+	}
+	for _, o := range st.Observers {
+		if o.Class == ClassProbe && o.OK && o.Observer != newest.Observer && now.Sub(o.At) <= p.Freshness &&
+			!o.At.Before(newest.At.Add(-p.CheckInterval)) {
+			return o.Observer, newest.Observer
+		}
+	}
+	return "", ""
+}
+
+// outcomeQuorum counts the callers whose latest outcome window within
+// OutcomeWindow reports the instance failing, and all those that
+// reported on it there.
+func outcomeQuorum(p Policy, st *InstanceState, now time.Time) (failing, reporting int) {
+	for _, o := range st.Observers {
+		if o.Class == ClassOutcome && now.Sub(o.At) <= p.OutcomeWindow {
+			reporting++
+			if !o.OK {
+				failing++
+			}
+		}
+	}
+	return failing, reporting
+}
+
+// capEjections keeps the instances that caller outcomes alone withdraw
+// within the service's MaxEjectionPercent of its ready instances (always
+// at least one, none when it is negative): those withdrawn already keep
+// their place, then the longest failing; the others stay in rotation at a
+// lowered weight.
+func capEjections(p Policy, ws []*work) {
+	ready := 0
+	var cands []*work
+	for _, w := range ws {
+		if w.in.Lifecycle != status.Ready {
+			continue
+		}
+		ready++
+		if w.outcome && len(w.withdraw) == 1 {
+			cands = append(cands, w)
+		}
+	}
+	budget := 0
+	if p.MaxEjectionPercent >= 0 {
+		budget = max(1, p.MaxEjectionPercent*ready/100)
+	}
+	if len(cands) <= budget {
+		return
+	}
+	slices.SortFunc(cands, func(a, b *work) int {
+		if a.prev.HealthEligible != b.prev.HealthEligible {
+			if !a.prev.HealthEligible {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Or(a.st.Classes[ClassOutcome].FailingSince.Compare(b.st.Classes[ClassOutcome].FailingSince),
+			cmp.Compare(a.in.ID, b.in.ID))
+	})
+	for _, w := range cands[budget:] {
+		w.withdraw, w.outcome = nil, false
+		w.outLow, w.degraded = true, true
+		w.notes = append(w.notes, fmt.Sprintf("callers report failures: withdrawal held by max_ejection_percent %d", max(0, p.MaxEjectionPercent)))
+		if w.verdict == status.Unhealthy {
+			w.verdict, w.st.Verdict = status.Degraded, status.Degraded
+		}
+	}
+}
+
+// feed runs one sample through a class's score and hysteresis.
+func feed(p Policy, c *ClassState, ref EvidenceRef, ok, hard bool) {
+	fail := 0.0
+	if !ok {
+		fail = 1
+	}
+	if !c.Last.At.IsZero() {
+		d := math.Pow(0.5, float64(ref.At.Sub(c.Last.At))/float64(p.ScoreHalfLife))
+		c.FailMass *= d
+		c.TotalMass *= d
+	}
+	c.FailMass += fail
+	c.TotalMass++
+	c.Last, c.LastOK = ref, ok
+	if ok {
+		if c.ConsecutiveOK == 0 {
+			c.RunStart = ref.At
+		}
+		c.ConsecutiveOK++
+		c.ConsecutiveFail = 0
+	} else {
+		c.ConsecutiveFail++
+		c.ConsecutiveOK = 0
+	}
+	if !c.Failing {
+		why := ""
+		switch {
+		case hard && ref.Class == ClassProbe:
+			why = "hard failure (connection refused)"
+		case c.ConsecutiveFail >= p.WithdrawAfter:
+			why = fmt.Sprintf("%d consecutive failures", c.ConsecutiveFail)
+		case !ok && c.TotalMass >= p.ScoreMinWeight && c.Score() > p.FailureThreshold:
+			why = fmt.Sprintf("failure score %.2f above %.2f", c.Score(), p.FailureThreshold)
+		}
+		if why != "" {
+			if ref.Class == ClassOutcome {
+				why = "a quorum of callers report failures: " + why
+			}
+			c.Failing, c.FailingSince, c.Hard, c.Why, c.Trigger = true, ref.At, hard, why, ref
+		}
+	} else if ok && c.ConsecutiveOK >= p.AdmitAfter && ref.At.Sub(c.RunStart) >= p.AdmitMin {
+		// Re-admitted: the score starts afresh so old failures do not
+		// withdraw the instance again on its first miss.
+		c.Failing, c.Hard, c.Why, c.Trigger = false, false, "", ref
+		c.FailMass, c.TotalMass = 0, 0
+	}
 }
 
 func cmpBool(a, b bool) int {
@@ -285,21 +425,49 @@ func judge(p Policy, w *work, now time.Time) {
 				w.evidence = c.Last
 			}
 		}
-		if c.Failing {
-			// A failing class stays failing through silence: only a run
-			// of successes re-admits.
-			w.withdraw = append(w.withdraw, fmt.Sprintf("%v failing: %s", Class(i), c.Why))
-			w.hard = w.hard || c.Hard
-			w.evidence = c.Trigger
+		if Class(i) == ClassOutcome {
+			failing, reporting := outcomeQuorum(p, st, now)
+			switch {
+			case c.Failing && now.Sub(c.Last.At) > p.OutcomeWindow:
+				// A withdrawn instance is not called, so its callers
+				// fall silent: once no caller has reported on it for
+				// OutcomeWindow, the withdrawal is over (an ejection with
+				// a time limit, as Envoy's outlier detection has). Callers
+				// that report successes re-admit it through the run.
+				*c = ClassState{Last: c.Last, LastOK: c.LastOK}
+				w.notes = append(w.notes, "callers' failure reports aged out")
+			case c.Failing:
+				w.outcome = true
+			case failing > 0:
+				w.degraded, w.outLow = true, true
+				w.notes = append(w.notes, fmt.Sprintf("%d of %d callers report failures, short of the quorum (%d, and a third): weight lowered",
+					failing, reporting, p.OutcomeQuorum))
+			}
 		}
+		if !c.Failing {
+			continue
+		}
+		// A failing class stays failing through silence: only a run of
+		// successes re-admits. But two probers that disagree only
+		// degrade.
+		if Class(i) == ClassProbe {
+			if passed, failed := disagreement(p, st, now); passed != "" {
+				w.degraded = true
+				w.notes = append(w.notes, fmt.Sprintf("probers disagree: %s failed (%s), %s passed", failed, c.Why, passed))
+				continue
+			}
+		}
+		w.withdraw = append(w.withdraw, fmt.Sprintf("%v failing: %s", Class(i), c.Why))
+		w.hard = w.hard || c.Hard
+		w.evidence = c.Trigger
 	}
 	leaseAlive := in.LeaseExpiry.IsZero() || now.Before(in.LeaseExpiry)
 	if r := in.Report; r != nil && (isFresh(r.At) || (leaseAlive && !r.At.IsZero() && !r.At.After(now))) {
 		w.fresh = true
 		ref := EvidenceRef{Class: ClassReport, Observer: in.ID, At: r.At}
+		var bad []string
 		if !r.Ready {
-			w.withdraw = append(w.withdraw, "self-report: not ready")
-			w.evidence = ref
+			bad = append(bad, "self-report: not ready")
 		}
 		for _, name := range sortedKeys(r.Dependencies) {
 			shared, declared := p.Dependencies[name]
@@ -316,13 +484,36 @@ func judge(p Policy, w *work, now time.Time) {
 				w.degraded = true
 				w.notes = append(w.notes, fmt.Sprintf("dependency %s degraded", name))
 			default:
-				w.withdraw = append(w.withdraw, fmt.Sprintf("dependency %s failed", name))
+				bad = append(bad, fmt.Sprintf("dependency %s failed", name))
+			}
+		}
+		rs := &st.Report
+		switch {
+		case len(bad) > 0:
+			if !rs.Failing {
+				rs.Failing, rs.Since, rs.Why = true, r.At, bad[0]
+			}
+			rs.ReadySince, rs.ReadyRounds = time.Time{}, 0
+			w.withdraw = append(w.withdraw, bad...)
+			w.evidence = ref
+		case rs.Failing:
+			if rs.ReadySince.IsZero() {
+				rs.ReadySince = r.At
+			}
+			rs.ReadyRounds++
+			if rs.ReadyRounds >= p.AdmitAfter && now.Sub(rs.ReadySince) >= p.AdmitMin {
+				*rs = ReportState{} // re-admitted
+			} else {
+				w.withdraw = append(w.withdraw, "self-report: ready again, not yet re-admitted (admit_after, admit_min)")
 				w.evidence = ref
 			}
 		}
 		if w.evidence.At.IsZero() {
 			w.evidence = ref
 		}
+	} else if st.Report.Failing {
+		// Silence keeps a failing report failing, as it does the classes.
+		w.withdraw = append(w.withdraw, "self-report failing: "+st.Report.Why)
 	}
 	if !leaseAlive {
 		w.leaseExp = true
@@ -341,10 +532,12 @@ func judge(p Policy, w *work, now time.Time) {
 			deadline = in.LeaseExpiry
 		}
 		switch {
+		case !now.Before(deadline.Add(p.HardExpiry - p.LeaseTTL)):
+			// Whatever the capability and whatever probes say: the
+			// address may belong to another process by now.
+			w.withdraw = append(w.withdraw, "lease past its hard expiry")
 		case corroborated:
 			w.withdraw = append(w.withdraw, "lease expired, corroborated by a failing class")
-		case p.Readiness == ReadinessNone && !now.Before(deadline.Add(p.HardExpiry-p.LeaseTTL)):
-			w.withdraw = append(w.withdraw, "lease past its hard expiry")
 		default:
 			w.notes = append(w.notes, "lease expired (silence)")
 		}
@@ -412,6 +605,9 @@ func finish(p Policy, w *work, now time.Time) InstanceResult {
 	if w.depLow {
 		flags |= status.DependencyDegraded
 	}
+	if w.outLow {
+		flags |= status.OutcomeDegraded
+	}
 	if w.in.Lifecycle != status.Ready {
 		r.Reasons = append(r.Reasons, "lifecycle "+w.in.Lifecycle.String())
 	}
@@ -428,7 +624,7 @@ func finish(p Policy, w *work, now time.Time) InstanceResult {
 			st.EligibleSince = now
 		}
 		var slow bool
-		r.Weight, slow = Weight(p, w.in.BaseWeight, st.EligibleSince, w.depLow, now)
+		r.Weight, slow = Weight(p, w.in.BaseWeight, st.EligibleSince, flags, now)
 		if slow {
 			flags |= status.SlowStart
 			r.Reasons = append(r.Reasons, "slow start")
@@ -450,12 +646,13 @@ func finish(p Policy, w *work, now time.Time) InstanceResult {
 // Weight is the published weight of an eligible instance (SPEC §2): its
 // base weight (0 means 100, at most 65535), rising linearly from 10% to
 // 100% over p.SlowStart from eligibleSince, times
-// p.SharedDependencyFactor when a shared dependency is failing or
-// degraded; never below 1. slow reports whether slow start still applies.
+// p.SharedDependencyFactor when flags has status.DependencyDegraded and
+// p.OutcomeWeightFactor when it has status.OutcomeDegraded; never below
+// 1. slow reports whether slow start still applies.
 // p must have its defaults (WithDefaults). The status table builders of
 // every node call it each rebuild, so that weights keep rising between
 // the evaluator's commits.
-func Weight(p Policy, base int, eligibleSince time.Time, depLow bool, now time.Time) (weight int, slow bool) {
+func Weight(p Policy, base int, eligibleSince time.Time, flags Flags, now time.Time) (weight int, slow bool) {
 	if base <= 0 {
 		base = 100
 	}
@@ -465,8 +662,11 @@ func Weight(p Policy, base int, eligibleSince time.Time, depLow bool, now time.T
 		f = 0.1 + 0.9*max(0, float64(age))/float64(p.SlowStart)
 		slow = true
 	}
-	if depLow {
+	if flags.Has(status.DependencyDegraded) {
 		f *= p.SharedDependencyFactor
+	}
+	if flags.Has(status.OutcomeDegraded) {
+		f *= p.OutcomeWeightFactor
 	}
 	return min(base, max(1, int(math.Round(float64(base)*f)))), slow
 }

@@ -119,6 +119,33 @@ type Policy struct {
 	// SharedDependencyFactor multiplies the weight of an instance whose
 	// shared dependency is failing or degraded. Defaults to 0.5.
 	SharedDependencyFactor float64
+
+	// OutcomeQuorum: caller outcomes withdraw an instance only when at
+	// least this many distinct callers report it failing within
+	// OutcomeWindow, and they are at least a third of the callers that
+	// reported on it there (SPEC §2: local evidence stays local).
+	// Fewer only lower its weight by OutcomeWeightFactor. Defaults to 2.
+	OutcomeQuorum int
+	// OutcomeWindow is how recent a caller's latest outcome window must
+	// be to count towards the quorum. Defaults to 30s.
+	OutcomeWindow time.Duration
+	// OutcomeWeightFactor multiplies the weight of an instance that
+	// callers report failing without a quorum (or past
+	// MaxEjectionPercent). Defaults to 0.5.
+	OutcomeWeightFactor float64
+	// MaxEjectionPercent caps the share of the service's ready instances
+	// that caller outcomes alone may keep withdrawn: at most
+	// floor(MaxEjectionPercent × ready / 100), and always at least one.
+	// Defaults to 10; a negative value means outcomes never withdraw (a
+	// service definition's max_ejection_percent: 0).
+	MaxEjectionPercent int
+	// CorrelatedFailureFraction: when one prober sees more than this
+	// fraction of its targets in one zone time out or become unreachable
+	// in one interval, its evidence of that kind about that zone is set
+	// aside (SPEC §2: a prober cut off is silence). The evaluator's
+	// caller applies it before handing samples over; it is here so that
+	// a service's policy has one home. Defaults to 0.5.
+	CorrelatedFailureFraction float64
 }
 
 // The defaults (SPEC §2 and §6.1).
@@ -140,6 +167,11 @@ const (
 	DefaultQuarantineMax          = 30 * time.Minute
 	DefaultSlowStart              = 30 * time.Second
 	DefaultSharedDependencyFactor = 0.5
+	DefaultOutcomeQuorum          = 2
+	DefaultOutcomeWindow          = 30 * time.Second
+	DefaultOutcomeWeightFactor    = 0.5
+	DefaultMaxEjectionPercent     = 10
+	DefaultCorrelatedFailure      = 0.5
 )
 
 // WithDefaults returns p with every zero field set to its default.
@@ -178,6 +210,11 @@ func (p Policy) WithDefaults() Policy {
 	setD(&p.QuarantineMax, DefaultQuarantineMax)
 	setD(&p.SlowStart, DefaultSlowStart)
 	setF(&p.SharedDependencyFactor, DefaultSharedDependencyFactor)
+	setI(&p.OutcomeQuorum, DefaultOutcomeQuorum)
+	setD(&p.OutcomeWindow, DefaultOutcomeWindow)
+	setF(&p.OutcomeWeightFactor, DefaultOutcomeWeightFactor)
+	setI(&p.MaxEjectionPercent, DefaultMaxEjectionPercent)
+	setF(&p.CorrelatedFailureFraction, DefaultCorrelatedFailure)
 	return p
 }
 
@@ -212,10 +249,18 @@ func (p Policy) Validate() error {
 		return bad("hard_expiry %v < lease_ttl %v", p.HardExpiry, p.LeaseTTL)
 	case p.ScoreMinWeight < 1:
 		return bad("score_min_weight %v < 1", p.ScoreMinWeight)
+	case p.OutcomeQuorum < 1:
+		return bad("outcome_quorum %d < 1", p.OutcomeQuorum)
+	case p.OutcomeWeightFactor <= 0 || p.OutcomeWeightFactor > 1:
+		return bad("outcome_weight_factor %v outside (0, 1]", p.OutcomeWeightFactor)
+	case p.MaxEjectionPercent > 100:
+		return bad("max_ejection_percent %d > 100", p.MaxEjectionPercent)
+	case !(p.CorrelatedFailureFraction > 0 && p.CorrelatedFailureFraction <= 1):
+		return bad("correlated_failure_fraction %v outside (0, 1]", p.CorrelatedFailureFraction)
 	}
 	// AdmitMin and SlowStart may be negative: none.
 	for _, d := range []time.Duration{p.CheckInterval, p.Freshness, p.ScoreHalfLife, p.LeaseTTL,
-		p.ShrinkWindow, p.FlapWindow, p.QuarantineBase} {
+		p.ShrinkWindow, p.FlapWindow, p.QuarantineBase, p.OutcomeWindow} {
 		if d <= 0 {
 			return bad("negative duration %v", d)
 		}

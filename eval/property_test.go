@@ -5,6 +5,7 @@ import (
 	"math"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,7 +64,8 @@ func genStep(t *rapid.T, ins []Instance, silent map[string]bool, now time.Time) 
 			st.evidence[in.ID] = append(st.evidence[in.ID], Sample{Class: ClassProbe, Observer: obs, At: now, Hard: true})
 			st.hard[in.ID] = true
 		case 4:
-			st.evidence[in.ID] = append(st.evidence[in.ID], Sample{Class: ClassOutcome, Observer: "c", At: now,
+			caller := rapid.SampledFrom([]string{"c1", "c2", "c3"}).Draw(t, "caller")
+			st.evidence[in.ID] = append(st.evidence[in.ID], Sample{Class: ClassOutcome, Observer: caller, At: now,
 				Successes: rapid.IntRange(0, 10).Draw(t, "ok"), Failures: rapid.IntRange(0, 10).Draw(t, "fail"),
 				Timeouts: rapid.IntRange(0, 3).Draw(t, "timeouts")})
 		case 5:
@@ -96,6 +98,7 @@ func cloneState(st State) State {
 		out.Instances = make(map[string]InstanceState, len(st.Instances))
 		for k, v := range st.Instances {
 			v.Flaps = slices.Clone(v.Flaps)
+			v.Observers = slices.Clone(v.Observers)
 			out.Instances[k] = v
 		}
 	}
@@ -134,7 +137,7 @@ func TestPropertiesOfEvaluate(t *testing.T) {
 				t.Fatalf("step %d: Evaluate modified the previous state", i)
 			}
 
-			published, ready := map[string]bool{}, 0
+			published, ready, outcomeOnly := map[string]bool{}, 0, 0
 			for j, r := range res.Instances {
 				if j > 0 && res.Instances[j-1].ID >= r.ID {
 					t.Fatalf("results not sorted by id")
@@ -146,14 +149,26 @@ func TestPropertiesOfEvaluate(t *testing.T) {
 				if r.Lifecycle == status.Ready {
 					ready++
 				}
-				// Silence alone never withdraws.
-				if silent[r.ID] && !r.Eligible {
+				// Silence alone never withdraws; the end of the
+				// registration (hard expiry) does.
+				if silent[r.ID] && !r.Eligible && !slices.Contains(r.Reasons, "lease past its hard expiry") {
 					t.Fatalf("step %d: silent %s withdrawn: %+v", i, r.ID, r)
 				}
-				// A hard failure withdraws within one evaluation, or says why not.
-				if step.hard[r.ID] && r.Eligible && !r.Flags.Has(status.WithdrawalDeferred) && !r.Flags.Has(status.HealthDisregarded) {
+				// A hard failure withdraws within one evaluation, or says
+				// why not: the shrink cap, the guard, or another prober
+				// that passed.
+				if step.hard[r.ID] && r.Eligible && !r.Flags.Has(status.WithdrawalDeferred) && !r.Flags.Has(status.HealthDisregarded) &&
+					!hasReasonPrefix(r, "probers disagree") {
 					t.Fatalf("step %d: hard failure left %s eligible without a flag: %+v", i, r.ID, r)
 				}
+				// Outcomes withdraw only with a quorum of callers in the
+				// window, and never more than max_ejection_percent.
+				if !r.Eligible && r.Lifecycle == status.Ready && len(r.Reasons) == 1 && strings.HasPrefix(r.Reasons[0], "outcome failing") {
+					outcomeOnly++
+				}
+			}
+			if budget := max(1, pd.MaxEjectionPercent*ready/100); outcomeOnly > budget {
+				t.Fatalf("step %d: %d instances withdrawn by outcomes alone, max_ejection_percent allows %d", i, outcomeOnly, budget)
 			}
 			n := 0
 			for _, ok := range published {
@@ -202,8 +217,11 @@ func TestPropertyReadmissionSlowerThanWithdrawal(t *testing.T) {
 		every := time.Duration(rapid.IntRange(1, 10).Draw(t, "every_s")) * s
 		ins := fleet(rapid.IntRange(4, 8).Draw(t, "n"))
 		p.MinHealthyFraction, p.ShrinkCap = 0.25, 1
+		// The hysteresis is what is measured here; the outcome quorum
+		// has properties of its own.
+		p.OutcomeQuorum = 1
 		sample := func(d time.Time, ok bool) map[string][]Sample {
-			sm := Sample{Class: class, At: d, OK: ok, Successes: 10}
+			sm := Sample{Class: class, Observer: "n1", At: d, OK: ok, Successes: 10}
 			if !ok {
 				sm.Successes, sm.Failures = 0, 10
 			}
@@ -227,6 +245,44 @@ func TestPropertyReadmissionSlowerThanWithdrawal(t *testing.T) {
 		ka, da := run(true)
 		if ka <= kw || da <= dw {
 			t.Fatalf("withdrawal took %d samples / %v, re-admission %d / %v", kw, dw, ka, da)
+		}
+	})
+}
+
+func hasReasonPrefix(r InstanceResult, prefix string) bool {
+	return slices.ContainsFunc(r.Reasons, func(s string) bool { return strings.HasPrefix(s, prefix) })
+}
+
+// TestPropertyOneCallerNeverWithdraws: whatever one caller reports, and
+// however often, an instance that no other evidence speaks against stays
+// in rotation (SPEC §2: local evidence stays local); its weight may only
+// be lowered.
+func TestPropertyOneCallerNeverWithdraws(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		p := genPolicy(t)
+		p.Readiness = ReadinessProbe
+		ins := fleet(rapid.IntRange(1, 8).Draw(t, "n"))
+		var st State
+		now := t0
+		for i := range rapid.IntRange(1, 40).Draw(t, "steps") {
+			now = now.Add(time.Duration(rapid.IntRange(1, 20).Draw(t, "dt_s")) * s)
+			ev := map[string][]Sample{}
+			for _, in := range ins {
+				if rapid.Bool().Draw(t, "reports") {
+					ev[in.ID] = append(ev[in.ID], Sample{Class: ClassOutcome, Observer: "lonely", At: now,
+						Successes: rapid.IntRange(0, 10).Draw(t, "ok"), Failures: rapid.IntRange(0, 10).Draw(t, "fail")})
+				}
+				if rapid.Bool().Draw(t, "probed") {
+					ev[in.ID] = append(ev[in.ID], Sample{Class: ClassProbe, Observer: "n1", At: now, OK: true})
+				}
+			}
+			var res Result
+			res, st = Evaluate(p, ins, ev, st, now)
+			for _, r := range res.Instances {
+				if !r.Eligible {
+					t.Fatalf("step %d: one caller withdrew %s: %+v", i, r.ID, r)
+				}
+			}
 		}
 	})
 }

@@ -233,6 +233,32 @@ func TestRuleSelfReports(t *testing.T) {
 				steps: []stepSpec{{at: 0, do: report(tc.ready, tc.deps)}, {at: 60 * s}}, want: tc.want})
 		})
 	}
+	// Re-admission after a not-ready report takes admit_after (5) ready
+	// evaluations spanning admit_min (10s), as a run of successes does.
+	readyAgain := func(until time.Duration) []stepSpec {
+		st := []stepSpec{{at: 0, do: report(false, nil)}}
+		for d := 1 * s; d <= until; d += s {
+			st = append(st, stepSpec{at: d})
+		}
+		st[1].do = func(m *sim) {
+			m.set("i0", func(in *Instance) { in.Report = &Report{Ready: true, At: at(1 * s)} })
+		}
+		return st
+	}
+	runRules(t, []ruleCase{
+		{name: "a ready report does not re-admit at once", policy: p, steps: readyAgain(2 * s),
+			want: want{eligible: false, verdict: status.Unhealthy}},
+		{name: "nor before admit_min", policy: p, steps: readyAgain(10 * s),
+			want: want{eligible: false, verdict: status.Unhealthy}},
+		{name: "but after admit_after evaluations over admit_min", policy: p, steps: readyAgain(11 * s),
+			want: want{eligible: true, verdict: status.Healthy}},
+		{name: "a not-ready report restarts the wait", policy: p,
+			steps: append(readyAgain(8*s), stepSpec{at: 9 * s, do: report(false, nil)},
+				stepSpec{at: 10 * s, do: func(m *sim) {
+					m.set("i0", func(in *Instance) { in.Report = &Report{Ready: true, At: at(10 * s)} })
+				}}, stepSpec{at: 12 * s}, stepSpec{at: 13 * s}, stepSpec{at: 14 * s}, stepSpec{at: 15 * s}, stepSpec{at: 16 * s}),
+			want: want{eligible: false, verdict: status.Unhealthy}},
+	})
 	t.Run("a report goes stale with the lease", func(t *testing.T) {
 		runRule(t, ruleCase{policy: p, steps: []stepSpec{{at: 0, do: func(m *sim) {
 			report(true, nil)(m)
@@ -243,27 +269,127 @@ func TestRuleSelfReports(t *testing.T) {
 
 // Rule 6.
 func TestRuleOutcomes(t *testing.T) {
+	// Two callers take turns: the quorum (2) is met once both have
+	// reported failures.
 	outs := func(from time.Duration, ok, failed int, n int) []stepSpec {
 		var st []stepSpec
 		for i := range n {
 			d := from + time.Duration(i)*2*s
-			st = append(st, stepSpec{at: d, ev: []ev{outcome("i0", d, ok, failed)}})
+			e := outcome("i0", d, ok, failed)
+			e.s.Observer = []string{"c1", "c2"}[i%2]
+			st = append(st, stepSpec{at: d, ev: []ev{e}})
+		}
+		return st
+	}
+	// lonely is one caller's windows, every 2s.
+	lonely := func(id string, from time.Duration, ok, failed int, n int) []stepSpec {
+		var st []stepSpec
+		for i := range n {
+			d := from + time.Duration(i)*2*s
+			st = append(st, stepSpec{at: d, ev: []ev{outcome(id, d, ok, failed)}})
+		}
+		return st
+	}
+	// callers has k callers report on i0 at d, the first f of them failures.
+	callers := func(d time.Duration, k, f int) stepSpec {
+		st := stepSpec{at: d}
+		for i := range k {
+			e := outcome("i0", d, 10, 0)
+			if i < f {
+				e = outcome("i0", d, 0, 10)
+			}
+			e.s.Observer = fmt.Sprintf("c%d", i)
+			st.ev = append(st.ev, e)
 		}
 		return st
 	}
 	runRules(t, []ruleCase{
-		{name: "80% failures three times withdraw", steps: outs(0, 2, 8, 3),
+		{name: "80% failures of both callers three times withdraw", steps: outs(0, 2, 8, 4),
 			want: want{eligible: false, verdict: status.Unhealthy}},
-		{name: "80% failures twice do not", steps: outs(0, 2, 8, 2),
-			want: want{eligible: true, verdict: status.Healthy}},
+		{name: "80% failures twice do not; they lower the weight", steps: seq(one(0), outs(60*s, 2, 8, 3)),
+			want: want{eligible: true, verdict: status.Degraded, flags: status.OutcomeDegraded, weight: 50}},
 		{name: "40% failures never withdraw", steps: outs(0, 6, 4, 10),
 			want: want{eligible: true, verdict: status.Healthy}},
-		{name: "an empty window is ignored", steps: seq(outs(0, 2, 8, 2), outs(4*s, 0, 0, 1)),
-			want: want{eligible: true, verdict: status.Healthy}},
-		{name: "recovery needs the admit run", steps: seq(outs(0, 0, 10, 3), outs(6*s, 10, 0, 5)),
+		{name: "an empty window is ignored", steps: seq(outs(0, 2, 8, 3), outs(6*s, 0, 0, 1)),
+			want: want{eligible: true, verdict: status.Degraded}},
+		{name: "recovery needs the admit run", steps: seq(outs(0, 0, 10, 4), outs(8*s, 10, 0, 5)),
 			want: want{eligible: false, verdict: status.Unhealthy}},
-		{name: "recovery after the admit run", steps: seq(outs(0, 0, 10, 3), outs(6*s, 10, 0, 6)),
+		{name: "recovery after the admit run", steps: seq(outs(0, 0, 10, 4), outs(8*s, 10, 0, 6)),
 			want: want{eligible: true, verdict: status.Healthy}},
+		{name: "silent callers end the withdrawal after the window", steps: seq(outs(0, 0, 10, 4), one(6*s+DefaultOutcomeWindow)),
+			want: want{eligible: false, verdict: status.Unhealthy}},
+		{name: "silent callers end the withdrawal after the window", steps: seq(outs(0, 0, 10, 4), one(6*s+DefaultOutcomeWindow+s)),
+			want: want{eligible: true, verdict: status.Unknown}},
+		{name: "one caller never withdraws; it halves the weight", steps: seq(one(0), lonely("i0", 40*s, 0, 10, 12)),
+			want: want{eligible: true, verdict: status.Degraded, flags: status.OutcomeDegraded, weight: 50}},
+		{name: "two failing callers of seven are below a third",
+			steps: []stepSpec{{at: 0}, callers(60*s, 7, 2), callers(62*s, 7, 2), callers(64*s, 7, 2), callers(66*s, 7, 2)},
+			want:  want{eligible: true, verdict: status.Degraded, flags: status.OutcomeDegraded, weight: 50}},
+		{name: "three failing callers of seven withdraw",
+			steps: []stepSpec{callers(60*s, 7, 3), callers(62*s, 7, 3), callers(64*s, 7, 3)},
+			want:  want{eligible: false, verdict: status.Unhealthy}},
+		{name: "a caller's old window leaves the quorum", steps: seq(lonely("i0", 0, 0, 10, 1),
+			func() []stepSpec {
+				st := lonely("i0", 40*s, 0, 10, 4)
+				for i := range st {
+					st[i].ev[0].s.Observer = "c2"
+				}
+				return st
+			}()),
+			want: want{eligible: true, verdict: status.Degraded, flags: status.OutcomeDegraded}},
+	})
+	// max_ejection_percent: of ten ready instances, 10% lets outcomes
+	// withdraw one; the others stay in rotation at half weight.
+	both := func(ids ...string) []stepSpec {
+		st := []stepSpec{{at: 0}}
+		for i := range 4 {
+			d := 60*s + time.Duration(i)*2*s
+			step := stepSpec{at: d}
+			for _, id := range ids {
+				for _, c := range []string{"c1", "c2"} {
+					e := outcome(id, d, 0, 10)
+					e.s.Observer = c
+					step.ev = append(step.ev, e)
+				}
+			}
+			st = append(st, step)
+		}
+		return st
+	}
+	runRules(t, []ruleCase{
+		{name: "max_ejection_percent withdraws the first", n: 10, steps: both("i0", "i1", "i2"), id: "i0",
+			want: want{eligible: false, verdict: status.Unhealthy}},
+		{name: "max_ejection_percent keeps the second", n: 10, steps: both("i0", "i1", "i2"), id: "i1",
+			want: want{eligible: true, verdict: status.Degraded, flags: status.OutcomeDegraded, weight: 50}},
+		{name: "max_ejection_percent 0 keeps every one", n: 10, policy: Policy{MaxEjectionPercent: -1},
+			steps: both("i0", "i1", "i2"), id: "i0",
+			want: want{eligible: true, verdict: status.Degraded, flags: status.OutcomeDegraded, weight: 50}},
+		{name: "max_ejection_percent does not hold back a probe withdrawal", n: 10,
+			steps: seq(both("i0", "i1"), probeSteps("i1", 68*s, 2*s, F, F, F)), id: "i1",
+			want: want{eligible: false, verdict: status.Unhealthy}},
+	})
+}
+
+// Rule 3b: probers that disagree degrade, they do not withdraw.
+func TestRuleProbersDisagree(t *testing.T) {
+	by := func(e ev, observer string) ev { e.s.Observer = observer; return e }
+	runRules(t, []ruleCase{
+		{name: "one refused, the other passed: degraded",
+			steps: []stepSpec{{at: 3 * s, ev: []ev{by(probe("i0", 3*s, true), "n2")}}, {at: 4 * s, ev: []ev{hard("i0", 4*s)}}},
+			want:  want{eligible: true, verdict: status.Degraded}},
+		{name: "both refused: withdrawn",
+			steps: []stepSpec{{at: 3 * s, ev: []ev{by(probe("i0", 3*s, true), "n2")}}, {at: 4 * s, ev: []ev{hard("i0", 4*s)}},
+				{at: 5 * s, ev: []ev{by(hard("i0", 5*s), "n2")}}},
+			want: want{eligible: false, verdict: status.Unhealthy}},
+		{name: "a pass older than one interval does not disagree",
+			steps: []stepSpec{{at: 1 * s, ev: []ev{by(probe("i0", 1*s, true), "n2")}}, {at: 4 * s, ev: []ev{hard("i0", 4*s)}}},
+			want:  want{eligible: false, verdict: status.Unhealthy}},
+		{name: "one observer's own earlier pass does not disagree",
+			steps: []stepSpec{{at: 3 * s, ev: []ev{probe("i0", 3*s, true)}}, {at: 4 * s, ev: []ev{hard("i0", 4*s)}}},
+			want:  want{eligible: false, verdict: status.Unhealthy}},
+		{name: "consecutive failures of one against passes of the other: degraded",
+			steps: seq(probeSteps("i0", 0, 2*s, F, F, F), []stepSpec{{at: 5 * s, ev: []ev{by(probe("i0", 5*s, true), "n2")}}}),
+			want:  want{eligible: true, verdict: status.Degraded}},
 	})
 }
 
@@ -288,14 +414,29 @@ func TestRuleLease(t *testing.T) {
 		{name: "expired lease corroborated by a probe failure withdraws",
 			steps: withLease(30*s, stepSpec{at: 31 * s, ev: []ev{probe("i0", 31*s, false)}}),
 			want:  want{eligible: false, verdict: status.Unhealthy, flags: status.LeaseExpired}},
-		{name: "expired lease corroborated by outcomes withdraws",
+		{name: "one caller's outcomes do not corroborate",
 			steps: withLease(30*s, stepSpec{at: 31 * s, ev: []ev{outcome("i0", 31*s, 1, 9)}}),
+			want:  want{eligible: true, verdict: status.Degraded, flags: status.LeaseExpired | status.OutcomeDegraded}},
+		{name: "expired lease corroborated by a quorum of callers withdraws",
+			steps: withLease(30*s, stepSpec{at: 31 * s, ev: []ev{outcome("i0", 31*s, 1, 9), func() ev {
+				e := outcome("i0", 31*s, 1, 9)
+				e.s.Observer = "c2"
+				return e
+			}()}}),
 			want:  want{eligible: false, verdict: status.Unhealthy, flags: status.LeaseExpired}},
 		{name: "a stale failure does not corroborate",
 			steps: withLease(30*s, stepSpec{at: 20 * s, ev: []ev{probe("i0", 20*s, false)}}, stepSpec{at: 31 * s}),
 			want:  want{eligible: true, verdict: status.Unknown, flags: status.LeaseExpired}},
-		{name: "a probe service never hard-expires", steps: withLease(30*s, stepSpec{at: time.Hour}),
-			want: want{eligible: true, verdict: status.Unknown, flags: status.LeaseExpired}},
+		{name: "a probe service hard-expires too", steps: withLease(30*s, stepSpec{at: 150 * s}),
+			want: want{eligible: false, verdict: status.Unhealthy, flags: status.LeaseExpired}},
+		{name: "passing probes do not hold off the hard expiry",
+			steps: withLease(30*s, probeSteps("i0", 140*s, 2*s, T, T, T, T, T, T)...),
+			want:  want{eligible: false, verdict: status.Unhealthy, flags: status.LeaseExpired}},
+		{name: "a self-report service hard-expires too", policy: Policy{Readiness: ReadinessSelf},
+			steps: withLease(30*s, stepSpec{at: 150 * s, do: func(m *sim) {
+				m.set("i0", func(in *Instance) { in.Report = &Report{Ready: true, At: at(0)} })
+			}}),
+			want: want{eligible: false, verdict: status.Unhealthy, flags: status.LeaseExpired}},
 		{name: "readiness none: before hard expiry (deadline + 4×TTL)", policy: none, steps: withLease(30*s, stepSpec{at: 149 * s}),
 			want: want{eligible: true, verdict: status.Unknown, flags: status.LeaseExpired}},
 		{name: "readiness none: at hard expiry", policy: none, steps: withLease(30*s, stepSpec{at: 150 * s}),

@@ -87,6 +87,39 @@ type InstanceState struct {
 	// QuarantineUntil is when the current one ends.
 	QuarantineLevel int
 	QuarantineUntil time.Time
+	// Observers is the latest sample of each observer in each class,
+	// kept for as long as it may count (the freshness window for probes,
+	// OutcomeWindow for outcomes): whether probers disagree and whether
+	// callers reach their quorum is judged from it.
+	Observers []ObserverState
+	// Report is the self-report's hysteresis.
+	Report ReportState
+}
+
+// ObserverState is one observer's latest sample in one class.
+type ObserverState struct {
+	Class    Class
+	Observer string
+	At       time.Time
+	// OK: the probe passed, or the outcome window's failure rate was at
+	// most the policy's FailureThreshold.
+	OK bool
+}
+
+// ReportState is the self-report's hysteresis: a report that the instance
+// is not ready (or that a dependency of its own failed) withdraws it at
+// once; a ready report re-admits it only after it has been seen ready in
+// AdmitAfter evaluations in a row spanning AdmitMin, as a run of
+// successes re-admits the other classes (SPEC §2).
+type ReportState struct {
+	Failing bool
+	// Since is when the report began failing; Why is the first reason.
+	Since time.Time
+	Why   string
+	// ReadySince is the time of the first ready report since; ReadyRounds
+	// counts the evaluations that have seen it ready since.
+	ReadySince  time.Time
+	ReadyRounds int
 }
 
 // Result is one evaluation's output for one service.

@@ -1,9 +1,6 @@
 package probe
 
-import (
-	"cmp"
-	"slices"
-)
+import "slices"
 
 // Assign returns the members that probe targetID: the min(replicas,
 // distinct members) members with the highest rendezvous
@@ -14,36 +11,28 @@ import (
 // takes about 1/n of the targets, each from one member.
 //
 // members is the cluster's live nodes, a small set: Assign costs
-// O(n log n) in it. Duplicates count once. Replicas of 2 gives every
+// O(replicas² × n) in it. Duplicates count once. Replicas of 2 gives every
 // target two observers where there are two or more members (issue 3).
 //
 // The score is a fixed function of (targetID, member) so that nodes of
 // different builds agree; changing it reassigns every target at once.
 func Assign(targetID string, members []string, replicas int) []string {
-	if replicas <= 0 || len(members) == 0 {
-		return nil
-	}
-	type cand struct {
-		m string
-		s uint64
-	}
-	cs := make([]cand, 0, len(members))
-	for i, m := range members {
-		if !firstOf(members, i) {
-			continue
-		}
-		cs = append(cs, cand{m, score(targetID, m)})
-	}
-	slices.SortFunc(cs, func(a, b cand) int {
-		if c := cmp.Compare(b.s, a.s); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.m, b.m)
+	return AssignZoned(targetID, members, nil, replicas)
+}
+
+// AssignZoned is Assign with the members' zones (zoneOf; nil: all in one
+// zone): each next observer is the best-scored member in a zone none of
+// the observers chosen so far is in, and only where every zone is taken
+// the best-scored of the rest. So a target's two observers stand in
+// different zones wherever the cluster has servers in more than one, and
+// one zone cut off from the others never leaves a target with no
+// observer outside it (SPEC §2).
+func AssignZoned(targetID string, members []string, zoneOf func(string) string, replicas int) []string {
+	var out []string
+	pick(targetID, members, zoneOf, replicas, func(m string) bool {
+		out = append(out, m)
+		return true
 	})
-	out := make([]string, min(replicas, len(cs)))
-	for i := range out {
-		out[i] = cs[i].m
-	}
 	return out
 }
 
@@ -54,24 +43,69 @@ func Assign(targetID string, members []string, replicas int) []string {
 // only about its assigned targets). An observer missing from members is
 // not assigned anything.
 func Assigned(targetID, observer string, members []string, replicas int) bool {
-	if replicas <= 0 {
-		return false
+	return AssignedZoned(targetID, observer, members, nil, replicas)
+}
+
+// AssignedZoned is Assigned for AssignZoned.
+func AssignedZoned(targetID, observer string, members []string, zoneOf func(string) string, replicas int) bool {
+	found := false
+	pick(targetID, members, zoneOf, replicas, func(m string) bool {
+		found = m == observer
+		return !found
+	})
+	return found
+}
+
+// pick calls yield with the members assigned to targetID, best first,
+// until it returns false. It allocates nothing for up to 8 replicas.
+func pick(targetID string, members []string, zoneOf func(string) string, replicas int, yield func(string) bool) {
+	if replicas <= 0 || len(members) == 0 {
+		return
 	}
-	own := score(targetID, observer)
-	found, better := false, 0
-	for i, m := range members {
-		switch {
-		case m == observer:
-			found = true
-		case !firstOf(members, i):
-		default:
-			s := score(targetID, m)
-			if s > own || (s == own && m < observer) {
-				better++
+	var buf [8]int
+	chosen := buf[:0]
+	zone := func(m string) string {
+		if zoneOf == nil {
+			return ""
+		}
+		return zoneOf(m)
+	}
+	taken := func(z string) bool {
+		for _, c := range chosen {
+			if zone(members[c]) == z {
+				return true
 			}
 		}
+		return false
 	}
-	return found && better < replicas
+	better := func(i, j int) bool { // members[i] outranks members[j]
+		si, sj := score(targetID, members[i]), score(targetID, members[j])
+		return si > sj || si == sj && members[i] < members[j]
+	}
+	for len(chosen) < replicas {
+		best, bestNew := -1, -1 // best of the rest; best in a zone not taken
+		for i, m := range members {
+			if !firstOf(members, i) || slices.Contains(chosen, i) {
+				continue
+			}
+			if best < 0 || better(i, best) {
+				best = i
+			}
+			if !taken(zone(m)) && (bestNew < 0 || better(i, bestNew)) {
+				bestNew = i
+			}
+		}
+		if best < 0 {
+			return
+		}
+		if bestNew >= 0 {
+			best = bestNew
+		}
+		chosen = append(chosen, best)
+		if !yield(members[best]) {
+			return
+		}
+	}
 }
 
 // firstOf reports whether members[i] is its first occurrence. Member

@@ -117,3 +117,47 @@ func TestAssignProperties(t *testing.T) {
 		}
 	})
 }
+
+// TestAssignZoned: where the cluster has servers in more than one zone,
+// every target's two observers stand in different zones; where it has
+// one zone, the assignment is Assign's; AssignedZoned agrees with
+// AssignZoned and allocates nothing.
+func TestAssignZoned(t *testing.T) {
+	zones := map[string]string{"n1": "r/a", "n2": "r/a", "n3": "r/a", "n4": "r/b", "n5": "r/c"}
+	zoneOf := func(m string) string { return zones[m] }
+	members := []string{"n1", "n2", "n3", "n4", "n5"}
+	picked := map[string]int{}
+	for i := range 2000 {
+		id := fmt.Sprintf("ns/svc/i%d#1", i)
+		got := AssignZoned(id, members, zoneOf, 2)
+		if len(got) != 2 || zones[got[0]] == zones[got[1]] {
+			t.Fatalf("AssignZoned(%s) = %v: want two observers in two zones", id, got)
+		}
+		if first := Assign(id, members, 1); got[0] != first[0] {
+			t.Fatalf("AssignZoned(%s) = %v: the first observer is not the best-scored %v", id, got, first)
+		}
+		for _, m := range members {
+			if AssignedZoned(id, m, members, zoneOf, 2) != slices.Contains(got, m) {
+				t.Fatalf("AssignedZoned(%s, %s) disagrees with %v", id, m, got)
+			}
+		}
+		for _, m := range got {
+			picked[m]++
+		}
+	}
+	for _, m := range members {
+		if picked[m] == 0 {
+			t.Errorf("%s observes nothing: %v", m, picked)
+		}
+	}
+	oneZone := func(string) string { return "r/a" }
+	for i := range 200 {
+		id := fmt.Sprintf("ns/svc/j%d#1", i)
+		if a, b := AssignZoned(id, members, oneZone, 2), Assign(id, members, 2); !slices.Equal(a, b) {
+			t.Fatalf("one zone: AssignZoned(%s) = %v, Assign = %v", id, a, b)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { AssignedZoned("ns/svc/i#1", "n4", members, zoneOf, 2) }); n != 0 {
+		t.Errorf("AssignedZoned allocates %v times per call", n)
+	}
+}

@@ -25,6 +25,13 @@ type Outcome struct {
 	// the evaluator withdraws the target at once (SPEC §2's hard-failure
 	// fast path). A timeout, a reset or a bad status is never Hard.
 	Hard bool
+	// Unreachable is true when no answer came at all: the check timed
+	// out, or the network or host was unreachable. From one observer
+	// that is as much a fact about the path as about the target, so the
+	// evaluator counts it as a failure only while that observer still
+	// reaches most of what it probes (SPEC §2: a prober cut off is
+	// silence). A refusal, a reset or a bad status is never Unreachable.
+	Unreachable bool
 	// Code is the HTTP status, or the grpc.health.v1 serving status
 	// (1 SERVING, 2 NOT_SERVING, …); 0 when no answer came.
 	Code int
@@ -175,9 +182,10 @@ func checkGRPC(ctx context.Context, t Target, c *conn) (Outcome, bool) {
 		if c.refused.Load() || refused(ctx, t) {
 			return Outcome{Hard: true, Err: "connection refused"}, true
 		}
-		return Outcome{Err: "unavailable"}, true
+		// No connection, and not refused: nothing answered.
+		return Outcome{Unreachable: true, Err: "unavailable"}, true
 	case codes.DeadlineExceeded:
-		return Outcome{Err: "timeout"}, true
+		return Outcome{Unreachable: true, Err: "timeout"}, true
 	case codes.Canceled:
 		return Outcome{Err: "canceled"}, false
 	case codes.Unimplemented:
@@ -196,9 +204,19 @@ func refused(ctx context.Context, t Target) bool {
 }
 
 // failed turns a dial or request error into a failed Outcome; a refused
-// connection is Hard.
+// connection is Hard, a timeout or an unreachable network or host
+// Unreachable.
 func failed(err error) Outcome {
-	return Outcome{Hard: errors.Is(err, syscall.ECONNREFUSED), Err: errText(err)}
+	return Outcome{Hard: errors.Is(err, syscall.ECONNREFUSED), Unreachable: unreachable(err), Err: errText(err)}
+}
+
+// unreachable reports whether err says that nothing answered: a timeout,
+// or no route to the network or host.
+func unreachable(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		errors.As(err, &ne) && ne.Timeout() ||
+		errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.EHOSTDOWN)
 }
 
 // errText says briefly what err is, without the addresses and URLs that

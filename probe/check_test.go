@@ -73,7 +73,7 @@ func TestCheckTCP(t *testing.T) {
 	})
 	t.Run("refused connection is hard", func(t *testing.T) {
 		o := Check(t.Context(), target(TCP, closedAddr(t)))
-		if o.OK || !o.Hard || o.Err != "connection refused" {
+		if o.OK || !o.Hard || o.Unreachable || o.Err != "connection refused" {
 			t.Fatalf("outcome %+v; want a hard failure, connection refused", o)
 		}
 	})
@@ -149,7 +149,7 @@ func TestCheckHTTP(t *testing.T) {
 			tg := target(HTTP, addr)
 			tg.Path = "/status/" + strconv.Itoa(tc.code)
 			o := CheckHTTP(t.Context(), tg)
-			if o.OK != tc.ok || o.Hard || o.Code != tc.code {
+			if o.OK != tc.ok || o.Hard || o.Unreachable || o.Code != tc.code {
 				t.Fatalf("outcome %+v; want OK=%v, Code=%d, not hard", o, tc.ok, tc.code)
 			}
 			if !tc.ok && o.Err != "HTTP "+strconv.Itoa(tc.code) {
@@ -225,8 +225,8 @@ func TestCheckHTTP(t *testing.T) {
 		tg.Path = "/slow"
 		tg.Timeout = 200 * time.Millisecond
 		o := CheckHTTP(t.Context(), tg)
-		if o.OK || o.Hard || o.Err != "timeout" {
-			t.Fatalf("outcome %+v; want a soft timeout", o)
+		if o.OK || o.Hard || !o.Unreachable || o.Err != "timeout" {
+			t.Fatalf("outcome %+v; want a soft timeout, unreachable", o)
 		}
 		if o.Latency < tg.Timeout {
 			t.Errorf("latency %v shorter than the timeout %v", o.Latency, tg.Timeout)
@@ -237,7 +237,7 @@ func TestCheckHTTP(t *testing.T) {
 		tg := target(HTTP, closedAddr(t))
 		tg.Path = "/health?token=s3cret"
 		o := CheckHTTP(t.Context(), tg)
-		if o.OK || !o.Hard {
+		if o.OK || !o.Hard || o.Unreachable {
 			t.Fatalf("outcome %+v; want hard", o)
 		}
 		if strings.Contains(o.Err, "s3cret") || strings.Contains(o.Err, "/health") {
@@ -353,8 +353,39 @@ func TestCheckGRPC(t *testing.T) {
 		tg := target(GRPC, addrOf(t, ln.Addr()))
 		tg.Timeout = 300 * time.Millisecond
 		o := CheckGRPC(t.Context(), tg)
-		if o.OK || o.Hard {
-			t.Fatalf("outcome %+v; want a soft failure", o)
+		if o.OK || o.Hard || !o.Unreachable {
+			t.Fatalf("outcome %+v; want a soft failure, unreachable", o)
 		}
 	})
+}
+
+// TestCheckResetIsEvidence: a connection reset by the target is an
+// answer, not silence: never Unreachable (SPEC §2).
+func TestCheckResetIsEvidence(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			// Linger 0: close sends RST.
+			_ = c.(*net.TCPConn).SetLinger(0)
+			_ = c.Close()
+		}
+	})
+	defer func() {
+		_ = ln.Close()
+		wg.Wait()
+	}()
+	tg := target(HTTP, addrOf(t, ln.Addr()))
+	tg.Path = "/"
+	o := CheckHTTP(t.Context(), tg)
+	if o.OK || o.Hard || o.Unreachable {
+		t.Fatalf("outcome %+v; want a failure that is neither hard nor unreachable", o)
+	}
 }

@@ -124,11 +124,16 @@ const (
 	// WithdrawalDeferred: the evaluator would withdraw the instance, but
 	// the shrink cap keeps it Eligible until its turn (SPEC §2).
 	WithdrawalDeferred
+	// OutcomeDegraded: callers report the instance failing, but too few
+	// of them to withdraw it (the outcome quorum) or past the service's
+	// max_ejection_percent, and Weight carries the outcome factor
+	// (default × 0.5).
+	OutcomeDegraded
 )
 
 var flagNames = [...]string{
 	"eligible", "health_disregarded", "slow_start", "dependency_degraded",
-	"lease_expired", "withdrawal_deferred",
+	"lease_expired", "withdrawal_deferred", "outcome_degraded",
 }
 
 // Has reports whether every flag in g is set in f.

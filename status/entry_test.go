@@ -50,7 +50,8 @@ func TestStrings(t *testing.T) {
 		{HealthDisregarded | DependencyDegraded | LeaseExpired | WithdrawalDeferred,
 			"health_disregarded|dependency_degraded|lease_expired|withdrawal_deferred"},
 		{Eligible | 0x80, "eligible|0x80"},
-		{Flags(0xc0), "0xc0"},
+		{OutcomeDegraded, "outcome_degraded"},
+		{Flags(0xc0), "outcome_degraded|0x80"},
 	}
 	for _, tt := range tests {
 		if got := tt.got.String(); got != tt.want {
