@@ -5,6 +5,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -325,6 +326,26 @@ func TestServeStale(t *testing.T) {
 	r = f.ask("udp", q)
 	if e := ede(r); r.Rcode != dns.RcodeServerFailure || len(e) != 1 || e[0].InfoCode != dns.ExtendedErrorCodeNoReachableAuthority || len(r.Answer) != 0 {
 		t.Fatalf("past max-stale: %v; want SERVFAIL with EDE 22", r)
+	}
+}
+
+// TestRestoredIsStale: while the table is the one kept on disk and the
+// store has not caught up, every answer is stale, however recent the
+// table (SPEC §7).
+func TestRestoredIsStale(t *testing.T) {
+	var restored atomic.Bool
+	restored.Store(true)
+	f := start(t, shopServices(), func(c *dnsserver.Config) {
+		own(c)
+		c.Restored = restored.Load
+	})
+	q := query("web.shop.svc.cairn.internal.", dns.TypeA, true)
+	if r := f.ask("udp", q); len(ede(r)) != 1 || ede(r)[0].InfoCode != dns.ExtendedErrorCodeStaleAnswer || len(r.Answer) != 2 {
+		t.Fatalf("restored: %v; want the answer with EDE 3", r)
+	}
+	restored.Store(false)
+	if r := f.ask("udp", q); len(ede(r)) != 0 {
+		t.Fatalf("caught up: %v; want no EDE", r)
 	}
 }
 

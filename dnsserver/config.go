@@ -41,8 +41,12 @@ type Config struct {
 	MaxStale time.Duration
 	// LastSync returns when this node's store view was last known to be
 	// current (now on the leader, the last contact with it on a
-	// follower). nil: never stale.
+	// follower; the last table built, if older). nil: never stale.
 	LastSync func() time.Time
+	// Restored reports whether the table was loaded from disk at start
+	// and the store has not caught up since: every answer is then stale
+	// (EDE 3), whatever the table's age (SPEC §7). nil: never.
+	Restored func() bool
 	// UDPSize is the EDNS UDP payload size advertised and the most a UDP
 	// answer may be. Defaults to 1232.
 	UDPSize uint16

@@ -393,7 +393,7 @@ func (s *Server) answer(req *request, buf []byte) ([]byte, int, uint16) {
 			q.addEDE(&m, dns.ExtendedErrorCodeNoReachableAuthority, "store view older than max-stale")
 			s.m.staleServfail.Inc()
 			return s.finish(&m, &q, dns.RcodeServerFailure)
-		case age > s.cfg.StaleAfter:
+		case age > s.cfg.StaleAfter, s.cfg.Restored != nil && s.cfg.Restored():
 			q.stale = true
 			q.addEDE(&m, dns.ExtendedErrorCodeStaleAnswer, "") // 19 instead for NXDOMAIN, below
 		}

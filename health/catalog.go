@@ -33,6 +33,11 @@ type catService struct {
 	instances []store.Instance
 }
 
+// hasZone reports whether any of the service's instances is in the zone.
+func (cs *catService) hasZone(region, zone string) bool {
+	return slices.ContainsFunc(cs.instances, func(in store.Instance) bool { return in.Region == region && in.Zone == zone })
+}
+
 type slotRef struct{ svc, inst int32 }
 
 // refresh re-reads the store when its revision moved: services,
@@ -66,7 +71,7 @@ func (n *Node) refresh() {
 		c.services[i].instances = append(c.services[i].instances, in)
 		locs = append(locs, in.Region, in.Zone)
 	}
-	n.locs = extend(n.locs, locs)
+	n.locs = intern(n.locs, locs)
 
 	// Slots: keep every live instance's, free the others'.
 	present := make(map[string]bool, len(all))
@@ -102,11 +107,14 @@ func (n *Node) refresh() {
 	c.dir = n.directory(c)
 	if ms, err := st.Members(); err == nil {
 		ids := make([]string, 0, len(ms))
+		zones := make(map[string]string, len(ms))
 		for _, m := range ms {
 			ids = append(ids, m.NodeID)
+			zones[m.NodeID] = m.Region + "/" + m.Zone
 		}
 		sort.Strings(ids)
 		n.members.Store(&ids)
+		n.zones.Store(&zones)
 	}
 	n.cat = c
 }
@@ -172,13 +180,54 @@ func extend(names *status.Names, add []string) *status.Names {
 	return status.NewNames(append(old, fresh...)...)
 }
 
+// intern returns the names of the localities in use, sorted: names itself
+// when it holds exactly those, else new Names. Unlike services' names,
+// localities come and go with instances, so an id is only meaningful
+// within one table (readers look them up per table): reclaiming them
+// keeps the 16-bit ids from running out however many zones were ever
+// named.
+func intern(names *status.Names, use []string) *status.Names {
+	set := make(map[string]bool, 8)
+	for _, s := range use {
+		if s != "" {
+			set[s] = true
+		}
+	}
+	if names != nil && names.Len()-1 == len(set) {
+		same := true
+		for s := range set {
+			if _, ok := names.ID(s); !ok {
+				same = false
+				break
+			}
+		}
+		if same {
+			return names
+		}
+	}
+	sorted := make([]string, 0, len(set))
+	for s := range set {
+		sorted = append(sorted, s)
+	}
+	slices.Sort(sorted)
+	return status.NewNames(sorted...)
+}
+
 // policyOf maps a stored service definition to the evaluator's policy.
 func policyOf(s store.Service) eval.Policy {
 	p := eval.Policy{
-		WithdrawAfter: s.Policy.WithdrawAfter,
-		AdmitAfter:    s.Policy.AdmitAfter,
-		LeaseTTL:      s.Policy.LeaseTTL.D(),
-		ShrinkCap:     s.Policy.ShrinkCap,
+		WithdrawAfter:             s.Policy.WithdrawAfter,
+		AdmitAfter:                s.Policy.AdmitAfter,
+		LeaseTTL:                  s.Policy.LeaseTTL.D(),
+		ShrinkCap:                 s.Policy.ShrinkCap,
+		OutcomeQuorum:             s.Policy.OutcomeQuorum,
+		CorrelatedFailureFraction: s.Policy.CorrelatedFailureFraction,
+	}
+	if e := s.Policy.MaxEjectionPercent; e != nil {
+		p.MaxEjectionPercent = *e
+		if *e == 0 {
+			p.MaxEjectionPercent = -1 // outcomes never withdraw
+		}
 	}
 	// In a definition 0 switches a rule off; in eval.Policy 0 is "the
 	// default" and a negative value is off.
@@ -247,7 +296,7 @@ func (n *Node) updateTargets() {
 				continue
 			}
 			id := TargetID(in.Key(), in.Incarnation)
-			if !probe.Assigned(id, self, live, n.cfg.Replicas) {
+			if !probe.AssignedZoned(id, self, live, n.zoneOf, n.cfg.Replicas) {
 				continue
 			}
 			addr, err := netip.ParseAddr(in.Addresses[0])

@@ -11,6 +11,7 @@ import (
 	"github.com/cairn-sd/cairn/probe"
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/tablefile"
 )
 
 // Config configures a Node.
@@ -39,6 +40,13 @@ type Config struct {
 	// published within this long; reports about endpoints it was never
 	// served are discarded. Defaults to 2m.
 	OutcomeHorizon time.Duration
+	// Restore is the table this node published before it last stopped
+	// (tablefile.Load), or nil. New publishes it at once, and the node
+	// serves it, stale, until its store replica has caught up with a
+	// leader: a replica restarted without quorum holds only its latest
+	// raft snapshot, and a table built from it would drop names the node
+	// served before (SPEC §7).
+	Restore *tablefile.Snapshot
 	// MaxOutcomeObservers bounds the callers whose latest outcomes are
 	// kept per instance; the oldest is dropped. Defaults to 16.
 	MaxOutcomeObservers int

@@ -27,10 +27,27 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 
 	n.mu.Lock()
 	n.prune(n.currentInc, now.Add(-2*n.cfg.OutcomeHorizon))
+	counts := n.correlation(now)
+	aside := make(map[store.ServiceKey]map[asideKey]bool, len(n.cat.services))
+	asidePairs := map[asideKey]bool{}
 	for _, cs := range n.cat.services {
 		prev := n.states[cs.key]
 		if prev == nil {
 			prev = &eval.State{}
+		}
+		var cur map[asideKey]bool
+		for k, r := range counts {
+			if setAside(r, cs.policy.CorrelatedFailureFraction) && cs.hasZone(k.region, k.zone) {
+				if cur == nil {
+					cur = map[asideKey]bool{}
+				}
+				cur[k], asidePairs[k] = true, true
+			}
+		}
+		aside[cs.key] = cur
+		for _, e := range asideEvents(cs.key, n.aside[cs.key], cur, counts) {
+			evs = append(evs, e)
+			n.log.Warn("probe evidence", "service", cs.key, "kind", e.Kind, "detail", e.Detail)
 		}
 		ins := make([]eval.Instance, 0, len(cs.instances))
 		samples := map[string][]eval.Sample{}
@@ -48,7 +65,9 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 					prev.HealthDisregarded = true
 				}
 			}
-			if ss := n.samples(in.Key().String(), in.Incarnation, cutoff); ss != nil {
+			region, zone := in.Region, in.Zone
+			isAside := func(observer string) bool { return cur[asideKey{observer, region, zone}] }
+			if ss := n.samples(in.Key().String(), in.Incarnation, cutoff, isAside); ss != nil {
 				samples[in.ID] = ss
 			}
 		}
@@ -100,6 +119,8 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 	}
 	n.mu.Unlock()
 	n.states = states
+	n.aside = aside
+	n.m.setAside.Set(float64(len(asidePairs)))
 	n.m.disregarded.Set(float64(disregarded))
 	n.m.evaluations.Inc()
 	n.m.evalSeconds.Observe(time.Since(start).Seconds())
@@ -187,6 +208,9 @@ func healthOf(r eval.InstanceResult, st eval.InstanceState, now time.Time) store
 				Hard: c.Hard, Why: c.Why})
 		}
 	}
+	if r := st.Report; r.Failing {
+		h.Failing = append(h.Failing, store.FailingClass{Class: eval.ClassReport.String(), Since: r.Since, Why: r.Why})
+	}
 	if !r.Evidence.At.IsZero() {
 		h.Evidence = &store.Evidence{Class: r.Evidence.Class.String(), Observer: r.Evidence.Observer, At: r.Evidence.At}
 	}
@@ -220,6 +244,16 @@ func unchanged(old store.Health, r eval.InstanceResult, st eval.InstanceState) b
 		}
 		f := old.Failing[i]
 		if f.Class != eval.Class(c).String() || f.Hard != cs.Hard || !f.Since.Equal(cs.FailingSince) {
+			return false
+		}
+		i++
+	}
+	if r := st.Report; r.Failing {
+		if i >= len(old.Failing) {
+			return false
+		}
+		f := old.Failing[i]
+		if f.Class != eval.ClassReport.String() || !f.Since.Equal(r.Since) {
 			return false
 		}
 		i++
@@ -261,6 +295,11 @@ func seed(h store.Health, in store.Instance) eval.InstanceState {
 		EligibleSince: h.EligibleSince, FailingSince: h.FailingSince,
 		QuarantineLevel: h.QuarantineLevel, QuarantineUntil: h.QuarantineUntil}
 	for _, f := range h.Failing {
+		if f.Class == eval.ClassReport.String() {
+			// Re-admission still waits for the ready report's run.
+			st.Report = eval.ReportState{Failing: true, Since: f.Since, Why: f.Why}
+			continue
+		}
 		i := eval.ClassProbe
 		if f.Class == eval.ClassOutcome.String() {
 			i = eval.ClassOutcome

@@ -251,7 +251,8 @@ func TestHealthDisregarded(t *testing.T) {
 
 // TestSelfReport: a self-report saying not ready, or a failed dependency
 // of the instance's own, withdraws at once on the report's evidence, and
-// a report saying ready re-admits at once.
+// a report saying ready re-admits through the hysteresis: admit_after (5)
+// evaluations that see it ready, spanning admit_min (10s).
 func TestSelfReport(t *testing.T) {
 	h := newHarness(t, nil, 0, nil)
 	svc := selfService("shop", "pay")
@@ -281,6 +282,10 @@ func TestSelfReport(t *testing.T) {
 	}
 
 	report(store.Report{Ready: true})
+	for range 9 {
+		h.tick(time.Second)
+		h.wantHealth(s0, "unhealthy", false)
+	}
 	h.tick(time.Second)
 	h.wantHealth(s0, "healthy", true)
 	if e := h.wantEntry(s0, status.Healthy, true); !e.Flags.Has(status.SlowStart) {
@@ -309,10 +314,16 @@ func TestQuarantine(t *testing.T) {
 	h.tick(0)
 	for i := 1; i <= 5; i++ {
 		h.clk.Advance(11 * time.Second) // a shrink window of its own each time
-		if _, err := h.st.Report(h.t.Context(), "instance:s0", s0.Key(), s0.Incarnation, store.Report{Ready: i%2 == 0}); err != nil {
+		ready := i%2 == 0
+		if _, err := h.st.Report(h.t.Context(), "instance:s0", s0.Key(), s0.Incarnation, store.Report{Ready: ready}); err != nil {
 			t.Fatal(err)
 		}
 		h.tick(0)
+		if ready { // re-admission: five evaluations over 10s
+			for range 5 {
+				h.tick(2500 * time.Millisecond)
+			}
+		}
 	}
 	got := h.wantHealth(s0, "quarantined", false)
 	if want := h.clk.Now().Add(time.Minute); got.QuarantineLevel != 1 || !got.QuarantineUntil.Equal(want) {
@@ -329,6 +340,8 @@ func TestQuarantine(t *testing.T) {
 	}
 	h.tick(30 * time.Second)
 	h.wantEntry(s0, status.Quarantined, false)
-	h.tick(31 * time.Second)
+	for range 5 {
+		h.tick(7 * time.Second)
+	}
 	h.wantEntry(s0, status.Healthy, true)
 }

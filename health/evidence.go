@@ -14,6 +14,11 @@ type obs struct {
 	observer string
 	at       time.Time
 	ok, hard bool
+	// soft: no answer at all (timeout, unreachable), which counts only
+	// while the observer reaches most of the target's zone; aside: it was
+	// set aside for that reason, and stays so (it still counts towards
+	// the observer's reach, never as evidence).
+	soft, aside bool
 	code     int
 	err      string
 	// outcome counts
@@ -106,14 +111,20 @@ func (n *Node) record(key string, inc uint64, class eval.Class, o obs) bool {
 
 // samples returns the evidence about one incarnation observed at or
 // before cutoff, and every refused connection, as eval samples; nil when
-// there is none.
-func (n *Node) samples(key string, inc uint64, cutoff time.Time) []eval.Sample {
+// there is none. A probe that got no answer from an observer whose
+// evidence about the instance's zone is set aside (aside) is left out:
+// silence, not failure.
+func (n *Node) samples(key string, inc uint64, cutoff time.Time, aside func(observer string) bool) []eval.Sample {
 	e := n.evidence[key]
 	if e == nil || e.inc != inc {
 		return nil
 	}
 	var out []eval.Sample
-	for _, o := range e.probes {
+	for i, o := range e.probes {
+		if o.soft && (o.aside || aside(o.observer)) {
+			e.probes[i].aside = true
+			continue
+		}
 		// A refused connection withdraws whatever came before it, so it
 		// need not wait for a slower observer's results: no hold-back.
 		if !o.at.After(cutoff) || o.hard {

@@ -79,14 +79,14 @@ func TestRecordAndPrune(t *testing.T) {
 	if e := n.evidence["shop/cart/a"]; e.inc != 3 || len(e.probes) != 0 || len(e.outcomes) != 1 {
 		t.Fatalf("evidence %+v, want only incarnation 3's outcome", e)
 	}
-	if ss := n.samples("shop/cart/a", 3, t0.Add(time.Second)); ss != nil {
+	if ss := n.samples("shop/cart/a", 3, t0.Add(time.Second), never); ss != nil {
 		t.Errorf("samples before the cutoff %+v, want none (the outcome is after it)", ss)
 	}
-	ss := n.samples("shop/cart/a", 3, t0.Add(2*time.Second))
+	ss := n.samples("shop/cart/a", 3, t0.Add(2*time.Second), never)
 	if len(ss) != 1 || ss[0] != (eval.Sample{Class: eval.ClassOutcome, Observer: "c1", Incarnation: 3, At: t0.Add(2 * time.Second), Successes: 1}) {
 		t.Errorf("samples %+v, want the outcome", ss)
 	}
-	if ss := n.samples("shop/cart/a", 2, t0.Add(time.Hour)); ss != nil {
+	if ss := n.samples("shop/cart/a", 2, t0.Add(time.Hour), never); ss != nil {
 		t.Errorf("samples of a replaced incarnation %+v, want none", ss)
 	}
 
@@ -155,20 +155,24 @@ func TestSeedResumesCommittedState(t *testing.T) {
 		{ID: "c", Incarnation: 1, Lifecycle: status.Ready},
 	}
 	_, st := eval.Evaluate(p, ins, nil, eval.State{}, at(0))
-	samples := map[string][]eval.Sample{"a": {
-		{Class: eval.ClassProbe, Observer: "n1", Incarnation: 1, At: at(1), Hard: true},
-		{Class: eval.ClassOutcome, Observer: "c1", Incarnation: 1, At: at(1), Failures: 3},
-		{Class: eval.ClassOutcome, Observer: "c1", Incarnation: 1, At: at(2), Failures: 3},
-		{Class: eval.ClassOutcome, Observer: "c1", Incarnation: 1, At: at(3), Failures: 3},
-	}}
-	res, st := eval.Evaluate(p, ins, samples, st, at(4))
+	var res eval.Result
+	for k := 1; k <= 3; k++ { // a quorum of two callers, three rounds
+		samples := map[string][]eval.Sample{"a": {
+			{Class: eval.ClassOutcome, Observer: "c1", Incarnation: 1, At: at(k), Failures: 3},
+			{Class: eval.ClassOutcome, Observer: "c2", Incarnation: 1, At: at(k), Failures: 3},
+		}}
+		if k == 1 {
+			samples["a"] = append(samples["a"], eval.Sample{Class: eval.ClassProbe, Observer: "n1", Incarnation: 1, At: at(1), Hard: true})
+		}
+		res, st = eval.Evaluate(p, ins, samples, st, at(k))
+	}
 	var r eval.InstanceResult
 	for _, x := range res.Instances {
 		if x.ID == "a" {
 			r = x
 		}
 	}
-	h := healthOf(r, st.Instances["a"], at(4))
+	h := healthOf(r, st.Instances["a"], at(3))
 	if len(h.Failing) != 2 || h.Eligible {
 		t.Fatalf("committed %+v, want withdrawn with both classes failing", h)
 	}
@@ -292,3 +296,6 @@ func TestUnchangedAgreesWithHealthOf(t *testing.T) {
 		}
 	}
 }
+
+// never sets nothing aside.
+func never(string) bool { return false }

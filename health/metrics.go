@@ -3,18 +3,20 @@ package health
 import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
-	evaluations  prometheus.Counter
-	evalSeconds  prometheus.Histogram
-	buildSeconds prometheus.Histogram
-	commits      prometheus.Counter
-	commitErrors prometheus.Counter
-	transitions  *prometheus.CounterVec
-	discarded    *prometheus.CounterVec
-	pushes       *prometheus.CounterVec
-	disregarded  prometheus.Gauge
-	targets      prometheus.Gauge
-	liveMembers  prometheus.Gauge
-	unslotted    prometheus.Counter
+	evaluations   prometheus.Counter
+	evalSeconds   prometheus.Histogram
+	buildSeconds  prometheus.Histogram
+	commits       prometheus.Counter
+	commitErrors  prometheus.Counter
+	transitions   *prometheus.CounterVec
+	discarded     *prometheus.CounterVec
+	pushes        *prometheus.CounterVec
+	disregarded   prometheus.Gauge
+	targets       prometheus.Gauge
+	liveMembers   prometheus.Gauge
+	unslotted     prometheus.Counter
+	setAside      prometheus.Gauge
+	buildFailures prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -43,10 +45,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Members the leader counts as live for probe assignment."}),
 		unslotted: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_health_unslotted_total",
 			Help: "Instances left out of a full status table."}),
+		buildFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_health_table_build_failures_total",
+			Help: "Status table rebuilds that failed: readers keep the last table, stale once it is older than stale-after."}),
+		setAside: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_health_probes_set_aside",
+			Help: "Pairs of (prober, zone) whose timeouts are set aside: the prober reaches too little of the zone."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.evaluations, m.evalSeconds, m.buildSeconds, m.commits, m.commitErrors, m.transitions,
-			m.discarded, m.pushes, m.disregarded, m.targets, m.liveMembers, m.unslotted)
+			m.discarded, m.pushes, m.disregarded, m.targets, m.liveMembers, m.unslotted, m.setAside, m.buildFailures)
 	}
 	return m
 }

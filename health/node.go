@@ -2,6 +2,7 @@ package health
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -27,6 +28,9 @@ type Node struct {
 	heard    map[string]time.Time // observer → when its last batch reached this leader
 	live     []string             // the members targets are assigned over
 	leading  time.Time            // when this node last became the evaluating leader
+	// aside is, per service, the (observer, zone) pairs whose timeouts
+	// the last round set aside: an event marks each change.
+	aside map[store.ServiceKey]map[asideKey]bool
 
 	// slotOf is the loop's key → slot map, published for the API's
 	// handlers (immutable once published).
@@ -34,9 +38,20 @@ type Node struct {
 	// members is the ids of the cluster's members, sorted (immutable
 	// once published).
 	members atomic.Pointer[[]string]
+	// zones maps each member to its "region/zone" (immutable once
+	// published): a target's observers are chosen in different zones.
+	zones atomic.Pointer[map[string]string]
 	// served[slot] is when the instance in the slot was last published
 	// eligible (unix ns); 0 when never, or when the slot changed hands.
 	served []atomic.Int64
+
+	// built is when the last table was published (unix ns, 0 before).
+	built atomic.Int64
+	// restored is set while the published table is the one loaded from
+	// disk and the replica has not caught up; restoredSynced is when that
+	// table was last known current.
+	restored       atomic.Bool
+	restoredSynced time.Time
 
 	// Owned by the loop.
 	cat     catalog
@@ -68,8 +83,25 @@ func New(cfg Config) (*Node, error) {
 	}
 	empty := map[string]int{}
 	n.slotOf.Store(&empty)
+	if s := cfg.Restore; s != nil {
+		var dropped int
+		if _, err := cfg.Table.Build(func(b *status.Builder) error { dropped = s.Fill(b); return nil }); err != nil {
+			return nil, fmt.Errorf("health: publishing the table kept on disk: %w", err)
+		}
+		if dropped > 0 {
+			n.log.Warn("the table kept on disk has more slots than this table: some instances are not served until the store catches up",
+				"dropped", dropped)
+		}
+		n.restored.Store(true)
+		n.restoredSynced = s.Synced
+		n.built.Store(s.Saved.UnixNano())
+		n.log.Info("serving the table kept on disk, stale, until the store catches up",
+			"revision", s.Revision, "instances", len(s.Entries), "synced", s.Synced)
+	}
 	none := []string{}
 	n.members.Store(&none)
+	noZones := map[string]string{}
+	n.zones.Store(&noZones)
 	return n, nil
 }
 
@@ -111,6 +143,15 @@ func (n *Node) Run(ctx context.Context) error {
 // (never concurrently with Run).
 func (n *Node) Tick(ctx context.Context) {
 	now := n.cfg.Now()
+	if n.restored.Load() {
+		if !n.cfg.Store.CaughtUp() {
+			// The replica may hold only its latest raft snapshot: keep
+			// the table from disk rather than publish less than it.
+			return
+		}
+		n.restored.Store(false)
+		n.log.Info("store caught up: serving tables built from it")
+	}
 	n.refresh()
 	n.updateLive(now)
 	n.updateTargets()
@@ -123,7 +164,7 @@ func (n *Node) Tick(ctx context.Context) {
 		// member live for LiveTimeout. Reset both whatever the last
 		// round left: a round whose commit failed (as it does when
 		// leadership is lost) has already cleared states.
-		n.states = nil
+		n.states, n.aside = nil, nil
 		n.mu.Lock()
 		n.leading = time.Time{}
 		n.mu.Unlock()
@@ -139,7 +180,7 @@ func (n *Node) handleBatch(ctx context.Context, b *probe.Batch) {
 			continue
 		}
 		r.Results = append(r.Results, ProbeResult{Target: res.TargetID, At: res.At, OK: res.OK, Hard: res.Hard,
-			Code: res.Code, Error: res.Err})
+			Unreachable: res.Unreachable && !res.OK, Code: res.Code, Error: res.Err})
 	}
 	if n.cfg.Store.LeaderReady() {
 		n.ProbeReport(r)
@@ -172,6 +213,8 @@ func (n *Node) handleBatch(ctx context.Context, b *probe.Batch) {
 func (n *Node) ProbeReport(r ProbeReport) ProbeReply {
 	now := n.cfg.Now()
 	all := *n.members.Load()
+	zones := *n.zones.Load()
+	zoneOf := func(m string) string { return zones[m] }
 	pub := n.published()
 	defer pub.release()
 	n.mu.Lock()
@@ -188,8 +231,8 @@ func (n *Node) ProbeReport(r ProbeReport) ProbeReply {
 		switch {
 		case !ok || r.Observer == "":
 			n.m.discarded.WithLabelValues("malformed").Inc()
-		case !probe.Assigned(res.Target, r.Observer, live, n.cfg.Replicas) &&
-			!probe.Assigned(res.Target, r.Observer, all, n.cfg.Replicas):
+		case !probe.AssignedZoned(res.Target, r.Observer, live, zoneOf, n.cfg.Replicas) &&
+			!probe.AssignedZoned(res.Target, r.Observer, all, zoneOf, n.cfg.Replicas):
 			n.m.discarded.WithLabelValues("unassigned").Inc()
 		case res.At.After(now.Add(n.cfg.Interval)):
 			n.m.discarded.WithLabelValues("future").Inc()
@@ -198,7 +241,7 @@ func (n *Node) ProbeReport(r ProbeReport) ProbeReply {
 		case !same:
 			n.m.discarded.WithLabelValues("stale_incarnation").Inc()
 		case !n.record(key, inc, eval.ClassProbe, obs{observer: r.Observer, at: res.At, ok: res.OK, hard: res.Hard,
-			code: res.Code, err: res.Error}):
+			soft: res.Unreachable && !res.OK && !res.Hard, code: res.Code, err: res.Error}):
 			n.m.discarded.WithLabelValues("stale_incarnation").Inc()
 		default:
 			reply.Accepted++
@@ -353,6 +396,33 @@ func (p publication) lookup(key string) (int, status.Entry, bool) {
 	}
 	return slot, e, true
 }
+
+// zoneOf returns a member's "region/zone" as the membership records it.
+func (n *Node) zoneOf(member string) string { return (*n.zones.Load())[member] }
+
+// Synced is how current this node's published table is: the older of its
+// store replica's last contact with a leader and the last table it
+// published. A replica cut off from its leader and a table that can no
+// longer be rebuilt both make answers stale (SPEC §7). The zero time
+// before the first table.
+func (n *Node) Synced() time.Time {
+	if n.restored.Load() {
+		return n.restoredSynced
+	}
+	b := n.built.Load()
+	if b == 0 {
+		return time.Time{}
+	}
+	built := time.Unix(0, b)
+	if c := n.cfg.Store.LastContact(); c.Before(built) {
+		return c
+	}
+	return built
+}
+
+// Restored reports whether this node serves the table it kept on disk,
+// its store not caught up yet since it started.
+func (n *Node) Restored() bool { return n.restored.Load() }
 
 // Leading reports whether this node evaluates (it holds the evidence).
 func (n *Node) Leading() bool { return n.cfg.Store.LeaderReady() }

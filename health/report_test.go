@@ -104,6 +104,7 @@ func TestProbeReport(t *testing.T) {
 
 	t.Run("a result about an older incarnation is discarded", func(t *testing.T) {
 		r2 := reg(svc, "a", "10.0.0.2") // changed: a new incarnation
+		r2.Replaces = a.Incarnation
 		a2 := h.register(r2)
 		if a2.Incarnation <= a.Incarnation {
 			t.Fatalf("re-registration got incarnation %d, want > %d", a2.Incarnation, a.Incarnation)
@@ -353,12 +354,27 @@ func TestOutcomes(t *testing.T) {
 		}
 	})
 
-	t.Run("failing outcomes withdraw", func(t *testing.T) {
-		for i := range 3 {
+	t.Run("one caller's failing outcomes lower the weight", func(t *testing.T) {
+		for i := range 4 {
 			h.tick(2 * time.Second)
 			if r := report("caller-1", ep(a1, 1, 3, 1)); r.Accepted != 1 {
 				t.Fatalf("failing window %d: %+v, want accepted", i, r)
 			}
+		}
+		h.tick(2 * time.Second)
+		got := h.instance(a1).Health
+		if got == nil || !got.Eligible || got.Verdict != "degraded" || !status.Flags(got.Flags).Has(status.OutcomeDegraded) {
+			t.Fatalf("health after one caller's failing windows: %+v, want eligible, degraded, outcome_degraded", got)
+		}
+	})
+
+	t.Run("a quorum of callers' failing outcomes withdraw", func(t *testing.T) {
+		for i := range 3 {
+			h.tick(2 * time.Second)
+			if r := report("caller-2", ep(a1, 1, 3, 1)); r.Accepted != 1 {
+				t.Fatalf("failing window %d: %+v, want accepted", i, r)
+			}
+			h.tick(0)
 		}
 		h.tick(2 * time.Second)
 		got := h.instance(a1).Health

@@ -53,7 +53,7 @@ func (n *Node) build(now time.Time) {
 				since = h.EligibleSince
 			}
 			if eligible {
-				w, slow := eval.Weight(cs.policy, in.Weight, since, e.Flags.Has(status.DependencyDegraded), now)
+				w, slow := eval.Weight(cs.policy, in.Weight, since, e.Flags, now)
 				e.Weight = uint16(w)
 				e.Flags |= status.Eligible
 				if slow {
@@ -67,9 +67,13 @@ func (n *Node) build(now time.Time) {
 		return nil
 	})
 	if err != nil {
+		// Readers keep the last table; Synced stops moving, so they
+		// answer from it as stale once it is older than stale-after.
+		n.m.buildFailures.Inc()
 		n.log.Error("building the status table", "err", err)
 		return
 	}
+	n.built.Store(now.UnixNano())
 	n.slots.Recycle()
 	n.m.buildSeconds.Observe(time.Since(start).Seconds())
 }

@@ -1,6 +1,7 @@
 package health
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/tablefile"
 )
 
 func (h *harness) slotOf(in store.Instance) (int, bool) {
@@ -148,7 +150,9 @@ func TestTableNames(t *testing.T) {
 	}
 	check(a, "shop/cart", "eu", "eu-1")
 
-	// A service that sorts first and new zones: a keeps its ids.
+	// A service that sorts first and new zones: a keeps its service id;
+	// locality ids are per table (names come and go with instances), and
+	// still name a's region and zone.
 	first := tcpService("aaa", "first")
 	h.apply(first)
 	rx := reg(first, "x", "10.0.1.1")
@@ -159,9 +163,8 @@ func TestTableNames(t *testing.T) {
 	b := h.register(rb)
 	h.tick(time.Second)
 	after := check(a, "shop/cart", "eu", "eu-1")
-	if after.Service != before.Service || after.Region != before.Region || after.Zone != before.Zone {
-		t.Errorf("a's ids moved from service %d region %d zone %d to %d %d %d", before.Service, before.Region, before.Zone,
-			after.Service, after.Region, after.Zone)
+	if after.Service != before.Service {
+		t.Errorf("a's service id moved from %d to %d", before.Service, after.Service)
 	}
 	check(x, "aaa/first", "ap", "ap-1")
 	check(b, "shop/cart", "eu", "eu-0")
@@ -299,5 +302,77 @@ func TestBeforeFirstTable(t *testing.T) {
 		Instance: "a", Incarnation: a.Incarnation, Success: 1}}})
 	if r.Accepted != 0 || r.Discarded["unknown_endpoint"] != 1 {
 		t.Errorf("Outcomes before the first table = %+v, want the endpoint unknown", r)
+	}
+}
+
+// TestLocalityNamesReclaimed: a zone whose last instance went is no
+// longer named in the next table, so that locality ids (16 bits) never
+// run out however many zones were ever used; a set that did not change
+// keeps its Names.
+func TestLocalityNamesReclaimed(t *testing.T) {
+	a := intern(nil, []string{"r1", "za", "r1", "zb"})
+	if _, ok := a.ID("zb"); !ok || a.Len() != 4 { // the empty name, then r1, za, zb
+		t.Fatalf("names of r1, za, zb: %d names, zb named %v", a.Len(), ok)
+	}
+	if b := intern(a, []string{"zb", "r1", "za", "za"}); b != a {
+		t.Errorf("the same set made new Names")
+	}
+	c := intern(a, []string{"r1", "za"})
+	if _, ok := c.ID("zb"); ok {
+		t.Errorf("zb is still named after its last instance went")
+	}
+	for i := range 70000 { // more zones than 16-bit ids, over time
+		c = intern(c, []string{"r1", fmt.Sprintf("z%d", i)})
+	}
+	if c.Len() != 3 {
+		t.Errorf("after 70000 zones came and went: %d names, want 3", c.Len())
+	}
+}
+
+// TestSyncedFollowsBuilds: Synced is the time of the last table built,
+// and no later than the store's last contact with a leader.
+func TestSyncedFollowsBuilds(t *testing.T) {
+	h := newHarness(t, nil, 0, nil)
+	if !h.n.Synced().IsZero() {
+		t.Fatalf("Synced before the first table: %v, want zero", h.n.Synced())
+	}
+	h.tick(0)
+	first := h.n.Synced()
+	h.tick(3 * time.Second)
+	if got := h.n.Synced(); !got.Equal(first.Add(3 * time.Second)) {
+		t.Errorf("Synced after a build 3s later: %v, want %v", got, first.Add(3*time.Second))
+	}
+}
+
+// TestRestoreServesTheKeptTable: a Node given the table it kept on disk
+// publishes it at once, reports it restored and as synced when it was
+// saved; the first round after the store has caught up replaces it with
+// a table built from the store.
+func TestRestoreServesTheKeptTable(t *testing.T) {
+	h := newHarness(t, nil, 0, nil)
+	svc := tcpService("shop", "cart")
+	h.apply(svc)
+	in := h.fleet(svc, "a", 1)[0]
+	h.tick(0)
+	kept := h.pub.Acquire()
+	snap := tablefile.Take(kept, h.clk.Now().Add(-time.Minute), h.clk.Now())
+	kept.Release()
+
+	n := newNode(t, h.st.Store, h.clk, 0, func(c *Config) { c.Restore = snap })
+	if !n.Restored() || !n.Synced().Equal(snap.Synced) {
+		t.Fatalf("restored %v synced %v; want true, %v", n.Restored(), n.Synced(), snap.Synced)
+	}
+	tbl := n.cfg.Table.Acquire()
+	slot := slices.IndexFunc(snap.Entries, func(se tablefile.SlotEntry) bool { return se.Instance.ID == in.ID })
+	if tbl == nil || slot < 0 || tbl.Entry(snap.Entries[slot].Slot).Incarnation != in.Incarnation {
+		t.Fatalf("the kept table is not published")
+	}
+	tbl.Release()
+	n.Tick(t.Context())
+	if n.Restored() {
+		t.Errorf("still restored after a round with the store caught up")
+	}
+	if e, ok := n.Status(in.Key().String(), in.Incarnation); !ok || !e.Flags.Has(status.Eligible) {
+		t.Errorf("after the round: %+v %v, want the instance from the store", e, ok)
 	}
 }

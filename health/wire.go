@@ -28,6 +28,10 @@ type ProbeResult struct {
 	OK     bool      `json:"ok"`
 	// Hard marks a refused connection.
 	Hard bool `json:"hard,omitempty"`
+	// Unreachable marks a check that got no answer at all (a timeout, an
+	// unreachable network or host): evidence only while its observer
+	// still reaches most of the target's zone.
+	Unreachable bool `json:"unreachable,omitempty"`
 	// Code is the HTTP status or gRPC serving status, 0 if none.
 	Code int `json:"code,omitempty"`
 	// Error says briefly why the check failed.

@@ -1,0 +1,105 @@
+package health
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cairn-sd/cairn/store"
+)
+
+// asideKey names one observer's evidence about one zone.
+type asideKey struct{ observer, region, zone string }
+
+func (k asideKey) String() string { return k.observer + " about " + k.region + "/" + k.zone }
+
+// reach counts, for one observer and one zone, the targets of which it
+// holds a fresh latest result, and how many of those got no answer at all.
+type reach struct{ total, soft int }
+
+// minCorrelated is the fewest targets in a zone whose silence can be told
+// from a silent target: with one target only, a timeout is the target's.
+const minCorrelated = 2
+
+// correlation counts every observer's reach into every zone from its
+// latest fresh probe result of each live instance (under n.mu). Freshness
+// is the instance's service's: the window in which its results count.
+func (n *Node) correlation(now time.Time) map[asideKey]reach {
+	out := map[asideKey]reach{}
+	for _, cs := range n.cat.services {
+		fresh := cs.policy.Freshness
+		for _, in := range cs.instances {
+			e := n.evidence[in.Key().String()]
+			if e == nil || e.inc != in.Incarnation {
+				continue
+			}
+			for _, o := range latestPerObserver(e.probes) {
+				if now.Sub(o.at) > fresh {
+					continue
+				}
+				k := asideKey{o.observer, in.Region, in.Zone}
+				r := out[k]
+				r.total++
+				if o.soft {
+					r.soft++
+				}
+				out[k] = r
+			}
+		}
+	}
+	return out
+}
+
+// setAside reports whether r's share of silent targets sets its
+// observer's evidence about the zone aside, at the service's fraction.
+func setAside(r reach, fraction float64) bool {
+	return r.total >= minCorrelated && float64(r.soft) > fraction*float64(r.total)
+}
+
+// latestPerObserver returns each observer's latest observation in list,
+// which holds a few per observer.
+func latestPerObserver(list []obs) []obs {
+	out := make([]obs, 0, 2)
+	for _, o := range list {
+		i := slices.IndexFunc(out, func(x obs) bool { return x.observer == o.observer })
+		switch {
+		case i < 0:
+			out = append(out, o)
+		case o.at.After(out[i].at):
+			out[i] = o
+		}
+	}
+	return out
+}
+
+// asideEvents compares one service's set-aside pairs with the last
+// round's and returns an audit event for each change, naming the
+// observer (SPEC §2).
+func asideEvents(key store.ServiceKey, prev, cur map[asideKey]bool, counts map[asideKey]reach) []store.ServiceEvent {
+	var evs []store.ServiceEvent
+	for k := range cur {
+		if !prev[k] {
+			r := counts[k]
+			evs = append(evs, store.ServiceEvent{Kind: store.EventProbesSetAside, Namespace: key.Namespace, Service: key.Name,
+				Detail: fmt.Sprintf("prober %s got no answer from %d of its %d targets in zone %s/%s: its timeouts about that zone are set aside (silence, not failure)",
+					k.observer, r.soft, r.total, orDash(k.region), orDash(k.zone))})
+		}
+	}
+	for k := range prev {
+		if !cur[k] {
+			evs = append(evs, store.ServiceEvent{Kind: store.EventProbesRestored, Namespace: key.Namespace, Service: key.Name,
+				Detail: fmt.Sprintf("prober %s reaches zone %s/%s again: its evidence about that zone counts", k.observer,
+					orDash(k.region), orDash(k.zone))})
+		}
+	}
+	slices.SortFunc(evs, func(a, b store.ServiceEvent) int { return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Detail, b.Detail)) })
+	return evs
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

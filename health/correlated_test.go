@@ -1,0 +1,124 @@
+package health
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/store"
+)
+
+// TestProberCutOffFromAZoneIsSilence: a prober that gets no answer from
+// most of its targets in one zone is cut off from that zone, not looking
+// at a dead zone: its timeouts there are set aside, those instances go
+// unknown and stay in rotation, and an event names the prober. A timeout
+// in a zone it otherwise reaches is still evidence; so is a refusal in
+// the cut-off zone. When the prober reaches the zone again, an event says
+// so and its evidence counts again, with no withdrawal in between.
+func TestProberCutOffFromAZoneIsSilence(t *testing.T) {
+	h := newHarness(t, nil, 0, nil)
+	svc := tcpService("shop", "cart")
+	svc.Policy.MinHealthyFraction = new(0.0) // the guard and the shrink cap stay out of the way
+	svc.Policy.ShrinkCap = 1
+	h.apply(svc)
+	var far, near []store.Instance
+	for i, id := range []string{"far0", "far1", "far2", "far3"} {
+		r := reg(svc, id, "10.0.1."+string(rune('1'+i)))
+		r.Region, r.Zone = "r1", "zb"
+		far = append(far, h.register(r))
+	}
+	for i, id := range []string{"near0", "near1", "near2"} {
+		r := reg(svc, id, "10.0.0."+string(rune('1'+i)))
+		r.Region, r.Zone = "r1", "za"
+		near = append(near, h.register(r))
+	}
+	h.tick(0)
+	self := h.st.NodeID()
+	round := func(farRes func(i int) ProbeResult, nearRes func(i int) ProbeResult) {
+		t.Helper()
+		var rs []ProbeResult
+		for i, in := range far {
+			r := farRes(i)
+			r.Target, r.At = TargetID(in.Key(), in.Incarnation), h.clk.Now()
+			rs = append(rs, r)
+		}
+		for i, in := range near {
+			r := nearRes(i)
+			r.Target, r.At = TargetID(in.Key(), in.Incarnation), h.clk.Now()
+			rs = append(rs, r)
+		}
+		if rep := h.n.ProbeReport(ProbeReport{Observer: self, Results: rs}); rep.Discarded != 0 {
+			t.Fatalf("probe report: %+v, want every result accepted", rep)
+		}
+		h.tick(2 * time.Second)
+	}
+	pass := func(int) ProbeResult { return ProbeResult{OK: true} }
+	timeout := func(int) ProbeResult { return ProbeResult{Unreachable: true, Error: "timeout"} }
+	for range 3 {
+		round(pass, pass)
+	}
+	withdrawals := len(events(h.st.Store, svc.Key(), store.EventEligibility, ""))
+
+	// Cut off from zone zb; in zone za one instance of three times out
+	// (a third: not correlated) and another refuses.
+	nearFaults := func(i int) ProbeResult {
+		switch i {
+		case 1:
+			return ProbeResult{Unreachable: true, Error: "timeout"}
+		case 2:
+			return ProbeResult{Hard: true, Error: "connection refused"}
+		}
+		return ProbeResult{OK: true}
+	}
+	farRefusal := func(i int) ProbeResult {
+		if i == 3 {
+			return ProbeResult{Hard: true, Error: "connection refused"}
+		}
+		return timeout(i)
+	}
+	for range 6 {
+		round(farRefusal, nearFaults)
+	}
+	for _, in := range far[:3] {
+		if e := h.entry(in); e.Verdict != status.Unknown || !e.Flags.Has(status.Eligible) {
+			t.Errorf("%s cut off from its prober: %v eligible=%v, want unknown and in rotation", in.ID, e.Verdict, e.Flags.Has(status.Eligible))
+		}
+	}
+	if e := h.entry(far[3]); e.Flags.Has(status.Eligible) {
+		t.Errorf("%s refused in the cut-off zone but is in rotation: a refusal is always evidence", far[3].ID)
+	}
+	if e := h.entry(near[1]); e.Flags.Has(status.Eligible) {
+		t.Errorf("%s timed out in a zone its prober reaches but is in rotation: %v", near[1].ID, e.Verdict)
+	}
+	if e := h.entry(near[2]); e.Flags.Has(status.Eligible) {
+		t.Errorf("%s refused but is in rotation", near[2].ID)
+	}
+	aside := events(h.st.Store, svc.Key(), store.EventProbesSetAside, "")
+	if len(aside) != 1 || !strings.Contains(aside[0].Reason, "prober "+self) || !strings.Contains(aside[0].Reason, "zone r1/zb") {
+		t.Fatalf("set-aside events %+v, want one naming prober %s and zone r1/zb", aside, self)
+	}
+	if got := h.metric("cairn_health_probes_set_aside"); got != 1 {
+		t.Errorf("cairn_health_probes_set_aside = %v, want 1", got)
+	}
+
+	// Healed: the zone answers again.
+	for range 3 {
+		round(pass, pass)
+	}
+	if got := events(h.st.Store, svc.Key(), store.EventProbesRestored, ""); len(got) != 1 || !strings.Contains(got[0].Reason, self) {
+		t.Fatalf("restored events %+v, want one naming %s", got, self)
+	}
+	for _, in := range far[:3] {
+		if e := h.entry(in); e.Verdict != status.Healthy || !e.Flags.Has(status.Eligible) {
+			t.Errorf("%s after healing: %v, want healthy and eligible", in.ID, e.Verdict)
+		}
+	}
+	for _, e := range events(h.st.Store, svc.Key(), store.EventEligibility, "")[withdrawals:] {
+		for _, in := range far[:3] {
+			if e.Instance == in.ID && strings.HasPrefix(e.To, "withdrawn") {
+				t.Errorf("%s was withdrawn during the cut: %+v", in.ID, e)
+			}
+		}
+	}
+}

@@ -1,0 +1,285 @@
+// Package tablefile keeps a node's last published status table on disk,
+// so that a server restarted while its cluster has no quorum answers what
+// it answered before it stopped, marked stale, instead of nothing
+// (SPEC §7). The file is written atomically (write, fsync, rename, fsync
+// the directory), carries a format version and a SHA-256 of its body,
+// and is written at most once per interval, off the serving path.
+//
+// A table on disk is last-known-good state, never truth: the store and
+// fresh evidence rebuild the table as soon as the node's replica has
+// caught up (SPEC §0.2). It is read once, at start.
+package tablefile
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/cairn-sd/cairn/status"
+)
+
+// FormatVersion is the version of the file's body; a file of another
+// version is not read.
+const FormatVersion = 1
+
+// magic opens every file: "cairn-table", the version, the body's length
+// and its SHA-256, then a newline and the JSON body.
+const magic = "cairn-table"
+
+// Snapshot is one published table as the file holds it.
+type Snapshot struct {
+	// Revision is the store revision the table was built from.
+	Revision uint64 `json:"revision"`
+	// Synced is when the node last knew the table to be current (its
+	// store's last contact with a leader, or the build, the older); Saved
+	// when the file was written.
+	Synced time.Time `json:"synced"`
+	Saved  time.Time `json:"saved"`
+	// Capacity is the table's number of slots.
+	Capacity   int      `json:"capacity"`
+	Services   []string `json:"services"`   // names by id, from 1
+	Localities []string `json:"localities"` // names by id, from 1
+	// Entries are the used slots.
+	Entries      []SlotEntry          `json:"entries"`
+	ServiceInfos []status.ServiceInfo `json:"service_infos"`
+}
+
+// SlotEntry is one used slot: its entry and what readers need of its
+// instance.
+type SlotEntry struct {
+	Slot     int                  `json:"slot"`
+	Entry    status.Entry         `json:"entry"`
+	Instance *status.InstanceInfo `json:"instance,omitempty"`
+}
+
+// Take copies t into a Snapshot; synced is when the table was last known
+// current.
+func Take(t *status.Table, synced, now time.Time) *Snapshot {
+	s := &Snapshot{Revision: t.StoreRevision(), Synced: synced, Saved: now, Capacity: t.Capacity()}
+	names := func(n *status.Names) []string {
+		out := make([]string, 0, n.Len())
+		for i := 1; i < n.Len(); i++ {
+			out = append(out, n.Name(uint32(i)))
+		}
+		return out
+	}
+	s.Services, s.Localities = names(t.Services()), names(t.Localities())
+	d := t.Directory()
+	if d != nil {
+		s.ServiceInfos = d.Services
+	}
+	for slot := range t.Capacity() {
+		e := t.Entry(slot)
+		if !e.Used() {
+			continue
+		}
+		s.Entries = append(s.Entries, SlotEntry{Slot: slot, Entry: e, Instance: d.Instance(slot)})
+	}
+	return s
+}
+
+// Fill writes the snapshot into a table being built (status.Publisher's
+// Build): every slot, the names and the directory. Slots beyond the
+// table's capacity are dropped and counted in the returned number.
+func (s *Snapshot) Fill(b *status.Builder) (dropped int) {
+	es := b.Entries()
+	clear(es)
+	d := &status.Directory{Revision: s.Revision, Services: s.ServiceInfos, Instances: make([]*status.InstanceInfo, len(es))}
+	for _, se := range s.Entries {
+		if se.Slot < 0 || se.Slot >= len(es) {
+			dropped++
+			continue
+		}
+		es[se.Slot] = se.Entry
+		d.Instances[se.Slot] = se.Instance
+	}
+	b.SetStoreRevision(s.Revision)
+	b.SetServices(status.NewNames(s.Services...))
+	b.SetLocalities(status.NewNames(s.Localities...))
+	b.SetDirectory(d)
+	return dropped
+}
+
+// ErrCorrupt is wrapped by Load's errors about a file that is there but
+// cannot be trusted.
+var ErrCorrupt = errors.New("tablefile: corrupt")
+
+// Load reads the snapshot at path. A missing file is (nil, nil): a node
+// that never published a table. A file that is truncated, of another
+// format version or whose checksum does not match is an error wrapping
+// ErrCorrupt; the caller starts without it.
+func Load(path string) (*Snapshot, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tablefile: %w", err)
+	}
+	head, body, ok := bytes.Cut(b, []byte("\n"))
+	if !ok {
+		return nil, fmt.Errorf("%w: %s: no header", ErrCorrupt, path)
+	}
+	f := bytes.Fields(head)
+	if len(f) != 4 || string(f[0]) != magic {
+		return nil, fmt.Errorf("%w: %s: not a cairn table file", ErrCorrupt, path)
+	}
+	if v, err := strconv.Atoi(string(f[1])); err != nil || v != FormatVersion {
+		return nil, fmt.Errorf("%w: %s: format version %s, this build reads %d", ErrCorrupt, path, f[1], FormatVersion)
+	}
+	if n, err := strconv.Atoi(string(f[2])); err != nil || n != len(body) {
+		return nil, fmt.Errorf("%w: %s: body of %d bytes, header says %s", ErrCorrupt, path, len(body), f[2])
+	}
+	sum := sha256.Sum256(body)
+	if hex.EncodeToString(sum[:]) != string(f[3]) {
+		return nil, fmt.Errorf("%w: %s: checksum mismatch", ErrCorrupt, path)
+	}
+	var s Snapshot
+	if err := json.Unmarshal(body, &s); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
+	}
+	return &s, nil
+}
+
+// Save writes s to path atomically: a temporary file in the same
+// directory, fsynced, renamed over path, and the directory fsynced, so
+// that a crash leaves either the old file or the new one.
+func Save(path string, s *Snapshot) error {
+	body, err := json.Marshal(s)
+	if err != nil {
+		return fmt.Errorf("tablefile: encoding: %w", err)
+	}
+	sum := sha256.Sum256(body)
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, ".table-*")
+	if err != nil {
+		return fmt.Errorf("tablefile: %w", err)
+	}
+	tmp := f.Name()
+	defer func() { _ = os.Remove(tmp) }() // after a rename, nothing to remove
+	_, err = fmt.Fprintf(f, "%s %d %d %s\n", magic, FormatVersion, len(body), hex.EncodeToString(sum[:]))
+	if err == nil {
+		_, err = f.Write(body)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	if err != nil {
+		return fmt.Errorf("tablefile: writing %s: %w", path, err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Config configures a Keeper.
+type Config struct {
+	// Path is the file. Required.
+	Path string
+	// Table is the publisher whose tables are kept. Required.
+	Table *status.Publisher
+	// Synced tells how current the published table is (health's
+	// Node.Synced). Required.
+	Synced func() time.Time
+	// Interval is the least time between two writes. Defaults to 5s.
+	Interval time.Duration
+	Now      func() time.Time
+	Logger   *slog.Logger
+}
+
+// Keeper writes each new table to disk, at most once per Interval, and
+// the last one when it stops.
+type Keeper struct {
+	cfg   Config
+	saved uint64 // the version last written
+}
+
+// NewKeeper validates cfg.
+func NewKeeper(cfg Config) (*Keeper, error) {
+	if cfg.Path == "" || cfg.Table == nil || cfg.Synced == nil {
+		return nil, errors.New("tablefile: Path, Table and Synced are required")
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = 5 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Keeper{cfg: cfg}, nil
+}
+
+// Run keeps the file until ctx is done, then writes the current table
+// once more if it is newer than the file.
+func (k *Keeper) Run(ctx context.Context) error {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			k.SaveNow()
+			return nil
+		case <-t.C:
+		}
+		select {
+		case <-ctx.Done():
+			k.SaveNow()
+			return nil
+		case <-k.cfg.Table.Changed(k.saved):
+		}
+		k.SaveNow()
+		t.Reset(k.cfg.Interval)
+	}
+}
+
+// SaveNow writes the current table if it is newer than the last written,
+// and logs a failure (the node keeps serving; the file is only a
+// fallback).
+func (k *Keeper) SaveNow() {
+	t := k.cfg.Table.Acquire()
+	if t == nil {
+		return
+	}
+	v := t.Version()
+	if v == k.saved {
+		t.Release()
+		return
+	}
+	s := Take(t, k.cfg.Synced(), k.cfg.Now())
+	t.Release()
+	if err := Save(k.cfg.Path, s); err != nil {
+		k.cfg.Logger.Warn("keeping the status table on disk", "err", err)
+		return
+	}
+	k.saved = v
+}

@@ -1,0 +1,206 @@
+package tablefile
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/cairn-sd/cairn/status"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+// publish builds a table of two services and three instances, one slot
+// left free between them, into a new publisher.
+func publish(t *testing.T) *status.Publisher {
+	t.Helper()
+	pub, err := status.New(status.Config{Capacity: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcs := status.NewNames("shop/cart", "shop/pay")
+	locs := status.NewNames("r1", "za", "zb")
+	d := &status.Directory{Revision: 42, Services: []status.ServiceInfo{{},
+		{Namespace: "shop", Name: "cart", DNSTTL: 5 * time.Second, ARecordLimit: 8, Ports: []status.Port{{Name: "http", Number: 8080, Protocol: "tcp"}}},
+		{Namespace: "shop", Name: "pay", DNSTTL: 7 * time.Second, ARecordLimit: 3}},
+		Instances: make([]*status.InstanceInfo, 8)}
+	_, err = pub.Build(func(b *status.Builder) error {
+		es := b.Entries()
+		clear(es)
+		for i, slot := range []int{0, 1, 3} {
+			id := []string{"a", "b", "c"}[i]
+			es[slot] = status.Entry{Key: status.KeyHash("shop/cart/" + id), Incarnation: uint64(10 + i), Service: uint32(1 + i/2),
+				Weight: 100, BaseWeight: 100, Region: 1, Zone: uint16(2 + i%2), Verdict: status.Healthy,
+				Lifecycle: status.Ready, Flags: status.Eligible}
+			d.Instances[slot] = &status.InstanceInfo{ID: id, Incarnation: uint64(10 + i),
+				Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.1").Next()}, Ports: map[string]uint16{"http": 8080}}
+		}
+		b.SetStoreRevision(42)
+		b.SetServices(svcs)
+		b.SetLocalities(locs)
+		b.SetDirectory(d)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pub
+}
+
+// TestRoundTrip: a table saved and loaded fills a new table with the
+// same entries, names, directory and revision.
+func TestRoundTrip(t *testing.T) {
+	pub := publish(t)
+	tbl := pub.Acquire()
+	defer tbl.Release()
+	path := filepath.Join(t.TempDir(), "table.cairn")
+	if err := Save(path, Take(tbl, t0, t0.Add(time.Second))); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Load(path)
+	if err != nil || s == nil {
+		t.Fatalf("Load: %v, %v", s, err)
+	}
+	if s.Revision != 42 || !s.Synced.Equal(t0) || len(s.Entries) != 3 {
+		t.Fatalf("loaded revision %d synced %v with %d entries; want 42, %v, 3", s.Revision, s.Synced, len(s.Entries), t0)
+	}
+	pub2, err := status.New(status.Config{Capacity: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pub2.Build(func(b *status.Builder) error {
+		if n := s.Fill(b); n != 0 {
+			t.Errorf("dropped %d", n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got := pub2.Acquire()
+	defer got.Release()
+	if got.StoreRevision() != 42 {
+		t.Errorf("revision %d, want 42", got.StoreRevision())
+	}
+	for slot := range 8 {
+		if got.Entry(slot) != tbl.Entry(slot) {
+			t.Errorf("slot %d: %+v, want %+v", slot, got.Entry(slot), tbl.Entry(slot))
+		}
+		if !reflect.DeepEqual(got.Directory().Instance(slot), tbl.Directory().Instance(slot)) {
+			t.Errorf("slot %d: instance %+v, want %+v", slot, got.Directory().Instance(slot), tbl.Directory().Instance(slot))
+		}
+	}
+	if !reflect.DeepEqual(got.Directory().Services, tbl.Directory().Services) {
+		t.Errorf("services %+v, want %+v", got.Directory().Services, tbl.Directory().Services)
+	}
+	for _, name := range []string{"shop/cart", "shop/pay"} {
+		a, _ := got.Services().ID(name)
+		b, _ := tbl.Services().ID(name)
+		if a != b {
+			t.Errorf("service %s: id %d, want %d", name, a, b)
+		}
+	}
+	if got.Locality(got.Entry(1).Zone) != "zb" || len(got.Members(1)) != 2 {
+		t.Errorf("slot 1 zone %q, members of service 1 %v", got.Locality(got.Entry(1).Zone), got.Members(1))
+	}
+
+	// A smaller table drops the slots beyond it, and says so.
+	pub3, _ := status.New(status.Config{Capacity: 2})
+	_, _ = pub3.Build(func(b *status.Builder) error {
+		if n := s.Fill(b); n != 1 {
+			t.Errorf("capacity 2: dropped %d, want 1", n)
+		}
+		return nil
+	})
+}
+
+// TestLoadRefusesWhatItCannotTrust: a missing file is no table; a
+// truncated, altered or other-version file is an error wrapping
+// ErrCorrupt.
+func TestLoadRefusesWhatItCannotTrust(t *testing.T) {
+	dir := t.TempDir()
+	if s, err := Load(filepath.Join(dir, "none")); s != nil || err != nil {
+		t.Fatalf("missing file: %v, %v; want nil, nil", s, err)
+	}
+	pub := publish(t)
+	tbl := pub.Acquire()
+	path := filepath.Join(dir, "table.cairn")
+	if err := Save(path, Take(tbl, t0, t0)); err != nil {
+		t.Fatal(err)
+	}
+	tbl.Release()
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, body, _ := strings.Cut(string(good), "\n")
+	for name, b := range map[string]string{
+		"truncated":     string(good[:len(good)-10]),
+		"flipped byte":  head + "\n" + strings.Replace(body, `"a"`, `"z"`, 1),
+		"other version": strings.Replace(head, "cairn-table 1 ", "cairn-table 2 ", 1) + "\n" + body,
+		"no header":     body,
+		"empty":         "",
+	} {
+		p := filepath.Join(dir, strings.ReplaceAll(name, " ", "-"))
+		if err := os.WriteFile(p, []byte(b), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if s, err := Load(p); s != nil || !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: %v, %v; want ErrCorrupt", name, s, err)
+		}
+	}
+	// Nothing but the table file is left in the directory: the
+	// temporary file was renamed.
+	if m, _ := filepath.Glob(filepath.Join(dir, ".table-*")); len(m) != 0 {
+		t.Errorf("temporary files left: %v", m)
+	}
+}
+
+// TestKeeper: the keeper writes a new table, not one it has written,
+// and the last one when it stops.
+func TestKeeper(t *testing.T) {
+	pub := publish(t)
+	path := filepath.Join(t.TempDir(), "table.cairn")
+	k, err := NewKeeper(Config{Path: path, Table: pub, Synced: func() time.Time { return t0 }, Interval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = k.Run(ctx) }()
+	wantRev := func(rev uint64) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			s, err := Load(path)
+			if err == nil && s != nil && s.Revision == rev {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("file %v (%v): want revision %d", s, err, rev)
+			}
+			time.Sleep(5 * time.Millisecond) // polling a file: no signal to wait on
+		}
+	}
+	wantRev(42)
+	if _, err := pub.Build(func(b *status.Builder) error { b.SetStoreRevision(43); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	wantRev(43)
+	cancel()
+	<-done
+	if _, err := pub.Build(func(b *status.Builder) error { b.SetStoreRevision(44); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	k.SaveNow()
+	wantRev(44)
+}
