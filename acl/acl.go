@@ -44,6 +44,10 @@ type Token struct {
 	Namespace string `yaml:"namespace,omitempty"`
 	Service   string `yaml:"service,omitempty"`
 	Instance  string `yaml:"instance,omitempty"`
+	// Node binds a prober token to one server: the node id (--node-id)
+	// whose probe results it carries. Only a prober token names a node,
+	// and a prober token without one may not send probe results.
+	Node string `yaml:"node,omitempty"`
 	// Digest is the hex SHA-256 of the secret, for a token whose secret is
 	// not known here (one stored in the cluster); Secret is then empty.
 	Digest string `yaml:"-"`
@@ -79,6 +83,8 @@ type Identity struct {
 	Namespace  string
 	Service    string
 	Instance   string
+	// Node is the server a prober token speaks for (Token.Node).
+	Node string
 }
 
 // Anonymous is the identity of every caller when ACLs are off.
@@ -126,14 +132,12 @@ func New(cfg Config) (*Authorizer, error) {
 		a.entries = append(a.entries, entry{digest: d, id: Identity{
 			Name:  string(t.Scope) + ":" + AccessorOf(hex.EncodeToString(d[:])),
 			Scope: t.Scope, Namespaces: slices.Clone(t.Namespaces),
-			Namespace: t.Namespace, Service: t.Service, Instance: t.Instance,
+			Namespace: t.Namespace, Service: t.Service, Instance: t.Instance, Node: t.Node,
 		}})
 	}
 	return a, nil
 }
 
-// Validate checks a token: its secret (or digest) and that its scope and
-// bounds fit together. The error names the field.
 // With returns an Authorizer that also accepts toks, skipping those whose
 // secret a is already configured with (a's grant wins).
 func (a *Authorizer) With(toks []Token) (*Authorizer, error) {
@@ -162,6 +166,8 @@ func (a *Authorizer) With(toks []Token) (*Authorizer, error) {
 	return extra, nil
 }
 
+// Validate checks a token: its secret (or digest) and that its scope and
+// bounds fit together. The error names the field.
 func (t Token) Validate() error {
 	switch {
 	case t.Secret == "" && len(t.Digest) == 64:
@@ -190,10 +196,36 @@ func (t Token) Validate() error {
 	default:
 		return fmt.Errorf("scope: %q must be admin, registrar, instance, prober or reader", t.Scope)
 	}
+	if t.Node != "" {
+		if t.Scope != Prober {
+			return fmt.Errorf("node: only a prober token names a node; a %s token may not", t.Scope)
+		}
+		if err := checkNode(t.Node); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
-// LoadFile reads an ACL file (YAML; unknown keys are refused).
+// checkNode checks a node id as --node-id is checked: a DNS label.
+func checkNode(s string) error {
+	if len(s) > 63 {
+		return fmt.Errorf("node: %q is %d characters; a node id is a DNS label of at most 63", s, len(s))
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return fmt.Errorf("node: %q is not a node id: only lower-case a-z, 0-9 and '-' are allowed", s)
+		}
+	}
+	if s[0] == '-' || s[len(s)-1] == '-' {
+		return fmt.Errorf("node: %q is not a node id: it may not start or end with '-'", s)
+	}
+	return nil
+}
+
+// LoadFile reads an ACL file (YAML; unknown keys are refused) and checks
+// each token (Validate); the error names the file, the token and the
+// field.
 func LoadFile(path string) ([]Token, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -205,6 +237,11 @@ func LoadFile(path string) ([]Token, error) {
 	var file File
 	if err := dec.Decode(&file); err != nil {
 		return nil, fmt.Errorf("acl: reading %q: %w", path, err)
+	}
+	for i, t := range file.Tokens {
+		if err := t.Validate(); err != nil {
+			return nil, fmt.Errorf("acl: %q: tokens[%d]: %w", path, i, err)
+		}
 	}
 	return file.Tokens, nil
 }
@@ -258,7 +295,8 @@ const (
 	// Outcome reports caller-observed outcomes about endpoints of a
 	// namespace (POST /v1/outcomes): whoever may resolve it.
 	Outcome
-	// ProbeResults sends a server's probe results to the leader.
+	// ProbeResults sends a server's probe results to the leader: an
+	// admin, or a prober token that names its node (see ProbeObserver).
 	ProbeResults
 )
 
@@ -283,7 +321,15 @@ func (id Identity) Allows(act Action, ns, svc, inst string) bool {
 			return true
 		}
 	case Prober:
-		return act == Read || act == ReadCluster || act == ProbeResults || act == Outcome
+		// Not Outcome: outcomes are what a caller saw, and a server's
+		// token posing as a caller would be one more voice for the
+		// outcome quorum that no caller owns (docs/decisions.md).
+		switch act {
+		case Read, ReadCluster:
+			return true
+		case ProbeResults:
+			return id.Node != ""
+		}
 	case Instance:
 		self := ns == id.Namespace && svc == id.Service && inst == id.Instance
 		switch act {
@@ -294,4 +340,25 @@ func (id Identity) Allows(act Action, ns, svc, inst string) bool {
 		}
 	}
 	return false
+}
+
+// ProbeObserver returns the observer id may send probe results as, given
+// the observer its report names ("" when none). A prober token speaks
+// for its node only: a report naming no observer is its node's, and one
+// naming another is refused, so one stolen prober token speaks for one
+// server (SPEC §8). An admin may report as any observer (the anonymous
+// admin of ACLs off included); the name it gives is returned as given.
+// A refusal wraps ErrDenied and says which rule refused.
+func (id Identity) ProbeObserver(observer string) (string, error) {
+	switch {
+	case id.Scope == Admin:
+		return observer, nil
+	case id.Scope != Prober:
+		return "", fmt.Errorf("%s token may not send probe results: %w", id.Scope, ErrDenied)
+	case id.Node == "":
+		return "", fmt.Errorf("prober token names no node, so it may not send probe results (give it node: the --node-id of the server that uses it): %w", ErrDenied)
+	case observer != "" && observer != id.Node:
+		return "", fmt.Errorf("prober token of node %s may not report as %s: %w", id.Node, observer, ErrDenied)
+	}
+	return id.Node, nil
 }

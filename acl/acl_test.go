@@ -177,6 +177,16 @@ func TestNewRejectsInvalidTokens(t *testing.T) {
 		{"instance without namespace", []acl.Token{{Secret: s, Scope: acl.Instance, Service: "web", Instance: "i-1"}}, []string{"tokens[0]", "instance"}},
 		{"instance with namespaces", []acl.Token{{Secret: s, Scope: acl.Instance, Namespace: "shop", Service: "web", Instance: "i-1", Namespaces: []string{"shop"}}}, []string{"tokens[0]", "namespaces"}},
 		{"second token", []acl.Token{{Secret: s, Scope: acl.Admin}, {Secret: s + "2", Scope: acl.Registrar}}, []string{"tokens[1]", "namespaces"}},
+		// Only a prober token names a node, and the node is a node id.
+		{"admin with a node", []acl.Token{{Secret: s, Scope: acl.Admin, Node: "n1"}}, []string{"tokens[0]", "node", "prober", "admin"}},
+		{"registrar with a node", []acl.Token{{Secret: s, Scope: acl.Registrar, Namespaces: []string{"shop"}, Node: "n1"}}, []string{"tokens[0]", "node", "registrar"}},
+		{"reader with a node", []acl.Token{{Secret: s, Scope: acl.Reader, Namespaces: []string{"shop"}, Node: "n1"}}, []string{"tokens[0]", "node", "reader"}},
+		{"instance with a node", []acl.Token{{Secret: s, Scope: acl.Instance, Namespace: "shop", Service: "web", Instance: "i-1", Node: "n1"}}, []string{"tokens[0]", "node", "instance"}},
+		{"stored reader with a node", []acl.Token{{Digest: strings.Repeat("ab", 32), Scope: acl.Reader, Namespaces: []string{"shop"}, Node: "n1"}}, []string{"tokens[0]", "node"}},
+		{"node upper-case", []acl.Token{{Secret: s, Scope: acl.Prober, Node: "N1"}}, []string{"tokens[0]", "node", `"N1"`}},
+		{"node with a dot", []acl.Token{{Secret: s, Scope: acl.Prober, Node: "n1.zone"}}, []string{"tokens[0]", "node"}},
+		{"node with a leading dash", []acl.Token{{Secret: s, Scope: acl.Prober, Node: "-n1"}}, []string{"tokens[0]", "node", "start or end"}},
+		{"node too long", []acl.Token{{Secret: s, Scope: acl.Prober, Node: strings.Repeat("n", 64)}}, []string{"tokens[0]", "node", "63"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, err := acl.New(acl.Config{Enabled: true, Tokens: tc.tokens})
@@ -318,6 +328,91 @@ func TestAllowsMatrix(t *testing.T) {
 	}
 }
 
+// TestProbeRights: outcomes are a caller's (never a prober's); probe
+// results are a server's, and a prober token sends them only when it
+// names its node.
+func TestProbeRights(t *testing.T) {
+	a, err := acl.New(acl.Config{Enabled: true, Tokens: append(tokens(),
+		acl.Token{Secret: "prober-n1-secret-0123456", Scope: acl.Prober, Node: "n1"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := func(secret string) acl.Identity {
+		t.Helper()
+		i, err := a.Authenticate(secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return i
+	}
+	bound, unbound := id("prober-n1-secret-0123456"), id(proberSecret)
+	if bound.Node != "n1" || bound.Scope != acl.Prober || unbound.Node != "" {
+		t.Fatalf("prober identities %+v and %+v, want node n1 and none", bound, unbound)
+	}
+	for _, c := range []struct {
+		name            string
+		id              acl.Identity
+		outcome, probes bool
+	}{
+		{"admin", id(adminSecret), true, true},
+		{"registrar", id(registrarSecret), true, false},
+		{"reader", id(readerSecret), true, false},
+		{"instance", id(instanceSecret), false, false},
+		{"prober of n1", bound, false, true},
+		{"prober without node", unbound, false, false},
+		{"zero identity", acl.Identity{}, false, false},
+	} {
+		if got := c.id.Allows(acl.Outcome, "shop", "web", "i-1"); got != c.outcome {
+			t.Errorf("%s may report outcomes: %v, want %v", c.name, got, c.outcome)
+		}
+		if got := c.id.Allows(acl.ProbeResults, "", "", ""); got != c.probes {
+			t.Errorf("%s may send probe results: %v, want %v", c.name, got, c.probes)
+		}
+	}
+}
+
+func TestProbeObserver(t *testing.T) {
+	admin := acl.Identity{Name: "admin:x", Scope: acl.Admin}
+	bound := acl.Identity{Name: "prober:x", Scope: acl.Prober, Node: "n1"}
+	unbound := acl.Identity{Name: "prober:y", Scope: acl.Prober}
+	reader := acl.Identity{Name: "reader:z", Scope: acl.Reader, Namespaces: []string{"shop"}}
+	for _, c := range []struct {
+		name     string
+		id       acl.Identity
+		observer string
+		want     string
+		refusal  []string // fragments of the refusal; nil: allowed
+	}{
+		{"prober as its node", bound, "n1", "n1", nil},
+		{"prober naming none", bound, "", "n1", nil},
+		{"prober as another node", bound, "n2", "", []string{"prober token of node n1", "may not report as n2"}},
+		{"prober without node", unbound, "n1", "", []string{"names no node", "node:"}},
+		{"prober without node naming none", unbound, "", "", []string{"names no node"}},
+		{"admin as any", admin, "n2", "n2", nil},
+		{"admin naming none", admin, "", "", nil},
+		{"reader", reader, "n1", "", []string{"reader token may not send probe results"}},
+		{"zero identity", acl.Identity{}, "n1", "", []string{"may not send probe results"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := c.id.ProbeObserver(c.observer)
+			if c.refusal == nil {
+				if err != nil || got != c.want {
+					t.Fatalf("ProbeObserver(%q) = %q, %v; want %q", c.observer, got, err, c.want)
+				}
+				return
+			}
+			if !errors.Is(err, acl.ErrDenied) || got != "" {
+				t.Fatalf("ProbeObserver(%q) = %q, %v; want a refusal wrapping ErrDenied", c.observer, got, err)
+			}
+			for _, f := range c.refusal {
+				if !strings.Contains(err.Error(), f) {
+					t.Errorf("refusal %q does not mention %q", err, f)
+				}
+			}
+		})
+	}
+}
+
 func writeFile(t *testing.T, text string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "acl.yaml")
@@ -335,12 +430,13 @@ func TestLoadFile(t *testing.T) {
     namespaces: [shop, pay]
   - {secret: `+instanceSecret+`, scope: instance, namespace: shop, service: web, instance: i-1}
   - {secret: `+readerSecret+`, scope: reader, namespaces: [shop]}
+  - {secret: `+proberSecret+`, scope: prober, node: cairn-2}
 `)
 	toks, err := acl.LoadFile(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(toks) != 4 || toks[1].Scope != acl.Registrar || strings.Join(toks[1].Namespaces, ",") != "shop,pay" ||
+	if len(toks) != 5 || toks[4].Node != "cairn-2" || toks[1].Scope != acl.Registrar || strings.Join(toks[1].Namespaces, ",") != "shop,pay" ||
 		toks[2].Instance != "i-1" || toks[2].Service != "web" || toks[2].Namespace != "shop" {
 		t.Fatalf("loaded %+v", toks)
 	}
@@ -350,6 +446,9 @@ func TestLoadFile(t *testing.T) {
 	}
 	if id, err := a.Authenticate(instanceSecret); err != nil || !id.Allows(acl.Renew, "shop", "web", "i-1") {
 		t.Errorf("instance token from the file: %+v, %v", id, err)
+	}
+	if id, err := a.Authenticate(proberSecret); err != nil || id.Node != "cairn-2" {
+		t.Errorf("prober token from the file: %+v, %v; want node cairn-2", id, err)
 	}
 }
 
@@ -362,6 +461,12 @@ func TestLoadFileRejects(t *testing.T) {
 		{"not a list", "tokens: {secret: x}\n", "line 1"},
 		{"malformed", "tokens: [\n", "yaml"},
 		{"empty", "", "EOF"},
+		// Tokens are checked as they are read.
+		{"node on a reader", "tokens:\n  - {secret: " + adminSecret + ", scope: reader, namespaces: [shop], node: n1}\n", "tokens[0]: node: only a prober token names a node"},
+		{"node on an admin", "tokens:\n  - {secret: " + adminSecret + ", scope: admin}\n  - {secret: " + readerSecret + ", scope: admin, node: n1}\n", "tokens[1]: node"},
+		{"node not a node id", "tokens:\n  - {secret: " + adminSecret + ", scope: prober, node: Node_1}\n", "tokens[0]: node"},
+		{"node as a list", "tokens:\n  - {secret: " + adminSecret + ", scope: prober, node: [n1, n2]}\n", "line 2"},
+		{"short secret", "tokens:\n  - {secret: short, scope: admin}\n", "tokens[0]: secret"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := writeFile(t, tc.text)

@@ -394,7 +394,8 @@ func TestRegisterIdempotentAndNewIncarnation(t *testing.T) {
 		t.Errorf("retries wrote events: %d events, want applied and registered", n)
 	}
 
-	// Changed content is a new, larger incarnation.
+	// Changed content that names the incarnation it replaces is a new,
+	// larger incarnation; without it, it is refused and changes nothing.
 	inc := first.Incarnation
 	for _, changed := range []string{
 		regJSON("i-1", "10.0.0.1"),
@@ -404,7 +405,11 @@ func TestRegisterIdempotentAndNewIncarnation(t *testing.T) {
 		`{"instance_id": "i-1", "addresses": ["10.0.0.2", "10.0.0.1"], "ports": {"http": 8081}, "weight": 5, "zone": "z1"}`,
 		`{"instance_id": "i-1", "addresses": ["10.0.0.2", "10.0.0.1"], "ports": {"http": 8081}, "weight": 5, "zone": "z1", "lease_ttl": "10s"}`,
 	} {
-		r = e.call(t, http.MethodPost, path, "", changed)
+		before := e.snapshot(t)
+		wantError(t, e.call(t, http.MethodPost, path, "", changed), http.StatusConflict, api.CodeFenced,
+			fmt.Sprintf("replaces %d", inc))
+		e.wantUnchanged(t, before, "a changed registration naming nothing")
+		r = e.call(t, http.MethodPost, path, "", withReplaces(changed, inc))
 		wantStatus(t, r, http.StatusCreated)
 		got := decodeAs[api.Registered](t, r)
 		if !got.Created || got.Incarnation <= inc {
@@ -416,9 +421,12 @@ func TestRegisterIdempotentAndNewIncarnation(t *testing.T) {
 		t.Errorf("stored %+v; want incarnation %d", got, inc)
 	}
 
-	// Re-registering after a drain is a new incarnation too.
+	// Re-registering after a drain is a new incarnation too, once it names
+	// the draining one.
+	last := `{"instance_id": "i-1", "addresses": ["10.0.0.2", "10.0.0.1"], "ports": {"http": 8081}, "weight": 5, "zone": "z1", "lease_ttl": "10s"}`
 	wantStatus(t, e.call(t, http.MethodPost, instPath("shop", "web", "i-1", "drain"), "", incBody(inc)), http.StatusOK)
-	r = e.call(t, http.MethodPost, path, "", `{"instance_id": "i-1", "addresses": ["10.0.0.2", "10.0.0.1"], "ports": {"http": 8081}, "weight": 5, "zone": "z1", "lease_ttl": "10s"}`)
+	wantError(t, e.call(t, http.MethodPost, path, "", last), http.StatusConflict, api.CodeFenced, "draining", fmt.Sprintf("replaces %d", inc))
+	r = e.call(t, http.MethodPost, path, "", withReplaces(last, inc))
 	wantStatus(t, r, http.StatusCreated)
 	if got := decodeAs[api.Registered](t, r); got.Incarnation <= inc || got.Lifecycle != store.Ready {
 		t.Errorf("registration after a drain: %+v", got)

@@ -49,19 +49,35 @@ func (s *Server) outcomes(w http.ResponseWriter, r *http.Request, id acl.Identit
 	return http.StatusAccepted, h.Outcomes(id.Name, rep), nil
 }
 
-// probeResults takes POST /v1/internal/probe-results: a follower's batch
-// of probe results (prober or admin tokens).
+// probeResults takes POST /v1/internal/probe-results: a server's batch of
+// probe results. The observer is the token's: a prober token reports as
+// the node it names (a report naming no observer is taken as that node's,
+// one naming another is refused and nothing of it is taken); an admin
+// token, and every caller with ACLs off, reports as the observer the body
+// names.
 func (s *Server) probeResults(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
-	if !id.Allows(acl.ProbeResults, "", "", "") {
-		return 0, nil, fmt.Errorf("%s token may not send probe results: %w", id.Scope, acl.ErrDenied)
+	// Refuse a token that may report as no one before reading the body.
+	if _, err := id.ProbeObserver(""); err != nil {
+		return 0, nil, err
 	}
 	var rep health.ProbeReport
 	if err := decode(r, &rep); err != nil {
 		return 0, nil, err
 	}
-	if rep.Observer == "" {
-		return 0, nil, badRequest("observer", "is required")
+	if rep.Observer != "" {
+		if err := store.CheckLabel("observer", rep.Observer); err != nil {
+			return 0, nil, err
+		}
 	}
+	observer, err := id.ProbeObserver(rep.Observer)
+	if err != nil {
+		s.log.Warn("refused probe results", "identity", id.Name, "node", id.Node, "observer", rep.Observer)
+		return 0, nil, err
+	}
+	if observer == "" {
+		return 0, nil, badRequest("observer", "is required (an admin token reports as the observer it names)")
+	}
+	rep.Observer = observer
 	if len(rep.Results) > health.MaxProbeResults {
 		return 0, nil, badRequest("results", "at most %d, got %d", health.MaxProbeResults, len(rep.Results))
 	}

@@ -144,35 +144,54 @@ func TestOutcomesDiscardWhatWasNeverServed(t *testing.T) {
 	}
 }
 
-// Failing outcome windows withdraw an instance after withdraw_after of
-// them, and the endpoints view shows the verdict, its reason and its
-// evidence; the audit trail has the transition.
+// One caller's failing outcome windows only lower an instance's weight:
+// local evidence stays local (SPEC §2). A second caller reporting
+// failures makes the quorum, and then withdraw_after windows withdraw it;
+// the endpoints view shows the verdict, its reason and its evidence, and
+// the audit trail has the transition.
 func TestOutcomesWithdraw(t *testing.T) {
-	e, clk, regs := healthEnv(t, options{})
+	const callerA, callerB = "reader-a-0123456789abcdefghij", "reader-b-0123456789abcdefghij"
+	e, clk, regs := healthEnv(t, options{acl: acl.Config{Enabled: true, Tokens: append(scopeTokens(),
+		acl.Token{Secret: callerA, Scope: acl.Reader, Namespaces: []string{"shop"}},
+		acl.Token{Secret: callerB, Scope: acl.Reader, Namespaces: []string{"shop"}})}})
 	inc := regs["p-1"].Incarnation
-	eps := endpointsOf(t, e, "")
+	eps := endpointsOf(t, e, adminSecret)
 	if p1 := eps["p-1"]; !p1.Eligible || p1.Verdict != "unknown" || p1.Weight == 0 || !slices.Contains(p1.Flags, "eligible") {
 		t.Fatalf("before any evidence p-1 is %+v, want unknown and eligible", p1)
 	}
 	if p2 := eps["p-2"]; p2.Eligible || p2.Weight != 0 {
 		t.Fatalf("starting p-2 is %+v, want not eligible", p2)
 	}
-	for i := range 3 {
-		r := e.call(t, http.MethodPost, "/v1/outcomes", "", outcomesBody(outcome("p-1", inc, 1, 7, 2)))
+	window := func(caller string) {
+		t.Helper()
+		r := e.call(t, http.MethodPost, "/v1/outcomes", caller, outcomesBody(outcome("p-1", inc, 1, 7, 2)))
 		wantStatus(t, r, http.StatusAccepted)
+	}
+	for range 4 {
+		window(callerA)
 		// Evidence younger than one interval waits for the next round.
 		clk.Advance(1100 * time.Millisecond)
 		e.tick(t)
-		if p1 := endpointsOf(t, e, "")["p-1"]; p1.Eligible != (i < 2) {
-			t.Fatalf("after %d failing windows p-1 is eligible=%v (%v), want withdrawn after 3", i+1, p1.Eligible, p1.Reasons)
+	}
+	p1 := endpointsOf(t, e, adminSecret)["p-1"]
+	if !p1.Eligible || p1.Verdict != "degraded" || !slices.Contains(p1.Flags, "outcome_degraded") {
+		t.Fatalf("after one caller's 4 failing windows p-1 is %+v, want eligible, degraded, outcome_degraded", p1)
+	}
+	for i := range 3 {
+		window(callerA)
+		window(callerB)
+		clk.Advance(1100 * time.Millisecond)
+		e.tick(t)
+		if p1 := endpointsOf(t, e, adminSecret)["p-1"]; p1.Eligible != (i < 2) {
+			t.Fatalf("after %d failing windows of two callers p-1 is eligible=%v (%v), want withdrawn after 3", i+1, p1.Eligible, p1.Reasons)
 		}
 	}
-	p1 := endpointsOf(t, e, "")["p-1"]
+	p1 = endpointsOf(t, e, adminSecret)["p-1"]
 	if p1.Verdict != "unhealthy" || p1.Weight != 0 || len(p1.Reasons) == 0 || !strings.Contains(p1.Reasons[0], "outcome failing") {
 		t.Fatalf("p-1 is %+v, want unhealthy with an outcome reason", p1)
 	}
-	if p1.VerdictEvidence == nil || p1.VerdictEvidence.Class != "outcome" || p1.VerdictEvidence.Observer != "anonymous" {
-		t.Fatalf("p-1's verdict evidence %+v, want the outcome window from anonymous", p1.VerdictEvidence)
+	if ev := p1.VerdictEvidence; ev == nil || ev.Class != "outcome" || !strings.HasPrefix(ev.Observer, "reader:") {
+		t.Fatalf("p-1's verdict evidence %+v, want an outcome window from a reader", ev)
 	}
 	var found bool
 	for _, ev := range e.node.Events("shop", "pay", 0) {
@@ -184,7 +203,7 @@ func TestOutcomesWithdraw(t *testing.T) {
 		t.Fatalf("no eligibility event with outcome evidence for p-1's withdrawal: %+v", e.node.Events("shop", "pay", 0))
 	}
 	// The services summary counts from the same table.
-	r := e.call(t, http.MethodGet, "/v1/services", "", "")
+	r := e.call(t, http.MethodGet, "/v1/services", adminSecret, "")
 	for _, s := range decodeAs[[]api.ServiceSummary](t, r) {
 		if s.Name == "pay" && (s.Instances != 3 || s.Eligible != 1) {
 			t.Fatalf("services summary %+v, want 3 instances and 1 eligible (p-3)", s)
@@ -193,7 +212,7 @@ func TestOutcomesWithdraw(t *testing.T) {
 }
 
 func TestOutcomesScopes(t *testing.T) {
-	e, _, regs := healthEnv(t, options{acl: acl.Config{Enabled: true, Tokens: append(scopeTokens(),
+	e, _, regs := healthEnv(t, options{acl: acl.Config{Enabled: true, Tokens: append(probeTokens(),
 		acl.Token{Secret: "reader-other-0123456789abcdefg", Scope: acl.Reader, Namespaces: []string{"other"}})}})
 	body := outcomesBody(outcome("p-1", regs["p-1"].Incarnation, 3, 0, 0))
 	for _, c := range []struct {
@@ -203,7 +222,9 @@ func TestOutcomesScopes(t *testing.T) {
 		{adminSecret, http.StatusAccepted},
 		{registrarSecret, http.StatusAccepted},
 		{readerSecret, http.StatusAccepted},
-		{proberSecret, http.StatusAccepted},
+		// A server's token is no caller (docs/decisions.md).
+		{proberSecret, http.StatusForbidden},
+		{proberN1Secret, http.StatusForbidden},
 		{"reader-other-0123456789abcdefg", http.StatusForbidden},
 		{instanceSecret, http.StatusForbidden},
 		{unknownSecret, http.StatusUnauthorized},
@@ -221,36 +242,61 @@ func TestOutcomesScopes(t *testing.T) {
 		who = append(who, x.Observer)
 	}
 	slices.Sort(who)
-	want := []string{identity(acl.Admin, adminSecret), identity(acl.Prober, proberSecret),
-		identity(acl.Reader, readerSecret), identity(acl.Registrar, registrarSecret)}
+	want := []string{identity(acl.Admin, adminSecret), identity(acl.Reader, readerSecret), identity(acl.Registrar, registrarSecret)}
 	slices.Sort(want)
 	if !slices.Equal(who, want) {
 		t.Fatalf("outcome observers %v, want %v", who, want)
 	}
 }
 
-func TestProbeResultsRoute(t *testing.T) {
-	e, _, regs := healthEnv(t, options{acl: acl.Config{Enabled: true, Tokens: scopeTokens()}})
-	self := e.node.NodeID()
-	target := health.TargetID(regs["p-1"].Key(), regs["p-1"].Incarnation)
-	rep := func(observer string) string {
-		return mustJSON(health.ProbeReport{Observer: observer, Seq: 1, Results: []health.ProbeResult{
-			{Target: target, At: time.Now().Add(-time.Second), OK: true, Code: 200}}})
+// Prober tokens bound to a server (SPEC §8): the test node is n1.
+const (
+	proberN1Secret = "prober-n1-0123456789abcdefghij"
+	proberN2Secret = "prober-n2-0123456789abcdefghij"
+)
+
+// probeTokens are scopeTokens (whose prober token names no node) and a
+// prober token for each of n1 and n2.
+func probeTokens() []acl.Token {
+	return append(scopeTokens(),
+		acl.Token{Secret: proberN1Secret, Scope: acl.Prober, Node: "n1"},
+		acl.Token{Secret: proberN2Secret, Scope: acl.Prober, Node: "n2"})
+}
+
+// probeEnv is healthEnv with probeTokens; it returns the target id of
+// p-1, which the single node n1 is assigned to probe.
+func probeEnv(t *testing.T) (*env, map[string]api.Registered, string) {
+	t.Helper()
+	e, _, regs := healthEnv(t, options{acl: acl.Config{Enabled: true, Tokens: probeTokens()}})
+	if id := e.node.NodeID(); id != "n1" {
+		t.Fatalf("the test node is %q; probeTokens bind n1", id)
 	}
+	return e, regs, health.TargetID(regs["p-1"].Key(), regs["p-1"].Incarnation)
+}
+
+// probeReport is a report by observer of one passing result for target.
+func probeReport(observer, target string) string {
+	return mustJSON(health.ProbeReport{Observer: observer, Seq: 1, Results: []health.ProbeResult{
+		{Target: target, At: time.Now().Add(-time.Second), OK: true, Code: 200}}})
+}
+
+func TestProbeResultsRoute(t *testing.T) {
+	e, regs, target := probeEnv(t)
+	self := e.node.NodeID()
 	for _, secret := range []string{readerSecret, registrarSecret, instanceSecret} {
-		r := e.call(t, http.MethodPost, "/v1/internal/probe-results", secret, rep(self))
+		r := e.call(t, http.MethodPost, "/v1/internal/probe-results", secret, probeReport(self, target))
 		wantError(t, r, http.StatusForbidden, api.CodeDenied, "probe results")
 	}
-	r := e.call(t, http.MethodPost, "/v1/internal/probe-results", proberSecret, `{"results": []}`)
+	r := e.call(t, http.MethodPost, "/v1/internal/probe-results", adminSecret, `{"results": []}`)
 	wantError(t, r, http.StatusBadRequest, api.CodeInvalid, "observer")
 
-	r = e.call(t, http.MethodPost, "/v1/internal/probe-results", proberSecret, rep(self))
+	r = e.call(t, http.MethodPost, "/v1/internal/probe-results", proberN1Secret, probeReport(self, target))
 	wantStatus(t, r, http.StatusOK)
 	if got := decodeAs[health.ProbeReply](t, r); got.Accepted != 1 || got.Discarded != 0 || !slices.Equal(got.Live, []string{self}) {
 		t.Fatalf("reply %+v, want 1 accepted and live [%s]", got, self)
 	}
 	// A node the target is not assigned to is not heard.
-	r = e.call(t, http.MethodPost, "/v1/internal/probe-results", adminSecret, rep("intruder"))
+	r = e.call(t, http.MethodPost, "/v1/internal/probe-results", adminSecret, probeReport("intruder", target))
 	if got := decodeAs[health.ProbeReply](t, r); got.Accepted != 0 || got.Discarded != 1 {
 		t.Fatalf("reply to an unassigned observer %+v, want 1 discarded", got)
 	}
@@ -273,4 +319,89 @@ func mapsEqual(a, b map[string]int) bool {
 		}
 	}
 	return true
+}
+
+// TestProbeResultsAttributedByToken: a prober token reports as the node it
+// names and as no other; a refused report leaves nothing behind. An admin
+// may report as any observer.
+func TestProbeResultsAttributedByToken(t *testing.T) {
+	e, regs, target := probeEnv(t)
+	post := func(secret, body string) reply {
+		t.Helper()
+		return e.call(t, http.MethodPost, "/v1/internal/probe-results", secret, body)
+	}
+	evidence := func() []health.ClassEvidence {
+		ev, _ := e.health.Evidence("shop/pay/p-1", regs["p-1"].Incarnation)
+		return ev
+	}
+	discarded := func() float64 {
+		return e.metric(t, "cairn_health_evidence_discarded_total", map[string]string{"reason": "unassigned"}) +
+			e.metric(t, "cairn_health_evidence_discarded_total", map[string]string{"reason": "malformed"})
+	}
+
+	// Refusals first, while there is no evidence to hide a leak.
+	for _, c := range []struct {
+		name, secret, body string
+		status             int
+		code               string
+		mentions           []string
+	}{
+		{"another node's token as n1", proberN2Secret, probeReport("n1", target), http.StatusForbidden, api.CodeDenied,
+			[]string{"prober token of node n2", "may not report as n1"}},
+		{"this node's token as another", proberN1Secret, probeReport("n2", target), http.StatusForbidden, api.CodeDenied,
+			[]string{"prober token of node n1", "may not report as n2"}},
+		{"a prober token without node as n1", proberSecret, probeReport("n1", target), http.StatusForbidden, api.CodeDenied,
+			[]string{"names no node", "node:"}},
+		{"a prober token without node, no observer", proberSecret, probeReport("", target), http.StatusForbidden, api.CodeDenied,
+			[]string{"names no node"}},
+		{"a reader token", readerSecret, probeReport("n1", target), http.StatusForbidden, api.CodeDenied,
+			[]string{"reader token may not send probe results"}},
+		{"an observer that is no node id", proberN1Secret, probeReport("N1!", target), http.StatusBadRequest, api.CodeInvalid,
+			[]string{"observer", "DNS label"}},
+		{"an admin naming no observer", adminSecret, probeReport("", target), http.StatusBadRequest, api.CodeInvalid,
+			[]string{"observer", "required"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := discarded()
+			wantError(t, post(c.secret, c.body), c.status, c.code, c.mentions...)
+			if ev := evidence(); len(ev) != 0 {
+				t.Fatalf("a refused report left evidence: %+v", ev)
+			}
+			if d := discarded(); d != before {
+				t.Fatalf("a refused report reached the evaluator: discarded went from %v to %v", before, d)
+			}
+		})
+	}
+
+	// A report naming no observer is the token's node's: n2's is heard as
+	// n2 (not assigned p-1 here, so discarded), never as n1.
+	r := post(proberN2Secret, probeReport("", target))
+	wantStatus(t, r, http.StatusOK)
+	if got := decodeAs[health.ProbeReply](t, r); got.Accepted != 0 || got.Discarded != 1 {
+		t.Fatalf("n2's report without observer: %+v, want it discarded as n2's (unassigned)", got)
+	}
+	if ev := evidence(); len(ev) != 0 {
+		t.Fatalf("n2's report became evidence about a target of n1: %+v", ev)
+	}
+	r = post(proberN1Secret, probeReport("", target))
+	wantStatus(t, r, http.StatusOK)
+	if got := decodeAs[health.ProbeReply](t, r); got.Accepted != 1 {
+		t.Fatalf("n1's report without observer: %+v, want it accepted as n1's", got)
+	}
+	if ev := evidence(); len(ev) != 1 || ev[0].Observer != "n1" || ev[0].Class != "probe" {
+		t.Fatalf("evidence %+v, want one probe result observed by n1", ev)
+	}
+	// Naming its own node is the same.
+	r = post(proberN1Secret, probeReport("n1", target))
+	wantStatus(t, r, http.StatusOK)
+	if got := decodeAs[health.ProbeReply](t, r); got.Accepted != 1 {
+		t.Fatalf("n1's report as n1: %+v, want it accepted", got)
+	}
+
+	// An admin speaks for any observer.
+	r = post(adminSecret, probeReport("n1", target))
+	wantStatus(t, r, http.StatusOK)
+	if got := decodeAs[health.ProbeReply](t, r); got.Accepted != 1 {
+		t.Fatalf("an admin's report as n1: %+v, want it accepted", got)
+	}
 }

@@ -319,22 +319,58 @@ func pathService(r *http.Request) (string, string, error) {
 	return ns, svc, nil
 }
 
+// RegisterRequest is the body of a registration: a store.Registration
+// whose weight and lease_ttl tell an absent field (the default) from one
+// given as 0, so that an explicit 0 is refused, naming the field, rather
+// than silently taken for the default. (The shallower fields win over the
+// embedded ones in encoding/json.)
+type RegisterRequest struct {
+	store.Registration
+	// Weight is the base weight, 1–65535; absent means 100.
+	Weight *int `json:"weight,omitempty"`
+	// LeaseTTL is 5s–24h; absent means the service's lease_ttl.
+	LeaseTTL *store.Duration `json:"lease_ttl,omitempty"`
+}
+
+// registration returns the store's registration q asks for: explicit
+// values out of range, 0 included, are refused here.
+func (q RegisterRequest) registration() (store.Registration, error) {
+	reg := q.Registration
+	if q.Weight != nil {
+		if w := *q.Weight; w < 1 || w > 65535 {
+			return reg, badRequest("weight", "%d is out of range 1-65535", w)
+		}
+		reg.Weight = *q.Weight
+	}
+	if q.LeaseTTL != nil {
+		if d := *q.LeaseTTL; d.D() < store.MinLeaseTTL || d.D() > store.MaxLeaseTTL {
+			return reg, badRequest("lease_ttl", "%s is out of range %s-%s", d, store.MinLeaseTTL, store.MaxLeaseTTL)
+		}
+		reg.LeaseTTL = *q.LeaseTTL
+	}
+	return reg, nil
+}
+
 func (s *Server) register(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
 	ns, svc, err := pathService(r)
 	if err != nil {
 		return 0, nil, err
 	}
-	var reg store.Registration
-	if err := decode(r, &reg); err != nil {
+	var req RegisterRequest
+	if err := decode(r, &req); err != nil {
+		return 0, nil, err
+	}
+	if err := store.CheckLabel("instance_id", req.ID); err != nil {
+		return 0, nil, err
+	}
+	if !id.Allows(acl.Register, ns, svc, req.ID) {
+		return 0, nil, s.deny(r, id, "register", store.InstanceKey{Namespace: ns, Service: svc, ID: req.ID})
+	}
+	reg, err := req.registration()
+	if err != nil {
 		return 0, nil, err
 	}
 	reg.Namespace, reg.Service = ns, svc
-	if err := store.CheckLabel("instance_id", reg.ID); err != nil {
-		return 0, nil, err
-	}
-	if !id.Allows(acl.Register, ns, svc, reg.ID) {
-		return 0, nil, s.deny(r, id, "register", reg.Key())
-	}
 	for i, a := range reg.Addresses {
 		ip, err := s.cfg.Addrs.Check(ns, a)
 		if err != nil {

@@ -19,7 +19,7 @@ func tokenRecords(toks []acl.Token, source string) []store.TokenRecord {
 		d := acl.DigestOf(t.Secret)
 		out = append(out, store.TokenRecord{Accessor: acl.AccessorOf(d), Digest: d, Scope: string(t.Scope),
 			Namespaces: slices.Clone(t.Namespaces), Namespace: t.Namespace, Service: t.Service, Instance: t.Instance,
-			Source: source})
+			Node: t.Node, Source: source})
 	}
 	return out
 }
@@ -35,7 +35,7 @@ func (s *Server) authorizer() *acl.Authorizer {
 	toks := make([]acl.Token, 0, len(recs))
 	for _, r := range recs {
 		toks = append(toks, acl.Token{Digest: r.Digest, Scope: acl.Scope(r.Scope), Namespaces: r.Namespaces,
-			Namespace: r.Namespace, Service: r.Service, Instance: r.Instance})
+			Namespace: r.Namespace, Service: r.Service, Instance: r.Instance, Node: r.Node})
 	}
 	a, err := s.cfg.ACL.With(toks)
 	if err != nil {
@@ -61,6 +61,7 @@ type TokenRequest struct {
 	Namespace   string    `json:"namespace,omitempty"`
 	Service     string    `json:"service,omitempty"`
 	Instance    string    `json:"instance,omitempty"`
+	Node        string    `json:"node,omitempty"` // a prober token's server (its --node-id)
 	Description string    `json:"description,omitempty"`
 	Secret      string    `json:"secret,omitempty"`
 }
@@ -92,7 +93,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, id acl.Iden
 		req.Secret = base64.RawURLEncoding.EncodeToString(b[:])
 	}
 	t := acl.Token{Secret: req.Secret, Scope: req.Scope, Namespaces: req.Namespaces,
-		Namespace: req.Namespace, Service: req.Service, Instance: req.Instance}
+		Namespace: req.Namespace, Service: req.Service, Instance: req.Instance, Node: req.Node}
 	if err := t.Validate(); err != nil {
 		return 0, nil, fmt.Errorf("%v: %w", err, errBadRequest)
 	}

@@ -77,3 +77,52 @@ func TestTokensAPI(t *testing.T) {
 		t.Errorf("audit kinds %v lack token_created and token_deleted", kinds)
 	}
 }
+
+// TestTokensAPIProberNode: a prober token created over the API names its
+// server like one of an ACL file, and every node honours the binding.
+func TestTokensAPIProberNode(t *testing.T) {
+	t.Parallel()
+	e, regs, target := probeEnv(t)
+	before := e.node.TokenRevision()
+	for _, tc := range []struct{ body, mention string }{
+		{`{"scope": "reader", "namespaces": ["shop"], "node": "n1"}`, "only a prober token names a node"},
+		{`{"scope": "admin", "node": "n1"}`, "only a prober token names a node"},
+		{`{"scope": "prober", "node": "N1"}`, "node"},
+		{`{"scope": "prober", "node": "-n1"}`, "node"},
+	} {
+		wantError(t, e.call(t, http.MethodPost, "/v1/acl/tokens", adminSecret, tc.body), http.StatusBadRequest, api.CodeInvalid, tc.mention)
+	}
+	if e.node.TokenRevision() != before {
+		t.Fatal("a refused token request changed the stored tokens")
+	}
+
+	r := e.call(t, http.MethodPost, "/v1/acl/tokens", adminSecret, `{"scope": "prober", "node": "n1"}`)
+	wantStatus(t, r, http.StatusCreated)
+	bound := decodeAs[api.Token](t, r)
+	if bound.Node != "n1" {
+		t.Fatalf("created %+v, want node n1", bound)
+	}
+	if recs, _ := e.node.Tokens(); len(recs) != 1 || recs[0].Node != "n1" {
+		t.Fatalf("stored tokens %+v, want the prober token of n1", recs)
+	}
+	r = e.call(t, http.MethodGet, "/v1/acl/tokens", adminSecret, "")
+	if got := decodeAs[[]api.Token](t, r); len(got) != 1 || got[0].Node != "n1" {
+		t.Fatalf("token list %s, want node n1 shown", r)
+	}
+	r = e.call(t, http.MethodPost, "/v1/acl/tokens", adminSecret, `{"scope": "prober"}`)
+	wantStatus(t, r, http.StatusCreated)
+	unbound := decodeAs[api.Token](t, r)
+
+	wantError(t, e.call(t, http.MethodPost, "/v1/internal/probe-results", bound.Secret, probeReport("n2", target)),
+		http.StatusForbidden, api.CodeDenied, "prober token of node n1", "as n2")
+	wantError(t, e.call(t, http.MethodPost, "/v1/internal/probe-results", unbound.Secret, probeReport("n1", target)),
+		http.StatusForbidden, api.CodeDenied, "names no node")
+	if ev, _ := e.health.Evidence("shop/pay/p-1", regs["p-1"].Incarnation); len(ev) != 0 {
+		t.Fatalf("refused reports left evidence: %+v", ev)
+	}
+	r = e.call(t, http.MethodPost, "/v1/internal/probe-results", bound.Secret, probeReport("", target))
+	wantStatus(t, r, http.StatusOK)
+	if ev, _ := e.health.Evidence("shop/pay/p-1", regs["p-1"].Incarnation); len(ev) != 1 || ev[0].Observer != "n1" {
+		t.Fatalf("evidence %+v, want one probe result observed by n1", ev)
+	}
+}

@@ -286,6 +286,15 @@ func TestRegisterCanonicalisesAddresses(t *testing.T) {
 	}
 }
 
+// withReplaces adds "replaces": inc to a registration body.
+func withReplaces(body string, inc uint64) string {
+	return strings.TrimSuffix(strings.TrimSpace(body), "}") + fmt.Sprintf(`, "replaces": %d}`, inc)
+}
+
+// TestRegisterWeight: an absent weight takes the default 100; a weight
+// given explicitly, 0 included, must be in 1-65535, or the registration is
+// refused naming the field and the rule, and changes nothing (issue 8,
+// item 9: 0 used to be taken silently for the default).
 func TestRegisterWeight(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, options{})
@@ -297,7 +306,7 @@ func TestRegisterWeight(t *testing.T) {
 	for _, tc := range []struct {
 		weight any
 		want   int
-	}{{0, 100}, {1, 1}, {100, 100}, {65535, 65535}} {
+	}{{1, 1}, {100, 100}, {65535, 65535}} {
 		id := fmt.Sprintf("w-%v", tc.weight)
 		r := e.call(t, http.MethodPost, path, "", body(id, tc.weight))
 		wantStatus(t, r, http.StatusCreated)
@@ -310,11 +319,25 @@ func TestRegisterWeight(t *testing.T) {
 	}
 
 	before := e.snapshot(t)
-	for _, w := range []any{65536, -1, 1 << 40, 1.5, "heavy", true} {
-		t.Run(fmt.Sprint(w), func(t *testing.T) {
-			wantError(t, e.call(t, http.MethodPost, path, "", body("w-bad", w)), http.StatusBadRequest, api.CodeInvalid, "weight")
+	for _, tc := range []struct {
+		weight any
+		rule   string
+	}{
+		{0, "weight: 0 is out of range 1-65535"},
+		{-1, "weight: -1 is out of range 1-65535"},
+		{65536, "weight: 65536 is out of range 1-65535"},
+		{1 << 40, "weight: 1099511627776 is out of range 1-65535"},
+		{1.5, "weight"}, {"heavy", "weight"}, {true, "weight"},
+	} {
+		t.Run(fmt.Sprint(tc.weight), func(t *testing.T) {
+			// An instance of that id is absent, so nothing but the
+			// weight can be wrong.
+			wantError(t, e.call(t, http.MethodPost, path, "", body("w-bad", tc.weight)), http.StatusBadRequest, api.CodeInvalid, tc.rule)
 		})
 	}
+	// A lease TTL given as 0 is refused too, not taken for the service's.
+	wantError(t, e.call(t, http.MethodPost, path, "", mustJSON(map[string]any{"instance_id": "w-bad", "addresses": []string{"10.0.0.1"},
+		"ports": map[string]int{"http": 8080}, "lease_ttl": "0s"})), http.StatusBadRequest, api.CodeInvalid, "lease_ttl: 0s is out of range")
 	e.wantUnchanged(t, before, "registrations with out-of-range weights")
 }
 
@@ -347,7 +370,9 @@ func TestIncarnationFencing(t *testing.T) {
 	e := newEnv(t, options{})
 	e.apply(t, "", webYAML)
 	old := e.register(t, "", "shop", "web", "i-1", "10.0.0.1")
-	cur := e.register(t, "", "shop", "web", "i-1", "10.0.0.2")
+	r := e.call(t, http.MethodPost, svcPath("shop", "web")+"/instances", "", withReplaces(regJSON("i-1", "10.0.0.2"), old.Incarnation))
+	wantStatus(t, r, http.StatusCreated)
+	cur := decodeAs[api.Registered](t, r)
 	if cur.Incarnation <= old.Incarnation {
 		t.Fatalf("re-registration got incarnation %d after %d", cur.Incarnation, old.Incarnation)
 	}
@@ -379,6 +404,14 @@ func TestIncarnationFencing(t *testing.T) {
 		}
 	}
 	e.wantUnchanged(t, before, "mutations with a wrong incarnation")
+
+	// A late retry of the first registration, naming what it replaced or
+	// not, cannot put the old address back.
+	for _, late := range []string{regJSON("i-1", "10.0.0.1"), withReplaces(regJSON("i-1", "10.0.0.1"), old.Incarnation)} {
+		wantError(t, e.call(t, http.MethodPost, svcPath("shop", "web")+"/instances", "", late),
+			http.StatusConflict, api.CodeFenced, fmt.Sprintf("replaces %d", cur.Incarnation))
+	}
+	e.wantUnchanged(t, before, "late registrations")
 }
 
 func TestOversizedBodies(t *testing.T) {

@@ -222,7 +222,13 @@ func instPath(k store.InstanceKey) string {
 	return svcPath(k.Namespace, k.Service) + "/instances/" + url.PathEscape(k.ID)
 }
 
-// Register registers an instance of ns/svc.
+// Register registers an instance of ns/svc. A zero Weight or LeaseTTL is
+// left out of the request and takes the default. To change a live
+// registration without a RegistrationID, set Replaces to the incarnation
+// being replaced (the one this client was last answered); otherwise the
+// server refuses it with a 409 *Error of code "fenced" naming the current
+// incarnation, so that a late retry can never overwrite a newer one. A
+// retried request returns the committed record, whatever it names.
 func (c *Client) Register(ctx context.Context, ns, svc string, reg store.Registration) (api.Registered, error) {
 	var r api.Registered
 	err := c.json(ctx, http.MethodPost, svcPath(ns, svc)+"/instances", reg, &r)

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -519,5 +520,39 @@ func TestDNSErrorIsNotRetried(t *testing.T) {
 		Err: &net.DNSError{Err: "no such host", Name: "no-such-host.invalid", IsNotFound: true}}}
 	if client.IsRetryable(err) {
 		t.Fatal("a DNS failure is retryable")
+	}
+}
+
+// TestRegisterBody: what a registration sends — replaces when set, and
+// no weight or lease_ttl when left zero (an explicit 0 is refused by the
+// server: the zero value must mean "the default" on the wire too).
+func TestRegisterBody(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		reg         store.Registration
+		want, never []string
+	}{
+		{"defaults", store.Registration{ID: "i-1"}, nil, []string{`"weight"`, `"lease_ttl"`, `"replaces"`}},
+		{"explicit", store.Registration{ID: "i-1", Weight: 7, LeaseTTL: store.Duration(time.Minute), Replaces: 42},
+			[]string{`"weight":7`, `"lease_ttl":"1m0s"`, `"replaces":42`}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, s := newServer(t, time.Minute, answers(`201 {"incarnation": 43, "created": true}`))
+			r, err := c.Register(t.Context(), "shop", "web", tc.reg)
+			if err != nil || r.Incarnation != 43 || !r.Created {
+				t.Fatalf("Register = %+v, %v", r, err)
+			}
+			body := string(s.seen()[0].body)
+			for _, w := range tc.want {
+				if !strings.Contains(body, w) {
+					t.Errorf("body %s lacks %s", body, w)
+				}
+			}
+			for _, n := range tc.never {
+				if strings.Contains(body, n) {
+					t.Errorf("body %s carries %s", body, n)
+				}
+			}
+		})
 	}
 }

@@ -70,6 +70,26 @@ func TestCLI(t *testing.T) {
 			t.Fatalf("retry: %d %q %q", code, out, errs)
 		}
 	})
+	t.Run("changing a live registration needs --replaces", func(t *testing.T) { // in shop/web: shop/cart keeps one instance
+		first := []string{"--addr", url, "register", "--instance", "i-2", "--address", "10.0.0.2", "--port", "http=80", "shop/web"}
+		code, out, errs := run(t, first...)
+		if code != 0 || !strings.Contains(out, "incarnation: 2\n") {
+			t.Fatalf("register i-2: %d %q %q", code, out, errs)
+		}
+		moved := []string{"--addr", url, "register", "--instance", "i-2", "--address", "10.0.0.3", "--port", "http=80"}
+		code, out, errs = run(t, append(moved, "shop/web")...)
+		if code != exitError || !strings.Contains(errs, "409 fenced") || !strings.Contains(errs, "--replaces 2") || out != "" {
+			t.Fatalf("re-register without --replaces: exit %d, stdout %q, stderr %q; want exit %d, 409 naming --replaces 2", code, out, errs, exitError)
+		}
+		code, out, errs = run(t, append(moved, "--replaces", "2", "shop/web")...)
+		if code != 0 || !strings.Contains(out, "incarnation: 3\n") {
+			t.Fatalf("re-register with --replaces 2: %d %q %q", code, out, errs)
+		}
+		// The late retry of the first registration is refused.
+		if code, _, errs := run(t, first...); code != exitError || !strings.Contains(errs, "--replaces 3") {
+			t.Fatalf("late retry of the first registration: exit %d, stderr %q", code, errs)
+		}
+	})
 	t.Run("endpoints json has the documented fields", func(t *testing.T) {
 		code, out, errs := run(t, "--addr", url, "-o", "json", "endpoints", "shop/cart")
 		var got []map[string]any
@@ -121,6 +141,13 @@ func TestCLI(t *testing.T) {
 		{"NS/SVC malformed", []string{"endpoints", "shop"}, `"shop" is not NS/SVC`},
 		{"port not NAME=NUM", []string{"register", "--instance", "i", "--address", "10.0.0.1", "--port", "http", "shop/cart"}, `--port: "http" is not NAME=VALUE`},
 		{"port not a number", []string{"register", "--instance", "i", "--address", "10.0.0.1", "--port", "http=x", "shop/cart"}, "not a number"},
+		// Explicit values out of range are refused, never taken for the
+		// default (issue 8, item 9).
+		{"weight 0", []string{"register", "--instance", "i", "--address", "10.0.0.1", "--port", "http=8080", "--weight", "0", "shop/cart"}, "--weight: 0 is out of range 1-65535"},
+		{"weight negative", []string{"register", "--instance", "i", "--address", "10.0.0.1", "--port", "http=8080", "--weight", "-1", "shop/cart"}, "--weight: -1 is out of range 1-65535"},
+		{"weight too large", []string{"register", "--instance", "i", "--address", "10.0.0.1", "--port", "http=8080", "--weight", "65536", "shop/cart"}, "--weight: 65536 is out of range 1-65535"},
+		{"lease-ttl 0", []string{"register", "--instance", "i", "--address", "10.0.0.1", "--port", "http=8080", "--lease-ttl", "0s", "shop/cart"}, "--lease-ttl: 0s is out of range 5s-24h0m0s"},
+		{"replaces 0", []string{"register", "--instance", "i", "--address", "10.0.0.1", "--port", "http=8080", "--replaces", "0", "shop/cart"}, "--replaces: 0 is not an incarnation"},
 		{"unknown output", []string{"--output", "yaml", "services"}, "--output"},
 		{"missing required flag", []string{"renew", "--instance", "i", "shop/cart"}, "incarnation"},
 		{"server without data dir", []string{"server"}, "--data-dir is required"},

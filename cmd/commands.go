@@ -117,8 +117,10 @@ func registerCommand() *cli.Command {
 			&cli.StringFlag{Name: "region"},
 			&cli.StringFlag{Name: "zone"},
 			&cli.IntFlag{Name: "weight", Usage: "base weight 1-65535 (default 100)"},
-			&cli.DurationFlag{Name: "lease-ttl", Usage: "lease TTL (default: the service's lease_ttl)"},
+			&cli.DurationFlag{Name: "lease-ttl", Usage: "lease TTL, 5s-24h (default: the service's lease_ttl)"},
 			&cli.StringFlag{Name: "registration-id", Usage: "names this registration (a boot id): a new id always gets a new incarnation"},
+			&cli.Uint64Flag{Name: "replaces", Usage: "the incarnation this registration replaces, as register or endpoints printed it: " +
+				"needed to change a live registration without --registration-id"},
 		},
 		Action: func(c *cli.Context) error {
 			ns, svc, err := serviceArg(c)
@@ -129,10 +131,21 @@ func registerCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			// A value given is checked here: the defaults are for flags
+			// left out, never for an explicit 0.
+			if w := c.Int("weight"); c.IsSet("weight") && (w < 1 || w > 65535) {
+				return usage("--weight: %d is out of range 1-65535", w)
+			}
+			if d := c.Duration("lease-ttl"); c.IsSet("lease-ttl") && (d < store.MinLeaseTTL || d > store.MaxLeaseTTL) {
+				return usage("--lease-ttl: %s is out of range %s-%s", d, store.MinLeaseTTL, store.MaxLeaseTTL)
+			}
+			if c.IsSet("replaces") && c.Uint64("replaces") == 0 {
+				return usage("--replaces: 0 is not an incarnation (incarnations start at 1)")
+			}
 			reg := store.Registration{ID: c.String("instance"), Addresses: c.StringSlice("address"),
 				Ports: map[string]int{}, Region: c.String("region"), Zone: c.String("zone"),
 				Weight: c.Int("weight"), LeaseTTL: store.Duration(c.Duration("lease-ttl")),
-				RegistrationID: c.String("registration-id")}
+				RegistrationID: c.String("registration-id"), Replaces: c.Uint64("replaces")}
 			for k, v := range ports {
 				n, err := strconv.Atoi(v)
 				if err != nil {

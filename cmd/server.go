@@ -29,12 +29,17 @@ import (
 	"github.com/cairn-sd/cairn/probe"
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/tablefile"
 	"github.com/cairn-sd/cairn/zones"
 )
 
 // AddrsFile is written to the data dir once the server listens: the
 // addresses it actually bound (useful with port 0).
 const AddrsFile = "addrs.json"
+
+// TableFile, in the data dir, keeps the last status table the server
+// published, served (stale) after a restart until the store catches up.
+const TableFile = "table.cairn"
 
 // serverConfig is everything `cairn server` was told.
 type serverConfig struct {
@@ -49,6 +54,7 @@ type serverConfig struct {
 	Region, Zone   string
 	Join           string
 	Token          string
+	ProbeToken     string // sends probe results to the leader; defaults to Token
 	StaleAfter     time.Duration
 	MaxStale       time.Duration
 	LameDuck       time.Duration
@@ -86,6 +92,7 @@ func serverCommand() *cli.Command {
 			&cli.DurationFlag{Name: "lame-duck", Value: time.Second, Usage: "on SIGTERM, keep serving this long while /readyz says not ready"},
 			&cli.StringFlag{Name: "acl-file", Usage: "YAML file of tokens; turns ACLs on"},
 			&cli.StringFlag{Name: "acl-bootstrap-token", EnvVars: []string{"CAIRN_ACL_BOOTSTRAP_TOKEN"}, Usage: "an admin token; turns ACLs on"},
+			&cli.StringFlag{Name: "probe-token", EnvVars: []string{"CAIRN_PROBE_TOKEN"}, Usage: "token this server sends its probe results to the leader with: a prober token whose node is this server's --node-id (default: --token)"},
 			&cli.StringSliceFlag{Name: "namespace-cidr", Usage: "NS=CIDR: endpoints of NS must fall in CIDR (repeatable)"},
 			&cli.StringSliceFlag{Name: "subnet", Usage: "CIDR=REGION/ZONE: locality of DNS clients in CIDR (repeatable)"},
 			&cli.StringSliceFlag{Name: "ecs-trusted", Usage: "CIDR whose EDNS Client Subnet is trusted (repeatable)"},
@@ -116,7 +123,7 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 		Dev: c.Bool("dev"), DataDir: c.String("data-dir"), NodeID: c.String("node-id"),
 		HTTPAddr: c.String("http-addr"), RaftAddr: c.String("raft-addr"), DNSAddr: c.String("dns-addr"),
 		GRPCAddr: c.String("grpc-addr"), Domain: c.String("domain"), Region: c.String("region"),
-		Zone: c.String("zone"), Join: c.String("join"), Token: c.String("token"),
+		Zone: c.String("zone"), Join: c.String("join"), Token: c.String("token"), ProbeToken: c.String("probe-token"),
 		StaleAfter: c.Duration("stale-after"), MaxStale: c.Duration("max-stale"), LameDuck: c.Duration("lame-duck"),
 		AllowLoopback: c.Bool("dev") || c.Bool("allow-loopback-endpoints"),
 		ProbeWorkers:  c.Int("probe-workers"), ProbeCapacity: c.Int("probe-capacity"),
@@ -166,6 +173,12 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 	}
 	if t := c.String("acl-bootstrap-token"); t != "" {
 		cfg.Tokens = append(cfg.Tokens, acl.Token{Secret: t, Scope: acl.Admin})
+	}
+	if _, err := acl.New(acl.Config{Enabled: true, Tokens: cfg.Tokens}); err != nil {
+		return cfg, fmt.Errorf("--acl-file, --acl-bootstrap-token: %w", err)
+	}
+	if cfg.ProbeToken == "" {
+		cfg.ProbeToken = cfg.Token
 	}
 	for _, v := range c.StringSlice("namespace-cidr") {
 		ns, cidr, ok := strings.Cut(v, "=")
@@ -259,6 +272,15 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 		nodeID = id
 	}
 	log = log.With("node", nodeID)
+	authz, err := acl.New(acl.Config{Enabled: len(cfg.Tokens) > 0, Tokens: cfg.Tokens})
+	if err != nil {
+		return err
+	}
+	if cfg.ProbeWorkers > 0 {
+		if err := checkProbeToken(authz, cfg.ProbeToken, nodeID); err != nil {
+			return err
+		}
+	}
 
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
@@ -273,7 +295,10 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 	// Every listener is bound before the store opens (and may bootstrap
 	// a cluster on this raft address): a port in use fails the start
 	// with nothing written.
-	var st *store.Store // the DNS server's LastSync reads it once it runs, after Open
+	var (
+		st *store.Store // the DNS server's LastSync reads them once it runs, after both are made
+		hn *health.Node
+	)
 	table, err := status.New(status.Config{Capacity: cfg.TableCapacity})
 	if err != nil {
 		return err
@@ -290,7 +315,7 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 	}
 	ds, err := dnsserver.New(dnsserver.Config{Zone: zone, Table: table, Addr: cfg.DNSAddr,
 		Own: dnsserver.Place{Region: cfg.Region, Zone: cfg.Zone}, Subnets: subnets, ECSTrusted: cfg.ECSTrusted,
-		StaleAfter: cfg.StaleAfter, MaxStale: cfg.MaxStale, LastSync: func() time.Time { return st.LastContact() }, Logger: log, Registerer: reg})
+		StaleAfter: cfg.StaleAfter, MaxStale: cfg.MaxStale, LastSync: func() time.Time { return hn.Synced() }, Restored: func() bool { return hn.Restored() }, Logger: log, Registerer: reg})
 	if err != nil {
 		return err
 	}
@@ -299,7 +324,7 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 		return err
 	}
 	st, err = store.Open(store.Config{NodeID: nodeID, RaftAddr: cfg.RaftAddr, HTTPAddr: httpAddr,
-		DataDir: cfg.DataDir, Bootstrap: cfg.Join == "", Logger: log, Registerer: reg,
+		Region: cfg.Region, Zone: cfg.Zone, DataDir: cfg.DataDir, Bootstrap: cfg.Join == "", Logger: log, Registerer: reg,
 		LeaderRevision: leaderRevision})
 	if err != nil {
 		return err
@@ -310,10 +335,6 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 		}
 	}()
 
-	authz, err := acl.New(acl.Config{Enabled: len(cfg.Tokens) > 0, Tokens: cfg.Tokens})
-	if err != nil {
-		return err
-	}
 	if !authz.Enabled() {
 		log.Warn("ACLS ARE OFF: every caller is an admin. Pass --acl-file or --acl-bootstrap-token to turn them on.")
 	}
@@ -331,10 +352,20 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 			return err
 		}
 	}
-	push := &leaderPush{st: st, token: cfg.Token}
+	push := &leaderPush{st: st, token: cfg.ProbeToken}
 	defer push.close()
-	hn, err := health.New(health.Config{Store: st, Table: table, Prober: prober, Push: push.send,
-		Interval: cfg.EvalInterval, Logger: log, Registerer: reg})
+	tablePath := filepath.Join(cfg.DataDir, TableFile)
+	kept, err := tablefile.Load(tablePath)
+	if err != nil {
+		log.Warn("not serving the table kept on disk", "err", err)
+		kept = nil
+	}
+	hn, err = health.New(health.Config{Store: st, Table: table, Prober: prober, Push: push.send,
+		Interval: cfg.EvalInterval, Restore: kept, Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	keeper, err := tablefile.NewKeeper(tablefile.Config{Path: tablePath, Table: table, Synced: hn.Synced, Logger: log})
 	if err != nil {
 		return err
 	}
@@ -364,6 +395,7 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return st.Run(runCtx) })
 	g.Go(func() error { return hn.Run(runCtx) })
+	g.Go(func() error { return keeper.Run(runCtx) })
 	g.Go(func() error { return ds.Run(runCtx) })
 	g.Go(func() error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
@@ -400,7 +432,7 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 			if err != nil {
 				return fmt.Errorf("--join: %w", err)
 			}
-			m := store.Member{NodeID: nodeID, RaftAddr: st.RaftAddr(), HTTPAddr: httpAddr}
+			m := store.Member{NodeID: nodeID, RaftAddr: st.RaftAddr(), HTTPAddr: httpAddr, Region: cfg.Region, Zone: cfg.Zone}
 			err = cl.JoinRetry(gctx, m, func(err error) { log.Info("joining: retrying", "via", cfg.Join, "err", err) })
 			if err != nil {
 				if gctx.Err() != nil {
@@ -429,6 +461,26 @@ func nsAddr(dnsAddr, raftAddr string) netip.Addr {
 		}
 	}
 	return netip.MustParseAddr("127.0.0.1")
+}
+
+// checkProbeToken refuses to start a server whose probe token its own
+// ACL knows as one the leader would refuse: a prober token of another node
+// or of none, or a token of another scope. A token this server does not
+// know (one stored in the cluster, or only in the leader's ACL file) is
+// the leader's to judge.
+func checkProbeToken(authz *acl.Authorizer, token, nodeID string) error {
+	if !authz.Enabled() || token == "" {
+		return nil
+	}
+	id, err := authz.Authenticate(token)
+	if err != nil {
+		return nil
+	}
+	if _, err := id.ProbeObserver(nodeID); err != nil {
+		return fmt.Errorf("--probe-token (default --token): this server (--node-id %s) sends its probe results with it, but %v", nodeID,
+			strings.TrimSuffix(err.Error(), ": "+acl.ErrDenied.Error()))
+	}
+	return nil
 }
 
 // leaderPush sends this node's probe results to the current leader.
