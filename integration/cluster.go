@@ -115,6 +115,9 @@ type Config struct {
 	ReadyTimeout time.Duration
 	// Logf, if set, receives a line for each start, stop and kill.
 	Logf func(format string, args ...any)
+	// Token is the bearer token of the nodes' clients, for servers run
+	// with ACLs (--acl-file in Args); empty: none.
+	Token string
 }
 
 // Cluster is a set of cairn server processes on loopback.
@@ -198,7 +201,7 @@ func (n *Node) setPorts(p []int) error {
 	n.RaftAddr = fmt.Sprintf("127.0.0.1:%d", p[1])
 	n.DNSAddr = fmt.Sprintf("127.0.0.1:%d", p[2])
 	n.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", p[3])
-	cl, err := client.New(n.HTTPAddr, "")
+	cl, err := client.New(n.HTTPAddr, n.c.cfg.Token)
 	if err != nil {
 		return err
 	}
@@ -766,11 +769,17 @@ func Poll(timeout, interval time.Duration, f func() error) error {
 // args.
 func StartCluster(t testing.TB, nodes int, args ...string) *Cluster {
 	t.Helper()
+	return StartClusterAs(t, "", nodes, args...)
+}
+
+// StartClusterAs is StartCluster with the nodes' clients sending token.
+func StartClusterAs(t testing.TB, token string, nodes int, args ...string) *Cluster {
+	t.Helper()
 	// Timestamps as in the servers' logs, to line the two up.
 	logf := func(format string, args ...any) {
 		t.Logf("%s harness: %s", time.Now().UTC().Format("15:04:05.000"), fmt.Sprintf(format, args...))
 	}
-	c, err := New(Config{Nodes: nodes, Dir: t.TempDir(), Args: args, Logf: logf})
+	c, err := New(Config{Nodes: nodes, Dir: t.TempDir(), Args: args, Logf: logf, Token: token})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -1068,8 +1069,24 @@ func TestHealthFailoverKeepsWithdrawn(t *testing.T) {
 func TestHealthCallerOutcomes(t *testing.T) {
 	needProcesses(t)
 	t.Parallel()
-	c := StartCluster(t, 1, healthArgs...)
+	// Callers are told apart by their tokens: ACLs on, two readers.
+	const admin, callerA, callerB = "admin-0123456789abcdefghijklmn", "caller-a-0123456789abcdefghijk", "caller-b-0123456789abcdefghijk"
+	aclFile := filepath.Join(t.TempDir(), "acl.yaml")
+	if err := os.WriteFile(aclFile, []byte(fmt.Sprintf("tokens:\n- {secret: %s, scope: admin}\n- {secret: %s, scope: reader, namespaces: [%s]}\n- {secret: %s, scope: reader, namespaces: [%s]}\n",
+		admin, callerA, healthNS, callerB, healthNS)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := StartClusterAs(t, admin, 1, append(slices.Clone(healthArgs), "--acl-file", aclFile)...)
 	n := c.Nodes[0]
+	callers := map[string]*client.Client{}
+	for name, secret := range map[string]string{"a": callerA, "b": callerB} {
+		cl, err := client.New(n.HTTPAddr, secret)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		callers[name] = cl
+	}
 	ctx := ctxT(t, time.Minute)
 	const svc = "outcomes"
 	applyDefinition(ctx, t, c, healthService(svc, "{type: tcp, port: http, interval: 1s, timeout: 500ms}", "{withdraw_after: 3, lease_ttl: 10m}"))
@@ -1088,11 +1105,11 @@ func TestHealthCallerOutcomes(t *testing.T) {
 		t.Fatalf("starting instance: %s (%v); want it starting, not eligible", describe(e), err)
 	}
 
-	post := func(eps ...health.EndpointOutcome) health.OutcomeReply {
+	postAs := func(caller string, eps ...health.EndpointOutcome) health.OutcomeReply {
 		t.Helper()
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		r, err := n.Client().Outcomes(cctx, health.OutcomeReport{Endpoints: eps})
+		r, err := callers[caller].Outcomes(cctx, health.OutcomeReport{Endpoints: eps})
 		if err != nil {
 			t.Fatalf("POST /v1/outcomes: %v", err)
 		}
@@ -1102,21 +1119,47 @@ func TestHealthCallerOutcomes(t *testing.T) {
 		return health.EndpointOutcome{Namespace: healthNS, Service: svc, Instance: r.ID, Incarnation: inc, Success: ok, Failure: failed}
 	}
 
+	post := func(eps ...health.EndpointOutcome) health.OutcomeReply { t.Helper(); return postAs("a", eps...) }
 	// Never served, or another incarnation: discarded, by reason.
 	r := post(outcome(starting, starting.Incarnation, 0, 10), outcome(regs["o-1"], regs["o-1"].Incarnation+1, 0, 10))
 	if r.Accepted != 0 || r.Discarded["not_served"] != 1 || r.Discarded["stale_incarnation"] != 1 {
 		t.Errorf("outcomes for a starting instance and a wrong incarnation: %+v; want accepted 0, discarded not_served 1, stale_incarnation 1", r)
 	}
-	// A served endpoint: withdraw_after windows of mostly failed calls.
+	// A served endpoint whose probes pass: one caller's windows of mostly
+	// failed calls lower its weight and nothing else (local evidence
+	// stays local).
 	target := regs["o-0"]
-	postedAt := time.Now()
-	for i := range 3 {
-		if r := post(outcome(target, target.Incarnation, 1, 9)); r.Accepted != 1 || len(r.Discarded) != 0 {
-			t.Fatalf("outcome window %d for served %s: %+v; want accepted 1", i+1, target.ID, r)
+	window := func(caller string) {
+		t.Helper()
+		if r := postAs(caller, outcome(target, target.Incarnation, 1, 9)); r.Accepted != 1 || len(r.Discarded) != 0 {
+			t.Fatalf("outcome window from %s for served %s: %+v; want accepted 1", caller, target.ID, r)
 		}
 	}
+	for range 4 {
+		window("a")
+		time.Sleep(time.Second) // one window per evaluation round: the caller's cadence, not a wait for a condition
+	}
+	e, _ := waitEndpoint(ctx, t, n, svc, target.ID, 15*time.Second, func(e api.Endpoint) error {
+		if !e.Eligible || e.Verdict != "degraded" || !hasFlag(e.Flags, "outcome_degraded") {
+			return fmt.Errorf("want eligible, degraded, outcome_degraded")
+		}
+		return nil
+	})
+	if !hasReason(e.Reasons, "short of the quorum") {
+		t.Errorf("one caller's failures: %s; want the quorum named in the reasons", describe(e))
+	}
+	if evs, err := eventsOn(ctx, n, svc); err != nil || slices.ContainsFunc(evs, withdrawal(target.ID)) {
+		t.Fatalf("one caller withdrew %s (%v):\n%s", target.ID, err, eventLines(evs))
+	}
+	// A second caller makes the quorum: withdraw_after windows withdraw it.
+	postedAt := time.Now()
+	for range 3 {
+		window("a")
+		window("b")
+		time.Sleep(time.Second) // the callers' cadence
+	}
 	e, at := waitEndpoint(ctx, t, n, svc, target.ID, 15*time.Second, isWithdrawn)
-	t.Logf("3 failed outcome windows for %s: withdrawn after %s: %s", target.ID, at.Sub(postedAt).Round(time.Millisecond), describe(e))
+	t.Logf("3 failed outcome windows of two callers for %s: withdrawn after %s: %s", target.ID, at.Sub(postedAt).Round(time.Millisecond), describe(e))
 	if e.Verdict != "unhealthy" || !hasReason(e.Reasons, "outcome") {
 		t.Errorf("withdrawn endpoint: %s; want unhealthy for its outcomes", describe(e))
 	}

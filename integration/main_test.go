@@ -12,6 +12,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if addrs := os.Getenv(backendEnv); addrs != "" {
+		serveBackends(addrs) // a backend process of the partition tests: never returns
+	}
 	code := m.Run()
 	RemoveBinary()
 	os.Exit(code)

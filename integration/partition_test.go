@@ -1,0 +1,262 @@
+package integration
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/cairn-sd/cairn/store"
+)
+
+// The partition tests put the instances in network namespaces made by
+// ../shared/tools/netlab.sh (hosts sd1..sd3 on a bridge, 10.199.0.0/24),
+// and cut them apart from the server with iptables: a fault that lives in
+// the network, tested in the network. The server runs in the test's own
+// namespace, on loopback, and reaches the bridge through a veth pair
+// (root side 10.199.0.254) the test adds and removes.
+
+const (
+	labNet    = "10.199.0"
+	labServer = labNet + ".254"
+	labLink   = "sdroot0"
+	labPeer   = "sdrootp0"
+)
+
+// backendEnv makes the test binary an HTTP backend on the addresses it
+// lists (comma-separated), answering 200 to everything until killed: the
+// instances the servers probe, run inside a namespace.
+const backendEnv = "CAIRN_TEST_BACKEND"
+
+// serveBackends is what the test binary does when backendEnv is set.
+func serveBackends(addrs string) {
+	for _, a := range strings.Split(addrs, ",") {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "backend:", err)
+			os.Exit(2)
+		}
+		go func() {
+			_ = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
+		}()
+	}
+	fmt.Println("ready")
+	select {}
+}
+
+// netlab is the namespaces of one test.
+type netlab struct {
+	t      *testing.T
+	script string
+}
+
+// needNetlab brings netlab up with three hosts and links this namespace
+// to its bridge, or skips the test where it cannot (not root, no
+// iptables); under CI=true it fails instead.
+func needNetlab(t *testing.T) *netlab {
+	t.Helper()
+	needProcesses(t)
+	missing := func(why string) {
+		t.Helper()
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("netlab: %s, and nothing may skip under CI=true", why)
+		}
+		t.Skipf("netlab: %s", why)
+	}
+	if runtime.GOOS != "linux" || os.Geteuid() != 0 {
+		missing("needs root on Linux")
+	}
+	for _, tool := range []string{"ip", "iptables"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			missing(tool + " is not installed (.ci/run installs iproute2 and iptables)")
+		}
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(wd, "..", "..", "shared", "tools", "netlab.sh")
+	if _, err := os.Stat(script); err != nil {
+		missing("no " + script)
+	}
+	lab := &netlab{t: t, script: script}
+	lab.down()
+	t.Cleanup(lab.down)
+	lab.run("up")
+	for _, args := range [][]string{
+		{"link", "add", labLink, "type", "veth", "peer", "name", labPeer},
+		{"link", "set", labPeer, "netns", "sdsw"},
+		{"-n", "sdsw", "link", "set", labPeer, "master", "br0", "up"},
+		{"addr", "add", labServer + "/24", "dev", labLink},
+		{"link", "set", labLink, "up"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	return lab
+}
+
+func (l *netlab) run(args ...string) {
+	l.t.Helper()
+	cmd := exec.Command("bash", append([]string{l.script}, args...)...)
+	cmd.Env = append(os.Environ(), "N=3", "NET="+labNet)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		l.t.Fatalf("netlab %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+func (l *netlab) down() {
+	_ = exec.Command("ip", "link", "del", labLink).Run()
+	cmd := exec.Command("bash", l.script, "down")
+	cmd.Env = append(os.Environ(), "N=3", "NET="+labNet)
+	_ = cmd.Run()
+}
+
+// inNetns runs cmd in host sdN's namespace.
+func inNetns(host int, name string, args ...string) *exec.Cmd {
+	return exec.Command("ip", append([]string{"netns", "exec", fmt.Sprintf("sd%d", host), name}, args...)...)
+}
+
+// backends starts an HTTP backend on each address inside host sdN's
+// namespace, and stops it when the test ends.
+func (l *netlab) backends(host int, addrs ...string) {
+	l.t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	cmd := inNetns(host, self, "-test.run=^$")
+	cmd.Env = append(childEnv(), backendEnv+"="+strings.Join(addrs, ","))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		l.t.Fatal(err)
+	}
+	l.t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "ready" {
+		l.t.Fatalf("backends in sd%d: %q %v", host, line, err)
+	}
+	// This namespace reaches them over the bridge.
+	Eventually(l.t, 10*time.Second, func() error {
+		for _, a := range addrs {
+			c, err := net.DialTimeout("tcp", a, time.Second)
+			if err != nil {
+				return err
+			}
+			_ = c.Close()
+		}
+		return nil
+	})
+}
+
+// TestPartitionFromAZoneIsSilence: the server is cut off from one zone's
+// instances by a firewall (its probes time out). Those instances go
+// unknown and stay in DNS answers the whole time; an event names the
+// prober; a timeout in the zone it still reaches is evidence as before;
+// healing brings them back with no withdrawal in between (SPEC §2: a
+// prober cut off is silence, not failure).
+func TestPartitionFromAZoneIsSilence(t *testing.T) {
+	lab := needNetlab(t)
+	lab.backends(2, labNet+".2:8081", labNet+".2:8082")
+	lab.backends(3, labNet+".3:8081", labNet+".3:8082", labNet+".3:8083")
+
+	c := StartCluster(t, 1, "--region", "r1", "--zone", "za")
+	n := c.Nodes[0]
+	ctx := ctxT(t, 3*time.Minute)
+	applyDefinition(ctx, t, c, healthService("web", "{type: http, port: http, path: /, interval: 1s, timeout: 500ms}",
+		"{lease_ttl: 10m, shrink_cap: 1}"))
+	zones := map[string][]string{"za": {"za-1", "za-2"}, "zb": {"zb-1", "zb-2", "zb-3"}}
+	host := map[string]string{"za": labNet + ".2", "zb": labNet + ".3"}
+	var all []string
+	for zone, ids := range zones {
+		for i, id := range ids {
+			registerLoopback(ctx, t, c, "web", id, 8081+i, func(r *store.Registration) {
+				r.Addresses, r.Region, r.Zone = []string{host[zone]}, "r1", zone
+			})
+			all = append(all, id)
+		}
+	}
+	waitAllHealthy(ctx, t, c.Nodes, "web", all...)
+	evs, err := eventsOn(ctx, n, "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark := evs[len(evs)-1].Seq
+
+	// Cut zone zb off from the server: its probes go unanswered.
+	if out, err := inNetns(3, "iptables", "-A", "INPUT", "-s", labServer, "-j", "DROP").CombinedOutput(); err != nil {
+		t.Fatalf("iptables: %v %s", err, out)
+	}
+	srv := "_http._tcp.web." + healthNS + ".svc.cairn.internal."
+	inDNS := func() (map[string]bool, error) {
+		r, err := exchange("udp", n.DNSAddr, srv, dns.TypeSRV, false)
+		if err != nil {
+			return nil, err
+		}
+		got := map[string]bool{}
+		for _, rr := range r.Answer {
+			if s, ok := rr.(*dns.SRV); ok {
+				got[strings.SplitN(s.Target, ".", 2)[0]] = true
+			}
+		}
+		return got, nil
+	}
+	// For the length of the partition (15s: 15 checks of each
+	// instance), every zb instance stays in the SRV answer.
+	aside := waitEvent(ctx, t, n, "web", mark, "probes_set_aside", func(e store.Event) bool { return e.Kind == store.EventProbesSetAside })
+	if !strings.Contains(aside.Reason, "prober "+n.ID) || !strings.Contains(aside.Reason, "r1/zb") {
+		t.Errorf("set-aside event %q: want it to name prober %s and zone r1/zb", aside.Reason, n.ID)
+	}
+	end := time.Now().Add(15 * time.Second)
+	for time.Now().Before(end) {
+		got, err := inDNS()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range zones["zb"] {
+			if !got[id] {
+				t.Fatalf("%s left the SRV answer during the partition: %v\n%s", id, got, c.Logs(40))
+			}
+		}
+		time.Sleep(200 * time.Millisecond) // the cadence of the check, not a wait for a condition
+	}
+	for _, id := range zones["zb"] {
+		e, err := endpointOn(ctx, n, "web", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Verdict != "unknown" || !e.Eligible {
+			t.Errorf("%s during the partition: %s; want unknown and eligible", id, describe(e))
+		}
+	}
+
+	// Heal: the probes are answered again.
+	if out, err := inNetns(3, "iptables", "-F").CombinedOutput(); err != nil {
+		t.Fatalf("iptables -F: %v %s", err, out)
+	}
+	waitEvent(ctx, t, n, "web", mark, "probes_restored", func(e store.Event) bool { return e.Kind == store.EventProbesRestored })
+	waitAllHealthy(ctx, t, c.Nodes, "web", all...)
+	evs, err = eventsOn(ctx, n, "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		if e.Seq > mark && e.Kind == store.EventEligibility && strings.HasPrefix(e.To, "withdrawn") {
+			t.Errorf("withdrawn during the partition or the healing: %s", eventLines([]store.Event{e}))
+		}
+	}
+}
