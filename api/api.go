@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,12 @@ import (
 // forwardedHeader marks a request a follower forwarded, so that it is never
 // forwarded twice.
 const forwardedHeader = "X-Cairn-Forwarded-By"
+
+// publishedHeader carries, on the answer to a drain or a deregistration,
+// the store revision whose table the answering node had published before
+// it answered. A follower that forwarded the write waits until its own
+// table has it too before it answers (SPEC §2).
+const publishedHeader = "X-Cairn-Published-Revision"
 
 // Config configures the API.
 type Config struct {
@@ -269,6 +276,17 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, route string) {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.Out.Header.Set(forwardedHeader, s.cfg.Store.NodeID())
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			v := resp.Header.Get(publishedHeader)
+			if v == "" || resp.StatusCode >= 300 {
+				return nil
+			}
+			rev, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				return fmt.Errorf("the leader's %s %q: %w", publishedHeader, v, err)
+			}
+			return s.waitPublished(r.Context(), rev)
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			s.writeError(w, r, route, fmt.Errorf("forwarding to leader %s at %s: %v: %w", lid, addr, err, store.ErrNoLeader))

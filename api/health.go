@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 
@@ -86,4 +87,22 @@ func (s *Server) probeResults(w http.ResponseWriter, r *http.Request, id acl.Ide
 		return 0, nil, err
 	}
 	return http.StatusOK, h.ProbeReport(rep), nil
+}
+
+// waitPublished waits until this node's status table reflects the store
+// up to rev; on a node without a health evaluator it returns at once. A
+// write it waits for is committed already: the error says so, and a
+// retry of the idempotent write waits again.
+func (s *Server) waitPublished(ctx context.Context, rev uint64) error {
+	h := s.cfg.Health
+	if h == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+	defer cancel()
+	if err := h.WaitPublished(ctx, rev); err != nil {
+		return fmt.Errorf("committed at revision %d, but this node's table has not published it yet (%v); retry: %w",
+			rev, err, store.ErrNoLeader)
+	}
+	return nil
 }

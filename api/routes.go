@@ -436,10 +436,21 @@ func (s *Server) mutate(act acl.Action) handler {
 		switch act {
 		case acl.Renew:
 			in, err = s.cfg.Store.Renew(ctx, key, req.Incarnation)
-		case acl.Drain:
-			in, err = s.cfg.Store.Drain(ctx, id.Name, key, req.Incarnation)
-		case acl.Deregister:
-			in, err = s.cfg.Store.Deregister(ctx, id.Name, key, req.Incarnation)
+		case acl.Drain, acl.Deregister:
+			if act == acl.Drain {
+				in, err = s.cfg.Store.Drain(ctx, id.Name, key, req.Incarnation)
+			} else {
+				in, err = s.cfg.Store.Deregister(ctx, id.Name, key, req.Incarnation)
+			}
+			if err != nil {
+				return 0, nil, err
+			}
+			// Answer only once this node no longer serves it (SPEC §2).
+			rev := s.cfg.Store.Revision()
+			if err := s.waitPublished(ctx, rev); err != nil {
+				return 0, nil, err
+			}
+			w.Header().Set(publishedHeader, strconv.FormatUint(rev, 10))
 		case acl.Report:
 			if req.Ready == nil {
 				return 0, nil, badRequest("ready", "is required in a report")

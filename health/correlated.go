@@ -93,7 +93,9 @@ func asideEvents(key store.ServiceKey, prev, cur map[asideKey]bool, counts map[a
 					orDash(k.region), orDash(k.zone))})
 		}
 	}
-	slices.SortFunc(evs, func(a, b store.ServiceEvent) int { return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Detail, b.Detail)) })
+	slices.SortFunc(evs, func(a, b store.ServiceEvent) int {
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Detail, b.Detail))
+	})
 	return evs
 }
 

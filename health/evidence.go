@@ -19,8 +19,8 @@ type obs struct {
 	// set aside for that reason, and stays so (it still counts towards
 	// the observer's reach, never as evidence).
 	soft, aside bool
-	code     int
-	err      string
+	code        int
+	err         string
 	// outcome counts
 	succ, fail, tmo int
 }

@@ -3,20 +3,22 @@ package health
 import "github.com/prometheus/client_golang/prometheus"
 
 type metrics struct {
-	evaluations   prometheus.Counter
-	evalSeconds   prometheus.Histogram
-	buildSeconds  prometheus.Histogram
-	commits       prometheus.Counter
-	commitErrors  prometheus.Counter
-	transitions   *prometheus.CounterVec
-	discarded     *prometheus.CounterVec
-	pushes        *prometheus.CounterVec
-	disregarded   prometheus.Gauge
-	targets       prometheus.Gauge
-	liveMembers   prometheus.Gauge
-	unslotted     prometheus.Counter
-	setAside      prometheus.Gauge
-	buildFailures prometheus.Counter
+	evaluations     prometheus.Counter
+	evalSeconds     prometheus.Histogram
+	buildSeconds    prometheus.Histogram
+	commits         prometheus.Counter
+	commitErrors    prometheus.Counter
+	transitions     *prometheus.CounterVec
+	discarded       *prometheus.CounterVec
+	pushes          *prometheus.CounterVec
+	disregarded     prometheus.Gauge
+	targets         prometheus.Gauge
+	liveMembers     prometheus.Gauge
+	unslotted       prometheus.Counter
+	setAside        prometheus.Gauge
+	buildFailures   prometheus.Counter
+	fastWithdrawals prometheus.Counter
+	withdrawSeconds prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -47,12 +49,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Instances left out of a full status table."}),
 		buildFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_health_table_build_failures_total",
 			Help: "Status table rebuilds that failed: readers keep the last table, stale once it is older than stale-after."}),
+		fastWithdrawals: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_health_withdrawals_published_total",
+			Help: "Instances taken out of the table as soon as their withdrawal was applied, before the next build."}),
+		withdrawSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "cairn_health_withdrawal_publish_seconds",
+			Help: "Time one publication of applied withdrawals took.", Buckets: prometheus.ExponentialBuckets(0.00001, 4, 10)}),
 		setAside: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_health_probes_set_aside",
 			Help: "Pairs of (prober, zone) whose timeouts are set aside: the prober reaches too little of the zone."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.evaluations, m.evalSeconds, m.buildSeconds, m.commits, m.commitErrors, m.transitions,
-			m.discarded, m.pushes, m.disregarded, m.targets, m.liveMembers, m.unslotted, m.setAside, m.buildFailures)
+			m.discarded, m.pushes, m.disregarded, m.targets, m.liveMembers, m.unslotted, m.setAside, m.buildFailures, m.fastWithdrawals, m.withdrawSeconds)
 	}
 	return m
 }

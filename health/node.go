@@ -130,10 +130,15 @@ func (n *Node) Run(ctx context.Context) error {
 	defer t.Stop()
 	for {
 		n.Tick(ctx)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
+		for next := false; !next; {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+				next = true
+			case <-n.cfg.Store.Withdrawn():
+				n.publishWithdrawals(ctx)
+			}
 		}
 	}
 }
@@ -143,6 +148,11 @@ func (n *Node) Run(ctx context.Context) error {
 // (never concurrently with Run).
 func (n *Node) Tick(ctx context.Context) {
 	now := n.cfg.Now()
+	if !n.restored.Load() {
+		// This round's build, from the replica, has every withdrawal
+		// applied so far.
+		n.cfg.Store.TakeWithdrawals()
+	}
 	if n.restored.Load() {
 		if !n.cfg.Store.CaughtUp() {
 			// The replica may hold only its latest raft snapshot: keep

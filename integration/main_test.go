@@ -15,6 +15,9 @@ func TestMain(m *testing.M) {
 	if addrs := os.Getenv(backendEnv); addrs != "" {
 		serveBackends(addrs) // a backend process of the partition tests: never returns
 	}
+	if spec := os.Getenv(renewerEnv); spec != "" {
+		renew(spec) // an instance process of the crash test: never returns
+	}
 	code := m.Run()
 	RemoveBinary()
 	os.Exit(code)

@@ -112,6 +112,12 @@ type fsm struct {
 	events      ring // at most AuditCapacity
 	refusals    ring // at most RefusalCapacity
 
+	// withdrawn collects, during one Apply, the instances it took out of
+	// rotation; onWithdraw, if set, gets them at the end of the Apply,
+	// under f.mu: it must only queue them.
+	withdrawn  []Withdrawal
+	onWithdraw func(rev uint64, ws []Withdrawal)
+
 	// onRegister is called, under no lock, after a registration created a
 	// new incarnation, and onExpire with the number of registrations an
 	// entry ended at their hard expiry. Used for metrics; may be nil.
@@ -143,6 +149,15 @@ func (f *fsm) Apply(l *raft.Log) any {
 	}
 	f.mu.Lock()
 	r := f.apply(l.Index, c)
+	if ws := f.withdrawn; len(ws) > 0 && f.onWithdraw != nil {
+		// Under the lock, so that a reader that sees this revision finds
+		// its withdrawals already fed (onWithdraw only queues them).
+		for i := range ws {
+			ws[i].Rev = l.Index
+		}
+		f.onWithdraw(l.Index, ws)
+	}
+	f.withdrawn = nil
 	f.mu.Unlock()
 	if r.Created && f.onRegister != nil {
 		f.onRegister()
@@ -198,6 +213,24 @@ func (f *fsm) apply(index uint64, c command) result {
 		r.Err = fmt.Errorf("store: unknown operation %q in log entry %d", c.Op, index)
 	}
 	return r
+}
+
+// Withdrawal is one instance an applied log entry took out of rotation:
+// drained, deregistered, terminated, replaced by a new incarnation, or
+// withdrawn by a committed verdict. Lifecycle is its lifecycle after the
+// entry.
+type Withdrawal struct {
+	Key         InstanceKey
+	Incarnation uint64
+	Lifecycle   Lifecycle
+	// Rev is the revision of the entry.
+	Rev uint64
+}
+
+// withdraw records in as taken out of rotation by the entry being
+// applied (under f.mu).
+func (f *fsm) withdraw(in *Instance) {
+	f.withdrawn = append(f.withdrawn, Withdrawal{Key: in.Key(), Incarnation: in.Incarnation, Lifecycle: in.Lifecycle})
 }
 
 func (f *fsm) record(e Event) {
@@ -359,6 +392,11 @@ func (f *fsm) register(index uint64, c command) (Instance, bool, error) {
 		e.From = string(old.Lifecycle)
 		e.Reason = fmt.Sprintf("replaces incarnation %d", old.Incarnation)
 	}
+	if old != nil && old.Lifecycle != Terminated {
+		// The old incarnation is gone, and its address may not be the
+		// new one's.
+		f.withdrawn = append(f.withdrawn, Withdrawal{Key: key, Incarnation: old.Incarnation, Lifecycle: Terminated})
+	}
 	f.instances[key] = in
 	f.record(e)
 	return in.clone(), true, nil
@@ -444,12 +482,14 @@ func (f *fsm) mutate(c command) (Instance, error) {
 			return Instance{}, fmt.Errorf("instance %s is deregistered: %w", c.Key, ErrFenced)
 		}
 		in.Lifecycle, in.DrainingSince = Draining, c.At
+		f.withdraw(in)
 		e.Kind = EventDrained
 	case opDeregister:
 		if in.Lifecycle == Terminated {
 			return in.clone(), nil // a retry
 		}
 		in.Lifecycle, in.TerminatedAt = Terminated, c.At
+		f.withdraw(in)
 		e.Kind = EventDeregistered
 	case opReport:
 		if in.Lifecycle == Terminated {
@@ -504,6 +544,7 @@ func (f *fsm) housekeep(c command) int {
 			continue
 		}
 		in.Lifecycle, in.TerminatedAt = Terminated, c.At
+		f.withdraw(in)
 		f.record(Event{At: c.At, Kind: EventTerminated, Namespace: in.Namespace, Service: in.Service,
 			Instance: in.ID, Incarnation: in.Incarnation, From: string(Draining), To: string(Terminated),
 			Reason: "drain window over", Actor: c.Actor})
@@ -521,6 +562,7 @@ func (f *fsm) housekeep(c command) int {
 		}
 		from := in.Lifecycle
 		in.Lifecycle, in.TerminatedAt = Terminated, c.At
+		f.withdraw(in)
 		expired++
 		f.record(Event{At: c.At, Kind: EventExpired, Namespace: in.Namespace, Service: in.Service,
 			Instance: in.ID, Incarnation: in.Incarnation, From: string(from), To: string(Terminated),

@@ -140,6 +140,9 @@ func (f *fsm) commitHealth(c command) {
 			continue
 		}
 		h := u.Health
+		if !h.Eligible && (in.Health == nil || in.Health.Incarnation != in.Incarnation || in.Health.Eligible) {
+			f.withdraw(in)
+		}
 		in.Health = h.clone()
 		if t := u.Transition; t != nil {
 			e := Event{At: c.At, Kind: EventEligibility, Namespace: in.Namespace, Service: in.Service,

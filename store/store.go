@@ -57,8 +57,61 @@ type Store struct {
 	leases  map[InstanceKey]leaseUpdate // renewals held by the leader
 	dirty   map[InstanceKey]bool        // renewals not yet replicated
 
+	// withdrawals feeds the entries' withdrawals to the table's builder
+	// (Withdrawn, TakeWithdrawals).
+	withdrawals withdrawalFeed
+
 	closeOnce sync.Once
 	closeErr  error
+}
+
+// withdrawalFeed holds the withdrawals applied since the reader last took
+// them: at most maxPendingWithdrawals, past which it only says so.
+type withdrawalFeed struct {
+	mu       sync.Mutex
+	rev      uint64
+	ws       []Withdrawal
+	overflow bool
+	ch       chan struct{} // capacity 1: signalled after each entry with withdrawals
+}
+
+// maxPendingWithdrawals bounds what the feed holds for a reader that
+// falls behind; past it the reader rebuilds its table from the replica.
+const maxPendingWithdrawals = 1 << 16
+
+func (s *Store) noteWithdrawals(rev uint64, ws []Withdrawal) {
+	f := &s.withdrawals
+	f.mu.Lock()
+	f.rev = max(f.rev, rev)
+	if f.overflow || len(f.ws)+len(ws) > maxPendingWithdrawals {
+		f.overflow, f.ws = true, nil
+	} else {
+		f.ws = append(f.ws, ws...)
+	}
+	f.mu.Unlock()
+	select {
+	case f.ch <- struct{}{}:
+	default:
+	}
+}
+
+// Withdrawn is signalled when applied log entries have taken instances
+// out of rotation (drained, deregistered, terminated, replaced, withdrawn
+// by a verdict): the one reader, the node's table builder, then calls
+// TakeWithdrawals and publishes them at once (SPEC §2: withdrawals are
+// published on commit, admissions on the next build).
+func (s *Store) Withdrawn() <-chan struct{} { return s.withdrawals.ch }
+
+// TakeWithdrawals returns the withdrawals applied since the last call and
+// the revision of the last entry among them. overflow reports that more
+// came than the feed holds: the reader should rebuild from the replica.
+func (s *Store) TakeWithdrawals() (rev uint64, ws []Withdrawal, overflow bool) {
+	f := &s.withdrawals
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rev, ws, overflow = f.rev, f.ws, f.overflow
+	f.ws, f.overflow = nil, false
+	return rev, ws, overflow
 }
 
 // Open starts raft for cfg and returns the node's store. A node with
@@ -73,6 +126,8 @@ func Open(cfg Config) (*Store, error) {
 		leases: map[InstanceKey]leaseUpdate{}, dirty: map[InstanceKey]bool{}}
 	s.metrics = newMetrics(cfg.Registerer, s)
 	s.fsm.onRegister = s.metrics.registrations.Inc
+	s.withdrawals.ch = make(chan struct{}, 1)
+	s.fsm.onWithdraw = s.noteWithdrawals
 	s.fsm.onExpire = func(n int) { s.metrics.hardExpiries.Add(float64(n)) }
 
 	rc := raft.DefaultConfig()

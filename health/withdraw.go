@@ -1,0 +1,104 @@
+package health
+
+import (
+	"context"
+	"time"
+
+	"github.com/cairn-sd/cairn/status"
+)
+
+// publishWithdrawals publishes at once what the store's applied entries
+// took out of rotation, without waiting for the next build (SPEC §2:
+// withdrawals are published on commit, admissions on the next build).
+// The new table is the current one with the withdrawn instances no longer
+// eligible: nothing is admitted, no weight rises, and the work is one
+// copy of the table whatever was withdrawn. It runs on the loop's
+// goroutine, between rounds.
+func (n *Node) publishWithdrawals(ctx context.Context) {
+	// Every withdrawal up to the replica's revision now is in the feed
+	// (the store feeds an entry's withdrawals before its revision shows),
+	// or was taken before: the table published here is complete in
+	// withdrawals up to rev.
+	rev := n.cfg.Store.Revision()
+	_, ws, overflow := n.cfg.Store.TakeWithdrawals()
+	if overflow {
+		// More than the feed holds: the next round rebuilds from the
+		// replica, now.
+		n.Tick(ctx)
+		return
+	}
+	start := time.Now()
+	cur := n.cfg.Table.Acquire()
+	if cur == nil {
+		return
+	}
+	defer cur.Release()
+	base := cur.StoreRevision()
+	if rev <= base {
+		return // the current table was built from a replica that had them
+	}
+	slotOf := *n.slotOf.Load()
+	withdrawn := 0
+	_, err := n.cfg.Table.Build(func(b *status.Builder) error {
+		es := b.Entries()
+		for slot := range es {
+			es[slot] = cur.Entry(slot)
+		}
+		for _, w := range ws {
+			if w.Rev <= base {
+				continue
+			}
+			k := w.Key.String()
+			slot, ok := slotOf[k]
+			if !ok || slot >= len(es) {
+				continue // never published
+			}
+			e := &es[slot]
+			if e.Key != status.KeyHash(k) || e.Incarnation != w.Incarnation {
+				continue
+			}
+			if l := lifecycleOf(w.Lifecycle); l != status.Ready {
+				e.Lifecycle = l
+			}
+			if e.Flags.Has(status.Eligible) {
+				withdrawn++
+			}
+			e.Weight = 0
+			e.Flags &^= status.Eligible | status.SlowStart | status.HealthDisregarded | status.WithdrawalDeferred
+		}
+		b.SetStoreRevision(rev)
+		return nil
+	})
+	if err != nil {
+		n.m.buildFailures.Inc()
+		n.log.Error("publishing withdrawals", "err", err)
+		return
+	}
+	n.m.fastWithdrawals.Add(float64(withdrawn))
+	n.m.withdrawSeconds.Observe(time.Since(start).Seconds())
+}
+
+// WaitPublished waits until this node's published table reflects the
+// store up to revision rev, withdrawals at least (see publishWithdrawals),
+// or ctx is done. The API calls it before it answers a drain or a
+// deregistration, so that the call returns only once this node no longer
+// serves the instance.
+func (n *Node) WaitPublished(ctx context.Context, rev uint64) error {
+	for {
+		t := n.cfg.Table.Acquire()
+		var v uint64
+		if t != nil {
+			if t.StoreRevision() >= rev {
+				t.Release()
+				return nil
+			}
+			v = t.Version()
+			t.Release()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-n.cfg.Table.Changed(v):
+		}
+	}
+}
