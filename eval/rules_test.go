@@ -423,7 +423,7 @@ func TestRuleLease(t *testing.T) {
 				e.s.Observer = "c2"
 				return e
 			}()}}),
-			want:  want{eligible: false, verdict: status.Unhealthy, flags: status.LeaseExpired}},
+			want: want{eligible: false, verdict: status.Unhealthy, flags: status.LeaseExpired}},
 		{name: "a stale failure does not corroborate",
 			steps: withLease(30*s, stepSpec{at: 20 * s, ev: []ev{probe("i0", 20*s, false)}}, stepSpec{at: 31 * s}),
 			want:  want{eligible: true, verdict: status.Unknown, flags: status.LeaseExpired}},
