@@ -19,11 +19,12 @@ test:        ## every test (unit, property, fuzz seeds, API, real-process integr
 integration: ## only the real-process tests
 	$(GO) test -race -count=1 -timeout 15m ./integration/...
 
-bench:       ## store throughput and failover, status table, probe pool, evaluator (see BENCHMARKS.md)
+bench:       ## store throughput and failover, status table, probe pool, evaluator, withdrawal publication (see BENCHMARKS.md)
 	$(GO) run ./bench/cmd/storebench
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=2s -count=5 ./bench/status/
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=10x -count=3 -timeout=10m ./bench/probe/
 	$(GO) test -run='^$$' -bench=. -benchmem -count=3 ./bench/eval/
+	$(GO) test -run='^$$' -bench=. -benchtime=100x -count=3 ./bench/withdraw/
 
 bench-dns: build ## DNS vs CoreDNS and Knot, pinned; needs root for apt (bench/dns/run.sh: ROUNDS, MODE=flip ...)
 	bench/dns/install-peers.sh >/dev/null
