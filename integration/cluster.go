@@ -353,6 +353,21 @@ func (c *Cluster) Leader() (*Node, error) {
 	return nil, fmt.Errorf("integration: no leader known: %w", errors.Join(errs...))
 }
 
+// LeaderAndFollower waits for a leader and returns it with another node
+// that runs.
+func (c *Cluster) LeaderAndFollower(timeout time.Duration) (leader, follower *Node, err error) {
+	leader, err = c.WaitLeader(timeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, n := range c.Live() {
+		if n != leader {
+			return leader, n, nil
+		}
+	}
+	return nil, nil, errors.New("integration: no node runs besides the leader")
+}
+
 // WaitLeader polls until every live node names the same leader and that
 // leader runs, and returns it. On timeout the error says what each node
 // said last.

@@ -24,16 +24,9 @@ func TestWriteToFollowerIsForwarded(t *testing.T) {
 	needProcesses(t)
 	c := StartCluster(t, 3)
 	ctx := ctxT(t, time.Minute)
-	leader, err := c.WaitLeader(10 * time.Second)
+	leader, follower, err := c.LeaderAndFollower(10 * time.Second)
 	if err != nil {
 		t.Fatal(err)
-	}
-	var follower *Node
-	for _, n := range c.Nodes {
-		if n != leader {
-			follower = n
-			break
-		}
 	}
 	forwardedBefore := forwardedWrites(t, follower)
 	fc := follower.Client()

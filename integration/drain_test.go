@@ -113,16 +113,9 @@ func TestDrainLeavesDNSBeforeTheCallReturns(t *testing.T) {
 		regs[id], ids = r.Incarnation, append(ids, id)
 	}
 	waitAllHealthy(ctx, t, c.Nodes, svc, ids...)
-	leader, err := c.WaitLeader(10 * time.Second)
+	leader, follower, err := c.LeaderAndFollower(10 * time.Second)
 	if err != nil {
 		t.Fatal(err)
-	}
-	var follower *Node
-	for _, n := range c.Nodes {
-		if n != leader {
-			follower = n
-			break
-		}
 	}
 	name := svc + "." + healthNS + ".svc.cairn.internal."
 	for _, tc := range []struct {

@@ -394,31 +394,8 @@ func startNode(t *testing.T, cfg store.Config) *node {
 // renewal lives only in the old leader's memory, and the new leader must
 // still not show (or replicate) an earlier deadline.
 func TestLeaseExtendedOnElectionWithoutCheckpoint(t *testing.T) {
-	var nodes []*node
-	for i := 1; i <= 3; i++ {
-		cfg := storetest.Fast(store.Config{NodeID: fmt.Sprintf("n%d", i), HTTPAddr: fmt.Sprintf("127.0.0.1:%d", i), Bootstrap: i == 1})
-		cfg.LeaseCheckpoint = time.Hour
-		nodes = append(nodes, startNode(t, cfg))
-	}
-	for _, a := range nodes {
-		for _, b := range nodes {
-			if a != b {
-				a.trans.Connect(b.trans.LocalAddr(), b.trans)
-			}
-		}
-	}
+	nodes := manualCluster(t, 3, func(c *store.Config) { c.LeaseCheckpoint = time.Hour })
 	n1 := nodes[0]
-	storetest.WaitFor(t, wait, func() error {
-		if !n1.LeaderReady() {
-			return fmt.Errorf("n1 is %s", n1.State())
-		}
-		return nil
-	})
-	for _, nd := range nodes[1:] {
-		if err := n1.Join(t.Context(), "test", store.Member{NodeID: nd.NodeID(), RaftAddr: nd.RaftAddr(), HTTPAddr: "127.0.0.1:9"}); err != nil {
-			t.Fatalf("joining %s: %v", nd.NodeID(), err)
-		}
-	}
 	mustApply(t, n1.Store, webService(time.Minute))
 	in := mustRegister(t, n1.Store, registration("a", "10.0.0.1"))
 	renewed, err := n1.Renew(t.Context(), key("a"), in.Incarnation)
