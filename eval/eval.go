@@ -205,8 +205,16 @@ func consume(p Policy, st *InstanceState, in Instance, samples []Sample, now tim
 		case s.Class >= numSampleClasses, s.At.After(now),
 			s.Incarnation != 0 && s.Incarnation != in.Incarnation:
 			discarded++
+		case s.Pending:
+			observeSample(p, st, s)
 		case !s.At.After(st.Classes[s.Class].Last.At):
-			// at or before the watermark: already consumed
+			// At or before the class's watermark: consumed already, or
+			// held back behind another observer's later sample (a
+			// refusal is not held back). It is no news for the class,
+			// but it may be its observer's latest: whether probers
+			// disagree, and whether callers reach their quorum, is
+			// judged from every observer's latest.
+			observeSample(p, st, s)
 		default:
 			ss = append(ss, s)
 		}
@@ -222,17 +230,12 @@ func consume(p Policy, st *InstanceState, in Instance, samples []Sample, now tim
 			// Each caller's window is its own judgement; the class
 			// hears, once per evaluation, whether the callers reach
 			// their quorum (below).
-			n := s.Successes + s.Failures + s.Timeouts
-			if n <= 0 {
-				continue
+			if observeSample(p, st, s) {
+				outcomes = &ss[i]
 			}
-			fail := float64(s.Failures+s.Timeouts) / float64(n)
-			observe(st, ObserverState{Class: ClassOutcome, Observer: s.Observer, At: s.At, OK: fail <= p.FailureThreshold})
-			outcomes = &ss[i]
 			continue
 		}
-		ok := s.OK && !s.Hard
-		observe(st, ObserverState{Class: s.Class, Observer: s.Observer, At: s.At, OK: ok})
+		ok := observeSample(p, st, s)
 		feed(p, &st.Classes[s.Class], EvidenceRef{Class: s.Class, Observer: s.Observer, At: s.At}, ok, s.Hard)
 	}
 	if outcomes != nil {
@@ -243,6 +246,24 @@ func consume(p Policy, st *InstanceState, in Instance, samples []Sample, now tim
 	keep := max(p.Freshness, p.OutcomeWindow)
 	st.Observers = slices.DeleteFunc(st.Observers, func(o ObserverState) bool { return now.Sub(o.At) > keep })
 	return discarded
+}
+
+// observeSample records s as its observer's latest, if it is, and
+// returns whether it passed (a probe) or counts at all (an outcome window
+// with calls).
+func observeSample(p Policy, st *InstanceState, s Sample) bool {
+	if s.Class == ClassOutcome {
+		n := s.Successes + s.Failures + s.Timeouts
+		if n <= 0 {
+			return false
+		}
+		fail := float64(s.Failures+s.Timeouts) / float64(n)
+		observe(st, ObserverState{Class: ClassOutcome, Observer: s.Observer, At: s.At, OK: fail <= p.FailureThreshold})
+		return true
+	}
+	ok := s.OK && !s.Hard
+	observe(st, ObserverState{Class: s.Class, Observer: s.Observer, At: s.At, OK: ok})
+	return ok
 }
 
 // maxObservers bounds InstanceState.Observers: the callers and probers
@@ -449,8 +470,9 @@ func judge(p Policy, w *work, now time.Time) {
 		}
 		// A failing class stays failing through silence: only a run of
 		// successes re-admits. But two probers that disagree only
-		// degrade.
-		if Class(i) == ClassProbe {
+		// degrade an instance in rotation; one that is out comes back
+		// through the run, however many probers pass it.
+		if Class(i) == ClassProbe && (!w.prev.Seen || w.prev.HealthEligible) {
 			if passed, failed := disagreement(p, st, now); passed != "" {
 				w.degraded = true
 				w.notes = append(w.notes, fmt.Sprintf("probers disagree: %s failed (%s), %s passed", failed, c.Why, passed))

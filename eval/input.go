@@ -110,6 +110,12 @@ type Sample struct {
 	// its window; timeouts are failures. A sample with no calls is
 	// ignored.
 	Successes, Failures, Timeouts int
+	// Pending marks a sample the caller holds back for now, so that an
+	// observer's late result is not behind the class's watermark: it only
+	// updates its observer's latest state (whether probers disagree,
+	// whether callers reach their quorum). The caller passes it again,
+	// without Pending, for the class to consume.
+	Pending bool
 }
 
 // EvidenceRef names the evidence behind a decision: its class, observer

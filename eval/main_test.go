@@ -46,7 +46,10 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func at(d time.Duration) time.Time { return t0.Add(d) }
 
-const s = time.Second
+const (
+	s  = time.Second
+	ms = time.Millisecond
+)
 
 // sim runs successive evaluations of one service.
 type sim struct {

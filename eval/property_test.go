@@ -161,6 +161,12 @@ func TestPropertiesOfEvaluate(t *testing.T) {
 					!hasReasonPrefix(r, "probers disagree") {
 					t.Fatalf("step %d: hard failure left %s eligible without a flag: %+v", i, r.ID, r)
 				}
+				// Disagreeing probers keep an instance in rotation; they
+				// never bring one back without the re-admission run.
+				if b, ok := before.Instances[r.ID]; ok && b.Seen && !b.HealthEligible && r.Eligible &&
+					!r.Flags.Has(status.HealthDisregarded) && hasReasonPrefix(r, "probers disagree") {
+					t.Fatalf("step %d: %s came back on disagreeing probers: %+v", i, r.ID, r)
+				}
 				// Outcomes withdraw only with a quorum of callers in the
 				// window, and never more than max_ejection_percent.
 				if !r.Eligible && r.Lifecycle == status.Ready && len(r.Reasons) == 1 && strings.HasPrefix(r.Reasons[0], "outcome failing") {

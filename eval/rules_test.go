@@ -387,11 +387,31 @@ func TestRuleProbersDisagree(t *testing.T) {
 		{name: "one observer's own earlier pass does not disagree",
 			steps: []stepSpec{{at: 3 * s, ev: []ev{probe("i0", 3*s, true)}}, {at: 4 * s, ev: []ev{hard("i0", 4*s)}}},
 			want:  want{eligible: false, verdict: status.Unhealthy}},
-		{name: "consecutive failures of one against passes of the other: degraded",
-			steps: seq(probeSteps("i0", 0, 2*s, F, F, F), []stepSpec{{at: 5 * s, ev: []ev{by(probe("i0", 5*s, true), "n2")}}}),
+		{name: "a pending pass of the other disagrees with a refusal",
+			steps: []stepSpec{{at: 10 * s, ev: []ev{hard("i0", 10*s), pending(by(probe("i0", 9900*ms, true), "n2"))}}},
 			want:  want{eligible: true, verdict: status.Degraded}},
+		{name: "a pass behind the watermark still disagrees",
+			steps: []stepSpec{{at: 10 * s, ev: []ev{hard("i0", 10*s), pending(by(probe("i0", 9900*ms, true), "n2"))}},
+				{at: 11 * s, ev: []ev{by(probe("i0", 9900*ms, true), "n2")}}},
+			want: want{eligible: true, verdict: status.Degraded}},
+		{name: "a pending pass older than one interval does not disagree",
+			steps: []stepSpec{{at: 10 * s, ev: []ev{hard("i0", 10*s), pending(by(probe("i0", 7900*ms, true), "n2"))}}},
+			want:  want{eligible: false, verdict: status.Unhealthy}},
+		{name: "disagreement does not bring a withdrawn instance back",
+			steps: []stepSpec{{at: 10 * s, ev: []ev{hard("i0", 10*s), by(hard("i0", 10*s), "n2")}},
+				{at: 13 * s, ev: []ev{probe("i0", 13*s, true)}}},
+			want: want{eligible: false, verdict: status.Unhealthy}},
+		{name: "consecutive failures of one, interleaved with passes of the other, do not withdraw",
+			steps: []stepSpec{{at: 0, ev: []ev{probe("i0", 0, false)}}, {at: 1 * s, ev: []ev{by(probe("i0", 1*s, true), "n2")}},
+				{at: 2 * s, ev: []ev{probe("i0", 2*s, false)}}, {at: 3 * s, ev: []ev{by(probe("i0", 3*s, true), "n2")}},
+				{at: 4 * s, ev: []ev{probe("i0", 4*s, false)}}},
+			want: want{eligible: true, verdict: status.Healthy}},
 	})
 }
+
+// pending marks a sample as not yet consumable: held back for ordering,
+// but already its observer's latest.
+func pending(e ev) ev { e.s.Pending = true; return e }
 
 // Rule 7.
 func TestRuleLease(t *testing.T) {

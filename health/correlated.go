@@ -15,11 +15,19 @@ type asideKey struct{ observer, region, zone string }
 func (k asideKey) String() string { return k.observer + " about " + k.region + "/" + k.zone }
 
 // reach counts, for one observer and one zone, the targets of which it
-// holds a fresh latest result, and how many of those got no answer at all.
-type reach struct{ total, soft int }
+// holds a fresh latest result, and how many of those got no answer at
+// all; zone is how many instances of the zone any observer holds a fresh
+// result of.
+type reach struct{ total, soft, zone int }
 
-// minCorrelated is the fewest targets in a zone whose silence can be told
-// from a silent target: with one target only, a timeout is the target's.
+// zoneKey is a locality.
+type zoneKey struct{ region, zone string }
+
+// minCorrelated is the fewest probed instances in a zone whose silence can
+// be told from a silent instance: with one only, a timeout is the
+// instance's, and a hung process must still leave. It counts the zone's
+// instances, not one observer's share of them: with two observers per
+// target, one of them may hold a single target of a three-instance zone.
 const minCorrelated = 2
 
 // correlation counts every observer's reach into every zone from its
@@ -27,6 +35,7 @@ const minCorrelated = 2
 // is the instance's service's: the window in which its results count.
 func (n *Node) correlation(now time.Time) map[asideKey]reach {
 	out := map[asideKey]reach{}
+	zones := map[zoneKey]int{}
 	for _, cs := range n.cat.services {
 		fresh := cs.policy.Freshness
 		for _, in := range cs.instances {
@@ -34,6 +43,7 @@ func (n *Node) correlation(now time.Time) map[asideKey]reach {
 			if e == nil || e.inc != in.Incarnation {
 				continue
 			}
+			counted := false
 			for _, o := range latestPerObserver(e.probes) {
 				if now.Sub(o.at) > fresh {
 					continue
@@ -45,8 +55,16 @@ func (n *Node) correlation(now time.Time) map[asideKey]reach {
 					r.soft++
 				}
 				out[k] = r
+				if !counted {
+					zones[zoneKey{in.Region, in.Zone}]++
+					counted = true
+				}
 			}
 		}
+	}
+	for k, r := range out {
+		r.zone = zones[zoneKey{k.region, k.zone}]
+		out[k] = r
 	}
 	return out
 }
@@ -54,7 +72,7 @@ func (n *Node) correlation(now time.Time) map[asideKey]reach {
 // setAside reports whether r's share of silent targets sets its
 // observer's evidence about the zone aside, at the service's fraction.
 func setAside(r reach, fraction float64) bool {
-	return r.total >= minCorrelated && float64(r.soft) > fraction*float64(r.total)
+	return r.zone >= minCorrelated && float64(r.soft) > fraction*float64(r.total)
 }
 
 // latestPerObserver returns each observer's latest observation in list,

@@ -122,3 +122,21 @@ func TestProberCutOffFromAZoneIsSilence(t *testing.T) {
 		}
 	}
 }
+
+// TestSetAsideCountsTheZone: the least number of instances for a
+// correlated silence is the zone's, not one prober's share of it.
+func TestSetAsideCountsTheZone(t *testing.T) {
+	for _, c := range []struct {
+		r    reach
+		want bool
+	}{
+		{reach{total: 1, soft: 1, zone: 3}, true},  // one prober's one target of three: set aside
+		{reach{total: 1, soft: 1, zone: 1}, false}, // one instance in the zone: its own timeout
+		{reach{total: 4, soft: 2, zone: 4}, false}, // half: not more than the fraction
+		{reach{total: 4, soft: 3, zone: 4}, true},
+	} {
+		if got := setAside(c.r, 0.5); got != c.want {
+			t.Errorf("setAside(%+v, 0.5) = %v, want %v", c.r, got, c.want)
+		}
+	}
+}

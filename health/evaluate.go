@@ -25,6 +25,7 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 	disregarded := 0
 	actor := "evaluator@" + n.cfg.Store.NodeID()
 
+	prevAside := n.aside
 	n.mu.Lock()
 	n.prune(n.currentInc, now.Add(-2*n.cfg.OutcomeHorizon))
 	counts := n.correlation(now)
@@ -60,7 +61,7 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 				if prev.Instances == nil {
 					prev.Instances = map[string]eval.InstanceState{}
 				}
-				prev.Instances[in.ID] = seed(*in.Health, in)
+				prev.Instances[in.ID] = seed(*in.Health, in, now)
 				if status.Flags(in.Health.Flags).Has(status.HealthDisregarded) {
 					prev.HealthDisregarded = true
 				}
@@ -140,6 +141,7 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 			n.m.commitErrors.Inc()
 			n.log.Warn("committing verdicts", "updates", len(ups), "err", err)
 			n.states = nil
+			n.aside = prevAside // their events were not committed either
 			return committed
 		}
 		n.m.commits.Inc()
@@ -289,7 +291,14 @@ func withoutSlowStart(rs []string) []string {
 // verdict: a new leader resumes failing classes (re-admission still
 // takes the full run of successes), publication, slow start and
 // quarantine. Flap history and scores start afresh.
-func seed(h store.Health, in store.Instance) eval.InstanceState {
+//
+// A failing probe class of an instance still in rotation (its probers
+// disagreed) is not resumed: the new leader has neither prober's result,
+// and would withdraw it; the probers' next results decide again. A
+// failing outcome class resumes as last heard from at now, so the
+// callers' silence ends it no earlier than one outcome window after the
+// takeover.
+func seed(h store.Health, in store.Instance, now time.Time) eval.InstanceState {
 	st := eval.InstanceState{Incarnation: h.Incarnation, Seen: true, Lifecycle: lifecycleOf(in.Lifecycle),
 		HealthEligible: h.HealthEligible, Published: h.Eligible, Verdict: parseVerdict(h.Verdict),
 		EligibleSince: h.EligibleSince, FailingSince: h.FailingSince,
@@ -300,14 +309,19 @@ func seed(h store.Health, in store.Instance) eval.InstanceState {
 			st.Report = eval.ReportState{Failing: true, Since: f.Since, Why: f.Why}
 			continue
 		}
-		i := eval.ClassProbe
-		if f.Class == eval.ClassOutcome.String() {
-			i = eval.ClassOutcome
-		} else if f.Class != eval.ClassProbe.String() {
+		i, last := eval.ClassProbe, f.Since
+		switch f.Class {
+		case eval.ClassOutcome.String():
+			i, last = eval.ClassOutcome, now
+		case eval.ClassProbe.String():
+			if h.HealthEligible {
+				continue
+			}
+		default:
 			continue
 		}
 		st.Classes[i] = eval.ClassState{Failing: true, FailingSince: f.Since, Hard: f.Hard, Why: f.Why,
-			Trigger: eval.EvidenceRef{Class: i, At: f.Since}, Last: eval.EvidenceRef{Class: i, At: f.Since}}
+			Trigger: eval.EvidenceRef{Class: i, At: f.Since}, Last: eval.EvidenceRef{Class: i, At: last}}
 	}
 	return st
 }

@@ -109,9 +109,9 @@ func (n *Node) record(key string, inc uint64, class eval.Class, o obs) bool {
 	return true
 }
 
-// samples returns the evidence about one incarnation observed at or
-// before cutoff, and every refused connection, as eval samples; nil when
-// there is none. A probe that got no answer from an observer whose
+// samples returns the evidence about one incarnation as eval samples,
+// those observed after cutoff (a refused connection excepted) pending;
+// nil when there is none. A probe that got no answer from an observer whose
 // evidence about the instance's zone is set aside (aside) is left out:
 // silence, not failure.
 func (n *Node) samples(key string, inc uint64, cutoff time.Time, aside func(observer string) bool) []eval.Sample {
@@ -125,18 +125,17 @@ func (n *Node) samples(key string, inc uint64, cutoff time.Time, aside func(obse
 			e.probes[i].aside = true
 			continue
 		}
-		// A refused connection withdraws whatever came before it, so it
-		// need not wait for a slower observer's results: no hold-back.
-		if !o.at.After(cutoff) || o.hard {
-			out = append(out, eval.Sample{Class: eval.ClassProbe, Observer: o.observer, Incarnation: inc,
-				At: o.at, OK: o.ok, Hard: o.hard})
-		}
+		// A result younger than cutoff is only pending: its observer's
+		// latest, but not yet the class's, so that a slower observer's
+		// result is not behind the watermark when it comes. A refused
+		// connection withdraws whatever came before it, so it need not
+		// wait: no hold-back.
+		out = append(out, eval.Sample{Class: eval.ClassProbe, Observer: o.observer, Incarnation: inc,
+			At: o.at, OK: o.ok, Hard: o.hard, Pending: o.at.After(cutoff) && !o.hard})
 	}
 	for _, o := range e.outcomes {
-		if !o.at.After(cutoff) {
-			out = append(out, eval.Sample{Class: eval.ClassOutcome, Observer: o.observer, Incarnation: inc,
-				At: o.at, Successes: o.succ, Failures: o.fail, Timeouts: o.tmo})
-		}
+		out = append(out, eval.Sample{Class: eval.ClassOutcome, Observer: o.observer, Incarnation: inc,
+			At: o.at, Successes: o.succ, Failures: o.fail, Timeouts: o.tmo, Pending: o.at.After(cutoff)})
 	}
 	return out
 }

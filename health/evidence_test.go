@@ -79,8 +79,8 @@ func TestRecordAndPrune(t *testing.T) {
 	if e := n.evidence["shop/cart/a"]; e.inc != 3 || len(e.probes) != 0 || len(e.outcomes) != 1 {
 		t.Fatalf("evidence %+v, want only incarnation 3's outcome", e)
 	}
-	if ss := n.samples("shop/cart/a", 3, t0.Add(time.Second), never); ss != nil {
-		t.Errorf("samples before the cutoff %+v, want none (the outcome is after it)", ss)
+	if ss := n.samples("shop/cart/a", 3, t0.Add(time.Second), never); len(ss) != 1 || !ss[0].Pending {
+		t.Errorf("samples with a cutoff before the outcome %+v, want it pending", ss)
 	}
 	ss := n.samples("shop/cart/a", 3, t0.Add(2*time.Second), never)
 	if len(ss) != 1 || ss[0] != (eval.Sample{Class: eval.ClassOutcome, Observer: "c1", Incarnation: 3, At: t0.Add(2 * time.Second), Successes: 1}) {
@@ -176,7 +176,7 @@ func TestSeedResumesCommittedState(t *testing.T) {
 	if len(h.Failing) != 2 || h.Eligible {
 		t.Fatalf("committed %+v, want withdrawn with both classes failing", h)
 	}
-	seeded := seed(h, store.Instance{ID: "a", Incarnation: 1, Lifecycle: store.Ready})
+	seeded := seed(h, store.Instance{ID: "a", Incarnation: 1, Lifecycle: store.Ready}, at(3))
 	orig := st.Instances["a"]
 	if seeded.Published != orig.Published || seeded.HealthEligible != orig.HealthEligible || seeded.Verdict != orig.Verdict ||
 		!seeded.Seen || seeded.Incarnation != 1 {
@@ -192,7 +192,7 @@ func TestSeedResumesCommittedState(t *testing.T) {
 	fresh := eval.State{Instances: map[string]eval.InstanceState{"a": seeded}}
 	for _, id := range []string{"b", "c"} {
 		hb := healthOf(eval.InstanceResult{ID: id, Incarnation: 1, Verdict: status.Unknown, Eligible: true}, st.Instances[id], at(4))
-		fresh.Instances[id] = seed(hb, store.Instance{ID: id, Incarnation: 1, Lifecycle: store.Ready})
+		fresh.Instances[id] = seed(hb, store.Instance{ID: id, Incarnation: 1, Lifecycle: store.Ready}, at(4))
 	}
 	res2, st2 := eval.Evaluate(p, ins, nil, fresh, at(5))
 	if len(res2.Transitions) != 0 || len(res2.Events) != 0 {
@@ -299,3 +299,31 @@ func TestUnchangedAgreesWithHealthOf(t *testing.T) {
 
 // never sets nothing aside.
 func never(string) bool { return false }
+
+// TestSeedAfterFailover: a new leader does not withdraw an instance its
+// probers disagreed about (it has neither prober's result yet), and does
+// not end an outcome withdrawal on its first round because the callers
+// were last heard from by the old leader.
+func TestSeedAfterFailover(t *testing.T) {
+	t0 := newClock().Now()
+	p := eval.Policy{}.WithDefaults()
+	in := store.Instance{ID: "a", Incarnation: 1, Lifecycle: store.Ready}
+	ins := []eval.Instance{{ID: "a", Incarnation: 1, Lifecycle: status.Ready},
+		{ID: "b", Incarnation: 1, Lifecycle: status.Ready}, {ID: "c", Incarnation: 1, Lifecycle: status.Ready}}
+	evalAt := func(h store.Health, now time.Time) eval.InstanceResult {
+		t.Helper()
+		st := eval.State{Instances: map[string]eval.InstanceState{"a": seed(h, in, now)}}
+		res, _ := eval.Evaluate(p, ins, nil, st, now)
+		return res.Instances[0]
+	}
+	disagreed := store.Health{Incarnation: 1, Verdict: "degraded", Eligible: true, HealthEligible: true,
+		Failing: []store.FailingClass{{Class: "probe", Since: t0, Hard: true, Why: "hard failure (connection refused)"}}}
+	if r := evalAt(disagreed, t0.Add(2*time.Second)); !r.Eligible {
+		t.Errorf("an instance kept in rotation by disagreeing probers was withdrawn after a failover: %+v", r)
+	}
+	ejected := store.Health{Incarnation: 1, Verdict: "unhealthy", Eligible: false, HealthEligible: false,
+		Failing: []store.FailingClass{{Class: "outcome", Since: t0, Why: "a quorum of callers report failures"}}}
+	if r := evalAt(ejected, t0.Add(10*time.Minute)); r.Eligible {
+		t.Errorf("an outcome withdrawal ended on the new leader's first round: %+v", r)
+	}
+}

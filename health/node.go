@@ -47,6 +47,9 @@ type Node struct {
 
 	// built is when the last table was published (unix ns, 0 before).
 	built atomic.Int64
+	// nudge asks the loop to publish the withdrawals and the revision
+	// now (WaitPublished).
+	nudge chan struct{}
 	// restored is set while the published table is the one loaded from
 	// disk and the replica has not caught up; restoredSynced is when that
 	// table was last known current.
@@ -80,6 +83,7 @@ func New(cfg Config) (*Node, error) {
 		served:   make([]atomic.Int64, c),
 		slots:    status.NewSlots(c),
 		slotInc:  make([]uint64, c),
+		nudge:    make(chan struct{}, 1),
 	}
 	empty := map[string]int{}
 	n.slotOf.Store(&empty)
@@ -138,6 +142,8 @@ func (n *Node) Run(ctx context.Context) error {
 				next = true
 			case <-n.cfg.Store.Withdrawn():
 				n.publishWithdrawals(ctx)
+			case <-n.nudge:
+				n.publishWithdrawals(ctx)
 			}
 		}
 	}
@@ -148,11 +154,6 @@ func (n *Node) Run(ctx context.Context) error {
 // (never concurrently with Run).
 func (n *Node) Tick(ctx context.Context) {
 	now := n.cfg.Now()
-	if !n.restored.Load() {
-		// This round's build, from the replica, has every withdrawal
-		// applied so far.
-		n.cfg.Store.TakeWithdrawals()
-	}
 	if n.restored.Load() {
 		if !n.cfg.Store.CaughtUp() {
 			// The replica may hold only its latest raft snapshot: keep

@@ -1,6 +1,7 @@
 package health
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/store/storetest"
 	"github.com/cairn-sd/cairn/tablefile"
 )
 
@@ -374,5 +376,70 @@ func TestRestoreServesTheKeptTable(t *testing.T) {
 	}
 	if e, ok := n.Status(in.Key().String(), in.Incarnation); !ok || !e.Flags.Has(status.Eligible) {
 		t.Errorf("after the round: %+v %v, want the instance from the store", e, ok)
+	}
+}
+
+// TestRestoredUntilCaughtUp: a node whose store never hears from a leader
+// keeps serving the table it kept on disk, round after round, and stamps
+// nothing on it: WaitPublished does not pass on a table it has not built.
+func TestRestoredUntilCaughtUp(t *testing.T) {
+	h := newHarness(t, nil, 0, nil)
+	svc := tcpService("shop", "cart")
+	h.apply(svc)
+	h.fleet(svc, "a", 1)
+	h.tick(0)
+	kept := h.pub.Acquire()
+	snap := tablefile.Take(kept, h.clk.Now(), h.clk.Now())
+	kept.Release()
+
+	lone := storetest.Lone(t, store.Config{NodeID: "n9", Now: h.clk.Now})
+	n := newNode(t, lone.Store, h.clk, 0, func(c *Config) { c.Restore = snap })
+	for range 3 {
+		h.clk.Advance(time.Second)
+		n.Tick(t.Context())
+		n.publishWithdrawals(t.Context())
+	}
+	if !n.Restored() {
+		t.Fatal("no longer restored, with a store that never caught up")
+	}
+	tbl := n.cfg.Table.Acquire()
+	if tbl.StoreRevision() != snap.Revision || tbl.Version() != 1 {
+		t.Errorf("table at revision %d, version %d; want the kept one (revision %d, version 1)", tbl.StoreRevision(), tbl.Version(), snap.Revision)
+	}
+	tbl.Release()
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if err := n.WaitPublished(ctx, snap.Revision+1); err == nil {
+		t.Errorf("WaitPublished(%d) passed on the kept table", snap.Revision+1)
+	}
+}
+
+// TestWaitPublishedWaits: WaitPublished returns only once a table at the
+// revision is published, and asks the loop for one.
+func TestWaitPublishedWaits(t *testing.T) {
+	h := newHarness(t, nil, 0, nil)
+	svc := tcpService("shop", "cart")
+	h.apply(svc)
+	h.fleet(svc, "a", 2)
+	h.tick(0)
+	h.register(reg(svc, "b", "10.0.5.5")) // an entry with no withdrawal
+	rev := h.st.Revision()
+	done := make(chan error, 1)
+	go func() { done <- h.n.WaitPublished(t.Context(), rev) }()
+	select {
+	case err := <-done:
+		t.Fatalf("WaitPublished(%d) returned %v before a table at it was published", rev, err)
+	case <-h.n.nudge: // it asked the loop to publish
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitPublished never asked the loop to publish")
+	}
+	h.n.publishWithdrawals(t.Context()) // what the loop does when asked
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitPublished did not return once the table had the revision")
 	}
 }

@@ -15,6 +15,11 @@ import (
 // copy of the table whatever was withdrawn. It runs on the loop's
 // goroutine, between rounds.
 func (n *Node) publishWithdrawals(ctx context.Context) {
+	if n.restored.Load() {
+		// The kept table's slots are not this node's yet: the first
+		// build after the store has caught up has every withdrawal.
+		return
+	}
 	// Every withdrawal up to the replica's revision now is in the feed
 	// (the store feeds an entry's withdrawals before its revision shows),
 	// or was taken before: the table published here is complete in
@@ -22,9 +27,10 @@ func (n *Node) publishWithdrawals(ctx context.Context) {
 	rev := n.cfg.Store.Revision()
 	_, ws, overflow := n.cfg.Store.TakeWithdrawals()
 	if overflow {
-		// More than the feed holds: the next round rebuilds from the
-		// replica, now.
-		n.Tick(ctx)
+		// More than the feed holds: rebuild from the replica now (no
+		// evaluation: that keeps its cadence).
+		n.refresh()
+		n.build(n.cfg.Now())
 		return
 	}
 	start := time.Now()
@@ -84,7 +90,7 @@ func (n *Node) publishWithdrawals(ctx context.Context) {
 // deregistration, so that the call returns only once this node no longer
 // serves the instance.
 func (n *Node) WaitPublished(ctx context.Context, rev uint64) error {
-	for {
+	for nudged := false; ; {
 		t := n.cfg.Table.Acquire()
 		var v uint64
 		if t != nil {
@@ -94,6 +100,16 @@ func (n *Node) WaitPublished(ctx context.Context, rev uint64) error {
 			}
 			v = t.Version()
 			t.Release()
+		}
+		if !nudged {
+			// Entries without withdrawals may have come after the
+			// write: have the loop stamp the table now rather than at
+			// the next build.
+			select {
+			case n.nudge <- struct{}{}:
+			default:
+			}
+			nudged = true
 		}
 		select {
 		case <-ctx.Done():

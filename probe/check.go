@@ -6,12 +6,15 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 )
@@ -25,8 +28,10 @@ type Outcome struct {
 	// the evaluator withdraws the target at once (SPEC §2's hard-failure
 	// fast path). A timeout, a reset or a bad status is never Hard.
 	Hard bool
-	// Unreachable is true when no answer came at all: the check timed
-	// out, or the network or host was unreachable. From one observer
+	// Unreachable is true when no answer came at all because no
+	// connection could be made: the dial timed out, or the network or host
+	// was unreachable. A connection made and then not answered in time is
+	// a plain failure: the target was reached. From one observer
 	// that is as much a fact about the path as about the target, so the
 	// evaluator counts it as a failure only while that observer still
 	// reaches most of what it probes (SPEC §2: a prober cut off is
@@ -149,9 +154,20 @@ func checkHTTP(ctx context.Context, t Target, c *conn) Outcome {
 		return Outcome{Err: "invalid request"}
 	}
 	req.Header.Set("User-Agent", userAgent)
+	// A request that dialed a connection and then got no answer reached
+	// the target: its timeout is the target's, not the path's. A reused
+	// connection proves nothing about the path now (a partition leaves
+	// it open); the transport closes it on the timeout, so the next
+	// check dials afresh and tells.
+	var connected atomic.Bool
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		GotConn: func(i httptrace.GotConnInfo) { connected.Store(!i.Reused) },
+	}))
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return failed(err)
+		o := failed(err)
+		o.Unreachable = o.Unreachable && !connected.Load()
+		return o
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxBody))
 	_ = resp.Body.Close()
@@ -163,6 +179,7 @@ func checkHTTP(ctx context.Context, t Target, c *conn) Outcome {
 }
 
 func checkGRPC(ctx context.Context, t Target, c *conn) (Outcome, bool) {
+	wasReady := c.grpc.GetState() == connectivity.Ready
 	resp, err := healthpb.NewHealthClient(c.grpc).Check(ctx, &healthpb.HealthCheckRequest{Service: t.Service})
 	if err == nil {
 		st := resp.GetStatus()
@@ -185,7 +202,11 @@ func checkGRPC(ctx context.Context, t Target, c *conn) (Outcome, bool) {
 		// No connection, and not refused: nothing answered.
 		return Outcome{Unreachable: true, Err: "unavailable"}, true
 	case codes.DeadlineExceeded:
-		return Outcome{Unreachable: true, Err: "timeout"}, true
+		// A channel that connected during this check reached the
+		// target, which did not answer in time: evidence. One that was
+		// connected before proves nothing about the path now; it is
+		// dropped (broken), so the next check connects afresh and tells.
+		return Outcome{Unreachable: wasReady || c.grpc.GetState() != connectivity.Ready, Err: "timeout"}, true
 	case codes.Canceled:
 		return Outcome{Err: "canceled"}, false
 	case codes.Unimplemented:

@@ -103,6 +103,27 @@ func Single(t testing.TB, cfg store.Config) *Node {
 	return n
 }
 
+// Lone starts a node that neither bootstraps nor joins: it never hears
+// from a leader, as a server restarted while its cluster has no quorum.
+// It is stopped when the test ends.
+func Lone(t testing.TB, cfg store.Config) *Node {
+	t.Helper()
+	if cfg.NodeID == "" {
+		cfg.NodeID = "n1"
+	}
+	if cfg.HTTPAddr == "" {
+		cfg.HTTPAddr = "127.0.0.1:1"
+	}
+	cfg.Bootstrap = false
+	n := start(t, Fast(cfg), cfg.NodeID)
+	t.Cleanup(func() {
+		if err := n.Stop(); err != nil {
+			t.Errorf("stopping store: %v", err)
+		}
+	})
+	return n
+}
+
 // Cluster starts n nodes (ids n1..nN) on connected in-memory transports,
 // n1 bootstrapping and the others joining, and waits until all n are
 // voters and one is a ready leader.
