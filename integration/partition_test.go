@@ -163,18 +163,18 @@ func (l *netlab) backends(host int, addrs ...string) {
 	})
 }
 
-// TestPartitionFromAZoneIsSilence: the server is cut off from one zone's
-// instances by a firewall (its probes time out). Those instances go
-// unknown and stay in DNS answers the whole time; an event names the
-// prober; a timeout in the zone it still reaches is evidence as before;
-// healing brings them back with no withdrawal in between (SPEC §2: a
-// prober cut off is silence, not failure).
+// TestPartitionFromAZoneIsSilence: the servers of a three-node cluster
+// are cut off from one zone's instances by a firewall (their probes time
+// out). Those instances go unknown and stay in DNS answers the whole
+// time; events name the probers; healing brings them back with no
+// withdrawal in between (SPEC §2: a prober cut off is silence, not
+// failure).
 func TestPartitionFromAZoneIsSilence(t *testing.T) {
 	lab := needNetlab(t)
 	lab.backends(2, labNet+".2:8081", labNet+".2:8082")
 	lab.backends(3, labNet+".3:8081", labNet+".3:8082", labNet+".3:8083")
 
-	c := StartCluster(t, 1, "--region", "r1", "--zone", "za")
+	c := StartCluster(t, 3, "--region", "r1", "--zone", "za")
 	n := c.Nodes[0]
 	ctx := ctxT(t, 3*time.Minute)
 	applyDefinition(ctx, t, c, healthService("web", "{type: http, port: http, path: /, interval: 1s, timeout: 500ms}",
@@ -218,8 +218,8 @@ func TestPartitionFromAZoneIsSilence(t *testing.T) {
 	// For the length of the partition (15s: 15 checks of each
 	// instance), every zb instance stays in the SRV answer.
 	aside := waitEvent(ctx, t, n, "web", mark, "probes_set_aside", func(e store.Event) bool { return e.Kind == store.EventProbesSetAside })
-	if !strings.Contains(aside.Reason, "prober "+n.ID) || !strings.Contains(aside.Reason, "r1/zb") {
-		t.Errorf("set-aside event %q: want it to name prober %s and zone r1/zb", aside.Reason, n.ID)
+	if !strings.Contains(aside.Reason, "prober n") || !strings.Contains(aside.Reason, "r1/zb") {
+		t.Errorf("set-aside event %q: want it to name a prober and zone r1/zb", aside.Reason)
 	}
 	end := time.Now().Add(15 * time.Second)
 	for time.Now().Before(end) {
