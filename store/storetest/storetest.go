@@ -81,19 +81,7 @@ func start(t testing.TB, cfg store.Config, addr string) *Node {
 // waits until it is a ready leader. It is stopped when the test ends.
 func Single(t testing.TB, cfg store.Config) *Node {
 	t.Helper()
-	if cfg.NodeID == "" {
-		cfg.NodeID = "n1"
-	}
-	if cfg.HTTPAddr == "" {
-		cfg.HTTPAddr = "127.0.0.1:1"
-	}
-	cfg.Bootstrap = true
-	n := start(t, Fast(cfg), cfg.NodeID)
-	t.Cleanup(func() {
-		if err := n.Stop(); err != nil {
-			t.Errorf("stopping store: %v", err)
-		}
-	})
+	n := alone(t, cfg, true)
 	WaitFor(t, 10*time.Second, func() error {
 		if !n.LeaderReady() {
 			return fmt.Errorf("state %s, not a ready leader", n.State())
@@ -108,13 +96,21 @@ func Single(t testing.TB, cfg store.Config) *Node {
 // It is stopped when the test ends.
 func Lone(t testing.TB, cfg store.Config) *Node {
 	t.Helper()
+	return alone(t, cfg, false)
+}
+
+// alone starts one node on a transport of its own (NodeID defaults to
+// "n1"), bootstrapping a cluster of itself or not, stopped when the test
+// ends.
+func alone(t testing.TB, cfg store.Config, bootstrap bool) *Node {
+	t.Helper()
 	if cfg.NodeID == "" {
 		cfg.NodeID = "n1"
 	}
 	if cfg.HTTPAddr == "" {
 		cfg.HTTPAddr = "127.0.0.1:1"
 	}
-	cfg.Bootstrap = false
+	cfg.Bootstrap = bootstrap
 	n := start(t, Fast(cfg), cfg.NodeID)
 	t.Cleanup(func() {
 		if err := n.Stop(); err != nil {
