@@ -13,8 +13,9 @@ build:       ## build bin/cairn
 run: build   ## single-node server on loopback, data in .cairn/, demo service and 3 instances
 	./scripts/run-demo.sh
 
-test:        ## every test (unit, property, fuzz seeds, API, real-process integration) with -race
+test:        ## every test (unit, property, fuzz seeds, API, real-process integration) with -race, then the allocation tests without it
 	$(GO) test -race -count=1 -timeout 15m ./...
+	$(GO) test -count=1 -run 'Allocations' ./dnsserver/
 
 integration: ## only the real-process tests
 	$(GO) test -race -count=1 -timeout 15m ./integration/...

@@ -327,6 +327,9 @@ func TestServeStale(t *testing.T) {
 	if e := ede(r); r.Rcode != dns.RcodeServerFailure || len(e) != 1 || e[0].InfoCode != dns.ExtendedErrorCodeNoReachableAuthority || len(r.Answer) != 0 {
 		t.Fatalf("past max-stale: %v; want SERVFAIL with EDE 22", r)
 	}
+	if r.Authoritative {
+		t.Errorf("past max-stale: SERVFAIL with AA set; want it clear")
+	}
 }
 
 // TestRestoredIsStale: while the table is the one kept on disk and the

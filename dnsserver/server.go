@@ -438,6 +438,11 @@ func countOPT(rrs []dns.RR) int {
 // finish completes the message with the OPT record (and its EDEs); an
 // answer that leaves no room for it is truncated.
 func (s *Server) finish(m *msg, q *query, rcode int) ([]byte, int, uint16) {
+	if rcode == dns.RcodeServerFailure {
+		// This server could not answer with authority: a resolver must
+		// not take a SERVFAIL for an authoritative statement.
+		m.flags &^= flagAA
+	}
 	m.reserve = 0
 	if m.off+q.o.size() > m.limit {
 		m.truncate()
