@@ -3,6 +3,7 @@ package dnsserver_test
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/cairn-sd/cairn/dnsserver"
 	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/zones"
 )
 
 func shopServices() []svc {
@@ -442,5 +444,29 @@ func TestUnparseableQueryGetsFORMERR(t *testing.T) {
 	var r dns.Msg
 	if err := r.Unpack(buf[:n]); err != nil || r.Rcode != dns.RcodeFormatError || r.Id != q.Id || !r.Response {
 		t.Fatalf("answer %v (%v); want a FORMERR with the query's id", r, err)
+	}
+}
+
+// TestNegativeSOAThatDoesNotFitTruncates: in a zone whose names are so
+// long that a negative answer's SOA does not fit 512 bytes, the UDP
+// answer is truncated (TC) rather than sent without its SOA, and TCP has
+// the whole answer.
+func TestNegativeSOAThatDoesNotFitTruncates(t *testing.T) {
+	label := strings.Repeat("x", 60)
+	domain := label + "." + label + "." + label + ".internal."
+	z, err := zones.New(zones.Config{Domain: domain,
+		NSAddrs: map[string][]netip.Addr{"ns." + domain: {netip.MustParseAddr("192.0.2.53")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := start(t, shopServices(), func(c *dnsserver.Config) { own(c); c.Zone = z })
+	q := query("nope."+domain, dns.TypeA, false) // no EDNS: 512 bytes
+	r := f.ask("udp", q)
+	if r.Rcode != dns.RcodeNameError || !r.Truncated || len(r.Ns) != 0 {
+		t.Fatalf("UDP: %v; want NXDOMAIN, TC, no records", r)
+	}
+	r = f.ask("tcp", q)
+	if r.Rcode != dns.RcodeNameError || r.Truncated || len(r.Ns) != 1 || r.Ns[0].Header().Rrtype != dns.TypeSOA {
+		t.Fatalf("TCP: %v; want NXDOMAIN with the SOA", r)
 	}
 }

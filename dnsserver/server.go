@@ -638,9 +638,14 @@ func (s *Server) any(m *msg, q *query) int {
 func (s *Server) negative(m *msg, q *query, t *status.Table, rcode int) int {
 	soa := s.cfg.Zone.SOA(serial(t))
 	soa.Hdr.Ttl = q.ttl(s.cfg.Zone.NegativeTTL())
-	if m.rr(soa) {
-		m.ns++
+	if !m.rr(soa) {
+		// A negative answer without its SOA cannot be cached for the
+		// negative TTL (RFC 2308): truncated, so that the resolver asks
+		// over TCP, rather than silently short.
+		m.truncate()
+		return rcode
 	}
+	m.ns++
 	return rcode
 }
 
