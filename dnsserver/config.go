@@ -32,7 +32,8 @@ type Config struct {
 	// address; the longest matching prefix wins.
 	Subnets []Subnet
 	// ECSTrusted are the sources whose EDNS Client Subnet option is used
-	// (resolvers of the operator's). Others' ECS options are ignored.
+	// (resolvers of the operator's). Others' ECS options do not place the
+	// caller: they are echoed with scope 0 (RFC 7871 §7.2.1).
 	ECSTrusted []netip.Prefix
 	// StaleAfter: when the node's view of the store is older than this,
 	// answers are stale (EDE 3 or 19, TTL at most 30 s). Defaults to 5s.
