@@ -470,3 +470,81 @@ func TestNegativeSOAThatDoesNotFitTruncates(t *testing.T) {
 		t.Fatalf("TCP: %v; want NXDOMAIN with the SOA", r)
 	}
 }
+
+// TestTCPConnectionCap: with the cap of open TCP connections reached, a
+// new connection is closed at once (and counted), the open ones keep
+// being served, and a slot freed by a client closing is taken again.
+func TestTCPConnectionCap(t *testing.T) {
+	f := start(t, shopServices(), func(c *dnsserver.Config) { own(c); c.TCPMaxConns = 3 })
+	q := query("web.shop.svc.cairn.internal.", dns.TypeA, true)
+	dial := func() *dns.Conn {
+		t.Helper()
+		c, err := dns.DialTimeout("tcp", f.addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	exchange := func(c *dns.Conn) error {
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if err := c.WriteMsg(q); err != nil {
+			return err
+		}
+		r, err := c.ReadMsg()
+		if err == nil && r.Rcode != dns.RcodeSuccess {
+			err = fmt.Errorf("rcode %s", dns.RcodeToString[r.Rcode])
+		}
+		return err
+	}
+	var open []*dns.Conn
+	for i := range 3 {
+		c := dial()
+		if err := exchange(c); err != nil {
+			t.Fatalf("connection %d of 3: %v", i+1, err)
+		}
+		open = append(open, c)
+	}
+	if err := exchange(dial()); err == nil {
+		t.Fatal("a fourth connection past the cap of 3 was served")
+	}
+	if got := counterValue(t, f, "cairn_dns_tcp_rejected_total"); got < 1 {
+		t.Errorf("cairn_dns_tcp_rejected_total = %v, want at least 1", got)
+	}
+	for i, c := range open {
+		if err := exchange(c); err != nil {
+			t.Errorf("open connection %d after the rejection: %v", i+1, err)
+		}
+	}
+	// One client leaves: its slot comes back once the server has closed
+	// its side.
+	_ = open[0].Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := exchange(dial())
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no connection served 10s after one of three closed: %v", err)
+		}
+	}
+}
+
+// counterValue returns the sum of a counter's series in f's registry.
+func counterValue(t *testing.T, f *fixture, name string) float64 {
+	t.Helper()
+	mfs, err := f.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}

@@ -51,8 +51,12 @@ type Config struct {
 	// UDPSize is the EDNS UDP payload size advertised and the most a UDP
 	// answer may be. Defaults to 1232.
 	UDPSize uint16
-	// TCPIdleTimeout closes an idle TCP connection. Defaults to 10s.
+	// TCPIdleTimeout closes an idle TCP connection, and bounds the wait
+	// for a query on it. Defaults to 10s.
 	TCPIdleTimeout time.Duration
+	// TCPMaxConns caps the TCP connections open at once; past it a new
+	// connection is closed as soon as it is accepted. Defaults to 1024.
+	TCPMaxConns int
 	// Rand returns uniform floats in [0, 1) for weighted sampling; nil
 	// uses math/rand/v2. Tests pass a seeded source (it must then be safe
 	// for concurrent use if queries run concurrently).
@@ -79,6 +83,7 @@ const (
 	DefaultMaxStale       = 24 * time.Hour
 	DefaultUDPSize        = 1232
 	DefaultTCPIdleTimeout = 10 * time.Second
+	DefaultTCPMaxConns    = 1024
 	// defaultARecordLimit applies when a service's limit is unset.
 	defaultARecordLimit = 8
 	// staleTTL caps the TTLs of stale answers (RFC 8767 suggests 30 s).
@@ -101,6 +106,9 @@ func (c *Config) setDefaults() {
 	if c.TCPIdleTimeout == 0 {
 		c.TCPIdleTimeout = DefaultTCPIdleTimeout
 	}
+	if c.TCPMaxConns == 0 {
+		c.TCPMaxConns = DefaultTCPMaxConns
+	}
 	if c.Rand == nil {
 		c.Rand = rand.Float64
 	}
@@ -122,6 +130,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("dnsserver: StaleAfter (%v) must be positive and MaxStale (%v) longer", c.StaleAfter, c.MaxStale)
 	case c.UDPSize < 512:
 		return fmt.Errorf("dnsserver: UDPSize %d is below 512", c.UDPSize)
+	case c.TCPMaxConns < 1:
+		return fmt.Errorf("dnsserver: TCPMaxConns %d is below 1", c.TCPMaxConns)
 	}
 	for i, s := range c.Subnets {
 		if !s.Prefix.IsValid() {

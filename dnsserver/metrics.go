@@ -22,6 +22,8 @@ type metrics struct {
 	dropped                     prometheus.Counter
 	readErrors                  prometheus.Counter
 	sendErrors                  prometheus.Counter
+	tcpRejected                 prometheus.Counter
+	tcpFDWaits                  prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -41,10 +43,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Errors reading UDP queries (the reader goes on)."}),
 		sendErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_dns_udp_send_errors_total",
 			Help: "UDP answers that could not be sent (the others of the batch still are)."}),
+		tcpRejected: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_dns_tcp_rejected_total",
+			Help: "TCP connections closed on accept: the cap on open connections was reached."}),
+		tcpFDWaits: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_dns_tcp_accept_fd_waits_total",
+			Help: "Back-offs of the TCP accept loop for lack of file descriptors."}),
 	}
 	m.staleAnswers, m.staleServfail = m.stale.WithLabelValues("stale"), m.stale.WithLabelValues("servfail")
 	if reg != nil {
-		reg.MustRegister(m.queries, m.latency, m.stale, m.disregarded, m.dropped, m.readErrors, m.sendErrors)
+		reg.MustRegister(m.queries, m.latency, m.stale, m.disregarded, m.dropped, m.readErrors, m.sendErrors,
+			m.tcpRejected, m.tcpFDWaits)
 	}
 	return m
 }

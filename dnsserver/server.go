@@ -108,7 +108,8 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	idle := func() time.Duration { return s.cfg.TCPIdleTimeout }
 	s.mu.Lock()
-	s.tcp = &dns.Server{Listener: ln, Handler: s, MsgAcceptFunc: accept, IdleTimeout: idle,
+	capped := newCapListener(ln, s.cfg.TCPMaxConns, s.m.tcpRejected.Inc, s.m.tcpFDWaits.Inc)
+	s.tcp = &dns.Server{Listener: capped, Handler: s, MsgAcceptFunc: accept, IdleTimeout: idle,
 		ReadTimeout: s.cfg.TCPIdleTimeout, WriteTimeout: 5 * time.Second}
 	tcp := s.tcp
 	s.mu.Unlock()
