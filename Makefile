@@ -41,6 +41,7 @@ fuzz:        ## each fuzz target for FUZZTIME (go test -fuzz takes one target pe
 	$(GO) test -run='^$$' -fuzz='^FuzzParseZone$$' -fuzztime=$(FUZZTIME) ./zones
 	$(GO) test -run='^$$' -fuzz='^FuzzQuery$$' -fuzztime=$(FUZZTIME) ./dnsserver
 	$(GO) test -run='^$$' -fuzz='^FuzzParseQuery$$' -fuzztime=$(FUZZTIME) ./dnsserver
+	$(GO) test -run='^$$' -fuzz='^FuzzUDPLoop$$' -fuzztime=$(FUZZTIME) ./dnsserver
 
 lint:        ## go vet, gofmt, staticcheck (from the module proxy)
 	$(GO) vet ./...
