@@ -149,7 +149,7 @@ func FuzzUDPLoop(f *testing.F) {
 	f.Add(append([]byte{1}, valid...))
 	f.Add(append([]byte{3}, append(append(valid[:7:7], valid...), 0xff, 0xff)...))
 	f.Add([]byte{2, 0x12, 0x34, 0x81, 0x80, 0, 1, 0, 0, 0, 0, 0, 0}) // a response: dropped
-	f.Add([]byte{8, 1, 2, 3})                                      // runts
+	f.Add([]byte{8, 1, 2, 3})                                        // runts
 	// One server for every input, over its real sockets, stopped when
 	// the fuzzing ends.
 	addr := start(f, append(shopServices(), bigService(50)), fuzzConfig).addr
