@@ -36,6 +36,7 @@ const minCorrelated = 2
 func (n *Node) correlation(now time.Time) map[asideKey]reach {
 	out := map[asideKey]reach{}
 	zones := map[zoneKey]int{}
+	var latest []obs // reused for every instance: a round allocates it once
 	for _, cs := range n.cat.services {
 		fresh := cs.policy.Freshness
 		for _, in := range cs.instances {
@@ -44,7 +45,8 @@ func (n *Node) correlation(now time.Time) map[asideKey]reach {
 				continue
 			}
 			counted := false
-			for _, o := range latestPerObserver(e.probes) {
+			latest = latestPerObserver(latest[:0], e.probes)
+			for _, o := range latest {
 				if now.Sub(o.at) > fresh {
 					continue
 				}
@@ -75,10 +77,9 @@ func setAside(r reach, fraction float64) bool {
 	return r.zone >= minCorrelated && float64(r.soft) > fraction*float64(r.total)
 }
 
-// latestPerObserver returns each observer's latest observation in list,
-// which holds a few per observer.
-func latestPerObserver(list []obs) []obs {
-	out := make([]obs, 0, 2)
+// latestPerObserver appends to out each observer's latest observation
+// in list, which holds a few per observer.
+func latestPerObserver(out, list []obs) []obs {
 	for _, o := range list {
 		i := slices.IndexFunc(out, func(x obs) bool { return x.observer == o.observer })
 		switch {
