@@ -46,34 +46,128 @@ type work struct {
 // minimum healthy fraction guard, the shrink cap, slow start and weights,
 // transitions and events.
 func Evaluate(p Policy, instances []Instance, evidence map[string][]Sample, prev State, now time.Time) (Result, State) {
+	var e Evaluator
+	return e.Evaluate(p, instances, evidence, prev, now)
+}
+
+// Evaluator is Evaluate with working memory kept from one call to the
+// next, for a loop that evaluates many services every round: a round
+// then allocates nothing per instance once the Evaluator has seen the
+// largest service. Result.Instances is the Evaluator's own, valid until
+// its next call. The zero Evaluator is ready; it is not safe for
+// concurrent use.
+type Evaluator struct {
+	ins     []Instance
+	works   []work
+	ptrs    []*work
+	cands   []*work
+	known   map[string]bool
+	results []InstanceResult
+	samples []Sample
+	reasons []string
+	// spare holds the Instances maps of recycled States, cleared;
+	// observers and flaps their instances' lists, emptied.
+	spare     []map[string]*InstanceState
+	observers [][]ObserverState
+	flaps     [][]time.Time
+	states    []*InstanceState
+}
+
+// Recycle gives the Evaluator back a State that nobody reads any more (a
+// service's previous State, once the next one has replaced it), so that
+// a later call reuses its memory. The State must not be used afterwards.
+func (e *Evaluator) Recycle(s State) {
+	if s.Instances == nil || len(e.spare) >= 64 {
+		return
+	}
+	for _, st := range s.Instances {
+		if cap(st.Observers) > 0 && len(e.observers) < 1<<16 {
+			e.observers = append(e.observers, st.Observers[:0])
+		}
+		if cap(st.Flaps) > 0 && len(e.flaps) < 1<<16 {
+			e.flaps = append(e.flaps, st.Flaps[:0])
+		}
+		if len(e.states) < 1<<16 {
+			*st = InstanceState{}
+			e.states = append(e.states, st)
+		}
+	}
+	clear(s.Instances)
+	e.spare = append(e.spare, s.Instances)
+}
+
+// cloneObservers copies a previous State's list into a recycled one.
+func (e *Evaluator) cloneObservers(from []ObserverState) []ObserverState {
+	if len(from) == 0 {
+		return nil
+	}
+	if k := len(e.observers); k > 0 {
+		buf := e.observers[k-1]
+		e.observers = e.observers[:k-1]
+		return append(buf, from...)
+	}
+	return append(make([]ObserverState, 0, len(from)+1), from...)
+}
+
+// cloneFlaps copies a previous State's flap times into a recycled list.
+func (e *Evaluator) cloneFlaps(from []time.Time) []time.Time {
+	if len(from) == 0 {
+		return nil
+	}
+	if k := len(e.flaps); k > 0 {
+		buf := e.flaps[k-1]
+		e.flaps = e.flaps[:k-1]
+		return append(buf, from...)
+	}
+	return append(make([]time.Time, 0, len(from)+1), from...)
+}
+
+// Evaluate is the package's Evaluate, reusing e's memory.
+func (e *Evaluator) Evaluate(p Policy, instances []Instance, evidence map[string][]Sample, prev State, now time.Time) (Result, State) {
 	p = p.WithDefaults()
-	res := Result{At: now}
-	next := State{Instances: make(map[string]InstanceState, len(instances)), Shrink: prev.Shrink}
+	res := Result{At: now, Instances: e.results[:0]}
+	next := State{Shrink: prev.Shrink}
+	if k := len(e.spare); k > 0 {
+		next.Instances, e.spare = e.spare[k-1], e.spare[:k-1]
+	} else {
+		next.Instances = make(map[string]*InstanceState, len(instances))
+	}
 
 	// Instances in id order; of duplicates, the highest incarnation wins.
-	ins := slices.Clone(instances)
+	ins := append(e.ins[:0], instances...)
 	slices.SortStableFunc(ins, func(a, b Instance) int {
 		return cmp.Or(cmp.Compare(a.ID, b.ID), cmp.Compare(b.Incarnation, a.Incarnation))
 	})
 	ins = slices.CompactFunc(ins, func(a, b Instance) bool { return a.ID == b.ID })
+	e.ins = ins
 
-	known := make(map[string]bool, len(ins))
-	ws := make([]*work, 0, len(ins))
-	for _, in := range ins {
+	if e.known == nil {
+		e.known = make(map[string]bool, len(ins))
+	}
+	known := e.known
+	clear(known)
+	if cap(e.works) < len(ins) {
+		e.works = make([]work, len(ins))
+	}
+	works := e.works[:len(ins)]
+	ws := e.ptrs[:0]
+	for i, in := range ins {
 		known[in.ID] = true
-		w := &work{in: in}
+		w := &works[i]
+		*w = work{in: in, withdraw: w.withdraw[:0], notes: w.notes[:0]}
 		if st, ok := prev.Instances[in.ID]; ok && st.Incarnation == in.Incarnation {
-			w.prev = st
+			w.prev = *st
 		} else {
 			w.prev = InstanceState{Incarnation: in.Incarnation}
 		}
 		w.st = w.prev
-		w.st.Flaps = slices.Clone(w.prev.Flaps)
-		w.st.Observers = slices.Clone(w.prev.Observers)
-		res.Discarded += consume(p, &w.st, in, evidence[in.ID], now)
+		w.st.Flaps = e.cloneFlaps(w.prev.Flaps)
+		w.st.Observers = e.cloneObservers(w.prev.Observers)
+		res.Discarded += consume(p, &w.st, in, evidence[in.ID], now, &e.samples)
 		judge(p, w, now)
 		ws = append(ws, w)
 	}
+	e.ptrs = ws
 	capEjections(p, ws)
 	for _, w := range ws {
 		flap(p, w, now, &res)
@@ -139,7 +233,7 @@ func Evaluate(p Policy, instances []Instance, evidence map[string][]Sample, prev
 	}
 
 	// Publication.
-	var candidates []*work
+	candidates := e.cands[:0]
 	for _, w := range ws {
 		switch {
 		case w.in.Lifecycle != status.Ready:
@@ -179,8 +273,9 @@ func Evaluate(p Policy, instances []Instance, evidence map[string][]Sample, prev
 	}
 
 	// Weights, results, transitions.
+	arena := e.reasons[:0]
 	for _, w := range ws {
-		r := finish(p, w, now)
+		r := finish(p, w, now, &arena)
 		res.Instances = append(res.Instances, r)
 		from := Position{Eligible: w.prev.Published, Verdict: w.prev.Verdict}
 		to := Position{Eligible: r.Eligible, Verdict: r.Verdict}
@@ -190,16 +285,27 @@ func Evaluate(p Policy, instances []Instance, evidence map[string][]Sample, prev
 				Reason: transitionReason(r), Evidence: r.Evidence, At: now,
 			})
 		}
-		next.Instances[w.in.ID] = w.st
+		var st *InstanceState
+		if k := len(e.states); k > 0 {
+			st, e.states = e.states[k-1], e.states[:k-1]
+		} else {
+			st = new(InstanceState)
+		}
+		*st = w.st
+		next.Instances[w.in.ID] = st
 	}
+	e.cands = candidates[:0]
+	e.results = res.Instances
+	e.reasons = arena
 	return res, next
 }
 
 // consume feeds an instance's new samples, in a fixed order, into its
 // class states, and returns how many it discarded.
-func consume(p Policy, st *InstanceState, in Instance, samples []Sample, now time.Time) int {
+func consume(p Policy, st *InstanceState, in Instance, samples []Sample, now time.Time, buf *[]Sample) int {
 	discarded := 0
-	ss := make([]Sample, 0, len(samples))
+	ss := (*buf)[:0]
+	defer func() { *buf = ss[:0] }()
 	for _, s := range samples {
 		switch {
 		case s.Class >= numSampleClasses, s.At.After(now),
@@ -616,7 +722,7 @@ func flap(p Policy, w *work, now time.Time, res *Result) {
 
 // finish computes the published weight, flags and reasons, and records
 // publication in the state.
-func finish(p Policy, w *work, now time.Time) InstanceResult {
+func finish(p Policy, w *work, now time.Time, arena *[]string) InstanceResult {
 	st := &w.st
 	r := InstanceResult{ID: w.in.ID, Incarnation: w.in.Incarnation, Lifecycle: w.in.Lifecycle,
 		Verdict: w.verdict, Eligible: w.pub, Evidence: w.evidence}
@@ -630,16 +736,24 @@ func finish(p Policy, w *work, now time.Time) InstanceResult {
 	if w.outLow {
 		flags |= status.OutcomeDegraded
 	}
+	// The reasons go into the Evaluator's arena: one result's reasons
+	// are a slice of it, capped so that appending to them copies.
+	reasons := *arena
+	start := len(reasons)
+	if w.pub && flags.Has(status.HealthDisregarded) {
+		// First: it is why the instance is served at all.
+		reasons = append(reasons, "health disregarded (service below its minimum healthy fraction)")
+	}
 	if w.in.Lifecycle != status.Ready {
-		r.Reasons = append(r.Reasons, "lifecycle "+w.in.Lifecycle.String())
+		reasons = append(reasons, "lifecycle "+w.in.Lifecycle.String())
 	}
 	if w.verdict == status.Quarantined {
-		r.Reasons = append(r.Reasons, "quarantined until "+st.QuarantineUntil.UTC().Format(time.RFC3339))
+		reasons = append(reasons, "quarantined until "+st.QuarantineUntil.UTC().Format(time.RFC3339))
 	}
-	r.Reasons = append(r.Reasons, w.withdraw...)
-	r.Reasons = append(r.Reasons, w.notes...)
+	reasons = append(reasons, w.withdraw...)
+	reasons = append(reasons, w.notes...)
 	if w.verdict == status.Unknown {
-		r.Reasons = append(r.Reasons, "no fresh evidence (silence is unknown)")
+		reasons = append(reasons, "no fresh evidence (silence is unknown)")
 	}
 	if w.pub {
 		if !w.prev.Published {
@@ -649,17 +763,17 @@ func finish(p Policy, w *work, now time.Time) InstanceResult {
 		r.Weight, slow = Weight(p, w.in.BaseWeight, st.EligibleSince, flags, now)
 		if slow {
 			flags |= status.SlowStart
-			r.Reasons = append(r.Reasons, "slow start")
+			reasons = append(reasons, "slow start")
 		}
 		flags |= status.Eligible
-		if flags.Has(status.HealthDisregarded) {
-			// First: it is why the instance is served at all.
-			r.Reasons = slices.Insert(r.Reasons, 0, "health disregarded (service below its minimum healthy fraction)")
-		}
 		if flags.Has(status.WithdrawalDeferred) {
-			r.Reasons = append(r.Reasons, "withdrawal deferred by the shrink cap")
+			reasons = append(reasons, "withdrawal deferred by the shrink cap")
 		}
 	}
+	if len(reasons) > start {
+		r.Reasons = reasons[start:len(reasons):len(reasons)]
+	}
+	*arena = reasons
 	st.Published = w.pub
 	r.Flags = flags
 	return r

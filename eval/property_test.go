@@ -95,11 +95,12 @@ func genFleet(t *rapid.T) ([]Instance, map[string]bool) {
 func cloneState(st State) State {
 	out := st
 	if st.Instances != nil {
-		out.Instances = make(map[string]InstanceState, len(st.Instances))
-		for k, v := range st.Instances {
+		out.Instances = make(map[string]*InstanceState, len(st.Instances))
+		for k, p := range st.Instances {
+			v := *p
 			v.Flaps = slices.Clone(v.Flaps)
 			v.Observers = slices.Clone(v.Observers)
-			out.Instances[k] = v
+			out.Instances[k] = &v
 		}
 	}
 	return out
@@ -113,7 +114,11 @@ func TestPropertiesOfEvaluate(t *testing.T) {
 		pd := p.WithDefaults()
 		ins, silent := genFleet(t)
 		var (
-			st       State
+			st State
+			// The same evaluations through one Evaluator that reuses
+			// its memory and recycles every State it replaced.
+			ev       Evaluator
+			evSt     State
 			prevRes  *Result
 			now      = t0
 			winStart time.Time
@@ -136,6 +141,12 @@ func TestPropertiesOfEvaluate(t *testing.T) {
 			if !reflect.DeepEqual(st, before) {
 				t.Fatalf("step %d: Evaluate modified the previous state", i)
 			}
+			res3, next3 := ev.Evaluate(p, step.ins, step.evidence, evSt, now)
+			if !reflect.DeepEqual(res, res3) || !reflect.DeepEqual(next, next3) {
+				t.Fatalf("step %d: a reused Evaluator differs from Evaluate:\n%+v\n%+v", i, res, res3)
+			}
+			ev.Recycle(evSt)
+			evSt = next3
 
 			published, ready, outcomeOnly := map[string]bool{}, 0, 0
 			for j, r := range res.Instances {

@@ -527,7 +527,7 @@ func TestRuleFlapQuarantine(t *testing.T) {
 	t.Run("capped at QuarantineMax", func(t *testing.T) {
 		st := InstanceState{Incarnation: 1, Seen: true, Lifecycle: Ready, HealthEligible: true, Published: true, QuarantineLevel: 9,
 			Flaps: []time.Time{at(0), at(1 * s), at(2 * s), at(3 * s)}}
-		prev := State{Instances: map[string]InstanceState{"i0": st}}
+		prev := State{Instances: map[string]*InstanceState{"i0": &st}}
 		res, next := Evaluate(Policy{ShrinkCap: 1}, fleet(4), map[string][]Sample{"i0": {hard("i0", 4*s).s}}, prev, at(4*s))
 		if got := next.Instances["i0"].QuarantineUntil.Sub(at(4 * s)); got != 30*time.Minute {
 			t.Errorf("quarantine %v; want 30m", got)

@@ -13,8 +13,11 @@ import (
 // A State is not safe for concurrent mutation, but may be read
 // concurrently.
 type State struct {
-	// Instances holds each instance's state by id.
-	Instances map[string]InstanceState
+	// Instances holds each instance's state by id. The states are
+	// pointers so that an Evaluator can reuse them (a map stores a value
+	// this large out of line, one allocation per insert); Evaluate
+	// neither modifies them nor keeps them in the State it returns.
+	Instances map[string]*InstanceState
 	// Shrink is the shrink cap's current window.
 	Shrink ShrinkState
 	// HealthDisregarded records whether the last evaluation disregarded

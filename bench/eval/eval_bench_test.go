@@ -32,13 +32,20 @@ func BenchmarkEvaluate(b *testing.B) {
 	for _, ev := range []string{"probe", "probe+outcome"} {
 		for _, n := range []int{100, 1_000, 10_000} {
 			b.Run(fmt.Sprintf("%s/n=%d", ev, n), func(b *testing.B) {
-				benchEvaluate(b, n, ev == "probe+outcome")
+				benchEvaluate(b, n, ev == "probe+outcome", false)
 			})
 		}
 	}
+	// The loop's way: one eval.Evaluator for every round, each replaced
+	// State recycled.
+	for _, n := range []int{100, 1_000, 10_000} {
+		b.Run(fmt.Sprintf("probe/reused/n=%d", n), func(b *testing.B) {
+			benchEvaluate(b, n, false, true)
+		})
+	}
 }
 
-func benchEvaluate(b *testing.B, n int, outcomes bool) {
+func benchEvaluate(b *testing.B, n int, outcomes, reuse bool) {
 	var p eval.Policy // the defaults: ReadinessProbe, CheckInterval 2s, …
 	ins := make([]eval.Instance, n)
 	evidence := make(map[string][]eval.Sample, n)
@@ -75,18 +82,29 @@ func benchEvaluate(b *testing.B, n int, outcomes bool) {
 	var (
 		st  eval.State
 		res eval.Result
+		ev  eval.Evaluator
 	)
+	evaluate := func() {
+		if !reuse {
+			res, st = eval.Evaluate(p, ins, evidence, st, now)
+			return
+		}
+		var next eval.State
+		res, next = ev.Evaluate(p, ins, evidence, st, now)
+		ev.Recycle(st)
+		st = next
+	}
 	// Past the first evaluation and the slow-start window.
 	for range int(eval.DefaultSlowStart/time.Second) + 2 {
 		advance()
-		res, st = eval.Evaluate(p, ins, evidence, st, now)
+		evaluate()
 	}
 	check(b, res, n, "after warm-up")
 
 	evals := 0
 	for b.Loop() {
 		advance()
-		res, st = eval.Evaluate(p, ins, evidence, st, now)
+		evaluate()
 		evals++
 	}
 	ns := float64(b.Elapsed().Nanoseconds())
