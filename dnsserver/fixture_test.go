@@ -195,6 +195,7 @@ func (f *fixture) publish(svcs []svc) {
 			es[slot] = p.e
 			dir.Instances[slot] = p.in
 		}
+		dir.Index(func(slot int) uint32 { return es[slot].Service }, nil)
 		return nil
 	})
 	if err != nil {

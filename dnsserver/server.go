@@ -29,9 +29,6 @@ type Server struct {
 	bufs  sync.Pool // *[]byte of maxMsg
 	cands sync.Pool // *[]candidate
 
-	viewMu sync.Mutex
-	view   atomic.Pointer[view]
-
 	mu      sync.Mutex
 	tcp     *dns.Server
 	pc      net.PacketConn
@@ -177,25 +174,6 @@ func listen(addr string) (net.PacketConn, net.Listener, error) {
 		}
 	}
 	return nil, nil, errors.New("listening for DNS: no port free on both UDP and TCP")
-}
-
-// currentView returns the index of the table's directory, building it
-// once per directory.
-func (s *Server) currentView(t *status.Table) *view {
-	d := t.Directory()
-	if v := s.view.Load(); v != nil && v.dir == d {
-		return v
-	}
-	s.viewMu.Lock()
-	defer s.viewMu.Unlock()
-	if v := s.view.Load(); v != nil && v.dir == d {
-		return v
-	}
-	v := newView(t)
-	if cur := s.view.Load(); cur == nil || cur.dir == nil || d == nil || d.Revision >= cur.dir.Revision {
-		s.view.Store(v)
-	} // else: a query still on an older table; the newer view stays cached
-	return v
 }
 
 // query is one query being answered.
@@ -544,31 +522,33 @@ func (s *Server) resolve(m *msg, q *query, name zones.Name, t *status.Table) int
 		return s.nxdomain(m, q, t)
 	}
 
-	v := s.currentView(t)
+	// The directory's writer indexed it by name (status.Directory.Index):
+	// a lookup here is one map access, whatever the number of instances.
+	d := t.Directory()
 	var kb [300]byte
 	switch name.Kind {
 	case zones.Namespace:
-		if _, ok := v.ns[string(key(kb[:], name.Namespace))]; !ok {
+		if !d.HasNamespace(key(kb[:], name.Namespace)) {
 			return s.nxdomain(m, q, t)
 		}
 		return s.nodata(m, q, t)
 	case zones.Instance:
-		slot, ok := v.inst[string(key(kb[:], name.Instance, name.Service, name.Namespace))]
+		slot, ok := d.SlotOf(key(kb[:], name.Instance, name.Service, name.Namespace))
 		if !ok {
 			return s.nxdomain(m, q, t)
 		}
-		return s.instance(m, q, t, v, slot)
+		return s.instance(m, q, t, d, slot)
 	}
-	id, ok := v.svc[string(key(kb[:], name.Service, name.Namespace))]
+	id, ok := d.ServiceID(key(kb[:], name.Service, name.Namespace))
 	if !ok {
 		return s.nxdomain(m, q, t)
 	}
-	svc := v.dir.Services[id]
+	svc := d.Services[id]
 	switch name.Kind {
 	case zones.Service:
 		switch q.qtype {
 		case dns.TypeA, dns.TypeAAAA:
-			return s.addrs(m, q, t, v, id, svc)
+			return s.addrs(m, q, t, d, id, svc)
 		case dns.TypeANY:
 			return s.any(m, q)
 		}
@@ -585,7 +565,7 @@ func (s *Server) resolve(m *msg, q *query, name zones.Name, t *status.Table) int
 			if strings.EqualFold(p.Name, name.Port) && strings.EqualFold(p.Protocol, name.Proto) {
 				switch q.qtype {
 				case dns.TypeSRV:
-					return s.srv(m, q, t, v, id, svc, p, name)
+					return s.srv(m, q, t, d, id, svc, p, name)
 				case dns.TypeANY:
 					return s.any(m, q)
 				}
@@ -672,10 +652,10 @@ func dnsTTL(svc status.ServiceInfo) uint32 {
 
 // addrs answers A or AAAA at a service name: the chosen eligible
 // endpoints' addresses of the asked family, at most ARecordLimit.
-func (s *Server) addrs(m *msg, q *query, t *status.Table, v *view, id uint32, svc status.ServiceInfo) int {
+func (s *Server) addrs(m *msg, q *query, t *status.Table, d *status.Directory, id uint32, svc status.ServiceInfo) int {
 	members := t.Members(id)
 	has := func(slot uint32) bool {
-		in := v.dir.Instance(int(slot))
+		in := d.Instance(int(slot))
 		if in == nil {
 			return false
 		}
@@ -701,7 +681,7 @@ func (s *Server) addrs(m *msg, q *query, t *status.Table, v *view, id uint32, sv
 	ttl := q.ttl(dnsTTL(svc))
 	n := 0
 	for _, c := range sel.chosen {
-		for _, a := range v.dir.Instance(int(c.slot)).Addrs {
+		for _, a := range d.Instance(int(c.slot)).Addrs {
 			if n == limit || !family(q.qtype, a) {
 				continue
 			}
@@ -731,10 +711,10 @@ func (s *Server) noteDisregarded(m *msg, q *query, sel selection) {
 // srv answers SRV at _port._proto.<svc>: every eligible endpoint,
 // priority = topology tier, weight = published weight (at least 1),
 // target = the instance name, its addresses in the additional section.
-func (s *Server) srv(m *msg, q *query, t *status.Table, v *view, id uint32, svc status.ServiceInfo, p status.Port, name zones.Name) int {
+func (s *Server) srv(m *msg, q *query, t *status.Table, d *status.Directory, id uint32, svc status.ServiceInfo, p status.Port, name zones.Name) int {
 	members := t.Members(id)
 	has := func(slot uint32) bool {
-		in := v.dir.Instance(int(slot))
+		in := d.Instance(int(slot))
 		if in == nil {
 			return false
 		}
@@ -755,7 +735,7 @@ func (s *Server) srv(m *msg, q *query, t *status.Table, v *view, id uint32, svc 
 	var targets [64]int
 	nt := 0
 	for _, c := range sel.chosen {
-		in := v.dir.Instance(int(c.slot))
+		in := d.Instance(int(c.slot))
 		port, ok := in.Port(p.Name)
 		if !ok {
 			port = p.Number
@@ -779,7 +759,7 @@ func (s *Server) srv(m *msg, q *query, t *status.Table, v *view, id uint32, svc 
 		}
 		ptr := uint16(0xC000 | targets[i])
 		full := false
-		for _, a := range v.dir.Instance(int(c.slot)).Addrs {
+		for _, a := range d.Instance(int(c.slot)).Addrs {
 			if !m.addrRR(ptr, a, ttl) {
 				full = true
 				break
@@ -796,9 +776,9 @@ func (s *Server) srv(m *msg, q *query, t *status.Table, v *view, id uint32, svc 
 // instance answers at an instance name: its addresses while it is
 // registered and not terminated, whatever its health (the name is the
 // instance's own, not a load-balancing answer).
-func (s *Server) instance(m *msg, q *query, t *status.Table, v *view, slot uint32) int {
+func (s *Server) instance(m *msg, q *query, t *status.Table, d *status.Directory, slot uint32) int {
 	e := t.Entry(int(slot))
-	in := v.dir.Instance(int(slot))
+	in := d.Instance(int(slot))
 	if in == nil || e.Lifecycle == status.Terminated || e.Incarnation != in.Incarnation {
 		return s.nxdomain(m, q, t)
 	}
@@ -808,7 +788,7 @@ func (s *Server) instance(m *msg, q *query, t *status.Table, v *view, slot uint3
 	if q.qtype != dns.TypeA && q.qtype != dns.TypeAAAA {
 		return s.nodata(m, q, t)
 	}
-	svc, _ := v.dir.Service(e.Service)
+	svc, _ := d.Service(e.Service)
 	ttl := q.ttl(dnsTTL(svc))
 	for _, a := range in.Addrs {
 		if !family(q.qtype, a) {

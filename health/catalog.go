@@ -31,6 +31,9 @@ type catService struct {
 	policy    eval.Policy
 	id        uint32 // in the table's service names
 	instances []store.Instance
+	// keys[i] is instances[i].Key().String(), made once per refresh
+	// rather than once per round.
+	keys []string
 }
 
 // hasZone reports whether any of the service's instances is in the zone.
@@ -79,8 +82,10 @@ func (n *Node) refresh() {
 	for si := range c.services {
 		cs := &c.services[si]
 		cs.id, _ = n.svcs.ID(cs.key.String())
+		cs.keys = make([]string, len(cs.instances))
 		for ii, in := range cs.instances {
 			k := in.Key().String()
+			cs.keys[ii] = k
 			present[k] = true
 			slot, err := n.slots.Assign(k)
 			if err != nil {
@@ -142,7 +147,7 @@ func (n *Node) directory(c catalog) *status.Directory {
 			continue
 		}
 		in := &c.services[ref.svc].instances[ref.inst]
-		k := in.Key().String()
+		k := c.services[ref.svc].keys[ref.inst]
 		info := prev[k]
 		if info == nil || info.Incarnation != in.Incarnation {
 			info = &status.InstanceInfo{ID: in.ID, Incarnation: in.Incarnation, Ports: make(map[string]uint16, len(in.Ports))}
@@ -158,6 +163,12 @@ func (n *Node) directory(c catalog) *status.Directory {
 		n.infos[k] = info
 		d.Instances[slot] = info
 	}
+	d.Index(func(slot int) uint32 {
+		if ref := c.bySlot[slot]; ref.svc >= 0 {
+			return c.services[ref.svc].id
+		}
+		return 0
+	}, n.pacer.Step)
 	return d
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cairn-sd/cairn/pace"
 	"github.com/cairn-sd/cairn/probe"
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
@@ -50,6 +51,11 @@ type Config struct {
 	// MaxOutcomeObservers bounds the callers whose latest outcomes are
 	// kept per instance; the oldest is dropped. Defaults to 16.
 	MaxOutcomeObservers int
+	// Slice is how long the loop works (evaluating, building the table)
+	// before it pauses, so that a server on one core keeps answering
+	// queries: see package pace. Defaults to pace.DefaultSlice; negative
+	// turns pacing off. It is timed with Now.
+	Slice time.Duration
 
 	Now        func() time.Time
 	Logger     *slog.Logger
@@ -83,6 +89,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Slice == 0 {
+		c.Slice = pace.DefaultSlice
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -31,16 +31,28 @@ type zoneKey struct{ region, zone string }
 const minCorrelated = 2
 
 // correlation counts every observer's reach into every zone from its
-// latest fresh probe result of each live instance (under n.mu). Freshness
+// latest fresh probe result of each live instance. It takes n.mu a slice
+// at a time (paced, between services). Freshness
 // is the instance's service's: the window in which its results count.
 func (n *Node) correlation(now time.Time) map[asideKey]reach {
 	out := map[asideKey]reach{}
 	zones := map[zoneKey]int{}
-	var latest []obs // reused for every instance: a round allocates it once
+	latest := n.latest[:0] // reused for every instance
+	n.mu.Lock()
+	defer func() {
+		n.mu.Unlock()
+		n.latest = latest[:0]
+	}()
 	for _, cs := range n.cat.services {
 		fresh := cs.policy.Freshness
-		for _, in := range cs.instances {
-			e := n.evidence[in.Key().String()]
+		if n.pacer.Due() {
+			n.mu.Unlock()
+			n.pacer.Pause()
+			n.mu.Lock()
+		}
+		for i := range cs.instances {
+			in := &cs.instances[i]
+			e := n.evidence[cs.keys[i]]
 			if e == nil || e.inc != in.Incarnation {
 				continue
 			}

@@ -2,7 +2,6 @@ package health
 
 import (
 	"context"
-	"runtime"
 	"slices"
 	"time"
 
@@ -13,25 +12,43 @@ import (
 
 // evaluate runs the evaluator over every service (on the leader) and
 // commits the verdicts that changed. It reports whether it committed.
+//
+// The round is paced (see package pace): it pauses between services once
+// its slice is spent, and holds n.mu, which evidence reports wait on,
+// only while it reads one service's evidence. A round allocates nothing
+// per instance: the evaluator, the samples and the per-service maps are
+// the loop's, reused.
 func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 	start := time.Now()
+	n.pacer.Begin()
 	// Evidence younger than one interval waits for the next round, so
 	// that a late batch from another observer is not behind the class's
 	// watermark when it arrives.
 	cutoff := now.Add(-n.cfg.Interval)
-	states := make(map[store.ServiceKey]*eval.State, len(n.cat.services))
+	states := n.spareStates
+	if states == nil {
+		states = make(map[store.ServiceKey]*eval.State, len(n.cat.services))
+	}
+	clear(states)
 	var ups []store.HealthUpdate
 	var evs []store.ServiceEvent
 	disregarded := 0
 	actor := "evaluator@" + n.cfg.Store.NodeID()
 
 	prevAside := n.aside
-	n.mu.Lock()
 	n.prune(n.currentInc, now.Add(-2*n.cfg.OutcomeHorizon))
 	counts := n.correlation(now)
 	aside := make(map[store.ServiceKey]map[asideKey]bool, len(n.cat.services))
 	asidePairs := map[asideKey]bool{}
+	if n.samplesBy == nil {
+		n.samplesBy = map[string][]eval.Sample{}
+		n.stored = map[string]*store.Health{}
+		n.trans = map[string]eval.Transition{}
+	}
 	for _, cs := range n.cat.services {
+		if n.pacer.Due() {
+			n.pacer.Pause()
+		}
 		prev := n.states[cs.key]
 		if prev == nil {
 			prev = &eval.State{}
@@ -50,48 +67,56 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 			evs = append(evs, e)
 			n.log.Warn("probe evidence", "service", cs.key, "kind", e.Kind, "detail", e.Detail)
 		}
-		ins := make([]eval.Instance, 0, len(cs.instances))
-		samples := map[string][]eval.Sample{}
-		stored := make(map[string]*store.Health, len(cs.instances))
-		for _, in := range cs.instances {
-			ins = append(ins, n.evalInstance(in))
+		ins := n.insBuf[:0]
+		if cap(n.reportBuf) < len(cs.instances) {
+			n.reportBuf = make([]eval.Report, len(cs.instances))
+		}
+		samples, stored := n.samplesBy, n.stored
+		clear(samples)
+		clear(stored)
+		buf := n.sampleBuf[:0]
+		n.mu.Lock()
+		for i := range cs.instances {
+			in := &cs.instances[i]
+			ins = append(ins, n.evalInstance(in, &n.reportBuf[i]))
 			stored[in.ID] = in.Health
 			if _, ok := prev.Instances[in.ID]; !ok && in.Health != nil && in.Health.Incarnation == in.Incarnation {
 				// A new term: resume from the committed verdict.
 				if prev.Instances == nil {
-					prev.Instances = map[string]eval.InstanceState{}
+					prev.Instances = map[string]*eval.InstanceState{}
 				}
-				prev.Instances[in.ID] = seed(*in.Health, in, now)
+				seeded := seed(*in.Health, *in, now)
+				prev.Instances[in.ID] = &seeded
 				if status.Flags(in.Health.Flags).Has(status.HealthDisregarded) {
 					prev.HealthDisregarded = true
 				}
 			}
-			region, zone := in.Region, in.Zone
-			isAside := func(observer string) bool { return cur[asideKey{observer, region, zone}] }
-			if ss := n.samples(in.Key().String(), in.Incarnation, cutoff, isAside); ss != nil {
-				samples[in.ID] = ss
+			from := len(buf)
+			buf = n.samples(buf, cs.keys[i], in.Incarnation, cutoff, cur, in.Region, in.Zone)
+			if len(buf) > from {
+				samples[in.ID] = buf[from:len(buf):len(buf)]
 			}
 		}
-		res, next := eval.Evaluate(cs.policy, ins, samples, *prev, now)
-		// Let the servers' goroutines run between services: on a small
-		// machine a whole round would otherwise hold a core for tens of
-		// milliseconds, which DNS answers feel as a p99 spike.
-		runtime.Gosched()
+		n.mu.Unlock()
+		n.insBuf, n.sampleBuf = ins[:0], buf[:0]
+		res, next := n.ev.Evaluate(cs.policy, ins, samples, *prev, now)
+		n.ev.Recycle(*prev)
 		states[cs.key] = &next
 		if res.HealthDisregarded {
 			disregarded++
 		}
 		n.m.discarded.WithLabelValues("unattributable").Add(float64(res.Discarded))
-		trans := make(map[string]eval.Transition, len(res.Transitions))
+		trans := n.trans
+		clear(trans)
 		for _, t := range res.Transitions {
 			trans[t.ID] = t
 		}
 		for _, r := range res.Instances {
 			st := next.Instances[r.ID]
-			if old := stored[r.ID]; old != nil && old.Incarnation == r.Incarnation && unchanged(*old, r, st) {
+			if old := stored[r.ID]; old != nil && old.Incarnation == r.Incarnation && unchanged(*old, r, *st) {
 				continue // the common case: nothing to build, nothing to commit
 			}
-			h := healthOf(r, st, now)
+			h := healthOf(r, *st, now)
 			u := store.HealthUpdate{Key: store.InstanceKey{Namespace: cs.key.Namespace, Service: cs.key.Name, ID: r.ID}, Health: h}
 			if t, ok := trans[r.ID]; ok {
 				u.Transition = &store.Transition{From: t.From.String(), To: t.To.String(), Reason: t.Reason}
@@ -118,7 +143,9 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 			n.log.Info("health event", "service", cs.key, "kind", se.Kind, "instance", e.ID, "detail", e.Detail)
 		}
 	}
-	n.mu.Unlock()
+	// The states replaced were recycled one by one above; their map is
+	// the next round's.
+	n.spareStates = n.states
 	n.states = states
 	n.aside = aside
 	n.m.setAside.Set(float64(len(asidePairs)))
@@ -140,7 +167,7 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 			// Start the next round from what the store holds.
 			n.m.commitErrors.Inc()
 			n.log.Warn("committing verdicts", "updates", len(ups), "err", err)
-			n.states = nil
+			n.states, n.spareStates = nil, nil
 			n.aside = prevAside // their events were not committed either
 			return committed
 		}
@@ -173,21 +200,23 @@ func (n *Node) currentInc(key string) (uint64, bool) {
 	return n.slotInc[slot], true
 }
 
-// evalInstance copies what the evaluator needs of a stored instance.
-func (n *Node) evalInstance(in store.Instance) eval.Instance {
+// evalInstance copies what the evaluator needs of a stored instance; a
+// self-report goes into rep, the loop's (one per instance of the service).
+func (n *Node) evalInstance(in *store.Instance, rep *eval.Report) eval.Instance {
 	e := eval.Instance{ID: in.ID, Incarnation: in.Incarnation, Region: in.Region, Zone: in.Zone,
 		BaseWeight: in.Weight, Lifecycle: lifecycleOf(in.Lifecycle), LeaseDeadline: in.LeaseDeadline}
 	if in.LeaseTTL > 0 {
-		e.LeaseExpiry = n.cfg.Store.LeaseExpiry(in)
+		e.LeaseExpiry = n.cfg.Store.LeaseExpiry(*in)
 	}
 	if r := in.Report; r != nil {
-		e.Report = &eval.Report{Ready: r.Ready, At: r.At}
+		*rep = eval.Report{Ready: r.Ready, At: r.At}
 		if len(r.Dependencies) > 0 {
-			e.Report.Dependencies = make(map[string]string, len(r.Dependencies))
+			rep.Dependencies = make(map[string]string, len(r.Dependencies))
 			for k, v := range r.Dependencies {
-				e.Report.Dependencies[k] = string(v)
+				rep.Dependencies[k] = string(v)
 			}
 		}
+		e.Report = rep
 	}
 	return e
 }

@@ -109,19 +109,19 @@ func (n *Node) record(key string, inc uint64, class eval.Class, o obs) bool {
 	return true
 }
 
-// samples returns the evidence about one incarnation as eval samples,
-// those observed after cutoff (a refused connection excepted) pending;
-// nil when there is none. A probe that got no answer from an observer whose
-// evidence about the instance's zone is set aside (aside) is left out:
-// silence, not failure.
-func (n *Node) samples(key string, inc uint64, cutoff time.Time, aside func(observer string) bool) []eval.Sample {
+// samples appends to out the evidence about one incarnation as eval
+// samples, those observed after cutoff (a refused connection excepted)
+// pending. A probe that got no answer from an observer whose evidence
+// about the instance's zone is set aside (aside, by observer and the
+// instance's region and zone) is left out: silence, not failure. Under
+// n.mu.
+func (n *Node) samples(out []eval.Sample, key string, inc uint64, cutoff time.Time, aside map[asideKey]bool, region, zone string) []eval.Sample {
 	e := n.evidence[key]
 	if e == nil || e.inc != inc {
-		return nil
+		return out
 	}
-	var out []eval.Sample
 	for i, o := range e.probes {
-		if o.soft && (o.aside || aside(o.observer)) {
+		if o.soft && (o.aside || aside[asideKey{o.observer, region, zone}]) {
 			e.probes[i].aside = true
 			continue
 		}
@@ -142,23 +142,40 @@ func (n *Node) samples(key string, inc uint64, cutoff time.Time, aside func(obse
 
 // prune drops evidence about instances that are gone or reincarnated
 // (keep reports the current incarnation of a key) and observations older
-// than horizon. Under n.mu.
+// than horizon. It is paced, and takes n.mu a slice
+// at a time.
 func (n *Node) prune(keep func(key string) (uint64, bool), horizon time.Time) {
-	for k, e := range n.evidence {
-		inc, ok := keep(k)
-		if !ok || inc != e.inc {
-			delete(n.evidence, k)
-			continue
-		}
-		old := func(o obs) bool { return o.at.Before(horizon) }
-		e.probes = slices.DeleteFunc(e.probes, old)
-		e.outcomes = slices.DeleteFunc(e.outcomes, old)
+	old := func(o obs) bool { return o.at.Before(horizon) }
+	n.mu.Lock()
+	keys := n.pruneKeys[:0]
+	for k := range n.evidence {
+		keys = append(keys, k)
 	}
 	for o, t := range n.heard {
 		if t.Before(horizon) {
 			delete(n.heard, o)
 		}
 	}
+	for _, k := range keys {
+		if n.pacer.Due() {
+			n.mu.Unlock()
+			n.pacer.Pause()
+			n.mu.Lock()
+		}
+		e := n.evidence[k]
+		if e == nil {
+			continue
+		}
+		if inc, ok := keep(k); !ok || inc != e.inc {
+			delete(n.evidence, k)
+			continue
+		}
+		e.probes = slices.DeleteFunc(e.probes, old)
+		e.outcomes = slices.DeleteFunc(e.outcomes, old)
+	}
+	n.mu.Unlock()
+	clear(keys) // keep no key alive past its instance
+	n.pruneKeys = keys[:0]
 }
 
 // ClassEvidence is one observer's latest evidence about an instance in

@@ -79,14 +79,14 @@ func TestRecordAndPrune(t *testing.T) {
 	if e := n.evidence["shop/cart/a"]; e.inc != 3 || len(e.probes) != 0 || len(e.outcomes) != 1 {
 		t.Fatalf("evidence %+v, want only incarnation 3's outcome", e)
 	}
-	if ss := n.samples("shop/cart/a", 3, t0.Add(time.Second), never); len(ss) != 1 || !ss[0].Pending {
+	if ss := n.samples(nil, "shop/cart/a", 3, t0.Add(time.Second), nil, "", ""); len(ss) != 1 || !ss[0].Pending {
 		t.Errorf("samples with a cutoff before the outcome %+v, want it pending", ss)
 	}
-	ss := n.samples("shop/cart/a", 3, t0.Add(2*time.Second), never)
+	ss := n.samples(nil, "shop/cart/a", 3, t0.Add(2*time.Second), nil, "", "")
 	if len(ss) != 1 || ss[0] != (eval.Sample{Class: eval.ClassOutcome, Observer: "c1", Incarnation: 3, At: t0.Add(2 * time.Second), Successes: 1}) {
 		t.Errorf("samples %+v, want the outcome", ss)
 	}
-	if ss := n.samples("shop/cart/a", 2, t0.Add(time.Hour), never); ss != nil {
+	if ss := n.samples(nil, "shop/cart/a", 2, t0.Add(time.Hour), nil, "", ""); ss != nil {
 		t.Errorf("samples of a replaced incarnation %+v, want none", ss)
 	}
 
@@ -103,7 +103,9 @@ func TestRecordAndPrune(t *testing.T) {
 		}
 		return 0, false // gone
 	}
+	n.mu.Unlock() // prune takes it, a slice at a time
 	n.prune(keep, t0.Add(time.Second))
+	n.mu.Lock()
 	if _, ok := n.evidence["shop/cart/a"]; ok {
 		t.Error("evidence about a replaced incarnation survived pruning")
 	}
@@ -172,7 +174,7 @@ func TestSeedResumesCommittedState(t *testing.T) {
 			r = x
 		}
 	}
-	h := healthOf(r, st.Instances["a"], at(3))
+	h := healthOf(r, *st.Instances["a"], at(3))
 	if len(h.Failing) != 2 || h.Eligible {
 		t.Fatalf("committed %+v, want withdrawn with both classes failing", h)
 	}
@@ -189,18 +191,19 @@ func TestSeedResumesCommittedState(t *testing.T) {
 		}
 	}
 	// From the seeded state, with no evidence, nothing changes.
-	fresh := eval.State{Instances: map[string]eval.InstanceState{"a": seeded}}
+	fresh := eval.State{Instances: map[string]*eval.InstanceState{"a": &seeded}}
 	for _, id := range []string{"b", "c"} {
-		hb := healthOf(eval.InstanceResult{ID: id, Incarnation: 1, Verdict: status.Unknown, Eligible: true}, st.Instances[id], at(4))
-		fresh.Instances[id] = seed(hb, store.Instance{ID: id, Incarnation: 1, Lifecycle: store.Ready}, at(4))
+		hb := healthOf(eval.InstanceResult{ID: id, Incarnation: 1, Verdict: status.Unknown, Eligible: true}, *st.Instances[id], at(4))
+		sb := seed(hb, store.Instance{ID: id, Incarnation: 1, Lifecycle: store.Ready}, at(4))
+		fresh.Instances[id] = &sb
 	}
 	res2, st2 := eval.Evaluate(p, ins, nil, fresh, at(5))
 	if len(res2.Transitions) != 0 || len(res2.Events) != 0 {
 		t.Errorf("a seeded state evaluates to transitions %v, events %v; want none", res2.Transitions, res2.Events)
 	}
 	for _, x := range res2.Instances {
-		if x.ID == "a" && !unchanged(h, x, st2.Instances[x.ID]) {
-			t.Errorf("a's verdict from the seeded state\n%+v\ndiffers from the committed\n%+v", healthOf(x, st2.Instances[x.ID], at(5)), h)
+		if x.ID == "a" && !unchanged(h, x, *st2.Instances[x.ID]) {
+			t.Errorf("a's verdict from the seeded state\n%+v\ndiffers from the committed\n%+v", healthOf(x, *st2.Instances[x.ID], at(5)), h)
 		}
 	}
 }
@@ -312,7 +315,8 @@ func TestSeedAfterFailover(t *testing.T) {
 		{ID: "b", Incarnation: 1, Lifecycle: status.Ready}, {ID: "c", Incarnation: 1, Lifecycle: status.Ready}}
 	evalAt := func(h store.Health, now time.Time) eval.InstanceResult {
 		t.Helper()
-		st := eval.State{Instances: map[string]eval.InstanceState{"a": seed(h, in, now)}}
+		sa := seed(h, in, now)
+		st := eval.State{Instances: map[string]*eval.InstanceState{"a": &sa}}
 		res, _ := eval.Evaluate(p, ins, nil, st, now)
 		return res.Instances[0]
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cairn-sd/cairn/eval"
+	"github.com/cairn-sd/cairn/pace"
 	"github.com/cairn-sd/cairn/probe"
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
@@ -65,6 +66,20 @@ type Node struct {
 	svcs    *status.Names
 	locs    *status.Names
 	infos   map[string]*status.InstanceInfo // by instance key, for reuse
+
+	// The round's working memory, reused so that a round allocates
+	// nothing per instance (see evaluate).
+	pacer       *pace.Pacer
+	ev          eval.Evaluator
+	spareStates map[store.ServiceKey]*eval.State
+	samplesBy   map[string][]eval.Sample
+	stored      map[string]*store.Health
+	trans       map[string]eval.Transition
+	insBuf      []eval.Instance
+	reportBuf   []eval.Report
+	sampleBuf   []eval.Sample
+	pruneKeys   []string
+	latest      []obs
 }
 
 // New validates cfg and returns a Node; Run starts it.
@@ -84,6 +99,7 @@ func New(cfg Config) (*Node, error) {
 		slots:    status.NewSlots(c),
 		slotInc:  make([]uint64, c),
 		nudge:    make(chan struct{}, 1),
+		pacer:    pace.New(cfg.Slice, pace.DefaultPause, cfg.Now),
 	}
 	empty := map[string]int{}
 	n.slotOf.Store(&empty)

@@ -1,7 +1,6 @@
 package health
 
 import (
-	"runtime"
 	"time"
 
 	"github.com/cairn-sd/cairn/eval"
@@ -15,6 +14,7 @@ import (
 // (the evaluator has not run yet) is unknown and eligible when ready.
 func (n *Node) build(now time.Time) {
 	start := time.Now()
+	n.pacer.Begin()
 	nowNS := now.UnixNano()
 	_, err := n.cfg.Table.Build(func(b *status.Builder) error {
 		b.SetStoreRevision(n.cat.rev)
@@ -23,9 +23,7 @@ func (n *Node) build(now time.Time) {
 		b.SetDirectory(n.cat.dir)
 		es := b.Entries()
 		for slot := range es {
-			if slot%4096 == 4095 {
-				runtime.Gosched() // see evaluate
-			}
+			n.pacer.Step() // see evaluate
 			e := &es[slot]
 			ref := n.cat.bySlot[slot]
 			if ref.svc < 0 {

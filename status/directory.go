@@ -2,6 +2,7 @@ package status
 
 import (
 	"net/netip"
+	"strings"
 	"time"
 )
 
@@ -25,6 +26,8 @@ type Directory struct {
 	// holds, nil for a free slot. Instances[slot].Incarnation equals the
 	// slot's Entry.Incarnation in every table built with the directory.
 	Instances []*InstanceInfo
+
+	names *names // see Index
 }
 
 // ServiceInfo is one service as the readers need it.
@@ -56,6 +59,13 @@ type InstanceInfo struct {
 	Addrs []netip.Addr
 	// Ports maps a port name of the service to this instance's number.
 	Ports map[string]uint16
+
+	// name is the instance's lower-case "id.name.namespace", made by
+	// Directory.Index the first time it indexes this InstanceInfo;
+	// nameOf the service's name and namespace it was made with. Only the
+	// writer touches them.
+	name   string
+	nameOf [2]string
 }
 
 // Port returns the instance's number for the service port called name.
@@ -78,4 +88,84 @@ func (d *Directory) Instance(slot int) *InstanceInfo {
 		return nil
 	}
 	return d.Instances[slot]
+}
+
+// names indexes a Directory by the lower-case names readers look things
+// up by: "name.namespace" for a service, "id.name.namespace" for an
+// instance.
+type names struct {
+	services   map[string]uint32
+	namespaces map[string]struct{}
+	slots      map[string]uint32
+}
+
+// Index builds the Directory's name index, which ServiceID, HasNamespace
+// and SlotOf read. The writer calls it once, before the Directory is
+// handed to a Build, so that no reader ever builds one: an index is
+// O(instances) and would otherwise be a query's to pay whenever the
+// directory changes. serviceOf reports the service id of the instance in
+// a slot (the slot's Entry.Service). step, if not nil, is called between
+// instances, for a writer that paces its work.
+//
+// An instance's name is kept in its InstanceInfo, so a Directory that
+// reuses the InstanceInfo (the same incarnation) does not make it again.
+func (d *Directory) Index(serviceOf func(slot int) uint32, step func()) {
+	ix := &names{services: make(map[string]uint32, len(d.Services)), namespaces: map[string]struct{}{},
+		slots: make(map[string]uint32, len(d.Services)*4)}
+	for id := 1; id < len(d.Services); id++ {
+		s := d.Services[id]
+		if s.Name == "" {
+			continue
+		}
+		ix.services[strings.ToLower(s.Name+"."+s.Namespace)] = uint32(id)
+		ix.namespaces[strings.ToLower(s.Namespace)] = struct{}{}
+	}
+	for slot, in := range d.Instances {
+		if step != nil {
+			step()
+		}
+		if in == nil {
+			continue
+		}
+		s, ok := d.Service(serviceOf(slot))
+		if !ok {
+			continue
+		}
+		if in.name == "" || in.nameOf != [2]string{s.Name, s.Namespace} {
+			in.nameOf = [2]string{s.Name, s.Namespace}
+			in.name = strings.ToLower(in.ID + "." + s.Name + "." + s.Namespace)
+		}
+		ix.slots[in.name] = uint32(slot)
+	}
+	d.names = ix
+}
+
+// ServiceID returns the id of the service whose lower-case
+// "name.namespace" is name.
+func (d *Directory) ServiceID(name string) (uint32, bool) {
+	if d == nil || d.names == nil {
+		return 0, false
+	}
+	id, ok := d.names.services[name]
+	return id, ok
+}
+
+// HasNamespace reports whether a service is in the lower-case namespace
+// ns.
+func (d *Directory) HasNamespace(ns string) bool {
+	if d == nil || d.names == nil {
+		return false
+	}
+	_, ok := d.names.namespaces[ns]
+	return ok
+}
+
+// SlotOf returns the slot of the instance whose lower-case
+// "id.name.namespace" is name.
+func (d *Directory) SlotOf(name string) (uint32, bool) {
+	if d == nil || d.names == nil {
+		return 0, false
+	}
+	slot, ok := d.names.slots[name]
+	return slot, ok
 }

@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cairn-sd/cairn/pace"
 	"github.com/cairn-sd/cairn/status"
 )
 
@@ -102,6 +103,7 @@ func (s *Snapshot) Fill(b *status.Builder) (dropped int) {
 		es[se.Slot] = se.Entry
 		d.Instances[se.Slot] = se.Instance
 	}
+	d.Index(func(slot int) uint32 { return es[slot].Service }, nil)
 	b.SetStoreRevision(s.Revision)
 	b.SetServices(status.NewNames(s.Services...))
 	b.SetLocalities(status.NewNames(s.Localities...))
@@ -154,11 +156,26 @@ func Load(path string) (*Snapshot, error) {
 // directory, fsynced, renamed over path, and the directory fsynced, so
 // that a crash leaves either the old file or the new one.
 func Save(path string, s *Snapshot) error {
-	body, err := json.Marshal(s)
+	return save(path, s, nil)
+}
+
+// save is Save, pausing whenever p says so: a table of many instances
+// takes milliseconds to encode and hash, which a server on one core must
+// not spend in one go (see package pace).
+func save(path string, s *Snapshot, p *pace.Pacer) error {
+	body, err := encode(s, p)
 	if err != nil {
 		return fmt.Errorf("tablefile: encoding: %w", err)
 	}
-	sum := sha256.Sum256(body)
+	h := sha256.New()
+	for rest := body; len(rest) > 0; {
+		k := min(len(rest), 32<<10)
+		h.Write(rest[:k])
+		rest = rest[k:]
+		p.Step()
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, ".table-*")
 	if err != nil {
@@ -186,6 +203,54 @@ func Save(path string, s *Snapshot) error {
 		return fmt.Errorf("tablefile: writing %s: %w", path, err)
 	}
 	return nil
+}
+
+// headTail is how the JSON of a Snapshot without entries and service
+// infos ends; encode writes those two lists itself, one element at a time.
+const headTail = `"entries":null,"service_infos":null}`
+
+// encode is json.Marshal(s), with a step between elements of the long
+// lists. The body it writes decodes into the same Snapshot.
+func encode(s *Snapshot, p *pace.Pacer) ([]byte, error) {
+	head := *s
+	head.Entries, head.ServiceInfos = nil, nil
+	b, err := json.Marshal(head)
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.HasSuffix(b, []byte(headTail)) {
+		// Snapshot's fields changed order: encode must follow.
+		return nil, errors.New("tablefile: the snapshot's JSON does not end with its entries and service infos")
+	}
+	buf := bytes.NewBuffer(b[:len(b)-len(headTail)])
+	enc := json.NewEncoder(buf) // one value and a newline per call
+	list := func(name string, n int, elem func(i int) any) error {
+		if n == 0 {
+			buf.WriteString(`"` + name + `":null`) // as json.Marshal writes a nil list
+			return nil
+		}
+		buf.WriteString(`"` + name + `":[`)
+		for i := range n {
+			if i > 0 {
+				buf.WriteByte(',')
+			}
+			if err := enc.Encode(elem(i)); err != nil {
+				return err
+			}
+			p.Step()
+		}
+		buf.WriteByte(']')
+		return nil
+	}
+	if err := list("entries", len(s.Entries), func(i int) any { return &s.Entries[i] }); err != nil {
+		return nil, err
+	}
+	buf.WriteByte(',')
+	if err := list("service_infos", len(s.ServiceInfos), func(i int) any { return &s.ServiceInfos[i] }); err != nil {
+		return nil, err
+	}
+	buf.WriteByte('}')
+	return buf.Bytes(), nil
 }
 
 func syncDir(dir string) error {
@@ -219,6 +284,7 @@ type Config struct {
 // the last one when it stops.
 type Keeper struct {
 	cfg   Config
+	pacer *pace.Pacer
 	saved uint64 // the version last written
 }
 
@@ -236,7 +302,7 @@ func NewKeeper(cfg Config) (*Keeper, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Keeper{cfg: cfg}, nil
+	return &Keeper{cfg: cfg, pacer: pace.New(pace.DefaultSlice, pace.DefaultPause, cfg.Now)}, nil
 }
 
 // Run keeps the file until ctx is done, then writes the current table
@@ -277,7 +343,8 @@ func (k *Keeper) SaveNow() {
 	}
 	s := Take(t, k.cfg.Synced(), k.cfg.Now())
 	t.Release()
-	if err := Save(k.cfg.Path, s); err != nil {
+	k.pacer.Begin()
+	if err := save(k.cfg.Path, s, k.pacer); err != nil {
 		k.cfg.Logger.Warn("keeping the status table on disk", "err", err)
 		return
 	}

@@ -2,6 +2,7 @@ package tablefile
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/netip"
 	"os"
@@ -13,6 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/cairn-sd/cairn/pace"
 	"github.com/cairn-sd/cairn/status"
 )
 
@@ -45,6 +47,7 @@ func publish(t *testing.T) *status.Publisher {
 			d.Instances[slot] = &status.InstanceInfo{ID: id, Incarnation: uint64(10 + i),
 				Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.1").Next()}, Ports: map[string]uint16{"http": 8080}}
 		}
+		d.Index(func(slot int) uint32 { return es[slot].Service }, nil)
 		b.SetStoreRevision(42)
 		b.SetServices(svcs)
 		b.SetLocalities(locs)
@@ -203,4 +206,30 @@ func TestKeeper(t *testing.T) {
 	}
 	k.SaveNow()
 	wantRev(44)
+}
+
+// TestEncodeIsMarshal: the paced encoding, pausing after every element,
+// decodes into what json.Marshal's would, with entries and without.
+func TestEncodeIsMarshal(t *testing.T) {
+	pub := publish(t)
+	tbl := pub.Acquire()
+	defer tbl.Release()
+	full := Take(tbl, t0, t0.Add(time.Second))
+	empty := &Snapshot{Revision: 1, Synced: t0, Saved: t0, Capacity: 8}
+	for _, s := range []*Snapshot{full, empty} {
+		p := pace.New(time.Nanosecond, 0, nil) // due at every check
+		body, err := encode(s, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := json.Marshal(s)
+		var a, b Snapshot
+		if err := json.Unmarshal(body, &a); err != nil {
+			t.Fatalf("the paced body does not decode: %v\n%s", err, body)
+		}
+		_ = json.Unmarshal(want, &b)
+		if !reflect.DeepEqual(a, b) {
+			t.Errorf("paced encoding decodes to\n%+v\nwant\n%+v", a, b)
+		}
+	}
 }
