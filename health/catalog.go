@@ -128,9 +128,12 @@ func (n *Node) refresh() {
 // InstanceInfo is reused while its incarnation is the same (its addresses
 // and ports cannot change without a new incarnation), so readers may
 // cache by pointer.
+//
+// Most store revisions change no address, port or service policy (a
+// verdict, a report, a lease renewal): then the previous Directory is
+// returned as it is, and neither it nor its name index is made again.
 func (n *Node) directory(c catalog) *status.Directory {
-	d := &status.Directory{Revision: c.rev, Services: make([]status.ServiceInfo, n.svcs.Len()),
-		Instances: make([]*status.InstanceInfo, len(c.bySlot))}
+	services := make([]status.ServiceInfo, n.svcs.Len())
 	for _, cs := range c.services {
 		p := cs.svc.Policy
 		info := status.ServiceInfo{Namespace: cs.key.Namespace, Name: cs.key.Name, DNSTTL: p.DNSTTL.D(),
@@ -138,8 +141,12 @@ func (n *Node) directory(c catalog) *status.Directory {
 		for _, pt := range cs.svc.Ports {
 			info.Ports = append(info.Ports, status.Port{Name: pt.Name, Number: uint16(pt.Number), Protocol: pt.Protocol})
 		}
-		d.Services[cs.id] = info
+		services[cs.id] = info
 	}
+	if old := n.cat.dir; old != nil && slices.EqualFunc(old.Services, services, sameService) && n.sameInstances(c, old) {
+		return old
+	}
+	d := &status.Directory{Revision: c.rev, Services: services, Instances: make([]*status.InstanceInfo, len(c.bySlot))}
 	prev := n.infos
 	n.infos = make(map[string]*status.InstanceInfo, len(prev))
 	for slot, ref := range c.bySlot {
@@ -170,6 +177,35 @@ func (n *Node) directory(c catalog) *status.Directory {
 		return 0
 	}, n.pacer.Step)
 	return d
+}
+
+// sameInstances reports whether old holds, slot for slot, the
+// InstanceInfo the catalog's instances would get.
+func (n *Node) sameInstances(c catalog, old *status.Directory) bool {
+	if len(old.Instances) != len(c.bySlot) {
+		return false
+	}
+	for slot, ref := range c.bySlot {
+		n.pacer.Step()
+		have := old.Instances[slot]
+		if ref.svc < 0 {
+			if have != nil {
+				return false
+			}
+			continue
+		}
+		in := &c.services[ref.svc].instances[ref.inst]
+		if have == nil || have.ID != in.ID || have.Incarnation != in.Incarnation ||
+			n.infos[c.services[ref.svc].keys[ref.inst]] != have {
+			return false
+		}
+	}
+	return true
+}
+
+func sameService(a, b status.ServiceInfo) bool {
+	return a.Namespace == b.Namespace && a.Name == b.Name && a.DNSTTL == b.DNSTTL && a.ARecordLimit == b.ARecordLimit &&
+		a.MinHealthyFraction == b.MinHealthyFraction && slices.Equal(a.Ports, b.Ports)
 }
 
 // extend returns names with the new ones appended (ids stay stable), or
