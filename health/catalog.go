@@ -51,6 +51,7 @@ func (n *Node) refresh() {
 	if rev == n.cat.rev && n.cat.bySlot != nil {
 		return
 	}
+	n.pacer.Begin()
 	svcs := st.Services()
 	all := st.AllInstances()
 	c := catalog{rev: rev, services: make([]catService, 0, len(svcs)), bySlot: make([]slotRef, n.slots.Capacity())}
@@ -67,6 +68,7 @@ func (n *Node) refresh() {
 	n.svcs = extend(n.svcs, names)
 	var locs []string
 	for _, in := range all {
+		n.pacer.Step()
 		i, ok := idx[in.Key().ServiceKey()]
 		if !ok || in.Lifecycle == store.Terminated {
 			continue
@@ -84,6 +86,7 @@ func (n *Node) refresh() {
 		cs.id, _ = n.svcs.ID(cs.key.String())
 		cs.keys = make([]string, len(cs.instances))
 		for ii, in := range cs.instances {
+			n.pacer.Step()
 			k := in.Key().String()
 			cs.keys[ii] = k
 			present[k] = true
@@ -102,6 +105,7 @@ func (n *Node) refresh() {
 		}
 	}
 	for slot := range c.bySlot {
+		n.pacer.Step()
 		if k, _, ok := n.slots.Key(slot); ok && !present[k] {
 			n.slots.Free(k)
 			n.slotInc[slot] = 0
