@@ -26,6 +26,7 @@ type work struct {
 	outcome  bool
 	degraded bool
 	leaseExp bool
+	expired  bool // past the lease's hard expiry: withdrawn uncapped
 	evidence EvidenceRef
 	verdict  Verdict
 	pub      bool
@@ -245,10 +246,10 @@ func (e *Evaluator) Evaluate(p Policy, instances []Instance, evidence map[string
 			}
 		case w.st.HealthEligible:
 			w.pub = true
-		case w.prev.Published:
+		case w.prev.Published && !w.expired:
 			candidates = append(candidates, w) // a withdrawal: capped
 		default:
-			w.pub = false
+			w.pub = false // a hard expiry, like a drain, is not capped
 		}
 	}
 	slices.SortFunc(candidates, func(a, b *work) int {
@@ -260,10 +261,21 @@ func (e *Evaluator) Evaluate(p Policy, instances []Instance, evidence map[string
 		}
 		return cmp.Or(a.st.FailingSince.Compare(b.st.FailingSince), cmp.Compare(a.in.ID, b.in.ID))
 	})
-	budget := max(1, int(math.Floor(p.ShrinkCap*float64(sh.Base)))) - sh.Used
-	for _, w := range candidates {
-		if budget > 0 {
-			budget--
+	// The cap counts net loss (SPEC §2): the view may not fall below its
+	// floor, Base less max(1, ⌊ShrinkCap × Base⌋), so an instance that
+	// came back (or a new one) makes room for a withdrawal. The
+	// candidates in order are withdrawn while the floor holds; the rest
+	// wait, published, for room.
+	kept := 0
+	for _, w := range ws {
+		if w.pub && w.in.Lifecycle == status.Ready {
+			kept++
+		}
+	}
+	floor := sh.Base - max(1, int(math.Floor(p.ShrinkCap*float64(sh.Base))))
+	withdraw := len(candidates) - min(len(candidates), max(0, floor-kept))
+	for i, w := range candidates {
+		if i < withdraw {
 			sh.Used++
 			w.pub = false
 			continue
@@ -664,6 +676,7 @@ func judge(p Policy, w *work, now time.Time) {
 			// Whatever the capability and whatever probes say: the
 			// address may belong to another process by now.
 			w.withdraw = append(w.withdraw, "lease past its hard expiry")
+			w.expired = true
 		case corroborated:
 			w.withdraw = append(w.withdraw, "lease expired, corroborated by a failing class")
 		default:

@@ -627,6 +627,38 @@ func TestRuleShrinkCap(t *testing.T) {
 		m.step(10*s, hard("i0", 10*s))
 		want{eligible: false, verdict: status.Unhealthy}.check(t, m.inst("i0"))
 	})
+	t.Run("net loss: an instance that joins makes room", func(t *testing.T) {
+		// Six published at 10s: the floor is 6 − ⌊0.33 × 6⌋ = 5.
+		m := newSim(t, Policy{MinHealthyFraction: 0.3}, fleet(6)...)
+		m.step(0)
+		m.step(10*s, hard("i0", 10*s))
+		want{eligible: false, verdict: status.Unhealthy}.check(t, m.inst("i0"))
+		m.step(11*s, hard("i1", 11*s))
+		want{eligible: true, verdict: status.Unhealthy, flags: status.WithdrawalDeferred}.check(t, m.inst("i1"))
+		// A seventh instance registers: the view is back at 6, so i1 may
+		// go, leaving 5, the floor.
+		m.ins = append(m.ins, fleet(7)[6])
+		m.step(12 * s)
+		want{eligible: false, verdict: status.Unhealthy}.check(t, m.inst("i1"))
+		m.step(13*s, hard("i2", 13*s))
+		want{eligible: true, verdict: status.Unhealthy, flags: status.WithdrawalDeferred}.check(t, m.inst("i2"))
+	})
+	t.Run("hard expiry is not capped", func(t *testing.T) {
+		// Three of six expire in one window whose floor is 5: the
+		// cap would let one go.
+		m := newSim(t, Policy{LeaseTTL: 10 * s, HardExpiry: 20 * s, MinHealthyFraction: 0.3}, fleet(6)...)
+		for _, id := range []string{"i0", "i1", "i2"} {
+			m.set(id, func(in *Instance) { in.LeaseExpiry, in.LeaseDeadline = at(5*s), at(5*s) })
+		}
+		m.step(0)
+		m.step(10 * s)
+		m.step(16 * s) // past 5s + (20s − 10s): all three, in one window
+		for _, id := range []string{"i0", "i1", "i2"} {
+			if r := m.inst(id); r.Eligible || r.Flags.Has(status.WithdrawalDeferred) {
+				t.Errorf("%s past its hard expiry: %+v; want withdrawn, not deferred", id, r)
+			}
+		}
+	})
 	t.Run("drain is not capped", func(t *testing.T) {
 		m := newSim(t, Policy{}, fleet(4)...)
 		m.step(0)

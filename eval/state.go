@@ -25,13 +25,16 @@ type State struct {
 	HealthDisregarded bool
 }
 
-// ShrinkState is the shrink cap's window: at most max(1, floor(ShrinkCap
-// × Base)) withdrawals between Start and Start + ShrinkWindow.
+// ShrinkState is the shrink cap's window: between Start and Start +
+// ShrinkWindow, withdrawals may not take the published ready instances
+// below Base − max(1, floor(ShrinkCap × Base)). It counts net loss: a
+// re-admission or a new instance in the window makes room.
 type ShrinkState struct {
 	Start time.Time
 	// Base is the number of eligible instances when the window started.
 	Base int
-	// Used is the number of withdrawals made in the window.
+	// Used is the number of capped withdrawals made in the window (for
+	// the record; the floor decides).
 	Used int
 }
 
