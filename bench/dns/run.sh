@@ -9,9 +9,10 @@
 #   bench/dns/run.sh                             # 3 rounds of cairn, coredns, knot
 #   ROUNDS=1 WARMUP=1 MEASURE=3 LAT_SECONDS=2 bench/dns/run.sh   # a quick check
 #   SERVERS="coredns knot" bench/dns/run.sh      # peers only
-#   MODE=flip bench/dns/run.sh                   # cairn under 0/50/100% health churn
-#   bench/dns/summarize.sh                       # medians, ratios, table, plot
-#   make bench-dns                               # install check + run + summarize
+#   MODE=flip bench/dns/run.sh                   # cairn under 0/50/100% steady-eligible churn
+#   MODE=flip FLIP_STYLE=today bench/dns/run.sh  # the same with the first churn driver
+#   bench/dns/summarize.sh                       # medians, ratios, tables, plots
+#   make bench-dns                               # install check, the three runs above, summarize
 #
 # Each round starts every server afresh, pinned to CPU $SERVER_CPU (taskset,
 # re-applied to every thread once it answers; GOMAXPROCS=1 for the Go servers,
@@ -21,14 +22,18 @@
 #
 #   1. warm-up, WARMUP s:      dnsperf -e -c 16 -q 200 -T 1 -t 2 -S 1 -l WARMUP
 #   2. measured, MEASURE s:    the same, -l MEASURE: QPS, average latency
-#   3. latency, LAT_SECONDS s: -Q LAT_QPS -v; p50/p99 from the per-query lines
+#   3. latency, LAT_SECONDS s: -Q LAT_QPS -v; p50/p99/p99.9/max from the
+#      per-query lines
 #
 # and records, per run, a TSV row in bench/results/dns-$TAG.tsv (appended;
 # header written once): QPS, server CPU seconds (utime+stime) during the
 # measured run and QPS per server core-second, the CPU used by everything
 # else (foreign_pct, % of one core: the machine is shared; summarize.sh drops
-# runs above DISTURBED_PCT), p50/p99, VmRSS idle (before the warm-up) and
-# loaded (after the measured run), response size and rcodes.
+# runs above DISTURBED_PCT), p50/p99/p99.9/max, VmRSS idle (before the
+# warm-up), loaded (after the measured run) and its high-water mark,
+# response size and rcodes. When the file's last header is not this
+# version's, the header is appended again before the first row, so that
+# summarize.sh reads old and new rows by their own columns.
 #
 # cairn is started with --dev, its data is applied over the HTTP API (cairn
 # apply -f, then one POST /v1/services/{ns}/{svc}/instances per instance via
@@ -38,17 +43,39 @@
 #
 # MODE=flip runs cairn only, once per rate in FLIP_RATES (default 0 50 100)
 # per round, over a smaller data set (FLIP_N services, default 50, so that
-# the one-report-per-instance-per-second driver fits in the server's core):
-# bench/dns/drive flip keeps half of every service's endpoints ready and
-# swaps FLIP_RATE% of them every second, sending the same number of reports
-# at every rate. The row carries the driver's reports/s and the eligibility
-# changes cairn actually published.
+# the one-report-per-instance-per-second driver fits in the server's core)
+# while bench/dns/drive flip churns health: half of every service's
+# endpoints ready, FLIP_RATE% of them changing every second, the same
+# number of reports at every rate. FLIP_STYLE chooses the driver
+# (bench/dns/drive/main.go):
+#
+#   steady  (default) a swap's two reports land one evaluation round apart,
+#           timed from cairn's rounds, so that the endpoint leaving and the
+#           one coming back change in the same round: every service keeps
+#           half its endpoints eligible at every round. An endpoint is out
+#           for two rounds at least (admit_after > withdraw_after >= 1), so
+#           100% a second needs two rounds a second: cairn runs with
+#           --eval-interval FLIP_INTERVAL (500ms) and the services with the
+#           quickest re-admission the store accepts (bench/dns/gen -churn
+#           steady). The shrink cap still counts every withdrawal, so
+#           above about 10% a second it defers some and the count rises:
+#           the DNS check below shows whether the run was steady.
+#   today   the driver as first written: each pair swapped within one
+#           batch every second (FLIP_INTERVAL 1s, cairn's default rounds,
+#           the default admission policy), whose eligible count drifts.
+#
+# The row carries the style, the driver's reports/s, the eligibility
+# changes cairn published per second, the most withdrawals the shrink cap
+# deferred at once, and the DNS check: the fewest and most A records in
+# the answers the driver sampled for a few services, ten a second, and the
+# share that differed from half the service.
 #
 # Environment (defaults in brackets):
 #   ROUNDS [3]  ROUND_BASE [0]  SERVERS [cairn coredns knot]  MODE [main|flip]
 #   TAG [main, or flip for MODE=flip]  N [1000]  SEED [1]
 #   WARMUP [3]  MEASURE [15]  LAT_SECONDS [8]  LAT_QPS [10000]  SETTLE [1]
-#   FLIP_RATES [0 50 100]  FLIP_N [50]  FLIP_INTERVAL [1s]  FLIP_SETUP_TIMEOUT [60]
+#   FLIP_RATES [0 50 100]  FLIP_N [50]  FLIP_STYLE [steady|today]
+#   FLIP_INTERVAL [500ms steady, 1s today]  FLIP_SETUP_TIMEOUT [60]
 #   SERVER_CPU [1]  CLIENT_CPU [0]  DISTURBED_PCT [25]  QUIET_TRIES [10]
 #   CAIRN_BIN [bin/cairn]  COREDNS_BIN [$PEERS_DIR/coredns]  KNOTD [knotd]
 #   PEERS_DIR [/tmp/cairn-bench-peers]  READY_TIMEOUT [30]  KEEP_WORK [0]
@@ -80,7 +107,19 @@ LAT_QPS=${LAT_QPS:-10000}
 SETTLE=${SETTLE:-1}
 FLIP_RATES=${FLIP_RATES:-0 50 100}
 FLIP_N=${FLIP_N:-50}
-FLIP_INTERVAL=${FLIP_INTERVAL:-1s}
+FLIP_STYLE=${FLIP_STYLE:-steady}
+case $FLIP_STYLE in
+steady) FLIP_INTERVAL=${FLIP_INTERVAL:-500ms} ;;
+today) FLIP_INTERVAL=${FLIP_INTERVAL:-1s} ;;
+*)
+	echo "run.sh: FLIP_STYLE=$FLIP_STYLE: want steady or today" >&2
+	exit 2
+	;;
+esac
+if [[ ! $FLIP_INTERVAL =~ ^[0-9]+(ms|s)$ ]]; then
+	echo "run.sh: FLIP_INTERVAL=$FLIP_INTERVAL: want a duration such as 500ms or 1s" >&2
+	exit 2
+fi
 FLIP_SETUP_TIMEOUT=${FLIP_SETUP_TIMEOUT:-60}
 SERVER_CPU=${SERVER_CPU:-1}
 CLIENT_CPU=${CLIENT_CPU:-0}
@@ -244,15 +283,15 @@ stat_of() {
 	echo "${v:--}"
 }
 
-# percentiles FILE: "p50 p99" in ms from dnsperf -v lines
+# percentiles FILE: "p50 p99 p99.9 max" in ms from dnsperf -v lines
 # ("> NOERROR name type 0.000123"), nearest rank over answered queries.
+# At 10,000 queries a second for 8 s, p99.9 is the 80th slowest answer.
 percentiles() {
 	awk '$1 == ">" && $NF ~ /^[0-9.]+$/ { print $NF * 1000 }' "$1" | sort -n |
-		awk '{ v[NR] = $1 } END {
-			if (NR == 0) { print "- -"; exit }
-			i50 = int(NR * 0.50); if (i50 < NR * 0.50) i50++
-			i99 = int(NR * 0.99); if (i99 < NR * 0.99) i99++
-			printf "%.3f %.3f\n", v[i50], v[i99] }'
+		awk 'function rank(q,  i) { i = int(NR * q); if (i < NR * q) i++; return i }
+		{ v[NR] = $1 } END {
+			if (NR == 0) { print "- - - -"; exit }
+			printf "%.3f %.3f %.3f %.3f\n", v[rank(0.50)], v[rank(0.99)], v[rank(0.999)], v[NR] }'
 }
 
 # ---------------------------------------------------------------- servers
@@ -345,12 +384,18 @@ start_server() {
 	cairn)
 		port=$CAIRN_DNS_PORT
 		version="cairn $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo -dirty)"
+		# The tree's commit says what bin/cairn was built from only if
+		# it was built here last; another binary is named as well.
+		[[ $CAIRN_BIN == bin/cairn ]] || version+=" ($CAIRN_BIN)"
 		# --probe-workers 0: the benchmark services have no checks, and this
 		# makes sure nothing probes their 10.x addresses whatever the data.
 		set -- "$CAIRN_BIN" server --dev --data-dir "$dir/data" \
 			--http-addr "127.0.0.1:$CAIRN_HTTP_PORT" --raft-addr "127.0.0.1:$((CAIRN_HTTP_PORT + 1))" \
 			--grpc-addr "127.0.0.1:$((CAIRN_HTTP_PORT + 2))" --dns-addr "127.0.0.1:$port" \
 			--domain "$DOMAIN" --region bench --zone bench-a --probe-workers 0 --log-level warn
+		# The steady churn driver sends one batch per evaluation round,
+		# so the rounds run at its tick (see FLIP_STYLE above).
+		[[ $MODE == flip ]] && set -- "$@" --eval-interval "$FLIP_INTERVAL"
 		;;
 	esac
 	local p
@@ -395,9 +440,12 @@ load_cairn() {
 
 # ---------------------------------------------------------------- one run
 
-header="time	tag	round	mode	flip_pct	server	version	n	qps	completed	lost	avg_lat_ms	run_s	server_cpu_s	server_busy_pct	qps_per_core_s	dnsperf_busy_pct	foreign_pct	p50_ms	p99_ms	lat_qps	lat_lost	lat_foreign_pct	rss_idle_kib	rss_loaded_kib	rss_hwm_kib	resp_bytes	noerror	nxdomain	start_s	load_s	flip_reports_per_s	flip_change_pct	flip_quarantined	status	note"
+header="time	tag	round	mode	flip_pct	server	version	n	qps	completed	lost	avg_lat_ms	run_s	server_cpu_s	server_busy_pct	qps_per_core_s	dnsperf_busy_pct	foreign_pct	p50_ms	p99_ms	p999_ms	max_ms	lat_qps	lat_lost	lat_foreign_pct	rss_idle_kib	rss_loaded_kib	rss_hwm_kib	resp_bytes	noerror	nxdomain	start_s	load_s	flip_style	flip_interval	flip_reports_per_s	flip_change_pct	flip_quarantined	flip_deferred	flip_dns_a_min	flip_dns_a_max	flip_dns_off_pct	status	note"
+header_checked=0
 
-# row FIELD=VALUE...: appends one TSV row; absent fields are "-".
+# row FIELD=VALUE...: appends one TSV row; absent fields are "-". Before
+# the first row it appends this version's header unless the file's last
+# header is already it (summarize.sh switches columns at each header).
 row() {
 	local -A f=()
 	local kv col line=
@@ -406,7 +454,12 @@ row() {
 		line+=${line:+$'\t'}${f[$col]:--}
 	done
 	mkdir -p "$RESULTS_DIR"
-	[[ -s $RESULTS ]] || echo "$header" >"$RESULTS"
+	if ((header_checked == 0)); then
+		if [[ ! -s $RESULTS ]] || [[ $(grep $'^time\t' "$RESULTS" | tail -n 1) != "$header" ]]; then
+			echo "$header" >>"$RESULTS"
+		fi
+		header_checked=1
+	fi
 	echo "$line" >>"$RESULTS"
 }
 
@@ -424,11 +477,13 @@ fail_run() {
 run_one() {
 	local round=$1 name=$2 data=$3 flip=$4
 	local common=(time="$(date -u +%Y-%m-%dT%H:%M:%SZ)" tag="$TAG" round="$round" mode="$MODE" flip_pct="$flip" server="$name" n="$n_services")
+	[[ $MODE == flip ]] && common+=(flip_style="$FLIP_STYLE" flip_interval="$FLIP_INTERVAL")
 	local sample=svc0.$NAMESPACE.svc.$DOMAIN last=svc$((n_services - 1)).$NAMESPACE.svc.$DOMAIN
 	local want=8 load_s=- start_s
 	last_seen=
-	# The flip driver keeps half of each service ready (4 of 8); while it
-	# flips, an answer may catch a swap half done, so any answer will do.
+	# The flip driver keeps half of each service ready (4 of 8), and under
+	# the today style's churn (or a deferred withdrawal) answers drift:
+	# any answer will do. The driver's DNS check counts them.
 	[[ $MODE == flip ]] && want=any
 	start_server "$name" "$data" || return 1
 	if [[ $name == cairn ]]; then
@@ -444,7 +499,8 @@ run_one() {
 			# Bounded: setup + settle + quiet gate + the three dnsperf runs, plus slack.
 			local dur=$((FLIP_SETUP_TIMEOUT + READY_TIMEOUT + SETTLE + QUIET_TRIES + WARMUP + MEASURE + LAT_SECONDS + 30))
 			taskset -c "$CLIENT_CPU" "$WORK/drive" flip -addr "http://127.0.0.1:$CAIRN_HTTP_PORT" \
-				-f "$data/instances.jsonl" -pct "$flip" -interval "$FLIP_INTERVAL" -duration "${dur}s" \
+				-f "$data/instances.jsonl" -style "$FLIP_STYLE" -pct "$flip" -interval "$FLIP_INTERVAL" -duration "${dur}s" \
+				-dns "127.0.0.1:$CAIRN_DNS_PORT" -domain "$DOMAIN" \
 				-ready-file "$WORK/flip.ready" >"$WORK/flip.json" 2>"$WORK/flip.err" &
 			driver_pid=$!
 			local i
@@ -524,24 +580,27 @@ run_one() {
 	l1=$(cpu_ticks "$server_pid" || echo "$l0")
 	lb1=$(busy_ticks)
 	[[ -n $driver_pid ]] && ld1=$(cpu_ticks "$driver_pid" || echo "$ld0")
-	local lf p50 p99
+	local lf p50 p99 p999 pmax
 	lf=$((lb1 - lb0 - (l1 - l0) - ldp - (ld1 - ld0)))
 	((lf < 0)) && lf=0
-	read -r p50 p99 < <(percentiles "$WORK/latency.out")
+	read -r p50 p99 p999 pmax < <(percentiles "$WORK/latency.out")
 
-	local hwm flip_rps=- flip_change=- flip_q=- note=
+	local hwm flip_rps=- flip_change=- flip_q=- flip_def=- dns_min=- dns_max=- dns_off=- note=
 	hwm=$(status_kib "$server_pid" VmHWM)
 	if [[ -n $driver_pid ]]; then
 		stop_pid "$driver_pid" # SIGTERM: it prints its result and exits
 		driver_pid=
 		if [[ -s $WORK/flip.json ]]; then
-			read -r flip_rps flip_change flip_q note < <(awk '{
-				match($0, /"reports_per_s":[0-9.e+-]+/); r = substr($0, RSTART + 16, RLENGTH - 16)
-				match($0, /"observed_change_pct":[0-9.e+-]+/); c = substr($0, RSTART + 22, RLENGTH - 22)
-				match($0, /"observed_quarantined":[0-9]+/); q = substr($0, RSTART + 23, RLENGTH - 23)
-				match($0, /"overruns":[0-9]+/); o = substr($0, RSTART + 11, RLENGTH - 11)
-				match($0, /"failed":[0-9]+/); f = substr($0, RSTART + 9, RLENGTH - 9)
-				printf "%.0f %.1f %s overruns=%s,failed_reports=%s\n", r, c, q, o, f }' "$WORK/flip.json")
+			read -r flip_rps flip_change flip_q flip_def dns_min dns_max dns_off note < <(awk '
+				# num KEY: the number after "KEY": in the one-line JSON object.
+				function num(k) { if (!match($0, "\"" k "\":-?[0-9.e+]+")) return "-"; return substr($0, RSTART + length(k) + 3, RLENGTH - length(k) - 3) }
+				{
+				o = num("overruns"); f = num("failed"); l = num("late_batches"); p = ($0 ~ /"phase_locked":true/) ? "yes" : "no"
+				m = num("dns_a_min"); x = num("dns_a_max"); d = num("dns_off_pct")
+				if (m < 0) { m = "-"; x = "-"; d = "-" } else d = sprintf("%.1f", d)
+				printf "%.0f %.1f %s %s %s %s %s overruns=%s,failed_reports=%s,late_batches=%s,phase_locked=%s\n",
+					num("reports_per_s"), num("observed_change_per_s_pct"), num("observed_quarantined"), num("observed_deferred_max"),
+					m, x, d, o, f, l, p }' "$WORK/flip.json")
 		else
 			note="flip driver printed nothing: $(tr '\n' ' ' <"$WORK/flip.err")"
 		fi
@@ -564,14 +623,17 @@ run_one() {
 		run_s="$run_s" server_cpu_s="$(fdiv "$server_ticks" "$CLK_TCK" 2)" \
 		server_busy_pct="$(fdiv "$((server_ticks * 100))" "$core_ticks" 1)" qps_per_core_s="$per_core" \
 		dnsperf_busy_pct="$(fdiv "$((dp * 100))" "$core_ticks" 1)" foreign_pct="$foreign_pct" \
-		p50_ms="$p50" p99_ms="$p99" lat_qps="$(stat_of "$WORK/latency.out" qps)" lat_lost="$(stat_of "$WORK/latency.out" lost)" \
+		p50_ms="$p50" p99_ms="$p99" p999_ms="$p999" max_ms="$pmax" lat_qps="$(stat_of "$WORK/latency.out" qps)" lat_lost="$(stat_of "$WORK/latency.out" lost)" \
 		lat_foreign_pct="$(fdiv "$((lf * 100))" "$(awk -v e="$lat_run_s" -v h="$CLK_TCK" 'BEGIN { print e * h }')" 1)" \
 		rss_idle_kib="$rss_idle" rss_loaded_kib="$rss_loaded" rss_hwm_kib="$hwm" \
 		resp_bytes="$(stat_of "$WORK/measure.out" resp_bytes)" noerror="$(stat_of "$WORK/measure.out" noerror)" \
 		nxdomain="$(stat_of "$WORK/measure.out" nxdomain)" start_s="$start_s" load_s="$load_s" \
 		flip_reports_per_s="$flip_rps" flip_change_pct="$flip_change" flip_quarantined="$flip_q" \
+		flip_deferred="$flip_def" flip_dns_a_min="$dns_min" flip_dns_a_max="$dns_max" flip_dns_off_pct="$dns_off" \
 		status=ok note="$note"
-	log "$name$([[ $flip == - ]] || echo " flip $flip%"): $qps QPS, $per_core per server core-s, p50/p99 $p50/$p99 ms at $LAT_QPS QPS, foreign $foreign_pct%"
+	log "$name$([[ $flip == - ]] || echo " flip $flip% ($FLIP_STYLE)"): $qps QPS, $per_core per server core-s," \
+		"p50/p99/p99.9 $p50/$p99/$p999 ms at $LAT_QPS QPS, foreign $foreign_pct%" \
+		"$([[ $flip == - ]] || echo "; A records per answer $dns_min-$dns_max, $flip_change% changed/s, $flip_def deferred")"
 }
 
 # ---------------------------------------------------------------- main
@@ -580,16 +642,18 @@ log "building the data generator and the API driver"
 go build -o "$WORK/gen" ./bench/dns/gen
 go build -o "$WORK/drive" ./bench/dns/drive
 
+churn=today # the services' policy; no health changes in MODE=main
 if [[ $MODE == flip ]]; then
 	SERVERS=cairn
 	n_services=$FLIP_N
+	churn=$FLIP_STYLE
 else
 	n_services=$N
 	FLIP_RATES=-
 fi
 data=$WORK/data
 queries=$data/queries.txt
-"$WORK/gen" -n "$n_services" -seed "$SEED" -namespace "$NAMESPACE" -domain "$DOMAIN" -out "$data"
+"$WORK/gen" -n "$n_services" -seed "$SEED" -namespace "$NAMESPACE" -domain "$DOMAIN" -churn "$churn" -out "$data"
 
 for name in $SERVERS; do
 	case $name in
@@ -612,7 +676,7 @@ for name in $SERVERS; do
 	esac
 done
 
-log "MODE=$MODE TAG=$TAG rounds $((ROUND_BASE + 1))-$((ROUND_BASE + ROUNDS)), servers: $SERVERS; $n_services services; results in ${RESULTS#"$root"/}"
+log "MODE=$MODE$([[ $MODE == flip ]] && echo " FLIP_STYLE=$FLIP_STYLE FLIP_INTERVAL=$FLIP_INTERVAL") TAG=$TAG rounds $((ROUND_BASE + 1))-$((ROUND_BASE + ROUNDS)), servers: $SERVERS; $n_services services; results in ${RESULTS#"$root"/}"
 for ((r = ROUND_BASE + 1; r <= ROUND_BASE + ROUNDS; r++)); do
 	for name in $SERVERS; do
 		for rate in $FLIP_RATES; do

@@ -17,9 +17,12 @@
 //
 // The service definitions have no health check, so cairn never probes the
 // 10.x addresses: no benchmark traffic leaves the machine. Readiness is
-// `self`, so MODE=flip can flip health with self-reports.
+// `self`, so MODE=flip can flip health with self-reports. -churn picks the
+// policy for the churn driver's style (bench/dns/drive): today (the
+// default, as the first churn runs had it) or steady (re-admission as
+// quick as the store allows).
 //
-//	go run ./bench/dns/gen -n 1000 -out /tmp/dnsdata
+//	go run ./bench/dns/gen -n 1000 -out /tmp/dnsdata [-churn today|steady]
 package main
 
 import (
@@ -47,6 +50,7 @@ type Config struct {
 	TTL       int    // answer TTL and SOA minimum (negative TTL), seconds
 	NXPercent int    // share of queries for names that do not exist, percent
 	Seed      uint64 // shuffles the query file
+	Churn     string // the services' policy: "today" or "steady" (servicesYAML)
 }
 
 func main() {
@@ -57,6 +61,7 @@ func main() {
 	flag.StringVar(&cfg.Domain, "domain", "cairn.internal.", "zone apex")
 	flag.IntVar(&cfg.NXPercent, "nx", 5, "percent of queries for names that do not exist")
 	flag.Uint64Var(&cfg.Seed, "seed", 1, "seed of the query shuffle")
+	flag.StringVar(&cfg.Churn, "churn", "today", "the services' policy, for the churn driver's style: today or steady")
 	flag.Parse()
 	if *out == "" {
 		fmt.Fprintln(os.Stderr, "gen: -out is required")
@@ -82,6 +87,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("-nx %d: want 0 to 50", c.NXPercent)
 	case len(c.Domain) == 0 || c.Domain[len(c.Domain)-1] != '.':
 		return fmt.Errorf("-domain %q: want a fully qualified name (trailing dot)", c.Domain)
+	case policies[c.Churn] == "":
+		return fmt.Errorf("-churn %q: want today or steady", c.Churn)
 	}
 	return nil
 }
@@ -155,11 +162,28 @@ const servicesHeader = `# DNS benchmark services (bench/dns/gen): no check, so n
 # readiness self, so MODE=flip can flip health with self-reports.
 `
 
-// servicesYAML is the definitions for cairn apply. The policy turns off the
-// bounds that would hold health flips back in MODE=flip (the healthy
-// fraction guard, the shrink cap after its first window, flap quarantine)
-// and slow start, so that SRV weights are the zone file's 100 at once;
-// with every instance ready they change nothing else.
+// policies are the services' policies by churn style, less dns_ttl and
+// a_record_limit. Both turn off the bounds that would hold health flips
+// back in MODE=flip as far as the store allows: the healthy fraction
+// guard, flap quarantine, and the shrink cap as far as it goes (1, its
+// most, still withdraws at most the published count per 10 s window),
+// and slow start, so that SRV weights are the zone file's 100 at once.
+// With every instance ready (MODE=main) they change nothing else.
+//
+// steady adds the quickest re-admission the store accepts, for the
+// steady churn driver: admit_after must exceed withdraw_after, which is
+// at least 1, so a report of ready=true re-admits on the second round
+// that reads it, with no minimum time. today keeps the defaults the
+// first churn runs had (withdraw_after 3, which reports do not use;
+// admit_after 5 over admit_min 10s), so that the run as it was can be
+// repeated.
+var policies = map[string]string{
+	"today":  "min_healthy_fraction: 0, shrink_cap: 1, flap_limit: 0, slow_start: 0s, lease_ttl: 24h",
+	"steady": "min_healthy_fraction: 0, withdraw_after: 1, admit_after: 2, admit_min: 0s, shrink_cap: 1, flap_limit: 0, slow_start: 0s, lease_ttl: 24h",
+}
+
+// servicesYAML is the definitions for cairn apply, with the policy of
+// c.Churn.
 func (c Config) servicesYAML(w *bufio.Writer) {
 	w.WriteString(servicesHeader)
 	for i := range c.Services {
@@ -169,8 +193,7 @@ func (c Config) servicesYAML(w *bufio.Writer) {
 		fmt.Fprintf(w, "namespace: %s\nname: %s\n", c.Namespace, service(i))
 		fmt.Fprintf(w, "ports: [{name: http, number: %d, protocol: tcp}]\n", c.Port)
 		w.WriteString("capability: {readiness: self}\n")
-		fmt.Fprintf(w, "policy: {dns_ttl: %ds, a_record_limit: %d, min_healthy_fraction: 0, shrink_cap: 1, flap_limit: 0, slow_start: 0s, lease_ttl: 24h}\n",
-			c.TTL, c.Endpoints)
+		fmt.Fprintf(w, "policy: {dns_ttl: %ds, a_record_limit: %d, %s}\n", c.TTL, c.Endpoints, policies[c.Churn])
 	}
 }
 

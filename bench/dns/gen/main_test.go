@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/miekg/dns"
+
+	"github.com/cairn-sd/cairn/store"
 )
 
 // TestWriteIsConsistent checks that the three forms describe the same
@@ -17,7 +19,7 @@ import (
 // NXDOMAIN query names nothing in it.
 func TestWriteIsConsistent(t *testing.T) {
 	cfg := Config{Services: 40, Endpoints: 8, Namespace: "bench", Domain: "cairn.internal.",
-		Region: "bench", Zone: "bench-a", Port: 8080, TTL: 5, NXPercent: 5, Seed: 1}
+		Region: "bench", Zone: "bench-a", Port: 8080, TTL: 5, NXPercent: 5, Seed: 1, Churn: "today"}
 	dir := t.TempDir()
 	if err := write(cfg, dir); err != nil {
 		t.Fatal(err)
@@ -104,6 +106,46 @@ func TestWriteIsConsistent(t *testing.T) {
 	}
 	if want := 4; nx != want { // 80 * 5/95 = 4.2
 		t.Errorf("%d NXDOMAIN queries, want %d", nx, want)
+	}
+}
+
+// TestPoliciesAreValid applies the store's own defaults and validation
+// to both policies, and checks that the steady one re-admits as quickly
+// as the steady churn driver assumes (bench/dns/drive, flip_steady.go).
+func TestPoliciesAreValid(t *testing.T) {
+	for churn := range policies {
+		t.Run(churn, func(t *testing.T) {
+			cfg := Config{Services: 3, Endpoints: 8, Namespace: "bench", Domain: "cairn.internal.", Port: 8080, TTL: 5, Churn: churn}
+			var b strings.Builder
+			w := bufio.NewWriter(&b)
+			cfg.servicesYAML(w)
+			w.Flush()
+			svcs, err := store.ParseServices(strings.NewReader(b.String()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(svcs) != cfg.Services {
+				t.Fatalf("%d services, want %d", len(svcs), cfg.Services)
+			}
+			for _, s := range svcs {
+				s = s.WithDefaults()
+				if err := s.Validate(); err != nil {
+					t.Fatalf("%s: %v", s.Name, err)
+				}
+				p := s.Policy
+				if *p.FlapLimit != 0 || p.SlowStart.D() != 0 || *p.MinHealthyFraction != 0 || p.ShrinkCap != 1 {
+					t.Errorf("%s: flap_limit %d, slow_start %s, min_healthy_fraction %g, shrink_cap %g: want 0, 0s, 0, 1",
+						s.Name, *p.FlapLimit, p.SlowStart.D(), *p.MinHealthyFraction, p.ShrinkCap)
+				}
+				if churn == "steady" && (p.WithdrawAfter != 1 || p.AdmitAfter != 2 || p.AdmitMin.D() != 0) {
+					t.Errorf("%s: withdraw_after %d, admit_after %d, admit_min %s: want 1, 2, 0s",
+						s.Name, p.WithdrawAfter, p.AdmitAfter, p.AdmitMin.D())
+				}
+				if churn == "today" && (p.AdmitAfter != store.DefaultAdmitAfter || p.AdmitMin.D() != store.DefaultAdmitMin) {
+					t.Errorf("%s: admit_after %d, admit_min %s: want the defaults", s.Name, p.AdmitAfter, p.AdmitMin.D())
+				}
+			}
+		})
 	}
 }
 
