@@ -21,8 +21,8 @@ const (
 	DefaultPause = 50 * time.Microsecond
 )
 
-// checkEvery is how many Due calls share one clock read: a unit of work
-// is typically well under a microsecond.
+// checkEvery is how many Step calls share one clock read: a unit of
+// work there is typically well under a microsecond.
 const checkEvery = 32
 
 // Pacer measures one goroutine's slices of work. It is not safe for
@@ -60,8 +60,18 @@ func (p *Pacer) Begin() {
 
 // Due reports, between two units of work, whether the slice is spent:
 // the caller then releases whatever a reader may wait on and calls
-// Pause. A nil Pacer is never due.
+// Pause. It reads the clock every time: for units of some microseconds
+// (a service's evaluation). A nil Pacer is never due.
 func (p *Pacer) Due() bool {
+	if p == nil || p.slice <= 0 {
+		return false
+	}
+	return p.now().Sub(p.start) >= p.slice
+}
+
+// dueSoon is Due for small units (a slot, an element): it reads the
+// clock once every checkEvery calls.
+func (p *Pacer) dueSoon() bool {
 	if p == nil || p.slice <= 0 {
 		return false
 	}
@@ -83,10 +93,11 @@ func (p *Pacer) Pause() {
 	p.Begin()
 }
 
-// Step is Due and Pause together, for work that holds nothing while it
-// runs.
+// Step pauses if the slice is spent, for loops of small units (well
+// under a microsecond each) that hold nothing a reader waits on: it
+// reads the clock once every checkEvery calls.
 func (p *Pacer) Step() {
-	if p.Due() {
+	if p.dueSoon() {
 		p.Pause()
 	}
 }

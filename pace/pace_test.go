@@ -14,26 +14,29 @@ func TestDueAfterTheSlice(t *testing.T) {
 	c := &fakeClock{t: time.Unix(0, 0)}
 	p := New(time.Millisecond, 0, c.now)
 	for i := range 10 * checkEvery {
-		if p.Due() {
+		if p.Due() || p.dueSoon() {
 			t.Fatalf("due after %d calls with no time spent", i+1)
 		}
 	}
 	c.t = c.t.Add(time.Millisecond)
+	if !p.Due() {
+		t.Fatal("Due is false once the slice is spent: it must read the clock at every call")
+	}
 	due := 0
 	for range checkEvery {
-		if p.Due() {
+		if p.dueSoon() {
 			due++
 		}
 	}
 	if due != 1 {
-		t.Fatalf("due %d times in one check period once the slice was spent, want 1", due)
+		t.Fatalf("Step's check was due %d times in one check period once the slice was spent, want 1", due)
 	}
 	p.Pause()
 	if p.Pauses() != 1 {
 		t.Fatalf("Pauses() = %d, want 1", p.Pauses())
 	}
 	for range 2 * checkEvery {
-		if p.Due() {
+		if p.Due() || p.dueSoon() {
 			t.Fatal("due right after a pause: the pause must start a new slice")
 		}
 	}
