@@ -300,9 +300,6 @@ func TestUnchangedAgreesWithHealthOf(t *testing.T) {
 	}
 }
 
-// never sets nothing aside.
-func never(string) bool { return false }
-
 // TestSeedAfterFailover: a new leader does not withdraw an instance its
 // probers disagreed about (it has neither prober's result yet), and does
 // not end an outcome withdrawal on its first round because the callers
