@@ -274,6 +274,12 @@ func (e *Evaluator) Evaluate(p Policy, instances []Instance, evidence map[string
 	}
 	floor := sh.Base - max(1, int(math.Floor(p.ShrinkCap*float64(sh.Base))))
 	withdraw := len(candidates) - min(len(candidates), max(0, floor-kept))
+	if sh.Base == 0 {
+		// The window opened on an empty view (a fresh evaluator, or a
+		// service with nothing published): there is no floor to hold,
+		// so it allows one withdrawal, as a window always does.
+		withdraw = min(len(candidates), max(0, 1-sh.Used))
+	}
 	for i, w := range candidates {
 		if i < withdraw {
 			sh.Used++
