@@ -20,17 +20,20 @@ test:        ## every test (unit, property, fuzz seeds, API, real-process integr
 integration: ## only the real-process tests
 	$(GO) test -race -count=1 -timeout 15m ./integration/...
 
-bench:       ## store throughput and failover, status table, probe pool, evaluator, withdrawal publication (see BENCHMARKS.md)
+bench:       ## store throughput and failover, memory per registered instance, status table, probe pool, evaluator, withdrawal publication (see BENCHMARKS.md)
 	$(GO) run ./bench/cmd/storebench
+	$(GO) run ./bench/cmd/membench
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=2s -count=5 ./bench/status/
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=10x -count=3 -timeout=10m ./bench/probe/
 	$(GO) test -run='^$$' -bench=. -benchmem -count=3 ./bench/eval/
 	$(GO) test -run='^$$' -bench=. -benchtime=100x -count=3 ./bench/withdraw/
 
-bench-dns: build ## DNS vs CoreDNS and Knot, pinned; needs root for apt (bench/dns/run.sh: ROUNDS, MODE=flip ...)
+bench-dns: build ## DNS vs CoreDNS and Knot (QPS, p50/p99/p99.9, RSS), then cairn under churn, steady and as first driven; ~20 min; needs root for apt (bench/dns/run.sh)
 	bench/dns/install-peers.sh >/dev/null
 	bench/dns/run.sh
-	bench/dns/summarize.sh
+	MODE=flip FLIP_STYLE=steady bench/dns/run.sh
+	MODE=flip FLIP_STYLE=today bench/dns/run.sh
+	bench/dns/summarize.sh main flip
 
 fuzz:        ## each fuzz target for FUZZTIME (go test -fuzz takes one target per run)
 	$(GO) test -run='^$$' -fuzz='^FuzzParseServices$$' -fuzztime=$(FUZZTIME) ./store

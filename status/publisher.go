@@ -227,16 +227,19 @@ func (p *Publisher) Build(fill func(b *Builder) error) (uint64, error) {
 }
 
 // spare returns a table that is not current and that no reader holds,
-// allocating one if there is none. The least recently published is
-// preferred: its readers are the likeliest to be gone. Called with p.mu
-// held.
+// allocating one if there is none. The most recently published is
+// preferred, so that builds alternate between two tables while readers
+// release promptly: a table never built into is memory the kernel has
+// not backed yet (3.2 MB at the default capacity), and it is only
+// written when a reader holds the previous table at a build. Called
+// with p.mu held.
 func (p *Publisher) spare(cur *Table) *Table {
 	var best *Table
 	for _, t := range p.pool {
 		if t == cur || t.refs.Load() != 0 {
 			continue
 		}
-		if best == nil || t.version < best.version {
+		if best == nil || t.version > best.version {
 			best = t
 		}
 	}

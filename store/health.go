@@ -144,6 +144,7 @@ func (f *fsm) commitHealth(c command) {
 			f.withdraw(in)
 		}
 		in.Health = h.clone()
+		f.internHealth(in.Health)
 		if t := u.Transition; t != nil {
 			e := Event{At: c.At, Kind: EventEligibility, Namespace: in.Namespace, Service: in.Service,
 				Instance: in.ID, Incarnation: in.Incarnation, From: t.From, To: t.To, Reason: t.Reason,

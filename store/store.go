@@ -35,6 +35,10 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 )
 
+// logCacheEntries is how many of the newest raft log entries the leader
+// keeps in memory (see Open).
+const logCacheEntries = 64
+
 // Store is the replicated store of one node. Its methods are safe for
 // concurrent use.
 type Store struct {
@@ -54,8 +58,11 @@ type Store struct {
 	handingOff atomic.Bool
 
 	leaseMu sync.Mutex
-	leases  map[InstanceKey]leaseUpdate // renewals held by the leader
+	leases  map[InstanceKey]leaseUpdate // renewals held by the leader, until replicated
 	dirty   map[InstanceKey]bool        // renewals not yet replicated
+	// leasesPeak is the most renewals leases has held since it was last
+	// made (see shrinkLeases).
+	leasesPeak int
 
 	// withdrawals feeds the entries' withdrawals to the table's builder
 	// (Withdrawn, TakeWithdrawals).
@@ -158,7 +165,13 @@ func Open(cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("store: opening raft log %q: %w", filepath.Join(cfg.DataDir, "raft.db"), err)
 		}
 		s.closers = append(s.closers, bolt.Close)
-		cache, err := raft.NewLogCache(512, bolt)
+		// The cache spares the leader reads from bolt when it sends
+		// followers what they have just missed; they are seldom more
+		// than a few entries behind, and anything older is read from
+		// bolt. It holds each entry's bytes, and an evaluator's or a
+		// checkpoint's entry carries up to 4,096 updates (about 1.6 MB):
+		// 512 entries could pin hundreds of megabytes after a burst.
+		cache, err := raft.NewLogCache(logCacheEntries, bolt)
 		if err != nil {
 			bolt.Close()
 			return nil, fmt.Errorf("store: raft log cache: %w", err)
@@ -541,13 +554,17 @@ func (s *Store) Service(ns, name string) (Service, bool) {
 
 // Instances returns the instances of a service, terminated ones included,
 // sorted by id. On the leader, lease deadlines include renewals not yet
-// replicated.
+// replicated. The instances share their Addresses, Ports,
+// RetiredRegistrationIDs, Report and Health with the store's records,
+// which the store never modifies in place: callers must not modify them
+// either.
 func (s *Store) Instances(ns, svc string) []Instance {
 	s.fsm.mu.RLock()
-	out := sortedInstances(s.fsm.instances, func(in *Instance) bool {
+	out := listInstances(s.fsm.instances, func(in *Instance) bool {
 		return in.Namespace == ns && in.Service == svc
 	})
 	s.fsm.mu.RUnlock()
+	sortInstances(out)
 	for i := range out {
 		out[i] = s.overlay(out[i])
 	}
@@ -555,11 +572,13 @@ func (s *Store) Instances(ns, svc string) []Instance {
 }
 
 // AllInstances returns every instance of every service, terminated ones
-// included, sorted by key.
+// included, sorted by key. Like Instances', their slices, maps and
+// pointers are the store's, and read-only.
 func (s *Store) AllInstances() []Instance {
 	s.fsm.mu.RLock()
-	out := sortedInstances(s.fsm.instances, nil)
+	out := listInstances(s.fsm.instances, nil)
 	s.fsm.mu.RUnlock()
+	sortInstances(out)
 	return out
 }
 
