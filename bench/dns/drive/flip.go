@@ -325,6 +325,8 @@ func flip(ctx context.Context, args []string) error {
 	style := fs.String("style", "steady", "steady: constant eligible count, batches timed to cairn's rounds; today: the original driver")
 	pct := fs.Int("pct", 50, "percent of the endpoints whose health changes each second (today: of the pairs swapped each tick)")
 	conns := fs.Int("c", 16, "concurrent requests")
+	hold := fs.Duration("hold", -1, "after the setup, flip nothing until this long after it began (default: 11s steady, 0 today): "+
+		"a service's first shrink window (10s) opened on an empty view allows one withdrawal, so flips started in it pile up deferred")
 	interval := fs.Duration("interval", 0, "tick; for -style steady it must be cairn's --eval-interval (default: 500ms steady, 1s today)")
 	offset := fs.Duration("offset", 0, "steady: send each batch this long after a round starts (default: a quarter of -interval)")
 	duration := fs.Duration("duration", 30*time.Second, "stop after this long, setup included (at most 1h)")
@@ -416,6 +418,34 @@ func flip(ctx context.Context, args []string) error {
 		}
 		return fmt.Errorf("flip: setup: the services never all published half their instances (at the last read: %d of %d services; of the watched, %d of %d instances eligible, at most %d deferred; %d reports failed%s)",
 			settled, len(groups), obs.eligible, len(obs.prev), obs.deferredHi, s.failed.Load(), msg)
+	}
+	if *hold < 0 {
+		*hold = 0
+		if *style == "steady" {
+			*hold = 11 * time.Second
+		}
+	}
+	// Wait out the services' first shrink window, then see that the
+	// setup state still holds (bounded by ctx, as above).
+	for ctx.Err() == nil && time.Since(setupStart) < *hold {
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Until(setupStart.Add(*hold))):
+		}
+	}
+	for ctx.Err() == nil {
+		if obs.once(ctx) {
+			if n, err := settledServices(ctx, c, insts, groups); err == nil && n == len(groups) {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("flip: setup: the services did not hold half their instances published after the first shrink window")
 	}
 	res.SetupSeconds = time.Since(setupStart).Seconds()
 	s.reports.Store(0)
