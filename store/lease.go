@@ -297,6 +297,8 @@ func (s *Store) recordSelf(ctx context.Context) error {
 // housekeepOnce commits one housekeeping entry and reports whether work
 // is still waiting (renewals, or terminations past the entry's bound).
 func (s *Store) housekeepOnce(ctx context.Context) (bool, error) {
+	s.hkMu.Lock()
+	defer s.hkMu.Unlock()
 	c := command{Op: opHousekeep, Actor: "node:" + s.cfg.NodeID}
 	s.leaseMu.Lock()
 	for k := range s.dirty {
@@ -313,9 +315,26 @@ func (s *Store) housekeepOnce(ctx context.Context) (bool, error) {
 	now := s.now()
 	c.At = now
 	pruneBefore := now.Add(-s.cfg.TombstoneTTL)
+	// The scan visits every instance, a millisecond or more at 10,000:
+	// it takes the keys at once, then looks at the instances a slice at a
+	// time (package pace), so that a server on one core keeps answering.
 	s.fsm.mu.RLock()
 	since := s.fsm.leaderSince
-	for k, in := range s.fsm.instances {
+	keys := s.hkKeys[:0]
+	for k := range s.fsm.instances {
+		keys = append(keys, k)
+	}
+	s.hkPacer.Begin()
+	for i, k := range keys {
+		if i%64 == 63 && s.hkPacer.Due() {
+			s.fsm.mu.RUnlock()
+			s.hkPacer.Pause()
+			s.fsm.mu.RLock()
+		}
+		in := s.fsm.instances[k]
+		if in == nil {
+			continue // gone meanwhile
+		}
 		if in.Lifecycle == Draining {
 			svc := s.fsm.services[k.ServiceKey()]
 			if svc != nil && !now.Before(in.DrainingSince.Add(svc.Policy.DrainWindow.D())) {
@@ -350,6 +369,8 @@ func (s *Store) housekeepOnce(ctx context.Context) (bool, error) {
 		}
 	}
 	s.fsm.mu.RUnlock()
+	clear(keys) // keep no key alive past its instance
+	s.hkKeys = keys[:0]
 	if len(c.Leases) == 0 && len(c.Terminate) == 0 && len(c.Expire) == 0 && c.PruneBefore.IsZero() {
 		return false, nil
 	}

@@ -33,6 +33,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/cairn-sd/cairn/pace"
 )
 
 // logCacheEntries is how many of the newest raft log entries the leader
@@ -56,6 +58,12 @@ type Store struct {
 	caughtUp   atomic.Bool
 	catchUpTo  atomic.Uint64 // the leader's revision when asked; 0: not asked yet
 	handingOff atomic.Bool
+
+	// hkMu serialises housekeepOnce (Run's ticks, Handoff); the keys
+	// buffer and the pacer are its.
+	hkMu    sync.Mutex
+	hkKeys  []InstanceKey
+	hkPacer *pace.Pacer
 
 	leaseMu sync.Mutex
 	leases  map[InstanceKey]leaseUpdate // renewals held by the leader, until replicated
@@ -131,6 +139,7 @@ func Open(cfg Config) (*Store, error) {
 	}
 	s := &Store{cfg: cfg, log: cfg.Logger.With("component", "store"), fsm: newFSM(),
 		leases: map[InstanceKey]leaseUpdate{}, dirty: map[InstanceKey]bool{}}
+	s.hkPacer = pace.New(pace.DefaultSlice, pace.DefaultPause, cfg.Now)
 	s.metrics = newMetrics(cfg.Registerer, s)
 	s.fsm.onRegister = s.metrics.registrations.Inc
 	s.withdrawals.ch = make(chan struct{}, 1)
