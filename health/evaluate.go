@@ -48,6 +48,7 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 	for _, cs := range n.cat.services {
 		if n.pacer.Due() {
 			n.pacer.Pause()
+			n.publishPending(ctx)
 		}
 		prev := n.states[cs.key]
 		if prev == nil {

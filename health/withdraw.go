@@ -84,6 +84,23 @@ func (n *Node) publishWithdrawals(ctx context.Context) {
 	n.m.withdrawSeconds.Observe(time.Since(start).Seconds())
 }
 
+// publishPending publishes, from a pause of the evaluation round, the
+// withdrawals (and answers the WaitPublished nudge) that arrived since the
+// round began. Paced, a round of many instances lasts tens of
+// milliseconds or more, and a withdrawal is published on commit, not
+// after the round (SPEC §2: within 100 ms). Only the round calls it: the
+// catalog refresh and the table build are not at a point where a table
+// may be published.
+func (n *Node) publishPending(ctx context.Context) {
+	select {
+	case <-n.cfg.Store.Withdrawn():
+	case <-n.nudge:
+	default:
+		return
+	}
+	n.publishWithdrawals(ctx)
+}
+
 // WaitPublished waits until this node's published table reflects the
 // store up to revision rev, withdrawals at least (see publishWithdrawals),
 // or ctx is done. The API calls it before it answers a drain or a

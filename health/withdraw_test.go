@@ -74,3 +74,38 @@ func TestWithdrawalsPublishedOnCommit(t *testing.T) {
 		t.Errorf("%s after the next build: %+v, want eligible", late.ID, e)
 	}
 }
+
+// TestRoundPublishesWithdrawalsInItsPauses: a paced round pauses between
+// services, and a withdrawal applied meanwhile is published from the
+// pause, not after the round (SPEC §2: within 100 ms; a round of many
+// instances lasts longer than that once paced).
+func TestRoundPublishesWithdrawalsInItsPauses(t *testing.T) {
+	clk := newClock()
+	var ticks time.Duration
+	h := newHarness(t, clk, 0, func(c *Config) {
+		// Every slice is spent at once: the round pauses after each
+		// service. The clock moves a nanosecond a read, so that the
+		// pacer sees time pass; the evaluation's seconds do not notice.
+		c.Slice = time.Nanosecond
+		c.Now = func() time.Time { ticks++; return clk.Now().Add(ticks) }
+	})
+	cart, pay := tcpService("shop", "cart"), tcpService("shop", "pay")
+	h.apply(cart, pay)
+	carts := h.fleet(cart, "c", 2)
+	h.fleet(pay, "p", 2)
+	h.tick(0)
+	if e := h.entry(carts[0]); !e.Flags.Has(status.Eligible) {
+		t.Fatalf("%s not eligible before the drain: %+v", carts[0].ID, e)
+	}
+	if _, err := h.st.Drain(t.Context(), "admin", carts[0].Key(), carts[0].Incarnation); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	h.n.evaluate(t.Context(), h.n.cfg.Now()) // the round alone: no build after it
+	if e := h.entry(carts[0]); e.Flags.Has(status.Eligible) {
+		t.Errorf("drained %s still eligible after a round that paused: %+v", carts[0].ID, e)
+	}
+	if got := h.metric("cairn_health_withdrawals_published_total"); got != 1 {
+		t.Errorf("cairn_health_withdrawals_published_total = %v, want 1", got)
+	}
+}
