@@ -121,19 +121,7 @@ func sentSource(b []byte) netip.Addr {
 // kernelPktinfo is the control message Linux reports a query to dst with
 // (as an IPv6 socket does when dst is v4-mapped), on interface 1.
 func kernelPktinfo(dst netip.Addr) []byte {
-	level, typ, n := levelIPv6, ipv6Pktinfo, in6PktinfoLen
-	if dst.Is4() {
-		level, typ, n = levelIP, ipPktinfo, inPktinfoLen
-	}
-	b := make([]byte, cmsgSpace(n))
-	if cmsgWord == 8 {
-		binary.NativeEndian.PutUint64(b, uint64(cmsgHdrLen+n))
-	} else {
-		binary.NativeEndian.PutUint32(b, uint32(cmsgHdrLen+n))
-	}
-	binary.NativeEndian.PutUint32(b[cmsgWord:], uint32(level))
-	binary.NativeEndian.PutUint32(b[cmsgWord+4:], uint32(typ))
-	d := b[cmsgHdrLen:]
+	b, d := pktinfoMsg(make([]byte, cmsgSpace(in6PktinfoLen)), dst.Is4())
 	if dst.Is4() {
 		binary.NativeEndian.PutUint32(d, 1)
 		copy(d[4:], []byte{192, 0, 2, 99}) // ipi_spec_dst: not the destination

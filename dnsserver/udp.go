@@ -272,8 +272,23 @@ func replySource(b, qoob []byte) []byte {
 	if !ok || dst.IsMulticast() || dst.IsUnspecified() || dst == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
 		return b[:0]
 	}
-	level, typ, n := levelIPv6, ipv6Pktinfo, in6PktinfoLen
+	b, d := pktinfoMsg(b, dst.Is4())
 	if dst.Is4() {
+		a := dst.As4()
+		copy(d[4:], a[:]) // ipi_spec_dst
+	} else {
+		a := dst.As16()
+		copy(d, a[:]) // ipi6_addr
+	}
+	return b
+}
+
+// pktinfoMsg lays out in b (which must have room for it) an empty packet
+// info control message of the family, IP_PKTINFO for IPv4, and returns
+// the message and its data.
+func pktinfoMsg(b []byte, v4 bool) (msg, data []byte) {
+	level, typ, n := levelIPv6, ipv6Pktinfo, in6PktinfoLen
+	if v4 {
 		level, typ, n = levelIP, ipPktinfo, inPktinfoLen
 	}
 	b = b[:cmsgSpace(n)]
@@ -285,14 +300,7 @@ func replySource(b, qoob []byte) []byte {
 	}
 	binary.NativeEndian.PutUint32(b[cmsgWord:], uint32(level))
 	binary.NativeEndian.PutUint32(b[cmsgWord+4:], uint32(typ))
-	if dst.Is4() {
-		a := dst.As4()
-		copy(b[cmsgHdrLen+4:], a[:]) // ipi_spec_dst
-	} else {
-		a := dst.As16()
-		copy(b[cmsgHdrLen:], a[:]) // ipi6_addr
-	}
-	return b
+	return b, b[cmsgHdrLen:]
 }
 
 // parseQuery parses the common query without allocating: header, one

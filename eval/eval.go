@@ -97,30 +97,18 @@ func (e *Evaluator) Recycle(s State) {
 	e.spare = append(e.spare, s.Instances)
 }
 
-// cloneObservers copies a previous State's list into a recycled one.
-func (e *Evaluator) cloneObservers(from []ObserverState) []ObserverState {
+// cloneInto copies a previous State's list into one taken from free (a
+// recycled list, emptied), or a new one when free has none.
+func cloneInto[T any](free *[][]T, from []T) []T {
 	if len(from) == 0 {
 		return nil
 	}
-	if k := len(e.observers); k > 0 {
-		buf := e.observers[k-1]
-		e.observers = e.observers[:k-1]
+	if k := len(*free); k > 0 {
+		buf := (*free)[k-1]
+		*free = (*free)[:k-1]
 		return append(buf, from...)
 	}
-	return append(make([]ObserverState, 0, len(from)+1), from...)
-}
-
-// cloneFlaps copies a previous State's flap times into a recycled list.
-func (e *Evaluator) cloneFlaps(from []time.Time) []time.Time {
-	if len(from) == 0 {
-		return nil
-	}
-	if k := len(e.flaps); k > 0 {
-		buf := e.flaps[k-1]
-		e.flaps = e.flaps[:k-1]
-		return append(buf, from...)
-	}
-	return append(make([]time.Time, 0, len(from)+1), from...)
+	return append(make([]T, 0, len(from)+1), from...)
 }
 
 // Evaluate is the package's Evaluate, reusing e's memory.
@@ -162,8 +150,8 @@ func (e *Evaluator) Evaluate(p Policy, instances []Instance, evidence map[string
 			w.prev = InstanceState{Incarnation: in.Incarnation}
 		}
 		w.st = w.prev
-		w.st.Flaps = e.cloneFlaps(w.prev.Flaps)
-		w.st.Observers = e.cloneObservers(w.prev.Observers)
+		w.st.Flaps = cloneInto(&e.flaps, w.prev.Flaps)
+		w.st.Observers = cloneInto(&e.observers, w.prev.Observers)
 		res.Discarded += consume(p, &w.st, in, evidence[in.ID], now, &e.samples)
 		judge(p, w, now)
 		ws = append(ws, w)

@@ -513,51 +513,45 @@ func instanceKey(i, services int) store.InstanceKey {
 // the first error a retry did not cure.
 func register(ctx context.Context, cl *client.Client, o options, services int) ([]uint64, error) {
 	incs := make([]uint64, o.n) // each worker writes only the indexes it took
-	var (
-		next     atomic.Int64
-		wg       sync.WaitGroup
-		errOnce  sync.Once
-		firstErr error
-	)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	for range o.conc {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				i := int(next.Add(1)) - 1
-				if i >= o.n {
-					return
-				}
-				k := instanceKey(i, services)
-				reg := store.Registration{
-					ID: k.ID,
-					// Unique addresses: 10.0.0.1 and up, skipping .0 and .255.
-					Addresses: []string{fmt.Sprintf("10.%d.%d.%d", i/(254*256)%256, i/254%256, i%254+1)},
-					Ports:     map[string]int{"http": 8080},
-				}
-				r, err := cl.Register(ctx, k.Namespace, k.Service, reg)
-				if err == nil && !r.Created {
-					err = fmt.Errorf("registration %s was not new", reg.ID)
-				}
-				incs[i] = r.Incarnation
-				if err != nil {
-					errOnce.Do(func() { firstErr = fmt.Errorf("instance %s: %w", reg.ID, err) })
-					cancel()
-					return
-				}
-			}
-		})
+	err := each(ctx, o.n, o.conc, func(ctx context.Context, i int) error {
+		k := instanceKey(i, services)
+		reg := store.Registration{
+			ID: k.ID,
+			// Unique addresses: 10.0.0.1 and up, skipping .0 and .255.
+			Addresses: []string{fmt.Sprintf("10.%d.%d.%d", i/(254*256)%256, i/254%256, i%254+1)},
+			Ports:     map[string]int{"http": 8080},
+		}
+		r, err := cl.Register(ctx, k.Namespace, k.Service, reg)
+		if err == nil && !r.Created {
+			err = fmt.Errorf("registration %s was not new", reg.ID)
+		}
+		incs[i] = r.Incarnation
+		if err != nil {
+			return fmt.Errorf("instance %s: %w", reg.ID, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
-	}
-	return incs, ctx.Err()
+	return incs, nil
 }
 
 // renew renews each instance once, from o.conc workers, stopping at the
 // first error a retry did not cure.
 func renew(ctx context.Context, cl *client.Client, o options, services int, incs []uint64) error {
+	return each(ctx, o.n, o.conc, func(ctx context.Context, i int) error {
+		if _, err := cl.Renew(ctx, instanceKey(i, services), incs[i]); err != nil {
+			return fmt.Errorf("instance %s: %w", instanceKey(i, services), err)
+		}
+		return nil
+	})
+}
+
+// each calls f for every index below n from conc workers, each index
+// once, and stops them all at the first error, which it returns (or
+// ctx's).
+func each(ctx context.Context, n, conc int, f func(ctx context.Context, i int) error) error {
 	var (
 		next     atomic.Int64
 		wg       sync.WaitGroup
@@ -566,15 +560,15 @@ func renew(ctx context.Context, cl *client.Client, o options, services int, incs
 	)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	for range o.conc {
+	for range conc {
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				i := int(next.Add(1)) - 1
-				if i >= o.n {
+				if i >= n {
 					return
 				}
-				if _, err := cl.Renew(ctx, instanceKey(i, services), incs[i]); err != nil {
-					errOnce.Do(func() { firstErr = fmt.Errorf("instance %s: %w", instanceKey(i, services), err) })
+				if err := f(ctx, i); err != nil {
+					errOnce.Do(func() { firstErr = err })
 					cancel()
 					return
 				}
