@@ -148,8 +148,8 @@ func (f *fsm) Apply(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
-	var c command
-	if err := json.Unmarshal(l.Data, &c); err != nil {
+	c, err := decodeCommand(l.Data)
+	if err != nil {
 		// A log entry this version cannot read: refuse it the same way on
 		// every replica rather than crash.
 		return result{Err: fmt.Errorf("store: decoding log entry %d: %w", l.Index, err)}

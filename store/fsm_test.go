@@ -2,7 +2,6 @@ package store
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -28,7 +27,7 @@ type fataler interface {
 // the FSM's result.
 func applyAt(t fataler, f *fsm, index uint64, c command) result {
 	t.Helper()
-	b, err := json.Marshal(c)
+	b, err := encodeCommand(c)
 	if err != nil {
 		t.Fatalf("encoding %s command: %v", c.Op, err)
 	}

@@ -143,7 +143,9 @@ func (f *fsm) commitHealth(c command) {
 		if !h.Eligible && (in.Health == nil || in.Health.Incarnation != in.Incarnation || in.Health.Eligible) {
 			f.withdraw(in)
 		}
-		in.Health = h.clone()
+		// c was decoded for this Apply alone, so the record may keep its
+		// lists instead of copies.
+		in.Health = &h
 		f.internHealth(in.Health)
 		if t := u.Transition; t != nil {
 			e := Event{At: c.At, Kind: EventEligibility, Namespace: in.Namespace, Service: in.Service,

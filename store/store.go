@@ -15,7 +15,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -371,7 +370,7 @@ func (s *Store) propose(ctx context.Context, c command) (result, error) {
 	if c.At.IsZero() {
 		c.At = s.now()
 	}
-	b, err := json.Marshal(c)
+	b, err := encodeCommand(c)
 	if err != nil {
 		return result{}, fmt.Errorf("store: encoding %s command: %w", c.Op, err)
 	}
