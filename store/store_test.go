@@ -665,3 +665,35 @@ func wantSameState(t *testing.T, s *store.Store, wantServices []store.Service, w
 		}
 	}
 }
+
+// TestEachInstance: EachInstance visits the records AllInstances lists,
+// terminated ones included, each once.
+func TestEachInstance(t *testing.T) {
+	n := storetest.Single(t, store.Config{})
+	mustApply(t, n.Store, webService(0))
+	for _, id := range []string{"a", "b", "c"} {
+		mustRegister(t, n.Store, registration(id, "10.0.0.1"))
+	}
+	b, _ := n.Instance(key("b"))
+	if _, err := n.Deregister(t.Context(), "x", key("b"), b.Incarnation); err != nil {
+		t.Fatal(err)
+	}
+	want := map[store.InstanceKey]store.Instance{}
+	for _, in := range n.AllInstances() {
+		want[in.Key()] = in
+	}
+	seen := map[store.InstanceKey]bool{}
+	n.EachInstance(func(in *store.Instance) {
+		w, ok := want[in.Key()]
+		switch {
+		case !ok || seen[in.Key()]:
+			t.Errorf("%s visited unexpectedly (listed %t, seen before %t)", in.Key(), ok, seen[in.Key()])
+		case !reflect.DeepEqual(*in, w):
+			t.Errorf("%s visited as %+v, listed as %+v", in.Key(), *in, w)
+		}
+		seen[in.Key()] = true
+	})
+	if len(seen) != len(want) || len(want) != 3 {
+		t.Errorf("visited %d instances, AllInstances lists %d, want 3", len(seen), len(want))
+	}
+}
