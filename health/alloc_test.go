@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/cairn-sd/cairn/store"
 )
@@ -65,5 +66,63 @@ func TestRoundAllocations(t *testing.T) {
 	if perInstance > 0.05 {
 		t.Errorf("a round allocates %.3f times per instance (%.0f with %d instances, %.0f with %d); want none",
 			perInstance, small, n1, large, n2)
+	}
+}
+
+// TestRefreshAllocations: re-reading the store at a new revision with no
+// instance added or gone makes no allocation per instance (it used to
+// copy every record and make every key anew, several hundred bytes an
+// instance of garbage at every revision), and keeps each instance's key
+// string; a catalog record stays a fraction of the store's record.
+func TestRefreshAllocations(t *testing.T) {
+	if got, limit := unsafe.Sizeof(catInstance{}), uintptr(136); got > limit {
+		t.Errorf("catInstance is %d bytes, want at most %d: the catalog holds one per live instance", got, limit)
+	}
+	h := newHarness(t, nil, 4096, nil)
+	total := 0
+	grow := func(services, each int) {
+		for s := range services {
+			svc := tcpService("shop", fmt.Sprintf("svc%d-%d", total, s))
+			h.apply(svc)
+			h.fleet(svc, "i", each)
+			total += each
+		}
+	}
+	measure := func() float64 {
+		h.n.refresh()
+		return testing.AllocsPerRun(5, func() {
+			h.n.cat.rev = 0 // as if the store had moved on
+			h.n.refresh()
+		})
+	}
+	grow(4, 10)
+	small, n1 := measure(), total
+	keys := map[string]*byte{}
+	for _, cs := range h.n.cat.services {
+		for _, in := range cs.instances {
+			keys[in.key] = unsafe.StringData(in.key)
+		}
+	}
+	grow(4, 100)
+	large, n2 := measure(), total
+	perInstance := (large - small) / float64(n2-n1)
+	t.Logf("allocations per refresh: %.0f with %d instances, %.0f with %d: %.3f per added instance", small, n1, large, n2, perInstance)
+	if perInstance > 0.05 {
+		t.Errorf("a refresh allocates %.3f times per instance (%.0f with %d instances, %.0f with %d); want none",
+			perInstance, small, n1, large, n2)
+	}
+	kept := 0
+	for _, cs := range h.n.cat.services {
+		for _, in := range cs.instances {
+			if p, ok := keys[in.key]; ok {
+				if p != unsafe.StringData(in.key) {
+					t.Fatalf("%s: the key was made anew at a refresh", in.key)
+				}
+				kept++
+			}
+		}
+	}
+	if kept != len(keys) {
+		t.Errorf("%d of the first %d instances' keys found after the refreshes", kept, len(keys))
 	}
 }

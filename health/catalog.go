@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/cairn-sd/cairn/eval"
@@ -26,25 +27,85 @@ type catalog struct {
 }
 
 type catService struct {
-	svc       store.Service
-	key       store.ServiceKey
-	policy    eval.Policy
-	id        uint32 // in the table's service names
-	instances []store.Instance
-	// keys[i] is instances[i].Key().String(), made once per refresh
-	// rather than once per round.
-	keys []string
+	svc      store.Service
+	key      store.ServiceKey
+	policy   eval.Policy
+	id       uint32 // in the table's service names
+	idOffset int    // len(key.String()) + 1: where an instance key's id begins
+	// instances, sorted by id.
+	instances []catInstance
+}
+
+// catInstance is what the loop needs of one live instance: a few of the
+// store record's fields, its slices, maps and pointers shared with the
+// replica (read-only, see store.AllInstances), rather than a copy of the
+// whole record. Times are unix nanoseconds (see nanos).
+type catInstance struct {
+	// key is the instance key's string, made once per instance and
+	// carried from one refresh to the next.
+	key           string
+	incarnation   uint64
+	region, zone  string
+	addresses     []string
+	ports         map[string]int
+	report        *store.SelfReport
+	health        *store.Health
+	leaseDeadline int64
+	registeredAt  int64
+	leaseTTL      store.Duration
+	weight        int32 // 1–65535 (store.Registration validates it)
+	lifecycle     status.Lifecycle
+}
+
+// instanceID returns instance i's id: the end of its key.
+func (cs *catService) instanceID(i int) string { return cs.instances[i].key[cs.idOffset:] }
+
+// storeKey returns the instance's store key.
+func (cs *catService) storeKey(i int) store.InstanceKey {
+	return store.InstanceKey{Namespace: cs.key.Namespace, Service: cs.key.Name, ID: cs.instanceID(i)}
+}
+
+// record returns as much of the store's record as LeaseExpiry reads.
+func (cs *catService) record(i int) store.Instance {
+	in := &cs.instances[i]
+	return store.Instance{Namespace: cs.key.Namespace, Service: cs.key.Name, ID: cs.instanceID(i), Incarnation: in.incarnation,
+		Lifecycle: storeLifecycle(in.lifecycle), LeaseTTL: in.leaseTTL, LeaseDeadline: fromNanos(in.leaseDeadline)}
+}
+
+// nanos is t in unix nanoseconds, math.MinInt64 for the zero time; the
+// store's times all lie well within the years 1678–2262 that int64
+// nanoseconds span. fromNanos is its inverse (in UTC, as the store
+// records times).
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return math.MinInt64
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(ns int64) time.Time {
+	if ns == math.MinInt64 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns).UTC()
 }
 
 // hasZone reports whether any of the service's instances is in the zone.
 func (cs *catService) hasZone(region, zone string) bool {
-	return slices.ContainsFunc(cs.instances, func(in store.Instance) bool { return in.Region == region && in.Zone == zone })
+	return slices.ContainsFunc(cs.instances, func(in catInstance) bool { return in.region == region && in.zone == zone })
 }
 
 type slotRef struct{ svc, inst int32 }
 
 // refresh re-reads the store when its revision moved: services,
 // instances, members, slots and the interned names.
+//
+// It reads the instances' records in place (store.EachInstance), copying
+// only catInstance's fields, each service's into a slice the size of its
+// last count, and reuses the previous catalog's key strings: a refresh
+// makes one catInstance per live instance and little else, where a copy
+// of every record (AllInstances) and a new key each made several times
+// that in garbage at every store revision.
 func (n *Node) refresh() {
 	st := n.cfg.Store
 	rev := st.Revision()
@@ -53,42 +114,80 @@ func (n *Node) refresh() {
 	}
 	n.pacer.Begin()
 	svcs := st.Services()
-	all := st.AllInstances()
 	c := catalog{rev: rev, services: make([]catService, 0, len(svcs)), bySlot: make([]slotRef, n.slots.Capacity())}
 	for i := range c.bySlot {
 		c.bySlot[i] = slotRef{-1, -1}
 	}
+	old := make(map[store.ServiceKey]*catService, len(n.cat.services))
+	for i := range n.cat.services {
+		old[n.cat.services[i].key] = &n.cat.services[i]
+	}
 	idx := make(map[store.ServiceKey]int, len(svcs))
 	names := make([]string, 0, len(svcs))
 	for _, s := range svcs {
-		idx[s.Key()] = len(c.services)
-		c.services = append(c.services, catService{svc: s, key: s.Key(), policy: policyOf(s)})
-		names = append(names, s.Key().String())
+		k := s.Key()
+		idx[k] = len(c.services)
+		cs := catService{svc: s, key: k, policy: policyOf(s), idOffset: len(k.Namespace) + len(k.Name) + 2}
+		if o := old[k]; o != nil {
+			cs.instances = make([]catInstance, 0, len(o.instances))
+		}
+		c.services = append(c.services, cs)
+		names = append(names, k.String())
 	}
 	n.svcs = extend(n.svcs, names)
-	var locs []string
-	for _, in := range all {
-		n.pacer.Step()
-		i, ok := idx[in.Key().ServiceKey()]
+	total := 0
+	st.EachInstance(func(in *store.Instance) {
+		i, ok := idx[store.ServiceKey{Namespace: in.Namespace, Name: in.Service}]
 		if !ok || in.Lifecycle == store.Terminated {
-			continue
+			return
 		}
-		c.services[i].instances = append(c.services[i].instances, in)
-		locs = append(locs, in.Region, in.Zone)
+		// The key is filled in below, outside the store's lock; until
+		// then it holds the id.
+		c.services[i].instances = append(c.services[i].instances, catInstance{key: in.ID,
+			incarnation: in.Incarnation, region: in.Region, zone: in.Zone, addresses: in.Addresses, ports: in.Ports,
+			report: in.Report, health: in.Health, leaseDeadline: nanos(in.LeaseDeadline),
+			registeredAt: nanos(in.RegisteredAt), leaseTTL: in.LeaseTTL, weight: int32(in.Weight),
+			lifecycle: lifecycleOf(in.Lifecycle)})
+		total++
+	})
+	locs := make([]string, 0, 2*total)
+	for si := range c.services {
+		cs := &c.services[si]
+		slices.SortFunc(cs.instances, func(a, b catInstance) int { return strings.Compare(a.key, b.key) })
+		// The keys: the previous catalog's where it had the instance
+		// (both are sorted by id), else new ones.
+		var prev []catInstance
+		if o := old[cs.key]; o != nil {
+			prev = o.instances
+		}
+		prefix := cs.key.String() + "/"
+		j := 0
+		for ii := range cs.instances {
+			n.pacer.Step()
+			in := &cs.instances[ii]
+			for j < len(prev) && prev[j].key[cs.idOffset:] < in.key {
+				j++
+			}
+			if j < len(prev) && prev[j].key[cs.idOffset:] == in.key {
+				in.key = prev[j].key
+			} else {
+				in.key = prefix + in.key
+			}
+			locs = append(locs, in.region, in.zone)
+		}
 	}
 	n.locs = intern(n.locs, locs)
 
 	// Slots: keep every live instance's, free the others'.
-	present := make(map[string]bool, len(all))
-	slotOf := make(map[string]int, len(all))
+	present := make(map[string]bool, total)
+	slotOf := make(map[string]int, total)
 	for si := range c.services {
 		cs := &c.services[si]
 		cs.id, _ = n.svcs.ID(cs.key.String())
-		cs.keys = make([]string, len(cs.instances))
-		for ii, in := range cs.instances {
+		for ii := range cs.instances {
 			n.pacer.Step()
-			k := in.Key().String()
-			cs.keys[ii] = k
+			in := &cs.instances[ii]
+			k := in.key
 			present[k] = true
 			slot, err := n.slots.Assign(k)
 			if err != nil {
@@ -96,8 +195,8 @@ func (n *Node) refresh() {
 				n.log.Warn("status table full: instance not published", "instance", k, "err", err)
 				continue
 			}
-			if n.slotInc[slot] != in.Incarnation {
-				n.slotInc[slot] = in.Incarnation
+			if n.slotInc[slot] != in.incarnation {
+				n.slotInc[slot] = in.incarnation
 				n.served[slot].Store(0)
 			}
 			c.bySlot[slot] = slotRef{int32(si), int32(ii)}
@@ -157,17 +256,18 @@ func (n *Node) directory(c catalog) *status.Directory {
 		if ref.svc < 0 {
 			continue
 		}
-		in := &c.services[ref.svc].instances[ref.inst]
-		k := c.services[ref.svc].keys[ref.inst]
+		cs := &c.services[ref.svc]
+		in := &cs.instances[ref.inst]
+		k := in.key
 		info := prev[k]
-		if info == nil || info.Incarnation != in.Incarnation {
-			info = &status.InstanceInfo{ID: in.ID, Incarnation: in.Incarnation, Ports: make(map[string]uint16, len(in.Ports))}
-			for _, a := range in.Addresses {
+		if info == nil || info.Incarnation != in.incarnation {
+			info = &status.InstanceInfo{ID: cs.instanceID(int(ref.inst)), Incarnation: in.incarnation, Ports: make(map[string]uint16, len(in.ports))}
+			for _, a := range in.addresses {
 				if ip, err := netip.ParseAddr(a); err == nil {
 					info.Addrs = append(info.Addrs, ip.Unmap())
 				}
 			}
-			for name, num := range in.Ports {
+			for name, num := range in.ports {
 				info.Ports[name] = uint16(num)
 			}
 		}
@@ -198,9 +298,10 @@ func (n *Node) sameInstances(c catalog, old *status.Directory) bool {
 			}
 			continue
 		}
-		in := &c.services[ref.svc].instances[ref.inst]
-		if have == nil || have.ID != in.ID || have.Incarnation != in.Incarnation ||
-			n.infos[c.services[ref.svc].keys[ref.inst]] != have {
+		cs := &c.services[ref.svc]
+		in := &cs.instances[ref.inst]
+		if have == nil || have.ID != cs.instanceID(int(ref.inst)) || have.Incarnation != in.incarnation ||
+			n.infos[in.key] != have {
 			return false
 		}
 	}
@@ -342,20 +443,21 @@ func (n *Node) updateTargets() {
 			continue
 		}
 		port, _ := cs.svc.Port(ck.Port)
-		for _, in := range cs.instances {
-			if in.Lifecycle != store.Starting && in.Lifecycle != store.Ready || len(in.Addresses) == 0 {
+		for i := range cs.instances {
+			in := &cs.instances[i]
+			if in.lifecycle != status.Starting && in.lifecycle != status.Ready || len(in.addresses) == 0 {
 				continue
 			}
-			id := TargetID(in.Key(), in.Incarnation)
+			id := TargetID(cs.storeKey(i), in.incarnation)
 			if !probe.AssignedZoned(id, self, live, n.zoneOf, n.cfg.Replicas) {
 				continue
 			}
-			addr, err := netip.ParseAddr(in.Addresses[0])
+			addr, err := netip.ParseAddr(in.addresses[0])
 			if err != nil {
 				continue
 			}
 			num := port.Number
-			if v, ok := in.Ports[ck.Port]; ok && v > 0 {
+			if v, ok := in.ports[ck.Port]; ok && v > 0 {
 				num = v
 			}
 			t := probe.Target{ID: id, Kind: kind, Addr: netip.AddrPortFrom(addr, uint16(num)),
@@ -400,6 +502,19 @@ func lifecycleOf(l store.Lifecycle) status.Lifecycle {
 		return status.Terminated
 	}
 	return status.Starting
+}
+
+// storeLifecycle is lifecycleOf's inverse.
+func storeLifecycle(l status.Lifecycle) store.Lifecycle {
+	switch l {
+	case status.Ready:
+		return store.Ready
+	case status.Draining:
+		return store.Draining
+	case status.Terminated:
+		return store.Terminated
+	}
+	return store.Starting
 }
 
 func parseVerdict(s string) status.Verdict {

@@ -52,8 +52,8 @@ func (n *Node) correlation(now time.Time) map[asideKey]reach {
 		}
 		for i := range cs.instances {
 			in := &cs.instances[i]
-			e := n.evidence[cs.keys[i]]
-			if e == nil || e.inc != in.Incarnation {
+			e := n.evidence[in.key]
+			if e == nil || e.inc != in.incarnation {
 				continue
 			}
 			counted := false
@@ -62,7 +62,7 @@ func (n *Node) correlation(now time.Time) map[asideKey]reach {
 				if now.Sub(o.at) > fresh {
 					continue
 				}
-				k := asideKey{o.observer, in.Region, in.Zone}
+				k := asideKey{o.observer, in.region, in.zone}
 				r := out[k]
 				r.total++
 				if o.soft {
@@ -70,7 +70,7 @@ func (n *Node) correlation(now time.Time) map[asideKey]reach {
 				}
 				out[k] = r
 				if !counted {
-					zones[zoneKey{in.Region, in.Zone}]++
+					zones[zoneKey{in.region, in.zone}]++
 					counted = true
 				}
 			}

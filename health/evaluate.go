@@ -78,24 +78,24 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 		buf := n.sampleBuf[:0]
 		n.mu.Lock()
 		for i := range cs.instances {
-			in := &cs.instances[i]
-			ins = append(ins, n.evalInstance(in, &n.reportBuf[i]))
-			stored[in.ID] = in.Health
-			if _, ok := prev.Instances[in.ID]; !ok && in.Health != nil && in.Health.Incarnation == in.Incarnation {
+			in, id := &cs.instances[i], cs.instanceID(i)
+			ins = append(ins, n.evalInstance(&cs, i, &n.reportBuf[i]))
+			stored[id] = in.health
+			if _, ok := prev.Instances[id]; !ok && in.health != nil && in.health.Incarnation == in.incarnation {
 				// A new term: resume from the committed verdict.
 				if prev.Instances == nil {
 					prev.Instances = map[string]*eval.InstanceState{}
 				}
-				seeded := seed(*in.Health, *in, now)
-				prev.Instances[in.ID] = &seeded
-				if status.Flags(in.Health.Flags).Has(status.HealthDisregarded) {
+				seeded := seed(*in.health, cs.record(i), now)
+				prev.Instances[id] = &seeded
+				if status.Flags(in.health.Flags).Has(status.HealthDisregarded) {
 					prev.HealthDisregarded = true
 				}
 			}
 			from := len(buf)
-			buf = n.samples(buf, cs.keys[i], in.Incarnation, cutoff, cur, in.Region, in.Zone)
+			buf = n.samples(buf, in.key, in.incarnation, cutoff, cur, in.region, in.zone)
 			if len(buf) > from {
-				samples[in.ID] = buf[from:len(buf):len(buf)]
+				samples[id] = buf[from:len(buf):len(buf)]
 			}
 		}
 		n.mu.Unlock()
@@ -201,15 +201,17 @@ func (n *Node) currentInc(key string) (uint64, bool) {
 	return n.slotInc[slot], true
 }
 
-// evalInstance copies what the evaluator needs of a stored instance; a
-// self-report goes into rep, the loop's (one per instance of the service).
-func (n *Node) evalInstance(in *store.Instance, rep *eval.Report) eval.Instance {
-	e := eval.Instance{ID: in.ID, Incarnation: in.Incarnation, Region: in.Region, Zone: in.Zone,
-		BaseWeight: in.Weight, Lifecycle: lifecycleOf(in.Lifecycle), LeaseDeadline: in.LeaseDeadline}
-	if in.LeaseTTL > 0 {
-		e.LeaseExpiry = n.cfg.Store.LeaseExpiry(*in)
+// evalInstance copies what the evaluator needs of the service's instance
+// i; a self-report goes into rep, the loop's (one per instance of the
+// service).
+func (n *Node) evalInstance(cs *catService, i int, rep *eval.Report) eval.Instance {
+	in := &cs.instances[i]
+	e := eval.Instance{ID: cs.instanceID(i), Incarnation: in.incarnation, Region: in.region, Zone: in.zone,
+		BaseWeight: int(in.weight), Lifecycle: in.lifecycle, LeaseDeadline: fromNanos(in.leaseDeadline)}
+	if in.leaseTTL > 0 {
+		e.LeaseExpiry = n.cfg.Store.LeaseExpiry(cs.record(i))
 	}
-	if r := in.Report; r != nil {
+	if r := in.report; r != nil {
 		*rep = eval.Report{Ready: r.Ready, At: r.At}
 		if len(r.Dependencies) > 0 {
 			rep.Dependencies = make(map[string]string, len(r.Dependencies))

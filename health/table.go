@@ -5,7 +5,6 @@ import (
 
 	"github.com/cairn-sd/cairn/eval"
 	"github.com/cairn-sd/cairn/status"
-	"github.com/cairn-sd/cairn/store"
 )
 
 // build writes every slot of the next status table from the catalog: the
@@ -34,24 +33,24 @@ func (n *Node) build(now time.Time) {
 			in := &cs.instances[ref.inst]
 			_, hash, _ := n.slots.Key(slot)
 			e.Key = hash
-			e.Incarnation = in.Incarnation
+			e.Incarnation = in.incarnation
 			e.Service = cs.id
-			e.BaseWeight = uint16(min(max(in.Weight, 1), 65535))
-			r, _ := n.locs.ID(in.Region)
-			z, _ := n.locs.ID(in.Zone)
+			e.BaseWeight = uint16(min(max(in.weight, 1), 65535))
+			r, _ := n.locs.ID(in.region)
+			z, _ := n.locs.ID(in.zone)
 			e.Region, e.Zone = uint16(r), uint16(z)
-			e.Lifecycle = lifecycleOf(in.Lifecycle)
+			e.Lifecycle = in.lifecycle
 			e.Verdict, e.Flags, e.Weight = status.Unknown, 0, 0
-			since := in.RegisteredAt
-			eligible := in.Lifecycle == store.Ready
-			if h := in.Health; h != nil && h.Incarnation == in.Incarnation {
+			since := fromNanos(in.registeredAt)
+			eligible := in.lifecycle == status.Ready
+			if h := in.health; h != nil && h.Incarnation == in.incarnation {
 				e.Verdict = parseVerdict(h.Verdict)
 				e.Flags = status.Flags(h.Flags) &^ (status.Eligible | status.SlowStart)
 				eligible = eligible && h.Eligible
 				since = h.EligibleSince
 			}
 			if eligible {
-				w, slow := eval.Weight(cs.policy, in.Weight, since, e.Flags, now)
+				w, slow := eval.Weight(cs.policy, int(in.weight), since, e.Flags, now)
 				e.Weight = uint16(w)
 				e.Flags |= status.Eligible
 				if slow {
