@@ -150,7 +150,9 @@ func (n *Node) refresh() {
 			lifecycle: lifecycleOf(in.Lifecycle)})
 		total++
 	})
-	locs := make([]string, 0, 2*total)
+	// The localities in use, each once (there are few).
+	var locs []string
+	seen := make(map[string]bool, 16)
 	for si := range c.services {
 		cs := &c.services[si]
 		slices.SortFunc(cs.instances, func(a, b catInstance) int { return strings.Compare(a.key, b.key) })
@@ -173,14 +175,20 @@ func (n *Node) refresh() {
 			} else {
 				in.key = prefix + in.key
 			}
-			locs = append(locs, in.region, in.zone)
+			for _, l := range [...]string{in.region, in.zone} {
+				if !seen[l] {
+					seen[l] = true
+					locs = append(locs, l)
+				}
+			}
 		}
 	}
 	n.locs = intern(n.locs, locs)
 
-	// Slots: keep every live instance's, free the others'.
-	present := make(map[string]bool, total)
-	slotOf := make(map[string]int, total)
+	// Slots: keep every live instance's, free the others'. The key → slot
+	// map is made anew only when a key or its slot changed.
+	oldSlots := *n.slotOf.Load()
+	assigned, moved := 0, false
 	for si := range c.services {
 		cs := &c.services[si]
 		cs.id, _ = n.svcs.ID(cs.key.String())
@@ -188,7 +196,6 @@ func (n *Node) refresh() {
 			n.pacer.Step()
 			in := &cs.instances[ii]
 			k := in.key
-			present[k] = true
 			slot, err := n.slots.Assign(k)
 			if err != nil {
 				n.m.unslotted.Inc()
@@ -200,18 +207,30 @@ func (n *Node) refresh() {
 				n.served[slot].Store(0)
 			}
 			c.bySlot[slot] = slotRef{int32(si), int32(ii)}
-			slotOf[k] = slot
+			if s, ok := oldSlots[k]; !ok || s != slot {
+				moved = true
+			}
+			assigned++
 		}
 	}
-	for slot := range c.bySlot {
+	for slot, ref := range c.bySlot {
 		n.pacer.Step()
-		if k, _, ok := n.slots.Key(slot); ok && !present[k] {
+		// A key in the table without a live instance of the catalog.
+		if k, _, ok := n.slots.Key(slot); ok && ref.svc < 0 {
 			n.slots.Free(k)
 			n.slotInc[slot] = 0
 			n.served[slot].Store(0)
 		}
 	}
-	n.slotOf.Store(&slotOf)
+	if moved || assigned != len(oldSlots) {
+		slotOf := make(map[string]int, assigned)
+		for slot, ref := range c.bySlot {
+			if ref.svc >= 0 {
+				slotOf[c.services[ref.svc].instances[ref.inst].key] = slot
+			}
+		}
+		n.slotOf.Store(&slotOf)
+	}
 	c.dir = n.directory(c)
 	if ms, err := st.Members(); err == nil {
 		ids := make([]string, 0, len(ms))
