@@ -14,13 +14,15 @@ import (
 type work struct {
 	in       Instance
 	prev     InstanceState // as carried in (zero for a new incarnation)
-	st       InstanceState // being built
-	fresh    bool          // any fresh evidence
-	withdraw []string      // reasons the evidence withdraws it
-	notes    []string      // other reasons (degraded, lease, …)
-	hard     bool          // a hard failure is behind the withdrawal
-	depLow   bool          // shared dependency factor applies
-	outLow   bool          // outcome factor applies
+	st       InstanceState // being built; its Classes and Report are in cls and rep
+	cls      [numSampleClasses]ClassState
+	rep      ReportState
+	fresh    bool     // any fresh evidence
+	withdraw []string // reasons the evidence withdraws it
+	notes    []string // other reasons (degraded, lease, …)
+	hard     bool     // a hard failure is behind the withdrawal
+	depLow   bool     // shared dependency factor applies
+	outLow   bool     // outcome factor applies
 	// outcome: the outcome class is behind the withdrawal (a candidate
 	// for the max_ejection_percent cap when it is the only reason).
 	outcome  bool
@@ -67,12 +69,18 @@ type Evaluator struct {
 	samples []Sample
 	reasons []string
 	// spare holds the Instances maps of recycled States, cleared;
-	// observers and flaps their instances' lists, emptied.
+	// observers and flaps their instances' lists, emptied; states,
+	// classes and reports their instances' states.
 	spare     []map[string]*InstanceState
 	observers [][]ObserverState
 	flaps     [][]time.Time
 	states    []*InstanceState
+	classes   []*ClassState
+	reports   []*ReportState
 }
+
+// maxSpare bounds each of an Evaluator's lists of recycled memory.
+const maxSpare = 1 << 16
 
 // Recycle gives the Evaluator back a State that nobody reads any more (a
 // service's previous State, once the next one has replaced it), so that
@@ -82,19 +90,39 @@ func (e *Evaluator) Recycle(s State) {
 		return
 	}
 	for _, st := range s.Instances {
-		if cap(st.Observers) > 0 && len(e.observers) < 1<<16 {
+		if cap(st.Observers) > 0 && len(e.observers) < maxSpare {
 			e.observers = append(e.observers, st.Observers[:0])
 		}
-		if cap(st.Flaps) > 0 && len(e.flaps) < 1<<16 {
+		if cap(st.Flaps) > 0 && len(e.flaps) < maxSpare {
 			e.flaps = append(e.flaps, st.Flaps[:0])
 		}
-		if len(e.states) < 1<<16 {
+		for _, c := range st.Classes {
+			if c != nil && len(e.classes) < maxSpare {
+				e.classes = append(e.classes, c)
+			}
+		}
+		if st.Report != nil && len(e.reports) < maxSpare {
+			e.reports = append(e.reports, st.Report)
+		}
+		if len(e.states) < maxSpare {
 			*st = InstanceState{}
 			e.states = append(e.states, st)
 		}
 	}
 	clear(s.Instances)
 	e.spare = append(e.spare, s.Instances)
+}
+
+// take returns a pointer to a copy of v: one of free's, or a new one.
+func take[T any](free *[]*T, v T) *T {
+	var p *T
+	if k := len(*free); k > 0 {
+		p, *free = (*free)[k-1], (*free)[:k-1]
+	} else {
+		p = new(T)
+	}
+	*p = v
+	return p
 }
 
 // cloneInto copies a previous State's list into one taken from free (a
@@ -150,9 +178,14 @@ func (e *Evaluator) Evaluate(p Policy, instances []Instance, evidence map[string
 			w.prev = InstanceState{Incarnation: in.Incarnation}
 		}
 		w.st = w.prev
+		w.st.Classes, w.st.Report = [numSampleClasses]*ClassState{}, nil
+		for c := range w.cls {
+			w.cls[c] = w.prev.Class(Class(c))
+		}
+		w.rep = w.prev.ReportState()
 		w.st.Flaps = cloneInto(&e.flaps, w.prev.Flaps)
 		w.st.Observers = cloneInto(&e.observers, w.prev.Observers)
-		res.Discarded += consume(p, &w.st, in, evidence[in.ID], now, &e.samples)
+		res.Discarded += consume(p, &w.st, &w.cls, in, evidence[in.ID], now, &e.samples)
 		judge(p, w, now)
 		ws = append(ws, w)
 	}
@@ -298,6 +331,14 @@ func (e *Evaluator) Evaluate(p Policy, instances []Instance, evidence map[string
 			st = new(InstanceState)
 		}
 		*st = w.st
+		for c, cs := range w.cls {
+			if cs != (ClassState{}) {
+				st.Classes[c] = take(&e.classes, cs)
+			}
+		}
+		if w.rep != (ReportState{}) {
+			st.Report = take(&e.reports, w.rep)
+		}
 		next.Instances[w.in.ID] = st
 	}
 	e.cands = candidates[:0]
@@ -308,7 +349,8 @@ func (e *Evaluator) Evaluate(p Policy, instances []Instance, evidence map[string
 
 // consume feeds an instance's new samples, in a fixed order, into its
 // class states, and returns how many it discarded.
-func consume(p Policy, st *InstanceState, in Instance, samples []Sample, now time.Time, buf *[]Sample) int {
+// cls holds st's class states.
+func consume(p Policy, st *InstanceState, cls *[numSampleClasses]ClassState, in Instance, samples []Sample, now time.Time, buf *[]Sample) int {
 	discarded := 0
 	ss := (*buf)[:0]
 	defer func() { *buf = ss[:0] }()
@@ -319,7 +361,7 @@ func consume(p Policy, st *InstanceState, in Instance, samples []Sample, now tim
 			discarded++
 		case s.Pending:
 			observeSample(p, st, s)
-		case !s.At.After(st.Classes[s.Class].Last.At):
+		case !s.At.After(cls[s.Class].Last.At):
 			// At or before the class's watermark: consumed already, or
 			// held back behind another observer's later sample (a
 			// refusal is not held back). It is no news for the class,
@@ -348,12 +390,12 @@ func consume(p Policy, st *InstanceState, in Instance, samples []Sample, now tim
 			continue
 		}
 		ok := observeSample(p, st, s)
-		feed(p, &st.Classes[s.Class], EvidenceRef{Class: s.Class, Observer: s.Observer, At: s.At}, ok, s.Hard)
+		feed(p, &cls[s.Class], EvidenceRef{Class: s.Class, Observer: s.Observer, At: s.At}, ok, s.Hard)
 	}
 	if outcomes != nil {
 		failing, reporting := outcomeQuorum(p, st, outcomes.At)
 		met := failing >= p.OutcomeQuorum && 3*failing >= reporting
-		feed(p, &st.Classes[ClassOutcome], EvidenceRef{Class: ClassOutcome, Observer: outcomes.Observer, At: outcomes.At}, !met, false)
+		feed(p, &cls[ClassOutcome], EvidenceRef{Class: ClassOutcome, Observer: outcomes.Observer, At: outcomes.At}, !met, false)
 	}
 	keep := max(p.Freshness, p.OutcomeWindow)
 	st.Observers = slices.DeleteFunc(st.Observers, func(o ObserverState) bool { return now.Sub(o.At) > keep })
@@ -475,7 +517,7 @@ func capEjections(p Policy, ws []*work) {
 			}
 			return 1
 		}
-		return cmp.Or(a.st.Classes[ClassOutcome].FailingSince.Compare(b.st.Classes[ClassOutcome].FailingSince),
+		return cmp.Or(a.cls[ClassOutcome].FailingSince.Compare(b.cls[ClassOutcome].FailingSince),
 			cmp.Compare(a.in.ID, b.in.ID))
 	})
 	for _, w := range cands[budget:] {
@@ -550,8 +592,8 @@ func cmpBool(a, b bool) int {
 func judge(p Policy, w *work, now time.Time) {
 	in, st := w.in, &w.st
 	isFresh := func(t time.Time) bool { return !t.IsZero() && !t.After(now) && now.Sub(t) <= p.Freshness }
-	for i := range st.Classes {
-		c := &st.Classes[i]
+	for i := range w.cls {
+		c := &w.cls[i]
 		if isFresh(c.Last.At) {
 			w.fresh = true
 			if w.evidence.At.Before(c.Last.At) {
@@ -621,7 +663,7 @@ func judge(p Policy, w *work, now time.Time) {
 				bad = append(bad, fmt.Sprintf("dependency %s failed", name))
 			}
 		}
-		rs := &st.Report
+		rs := &w.rep
 		switch {
 		case len(bad) > 0:
 			if !rs.Failing {
@@ -645,15 +687,15 @@ func judge(p Policy, w *work, now time.Time) {
 		if w.evidence.At.IsZero() {
 			w.evidence = ref
 		}
-	} else if st.Report.Failing {
+	} else if w.rep.Failing {
 		// Silence keeps a failing report failing, as it does the classes.
-		w.withdraw = append(w.withdraw, "self-report failing: "+st.Report.Why)
+		w.withdraw = append(w.withdraw, "self-report failing: "+w.rep.Why)
 	}
 	if !leaseAlive {
 		w.leaseExp = true
 		corroborated := false
-		for i := range st.Classes {
-			c := st.Classes[i]
+		for i := range w.cls {
+			c := w.cls[i]
 			if isFresh(c.Last.At) && !c.LastOK {
 				corroborated = true
 				if len(w.withdraw) == 0 {

@@ -70,18 +70,32 @@ func (c ClassState) Score() float64 {
 }
 
 // InstanceState is one instance's state, bound to one incarnation.
+//
+// Its class and report states are pointers, nil while they are the zero
+// value, as they are for most instances (one with probes has a probe
+// class only): an evaluator keeps one InstanceState per instance, and
+// the two ClassStates and the ReportState were three quarters of it. Read
+// and write them with Class, SetClass and ReportState; the ClassStates
+// and ReportState a State holds are its own, shared with no other State,
+// and never modified in place.
 type InstanceState struct {
 	Incarnation uint64
 	// Seen is false until the instance's first evaluation.
 	Seen      bool
 	Lifecycle Lifecycle
-	Classes   [numSampleClasses]ClassState
 	// HealthEligible is the evaluator's judgement before the guard and
 	// the shrink cap: the eligibility whose changes count as flapping.
 	HealthEligible bool
 	// Published is the eligibility last published; Verdict the verdict.
 	Published bool
 	Verdict   Verdict
+	// QuarantineLevel counts this incarnation's quarantines;
+	// QuarantineUntil is when the current one ends.
+	QuarantineLevel int
+	QuarantineUntil time.Time
+	// Classes holds each evidence class's state, nil for the zero
+	// ClassState.
+	Classes [numSampleClasses]*ClassState
 	// EligibleSince is when Published last became true (slow start).
 	EligibleSince time.Time
 	// FailingSince is when HealthEligible last became false (the shrink
@@ -89,24 +103,48 @@ type InstanceState struct {
 	FailingSince time.Time
 	// Flaps are the times of HealthEligible changes within FlapWindow.
 	Flaps []time.Time
-	// QuarantineLevel counts this incarnation's quarantines;
-	// QuarantineUntil is when the current one ends.
-	QuarantineLevel int
-	QuarantineUntil time.Time
 	// Observers is the latest sample of each observer in each class,
 	// kept for as long as it may count (the freshness window for probes,
 	// OutcomeWindow for outcomes): whether probers disagree and whether
 	// callers reach their quorum is judged from it.
 	Observers []ObserverState
-	// Report is the self-report's hysteresis.
-	Report ReportState
+	// Report is the self-report's hysteresis, nil for the zero
+	// ReportState.
+	Report *ReportState
+}
+
+// Class returns the state of class c (the zero ClassState when it has
+// none).
+func (s *InstanceState) Class(c Class) ClassState {
+	if p := s.Classes[c]; p != nil {
+		return *p
+	}
+	return ClassState{}
+}
+
+// SetClass sets the state of class c to a new copy of cs (nil when cs is
+// the zero ClassState).
+func (s *InstanceState) SetClass(c Class, cs ClassState) {
+	s.Classes[c] = nil
+	if cs != (ClassState{}) {
+		s.Classes[c] = &cs
+	}
+}
+
+// ReportState returns the self-report's state (the zero ReportState when
+// it has none).
+func (s *InstanceState) ReportState() ReportState {
+	if s.Report != nil {
+		return *s.Report
+	}
+	return ReportState{}
 }
 
 // ObserverState is one observer's latest sample in one class.
 type ObserverState struct {
-	Class    Class
 	Observer string
 	At       time.Time
+	Class    Class
 	// OK: the probe passed, or the outcome window's failure rate was at
 	// most the policy's FailureThreshold.
 	OK bool

@@ -237,12 +237,12 @@ func healthOf(r eval.InstanceResult, st eval.InstanceState, now time.Time) store
 		h.EligibleSince = st.EligibleSince
 	}
 	for i, c := range st.Classes {
-		if c.Failing {
+		if c != nil && c.Failing {
 			h.Failing = append(h.Failing, store.FailingClass{Class: eval.Class(i).String(), Since: c.FailingSince,
 				Hard: c.Hard, Why: c.Why})
 		}
 	}
-	if r := st.Report; r.Failing {
+	if r := st.Report; r != nil && r.Failing {
 		h.Failing = append(h.Failing, store.FailingClass{Class: eval.ClassReport.String(), Since: r.Since, Why: r.Why})
 	}
 	if !r.Evidence.At.IsZero() {
@@ -270,7 +270,7 @@ func unchanged(old store.Health, r eval.InstanceResult, st eval.InstanceState) b
 	}
 	i := 0
 	for c, cs := range st.Classes {
-		if !cs.Failing {
+		if cs == nil || !cs.Failing {
 			continue
 		}
 		if i >= len(old.Failing) {
@@ -282,7 +282,7 @@ func unchanged(old store.Health, r eval.InstanceResult, st eval.InstanceState) b
 		}
 		i++
 	}
-	if r := st.Report; r.Failing {
+	if r := st.Report; r != nil && r.Failing {
 		if i >= len(old.Failing) {
 			return false
 		}
@@ -338,7 +338,7 @@ func seed(h store.Health, in store.Instance, now time.Time) eval.InstanceState {
 	for _, f := range h.Failing {
 		if f.Class == eval.ClassReport.String() {
 			// Re-admission still waits for the ready report's run.
-			st.Report = eval.ReportState{Failing: true, Since: f.Since, Why: f.Why}
+			st.Report = &eval.ReportState{Failing: true, Since: f.Since, Why: f.Why}
 			continue
 		}
 		i, last := eval.ClassProbe, f.Since
@@ -352,7 +352,7 @@ func seed(h store.Health, in store.Instance, now time.Time) eval.InstanceState {
 		default:
 			continue
 		}
-		st.Classes[i] = eval.ClassState{Failing: true, FailingSince: f.Since, Hard: f.Hard, Why: f.Why,
+		st.Classes[i] = &eval.ClassState{Failing: true, FailingSince: f.Since, Hard: f.Hard, Why: f.Why,
 			Trigger: eval.EvidenceRef{Class: i, At: f.Since}, Last: eval.EvidenceRef{Class: i, At: last}}
 	}
 	return st

@@ -185,9 +185,9 @@ func TestSeedResumesCommittedState(t *testing.T) {
 		t.Errorf("seeded %+v, want the position of %+v", seeded, orig)
 	}
 	for i := range seeded.Classes {
-		if seeded.Classes[i].Failing != orig.Classes[i].Failing || seeded.Classes[i].Hard != orig.Classes[i].Hard ||
-			seeded.Classes[i].Why != orig.Classes[i].Why || !seeded.Classes[i].FailingSince.Equal(orig.Classes[i].FailingSince) {
-			t.Errorf("class %v seeded %+v, want failing as %+v", eval.Class(i), seeded.Classes[i], orig.Classes[i])
+		sc, oc := seeded.Class(eval.Class(i)), orig.Class(eval.Class(i))
+		if sc.Failing != oc.Failing || sc.Hard != oc.Hard || sc.Why != oc.Why || !sc.FailingSince.Equal(oc.FailingSince) {
+			t.Errorf("class %v seeded %+v, want failing as %+v", eval.Class(i), sc, oc)
 		}
 	}
 	// From the seeded state, with no evidence, nothing changes.
@@ -267,7 +267,7 @@ func TestUnchangedAgreesWithHealthOf(t *testing.T) {
 	base := eval.InstanceResult{ID: "a", Incarnation: 3, Verdict: status.Unhealthy, Flags: 0,
 		Reasons: []string{"probe failing: hard failure (connection refused)"}}
 	st := eval.InstanceState{Incarnation: 3, FailingSince: now.Add(-time.Minute)}
-	st.Classes[eval.ClassProbe] = eval.ClassState{Failing: true, Hard: true, FailingSince: now.Add(-time.Minute)}
+	st.SetClass(eval.ClassProbe, eval.ClassState{Failing: true, Hard: true, FailingSince: now.Add(-time.Minute)})
 	committed := healthOf(base, st, now)
 	if !unchanged(committed, base, st) {
 		t.Fatal("a result is not unchanged from its own verdict")
@@ -287,8 +287,8 @@ func TestUnchangedAgreesWithHealthOf(t *testing.T) {
 		"reason":         func(r *eval.InstanceResult, _ *eval.InstanceState) { r.Reasons = []string{"other"} },
 		"extra reason":   func(r *eval.InstanceResult, _ *eval.InstanceState) { r.Reasons = append(r.Reasons, "x") },
 		"flags":          func(r *eval.InstanceResult, _ *eval.InstanceState) { r.Flags |= status.LeaseExpired },
-		"failing class":  func(_ *eval.InstanceResult, s *eval.InstanceState) { s.Classes[eval.ClassOutcome].Failing = true },
-		"no longer hard": func(_ *eval.InstanceResult, s *eval.InstanceState) { s.Classes[eval.ClassProbe].Hard = false },
+		"failing class":  func(_ *eval.InstanceResult, s *eval.InstanceState) { failOutcome(s) },
+		"no longer hard": func(_ *eval.InstanceResult, s *eval.InstanceState) { notHard(s) },
 		"quarantine":     func(_ *eval.InstanceResult, s *eval.InstanceState) { s.QuarantineLevel = 1 },
 	} {
 		r, s := base, st
@@ -298,6 +298,18 @@ func TestUnchangedAgreesWithHealthOf(t *testing.T) {
 			t.Errorf("%s: a change went unnoticed", name)
 		}
 	}
+}
+
+// failOutcome and notHard change a state's class through a new copy of
+// it: the state they were copied from shares the old.
+func failOutcome(s *eval.InstanceState) {
+	s.SetClass(eval.ClassOutcome, eval.ClassState{Failing: true})
+}
+
+func notHard(s *eval.InstanceState) {
+	c := s.Class(eval.ClassProbe)
+	c.Hard = false
+	s.SetClass(eval.ClassProbe, c)
 }
 
 // TestSeedAfterFailover: a new leader does not withdraw an instance its
