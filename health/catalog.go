@@ -271,6 +271,10 @@ func (n *Node) directory(c catalog) *status.Directory {
 	d := &status.Directory{Revision: c.rev, Services: services, Instances: make([]*status.InstanceInfo, len(c.bySlot))}
 	prev := n.infos
 	n.infos = make(map[string]*status.InstanceInfo, len(prev))
+	// Instances of a service mostly have the same ports: a new
+	// InstanceInfo shares the map of the service's previous one when it
+	// holds the same numbers (a small map costs some 200 bytes).
+	lastPorts := make([]map[string]uint16, len(c.services))
 	for slot, ref := range c.bySlot {
 		if ref.svc < 0 {
 			continue
@@ -280,16 +284,22 @@ func (n *Node) directory(c catalog) *status.Directory {
 		k := in.key
 		info := prev[k]
 		if info == nil || info.Incarnation != in.incarnation {
-			info = &status.InstanceInfo{ID: cs.instanceID(int(ref.inst)), Incarnation: in.incarnation, Ports: make(map[string]uint16, len(in.ports))}
+			info = &status.InstanceInfo{ID: cs.instanceID(int(ref.inst)), Incarnation: in.incarnation}
 			for _, a := range in.addresses {
 				if ip, err := netip.ParseAddr(a); err == nil {
 					info.Addrs = append(info.Addrs, ip.Unmap())
 				}
 			}
-			for name, num := range in.ports {
-				info.Ports[name] = uint16(num)
+			if last := lastPorts[ref.svc]; samePorts(last, in.ports) {
+				info.Ports = last
+			} else {
+				info.Ports = make(map[string]uint16, len(in.ports))
+				for name, num := range in.ports {
+					info.Ports[name] = uint16(num)
+				}
 			}
 		}
+		lastPorts[ref.svc] = info.Ports
 		n.infos[k] = info
 		d.Instances[slot] = info
 	}
@@ -300,6 +310,20 @@ func (n *Node) directory(c catalog) *status.Directory {
 		return 0
 	}, n.pacer.Step)
 	return d
+}
+
+// samePorts reports whether have (nil: none yet) holds the numbers of
+// ports.
+func samePorts(have map[string]uint16, ports map[string]int) bool {
+	if have == nil || len(have) != len(ports) {
+		return false
+	}
+	for name, num := range ports {
+		if n, ok := have[name]; !ok || int(n) != num {
+			return false
+		}
+	}
+	return true
 }
 
 // sameInstances reports whether old holds, slot for slot, the

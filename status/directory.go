@@ -58,6 +58,7 @@ type InstanceInfo struct {
 	// addresses).
 	Addrs []netip.Addr
 	// Ports maps a port name of the service to this instance's number.
+	// Instances with the same numbers may share one map: read-only.
 	Ports map[string]uint16
 
 	// name is the instance's lower-case "id.name.namespace", made by
