@@ -2,6 +2,7 @@ package health
 
 import (
 	"fmt"
+	"reflect"
 	"runtime"
 	"testing"
 	"time"
@@ -124,5 +125,36 @@ func TestRefreshAllocations(t *testing.T) {
 	}
 	if kept != len(keys) {
 		t.Errorf("%d of the first %d instances' keys found after the refreshes", kept, len(keys))
+	}
+}
+
+// TestDirectorySharesPorts: the directory's instances of a service with
+// the same port numbers share one map (a map each was some 200 bytes an
+// instance), and one with other numbers gets its own.
+func TestDirectorySharesPorts(t *testing.T) {
+	h := newHarness(t, nil, 64, nil)
+	svc := tcpService("shop", "web")
+	h.apply(svc)
+	h.fleet(svc, "i", 3)
+	odd := reg(svc, "odd", "10.0.0.9")
+	odd.Ports = map[string]int{"main": 9090}
+	h.register(odd)
+	h.n.refresh()
+	maps := map[uintptr]int{}
+	for _, info := range h.n.cat.dir.Instances {
+		if info == nil {
+			continue
+		}
+		want := uint16(8080)
+		if info.ID == "odd" {
+			want = 9090
+		}
+		if p, ok := info.Port("main"); !ok || p != want {
+			t.Errorf("%s: port main = %d, %v; want %d", info.ID, p, ok, want)
+		}
+		maps[reflect.ValueOf(info.Ports).Pointer()]++
+	}
+	if len(maps) != 2 {
+		t.Errorf("the 4 instances hold %d ports maps, want 2 (3 shared, 1 of its own): %v", len(maps), maps)
 	}
 }
