@@ -535,27 +535,33 @@ func (n *Node) updateTargets() {
 	n.m.targets.Set(float64(len(ts)))
 }
 
+// lifecycles pairs the store's lifecycle names with the status table's
+// values; Starting is what either side reads for anything else.
+var lifecycles = [...]struct {
+	store  store.Lifecycle
+	status status.Lifecycle
+}{
+	{store.Starting, status.Starting},
+	{store.Ready, status.Ready},
+	{store.Draining, status.Draining},
+	{store.Terminated, status.Terminated},
+}
+
 func lifecycleOf(l store.Lifecycle) status.Lifecycle {
-	switch l {
-	case store.Ready:
-		return status.Ready
-	case store.Draining:
-		return status.Draining
-	case store.Terminated:
-		return status.Terminated
+	for _, p := range lifecycles {
+		if p.store == l {
+			return p.status
+		}
 	}
 	return status.Starting
 }
 
 // storeLifecycle is lifecycleOf's inverse.
 func storeLifecycle(l status.Lifecycle) store.Lifecycle {
-	switch l {
-	case status.Ready:
-		return store.Ready
-	case status.Draining:
-		return store.Draining
-	case status.Terminated:
-		return store.Terminated
+	for _, p := range lifecycles {
+		if p.status == l {
+			return p.store
+		}
 	}
 	return store.Starting
 }

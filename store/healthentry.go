@@ -251,23 +251,30 @@ func (d *healthDecoder) fail(format string, args ...any) {
 
 func (d *healthDecoder) uint() uint64 {
 	v, n := binary.Uvarint(d.b)
-	if n <= 0 || n > 1 && d.b[n-1] == 0 {
-		// A longer form than needed would not encode back the same.
-		d.fail("bad unsigned number")
+	if !d.number(n) {
 		return 0
 	}
-	d.b = d.b[n:]
 	return v
 }
 
 func (d *healthDecoder) int() int64 {
 	v, n := binary.Varint(d.b)
-	if n <= 0 || n > 1 && d.b[n-1] == 0 {
-		d.fail("bad signed number")
+	if !d.number(n) {
 		return 0
 	}
-	d.b = d.b[n:]
 	return v
+}
+
+// number consumes a varint of n bytes as binary.Uvarint or Varint
+// measured it, or fails: n ≤ 0 is a truncated or overflowing one, and a
+// longer form than needed would not encode back the same.
+func (d *healthDecoder) number(n int) bool {
+	if n <= 0 || n > 1 && d.b[n-1] == 0 {
+		d.fail("bad number")
+		return false
+	}
+	d.b = d.b[n:]
+	return true
 }
 
 func (d *healthDecoder) byte() byte {
