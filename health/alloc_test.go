@@ -158,3 +158,25 @@ func TestDirectorySharesPorts(t *testing.T) {
 		t.Errorf("the 4 instances hold %d ports maps, want 2 (3 shared, 1 of its own): %v", len(maps), maps)
 	}
 }
+
+// TestRefreshReusesBySlot: the catalog's slot index, a slice the size of
+// the whole table, alternates between two arrays instead of being made
+// anew at every store revision.
+func TestRefreshReusesBySlot(t *testing.T) {
+	h := newHarness(t, nil, 256, nil)
+	svc := tcpService("shop", "web")
+	h.apply(svc)
+	h.fleet(svc, "i", 3)
+	arrays := map[*slotRef]bool{}
+	for range 6 {
+		h.n.cat.rev = 0 // as if the store had moved on
+		h.n.refresh()
+		arrays[&h.n.cat.bySlot[0]] = true
+		if got := len(h.n.cat.services[0].instances); got != 3 {
+			t.Fatalf("catalog holds %d instances, want 3", got)
+		}
+	}
+	if len(arrays) != 2 {
+		t.Errorf("six refreshes used %d slot arrays, want 2", len(arrays))
+	}
+}

@@ -114,7 +114,16 @@ func (n *Node) refresh() {
 	}
 	n.pacer.Begin()
 	svcs := st.Services()
-	c := catalog{rev: rev, services: make([]catService, 0, len(svcs)), bySlot: make([]slotRef, n.slots.Capacity())}
+	// bySlot spans the whole table: the previous catalog's but one is
+	// reused (nothing keeps a catalog's bySlot past the next refresh).
+	bySlot := n.spareBySlot
+	n.spareBySlot = nil
+	if capacity := n.slots.Capacity(); cap(bySlot) >= capacity {
+		bySlot = bySlot[:capacity]
+	} else {
+		bySlot = make([]slotRef, capacity)
+	}
+	c := catalog{rev: rev, services: make([]catService, 0, len(svcs)), bySlot: bySlot}
 	for i := range c.bySlot {
 		c.bySlot[i] = slotRef{-1, -1}
 	}
@@ -243,6 +252,7 @@ func (n *Node) refresh() {
 		n.members.Store(&ids)
 		n.zones.Store(&zones)
 	}
+	n.spareBySlot = n.cat.bySlot
 	n.cat = c
 }
 

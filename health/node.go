@@ -58,14 +58,18 @@ type Node struct {
 	restoredSynced time.Time
 
 	// Owned by the loop.
-	cat     catalog
-	slots   *status.Slots
-	slotInc []uint64 // incarnation last written to each slot
-	states  map[store.ServiceKey]*eval.State
-	targets []probe.Target
-	svcs    *status.Names
-	locs    *status.Names
-	infos   map[string]*status.InstanceInfo // by instance key, for reuse
+	cat catalog
+	// spareBySlot is the bySlot of the catalog before cat, for the next
+	// refresh to fill: a new slice the size of the table at every store
+	// revision was most of the loop's garbage.
+	spareBySlot []slotRef
+	slots       *status.Slots
+	slotInc     []uint64 // incarnation last written to each slot
+	states      map[store.ServiceKey]*eval.State
+	targets     []probe.Target
+	svcs        *status.Names
+	locs        *status.Names
+	infos       map[string]*status.InstanceInfo // by instance key, for reuse
 
 	// The round's working memory, reused so that a round allocates
 	// nothing per instance (see evaluate).
