@@ -545,32 +545,23 @@ func (n *Node) updateTargets() {
 	n.m.targets.Set(float64(len(ts)))
 }
 
-// lifecycles pairs the store's lifecycle names with the status table's
-// values; Starting is what either side reads for anything else.
-var lifecycles = [...]struct {
-	store  store.Lifecycle
-	status status.Lifecycle
-}{
-	{store.Starting, status.Starting},
-	{store.Ready, status.Ready},
-	{store.Draining, status.Draining},
-	{store.Terminated, status.Terminated},
-}
-
 func lifecycleOf(l store.Lifecycle) status.Lifecycle {
-	for _, p := range lifecycles {
-		if p.store == l {
-			return p.status
-		}
+	switch l {
+	case store.Ready:
+		return status.Ready
+	case store.Draining:
+		return status.Draining
+	case store.Terminated:
+		return status.Terminated
 	}
 	return status.Starting
 }
 
-// storeLifecycle is lifecycleOf's inverse.
+// storeLifecycle is lifecycleOf's inverse, read from it.
 func storeLifecycle(l status.Lifecycle) store.Lifecycle {
-	for _, p := range lifecycles {
-		if p.status == l {
-			return p.store
+	for _, s := range [...]store.Lifecycle{store.Ready, store.Draining, store.Terminated} {
+		if lifecycleOf(s) == l {
+			return s
 		}
 	}
 	return store.Starting
