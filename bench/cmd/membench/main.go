@@ -101,9 +101,17 @@ func main() {
 // sample is the server's memory at one moment.
 type sample struct {
 	RSS       uint64 `json:"rss_bytes"`
+	RSSAnon   uint64 `json:"rss_anon_bytes"` // of RSS: the process's own memory
+	RSSFile   uint64 `json:"rss_file_bytes"` // of RSS: mapped files (bolt's data file, the binary)
 	HeapInuse uint64 `json:"heap_inuse_bytes"`
-	Builds    uint64 `json:"-"` // status tables published so far
-	GCs       uint64 `json:"-"` // garbage collections completed so far
+	// Where the rest of the resident set goes: heap spans the runtime
+	// holds but has not returned to the kernel (idle − released), and the
+	// heap size at which the next collection starts.
+	HeapIdle     uint64 `json:"heap_idle_bytes"`
+	HeapReleased uint64 `json:"heap_released_bytes"`
+	NextGC       uint64 `json:"next_gc_bytes"`
+	Builds       uint64 `json:"-"` // status tables published so far
+	GCs          uint64 `json:"-"` // garbage collections completed so far
 }
 
 // report is the JSON line: the same figures as the Markdown row.
@@ -315,7 +323,13 @@ func (s *server) read(ctx context.Context) (sample, error) {
 	if err != nil {
 		return out, fmt.Errorf("reading the server's VmRSS: %w", err)
 	}
-	if out.RSS, err = vmRSS(b); err != nil {
+	if out.RSS, err = statusKB(b, "VmRSS"); err != nil {
+		return out, err
+	}
+	if out.RSSAnon, err = statusKB(b, "RssAnon"); err != nil {
+		return out, err
+	}
+	if out.RSSFile, err = statusKB(b, "RssFile"); err != nil {
 		return out, err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.httpAddr+"/metrics", nil)
@@ -330,11 +344,13 @@ func (s *server) read(ctx context.Context) (sample, error) {
 	if resp.StatusCode != http.StatusOK {
 		return out, fmt.Errorf("/metrics: %s", resp.Status)
 	}
-	m, err := scrape(resp.Body, "go_memstats_heap_inuse_bytes", "cairn_health_table_build_seconds_count", "go_gc_duration_seconds_count")
+	m, err := scrape(resp.Body, "go_memstats_heap_inuse_bytes", "cairn_health_table_build_seconds_count", "go_gc_duration_seconds_count",
+		"go_memstats_heap_idle_bytes", "go_memstats_heap_released_bytes", "go_memstats_next_gc_bytes")
 	if err != nil {
 		return out, err
 	}
 	out.HeapInuse, out.Builds, out.GCs = uint64(m[0]), uint64(m[1]), uint64(m[2])
+	out.HeapIdle, out.HeapReleased, out.NextGC = uint64(m[3]), uint64(m[4]), uint64(m[5])
 	return out, nil
 }
 
@@ -432,22 +448,23 @@ func (s *server) revision(ctx context.Context) (uint64, error) {
 	return st.Revision, nil
 }
 
-// vmRSS returns VmRSS, in bytes, from the text of /proc/PID/status.
-func vmRSS(status []byte) (uint64, error) {
+// statusKB returns the named field (VmRSS, RssAnon, …), in bytes, from
+// the text of /proc/PID/status.
+func statusKB(status []byte, field string) (uint64, error) {
 	sc := bufio.NewScanner(bytes.NewReader(status))
 	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:")
+		rest, ok := strings.CutPrefix(sc.Text(), field+":")
 		if !ok {
 			continue
 		}
 		f := strings.Fields(rest) // "123456 kB"
 		if len(f) != 2 || f[1] != "kB" {
-			return 0, fmt.Errorf("VmRSS line %q", sc.Text())
+			return 0, fmt.Errorf("%s line %q", field, sc.Text())
 		}
 		kb, err := strconv.ParseUint(f[0], 10, 64)
 		return kb * 1024, err
 	}
-	return 0, errors.New("no VmRSS line in /proc/PID/status")
+	return 0, fmt.Errorf("no %s line in /proc/PID/status", field)
 }
 
 // scrape returns the values of the named unlabelled samples from a
