@@ -27,9 +27,10 @@ var importRules = []struct {
 	{"eval", "github.com/cairn-sd/cairn/api", "data flows one way: eval feeds the servers, never the reverse", nil},
 	{"eval", "github.com/cairn-sd/cairn/client", "data flows one way: eval feeds the servers, never the reverse", nil},
 	{"eval", "github.com/cairn-sd/cairn/cmd", "only cmd wires", nil},
+	{"dnsname", "github.com/cairn-sd/cairn/", "dnsname is a leaf: the label rule every package checks names with", nil},
 	{"pace", "github.com/cairn-sd/cairn/", "pace is a leaf: it times work and knows nothing of what the work is", nil},
-	{"store", "github.com/cairn-sd/cairn/", "store sits at the start of the flow and imports no other cairn package (but pace, a leaf)",
-		[]string{"github.com/cairn-sd/cairn/pace"}},
+	{"store", "github.com/cairn-sd/cairn/", "store sits at the start of the flow and imports no other cairn package (but leaves: pace, dnsname)",
+		[]string{"github.com/cairn-sd/cairn/pace", "github.com/cairn-sd/cairn/dnsname"}},
 	{"api", "github.com/cairn-sd/cairn/cmd", "only cmd wires", nil},
 	{"client", "github.com/cairn-sd/cairn/cmd", "only cmd wires", nil},
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/cairn-sd/cairn/dnsname"
 )
 
 // FieldError is invalid input: it names the field and the rule broken.
@@ -23,23 +25,11 @@ func invalid(field, format string, args ...any) error {
 	return &FieldError{Field: field, Rule: fmt.Sprintf(format, args...)}
 }
 
-// CheckLabel reports whether s is a DNS label as SPEC §1 defines it:
-// lower-case [a-z0-9-], 1–63 characters, no leading or trailing '-'.
+// CheckLabel reports whether s is a DNS label as SPEC §1 defines it (the
+// rule is package dnsname's), naming field when it is not.
 func CheckLabel(field, s string) error {
-	if s == "" {
-		return invalid(field, "is required")
-	}
-	if len(s) > 63 {
-		return invalid(field, "%q is %d characters; a DNS label has at most 63", s, len(s))
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-			return invalid(field, "%q is not a DNS label: only lower-case a-z, 0-9 and '-' are allowed", s)
-		}
-	}
-	if s[0] == '-' || s[len(s)-1] == '-' {
-		return invalid(field, "%q is not a DNS label: it may not start or end with '-'", s)
+	if err := dnsname.CheckLabel(s); err != nil {
+		return &FieldError{Field: field, Rule: err.Error()}
 	}
 	return nil
 }

@@ -1,6 +1,10 @@
 package zones
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/cairn-sd/cairn/dnsname"
+)
 
 // Kind is where a query name lies in the zone. Classify decides it from
 // the name's text alone; whether the namespace, service, port or instance
@@ -111,7 +115,7 @@ type Name struct {
 
 // Limits of a name on the wire (RFC 1035 §2.3.4).
 const (
-	maxLabelOctets = 63
+	maxLabelOctets = dnsname.MaxLabel
 	maxNameOctets  = 255
 	// maxLabels is the most labels a valid name can have besides the
 	// root: 127 one-octet labels take 254 octets, the root the 255th.
@@ -178,14 +182,14 @@ func (z *Zone) Classify(qname string) Name {
 		return Name{Kind: ServiceTree}
 	}
 	ns := label(n - 2)
-	if !isLabel(ns) {
+	if !dnsname.IsLabelFold(ns) {
 		return Name{Kind: NotFound}
 	}
 	if n == 2 {
 		return Name{Kind: Namespace, Namespace: ns}
 	}
 	svc := label(n - 3)
-	if !isLabel(svc) {
+	if !dnsname.IsLabelFold(svc) {
 		return Name{Kind: NotFound}
 	}
 	if n == 3 {
@@ -200,11 +204,11 @@ func (z *Zone) Classify(qname string) Name {
 			return Name{Kind: SRVProto, Namespace: ns, Service: svc, Proto: proto}
 		case 5:
 			port := label(0)
-			if len(port) > 1 && port[0] == '_' && isLabel(port[1:]) {
+			if len(port) > 1 && port[0] == '_' && dnsname.IsLabelFold(port[1:]) {
 				return Name{Kind: SRV, Namespace: ns, Service: svc, Proto: proto, Port: port[1:]}
 			}
 		}
-	case n == 4 && isLabel(fourth):
+	case n == 4 && dnsname.IsLabelFold(fourth):
 		return Name{Kind: Instance, Namespace: ns, Service: svc, Instance: fourth}
 	}
 	return Name{Kind: NotFound}
@@ -282,22 +286,6 @@ func splitLabels(name string, labels *[keptLabels]span) (n, octets int, ok bool)
 }
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
-
-// isLabel reports whether s is a label as SPEC §1 defines one, compared
-// case-insensitively: [a-zA-Z0-9-], 1–63 characters, no leading or
-// trailing '-'.
-func isLabel(s string) bool {
-	if len(s) == 0 || len(s) > maxLabelOctets || s[0] == '-' || s[len(s)-1] == '-' {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
 
 // foldEqual reports whether s equals lower, a lower-case string, when the
 // ASCII letters of s are folded to lower case. Only ASCII folds: DNS

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/cairn-sd/cairn/dnsname"
 )
 
 // Config describes the zone. A zero field means "use the default"; New
@@ -165,25 +167,11 @@ func hostName(field, s string) (string, error) {
 			return "", fieldError(field, "%q is not a valid domain name: it has an empty label", s)
 		case len(label) > maxLabelOctets:
 			return "", fieldError(field, "%q is not a valid domain name: label %q is longer than %d characters", s, label, maxLabelOctets)
-		case !isHostLabel(label):
+		case !dnsname.IsLabel(label):
 			return "", fieldError(field, "%q is not a valid host name: label %q may hold only letters, digits and '-', and may not start or end with '-'", s, label)
 		}
 	}
 	return name, nil
-}
-
-// isHostLabel reports whether s, lower-case, is an RFC 1123 host label.
-func isHostLabel(s string) bool {
-	if s[0] == '-' || s[len(s)-1] == '-' {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 // mailbox returns RName as a domain name: an address's '@' becomes the
