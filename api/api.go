@@ -26,6 +26,7 @@ import (
 	"github.com/cairn-sd/cairn/addrpolicy"
 	"github.com/cairn-sd/cairn/health"
 	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // forwardedHeader marks a request a follower forwarded, so that it is never
@@ -299,7 +300,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, route string) {
 // deny answers 403 for an authenticated caller writing out of scope (key
 // names an instance, or a service when key.ID is empty), logs it (never
 // the token) and records it in the audit trail, rate-limited.
-func (s *Server) deny(r *http.Request, id acl.Identity, what string, key store.InstanceKey) error {
+func (s *Server) deny(r *http.Request, id acl.Identity, what string, key wire.InstanceKey) error {
 	target := key.String()
 	if key.ID == "" {
 		target = key.ServiceKey().String()
@@ -308,7 +309,7 @@ func (s *Server) deny(r *http.Request, id acl.Identity, what string, key store.I
 	if s.allowAudit(id.Name) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 2*time.Second)
 		defer cancel()
-		err := s.cfg.Store.Audit(ctx, store.Event{Kind: store.EventRefused, Namespace: key.Namespace,
+		err := s.cfg.Store.Audit(ctx, wire.Event{Kind: wire.EventRefused, Namespace: key.Namespace,
 			Service: key.Service, Instance: key.ID, Actor: id.Name,
 			Reason: fmt.Sprintf("%s token may not %s %s", id.Scope, what, target)})
 		if err != nil {

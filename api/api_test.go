@@ -12,8 +12,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/cairn-sd/cairn/api"
-	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -149,7 +149,7 @@ func TestApplyYAMLMultiDocument(t *testing.T) {
 		t.Errorf("after a change shop/web is %+v; want revision %d and lease_ttl 20s", web3, res3.Revision)
 	}
 	ev := e.node.Events("shop", "web", 0)
-	if len(ev) != 2 || ev[0].Kind != store.EventApplied || ev[1].Kind != store.EventApplied || ev[1].Actor != "anonymous" {
+	if len(ev) != 2 || ev[0].Kind != wire.EventApplied || ev[1].Kind != wire.EventApplied || ev[1].Actor != "anonymous" {
 		t.Errorf("events of shop/web: %+v; want two applied events by anonymous", ev)
 	}
 }
@@ -176,7 +176,7 @@ func TestApplyJSONArray(t *testing.T) {
 	if a.Ports[0].Protocol != "tcp" || a.Capability.Readiness != "none" {
 		t.Errorf("shop/a defaults not applied: %+v", a)
 	}
-	if b.Check == nil || b.Check.Port != "grpc" || b.Check.Timeout.D() != store.DefaultCheckTimeout || b.Capability.Readiness != "probe" {
+	if b.Check == nil || b.Check.Port != "grpc" || b.Check.Timeout.D() != wire.DefaultCheckTimeout || b.Capability.Readiness != "probe" {
 		t.Errorf("shop/b check defaults not applied: %+v", b.Check)
 	}
 }
@@ -231,9 +231,9 @@ func TestServicesAndServiceDetail(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := d.Definition.Policy
-	if p.DNSTTL.D() != store.DefaultDNSTTL || p.ARecordLimit != store.DefaultARecordLimit ||
-		*p.MinHealthyFraction != store.DefaultMinHealthyFraction || p.AdmitAfter != store.DefaultAdmitAfter ||
-		*p.MaxEjectionPercent != store.DefaultMaxEjectionPercent || p.DrainWindow.D() != time.Hour {
+	if p.DNSTTL.D() != wire.DefaultDNSTTL || p.ARecordLimit != wire.DefaultARecordLimit ||
+		*p.MinHealthyFraction != wire.DefaultMinHealthyFraction || p.AdmitAfter != wire.DefaultAdmitAfter ||
+		*p.MaxEjectionPercent != wire.DefaultMaxEjectionPercent || p.DrainWindow.D() != time.Hour {
 		t.Errorf("definition without its defaults: %+v", p)
 	}
 	if d.View.Revision != e.node.Revision() || len(d.View.Endpoints) != 2 || d.View.HealthDisregarded || d.View.Stale {
@@ -282,7 +282,7 @@ func TestEndpoints(t *testing.T) {
 	if len(eps) != 2 || eps[0].InstanceID != "i-1" || eps[1].InstanceID != "i-2" {
 		t.Fatalf("endpoints %+v; want i-1 and i-2 (i-3 is terminated)", eps)
 	}
-	if e1 := eps[0]; !e1.Eligible || e1.Weight != 100 || e1.Lifecycle != store.Ready || e1.Verdict != "unknown" || e1.LeaseExpired {
+	if e1 := eps[0]; !e1.Eligible || e1.Weight != 100 || e1.Lifecycle != wire.Ready || e1.Verdict != "unknown" || e1.LeaseExpired {
 		t.Errorf("i-1: %+v; want ready, eligible, weight 100, verdict unknown", e1)
 	}
 	if e2 := eps[1]; e2.Eligible || e2.Weight != 0 || e2.BaseWeight != 7 || e2.Zone != "eu-west-1a" || e2.Region != "eu-west" ||
@@ -294,7 +294,7 @@ func TestEndpoints(t *testing.T) {
 	r = e.call(t, http.MethodGet, svcPath("shop", "web")+"/endpoints?all=true", "", "")
 	wantStatus(t, r, http.StatusOK)
 	all := decodeAs[[]api.Endpoint](t, r)
-	if len(all) != 3 || all[2].InstanceID != "i-3" || all[2].Lifecycle != store.Terminated || all[2].Eligible ||
+	if len(all) != 3 || all[2].InstanceID != "i-3" || all[2].Lifecycle != wire.Terminated || all[2].Eligible ||
 		!slices.Contains(all[2].Reasons, "deregistered") {
 		t.Errorf("endpoints?all=true: %+v; want i-3 terminated", all)
 	}
@@ -318,7 +318,7 @@ func TestEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var kinds []store.EventKind
+	var kinds []wire.EventKind
 	for i, x := range ev {
 		kinds = append(kinds, x.Kind)
 		if i > 0 && x.Seq <= ev[i-1].Seq {
@@ -328,7 +328,7 @@ func TestEvents(t *testing.T) {
 			t.Errorf("event %+v lacks its actor or time", x)
 		}
 	}
-	if want := []store.EventKind{store.EventApplied, store.EventRegistered, store.EventReported, store.EventDrained}; !slices.Equal(kinds, want) {
+	if want := []wire.EventKind{wire.EventApplied, wire.EventRegistered, wire.EventReported, wire.EventDrained}; !slices.Equal(kinds, want) {
 		t.Fatalf("event kinds %v, want %v", kinds, want)
 	}
 	if ev[2].Reason != "ready=false db=failed" || ev[3].From != "ready" || ev[3].To != "draining" || ev[3].Incarnation != in.Incarnation {
@@ -338,20 +338,20 @@ func TestEvents(t *testing.T) {
 	// limit returns the newest, oldest first; no limit means 100.
 	r := e.call(t, http.MethodGet, svcPath("shop", "web")+"/events?limit=2", "", "")
 	wantStatus(t, r, http.StatusOK)
-	if got := decodeAs[[]store.Event](t, r); len(got) != 2 || got[0].Kind != store.EventReported || got[1].Kind != store.EventDrained {
+	if got := decodeAs[[]wire.Event](t, r); len(got) != 2 || got[0].Kind != wire.EventReported || got[1].Kind != wire.EventDrained {
 		t.Errorf("events?limit=2: %+v", got)
 	}
 	for _, l := range []string{"", "?limit=10000"} {
 		r = e.call(t, http.MethodGet, svcPath("shop", "web")+"/events"+l, "", "")
 		wantStatus(t, r, http.StatusOK)
-		if got := decodeAs[[]store.Event](t, r); len(got) != 4 {
+		if got := decodeAs[[]wire.Event](t, r); len(got) != 4 {
 			t.Errorf("events%s: %d events, want 4", l, len(got))
 		}
 	}
 	// Events are per service.
 	e.apply(t, "", cartYAML)
 	r = e.call(t, http.MethodGet, svcPath("shop", "cart")+"/events?limit=1", "", "")
-	if got := decodeAs[[]store.Event](t, r); len(got) != 1 {
+	if got := decodeAs[[]wire.Event](t, r); len(got) != 1 {
 		t.Errorf("shop/cart events: %s", r.Body)
 	}
 
@@ -371,7 +371,7 @@ func TestRegisterIdempotentAndNewIncarnation(t *testing.T) {
 	r := e.call(t, http.MethodPost, path, "", body)
 	wantStatus(t, r, http.StatusCreated)
 	first := decodeAs[api.Registered](t, r)
-	if !first.Created || first.Incarnation == 0 || first.Weight != store.DefaultWeight || first.Lifecycle != store.Ready ||
+	if !first.Created || first.Incarnation == 0 || first.Weight != wire.DefaultWeight || first.Lifecycle != wire.Ready ||
 		first.LeaseTTL.D() != 30*time.Second || first.Registrar != "anonymous" || first.SourceRevision == 0 ||
 		!first.LeaseDeadline.After(first.RegisteredAt) {
 		t.Fatalf("first registration: %+v", first)
@@ -428,7 +428,7 @@ func TestRegisterIdempotentAndNewIncarnation(t *testing.T) {
 	wantError(t, e.call(t, http.MethodPost, path, "", last), http.StatusConflict, api.CodeFenced, "draining", fmt.Sprintf("replaces %d", inc))
 	r = e.call(t, http.MethodPost, path, "", withReplaces(last, inc))
 	wantStatus(t, r, http.StatusCreated)
-	if got := decodeAs[api.Registered](t, r); got.Incarnation <= inc || got.Lifecycle != store.Ready {
+	if got := decodeAs[api.Registered](t, r); got.Incarnation <= inc || got.Lifecycle != wire.Ready {
 		t.Errorf("registration after a drain: %+v", got)
 	}
 }
@@ -450,11 +450,11 @@ func TestRenew(t *testing.T) {
 	reg := e.register(t, "", "shop", "web", "i-1", "10.0.0.1")
 	rev := e.node.Revision()
 
-	in, err := e.client(t, "").Renew(t.Context(), store.InstanceKey{Namespace: "shop", Service: "web", ID: "i-1"}, reg.Incarnation)
+	in, err := e.client(t, "").Renew(t.Context(), wire.InstanceKey{Namespace: "shop", Service: "web", ID: "i-1"}, reg.Incarnation)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if in.Incarnation != reg.Incarnation || in.Lifecycle != store.Ready || in.LeaseDeadline.Before(reg.LeaseDeadline) {
+	if in.Incarnation != reg.Incarnation || in.Lifecycle != wire.Ready || in.LeaseDeadline.Before(reg.LeaseDeadline) {
 		t.Fatalf("renewed: %+v; registered: %+v", in, reg.Instance)
 	}
 	// The renewal reaches the log in the next checkpoint.
@@ -481,14 +481,14 @@ func TestDrain(t *testing.T) {
 	e := newEnv(t, options{})
 	e.apply(t, "", webYAML)
 	reg := e.register(t, "", "shop", "web", "i-1", "10.0.0.1")
-	key := store.InstanceKey{Namespace: "shop", Service: "web", ID: "i-1"}
+	key := wire.InstanceKey{Namespace: "shop", Service: "web", ID: "i-1"}
 	c := e.client(t, "")
 
 	in, err := c.Drain(t.Context(), key, reg.Incarnation)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if in.Lifecycle != store.Draining || in.DrainingSince.IsZero() || in.Incarnation != reg.Incarnation {
+	if in.Lifecycle != wire.Draining || in.DrainingSince.IsZero() || in.Incarnation != reg.Incarnation {
 		t.Fatalf("drained: %+v", in)
 	}
 	eps, err := c.Endpoints(t.Context(), "shop", "web")
@@ -517,14 +517,14 @@ func TestDeregister(t *testing.T) {
 	e := newEnv(t, options{})
 	e.apply(t, "", webYAML)
 	reg := e.register(t, "", "shop", "web", "i-1", "10.0.0.1")
-	key := store.InstanceKey{Namespace: "shop", Service: "web", ID: "i-1"}
+	key := wire.InstanceKey{Namespace: "shop", Service: "web", ID: "i-1"}
 	c := e.client(t, "")
 
 	in, err := c.Deregister(t.Context(), key, reg.Incarnation)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if in.Lifecycle != store.Terminated || in.TerminatedAt.IsZero() {
+	if in.Lifecycle != wire.Terminated || in.TerminatedAt.IsZero() {
 		t.Fatalf("deregistered: %+v", in)
 	}
 	if _, err := c.Deregister(t.Context(), key, reg.Incarnation); err != nil {
@@ -547,13 +547,13 @@ func TestReport(t *testing.T) {
 	e := newEnv(t, options{})
 	e.apply(t, "", webYAML)
 	reg := e.register(t, "", "shop", "web", "i-1", "10.0.0.1")
-	key := store.InstanceKey{Namespace: "shop", Service: "web", ID: "i-1"}
+	key := wire.InstanceKey{Namespace: "shop", Service: "web", ID: "i-1"}
 
-	in, err := e.client(t, "").Report(t.Context(), key, reg.Incarnation, false, map[string]store.DependencyState{"db": store.DepDegraded})
+	in, err := e.client(t, "").Report(t.Context(), key, reg.Incarnation, false, map[string]wire.DependencyState{"db": wire.DepDegraded})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if in.Report == nil || in.Report.Ready || in.Report.Dependencies["db"] != store.DepDegraded || in.Report.Reporter != "anonymous" || in.Report.At.IsZero() {
+	if in.Report == nil || in.Report.Ready || in.Report.Dependencies["db"] != wire.DepDegraded || in.Report.Reporter != "anonymous" || in.Report.At.IsZero() {
 		t.Fatalf("report stored as %+v", in.Report)
 	}
 	r := e.call(t, http.MethodGet, svcPath("shop", "web")+"/endpoints", "", "")
@@ -583,7 +583,7 @@ func TestMembers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := store.Member{NodeID: "n1", RaftAddr: "n1", HTTPAddr: ownHost + ":8480", Leader: true, Voter: true}
+	want := wire.Member{NodeID: "n1", RaftAddr: "n1", HTTPAddr: ownHost + ":8480", Leader: true, Voter: true}
 	if len(ms) != 1 || ms[0] != want {
 		t.Fatalf("members %+v; want [%+v]", ms, want)
 	}

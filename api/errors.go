@@ -12,6 +12,7 @@ import (
 	"github.com/cairn-sd/cairn/acl"
 	"github.com/cairn-sd/cairn/addrpolicy"
 	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // Error is the body of every error response (SPEC §6).
@@ -54,7 +55,7 @@ func status(err error) (int, string) {
 	switch {
 	case errors.As(err, &tooLarge):
 		return http.StatusRequestEntityTooLarge, CodeTooLarge
-	case errors.Is(err, store.ErrInvalid), errors.Is(err, errBadRequest):
+	case errors.Is(err, wire.ErrInvalid), errors.Is(err, errBadRequest):
 		return http.StatusBadRequest, CodeInvalid
 	case errors.Is(err, acl.ErrNoToken), errors.Is(err, acl.ErrUnknownToken):
 		return http.StatusUnauthorized, CodeUnauthenticated
@@ -79,8 +80,8 @@ func status(err error) (int, string) {
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, route string, err error) {
 	code, c := status(err)
 	msg := err.Error()
-	// Sentinel prefixes ("store: invalid input") say nothing to a user.
-	for _, p := range []string{": " + store.ErrInvalid.Error(), ": " + errBadRequest.Error(),
+	// Sentinel suffixes (": invalid input") say nothing to a user.
+	for _, p := range []string{": " + wire.ErrInvalid.Error(), ": " + errBadRequest.Error(),
 		": " + addrpolicy.ErrForbidden.Error(), ": " + acl.ErrDenied.Error(), ": " + store.ErrFenced.Error(),
 		": " + store.ErrNotFound.Error(), ": " + errConflict.Error()} {
 		msg = strings.TrimSuffix(msg, p)
@@ -125,7 +126,7 @@ func decode(r *http.Request, v any) error {
 			if field == "" { // the whole body has the wrong type, such as an array
 				field = "body"
 			}
-			if typeErr.Type == reflect.TypeFor[store.Duration]() {
+			if typeErr.Type == reflect.TypeFor[wire.Duration]() {
 				return badRequest(field, "want a duration string such as \"30s\", got %s", typeErr.Value)
 			}
 			return badRequest(field, "want %s, got JSON %s", typeErr.Type, typeErr.Value)

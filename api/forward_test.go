@@ -18,6 +18,7 @@ import (
 	"github.com/cairn-sd/cairn/api"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // extraNode is an in-memory store started outside storetest.ClusterWith,
@@ -230,7 +231,7 @@ func TestWriteToFollowerIsForwarded(t *testing.T) {
 	// Members as any node sees them: three, one leader, HTTP addresses.
 	r = follower.call(t, http.MethodGet, "/v1/members", readerSecret, "")
 	wantStatus(t, r, http.StatusOK)
-	ms := decodeAs[[]store.Member](t, r)
+	ms := decodeAs[[]wire.Member](t, r)
 	var leaders []string
 	for _, m := range ms {
 		if m.Leader {
@@ -286,13 +287,13 @@ func TestJoinAndLeaveOverAPI(t *testing.T) {
 	}
 	all := []*store.Store{nodes[0].Store, nodes[1].Store, nodes[2].Store, n4.Store}
 
-	join := mustJSON(store.Member{NodeID: "n4", RaftAddr: n4.RaftAddr(), HTTPAddr: "127.0.0.1:9"})
+	join := mustJSON(wire.Member{NodeID: "n4", RaftAddr: n4.RaftAddr(), HTTPAddr: "127.0.0.1:9"})
 	// Only an admin changes membership.
 	wantError(t, follower.call(t, http.MethodPost, "/v1/members", registrarSecret, join), http.StatusForbidden, api.CodeDenied, "membership")
 	// Joined through a follower, which forwards to the leader.
 	r := follower.call(t, http.MethodPost, "/v1/members", adminSecret, join)
 	wantStatus(t, r, http.StatusOK)
-	if got := decodeAs[store.Member](t, r); got.NodeID != "n4" || got.RaftAddr != n4.RaftAddr() {
+	if got := decodeAs[wire.Member](t, r); got.NodeID != "n4" || got.RaftAddr != n4.RaftAddr() {
 		t.Errorf("join answered %+v", got)
 	}
 	waitConverged(t, all, 4)
@@ -311,7 +312,7 @@ func TestJoinAndLeaveOverAPI(t *testing.T) {
 	n4.stop(t)
 	waitConverged(t, all[:3], 3)
 	r = follower.call(t, http.MethodGet, "/v1/members", adminSecret, "")
-	for _, m := range decodeAs[[]store.Member](t, r) {
+	for _, m := range decodeAs[[]wire.Member](t, r) {
 		if m.NodeID == "n4" {
 			t.Errorf("n4 is still a member: %s", r.Body)
 		}

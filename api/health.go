@@ -8,6 +8,7 @@ import (
 	"github.com/cairn-sd/cairn/acl"
 	"github.com/cairn-sd/cairn/health"
 	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // maxProbeBody bounds a probe report: a full batch of a node's capacity
@@ -40,7 +41,7 @@ func (s *Server) outcomes(w http.ResponseWriter, r *http.Request, id acl.Identit
 	}
 	for _, e := range rep.Endpoints {
 		if !id.Allows(acl.Outcome, e.Namespace, e.Service, e.Instance) {
-			return 0, nil, s.deny(r, id, "report outcomes about", store.InstanceKey{Namespace: e.Namespace, Service: e.Service, ID: e.Instance})
+			return 0, nil, s.deny(r, id, "report outcomes about", wire.InstanceKey{Namespace: e.Namespace, Service: e.Service, ID: e.Instance})
 		}
 	}
 	h, err := s.evaluating()
@@ -66,7 +67,7 @@ func (s *Server) probeResults(w http.ResponseWriter, r *http.Request, id acl.Ide
 		return 0, nil, err
 	}
 	if rep.Observer != "" {
-		if err := store.CheckLabel("observer", rep.Observer); err != nil {
+		if err := wire.CheckLabel("observer", rep.Observer); err != nil {
 			return 0, nil, err
 		}
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 const (
@@ -361,9 +362,9 @@ func (e *env) register(t *testing.T, token, ns, svc, id string, addrs ...string)
 func incBody(inc uint64) string { return fmt.Sprintf(`{"incarnation": %d}`, inc) }
 
 // instance returns one instance from the store.
-func (e *env) instance(t *testing.T, ns, svc, id string) store.Instance {
+func (e *env) instance(t *testing.T, ns, svc, id string) wire.Instance {
 	t.Helper()
-	in, ok := e.node.Instance(store.InstanceKey{Namespace: ns, Service: svc, ID: id})
+	in, ok := e.node.Instance(wire.InstanceKey{Namespace: ns, Service: svc, ID: id})
 	if !ok {
 		t.Fatalf("instance %s/%s/%s is not in the store", ns, svc, id)
 	}
@@ -373,10 +374,10 @@ func (e *env) instance(t *testing.T, ns, svc, id string) store.Instance {
 // snapshot is everything a refused request must leave as it was.
 type snapshot struct {
 	Revision  uint64
-	Services  []store.Service
-	Instances []store.Instance
-	Events    []store.Event
-	Members   []store.Member
+	Services  []wire.Service
+	Instances []wire.Instance
+	Events    []wire.Event
+	Members   []wire.Member
 }
 
 func (e *env) snapshot(t *testing.T) snapshot {

@@ -14,6 +14,7 @@ import (
 	"github.com/cairn-sd/cairn/health"
 	cstatus "github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // ServiceSummary is one row of GET /v1/services.
@@ -28,33 +29,33 @@ type ServiceSummary struct {
 
 // Endpoint is one instance as GET .../endpoints shows it.
 type Endpoint struct {
-	InstanceID  string          `json:"instance_id"`
-	Incarnation uint64          `json:"incarnation"`
-	Addresses   []string        `json:"addresses"`
-	Ports       map[string]int  `json:"ports"`
-	Region      string          `json:"region"`
-	Zone        string          `json:"zone"`
-	Lifecycle   store.Lifecycle `json:"lifecycle"`
-	Verdict     string          `json:"verdict"`
-	Eligible    bool            `json:"eligible"`
-	Weight      int             `json:"weight"`
-	BaseWeight  int             `json:"base_weight"`
-	Reasons     []string        `json:"reasons"`
+	InstanceID  string         `json:"instance_id"`
+	Incarnation uint64         `json:"incarnation"`
+	Addresses   []string       `json:"addresses"`
+	Ports       map[string]int `json:"ports"`
+	Region      string         `json:"region"`
+	Zone        string         `json:"zone"`
+	Lifecycle   wire.Lifecycle `json:"lifecycle"`
+	Verdict     string         `json:"verdict"`
+	Eligible    bool           `json:"eligible"`
+	Weight      int            `json:"weight"`
+	BaseWeight  int            `json:"base_weight"`
+	Reasons     []string       `json:"reasons"`
 	// LeaseDeadline is the deadline recorded by the last renewal;
 	// LeaseExpiry is when the lease runs out as this node tells it, which
 	// is later for one TTL after a leader change (see docs/decisions.md).
-	LeaseDeadline time.Time         `json:"lease_deadline"`
-	LeaseExpiry   time.Time         `json:"lease_expiry"`
-	LeaseExpired  bool              `json:"lease_expired"`
-	Registrar     string            `json:"registrar"`
-	Report        *store.SelfReport `json:"report,omitempty"`
+	LeaseDeadline time.Time        `json:"lease_deadline"`
+	LeaseExpiry   time.Time        `json:"lease_expiry"`
+	LeaseExpired  bool             `json:"lease_expired"`
+	Registrar     string           `json:"registrar"`
+	Report        *wire.SelfReport `json:"report,omitempty"`
 	// Flags are the status table's flags (eligible, slow_start,
 	// health_disregarded, …).
 	Flags []string `json:"flags"`
 	// VerdictEvidence is the evidence the committed verdict was decided
 	// on, and VerdictAt when it was decided.
-	VerdictEvidence *store.Evidence `json:"verdict_evidence,omitempty"`
-	VerdictAt       time.Time       `json:"verdict_at,omitzero"`
+	VerdictEvidence *wire.Evidence `json:"verdict_evidence,omitempty"`
+	VerdictAt       time.Time      `json:"verdict_at,omitzero"`
 	// Evidence is the latest evidence per class and observer, freshest
 	// first within each class. Only the leader holds it: a follower's
 	// answer leaves it out.
@@ -71,13 +72,13 @@ type View struct {
 
 // ServiceDetail is GET /v1/services/{ns}/{svc}.
 type ServiceDetail struct {
-	Definition store.Service `json:"definition"`
-	View       View          `json:"view"`
+	Definition wire.Service `json:"definition"`
+	View       View         `json:"view"`
 }
 
 // Registered is the answer to a registration.
 type Registered struct {
-	store.Instance
+	wire.Instance
 	// Created is false when the request was a retry of the committed
 	// registration.
 	Created bool `json:"created"`
@@ -86,7 +87,7 @@ type Registered struct {
 // endpointOf shows an instance from the store alone: the view of a node
 // that runs no evaluator (tests of the API on its own). A ready instance
 // counts as eligible and its verdict is unknown.
-func endpointOf(in store.Instance, now, leaseExpiry time.Time) Endpoint {
+func endpointOf(in wire.Instance, now, leaseExpiry time.Time) Endpoint {
 	e := Endpoint{
 		InstanceID: in.ID, Incarnation: in.Incarnation, Addresses: in.Addresses, Ports: in.Ports,
 		Region: in.Region, Zone: in.Zone, Lifecycle: in.Lifecycle, Verdict: "unknown",
@@ -94,21 +95,21 @@ func endpointOf(in store.Instance, now, leaseExpiry time.Time) Endpoint {
 		LeaseExpired: !now.Before(leaseExpiry), Registrar: in.Registrar, Report: in.Report,
 		Reasons: []string{}, Flags: []string{},
 	}
-	e.Eligible = in.Lifecycle == store.Ready
+	e.Eligible = in.Lifecycle == wire.Ready
 	if e.Eligible {
 		e.Weight = in.Weight
 	}
 	switch in.Lifecycle {
-	case store.Ready:
+	case wire.Ready:
 		e.Reasons = append(e.Reasons, "no health evidence evaluated yet")
-	case store.Starting:
+	case wire.Starting:
 		e.Reasons = append(e.Reasons, "starting")
-	case store.Draining:
+	case wire.Draining:
 		e.Reasons = append(e.Reasons, "draining")
-	case store.Terminated:
+	case wire.Terminated:
 		e.Reasons = append(e.Reasons, "deregistered")
 	}
-	if e.LeaseExpired && in.Lifecycle != store.Terminated {
+	if e.LeaseExpired && in.Lifecycle != wire.Terminated {
 		e.Reasons = append(e.Reasons, "lease expired")
 	}
 	return e
@@ -117,7 +118,7 @@ func endpointOf(in store.Instance, now, leaseExpiry time.Time) Endpoint {
 // published overlays what the status table publishes about in (verdict,
 // eligibility, weight, flags), the committed reasons, and the evidence
 // the leader holds.
-func (s *Server) published(e *Endpoint, in store.Instance) {
+func (s *Server) published(e *Endpoint, in wire.Instance) {
 	h := s.cfg.Health
 	ent, ok := h.Status(in.Key().String(), in.Incarnation)
 	if !ok {
@@ -136,7 +137,7 @@ func (s *Server) published(e *Endpoint, in store.Instance) {
 		// Committed, not yet in this node's table (it is rebuilt every
 		// second): show what the table serves, and say so.
 		e.Reasons = []string{fmt.Sprintf("verdict %s committed, not yet published by this node", c)}
-	case in.Lifecycle == store.Ready:
+	case in.Lifecycle == wire.Ready:
 		e.Reasons = []string{"no health evidence evaluated yet"}
 	}
 	if e.Reasons == nil {
@@ -155,9 +156,9 @@ func (s *Server) published(e *Endpoint, in store.Instance) {
 
 // eligible says whether the status table publishes in (without an
 // evaluator: whether it is ready).
-func (s *Server) eligible(in store.Instance) bool {
+func (s *Server) eligible(in wire.Instance) bool {
 	if s.cfg.Health == nil {
-		return in.Lifecycle == store.Ready
+		return in.Lifecycle == wire.Ready
 	}
 	e, ok := s.cfg.Health.Status(in.Key().String(), in.Incarnation)
 	return ok && e.Flags.Has(cstatus.Eligible)
@@ -175,7 +176,7 @@ func (s *Server) view(ns, svc string, all bool) View {
 	now := s.cfg.Now()
 	v := View{Revision: s.cfg.Store.Revision(), Endpoints: []Endpoint{}}
 	for _, in := range s.cfg.Store.Instances(ns, svc) {
-		if in.Lifecycle == store.Terminated && !all {
+		if in.Lifecycle == wire.Terminated && !all {
 			continue
 		}
 		e := endpointOf(in, now, s.cfg.Store.LeaseExpiry(in))
@@ -190,9 +191,9 @@ func (s *Server) view(ns, svc string, all bool) View {
 
 func (s *Server) listServices(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
 	// One pass over every instance, not one scan per service.
-	counts := map[store.ServiceKey][2]int{} // instances, eligible
+	counts := map[wire.ServiceKey][2]int{} // instances, eligible
 	for _, in := range s.cfg.Store.AllInstances() {
-		if in.Lifecycle == store.Terminated {
+		if in.Lifecycle == wire.Terminated {
 			continue
 		}
 		c := counts[in.Key().ServiceKey()]
@@ -215,17 +216,17 @@ func (s *Server) listServices(w http.ResponseWriter, r *http.Request, id acl.Ide
 }
 
 // service returns the named service if id may read it.
-func (s *Server) service(r *http.Request, id acl.Identity) (store.Service, error) {
+func (s *Server) service(r *http.Request, id acl.Identity) (wire.Service, error) {
 	ns, name, err := pathService(r)
 	if err != nil {
-		return store.Service{}, err
+		return wire.Service{}, err
 	}
 	if !id.Allows(acl.Read, ns, name, "") {
-		return store.Service{}, fmt.Errorf("%s token may not read %s/%s: %w", id.Scope, ns, name, acl.ErrDenied)
+		return wire.Service{}, fmt.Errorf("%s token may not read %s/%s: %w", id.Scope, ns, name, acl.ErrDenied)
 	}
 	svc, ok := s.cfg.Store.Service(ns, name)
 	if !ok {
-		return store.Service{}, fmt.Errorf("service %s/%s: %w", ns, name, store.ErrNotFound)
+		return wire.Service{}, fmt.Errorf("service %s/%s: %w", ns, name, store.ErrNotFound)
 	}
 	return svc, nil
 }
@@ -262,7 +263,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, id acl.Identity)
 	}
 	ev := s.cfg.Store.Events(svc.Namespace, svc.Name, limit)
 	if ev == nil {
-		ev = []store.Event{}
+		ev = []wire.Event{}
 	}
 	return http.StatusOK, ev, nil
 }
@@ -287,13 +288,13 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request, id acl.Identity) 
 		}
 		text = "---\n" + strings.Join(parts, "\n---\n")
 	}
-	svcs, err := store.ParseServices(strings.NewReader(text))
+	svcs, err := wire.ParseServices(strings.NewReader(text))
 	if err != nil {
 		return 0, nil, err
 	}
 	for _, svc := range svcs {
 		if !id.Allows(acl.Apply, svc.Namespace, svc.Name, "") {
-			return 0, nil, s.deny(r, id, "apply the definition of", store.InstanceKey{Namespace: svc.Namespace, Service: svc.Name})
+			return 0, nil, s.deny(r, id, "apply the definition of", wire.InstanceKey{Namespace: svc.Namespace, Service: svc.Name})
 		}
 	}
 	rev, err := s.cfg.Store.ApplyServices(r.Context(), id.Name, svcs)
@@ -310,31 +311,31 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request, id acl.Identity) 
 // pathService returns the {ns} and {svc} of the path, checked as labels.
 func pathService(r *http.Request) (string, string, error) {
 	ns, svc := r.PathValue("ns"), r.PathValue("svc")
-	if err := store.CheckLabel("namespace", ns); err != nil {
+	if err := wire.CheckLabel("namespace", ns); err != nil {
 		return "", "", err
 	}
-	if err := store.CheckLabel("service", svc); err != nil {
+	if err := wire.CheckLabel("service", svc); err != nil {
 		return "", "", err
 	}
 	return ns, svc, nil
 }
 
-// RegisterRequest is the body of a registration: a store.Registration
+// RegisterRequest is the body of a registration: a wire.Registration
 // whose weight and lease_ttl tell an absent field (the default) from one
 // given as 0, so that an explicit 0 is refused, naming the field, rather
 // than silently taken for the default. (The shallower fields win over the
 // embedded ones in encoding/json.)
 type RegisterRequest struct {
-	store.Registration
+	wire.Registration
 	// Weight is the base weight, 1–65535; absent means 100.
 	Weight *int `json:"weight,omitempty"`
 	// LeaseTTL is 5s–24h; absent means the service's lease_ttl.
-	LeaseTTL *store.Duration `json:"lease_ttl,omitempty"`
+	LeaseTTL *wire.Duration `json:"lease_ttl,omitempty"`
 }
 
 // registration returns the store's registration q asks for: explicit
 // values out of range, 0 included, are refused here.
-func (q RegisterRequest) registration() (store.Registration, error) {
+func (q RegisterRequest) registration() (wire.Registration, error) {
 	reg := q.Registration
 	if q.Weight != nil {
 		if w := *q.Weight; w < 1 || w > 65535 {
@@ -343,8 +344,8 @@ func (q RegisterRequest) registration() (store.Registration, error) {
 		reg.Weight = *q.Weight
 	}
 	if q.LeaseTTL != nil {
-		if d := *q.LeaseTTL; d.D() < store.MinLeaseTTL || d.D() > store.MaxLeaseTTL {
-			return reg, badRequest("lease_ttl", "%s is out of range %s-%s", d, store.MinLeaseTTL, store.MaxLeaseTTL)
+		if d := *q.LeaseTTL; d.D() < wire.MinLeaseTTL || d.D() > wire.MaxLeaseTTL {
+			return reg, badRequest("lease_ttl", "%s is out of range %s-%s", d, wire.MinLeaseTTL, wire.MaxLeaseTTL)
 		}
 		reg.LeaseTTL = *q.LeaseTTL
 	}
@@ -360,11 +361,11 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request, id acl.Identit
 	if err := decode(r, &req); err != nil {
 		return 0, nil, err
 	}
-	if err := store.CheckLabel("instance_id", req.ID); err != nil {
+	if err := wire.CheckLabel("instance_id", req.ID); err != nil {
 		return 0, nil, err
 	}
 	if !id.Allows(acl.Register, ns, svc, req.ID) {
-		return 0, nil, s.deny(r, id, "register", store.InstanceKey{Namespace: ns, Service: svc, ID: req.ID})
+		return 0, nil, s.deny(r, id, "register", wire.InstanceKey{Namespace: ns, Service: svc, ID: req.ID})
 	}
 	reg, err := req.registration()
 	if err != nil {
@@ -400,9 +401,9 @@ func asInvalid(err error) error {
 
 // MutateRequest is the body of renew, drain, deregister and report.
 type MutateRequest struct {
-	Incarnation  uint64                           `json:"incarnation"`
-	Ready        *bool                            `json:"ready,omitempty"`
-	Dependencies map[string]store.DependencyState `json:"dependencies,omitempty"`
+	Incarnation  uint64                          `json:"incarnation"`
+	Ready        *bool                           `json:"ready,omitempty"`
+	Dependencies map[string]wire.DependencyState `json:"dependencies,omitempty"`
 }
 
 func (s *Server) mutate(act acl.Action) handler {
@@ -412,8 +413,8 @@ func (s *Server) mutate(act acl.Action) handler {
 		if err != nil {
 			return 0, nil, err
 		}
-		key := store.InstanceKey{Namespace: ns, Service: svc, ID: r.PathValue("id")}
-		if err := store.CheckLabel("instance_id", key.ID); err != nil {
+		key := wire.InstanceKey{Namespace: ns, Service: svc, ID: r.PathValue("id")}
+		if err := wire.CheckLabel("instance_id", key.ID); err != nil {
 			return 0, nil, err
 		}
 		// Scope first: a caller out of scope learns nothing from
@@ -431,7 +432,7 @@ func (s *Server) mutate(act acl.Action) handler {
 		if act != acl.Report && (req.Ready != nil || req.Dependencies != nil) {
 			return 0, nil, badRequest("ready", "only a report carries readiness and dependencies")
 		}
-		var in store.Instance
+		var in wire.Instance
 		ctx := r.Context()
 		switch act {
 		case acl.Renew:
@@ -455,7 +456,7 @@ func (s *Server) mutate(act acl.Action) handler {
 			if req.Ready == nil {
 				return 0, nil, badRequest("ready", "is required in a report")
 			}
-			in, err = s.cfg.Store.Report(ctx, id.Name, key, req.Incarnation, store.Report{Ready: *req.Ready, Dependencies: req.Dependencies})
+			in, err = s.cfg.Store.Report(ctx, id.Name, key, req.Incarnation, wire.Report{Ready: *req.Ready, Dependencies: req.Dependencies})
 		}
 		if err != nil {
 			return 0, nil, err
@@ -490,7 +491,7 @@ func (s *Server) members(w http.ResponseWriter, r *http.Request, id acl.Identity
 		return 0, nil, err
 	}
 	if ms == nil {
-		ms = []store.Member{}
+		ms = []wire.Member{}
 	}
 	return http.StatusOK, ms, nil
 }
@@ -499,7 +500,7 @@ func (s *Server) join(w http.ResponseWriter, r *http.Request, id acl.Identity) (
 	if !id.Allows(acl.ManageCluster, "", "", "") {
 		return 0, nil, fmt.Errorf("%s token may not change membership: %w", id.Scope, acl.ErrDenied)
 	}
-	var m store.Member
+	var m wire.Member
 	if err := decode(r, &m); err != nil {
 		return 0, nil, err
 	}

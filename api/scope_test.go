@@ -10,7 +10,7 @@ import (
 
 	"github.com/cairn-sd/cairn/acl"
 	"github.com/cairn-sd/cairn/api"
-	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // Secrets of the scope tests, one per scope (SPEC §8).
@@ -168,7 +168,7 @@ func TestScopes(t *testing.T) {
 	wantStatus(t, e.call(t, "POST", instPath("shop", "web", "i-1", "renew"), instanceSecret, incBody(i1)), http.StatusOK)
 	r := e.call(t, "POST", instPath("shop", "web", "i-1", "report"), instanceSecret, report(i1))
 	wantStatus(t, r, http.StatusOK)
-	if in := decodeAs[store.Instance](t, r); in.Report == nil || in.Report.Reporter != identity(acl.Instance, instanceSecret) {
+	if in := decodeAs[wire.Instance](t, r); in.Report == nil || in.Report.Reporter != identity(acl.Instance, instanceSecret) {
 		t.Errorf("report by the instance token: %+v", in.Report)
 	}
 	// SPEC §8: an instance token renews, drains and reports about itself,
@@ -205,12 +205,12 @@ func TestInstanceTokenConfinedToItself(t *testing.T) {
 			// secret, and readable over the API.
 			r = e.call(t, http.MethodGet, svcPath("shop", "web")+"/events?limit=1", adminSecret, "")
 			wantStatus(t, r, http.StatusOK)
-			ev := decodeAs[[]store.Event](t, r)
+			ev := decodeAs[[]wire.Event](t, r)
 			if len(ev) != 1 {
 				t.Fatalf("events: %s", r.Body)
 			}
 			got := ev[0]
-			if got.Kind != store.EventRefused || got.Actor != who || got.Namespace != "shop" || got.Service != "web" ||
+			if got.Kind != wire.EventRefused || got.Actor != who || got.Namespace != "shop" || got.Service != "web" ||
 				got.Instance != "i-2" || !strings.Contains(got.Reason, tc.word) {
 				t.Errorf("last event %+v; want refused by %s about i-2", got, who)
 			}
@@ -232,7 +232,7 @@ func TestRegistrarConfinedToItsNamespaces(t *testing.T) {
 		t.Fatalf("other/web has instances: %+v", got)
 	}
 	ev := e.node.Events("other", "web", 1)
-	if len(ev) != 1 || ev[0].Kind != store.EventRefused || ev[0].Actor != identity(acl.Registrar, registrarSecret) {
+	if len(ev) != 1 || ev[0].Kind != wire.EventRefused || ev[0].Actor != identity(acl.Registrar, registrarSecret) {
 		t.Errorf("other/web events: %+v; want a refusal by the registrar", ev)
 	}
 	// The same registration in shop is fine.
@@ -364,7 +364,7 @@ func TestRefusalAuditIsRateLimited(t *testing.T) {
 	refusals := func() int {
 		n := 0
 		for _, ev := range e.node.Events("shop", "web", 0) {
-			if ev.Kind == store.EventRefused {
+			if ev.Kind == wire.EventRefused {
 				n++
 			}
 		}

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/cairn-sd/cairn/api"
-	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // TestTokensAPI: an admin creates a token over the API; the store keeps
@@ -66,14 +66,14 @@ func TestTokensAPI(t *testing.T) {
 	wantError(t, e.call(t, http.MethodGet, "/v1/services", created.Secret, ""), http.StatusUnauthorized, api.CodeUnauthenticated, "token")
 	wantError(t, e.call(t, http.MethodDelete, "/v1/acl/tokens/"+created.Accessor, adminSecret, ""), http.StatusNotFound, api.CodeNotFound, created.Accessor)
 	// Creation and deletion are audited, without the secret.
-	var kinds []store.EventKind
+	var kinds []wire.EventKind
 	for _, ev := range e.node.Events("", "", 0) {
 		if strings.Contains(mustJSON(ev), created.Secret) {
 			t.Errorf("audit event %+v holds the secret", ev)
 		}
 		kinds = append(kinds, ev.Kind)
 	}
-	if !strings.Contains(mustJSON(kinds), string(store.EventTokenCreated)) || !strings.Contains(mustJSON(kinds), string(store.EventTokenDeleted)) {
+	if !strings.Contains(mustJSON(kinds), string(wire.EventTokenCreated)) || !strings.Contains(mustJSON(kinds), string(wire.EventTokenDeleted)) {
 		t.Errorf("audit kinds %v lack token_created and token_deleted", kinds)
 	}
 }

@@ -19,7 +19,7 @@ import (
 
 	"github.com/cairn-sd/cairn/api"
 	"github.com/cairn-sd/cairn/health"
-	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // Error is an error answer from the API.
@@ -218,7 +218,7 @@ func svcPath(ns, svc string) string {
 	return "/v1/services/" + url.PathEscape(ns) + "/" + url.PathEscape(svc)
 }
 
-func instPath(k store.InstanceKey) string {
+func instPath(k wire.InstanceKey) string {
 	return svcPath(k.Namespace, k.Service) + "/instances/" + url.PathEscape(k.ID)
 }
 
@@ -229,35 +229,35 @@ func instPath(k store.InstanceKey) string {
 // server refuses it with a 409 *Error of code "fenced" naming the current
 // incarnation, so that a late retry can never overwrite a newer one. A
 // retried request returns the committed record, whatever it names.
-func (c *Client) Register(ctx context.Context, ns, svc string, reg store.Registration) (api.Registered, error) {
+func (c *Client) Register(ctx context.Context, ns, svc string, reg wire.Registration) (api.Registered, error) {
 	var r api.Registered
 	err := c.json(ctx, http.MethodPost, svcPath(ns, svc)+"/instances", reg, &r)
 	return r, err
 }
 
-func (c *Client) mutate(ctx context.Context, verb string, k store.InstanceKey, req api.MutateRequest) (store.Instance, error) {
-	var in store.Instance
+func (c *Client) mutate(ctx context.Context, verb string, k wire.InstanceKey, req api.MutateRequest) (wire.Instance, error) {
+	var in wire.Instance
 	err := c.json(ctx, http.MethodPost, instPath(k)+"/"+verb, req, &in)
 	return in, err
 }
 
 // Renew renews an instance's lease.
-func (c *Client) Renew(ctx context.Context, k store.InstanceKey, inc uint64) (store.Instance, error) {
+func (c *Client) Renew(ctx context.Context, k wire.InstanceKey, inc uint64) (wire.Instance, error) {
 	return c.mutate(ctx, "renew", k, api.MutateRequest{Incarnation: inc})
 }
 
 // Drain starts an instance's drain.
-func (c *Client) Drain(ctx context.Context, k store.InstanceKey, inc uint64) (store.Instance, error) {
+func (c *Client) Drain(ctx context.Context, k wire.InstanceKey, inc uint64) (wire.Instance, error) {
 	return c.mutate(ctx, "drain", k, api.MutateRequest{Incarnation: inc})
 }
 
 // Deregister removes an instance.
-func (c *Client) Deregister(ctx context.Context, k store.InstanceKey, inc uint64) (store.Instance, error) {
+func (c *Client) Deregister(ctx context.Context, k wire.InstanceKey, inc uint64) (wire.Instance, error) {
 	return c.mutate(ctx, "deregister", k, api.MutateRequest{Incarnation: inc})
 }
 
 // Report sends a self-report.
-func (c *Client) Report(ctx context.Context, k store.InstanceKey, inc uint64, ready bool, deps map[string]store.DependencyState) (store.Instance, error) {
+func (c *Client) Report(ctx context.Context, k wire.InstanceKey, inc uint64, ready bool, deps map[string]wire.DependencyState) (wire.Instance, error) {
 	return c.mutate(ctx, "report", k, api.MutateRequest{Incarnation: inc, Ready: &ready, Dependencies: deps})
 }
 
@@ -283,8 +283,8 @@ func (c *Client) Endpoints(ctx context.Context, ns, svc string) ([]api.Endpoint,
 }
 
 // Events returns a service's audit trail, oldest first.
-func (c *Client) Events(ctx context.Context, ns, svc string, limit int) ([]store.Event, error) {
-	var out []store.Event
+func (c *Client) Events(ctx context.Context, ns, svc string, limit int) ([]wire.Event, error) {
+	var out []wire.Event
 	err := c.json(ctx, http.MethodGet, fmt.Sprintf("%s/events?limit=%d", svcPath(ns, svc), limit), nil, &out)
 	return out, err
 }
@@ -297,18 +297,18 @@ func (c *Client) Status(ctx context.Context) (api.Status, error) {
 }
 
 // Members lists the cluster's servers.
-func (c *Client) Members(ctx context.Context) ([]store.Member, error) {
-	var out []store.Member
+func (c *Client) Members(ctx context.Context) ([]wire.Member, error) {
+	var out []wire.Member
 	err := c.json(ctx, http.MethodGet, "/v1/members", nil, &out)
 	return out, err
 }
 
 // Join adds a server to the cluster.
-func (c *Client) Join(ctx context.Context, m store.Member) error {
+func (c *Client) Join(ctx context.Context, m wire.Member) error {
 	return c.join(ctx, c.retryFor(), m)
 }
 
-func (c *Client) join(ctx context.Context, budget time.Duration, m store.Member) error {
+func (c *Client) join(ctx context.Context, budget time.Duration, m wire.Member) error {
 	body, err := json.Marshal(m)
 	if err != nil {
 		return err
@@ -377,7 +377,7 @@ func IsRetryable(err error) bool {
 // JoinRetry asks the cluster to add m until it succeeds or ctx is done,
 // backing off from 200ms to 5s with jitter between attempts. It is what a
 // server started with --join runs.
-func (c *Client) JoinRetry(ctx context.Context, m store.Member, onError func(error)) error {
+func (c *Client) JoinRetry(ctx context.Context, m wire.Member, onError func(error)) error {
 	backoff := 200 * time.Millisecond
 	for {
 		// One attempt at a time: this loop backs off and reports each

@@ -21,7 +21,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/cairn-sd/cairn/client"
-	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -115,13 +115,13 @@ func TestRetriesNoLeader(t *testing.T) {
 // TestRetriesResendTheBody: every attempt of a write carries the same
 // body, content type and token.
 func TestRetriesResendTheBody(t *testing.T) {
-	reg := store.Registration{ID: "i-1", Addresses: []string{"10.0.0.1"}, Ports: map[string]int{"http": 8080}, Zone: "z1"}
+	reg := wire.Registration{ID: "i-1", Addresses: []string{"10.0.0.1"}, Ports: map[string]int{"http": 8080}, Zone: "z1"}
 	regJSON, err := json.Marshal(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	yaml := []byte("namespace: shop\nname: web\nports:\n  http: {}\n")
-	key := store.InstanceKey{Namespace: "shop", Service: "web", ID: "i-1"}
+	key := wire.InstanceKey{Namespace: "shop", Service: "web", ID: "i-1"}
 	for _, tc := range []struct {
 		name        string
 		call        func(*client.Client) error
@@ -183,7 +183,7 @@ func TestNoRetryOnOtherAnswers(t *testing.T) {
 				body = "bad gateway"
 			}
 			c, s := newServer(t, time.Minute, answers(fmt.Sprintf("%d %s", tc.status, body), "200 {}"))
-			_, err := c.Register(t.Context(), "shop", "web", store.Registration{ID: "i-1"})
+			_, err := c.Register(t.Context(), "shop", "web", wire.Registration{ID: "i-1"})
 			var e *client.Error
 			if !errors.As(err, &e) || e.Status != tc.status || e.Code != tc.code {
 				t.Fatalf("Register: %v; want a %d %s *client.Error", err, tc.status, tc.code)
@@ -263,7 +263,7 @@ func TestCancelStopsRetrying(t *testing.T) {
 			cancel()
 		})
 	}()
-	_, err := c.Register(ctx, "shop", "web", store.Registration{ID: "i-1"})
+	_, err := c.Register(ctx, "shop", "web", wire.Registration{ID: "i-1"})
 	returned := time.Now()
 	cancelled := <-cancelledAt
 	if !errors.Is(err, context.Canceled) {
@@ -412,7 +412,7 @@ func TestRetriesDroppedConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.RetryFor = time.Minute
-	reg := store.Registration{ID: "i-1", Addresses: []string{"10.0.0.1"}, Ports: map[string]int{"http": 80}}
+	reg := wire.Registration{ID: "i-1", Addresses: []string{"10.0.0.1"}, Ports: map[string]int{"http": 80}}
 	r, err := c.Register(t.Context(), "shop", "web", reg)
 	if err != nil {
 		t.Fatalf("Register: %v", err)
@@ -450,7 +450,7 @@ func TestReadyDoesNotRetry(t *testing.T) {
 // TestJoinRetry: JoinRetry goes on through 503s, reporting each, and
 // stops at any other error.
 func TestJoinRetry(t *testing.T) {
-	m := store.Member{NodeID: "n2", RaftAddr: "10.0.0.2:8482", HTTPAddr: "10.0.0.2:8480"}
+	m := wire.Member{NodeID: "n2", RaftAddr: "10.0.0.2:8482", HTTPAddr: "10.0.0.2:8480"}
 	t.Run("503 then 200", func(t *testing.T) {
 		c, s := newServer(t, 0, answers("503 "+noLeader, "503 "+noLeader, "200 {}"))
 		var reported []error
@@ -461,7 +461,7 @@ func TestJoinRetry(t *testing.T) {
 			t.Errorf("%d attempts, %d reported; want 3 and 2", n, len(reported))
 		}
 		for _, a := range s.seen() {
-			var got store.Member
+			var got wire.Member
 			if err := json.Unmarshal(a.body, &got); err != nil || got != m {
 				t.Errorf("%s %s body %q, want %+v", a.method, a.path, a.body, m)
 			}
@@ -529,11 +529,11 @@ func TestDNSErrorIsNotRetried(t *testing.T) {
 func TestRegisterBody(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
-		reg         store.Registration
+		reg         wire.Registration
 		want, never []string
 	}{
-		{"defaults", store.Registration{ID: "i-1"}, nil, []string{`"weight"`, `"lease_ttl"`, `"replaces"`}},
-		{"explicit", store.Registration{ID: "i-1", Weight: 7, LeaseTTL: store.Duration(time.Minute), Replaces: 42},
+		{"defaults", wire.Registration{ID: "i-1"}, nil, []string{`"weight"`, `"lease_ttl"`, `"replaces"`}},
+		{"explicit", wire.Registration{ID: "i-1", Weight: 7, LeaseTTL: wire.Duration(time.Minute), Replaces: 42},
 			[]string{`"weight":7`, `"lease_ttl":"1m0s"`, `"replaces":42`}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

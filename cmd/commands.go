@@ -13,7 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/cairn-sd/cairn/api"
-	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // serviceArg parses the positional NS/SVC.
@@ -136,15 +136,15 @@ func registerCommand() *cli.Command {
 			if w := c.Int("weight"); c.IsSet("weight") && (w < 1 || w > 65535) {
 				return usage("--weight: %d is out of range 1-65535", w)
 			}
-			if d := c.Duration("lease-ttl"); c.IsSet("lease-ttl") && (d < store.MinLeaseTTL || d > store.MaxLeaseTTL) {
-				return usage("--lease-ttl: %s is out of range %s-%s", d, store.MinLeaseTTL, store.MaxLeaseTTL)
+			if d := c.Duration("lease-ttl"); c.IsSet("lease-ttl") && (d < wire.MinLeaseTTL || d > wire.MaxLeaseTTL) {
+				return usage("--lease-ttl: %s is out of range %s-%s", d, wire.MinLeaseTTL, wire.MaxLeaseTTL)
 			}
 			if c.IsSet("replaces") && c.Uint64("replaces") == 0 {
 				return usage("--replaces: 0 is not an incarnation (incarnations start at 1)")
 			}
-			reg := store.Registration{ID: c.String("instance"), Addresses: c.StringSlice("address"),
+			reg := wire.Registration{ID: c.String("instance"), Addresses: c.StringSlice("address"),
 				Ports: map[string]int{}, Region: c.String("region"), Zone: c.String("zone"),
-				Weight: c.Int("weight"), LeaseTTL: store.Duration(c.Duration("lease-ttl")),
+				Weight: c.Int("weight"), LeaseTTL: wire.Duration(c.Duration("lease-ttl")),
 				RegistrationID: c.String("registration-id"), Replaces: c.Uint64("replaces")}
 			for k, v := range ports {
 				n, err := strconv.Atoi(v)
@@ -178,15 +178,15 @@ func instanceFlags() []cli.Flag {
 	}
 }
 
-func instanceKey(c *cli.Context) (store.InstanceKey, error) {
+func instanceKey(c *cli.Context) (wire.InstanceKey, error) {
 	ns, svc, err := serviceArg(c)
 	if err != nil {
-		return store.InstanceKey{}, err
+		return wire.InstanceKey{}, err
 	}
-	return store.InstanceKey{Namespace: ns, Service: svc, ID: c.String("instance")}, nil
+	return wire.InstanceKey{Namespace: ns, Service: svc, ID: c.String("instance")}, nil
 }
 
-func printInstance(c *cli.Context, in store.Instance) error {
+func printInstance(c *cli.Context, in wire.Instance) error {
 	if c.String("output") == "json" {
 		return printJSON(c.App.Writer, in)
 	}
@@ -211,7 +211,7 @@ func mutateCommand(name, help string) *cli.Command {
 				return err
 			}
 			inc := c.Uint64("incarnation")
-			var in store.Instance
+			var in wire.Instance
 			switch name {
 			case "renew":
 				in, err = cl.Renew(c.Context, key, inc)
@@ -246,9 +246,9 @@ func reportCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			deps := map[string]store.DependencyState{}
+			deps := map[string]wire.DependencyState{}
 			for k, v := range kv {
-				deps[k] = store.DependencyState(v)
+				deps[k] = wire.DependencyState(v)
 			}
 			cl, err := apiClient(c)
 			if err != nil {
@@ -438,7 +438,7 @@ func joinCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			m := store.Member{NodeID: c.String("node-id"), RaftAddr: c.String("raft-addr"), HTTPAddr: c.String("http-addr")}
+			m := wire.Member{NodeID: c.String("node-id"), RaftAddr: c.String("raft-addr"), HTTPAddr: c.String("http-addr")}
 			if err := cl.Join(c.Context, m); err != nil {
 				return failed(err)
 			}

@@ -30,6 +30,7 @@ import (
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/tablefile"
+	"github.com/cairn-sd/cairn/wire"
 	"github.com/cairn-sd/cairn/zones"
 )
 
@@ -134,7 +135,7 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 		return cfg, errors.New("--data-dir is required (or --dev for a throw-away node)")
 	}
 	if cfg.NodeID != "" {
-		if err := store.CheckLabel("--node-id", cfg.NodeID); err != nil {
+		if err := wire.CheckLabel("--node-id", cfg.NodeID); err != nil {
 			return cfg, err
 		}
 	}
@@ -156,7 +157,7 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 	}
 	for _, f := range []struct{ name, v string }{{"region", cfg.Region}, {"zone", cfg.Zone}} {
 		if f.v != "" {
-			if err := store.CheckLabel("--"+f.name, f.v); err != nil {
+			if err := wire.CheckLabel("--"+f.name, f.v); err != nil {
 				return cfg, err
 			}
 		}
@@ -183,7 +184,7 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 	for _, v := range c.StringSlice("namespace-cidr") {
 		ns, cidr, ok := strings.Cut(v, "=")
 		p, err := netip.ParsePrefix(cidr)
-		if !ok || err != nil || store.CheckLabel("namespace", ns) != nil {
+		if !ok || err != nil || wire.CheckLabel("namespace", ns) != nil {
 			return cfg, fmt.Errorf("--namespace-cidr: %q is not NS=CIDR", v)
 		}
 		cfg.NamespaceCIDRs[ns] = append(cfg.NamespaceCIDRs[ns], p)
@@ -192,7 +193,7 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 		cidr, loc, ok := strings.Cut(v, "=")
 		p, err := netip.ParsePrefix(cidr)
 		region, zone, ok2 := strings.Cut(loc, "/")
-		if !ok || !ok2 || err != nil || store.CheckLabel("region", region) != nil || store.CheckLabel("zone", zone) != nil {
+		if !ok || !ok2 || err != nil || wire.CheckLabel("region", region) != nil || wire.CheckLabel("zone", zone) != nil {
 			return cfg, fmt.Errorf("--subnet: %q is not CIDR=REGION/ZONE", v)
 		}
 		cfg.Subnets[p.Masked()] = loc
@@ -432,7 +433,7 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 			if err != nil {
 				return fmt.Errorf("--join: %w", err)
 			}
-			m := store.Member{NodeID: nodeID, RaftAddr: st.RaftAddr(), HTTPAddr: httpAddr, Region: cfg.Region, Zone: cfg.Zone}
+			m := wire.Member{NodeID: nodeID, RaftAddr: st.RaftAddr(), HTTPAddr: httpAddr, Region: cfg.Region, Zone: cfg.Zone}
 			err = cl.JoinRetry(gctx, m, func(err error) { log.Info("joining: retrying", "via", cfg.Join, "err", err) })
 			if err != nil {
 				if gctx.Err() != nil {

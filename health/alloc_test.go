@@ -8,7 +8,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // TestRoundAllocations: an evaluation round in the steady state (every
@@ -18,7 +18,7 @@ import (
 // server's DNS tail jump once a second (issue 9).
 func TestRoundAllocations(t *testing.T) {
 	h := newHarness(t, nil, 4096, nil)
-	var all []store.Instance
+	var all []wire.Instance
 	grow := func(services, each int) {
 		for s := range services {
 			svc := tcpService("shop", fmt.Sprintf("svc%d-%d", len(all), s))

@@ -11,7 +11,7 @@ import (
 	"github.com/cairn-sd/cairn/eval"
 	"github.com/cairn-sd/cairn/probe"
 	"github.com/cairn-sd/cairn/status"
-	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // catalog is the loop's copy of the store at one revision: services with
@@ -27,8 +27,8 @@ type catalog struct {
 }
 
 type catService struct {
-	svc      store.Service
-	key      store.ServiceKey
+	svc      wire.Service
+	key      wire.ServiceKey
 	policy   eval.Policy
 	id       uint32 // in the table's service names
 	idOffset int    // len(key.String()) + 1: where an instance key's id begins
@@ -48,12 +48,12 @@ type catInstance struct {
 	region, zone  string
 	addresses     []string
 	ports         map[string]int
-	report        *store.SelfReport
-	health        *store.Health
+	report        *wire.SelfReport
+	health        *wire.Health
 	leaseDeadline int64
 	registeredAt  int64
-	leaseTTL      store.Duration
-	weight        int32 // 1–65535 (store.Registration validates it)
+	leaseTTL      wire.Duration
+	weight        int32 // 1–65535 (wire.Registration validates it)
 	lifecycle     status.Lifecycle
 }
 
@@ -61,14 +61,14 @@ type catInstance struct {
 func (cs *catService) instanceID(i int) string { return cs.instances[i].key[cs.idOffset:] }
 
 // storeKey returns the instance's store key.
-func (cs *catService) storeKey(i int) store.InstanceKey {
-	return store.InstanceKey{Namespace: cs.key.Namespace, Service: cs.key.Name, ID: cs.instanceID(i)}
+func (cs *catService) storeKey(i int) wire.InstanceKey {
+	return wire.InstanceKey{Namespace: cs.key.Namespace, Service: cs.key.Name, ID: cs.instanceID(i)}
 }
 
 // record returns as much of the store's record as LeaseExpiry reads.
-func (cs *catService) record(i int) store.Instance {
+func (cs *catService) record(i int) wire.Instance {
 	in := &cs.instances[i]
-	return store.Instance{Namespace: cs.key.Namespace, Service: cs.key.Name, ID: cs.instanceID(i), Incarnation: in.incarnation,
+	return wire.Instance{Namespace: cs.key.Namespace, Service: cs.key.Name, ID: cs.instanceID(i), Incarnation: in.incarnation,
 		Lifecycle: storeLifecycle(in.lifecycle), LeaseTTL: in.leaseTTL, LeaseDeadline: fromNanos(in.leaseDeadline)}
 }
 
@@ -127,11 +127,11 @@ func (n *Node) refresh() {
 	for i := range c.bySlot {
 		c.bySlot[i] = slotRef{-1, -1}
 	}
-	old := make(map[store.ServiceKey]*catService, len(n.cat.services))
+	old := make(map[wire.ServiceKey]*catService, len(n.cat.services))
 	for i := range n.cat.services {
 		old[n.cat.services[i].key] = &n.cat.services[i]
 	}
-	idx := make(map[store.ServiceKey]int, len(svcs))
+	idx := make(map[wire.ServiceKey]int, len(svcs))
 	names := make([]string, 0, len(svcs))
 	for _, s := range svcs {
 		k := s.Key()
@@ -145,9 +145,9 @@ func (n *Node) refresh() {
 	}
 	n.svcs = extend(n.svcs, names)
 	total := 0
-	st.EachInstance(func(in *store.Instance) {
-		i, ok := idx[store.ServiceKey{Namespace: in.Namespace, Name: in.Service}]
-		if !ok || in.Lifecycle == store.Terminated {
+	st.EachInstance(func(in *wire.Instance) {
+		i, ok := idx[wire.ServiceKey{Namespace: in.Namespace, Name: in.Service}]
+		if !ok || in.Lifecycle == wire.Terminated {
 			return
 		}
 		// The key is filled in below, outside the store's lock; until
@@ -419,7 +419,7 @@ func intern(names *status.Names, use []string) *status.Names {
 }
 
 // policyOf maps a stored service definition to the evaluator's policy.
-func policyOf(s store.Service) eval.Policy {
+func policyOf(s wire.Service) eval.Policy {
 	p := eval.Policy{
 		WithdrawAfter:             s.Policy.WithdrawAfter,
 		AdmitAfter:                s.Policy.AdmitAfter,
@@ -436,7 +436,7 @@ func policyOf(s store.Service) eval.Policy {
 	}
 	// In a definition 0 switches a rule off; in eval.Policy 0 is "the
 	// default" and a negative value is off.
-	off := func(d *store.Duration) time.Duration {
+	off := func(d *wire.Duration) time.Duration {
 		switch {
 		case d == nil:
 			return 0
@@ -545,26 +545,26 @@ func (n *Node) updateTargets() {
 	n.m.targets.Set(float64(len(ts)))
 }
 
-func lifecycleOf(l store.Lifecycle) status.Lifecycle {
+func lifecycleOf(l wire.Lifecycle) status.Lifecycle {
 	switch l {
-	case store.Ready:
+	case wire.Ready:
 		return status.Ready
-	case store.Draining:
+	case wire.Draining:
 		return status.Draining
-	case store.Terminated:
+	case wire.Terminated:
 		return status.Terminated
 	}
 	return status.Starting
 }
 
 // storeLifecycle is lifecycleOf's inverse, read from it.
-func storeLifecycle(l status.Lifecycle) store.Lifecycle {
-	for _, s := range [...]store.Lifecycle{store.Ready, store.Draining, store.Terminated} {
+func storeLifecycle(l status.Lifecycle) wire.Lifecycle {
+	for _, s := range [...]wire.Lifecycle{wire.Ready, wire.Draining, wire.Terminated} {
 		if lifecycleOf(s) == l {
 			return s
 		}
 	}
-	return store.Starting
+	return wire.Starting
 }
 
 func parseVerdict(s string) status.Verdict {

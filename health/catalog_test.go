@@ -4,14 +4,14 @@ import (
 	"testing"
 
 	"github.com/cairn-sd/cairn/status"
-	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // TestLifecycleMapping: each store lifecycle maps to its own status value
 // and back, and anything unknown reads as starting.
 func TestLifecycleMapping(t *testing.T) {
 	seen := map[status.Lifecycle]bool{}
-	for _, l := range []store.Lifecycle{store.Starting, store.Ready, store.Draining, store.Terminated} {
+	for _, l := range []wire.Lifecycle{wire.Starting, wire.Ready, wire.Draining, wire.Terminated} {
 		s := lifecycleOf(l)
 		if seen[s] {
 			t.Errorf("%s maps to %v, as another lifecycle does", l, s)

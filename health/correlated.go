@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // asideKey names one observer's evidence about one zone.
@@ -107,19 +108,19 @@ func latestPerObserver(out, list []obs) []obs {
 // asideEvents compares one service's set-aside pairs with the last
 // round's and returns an audit event for each change, naming the
 // observer (SPEC §2).
-func asideEvents(key store.ServiceKey, prev, cur map[asideKey]bool, counts map[asideKey]reach) []store.ServiceEvent {
+func asideEvents(key wire.ServiceKey, prev, cur map[asideKey]bool, counts map[asideKey]reach) []store.ServiceEvent {
 	var evs []store.ServiceEvent
 	for k := range cur {
 		if !prev[k] {
 			r := counts[k]
-			evs = append(evs, store.ServiceEvent{Kind: store.EventProbesSetAside, Namespace: key.Namespace, Service: key.Name,
+			evs = append(evs, store.ServiceEvent{Kind: wire.EventProbesSetAside, Namespace: key.Namespace, Service: key.Name,
 				Detail: fmt.Sprintf("prober %s got no answer from %d of its %d targets in zone %s/%s: its timeouts about that zone are set aside (silence, not failure)",
 					k.observer, r.soft, r.total, orDash(k.region), orDash(k.zone))})
 		}
 	}
 	for k := range prev {
 		if !cur[k] {
-			evs = append(evs, store.ServiceEvent{Kind: store.EventProbesRestored, Namespace: key.Namespace, Service: key.Name,
+			evs = append(evs, store.ServiceEvent{Kind: wire.EventProbesRestored, Namespace: key.Namespace, Service: key.Name,
 				Detail: fmt.Sprintf("prober %s reaches zone %s/%s again: its evidence about that zone counts", k.observer,
 					orDash(k.region), orDash(k.zone))})
 		}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/cairn-sd/cairn/status"
-	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // TestProberCutOffFromAZoneIsSilence: a prober that gets no answer from
@@ -22,7 +22,7 @@ func TestProberCutOffFromAZoneIsSilence(t *testing.T) {
 	svc.Policy.MinHealthyFraction = new(0.0) // the guard and the shrink cap stay out of the way
 	svc.Policy.ShrinkCap = 1
 	h.apply(svc)
-	var far, near []store.Instance
+	var far, near []wire.Instance
 	for i, id := range []string{"far0", "far1", "far2", "far3"} {
 		r := reg(svc, id, "10.0.1."+string(rune('1'+i)))
 		r.Region, r.Zone = "r1", "zb"
@@ -58,7 +58,7 @@ func TestProberCutOffFromAZoneIsSilence(t *testing.T) {
 	for range 3 {
 		round(pass, pass)
 	}
-	withdrawals := len(events(h.st.Store, svc.Key(), store.EventEligibility, ""))
+	withdrawals := len(events(h.st.Store, svc.Key(), wire.EventEligibility, ""))
 
 	// Cut off from zone zb; in zone za one instance of three times out
 	// (a third: not correlated) and another refuses.
@@ -94,7 +94,7 @@ func TestProberCutOffFromAZoneIsSilence(t *testing.T) {
 	if e := h.entry(near[2]); e.Flags.Has(status.Eligible) {
 		t.Errorf("%s refused but is in rotation", near[2].ID)
 	}
-	aside := events(h.st.Store, svc.Key(), store.EventProbesSetAside, "")
+	aside := events(h.st.Store, svc.Key(), wire.EventProbesSetAside, "")
 	if len(aside) != 1 || !strings.Contains(aside[0].Reason, "prober "+self) || !strings.Contains(aside[0].Reason, "zone r1/zb") {
 		t.Fatalf("set-aside events %+v, want one naming prober %s and zone r1/zb", aside, self)
 	}
@@ -106,7 +106,7 @@ func TestProberCutOffFromAZoneIsSilence(t *testing.T) {
 	for range 3 {
 		round(pass, pass)
 	}
-	if got := events(h.st.Store, svc.Key(), store.EventProbesRestored, ""); len(got) != 1 || !strings.Contains(got[0].Reason, self) {
+	if got := events(h.st.Store, svc.Key(), wire.EventProbesRestored, ""); len(got) != 1 || !strings.Contains(got[0].Reason, self) {
 		t.Fatalf("restored events %+v, want one naming %s", got, self)
 	}
 	for _, in := range far[:3] {
@@ -114,7 +114,7 @@ func TestProberCutOffFromAZoneIsSilence(t *testing.T) {
 			t.Errorf("%s after healing: %v, want healthy and eligible", in.ID, e.Verdict)
 		}
 	}
-	for _, e := range events(h.st.Store, svc.Key(), store.EventEligibility, "")[withdrawals:] {
+	for _, e := range events(h.st.Store, svc.Key(), wire.EventEligibility, "")[withdrawals:] {
 		for _, in := range far[:3] {
 			if e.Instance == in.ID && strings.HasPrefix(e.To, "withdrawn") {
 				t.Errorf("%s was withdrawn during the cut: %+v", in.ID, e)

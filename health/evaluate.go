@@ -8,6 +8,7 @@ import (
 	"github.com/cairn-sd/cairn/eval"
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // evaluate runs the evaluator over every service (on the leader) and
@@ -27,7 +28,7 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 	cutoff := now.Add(-n.cfg.Interval)
 	states := n.spareStates
 	if states == nil {
-		states = make(map[store.ServiceKey]*eval.State, len(n.cat.services))
+		states = make(map[wire.ServiceKey]*eval.State, len(n.cat.services))
 	}
 	clear(states)
 	var ups []store.HealthUpdate
@@ -38,11 +39,11 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 	prevAside := n.aside
 	n.prune(n.currentInc, now.Add(-2*n.cfg.OutcomeHorizon))
 	counts := n.correlation(now)
-	aside := make(map[store.ServiceKey]map[asideKey]bool, len(n.cat.services))
+	aside := make(map[wire.ServiceKey]map[asideKey]bool, len(n.cat.services))
 	asidePairs := map[asideKey]bool{}
 	if n.samplesBy == nil {
 		n.samplesBy = map[string][]eval.Sample{}
-		n.stored = map[string]*store.Health{}
+		n.stored = map[string]*wire.Health{}
 		n.trans = map[string]eval.Transition{}
 	}
 	for _, cs := range n.cat.services {
@@ -118,7 +119,7 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 				continue // the common case: nothing to build, nothing to commit
 			}
 			h := healthOf(r, *st, now)
-			u := store.HealthUpdate{Key: store.InstanceKey{Namespace: cs.key.Namespace, Service: cs.key.Name, ID: r.ID}, Health: h}
+			u := store.HealthUpdate{Key: wire.InstanceKey{Namespace: cs.key.Namespace, Service: cs.key.Name, ID: r.ID}, Health: h}
 			if t, ok := trans[r.ID]; ok {
 				u.Transition = &store.Transition{From: t.From.String(), To: t.To.String(), Reason: t.Reason}
 				if stored[r.ID] == nil || stored[r.ID].Incarnation != r.Incarnation {
@@ -131,11 +132,11 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 			se := store.ServiceEvent{Namespace: cs.key.Namespace, Service: cs.key.Name, Instance: e.ID, Detail: e.Detail}
 			switch e.Kind {
 			case eval.EventHealthDisregarded:
-				se.Kind = store.EventHealthDisregarded
+				se.Kind = wire.EventHealthDisregarded
 			case eval.EventHealthRestored:
-				se.Kind = store.EventHealthRestored
+				se.Kind = wire.EventHealthRestored
 			case eval.EventQuarantined:
-				se.Kind = store.EventQuarantined
+				se.Kind = wire.EventQuarantined
 				if st, ok := next.Instances[e.ID]; ok {
 					se.Incarnation = st.Incarnation
 				}
@@ -225,8 +226,8 @@ func (n *Node) evalInstance(cs *catService, i int, rep *eval.Report) eval.Instan
 }
 
 // healthOf is the committed form of one instance's result.
-func healthOf(r eval.InstanceResult, st eval.InstanceState, now time.Time) store.Health {
-	h := store.Health{Incarnation: r.Incarnation, Verdict: r.Verdict.String(), Eligible: r.Eligible,
+func healthOf(r eval.InstanceResult, st eval.InstanceState, now time.Time) wire.Health {
+	h := wire.Health{Incarnation: r.Incarnation, Verdict: r.Verdict.String(), Eligible: r.Eligible,
 		HealthEligible: st.HealthEligible, Flags: uint8(r.Flags), FailingSince: st.FailingSince,
 		QuarantineLevel: st.QuarantineLevel, QuarantineUntil: st.QuarantineUntil,
 		Reasons: withoutSlowStart(r.Reasons), At: now}
@@ -238,15 +239,15 @@ func healthOf(r eval.InstanceResult, st eval.InstanceState, now time.Time) store
 	}
 	for i, c := range st.Classes {
 		if c != nil && c.Failing {
-			h.Failing = append(h.Failing, store.FailingClass{Class: eval.Class(i).String(), Since: c.FailingSince,
+			h.Failing = append(h.Failing, wire.FailingClass{Class: eval.Class(i).String(), Since: c.FailingSince,
 				Hard: c.Hard, Why: c.Why})
 		}
 	}
 	if r := st.Report; r != nil && r.Failing {
-		h.Failing = append(h.Failing, store.FailingClass{Class: eval.ClassReport.String(), Since: r.Since, Why: r.Why})
+		h.Failing = append(h.Failing, wire.FailingClass{Class: eval.ClassReport.String(), Since: r.Since, Why: r.Why})
 	}
 	if !r.Evidence.At.IsZero() {
-		h.Evidence = &store.Evidence{Class: r.Evidence.Class.String(), Observer: r.Evidence.Observer, At: r.Evidence.At}
+		h.Evidence = &wire.Evidence{Class: r.Evidence.Class.String(), Observer: r.Evidence.Observer, At: r.Evidence.At}
 	}
 	return h
 }
@@ -256,7 +257,7 @@ func healthOf(r eval.InstanceResult, st eval.InstanceState, now time.Time) store
 // evidence's time and the decision's are left out, or every probe would be
 // a commit, and so is slow start, which the table builders compute. It
 // allocates nothing: it runs for every instance every round.
-func unchanged(old store.Health, r eval.InstanceResult, st eval.InstanceState) bool {
+func unchanged(old wire.Health, r eval.InstanceResult, st eval.InstanceState) bool {
 	const slow = uint8(status.SlowStart)
 	eligibleSince := time.Time{}
 	if r.Eligible {
@@ -330,7 +331,7 @@ func withoutSlowStart(rs []string) []string {
 // failing outcome class resumes as last heard from at now, so the
 // callers' silence ends it no earlier than one outcome window after the
 // takeover.
-func seed(h store.Health, in store.Instance, now time.Time) eval.InstanceState {
+func seed(h wire.Health, in wire.Instance, now time.Time) eval.InstanceState {
 	st := eval.InstanceState{Incarnation: h.Incarnation, Seen: true, Lifecycle: lifecycleOf(in.Lifecycle),
 		HealthEligible: h.HealthEligible, Published: h.Eligible, Verdict: parseVerdict(h.Verdict),
 		EligibleSince: h.EligibleSince, FailingSince: h.FailingSince,

@@ -8,13 +8,13 @@ import (
 	"time"
 
 	"github.com/cairn-sd/cairn/status"
-	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 const commits = "cairn_health_commits_total"
 
 // wantHealth checks the committed verdict of in.
-func (h *harness) wantHealth(in store.Instance, verdict string, eligible bool) store.Health {
+func (h *harness) wantHealth(in wire.Instance, verdict string, eligible bool) wire.Health {
 	h.t.Helper()
 	got := h.instance(in).Health
 	if got == nil {
@@ -27,7 +27,7 @@ func (h *harness) wantHealth(in store.Instance, verdict string, eligible bool) s
 }
 
 // wantEntry checks in's entry in the current table.
-func (h *harness) wantEntry(in store.Instance, verdict status.Verdict, eligible bool) status.Entry {
+func (h *harness) wantEntry(in wire.Instance, verdict status.Verdict, eligible bool) status.Entry {
 	h.t.Helper()
 	e := h.entry(in)
 	if e.Verdict != verdict || e.Flags.Has(status.Eligible) != eligible || (e.Weight > 0) != eligible {
@@ -69,14 +69,14 @@ func TestWithdrawAndReadmit(t *testing.T) {
 	h.probe("n1", a, false, true)
 	h.tick(2 * time.Second)
 	got := h.wantHealth(a, "unhealthy", false)
-	wantFailing := []store.FailingClass{{Class: "probe", Since: failedAt, Hard: true, Why: "hard failure (connection refused)"}}
+	wantFailing := []wire.FailingClass{{Class: "probe", Since: failedAt, Hard: true, Why: "hard failure (connection refused)"}}
 	if !slices.Equal(got.Failing, wantFailing) || got.HealthEligible ||
-		got.Evidence == nil || *got.Evidence != (store.Evidence{Class: "probe", Observer: "n1", At: failedAt}) ||
+		got.Evidence == nil || *got.Evidence != (wire.Evidence{Class: "probe", Observer: "n1", At: failedAt}) ||
 		len(got.Reasons) == 0 || got.Reasons[0] != "probe failing: hard failure (connection refused)" {
 		t.Errorf("withdrawn health %+v (evidence %+v), want the probe class failing hard since %v on n1's evidence", got, got.Evidence, failedAt)
 	}
 	h.wantEntry(a, status.Unhealthy, false)
-	evs := events(h.st.Store, key, store.EventEligibility, a.ID)
+	evs := events(h.st.Store, key, wire.EventEligibility, a.ID)
 	last := evs[len(evs)-1]
 	if last.From != "eligible/unknown" || last.To != "withdrawn/unhealthy" || last.Incarnation != a.Incarnation ||
 		last.Reason != "probe failing: hard failure (connection refused)" || last.Actor != "evaluator@n1" ||
@@ -111,7 +111,7 @@ func TestWithdrawAndReadmit(t *testing.T) {
 	if e.Weight != 10 || !e.Flags.Has(status.SlowStart) || e.BaseWeight != 100 {
 		t.Errorf("re-admitted entry %+v (flags %v), want weight 10 of 100 in slow start", e, e.Flags)
 	}
-	evs = events(h.st.Store, key, store.EventEligibility, a.ID)
+	evs = events(h.st.Store, key, wire.EventEligibility, a.ID)
 	if last := evs[len(evs)-1]; last.From != "withdrawn/unhealthy" || last.To != "eligible/healthy" {
 		t.Errorf("audit event %+v, want withdrawn/unhealthy -> eligible/healthy", last)
 	}
@@ -178,7 +178,7 @@ func TestDrainLeavesAtOnce(t *testing.T) {
 	h.clk.Advance(31 * time.Second)
 	for _, in := range fleet[:2] {
 		waitFor(t, func() error {
-			if got := h.instance(in); got.Lifecycle != store.Terminated {
+			if got := h.instance(in); got.Lifecycle != wire.Terminated {
 				return fmt.Errorf("%s is %s, want terminated", in.ID, got.Lifecycle)
 			}
 			return nil
@@ -221,7 +221,7 @@ func TestHealthDisregarded(t *testing.T) {
 	if e := h.wantEntry(fleet[3], status.Unknown, true); e.Flags.Has(status.HealthDisregarded) {
 		t.Errorf("the healthy instance is flagged: %v", e.Flags)
 	}
-	evs := events(h.st.Store, key, store.EventHealthDisregarded, "")
+	evs := events(h.st.Store, key, wire.EventHealthDisregarded, "")
 	if len(evs) != 1 || evs[0].Reason != "1 of 4 ready instances healthy" || evs[0].Actor != "evaluator@n1" {
 		t.Fatalf("health_disregarded events %+v, want one saying 1 of 4 ready instances healthy", evs)
 	}
@@ -240,7 +240,7 @@ func TestHealthDisregarded(t *testing.T) {
 			t.Errorf("%s is still flagged after recovery: %v", in.ID, e.Flags)
 		}
 	}
-	evs = events(h.st.Store, key, store.EventHealthRestored, "")
+	evs = events(h.st.Store, key, wire.EventHealthRestored, "")
 	if len(evs) != 1 || evs[0].Reason != "4 of 4 ready instances healthy" {
 		t.Errorf("health_restored events %+v, want one saying 4 of 4 ready instances healthy", evs)
 	}
@@ -260,28 +260,28 @@ func TestSelfReport(t *testing.T) {
 	fleet := h.fleet(svc, "s", 3)
 	s0 := fleet[0]
 	h.tick(0)
-	report := func(rep store.Report) {
+	report := func(rep wire.Report) {
 		t.Helper()
 		if _, err := h.st.Report(h.t.Context(), "instance:"+s0.ID, s0.Key(), s0.Incarnation, rep); err != nil {
 			t.Fatal(err)
 		}
 	}
 
-	report(store.Report{Ready: false})
+	report(wire.Report{Ready: false})
 	reportedAt := h.clk.Now()
 	h.tick(time.Second)
 	got := h.wantHealth(s0, "unhealthy", false)
 	if len(got.Reasons) == 0 || got.Reasons[0] != "self-report: not ready" ||
-		got.Evidence == nil || *got.Evidence != (store.Evidence{Class: "report", Observer: s0.ID, At: reportedAt}) {
+		got.Evidence == nil || *got.Evidence != (wire.Evidence{Class: "report", Observer: s0.ID, At: reportedAt}) {
 		t.Errorf("health %+v (evidence %+v), want withdrawn on the self-report", got, got.Evidence)
 	}
 	h.wantEntry(s0, status.Unhealthy, false)
-	evs := events(h.st.Store, svc.Key(), store.EventEligibility, s0.ID)
+	evs := events(h.st.Store, svc.Key(), wire.EventEligibility, s0.ID)
 	if last := evs[len(evs)-1]; last.To != "withdrawn/unhealthy" || last.Evidence == nil || last.Evidence.Class != "report" {
 		t.Errorf("audit event %+v, want a withdrawal on the report's evidence", last)
 	}
 
-	report(store.Report{Ready: true})
+	report(wire.Report{Ready: true})
 	for range 9 {
 		h.tick(time.Second)
 		h.wantHealth(s0, "unhealthy", false)
@@ -294,7 +294,7 @@ func TestSelfReport(t *testing.T) {
 
 	// The next withdrawal needs a shrink window of its own (10s).
 	h.clk.Advance(10 * time.Second)
-	report(store.Report{Ready: true, Dependencies: map[string]store.DependencyState{"db": store.DepFailed}})
+	report(wire.Report{Ready: true, Dependencies: map[string]wire.DependencyState{"db": wire.DepFailed}})
 	h.tick(time.Second)
 	got = h.wantHealth(s0, "unhealthy", false)
 	if !slices.Contains(got.Reasons, "dependency db failed") {
@@ -315,7 +315,7 @@ func TestQuarantine(t *testing.T) {
 	for i := 1; i <= 5; i++ {
 		h.clk.Advance(11 * time.Second) // a shrink window of its own each time
 		ready := i%2 == 0
-		if _, err := h.st.Report(h.t.Context(), "instance:s0", s0.Key(), s0.Incarnation, store.Report{Ready: ready}); err != nil {
+		if _, err := h.st.Report(h.t.Context(), "instance:s0", s0.Key(), s0.Incarnation, wire.Report{Ready: ready}); err != nil {
 			t.Fatal(err)
 		}
 		h.tick(0)
@@ -330,12 +330,12 @@ func TestQuarantine(t *testing.T) {
 		t.Errorf("quarantine level %d until %v, want 1 until %v", got.QuarantineLevel, got.QuarantineUntil, want)
 	}
 	h.wantEntry(s0, status.Quarantined, false)
-	evs := events(h.st.Store, svc.Key(), store.EventQuarantined, s0.ID)
+	evs := events(h.st.Store, svc.Key(), wire.EventQuarantined, s0.ID)
 	if len(evs) != 1 || evs[0].Incarnation != s0.Incarnation || !strings.Contains(evs[0].Reason, "quarantined for 1m0s (level 1)") {
 		t.Fatalf("quarantine events %+v, want one about incarnation %d, level 1", evs, s0.Incarnation)
 	}
 	// A report saying ready does not end it.
-	if _, err := h.st.Report(h.t.Context(), "instance:s0", s0.Key(), s0.Incarnation, store.Report{Ready: true}); err != nil {
+	if _, err := h.st.Report(h.t.Context(), "instance:s0", s0.Key(), s0.Incarnation, wire.Report{Ready: true}); err != nil {
 		t.Fatal(err)
 	}
 	h.tick(30 * time.Second)

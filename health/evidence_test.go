@@ -8,7 +8,7 @@ import (
 
 	"github.com/cairn-sd/cairn/eval"
 	"github.com/cairn-sd/cairn/status"
-	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 func observers(list []obs) map[string][]time.Time {
@@ -178,7 +178,7 @@ func TestSeedResumesCommittedState(t *testing.T) {
 	if len(h.Failing) != 2 || h.Eligible {
 		t.Fatalf("committed %+v, want withdrawn with both classes failing", h)
 	}
-	seeded := seed(h, store.Instance{ID: "a", Incarnation: 1, Lifecycle: store.Ready}, at(3))
+	seeded := seed(h, wire.Instance{ID: "a", Incarnation: 1, Lifecycle: wire.Ready}, at(3))
 	orig := st.Instances["a"]
 	if seeded.Published != orig.Published || seeded.HealthEligible != orig.HealthEligible || seeded.Verdict != orig.Verdict ||
 		!seeded.Seen || seeded.Incarnation != 1 {
@@ -194,7 +194,7 @@ func TestSeedResumesCommittedState(t *testing.T) {
 	fresh := eval.State{Instances: map[string]*eval.InstanceState{"a": &seeded}}
 	for _, id := range []string{"b", "c"} {
 		hb := healthOf(eval.InstanceResult{ID: id, Incarnation: 1, Verdict: status.Unknown, Eligible: true}, *st.Instances[id], at(4))
-		sb := seed(hb, store.Instance{ID: id, Incarnation: 1, Lifecycle: store.Ready}, at(4))
+		sb := seed(hb, wire.Instance{ID: id, Incarnation: 1, Lifecycle: wire.Ready}, at(4))
 		fresh.Instances[id] = &sb
 	}
 	res2, st2 := eval.Evaluate(p, ins, nil, fresh, at(5))
@@ -242,7 +242,7 @@ func TestNeverDisregard(t *testing.T) {
 	if got := h.instance(fleet[1]).Health; got == nil || !status.Flags(got.Flags).Has(status.WithdrawalDeferred) {
 		t.Errorf("committed %+v, want withdrawal_deferred recorded", got)
 	}
-	if evs := events(h.st.Store, svc.Key(), store.EventHealthDisregarded, ""); len(evs) != 0 {
+	if evs := events(h.st.Store, svc.Key(), wire.EventHealthDisregarded, ""); len(evs) != 0 {
 		t.Errorf("health_disregarded events %+v, want none", evs)
 	}
 	// Each new window takes one more.
@@ -319,23 +319,23 @@ func notHard(s *eval.InstanceState) {
 func TestSeedAfterFailover(t *testing.T) {
 	t0 := newClock().Now()
 	p := eval.Policy{}.WithDefaults()
-	in := store.Instance{ID: "a", Incarnation: 1, Lifecycle: store.Ready}
+	in := wire.Instance{ID: "a", Incarnation: 1, Lifecycle: wire.Ready}
 	ins := []eval.Instance{{ID: "a", Incarnation: 1, Lifecycle: status.Ready},
 		{ID: "b", Incarnation: 1, Lifecycle: status.Ready}, {ID: "c", Incarnation: 1, Lifecycle: status.Ready}}
-	evalAt := func(h store.Health, now time.Time) eval.InstanceResult {
+	evalAt := func(h wire.Health, now time.Time) eval.InstanceResult {
 		t.Helper()
 		sa := seed(h, in, now)
 		st := eval.State{Instances: map[string]*eval.InstanceState{"a": &sa}}
 		res, _ := eval.Evaluate(p, ins, nil, st, now)
 		return res.Instances[0]
 	}
-	disagreed := store.Health{Incarnation: 1, Verdict: "degraded", Eligible: true, HealthEligible: true,
-		Failing: []store.FailingClass{{Class: "probe", Since: t0, Hard: true, Why: "hard failure (connection refused)"}}}
+	disagreed := wire.Health{Incarnation: 1, Verdict: "degraded", Eligible: true, HealthEligible: true,
+		Failing: []wire.FailingClass{{Class: "probe", Since: t0, Hard: true, Why: "hard failure (connection refused)"}}}
 	if r := evalAt(disagreed, t0.Add(2*time.Second)); !r.Eligible {
 		t.Errorf("an instance kept in rotation by disagreeing probers was withdrawn after a failover: %+v", r)
 	}
-	ejected := store.Health{Incarnation: 1, Verdict: "unhealthy", Eligible: false, HealthEligible: false,
-		Failing: []store.FailingClass{{Class: "outcome", Since: t0, Why: "a quorum of callers report failures"}}}
+	ejected := wire.Health{Incarnation: 1, Verdict: "unhealthy", Eligible: false, HealthEligible: false,
+		Failing: []wire.FailingClass{{Class: "outcome", Since: t0, Why: "a quorum of callers report failures"}}}
 	if r := evalAt(ejected, t0.Add(10*time.Minute)); r.Eligible {
 		t.Errorf("an outcome withdrawal ended on the new leader's first round: %+v", r)
 	}

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/cairn-sd/cairn/status"
-	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // TestFailoverKeepsWithdrawn: the leader withdraws an instance on its
@@ -32,7 +32,7 @@ func TestFailoverKeepsWithdrawn(t *testing.T) {
 		}
 	}
 	svc := tcpService("shop", "cart")
-	if _, err := old.ApplyServices(ctx, "admin", []store.Service{svc}); err != nil {
+	if _, err := old.ApplyServices(ctx, "admin", []wire.Service{svc}); err != nil {
 		t.Fatal(err)
 	}
 	a := register(t, old.Store, reg(svc, "a", "10.0.0.1"))
@@ -41,10 +41,10 @@ func TestFailoverKeepsWithdrawn(t *testing.T) {
 	// A second service, below its minimum healthy fraction: 3 of its 4
 	// instances are refused, and health is disregarded.
 	pay := tcpService("shop", "pay")
-	if _, err := old.ApplyServices(ctx, "admin", []store.Service{pay}); err != nil {
+	if _, err := old.ApplyServices(ctx, "admin", []wire.Service{pay}); err != nil {
 		t.Fatal(err)
 	}
-	var payFleet []store.Instance
+	var payFleet []wire.Instance
 	for i := range 4 {
 		payFleet = append(payFleet, register(t, old.Store, reg(pay, fmt.Sprintf("p%d", i), fmt.Sprintf("10.0.1.%d", i+1))))
 	}
@@ -73,7 +73,7 @@ func TestFailoverKeepsWithdrawn(t *testing.T) {
 	}
 	clk.Advance(2 * time.Second)
 	hn[old].Tick(ctx)
-	if evs := old.Events("shop", "pay", 0); evs[len(evs)-1].Kind != store.EventHealthDisregarded {
+	if evs := old.Events("shop", "pay", 0); evs[len(evs)-1].Kind != wire.EventHealthDisregarded {
 		t.Fatalf("the old leader did not disregard health in shop/pay: %+v", evs[len(evs)-1])
 	}
 	withdrawn, _ := old.Instance(a.Key())
@@ -172,7 +172,7 @@ func TestFailoverKeepsWithdrawn(t *testing.T) {
 		}
 	}
 	evs := leader.Events("shop", "cart", 0)[len(eventsBefore):]
-	if len(evs) != 1 || evs[0].Kind != store.EventEligibility || evs[0].Instance != "a" ||
+	if len(evs) != 1 || evs[0].Kind != wire.EventEligibility || evs[0].Instance != "a" ||
 		evs[0].From != "withdrawn/unhealthy" || evs[0].To != "eligible/healthy" || evs[0].Actor != "evaluator@"+leader.NodeID() {
 		t.Errorf("events since the failover %+v, want only a's re-admission by the new leader", evs)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // TestMain checks that no test leaves a goroutine behind: every Node.Run,
@@ -105,19 +106,19 @@ func (h *harness) tick(d time.Duration) {
 	h.n.Tick(h.t.Context())
 }
 
-func (h *harness) apply(svcs ...store.Service) {
+func (h *harness) apply(svcs ...wire.Service) {
 	h.t.Helper()
 	if _, err := h.st.ApplyServices(h.t.Context(), "admin", svcs); err != nil {
 		h.t.Fatalf("ApplyServices: %v", err)
 	}
 }
 
-func (h *harness) register(r store.Registration) store.Instance {
+func (h *harness) register(r wire.Registration) wire.Instance {
 	h.t.Helper()
 	return register(h.t, h.st.Store, r)
 }
 
-func register(t *testing.T, s *store.Store, r store.Registration) store.Instance {
+func register(t *testing.T, s *store.Store, r wire.Registration) wire.Instance {
 	t.Helper()
 	in, _, err := s.Register(t.Context(), "registrar", r)
 	if err != nil {
@@ -127,7 +128,7 @@ func register(t *testing.T, s *store.Store, r store.Registration) store.Instance
 }
 
 // instance re-reads an instance from the harness's replica.
-func (h *harness) instance(in store.Instance) store.Instance {
+func (h *harness) instance(in wire.Instance) wire.Instance {
 	h.t.Helper()
 	got, ok := h.st.Instance(in.Key())
 	if !ok {
@@ -138,7 +139,7 @@ func (h *harness) instance(in store.Instance) store.Instance {
 
 // entry returns in's entry in the current table, failing when the table
 // does not hold it.
-func (h *harness) entry(in store.Instance) status.Entry {
+func (h *harness) entry(in wire.Instance) status.Entry {
 	h.t.Helper()
 	e, ok := h.n.Status(in.Key().String(), in.Incarnation)
 	if !ok {
@@ -148,7 +149,7 @@ func (h *harness) entry(in store.Instance) status.Entry {
 }
 
 // probe reports one probe result about in from observer, taken now.
-func (h *harness) probe(observer string, in store.Instance, ok, hard bool) ProbeReply {
+func (h *harness) probe(observer string, in wire.Instance, ok, hard bool) ProbeReply {
 	h.t.Helper()
 	return h.n.ProbeReport(ProbeReport{Observer: observer, Results: []ProbeResult{
 		{Target: TargetID(in.Key(), in.Incarnation), At: h.clk.Now(), OK: ok, Hard: hard}}})
@@ -201,8 +202,8 @@ func metricValue(t *testing.T, g prometheus.Gatherer, name string, labels ...str
 
 // events returns the audit events of one service of kind (all kinds when
 // empty) about instance id (all when empty).
-func events(s *store.Store, key store.ServiceKey, kind store.EventKind, id string) []store.Event {
-	var out []store.Event
+func events(s *store.Store, key wire.ServiceKey, kind wire.EventKind, id string) []wire.Event {
+	var out []wire.Event
 	for _, e := range s.Events(key.Namespace, key.Name, 0) {
 		if (kind == "" || e.Kind == kind) && (id == "" || e.Instance == id) {
 			out = append(out, e)
@@ -213,32 +214,32 @@ func events(s *store.Store, key store.ServiceKey, kind store.EventKind, id strin
 
 // tcpService is a service probed over TCP on its "main" port, with a
 // lease long enough that it never expires in a test.
-func tcpService(ns, name string) store.Service {
-	return store.Service{Namespace: ns, Name: name,
-		Ports:  []store.Port{{Name: "main", Number: 8080}},
-		Check:  &store.Check{Type: "tcp"},
-		Policy: store.Policy{LeaseTTL: store.Duration(time.Hour)}}
+func tcpService(ns, name string) wire.Service {
+	return wire.Service{Namespace: ns, Name: name,
+		Ports:  []wire.Port{{Name: "main", Number: 8080}},
+		Check:  &wire.Check{Type: "tcp"},
+		Policy: wire.Policy{LeaseTTL: wire.Duration(time.Hour)}}
 }
 
 // selfService is a service whose instances report their own readiness:
 // no check, one declared dependency of their own.
-func selfService(ns, name string) store.Service {
-	return store.Service{Namespace: ns, Name: name,
-		Ports:      []store.Port{{Name: "main", Number: 8080}},
-		Capability: store.Capability{Readiness: "self", Dependencies: []store.Dependency{{Name: "db"}}},
-		Policy:     store.Policy{LeaseTTL: store.Duration(time.Hour)}}
+func selfService(ns, name string) wire.Service {
+	return wire.Service{Namespace: ns, Name: name,
+		Ports:      []wire.Port{{Name: "main", Number: 8080}},
+		Capability: wire.Capability{Readiness: "self", Dependencies: []wire.Dependency{{Name: "db"}}},
+		Policy:     wire.Policy{LeaseTTL: wire.Duration(time.Hour)}}
 }
 
-func reg(svc store.Service, id, addr string) store.Registration {
-	return store.Registration{Namespace: svc.Namespace, Service: svc.Name, ID: id,
+func reg(svc wire.Service, id, addr string) wire.Registration {
+	return wire.Registration{Namespace: svc.Namespace, Service: svc.Name, ID: id,
 		Addresses: []string{addr}, Ports: map[string]int{"main": 8080}}
 }
 
 // fleet registers n ready instances of svc, ids prefix0…, addresses
 // 10.0.0.1…
-func (h *harness) fleet(svc store.Service, prefix string, n int) []store.Instance {
+func (h *harness) fleet(svc wire.Service, prefix string, n int) []wire.Instance {
 	h.t.Helper()
-	out := make([]store.Instance, n)
+	out := make([]wire.Instance, n)
 	for i := range out {
 		out[i] = h.register(reg(svc, fmt.Sprintf("%s%d", prefix, i), fmt.Sprintf("10.0.0.%d", i+1)))
 	}
@@ -247,7 +248,7 @@ func (h *harness) fleet(svc store.Service, prefix string, n int) []store.Instanc
 
 // assignedTo returns the first of observers that target in is assigned
 // to over members, failing when none is.
-func assignedTo(t *testing.T, in store.Instance, members []string, replicas int, observers ...string) string {
+func assignedTo(t *testing.T, in wire.Instance, members []string, replicas int, observers ...string) string {
 	t.Helper()
 	for _, o := range observers {
 		if slices.Contains(probe.Assign(TargetID(in.Key(), in.Incarnation), members, replicas), o) {

@@ -13,7 +13,7 @@ import (
 	"github.com/cairn-sd/cairn/pace"
 	"github.com/cairn-sd/cairn/probe"
 	"github.com/cairn-sd/cairn/status"
-	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // Node runs health evaluation on one server (see the package comment).
@@ -31,7 +31,7 @@ type Node struct {
 	leading  time.Time            // when this node last became the evaluating leader
 	// aside is, per service, the (observer, zone) pairs whose timeouts
 	// the last round set aside: an event marks each change.
-	aside map[store.ServiceKey]map[asideKey]bool
+	aside map[wire.ServiceKey]map[asideKey]bool
 
 	// slotOf is the loop's key → slot map, published for the API's
 	// handlers (immutable once published).
@@ -65,7 +65,7 @@ type Node struct {
 	spareBySlot []slotRef
 	slots       *status.Slots
 	slotInc     []uint64 // incarnation last written to each slot
-	states      map[store.ServiceKey]*eval.State
+	states      map[wire.ServiceKey]*eval.State
 	targets     []probe.Target
 	svcs        *status.Names
 	locs        *status.Names
@@ -75,9 +75,9 @@ type Node struct {
 	// nothing per instance (see evaluate).
 	pacer       *pace.Pacer
 	ev          eval.Evaluator
-	spareStates map[store.ServiceKey]*eval.State
+	spareStates map[wire.ServiceKey]*eval.State
 	samplesBy   map[string][]eval.Sample
-	stored      map[string]*store.Health
+	stored      map[string]*wire.Health
 	trans       map[string]eval.Transition
 	insBuf      []eval.Instance
 	reportBuf   []eval.Report

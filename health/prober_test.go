@@ -16,6 +16,7 @@ import (
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // listen returns a loopback listener that accepts and closes every
@@ -71,19 +72,19 @@ func portOf(t *testing.T, addr string) int {
 // others' probes.
 func TestRunWithProber(t *testing.T) {
 	st := storetest.Single(t, store.Config{})
-	fast := func(kind, path string) *store.Check {
-		return &store.Check{Type: kind, Path: path,
-			Interval: store.Duration(150 * time.Millisecond), Timeout: store.Duration(120 * time.Millisecond)}
+	fast := func(kind, path string) *wire.Check {
+		return &wire.Check{Type: kind, Path: path,
+			Interval: wire.Duration(150 * time.Millisecond), Timeout: wire.Duration(120 * time.Millisecond)}
 	}
 	tcpSvc := tcpService("shop", "cart")
 	tcpSvc.Check = fast("tcp", "")
 	webSvc := tcpService("shop", "web")
 	webSvc.Check = fast("http", "/healthz")
-	admitMin := store.Duration(100 * time.Millisecond)
+	admitMin := wire.Duration(100 * time.Millisecond)
 	webSvc.Policy.AdmitMin = &admitMin
 	badSvc := tcpService("shop", "bad")
 	badSvc.Check = fast("http", "//not-a-path")
-	if _, err := st.ApplyServices(t.Context(), "admin", []store.Service{tcpSvc, webSvc, badSvc}); err != nil {
+	if _, err := st.ApplyServices(t.Context(), "admin", []wire.Service{tcpSvc, webSvc, badSvc}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -96,7 +97,7 @@ func TestRunWithProber(t *testing.T) {
 	okSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	t.Cleanup(okSrv.Close)
 
-	at := func(svc store.Service, id string, port int) store.Instance {
+	at := func(svc wire.Service, id string, port int) wire.Instance {
 		r := reg(svc, id, "127.0.0.1")
 		r.Ports = map[string]int{"main": port}
 		return register(t, st.Store, r)
@@ -115,15 +116,15 @@ func TestRunWithProber(t *testing.T) {
 	n := newNode(t, st.Store, nil, 0, func(c *Config) { c.Prober = p; c.Interval = 20 * time.Millisecond })
 	stop := run(t, n)
 
-	entryOf := func(in store.Instance) status.Entry {
+	entryOf := func(in wire.Instance) status.Entry {
 		e, _ := n.Status(in.Key().String(), in.Incarnation)
 		return e
 	}
-	health := func(in store.Instance) *store.Health {
+	health := func(in wire.Instance) *wire.Health {
 		got, _ := st.Instance(in.Key())
 		return got.Health
 	}
-	until := func(in store.Instance, verdict status.Verdict, eligible bool) {
+	until := func(in wire.Instance, verdict status.Verdict, eligible bool) {
 		t.Helper()
 		waitFor(t, func() error {
 			e, found := n.Status(in.Key().String(), in.Incarnation)

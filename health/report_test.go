@@ -11,8 +11,8 @@ import (
 
 	"github.com/cairn-sd/cairn/probe"
 	"github.com/cairn-sd/cairn/status"
-	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 const discarded = "cairn_health_evidence_discarded_total"
@@ -294,7 +294,7 @@ func TestOutcomes(t *testing.T) {
 	h.apply(svc)
 	fleet := h.fleet(svc, "a", 3)
 	sr := reg(svc, "s", "10.0.1.1")
-	sr.Lifecycle = store.Starting
+	sr.Lifecycle = wire.Starting
 	starting := h.register(sr)
 	h.tick(0)
 	for _, in := range fleet {
@@ -302,7 +302,7 @@ func TestOutcomes(t *testing.T) {
 			t.Fatalf("%s is not published at the start: %+v", in.ID, e)
 		}
 	}
-	ep := func(in store.Instance, ok, failed, timedOut int) EndpointOutcome {
+	ep := func(in wire.Instance, ok, failed, timedOut int) EndpointOutcome {
 		return EndpointOutcome{Namespace: in.Namespace, Service: in.Service, Instance: in.ID, Incarnation: in.Incarnation,
 			Success: ok, Failure: failed, Timeout: timedOut}
 	}

@@ -14,16 +14,17 @@ import (
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
 	"github.com/cairn-sd/cairn/tablefile"
+	"github.com/cairn-sd/cairn/wire"
 )
 
-func (h *harness) slotOf(in store.Instance) (int, bool) {
+func (h *harness) slotOf(in wire.Instance) (int, bool) {
 	slot, ok := (*h.n.slotOf.Load())[in.Key().String()]
 	return slot, ok
 }
 
 // wantSlot checks that the current table holds in, in its slot, and
 // returns the slot.
-func (h *harness) wantSlot(in store.Instance) int {
+func (h *harness) wantSlot(in wire.Instance) int {
 	h.t.Helper()
 	slot, ok := h.slotOf(in)
 	if !ok {
@@ -114,7 +115,7 @@ func TestTableSlots(t *testing.T) {
 	if got := h.metric("cairn_health_unslotted_total"); got < 1 {
 		t.Errorf("cairn_health_unslotted_total = %v, want at least 1", got)
 	}
-	for _, in := range []store.Instance{b, c, d} {
+	for _, in := range []wire.Instance{b, c, d} {
 		h.wantEntry(in, status.Unknown, true)
 	}
 }
@@ -130,7 +131,7 @@ func TestTableNames(t *testing.T) {
 	a := h.register(ra)
 	h.tick(0)
 	before := h.entry(a)
-	check := func(in store.Instance, svc, region, zone string) status.Entry {
+	check := func(in wire.Instance, svc, region, zone string) status.Entry {
 		t.Helper()
 		e := h.entry(in)
 		tb := h.pub.Acquire()

@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cairn-sd/cairn/probe"
-	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // TestTargets: every node probes the targets rendezvous hashing assigns
@@ -33,17 +33,17 @@ func TestTargets(t *testing.T) {
 		hn[nd.NodeID()] = newNode(t, nd.Store, clk, 0, func(c *Config) { c.Prober = p })
 	}
 	web := tcpService("shop", "web")
-	web.Ports = append(web.Ports, store.Port{Name: "admin", Number: 9000})
-	web.Check = &store.Check{Type: "http", Port: "admin", Path: "/healthz?deep=1", Interval: store.Duration(time.Second),
-		Timeout: store.Duration(500 * time.Millisecond)}
+	web.Ports = append(web.Ports, wire.Port{Name: "admin", Number: 9000})
+	web.Check = &wire.Check{Type: "http", Port: "admin", Path: "/healthz?deep=1", Interval: wire.Duration(time.Second),
+		Timeout: wire.Duration(500 * time.Millisecond)}
 	cart := tcpService("shop", "cart")
 	quiet := selfService("shop", "quiet") // no check
 	// A check path the store takes and the prober refuses. Regression:
 	// its targets made SetTargets refuse the whole set, so the node
 	// probed nothing at all.
 	bad := tcpService("shop", "bad")
-	bad.Check = &store.Check{Type: "http", Path: "//x"}
-	if _, err := leader.ApplyServices(ctx, "admin", []store.Service{web, cart, quiet, bad}); err != nil {
+	bad.Check = &wire.Check{Type: "http", Path: "//x"}
+	if _, err := leader.ApplyServices(ctx, "admin", []wire.Service{web, cart, quiet, bad}); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]probe.Target{} // every target, by id
@@ -54,7 +54,7 @@ func TestTargets(t *testing.T) {
 			r.Ports = map[string]int{"main": 8080, "admin": 9001}
 		}
 		if i == 2 {
-			r.Lifecycle = store.Starting // probed: probes decide when it is ready
+			r.Lifecycle = wire.Starting // probed: probes decide when it is ready
 		}
 		in := register(t, leader.Store, r)
 		port := uint16(9000)

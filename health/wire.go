@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // ProbeReport is one observer's batch of probe results: what a follower
@@ -100,7 +100,7 @@ func (r OutcomeReport) Validate() error {
 	for i, e := range r.Endpoints {
 		f := fmt.Sprintf("endpoints[%d]", i)
 		for _, l := range []struct{ name, v string }{{"namespace", e.Namespace}, {"service", e.Service}, {"instance_id", e.Instance}} {
-			if err := store.CheckLabel(f+"."+l.name, l.v); err != nil {
+			if err := wire.CheckLabel(f+"."+l.name, l.v); err != nil {
 				return fmt.Errorf("%w: %w", err, ErrInvalid)
 			}
 		}
@@ -124,12 +124,12 @@ func (r OutcomeReport) Validate() error {
 	return nil
 }
 
-func (e EndpointOutcome) key() store.InstanceKey {
-	return store.InstanceKey{Namespace: e.Namespace, Service: e.Service, ID: e.Instance}
+func (e EndpointOutcome) key() wire.InstanceKey {
+	return wire.InstanceKey{Namespace: e.Namespace, Service: e.Service, ID: e.Instance}
 }
 
 // TargetID is the probe target id of one incarnation of an instance.
-func TargetID(key store.InstanceKey, inc uint64) string {
+func TargetID(key wire.InstanceKey, inc uint64) string {
 	return key.String() + "#" + strconv.FormatUint(inc, 10)
 }
 

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 func TestOutcomeReportValidate(t *testing.T) {
@@ -59,7 +59,7 @@ func TestOutcomeReportValidate(t *testing.T) {
 }
 
 func TestTargetID(t *testing.T) {
-	key := store.InstanceKey{Namespace: "shop", Service: "cart", ID: "a-1"}
+	key := wire.InstanceKey{Namespace: "shop", Service: "cart", ID: "a-1"}
 	id := TargetID(key, 42)
 	if id != "shop/cart/a-1#42" {
 		t.Fatalf("TargetID = %q, want shop/cart/a-1#42", id)
@@ -94,7 +94,7 @@ func FuzzParseTarget(f *testing.F) {
 		if len(parts) != 3 || inc == 0 {
 			t.Fatalf("parseTarget(%q) accepted key %q incarnation %d", id, k, inc)
 		}
-		key := store.InstanceKey{Namespace: parts[0], Service: parts[1], ID: parts[2]}
+		key := wire.InstanceKey{Namespace: parts[0], Service: parts[1], ID: parts[2]}
 		if back := TargetID(key, inc); back != id {
 			t.Fatalf("parseTarget(%q) = %q, %d, which prints as %q", id, k, inc, back)
 		}

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // TestWriteToFollowerIsForwarded: writes sent to a follower (apply,
@@ -41,7 +41,7 @@ func TestWriteToFollowerIsForwarded(t *testing.T) {
 	if !r.Created || r.Incarnation == 0 {
 		t.Fatalf("register via follower: created=%v incarnation=%d; want a new incarnation", r.Created, r.Incarnation)
 	}
-	key := store.InstanceKey{Namespace: testNS, Service: testSvc, ID: "via-follower"}
+	key := wire.InstanceKey{Namespace: testNS, Service: testSvc, ID: "via-follower"}
 	if _, err := fc.Renew(ctx, key, r.Incarnation); err != nil {
 		t.Fatalf("renew via follower %s: %v", follower.ID, err)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/cairn-sd/cairn/client"
-	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // renewerEnv makes the test binary an instance that renews its own lease
@@ -32,7 +32,7 @@ func renew(spec string) {
 		fmt.Fprintln(os.Stderr, "renewer:", err)
 		os.Exit(2)
 	}
-	key := store.InstanceKey{Namespace: parts[0], Service: parts[1], ID: parts[2]}
+	key := wire.InstanceKey{Namespace: parts[0], Service: parts[1], ID: parts[2]}
 	fmt.Println("ready")
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -60,9 +60,9 @@ func TestCrashedSelfReportingInstanceExpires(t *testing.T) {
 		"capability: {readiness: self}\npolicy: {lease_ttl: %s}\n", healthNS, svc, ttl))
 	var regs []uint64
 	for i, a := range []string{"127.0.0.51", "127.0.0.52"} {
-		r := registerLoopback(ctx, t, c, svc, fmt.Sprintf("s-%d", i), 8080, func(r *store.Registration) { r.Addresses = []string{a} })
+		r := registerLoopback(ctx, t, c, svc, fmt.Sprintf("s-%d", i), 8080, func(r *wire.Registration) { r.Addresses = []string{a} })
 		regs = append(regs, r.Incarnation)
-		key := store.InstanceKey{Namespace: healthNS, Service: svc, ID: r.ID}
+		key := wire.InstanceKey{Namespace: healthNS, Service: svc, ID: r.ID}
 		if _, err := n.Client().Report(ctx, key, r.Incarnation, true, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -93,7 +93,7 @@ func TestCrashedSelfReportingInstanceExpires(t *testing.T) {
 			case <-ctx.Done():
 				return
 			case <-keep.C:
-				_, _ = n.Client().Renew(ctx, store.InstanceKey{Namespace: healthNS, Service: svc, ID: "s-1"}, regs[1])
+				_, _ = n.Client().Renew(ctx, wire.InstanceKey{Namespace: healthNS, Service: svc, ID: "s-1"}, regs[1])
 			}
 		}
 	}()
@@ -138,10 +138,10 @@ func TestCrashedSelfReportingInstanceExpires(t *testing.T) {
 	if err != nil || !slices.Equal(got, []string{"127.0.0.52"}) {
 		t.Errorf("after the hard expiry the answer is %v (%v), want the live s-1 only", got, err)
 	}
-	ev := waitEvent(ctx, t, n, svc, 0, "expiry of s-0", func(e store.Event) bool {
-		return e.Kind == store.EventExpired && e.Instance == "s-0"
+	ev := waitEvent(ctx, t, n, svc, 0, "expiry of s-0", func(e wire.Event) bool {
+		return e.Kind == wire.EventExpired && e.Instance == "s-0"
 	})
-	if !strings.Contains(ev.Reason, "hard expiry") || ev.To != string(store.Terminated) {
+	if !strings.Contains(ev.Reason, "hard expiry") || ev.To != string(wire.Terminated) {
 		t.Errorf("expiry event %+v: want to terminated, the hard expiry as the reason", ev)
 	}
 	t.Logf("s-0 killed; out of DNS %v later: %s", gone.Round(time.Millisecond), ev.Reason)

@@ -17,9 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-sd/cairn/wire"
 	"github.com/miekg/dns"
-
-	"github.com/cairn-sd/cairn/store"
 )
 
 // The DNS tests query a --dev cairn node through the resolvers operators
@@ -98,13 +97,13 @@ func startDNSFixture(t *testing.T) *dnsFixture {
 		ip := fmt.Sprintf("127.0.0.%d", i)
 		port := httpListener(t, ip)
 		id := fmt.Sprintf("web-%d", i)
-		registerLoopback(ctx, t, c, "web", id, port, func(r *store.Registration) { r.Addresses = []string{ip} })
+		registerLoopback(ctx, t, c, "web", id, port, func(r *wire.Registration) { r.Addresses = []string{ip} })
 		ids = append(ids, id)
 		fx.webA = append(fx.webA, ip)
 		wantSRV = append(wantSRV, fmt.Sprintf("%d %s.%s", port, id, webName))
 	}
 	for i := 1; i <= bigCount; i++ {
-		registerLoopback(ctx, t, c, "big", fmt.Sprintf("b%02d", i), 8080, func(r *store.Registration) {
+		registerLoopback(ctx, t, c, "big", fmt.Sprintf("b%02d", i), 8080, func(r *wire.Registration) {
 			r.Addresses = []string{fmt.Sprintf("127.0.1.%d", i)}
 		})
 	}

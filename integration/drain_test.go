@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-sd/cairn/wire"
 	"github.com/miekg/dns"
-
-	"github.com/cairn-sd/cairn/store"
 )
 
 // caller is a client of a service that resolves its name through one
@@ -109,7 +108,7 @@ func TestDrainLeavesDNSBeforeTheCallReturns(t *testing.T) {
 	var ids []string
 	for i, a := range addrs {
 		id := fmt.Sprintf("d-%d", i)
-		r := registerLoopback(ctx, t, c, svc, id, port, func(r *store.Registration) { r.Addresses = []string{a} })
+		r := registerLoopback(ctx, t, c, svc, id, port, func(r *wire.Registration) { r.Addresses = []string{a} })
 		regs[id], ids = r.Incarnation, append(ids, id)
 	}
 	waitAllHealthy(ctx, t, c.Nodes, svc, ids...)

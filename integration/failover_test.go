@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // failoverBound is SPEC §9: a 3-node cluster accepts writes again less
@@ -145,7 +145,7 @@ func startWriter(ctx context.Context, c *Cluster) *Writer {
 		Namespace: testNS,
 		Service:   testSvc,
 		Rate:      50,
-		Registration: func(i int) store.Registration {
+		Registration: func(i int) wire.Registration {
 			return registration(fmt.Sprintf(writerID, i), i)
 		},
 	})

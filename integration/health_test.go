@@ -24,6 +24,7 @@ import (
 	"github.com/cairn-sd/cairn/health"
 	"github.com/cairn-sd/cairn/probe"
 	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // The health tests run real servers that probe listeners of the test
@@ -206,9 +207,9 @@ func applyDefinition(ctx context.Context, t *testing.T, c *Cluster, def string) 
 
 // registerLoopback registers instance id of shop/svc at 127.0.0.1:port
 // (port "http"); edit, if set, changes the registration first.
-func registerLoopback(ctx context.Context, t *testing.T, c *Cluster, svc, id string, port int, edit func(*store.Registration)) api.Registered {
+func registerLoopback(ctx context.Context, t *testing.T, c *Cluster, svc, id string, port int, edit func(*wire.Registration)) api.Registered {
 	t.Helper()
-	reg := store.Registration{ID: id, Addresses: []string{"127.0.0.1"}, Ports: map[string]int{"http": port}}
+	reg := wire.Registration{ID: id, Addresses: []string{"127.0.0.1"}, Ports: map[string]int{"http": port}}
 	if edit != nil {
 		edit(&reg)
 	}
@@ -336,7 +337,7 @@ func hasReason(reasons []string, sub string) bool {
 func hasFlag(flags []string, flag string) bool { return slices.Contains(flags, flag) }
 
 // eventsOn returns shop/svc's audit trail as n serves it, oldest first.
-func eventsOn(ctx context.Context, n *Node, svc string) ([]store.Event, error) {
+func eventsOn(ctx context.Context, n *Node, svc string) ([]wire.Event, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	evs, err := n.Client().Events(ctx, healthNS, svc, store.AuditCapacity)
@@ -347,25 +348,25 @@ func eventsOn(ctx context.Context, n *Node, svc string) ([]store.Event, error) {
 }
 
 // withdrawal and readmission match eligibility events of one instance.
-func withdrawal(id string) func(store.Event) bool {
-	return func(e store.Event) bool {
-		return e.Kind == store.EventEligibility && e.Instance == id &&
+func withdrawal(id string) func(wire.Event) bool {
+	return func(e wire.Event) bool {
+		return e.Kind == wire.EventEligibility && e.Instance == id &&
 			strings.HasPrefix(e.From, "eligible/") && strings.HasPrefix(e.To, "withdrawn/")
 	}
 }
 
-func readmission(id string) func(store.Event) bool {
-	return func(e store.Event) bool {
-		return e.Kind == store.EventEligibility && e.Instance == id &&
+func readmission(id string) func(wire.Event) bool {
+	return func(e wire.Event) bool {
+		return e.Kind == wire.EventEligibility && e.Instance == id &&
 			strings.HasPrefix(e.From, "withdrawn/") && strings.HasPrefix(e.To, "eligible/")
 	}
 }
 
 // waitEvent polls n's audit trail of shop/svc until it holds an event
 // after seq (by sequence number) that match accepts, and returns it.
-func waitEvent(ctx context.Context, t *testing.T, n *Node, svc string, after uint64, what string, match func(store.Event) bool) store.Event {
+func waitEvent(ctx context.Context, t *testing.T, n *Node, svc string, after uint64, what string, match func(wire.Event) bool) wire.Event {
 	t.Helper()
-	var found store.Event
+	var found wire.Event
 	Eventually(t, 15*time.Second, func() error {
 		evs, err := eventsOn(ctx, n, svc)
 		if err != nil {
@@ -382,7 +383,7 @@ func waitEvent(ctx context.Context, t *testing.T, n *Node, svc string, after uin
 	return found
 }
 
-func eventLines(evs []store.Event) string {
+func eventLines(evs []wire.Event) string {
 	var b strings.Builder
 	for _, e := range evs {
 		fmt.Fprintf(&b, "  #%d %s %s %s#%d %s -> %s %q by %s\n", e.Seq, e.At.Format("15:04:05.000"), e.Kind,
@@ -603,7 +604,7 @@ func TestHealthGuardDisregardsHealth(t *testing.T) {
 		h := newStatusHandler()
 		b := newBackend(t, h)
 		id := fmt.Sprintf("g-%d", i)
-		registerLoopback(ctx, t, c, svc, id, b.port, func(r *store.Registration) { r.Region, r.Zone = "r-1", "z-a" })
+		registerLoopback(ctx, t, c, svc, id, b.port, func(r *wire.Registration) { r.Region, r.Zone = "r-1", "z-a" })
 		hs, ids = append(hs, h), append(ids, id)
 	}
 	waitAllHealthy(ctx, t, c.Nodes, svc, ids...)
@@ -654,7 +655,7 @@ func TestHealthGuardDisregardsHealth(t *testing.T) {
 			t.Errorf("GET endpoints: %s; want eligible, flagged health_disregarded", describe(e))
 		}
 	}
-	ev := waitEvent(ctx, t, n, svc, before, "health_disregarded", func(e store.Event) bool { return e.Kind == store.EventHealthDisregarded })
+	ev := waitEvent(ctx, t, n, svc, before, "health_disregarded", func(e wire.Event) bool { return e.Kind == wire.EventHealthDisregarded })
 	if !strings.Contains(ev.Reason, "1 of 4") {
 		t.Errorf("health_disregarded event reason %q; want it to say 1 of 4 ready instances are healthy", ev.Reason)
 	}
@@ -670,7 +671,7 @@ func TestHealthGuardDisregardsHealth(t *testing.T) {
 	for _, h := range hs[:3] {
 		h.Set(http.StatusOK)
 	}
-	restored := waitEvent(ctx, t, n, svc, ev.Seq, "health_restored", func(e store.Event) bool { return e.Kind == store.EventHealthRestored })
+	restored := waitEvent(ctx, t, n, svc, ev.Seq, "health_restored", func(e wire.Event) bool { return e.Kind == wire.EventHealthRestored })
 	t.Logf("checks pass again: health restored after %s (%q)", time.Since(restoredAt).Round(time.Millisecond), restored.Reason)
 	waitAllHealthy(ctx, t, c.Nodes, svc, ids...)
 	Eventually(t, 10*time.Second, func() error {
@@ -1053,7 +1054,7 @@ func TestHealthFailoverKeepsWithdrawn(t *testing.T) {
 	for _, n := range survivors {
 		waitEndpoint(ctx, t, n, svc, ids[0], 15*time.Second, isHealthyEligible)
 	}
-	back := waitEvent(ctx, t, leading, svc, 0, "re-admission of "+ids[0], func(e store.Event) bool {
+	back := waitEvent(ctx, t, leading, svc, 0, "re-admission of "+ids[0], func(e wire.Event) bool {
 		return readmission(ids[0])(e) && e.At.After(killedAt)
 	})
 	if back.Actor != "evaluator@"+survivors[0].ID && back.Actor != "evaluator@"+survivors[1].ID {
@@ -1099,9 +1100,9 @@ func TestHealthCallerOutcomes(t *testing.T) {
 		ids = append(ids, id)
 	}
 	sb := newBackend(t, nil)
-	starting := registerLoopback(ctx, t, c, svc, "o-starting", sb.port, func(r *store.Registration) { r.Lifecycle = store.Starting })
+	starting := registerLoopback(ctx, t, c, svc, "o-starting", sb.port, func(r *wire.Registration) { r.Lifecycle = wire.Starting })
 	waitAllHealthy(ctx, t, c.Nodes, svc, ids...)
-	if e, err := endpointOn(ctx, n, svc, starting.ID); err != nil || e.Eligible || e.Lifecycle != store.Starting {
+	if e, err := endpointOn(ctx, n, svc, starting.ID); err != nil || e.Eligible || e.Lifecycle != wire.Starting {
 		t.Fatalf("starting instance: %s (%v); want it starting, not eligible", describe(e), err)
 	}
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/cairn-sd/cairn/client"
-	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 func TestMain(m *testing.M) {
@@ -53,8 +53,8 @@ policy:
 
 // registration returns a registration of instance id. The address is in
 // 10/8: never dialled, and accepted without --dev.
-func registration(id string, i int) store.Registration {
-	return store.Registration{
+func registration(id string, i int) wire.Registration {
+	return wire.Registration{
 		ID:        id,
 		Addresses: []string{fmt.Sprintf("10.0.%d.%d", (i/250)%250, i%250+1)},
 		Ports:     map[string]int{"http": 8080},

@@ -13,9 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-sd/cairn/wire"
 	"github.com/miekg/dns"
-
-	"github.com/cairn-sd/cairn/store"
 )
 
 // The partition tests put the instances in network namespaces made by
@@ -184,7 +183,7 @@ func TestPartitionFromAZoneIsSilence(t *testing.T) {
 	var all []string
 	for zone, ids := range zones {
 		for i, id := range ids {
-			registerLoopback(ctx, t, c, "web", id, 8081+i, func(r *store.Registration) {
+			registerLoopback(ctx, t, c, "web", id, 8081+i, func(r *wire.Registration) {
 				r.Addresses, r.Region, r.Zone = []string{host[zone]}, "r1", zone
 			})
 			all = append(all, id)
@@ -217,7 +216,7 @@ func TestPartitionFromAZoneIsSilence(t *testing.T) {
 	}
 	// For the length of the partition (15s: 15 checks of each
 	// instance), every zb instance stays in the SRV answer.
-	aside := waitEvent(ctx, t, n, "web", mark, "probes_set_aside", func(e store.Event) bool { return e.Kind == store.EventProbesSetAside })
+	aside := waitEvent(ctx, t, n, "web", mark, "probes_set_aside", func(e wire.Event) bool { return e.Kind == wire.EventProbesSetAside })
 	if !strings.Contains(aside.Reason, "prober n") || !strings.Contains(aside.Reason, "r1/zb") {
 		t.Errorf("set-aside event %q: want it to name a prober and zone r1/zb", aside.Reason)
 	}
@@ -248,15 +247,15 @@ func TestPartitionFromAZoneIsSilence(t *testing.T) {
 	if out, err := inNetns(3, "iptables", "-F").CombinedOutput(); err != nil {
 		t.Fatalf("iptables -F: %v %s", err, out)
 	}
-	waitEvent(ctx, t, n, "web", mark, "probes_restored", func(e store.Event) bool { return e.Kind == store.EventProbesRestored })
+	waitEvent(ctx, t, n, "web", mark, "probes_restored", func(e wire.Event) bool { return e.Kind == wire.EventProbesRestored })
 	waitAllHealthy(ctx, t, c.Nodes, "web", all...)
 	evs, err = eventsOn(ctx, n, "web")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range evs {
-		if e.Seq > mark && e.Kind == store.EventEligibility && strings.HasPrefix(e.To, "withdrawn") {
-			t.Errorf("withdrawn during the partition or the healing: %s", eventLines([]store.Event{e}))
+		if e.Seq > mark && e.Kind == wire.EventEligibility && strings.HasPrefix(e.To, "withdrawn") {
+			t.Errorf("withdrawn during the partition or the healing: %s", eventLines([]wire.Event{e}))
 		}
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/cairn-sd/cairn/api"
-	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // TestRestartKeepsState: what a single node committed survives kill -9 and
@@ -36,8 +36,8 @@ func TestRestartKeepsState(t *testing.T) {
 		incs[id] = r.Incarnation
 		maxInc = max(maxInc, r.Incarnation)
 	}
-	key := func(id string) store.InstanceKey {
-		return store.InstanceKey{Namespace: testNS, Service: testSvc, ID: id}
+	key := func(id string) wire.InstanceKey {
+		return wire.InstanceKey{Namespace: testNS, Service: testSvc, ID: id}
 	}
 	renewed, err := cl.Renew(ctx, key("i-1"), incs["i-1"])
 	if err != nil {
@@ -47,8 +47,8 @@ func TestRestartKeepsState(t *testing.T) {
 	if err != nil {
 		t.Fatalf("drain i-2: %v", err)
 	}
-	if drained.Lifecycle != store.Draining {
-		t.Fatalf("drain i-2: lifecycle %q; want %q", drained.Lifecycle, store.Draining)
+	if drained.Lifecycle != wire.Draining {
+		t.Fatalf("drain i-2: lifecycle %q; want %q", drained.Lifecycle, wire.Draining)
 	}
 	svcBefore, err := cl.Service(ctx, testNS, testSvc)
 	if err != nil {
@@ -88,8 +88,8 @@ func TestRestartKeepsState(t *testing.T) {
 				t.Errorf("i-1: lease expires at %s after the restart, earlier than the renewed %s", e.LeaseExpiry, renewed.LeaseDeadline)
 			}
 		case "i-2":
-			if e.Lifecycle != store.Draining {
-				t.Errorf("i-2: lifecycle %q after the restart; want %q", e.Lifecycle, store.Draining)
+			if e.Lifecycle != wire.Draining {
+				t.Errorf("i-2: lifecycle %q after the restart; want %q", e.Lifecycle, wire.Draining)
 			}
 		}
 	}

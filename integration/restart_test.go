@@ -10,8 +10,8 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/cairn-sd/cairn/cmd"
-	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/tablefile"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // TestRestartWithoutQuorumServesKeptTable: a three-node cluster is
@@ -30,7 +30,7 @@ func TestRestartWithoutQuorumServesKeptTable(t *testing.T) {
 	for i, a := range want {
 		addr := a
 		onAnyNode(t, c, "register", func(n *Node) error {
-			r, err := n.Client().Register(ctx, "shop", "stale", store.Registration{ID: fmt.Sprintf("s%d", i+1),
+			r, err := n.Client().Register(ctx, "shop", "stale", wire.Registration{ID: fmt.Sprintf("s%d", i+1),
 				Addresses: []string{addr}, Ports: map[string]int{"http": 8080}})
 			rev = max(rev, r.SourceRevision)
 			return err

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // TestGracefulStopHandsOver: SIGTERM to the leader of a 3-node cluster
@@ -28,7 +28,7 @@ func TestGracefulStopHandsOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := store.InstanceKey{Namespace: testNS, Service: testSvc, ID: "i-1"}
+	key := wire.InstanceKey{Namespace: testNS, Service: testSvc, ID: "i-1"}
 	renewed, err := cl.Renew(ctx, key, r.Incarnation)
 	if err != nil {
 		t.Fatal(err)

@@ -6,9 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-sd/cairn/wire"
 	"github.com/miekg/dns"
-
-	"github.com/cairn-sd/cairn/store"
 )
 
 // A service without a check: the answer depends on registrations only.
@@ -59,7 +58,7 @@ func TestDNSServeStaleSurvivor(t *testing.T) {
 	for i, a := range want {
 		addr := a
 		onAnyNode(t, c, "register", func(n *Node) error {
-			_, err := n.Client().Register(ctx, "shop", "stale", store.Registration{ID: fmt.Sprintf("s%d", i+1),
+			_, err := n.Client().Register(ctx, "shop", "stale", wire.Registration{ID: fmt.Sprintf("s%d", i+1),
 				Addresses: []string{addr}, Ports: map[string]int{"http": 8080}})
 			return err
 		})

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/cairn-sd/cairn/client"
-	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // WriterConfig describes what a Writer registers.
@@ -21,7 +21,7 @@ type WriterConfig struct {
 	Rate int
 	// Registration returns the i-th registration (i = 0, 1, ...). Each
 	// must have an id of its own.
-	Registration func(i int) store.Registration
+	Registration func(i int) wire.Registration
 }
 
 // Ack is one acknowledged registration.

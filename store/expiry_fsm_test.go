@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // TestFSMHardExpiry: an expire item ends exactly the incarnation it
@@ -17,7 +19,7 @@ func TestFSMHardExpiry(t *testing.T) {
 		return command{Op: opHousekeep, At: at, Actor: "node:n1",
 			Expire: []leaseUpdate{{fence{webKey(id), inc}, judged}}}
 	}
-	setup := func(t *testing.T) (*fsmLog, Instance) {
+	setup := func(t *testing.T) (*fsmLog, wire.Instance) {
 		l := newLog(t)
 		l.must(applySvc(webService()))
 		in := l.must(registerCmd("a")).Instance
@@ -57,15 +59,15 @@ func TestFSMHardExpiry(t *testing.T) {
 		l.must(mutateCmd(opDeregister, "a", in.Incarnation))
 		unchanged(t, l, expire("a", in.Incarnation, in.LeaseDeadline, in.LeaseDeadline.Add(5*ttl)))
 	})
-	for _, life := range []Lifecycle{Ready, Starting, Draining} {
+	for _, life := range []wire.Lifecycle{wire.Ready, wire.Starting, wire.Draining} {
 		t.Run("ends a "+string(life)+" instance at the hard expiry", func(t *testing.T) {
 			l, in := setup(t)
 			switch life {
-			case Starting:
+			case wire.Starting:
 				c := registerCmd("a", "10.0.0.2")
-				c.Register.Lifecycle, c.Register.Replaces = Starting, in.Incarnation
+				c.Register.Lifecycle, c.Register.Replaces = wire.Starting, in.Incarnation
 				in = l.must(c).Instance
-			case Draining:
+			case wire.Draining:
 				l.must(mutateCmd(opDrain, "a", in.Incarnation))
 			}
 			seq := l.f.state().EventSeq
@@ -74,14 +76,14 @@ func TestFSMHardExpiry(t *testing.T) {
 				t.Errorf("result says %d expired, want 1", r.Expired)
 			}
 			got := instanceOf(t, l.f, webKey("a"))
-			if got.Lifecycle != Terminated || !got.TerminatedAt.Equal(at) {
+			if got.Lifecycle != wire.Terminated || !got.TerminatedAt.Equal(at) {
 				t.Fatalf("after the hard expiry a is %s since %v, want terminated since %v", got.Lifecycle, got.TerminatedAt, at)
 			}
 			st := l.f.state()
 			e := st.Events[len(st.Events)-1]
-			if st.EventSeq != seq+1 || e.Kind != EventExpired || e.Incarnation != in.Incarnation || e.From != string(life) ||
-				e.To != string(Terminated) || e.Actor != "node:n1" || !strings.Contains(e.Reason, "hard expiry") {
-				t.Errorf("events %d → %d, last %+v; want one %s event %s → terminated by node:n1", seq, st.EventSeq, e, EventExpired, life)
+			if st.EventSeq != seq+1 || e.Kind != wire.EventExpired || e.Incarnation != in.Incarnation || e.From != string(life) ||
+				e.To != string(wire.Terminated) || e.Actor != "node:n1" || !strings.Contains(e.Reason, "hard expiry") {
+				t.Errorf("events %d → %d, last %+v; want one %s event %s → terminated by node:n1", seq, st.EventSeq, e, wire.EventExpired, life)
 			}
 			// Applied again (a duplicate entry), it changes nothing.
 			unchanged(t, l, expire("a", in.Incarnation, in.LeaseDeadline, at.Add(time.Second)))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // manualCluster starts n nodes (n1 bootstrapping, the others joined as
@@ -41,7 +42,7 @@ func manualCluster(t *testing.T, n int, edit func(*store.Config)) []*node {
 		return nil
 	})
 	for _, nd := range nodes[1:] {
-		if err := n1.Join(t.Context(), "test", store.Member{NodeID: nd.NodeID(), RaftAddr: nd.RaftAddr(), HTTPAddr: "127.0.0.1:9"}); err != nil {
+		if err := n1.Join(t.Context(), "test", wire.Member{NodeID: nd.NodeID(), RaftAddr: nd.RaftAddr(), HTTPAddr: "127.0.0.1:9"}); err != nil {
 			t.Fatalf("joining %s: %v", nd.NodeID(), err)
 		}
 	}
@@ -50,7 +51,7 @@ func manualCluster(t *testing.T, n int, edit func(*store.Config)) []*node {
 
 // rawDeadline is the lease deadline n's replica records for key, without
 // the leader's unreplicated renewals.
-func rawDeadline(n *node, k store.InstanceKey) time.Time {
+func rawDeadline(n *node, k wire.InstanceKey) time.Time {
 	for _, in := range n.AllInstances() {
 		if in.Key() == k {
 			return in.LeaseDeadline
@@ -64,7 +65,7 @@ func rawDeadline(n *node, k store.InstanceKey) time.Time {
 // sentinel (whose lease outlives the test) and waits until the renewal is
 // replicated, because the entry that carries a renewal reads the clock
 // after taking it. The clock must have moved since the last call.
-func housekept(t *testing.T, leader *node, sentinel store.Instance) {
+func housekept(t *testing.T, leader *node, sentinel wire.Instance) {
 	t.Helper()
 	before := rawDeadline(leader, sentinel.Key())
 	r, err := leader.Renew(t.Context(), sentinel.Key(), sentinel.Incarnation)
@@ -97,10 +98,10 @@ func hardExpiries(t *testing.T, reg *prometheus.Registry) float64 {
 	return 0
 }
 
-func expiredEvents(n *node, id string) []store.Event {
-	var out []store.Event
+func expiredEvents(n *node, id string) []wire.Event {
+	var out []wire.Event
 	for _, e := range n.Events("prod", "web", 0) {
-		if e.Kind == store.EventExpired && e.Instance == id {
+		if e.Kind == wire.EventExpired && e.Instance == id {
 			out = append(out, e)
 		}
 	}
@@ -126,9 +127,9 @@ func TestClusterHardExpiry(t *testing.T) {
 	a := mustRegister(t, leader.Store, registration("a", "10.0.0.1"))
 	b := mustRegister(t, leader.Store, registration("b", "10.0.0.2"))
 	long := registration("sentinel", "10.0.0.3")
-	long.LeaseTTL = store.Duration(store.MaxLeaseTTL)
+	long.LeaseTTL = wire.Duration(wire.MaxLeaseTTL)
 	sentinel := mustRegister(t, leader.Store, long)
-	if a.Lifecycle != store.Ready || b.Lifecycle != store.Ready {
+	if a.Lifecycle != wire.Ready || b.Lifecycle != wire.Ready {
 		t.Fatalf("registered %s and %s, want both ready", a.Lifecycle, b.Lifecycle)
 	}
 
@@ -144,7 +145,7 @@ func TestClusterHardExpiry(t *testing.T) {
 	clk.Advance(hx.Sub(clk.Now()) - time.Millisecond)
 	housekept(t, leader, sentinel)
 	for _, id := range []string{"a", "b"} {
-		if got, _ := leader.Instance(key(id)); got.Lifecycle != store.Ready {
+		if got, _ := leader.Instance(key(id)); got.Lifecycle != wire.Ready {
 			t.Fatalf("instance %s is %s 1ms before its hard expiry, want ready", id, got.Lifecycle)
 		}
 		if evs := expiredEvents(leader, id); len(evs) != 0 {
@@ -161,7 +162,7 @@ func TestClusterHardExpiry(t *testing.T) {
 	for _, nd := range nodes {
 		storetest.WaitFor(t, wait, func() error {
 			got, _ := nd.Instance(key("a"))
-			if got.Lifecycle != store.Terminated {
+			if got.Lifecycle != wire.Terminated {
 				return fmt.Errorf("%s: instance a is %s at its hard expiry", nd.NodeID(), got.Lifecycle)
 			}
 			if got.TerminatedAt.Before(hx) {
@@ -177,7 +178,7 @@ func TestClusterHardExpiry(t *testing.T) {
 			t.Fatalf("%s: expiry events of a %+v, want one", nd.NodeID(), evs)
 		}
 		e := evs[0]
-		if e.Incarnation != a.Incarnation || e.From != string(store.Ready) || e.To != string(store.Terminated) ||
+		if e.Incarnation != a.Incarnation || e.From != string(wire.Ready) || e.To != string(wire.Terminated) ||
 			e.Actor != "node:n1" || !strings.Contains(e.Reason, "hard expiry") || !strings.Contains(e.Reason, "5 × lease_ttl") {
 			t.Errorf("%s: expiry event %+v; want incarnation %d ready → terminated by node:n1, the reason naming the hard expiry",
 				nd.NodeID(), e, a.Incarnation)
@@ -186,7 +187,7 @@ func TestClusterHardExpiry(t *testing.T) {
 	housekept(t, leader, sentinel)
 	for _, nd := range nodes {
 		got, _ := nd.Instance(key("b"))
-		if got.Lifecycle != store.Ready || got.LeaseDeadline.Before(renewed.LeaseDeadline) {
+		if got.Lifecycle != wire.Ready || got.LeaseDeadline.Before(renewed.LeaseDeadline) {
 			t.Errorf("%s: b, renewed 1ms before its hard expiry, is %s with deadline %v; want ready, %v",
 				nd.NodeID(), got.Lifecycle, got.LeaseDeadline, renewed.LeaseDeadline)
 		}
@@ -201,7 +202,7 @@ func TestClusterHardExpiry(t *testing.T) {
 		t.Errorf("renewing a after its hard expiry: %v, want ErrFenced", err)
 	}
 	again := mustRegister(t, leader.Store, registration("a", "10.0.0.9"))
-	if again.Incarnation <= a.Incarnation || again.Lifecycle != store.Ready {
+	if again.Incarnation <= a.Incarnation || again.Lifecycle != wire.Ready {
 		t.Errorf("registering a again after its hard expiry: %+v", again)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // TestRegisterWithoutRegistrationIDIsFenced: without a registration id, a
@@ -23,7 +24,7 @@ func TestRegisterWithoutRegistrationIDIsFenced(t *testing.T) {
 	first := registration("a", "10.0.0.1")
 	one := mustRegister(t, n.Store, first)
 
-	refused := func(what string, reg store.Registration, current uint64) {
+	refused := func(what string, reg wire.Registration, current uint64) {
 		t.Helper()
 		rev, before := n.Revision(), n.Instances("prod", "web")
 		events := len(n.Events("", "", 0))

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairn-sd/cairn/wire"
 	"github.com/hashicorp/raft"
 )
 
@@ -50,23 +51,23 @@ const (
 // command is one entry of the raft log. Everything Apply needs travels in
 // it, the time included, so that every replica computes the same state.
 type command struct {
-	Op          opcode        `json:"op"`
-	At          time.Time     `json:"at"`
-	Actor       string        `json:"actor,omitempty"`
-	Key         InstanceKey   `json:"key,omitzero"`
-	Incarnation uint64        `json:"incarnation,omitempty"`
-	Services    []Service     `json:"services,omitempty"`
-	Register    *Registration `json:"register,omitempty"`
-	Report      *Report       `json:"report,omitempty"`
-	Leases      []leaseUpdate `json:"leases,omitempty"`
-	Terminate   []fence       `json:"terminate,omitempty"`
+	Op          opcode             `json:"op"`
+	At          time.Time          `json:"at"`
+	Actor       string             `json:"actor,omitempty"`
+	Key         wire.InstanceKey   `json:"key,omitzero"`
+	Incarnation uint64             `json:"incarnation,omitempty"`
+	Services    []wire.Service     `json:"services,omitempty"`
+	Register    *wire.Registration `json:"register,omitempty"`
+	Report      *wire.Report       `json:"report,omitempty"`
+	Leases      []leaseUpdate      `json:"leases,omitempty"`
+	Terminate   []fence            `json:"terminate,omitempty"`
 	// Expire terminates leases past their hard expiry; each carries when
 	// the lease ran out as the leader judged it (Store.LeaseExpiry), so
 	// that a renewal applied in between wins.
 	Expire      []leaseUpdate `json:"expire,omitempty"`
 	PruneBefore time.Time     `json:"prune_before,omitzero"`
-	Member      *Member       `json:"member,omitempty"`
-	Event       *Event        `json:"event,omitempty"`
+	Member      *wire.Member  `json:"member,omitempty"`
+	Event       *wire.Event   `json:"event,omitempty"`
 	Tokens      []TokenRecord `json:"tokens,omitempty"`
 	Accessor    string        `json:"accessor,omitempty"`
 	// Health and ServiceEvents are the evaluator's commits.
@@ -76,8 +77,8 @@ type command struct {
 
 // fence names one incarnation of an instance.
 type fence struct {
-	Key         InstanceKey `json:"key"`
-	Incarnation uint64      `json:"incarnation"`
+	Key         wire.InstanceKey `json:"key"`
+	Incarnation uint64           `json:"incarnation"`
 }
 
 type leaseUpdate struct {
@@ -87,7 +88,7 @@ type leaseUpdate struct {
 
 // result is what Apply returns through raft's ApplyFuture.Response.
 type result struct {
-	Instance Instance
+	Instance wire.Instance
 	Created  bool
 	Expired  int // registrations a housekeeping entry ended at their hard expiry
 	Rev      uint64
@@ -102,9 +103,9 @@ type fsm struct {
 	rev       uint64
 	nextInc   uint64
 	eventSeq  uint64
-	services  map[ServiceKey]*Service
-	instances map[InstanceKey]*Instance
-	members   map[string]Member
+	services  map[wire.ServiceKey]*wire.Service
+	instances map[wire.InstanceKey]*wire.Instance
+	members   map[string]wire.Member
 	tokens    map[string]TokenRecord // by accessor
 	tokenRev  uint64                 // index of the last token change
 	// leaderSince is when the current leader took over: every lease's
@@ -116,7 +117,7 @@ type fsm struct {
 	// strs and ports share what many records repeat (see intern.go):
 	// strings, and per service the ports map of its last instance.
 	strs  interner
-	ports map[ServiceKey]map[string]int
+	ports map[wire.ServiceKey]map[string]int
 
 	// withdrawn collects, during one Apply, the instances it took out of
 	// rotation; onWithdraw, if set, gets them at the end of the Apply,
@@ -133,13 +134,13 @@ type fsm struct {
 
 func newFSM() *fsm {
 	return &fsm{
-		services:  map[ServiceKey]*Service{},
-		instances: map[InstanceKey]*Instance{},
-		members:   map[string]Member{},
+		services:  map[wire.ServiceKey]*wire.Service{},
+		instances: map[wire.InstanceKey]*wire.Instance{},
+		members:   map[string]wire.Member{},
 		tokens:    map[string]TokenRecord{},
 		events:    newRing(AuditCapacity),
 		refusals:  newRing(RefusalCapacity),
-		ports:     map[ServiceKey]map[string]int{},
+		ports:     map[wire.ServiceKey]map[string]int{},
 	}
 }
 
@@ -215,7 +216,7 @@ func (f *fsm) apply(index uint64, c command) result {
 		}
 		delete(f.tokens, c.Accessor)
 		f.tokenRev = index
-		f.record(Event{At: c.At, Kind: EventTokenDeleted, Reason: fmt.Sprintf("%s token %s", t.Scope, t.Accessor), Actor: c.Actor})
+		f.record(wire.Event{At: c.At, Kind: wire.EventTokenDeleted, Reason: fmt.Sprintf("%s token %s", t.Scope, t.Accessor), Actor: c.Actor})
 	default:
 		r.Err = fmt.Errorf("store: unknown operation %q in log entry %d", c.Op, index)
 	}
@@ -227,24 +228,24 @@ func (f *fsm) apply(index uint64, c command) result {
 // withdrawn by a committed verdict. Lifecycle is its lifecycle after the
 // entry.
 type Withdrawal struct {
-	Key         InstanceKey
+	Key         wire.InstanceKey
 	Incarnation uint64
-	Lifecycle   Lifecycle
+	Lifecycle   wire.Lifecycle
 	// Rev is the revision of the entry.
 	Rev uint64
 }
 
 // withdraw records in as taken out of rotation by the entry being
 // applied (under f.mu).
-func (f *fsm) withdraw(in *Instance) {
+func (f *fsm) withdraw(in *wire.Instance) {
 	f.withdrawn = append(f.withdrawn, Withdrawal{Key: in.Key(), Incarnation: in.Incarnation, Lifecycle: in.Lifecycle})
 }
 
-func (f *fsm) record(e Event) {
+func (f *fsm) record(e wire.Event) {
 	f.internEvent(&e)
 	f.eventSeq++
 	e.Seq = f.eventSeq
-	if e.Kind == EventRefused {
+	if e.Kind == wire.EventRefused {
 		f.refusals.push(e)
 		return
 	}
@@ -267,7 +268,7 @@ func (f *fsm) putTokens(index uint64, c command) error {
 		}
 		f.tokens[t.Accessor] = t
 		f.tokenRev = index
-		f.record(Event{At: c.At, Kind: EventTokenCreated, Reason: fmt.Sprintf("%s token %s from %s", t.Scope, t.Accessor, t.Source), Actor: c.Actor})
+		f.record(wire.Event{At: c.At, Kind: wire.EventTokenCreated, Reason: fmt.Sprintf("%s token %s from %s", t.Scope, t.Accessor, t.Source), Actor: c.Actor})
 	}
 	return nil
 }
@@ -275,13 +276,13 @@ func (f *fsm) putTokens(index uint64, c command) error {
 // ring is a fixed-capacity buffer of events, oldest first. Pushing onto a
 // full ring drops the oldest: O(1), no copying.
 type ring struct {
-	buf   []Event
+	buf   []wire.Event
 	start int
 }
 
-func newRing(capacity int) ring { return ring{buf: make([]Event, 0, capacity)} }
+func newRing(capacity int) ring { return ring{buf: make([]wire.Event, 0, capacity)} }
 
-func (r *ring) push(e Event) {
+func (r *ring) push(e wire.Event) {
 	if len(r.buf) < cap(r.buf) {
 		r.buf = append(r.buf, e)
 		return
@@ -293,10 +294,10 @@ func (r *ring) push(e Event) {
 func (r *ring) len() int { return len(r.buf) }
 
 // at returns the i-th oldest event.
-func (r *ring) at(i int) Event { return r.buf[(r.start+i)%len(r.buf)] }
+func (r *ring) at(i int) wire.Event { return r.buf[(r.start+i)%len(r.buf)] }
 
-func (r *ring) list() []Event {
-	out := make([]Event, 0, len(r.buf))
+func (r *ring) list() []wire.Event {
+	out := make([]wire.Event, 0, len(r.buf))
 	for i := range r.buf {
 		out = append(out, r.at(i))
 	}
@@ -304,8 +305,8 @@ func (r *ring) list() []Event {
 }
 
 func (f *fsm) applyServices(index uint64, c command) error {
-	next := make([]Service, len(c.Services))
-	seen := map[ServiceKey]bool{}
+	next := make([]wire.Service, len(c.Services))
+	seen := map[wire.ServiceKey]bool{}
 	for i, s := range c.Services {
 		s = s.WithDefaults()
 		if err := s.Validate(); err != nil {
@@ -328,24 +329,24 @@ func (f *fsm) applyServices(index uint64, c command) error {
 		}
 		s.Revision = index
 		f.services[s.Key()] = &s
-		f.record(Event{At: c.At, Kind: EventApplied, Namespace: s.Namespace, Service: s.Name, Actor: c.Actor})
+		f.record(wire.Event{At: c.At, Kind: wire.EventApplied, Namespace: s.Namespace, Service: s.Name, Actor: c.Actor})
 	}
 	return nil
 }
 
-func (f *fsm) register(index uint64, c command) (Instance, bool, error) {
+func (f *fsm) register(index uint64, c command) (wire.Instance, bool, error) {
 	if c.Register == nil {
-		return Instance{}, false, invalid("body", "registration is missing")
+		return wire.Instance{}, false, invalid("body", "registration is missing")
 	}
 	reg := *c.Register
 	reg.Namespace, reg.Service = c.Key.Namespace, c.Key.Service
 	ttlDefault := reg.LeaseTTL == 0
 	svc, ok := f.services[c.Key.ServiceKey()]
 	if !ok {
-		return Instance{}, false, fmt.Errorf("service %s is not defined; apply its definition first: %w", c.Key.ServiceKey(), ErrNotFound)
+		return wire.Instance{}, false, fmt.Errorf("service %s is not defined; apply its definition first: %w", c.Key.ServiceKey(), ErrNotFound)
 	}
-	if err := reg.normalize(*svc); err != nil {
-		return Instance{}, false, err
+	if err := reg.Normalize(*svc); err != nil {
+		return wire.Instance{}, false, err
 	}
 	// The definition's strings, not the entry's: every instance of the
 	// service, and its key in f.instances, then shares one copy.
@@ -353,7 +354,7 @@ func (f *fsm) register(index uint64, c command) (Instance, bool, error) {
 	key := reg.Key()
 	old := f.instances[key]
 	if err := fenceRegistration(old, reg, ttlDefault); err != nil {
-		return Instance{}, false, err
+		return wire.Instance{}, false, err
 	}
 	if isRetry(old, reg, ttlDefault) {
 		// A retry of the committed registration: same incarnation. It
@@ -362,15 +363,15 @@ func (f *fsm) register(index uint64, c command) (Instance, bool, error) {
 			old.LeaseDeadline = d
 		}
 		// A retry may move starting → ready, never back.
-		if old.Lifecycle == Starting && reg.Lifecycle == Ready {
-			f.record(Event{At: c.At, Kind: EventRegistered, Namespace: key.Namespace, Service: key.Service,
+		if old.Lifecycle == wire.Starting && reg.Lifecycle == wire.Ready {
+			f.record(wire.Event{At: c.At, Kind: wire.EventRegistered, Namespace: key.Namespace, Service: key.Service,
 				Instance: key.ID, Incarnation: old.Incarnation, From: string(old.Lifecycle), To: string(reg.Lifecycle), Actor: c.Actor})
 			old.Lifecycle = reg.Lifecycle
 		}
-		return old.clone(), false, nil
+		return cloneInstance(*old), false, nil
 	}
 	f.nextInc++
-	in := &Instance{
+	in := &wire.Instance{
 		Namespace: key.Namespace, Service: key.Service, ID: key.ID,
 		Incarnation:     f.nextInc,
 		Addresses:       append([]string(nil), reg.Addresses...),
@@ -391,7 +392,7 @@ func (f *fsm) register(index uint64, c command) (Instance, bool, error) {
 		in.Ports[k] = v
 	}
 	f.internInstance(in, svc)
-	e := Event{At: c.At, Kind: EventRegistered, Namespace: key.Namespace, Service: key.Service,
+	e := wire.Event{At: c.At, Kind: wire.EventRegistered, Namespace: key.Namespace, Service: key.Service,
 		Instance: key.ID, Incarnation: in.Incarnation, To: string(in.Lifecycle), Actor: c.Actor}
 	if old != nil {
 		in.RetiredRegistrationIDs = slices.Clone(old.RetiredRegistrationIDs)
@@ -404,14 +405,14 @@ func (f *fsm) register(index uint64, c command) (Instance, bool, error) {
 		e.From = string(old.Lifecycle)
 		e.Reason = fmt.Sprintf("replaces incarnation %d", old.Incarnation)
 	}
-	if old != nil && old.Lifecycle != Terminated {
+	if old != nil && old.Lifecycle != wire.Terminated {
 		// The old incarnation is gone, and its address may not be the
 		// new one's.
-		f.withdrawn = append(f.withdrawn, Withdrawal{Key: key, Incarnation: old.Incarnation, Lifecycle: Terminated})
+		f.withdrawn = append(f.withdrawn, Withdrawal{Key: key, Incarnation: old.Incarnation, Lifecycle: wire.Terminated})
 	}
 	f.instances[key] = in
 	f.record(e)
-	return in.clone(), true, nil
+	return cloneInstance(*in), true, nil
 }
 
 // isRetry reports whether reg (normalised; ttlDefault says whether it
@@ -419,8 +420,8 @@ func (f *fsm) register(index uint64, c command) (Instance, bool, error) {
 // old is starting or ready and holds exactly what reg asks for. What reg
 // says it replaces does not matter: the retry of a registration that
 // replaced incarnation N names N, and must still find its own result.
-func isRetry(old *Instance, reg Registration, ttlDefault bool) bool {
-	return old != nil && (old.Lifecycle == Starting || old.Lifecycle == Ready) && reg.sameAs(*old, ttlDefault)
+func isRetry(old *wire.Instance, reg wire.Registration, ttlDefault bool) bool {
+	return old != nil && (old.Lifecycle == wire.Starting || old.Lifecycle == wire.Ready) && sameAs(reg, *old, ttlDefault)
 }
 
 // fenceRegistration returns an ErrFenced error when reg (normalised) may
@@ -436,7 +437,7 @@ func isRetry(old *Instance, reg Registration, ttlDefault bool) bool {
 // A terminated record, or none, takes any registration that names no
 // other incarnation. The FSM and the leader's pre-check both decide with
 // it, so that a refusal costs no log entry.
-func fenceRegistration(old *Instance, reg Registration, ttlDefault bool) error {
+func fenceRegistration(old *wire.Instance, reg wire.Registration, ttlDefault bool) error {
 	if old == nil {
 		return nil
 	}
@@ -453,9 +454,9 @@ func fenceRegistration(old *Instance, reg Registration, ttlDefault bool) error {
 			"sent on an old view; read the instance and pass replaces %d (cairn register --replaces %d) to replace it: %w",
 			key, reg.Replaces, old.Incarnation, old.Lifecycle, old.Incarnation, old.Incarnation, ErrFenced)
 	}
-	if reg.Replaces == 0 && reg.RegistrationID == "" && old.Lifecycle != Terminated {
+	if reg.Replaces == 0 && reg.RegistrationID == "" && old.Lifecycle != wire.Terminated {
 		what := "with other content"
-		if old.Lifecycle == Draining {
+		if old.Lifecycle == wire.Draining {
 			what = "and draining"
 		}
 		return fmt.Errorf("instance %s is registered as incarnation %d %s; to replace it, register with replaces %d "+
@@ -467,7 +468,7 @@ func fenceRegistration(old *Instance, reg Registration, ttlDefault bool) error {
 
 // current returns the instance c names if c carries its current
 // incarnation.
-func (f *fsm) current(key InstanceKey, inc uint64) (*Instance, error) {
+func (f *fsm) current(key wire.InstanceKey, inc uint64) (*wire.Instance, error) {
 	in := f.instances[key]
 	if in == nil {
 		return nil, fmt.Errorf("instance %s is not registered: %w", key, ErrNotFound)
@@ -478,65 +479,65 @@ func (f *fsm) current(key InstanceKey, inc uint64) (*Instance, error) {
 	return in, nil
 }
 
-func (f *fsm) mutate(c command) (Instance, error) {
+func (f *fsm) mutate(c command) (wire.Instance, error) {
 	in, err := f.current(c.Key, c.Incarnation)
 	if err != nil {
-		return Instance{}, err
+		return wire.Instance{}, err
 	}
-	e := Event{At: c.At, Namespace: in.Namespace, Service: in.Service, Instance: in.ID,
+	e := wire.Event{At: c.At, Namespace: in.Namespace, Service: in.Service, Instance: in.ID,
 		Incarnation: in.Incarnation, From: string(in.Lifecycle), Actor: c.Actor}
 	switch c.Op {
 	case opDrain:
 		switch in.Lifecycle {
-		case Draining:
-			return in.clone(), nil // a retry
-		case Terminated:
-			return Instance{}, fmt.Errorf("instance %s is deregistered: %w", c.Key, ErrFenced)
+		case wire.Draining:
+			return cloneInstance(*in), nil // a retry
+		case wire.Terminated:
+			return wire.Instance{}, fmt.Errorf("instance %s is deregistered: %w", c.Key, ErrFenced)
 		}
-		in.Lifecycle, in.DrainingSince = Draining, c.At
+		in.Lifecycle, in.DrainingSince = wire.Draining, c.At
 		f.withdraw(in)
-		e.Kind = EventDrained
+		e.Kind = wire.EventDrained
 	case opDeregister:
-		if in.Lifecycle == Terminated {
-			return in.clone(), nil // a retry
+		if in.Lifecycle == wire.Terminated {
+			return cloneInstance(*in), nil // a retry
 		}
-		in.Lifecycle, in.TerminatedAt = Terminated, c.At
+		in.Lifecycle, in.TerminatedAt = wire.Terminated, c.At
 		f.withdraw(in)
-		e.Kind = EventDeregistered
+		e.Kind = wire.EventDeregistered
 	case opReport:
-		if in.Lifecycle == Terminated {
-			return Instance{}, fmt.Errorf("instance %s is deregistered: %w", c.Key, ErrFenced)
+		if in.Lifecycle == wire.Terminated {
+			return wire.Instance{}, fmt.Errorf("instance %s is deregistered: %w", c.Key, ErrFenced)
 		}
 		if c.Report == nil {
-			return Instance{}, invalid("body", "report is missing")
+			return wire.Instance{}, invalid("body", "report is missing")
 		}
-		if err := c.Report.validate(*f.services[c.Key.ServiceKey()]); err != nil {
-			return Instance{}, err
+		if err := c.Report.Validate(*f.services[c.Key.ServiceKey()]); err != nil {
+			return wire.Instance{}, err
 		}
 		prev := in.Report
 		// No dependencies are a nil map, as a snapshot restores them: a
 		// reader's copy shares the record's map (listInstances), so a
 		// restored replica must hold the same value, not an empty one.
-		in.Report = &SelfReport{Ready: c.Report.Ready, At: c.At, Reporter: f.strs.str(c.Actor)}
+		in.Report = &wire.SelfReport{Ready: c.Report.Ready, At: c.At, Reporter: f.strs.str(c.Actor)}
 		if len(c.Report.Dependencies) > 0 {
 			in.Report.Dependencies = maps.Clone(c.Report.Dependencies)
 		}
 		// maps.Equal, not reflect.DeepEqual: a snapshot restores an empty
 		// map as nil, and a restored replica must decide as the others do.
 		if prev != nil && prev.Ready == in.Report.Ready && maps.Equal(prev.Dependencies, in.Report.Dependencies) {
-			return in.clone(), nil // no news: not worth an audit entry
+			return cloneInstance(*in), nil // no news: not worth an audit entry
 		}
-		e.Kind, e.From = EventReported, ""
+		e.Kind, e.From = wire.EventReported, ""
 		e.Reason = fmt.Sprintf("ready=%t", c.Report.Ready)
 		for _, k := range sortedKeys(c.Report.Dependencies) {
 			e.Reason += fmt.Sprintf(" %s=%s", k, c.Report.Dependencies[k])
 		}
 	}
-	if e.Kind != EventReported {
+	if e.Kind != wire.EventReported {
 		e.To = string(in.Lifecycle)
 	}
 	f.record(e)
-	return in.clone(), nil
+	return cloneInstance(*in), nil
 }
 
 // housekeep applies a housekeeping entry: renewal checkpoints, ended
@@ -546,7 +547,7 @@ func (f *fsm) housekeep(c command) int {
 	expired := 0
 	for _, l := range c.Leases {
 		in := f.instances[l.Key]
-		if in == nil || in.Incarnation != l.Incarnation || in.Lifecycle == Terminated {
+		if in == nil || in.Incarnation != l.Incarnation || in.Lifecycle == wire.Terminated {
 			continue
 		}
 		if l.Deadline.After(in.LeaseDeadline) {
@@ -555,18 +556,18 @@ func (f *fsm) housekeep(c command) int {
 	}
 	for _, t := range c.Terminate {
 		in := f.instances[t.Key]
-		if in == nil || in.Incarnation != t.Incarnation || in.Lifecycle != Draining {
+		if in == nil || in.Incarnation != t.Incarnation || in.Lifecycle != wire.Draining {
 			continue
 		}
-		in.Lifecycle, in.TerminatedAt = Terminated, c.At
+		in.Lifecycle, in.TerminatedAt = wire.Terminated, c.At
 		f.withdraw(in)
-		f.record(Event{At: c.At, Kind: EventTerminated, Namespace: in.Namespace, Service: in.Service,
-			Instance: in.ID, Incarnation: in.Incarnation, From: string(Draining), To: string(Terminated),
+		f.record(wire.Event{At: c.At, Kind: wire.EventTerminated, Namespace: in.Namespace, Service: in.Service,
+			Instance: in.ID, Incarnation: in.Incarnation, From: string(wire.Draining), To: string(wire.Terminated),
 			Reason: "drain window over", Actor: c.Actor})
 	}
 	for _, l := range c.Expire {
 		in := f.instances[l.Key]
-		if in == nil || in.Incarnation != l.Incarnation || in.Lifecycle == Terminated || in.LeaseTTL <= 0 {
+		if in == nil || in.Incarnation != l.Incarnation || in.Lifecycle == wire.Terminated || in.LeaseTTL <= 0 {
 			continue
 		}
 		// A renewal applied since the leader judged the lease wins, and
@@ -576,18 +577,18 @@ func (f *fsm) housekeep(c command) int {
 			continue
 		}
 		from := in.Lifecycle
-		in.Lifecycle, in.TerminatedAt = Terminated, c.At
+		in.Lifecycle, in.TerminatedAt = wire.Terminated, c.At
 		f.withdraw(in)
 		expired++
-		f.record(Event{At: c.At, Kind: EventExpired, Namespace: in.Namespace, Service: in.Service,
-			Instance: in.ID, Incarnation: in.Incarnation, From: string(from), To: string(Terminated),
+		f.record(wire.Event{At: c.At, Kind: wire.EventExpired, Namespace: in.Namespace, Service: in.Service,
+			Instance: in.ID, Incarnation: in.Incarnation, From: string(from), To: string(wire.Terminated),
 			Reason: fmt.Sprintf("lease past its hard expiry (%d × lease_ttl %s since the last renewal; the lease ran out at %s)",
 				HardExpiryTTLs, in.LeaseTTL, l.Deadline.Format(time.RFC3339Nano)),
 			Actor: c.Actor})
 	}
 	if !c.PruneBefore.IsZero() {
 		for k, in := range f.instances {
-			if in.Lifecycle == Terminated && in.TerminatedAt.Before(c.PruneBefore) {
+			if in.Lifecycle == wire.Terminated && in.TerminatedAt.Before(c.PruneBefore) {
 				delete(f.instances, k)
 			}
 		}
@@ -617,17 +618,17 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // fsmState is the serialised form of the whole state: a snapshot.
 type fsmState struct {
-	Rev         uint64        `json:"rev"`
-	NextInc     uint64        `json:"next_incarnation"`
-	EventSeq    uint64        `json:"event_seq"`
-	Services    []Service     `json:"services"`
-	Instances   []Instance    `json:"instances"`
-	Members     []Member      `json:"members"`
-	Tokens      []TokenRecord `json:"tokens"`
-	TokenRev    uint64        `json:"token_rev"`
-	LeaderSince time.Time     `json:"leader_since"`
-	Events      []Event       `json:"events"`
-	Refusals    []Event       `json:"refusals"`
+	Rev         uint64          `json:"rev"`
+	NextInc     uint64          `json:"next_incarnation"`
+	EventSeq    uint64          `json:"event_seq"`
+	Services    []wire.Service  `json:"services"`
+	Instances   []wire.Instance `json:"instances"`
+	Members     []wire.Member   `json:"members"`
+	Tokens      []TokenRecord   `json:"tokens"`
+	TokenRev    uint64          `json:"token_rev"`
+	LeaderSince time.Time       `json:"leader_since"`
+	Events      []wire.Event    `json:"events"`
+	Refusals    []wire.Event    `json:"refusals"`
 }
 
 // state copies the whole state. The instances are copied as
@@ -685,18 +686,18 @@ func (f *fsm) load(s fsmState) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.rev, f.nextInc, f.eventSeq = s.Rev, s.NextInc, s.EventSeq
-	f.services = make(map[ServiceKey]*Service, len(s.Services))
+	f.services = make(map[wire.ServiceKey]*wire.Service, len(s.Services))
 	for i := range s.Services {
 		f.services[s.Services[i].Key()] = &s.Services[i]
 	}
-	f.instances = make(map[InstanceKey]*Instance, len(s.Instances))
-	f.ports = map[ServiceKey]map[string]int{}
+	f.instances = make(map[wire.InstanceKey]*wire.Instance, len(s.Instances))
+	f.ports = map[wire.ServiceKey]map[string]int{}
 	for i := range s.Instances {
 		in := &s.Instances[i]
 		f.internInstance(in, f.services[in.Key().ServiceKey()])
 		f.instances[in.Key()] = in
 	}
-	f.members = make(map[string]Member, len(s.Members))
+	f.members = make(map[string]wire.Member, len(s.Members))
 	for _, m := range s.Members {
 		f.members[m.NodeID] = m
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-sd/cairn/wire"
 	"pgregory.net/rapid"
 )
 
@@ -24,23 +25,23 @@ var (
 	propPorts = []map[string]int{{"http": 8080}, {"http": 8081}, {"http": 8080, "admin": 9090}}
 	// A registration's weight and TTL: 0 takes the default, so 0 and
 	// the default are the same registration.
-	propWeights = []int{0, DefaultWeight, 7}
-	propTTLs    = []Duration{0, Duration(30 * time.Second), Duration(5 * time.Second)}
+	propWeights = []int{0, wire.DefaultWeight, 7}
+	propTTLs    = []wire.Duration{0, wire.Duration(30 * time.Second), wire.Duration(5 * time.Second)}
 	propPlaces  = [][2]string{{"", ""}, {"eu", "eu-1"}, {"eu", "eu-2"}}
-	propLife    = []Lifecycle{"", Starting, Ready}
-	propReports = []Report{
+	propLife    = []wire.Lifecycle{"", wire.Starting, wire.Ready}
+	propReports = []wire.Report{
 		{Ready: true},
 		{Ready: false},
-		{Ready: true, Dependencies: map[string]DependencyState{"db": DepOK}},
-		{Ready: true, Dependencies: map[string]DependencyState{"db": DepFailed, "cache": DepDegraded}},
-		{Ready: true, Dependencies: map[string]DependencyState{"queue": DepOK}}, // undeclared
+		{Ready: true, Dependencies: map[string]wire.DependencyState{"db": wire.DepOK}},
+		{Ready: true, Dependencies: map[string]wire.DependencyState{"db": wire.DepFailed, "cache": wire.DepDegraded}},
+		{Ready: true, Dependencies: map[string]wire.DependencyState{"queue": wire.DepOK}}, // undeclared
 	}
 )
 
-func genRegistration(id string) *rapid.Generator[Registration] {
-	return rapid.Custom(func(t *rapid.T) Registration {
+func genRegistration(id string) *rapid.Generator[wire.Registration] {
+	return rapid.Custom(func(t *rapid.T) wire.Registration {
 		place := rapid.SampledFrom(propPlaces).Draw(t, "place")
-		return Registration{
+		return wire.Registration{
 			ID:        id,
 			Addresses: slices.Clone(rapid.SampledFrom(propAddrs).Draw(t, "addrs")),
 			Ports:     maps.Clone(rapid.SampledFrom(propPorts).Draw(t, "ports")),
@@ -58,11 +59,11 @@ func genRegistration(id string) *rapid.Generator[Registration] {
 // genHealth draws a committed verdict about incarnation inc, decided at
 // at. Its lists are nil or non-empty: a leader's JSON encoding drops an
 // empty list, so the FSM never holds one.
-func genHealth(t *rapid.T, inc uint64, at time.Time) Health {
+func genHealth(t *rapid.T, inc uint64, at time.Time) wire.Health {
 	ago := func(label string) time.Time {
 		return at.Add(-time.Duration(rapid.IntRange(0, 120).Draw(t, label)) * time.Second)
 	}
-	h := Health{
+	h := wire.Health{
 		Incarnation:    inc,
 		Verdict:        rapid.SampledFrom([]string{"unknown", "healthy", "degraded", "unhealthy", "quarantined"}).Draw(t, "verdict"),
 		Eligible:       rapid.Bool().Draw(t, "eligible"),
@@ -77,12 +78,12 @@ func genHealth(t *rapid.T, inc uint64, at time.Time) Health {
 	if !h.HealthEligible {
 		h.FailingSince = ago("failing since")
 		if rapid.Bool().Draw(t, "failing") {
-			h.Failing = []FailingClass{{Class: rapid.SampledFrom([]string{"probe", "outcome"}).Draw(t, "class"),
+			h.Failing = []wire.FailingClass{{Class: rapid.SampledFrom([]string{"probe", "outcome"}).Draw(t, "class"),
 				Since: h.FailingSince, Hard: rapid.Bool().Draw(t, "hard"), Why: "3 consecutive failures"}}
 		}
 	}
 	if rapid.Bool().Draw(t, "evidence") {
-		h.Evidence = &Evidence{Class: "probe", Observer: rapid.SampledFrom([]string{"n1", "n2"}).Draw(t, "observer"), At: ago("evidence at")}
+		h.Evidence = &wire.Evidence{Class: "probe", Observer: rapid.SampledFrom([]string{"n1", "n2"}).Draw(t, "observer"), At: ago("evidence at")}
 	}
 	if h.Verdict == "quarantined" {
 		h.QuarantineLevel = rapid.IntRange(1, 3).Draw(t, "quarantine level")
@@ -106,7 +107,7 @@ func genServiceEvents(t *rapid.T) []ServiceEvent {
 	var out []ServiceEvent
 	for i := range rapid.IntRange(0, 2).Draw(t, "service events") {
 		out = append(out, ServiceEvent{
-			Kind:      rapid.SampledFrom([]EventKind{EventHealthDisregarded, EventHealthRestored, EventQuarantined, EventRegistered}).Draw(t, "kind"),
+			Kind:      rapid.SampledFrom([]wire.EventKind{wire.EventHealthDisregarded, wire.EventHealthRestored, wire.EventQuarantined, wire.EventRegistered}).Draw(t, "kind"),
 			Namespace: "prod", Service: rapid.SampledFrom([]string{"web", "web", "nope"}).Draw(t, "service"),
 			Instance: rapid.SampledFrom(propIDs).Draw(t, "instance"), Incarnation: uint64(i), Detail: "1 of 2 ready instances healthy",
 		})
@@ -120,7 +121,7 @@ func evaluatorEvents(evs []ServiceEvent) uint64 {
 	for _, e := range evs {
 		switch {
 		case e.Namespace != "prod" || e.Service != "web":
-		case e.Kind == EventHealthDisregarded, e.Kind == EventHealthRestored, e.Kind == EventQuarantined:
+		case e.Kind == wire.EventHealthDisregarded, e.Kind == wire.EventHealthRestored, e.Kind == wire.EventQuarantined:
 			n++
 		}
 	}
@@ -131,8 +132,8 @@ func evaluatorEvents(evs []ServiceEvent) uint64 {
 // from the rules of SPEC §1: the expected record of every instance.
 type fencingModel struct {
 	l         *fsmLog
-	svc       Service
-	instances map[string]*Instance
+	svc       wire.Service
+	instances map[string]*wire.Instance
 	issued    map[string][]uint64 // every incarnation issued, per id
 	maxInc    uint64              // the largest incarnation issued
 	events    uint64
@@ -140,7 +141,7 @@ type fencingModel struct {
 
 func newFencingModel(t *rapid.T) *fencingModel {
 	m := &fencingModel{l: newLog(t), svc: webService().WithDefaults(),
-		instances: map[string]*Instance{}, issued: map[string][]uint64{}}
+		instances: map[string]*wire.Instance{}, issued: map[string][]uint64{}}
 	m.l.must(applySvc(webService()))
 	m.events = 1
 	return m
@@ -167,17 +168,17 @@ func (m *fencingModel) drawInc(t *rapid.T, id string) uint64 {
 	return rapid.SampledFrom(choices).Draw(t, "inc")
 }
 
-func (m *fencingModel) stateOf(id string) (Instance, bool) {
+func (m *fencingModel) stateOf(id string) (wire.Instance, bool) {
 	m.l.f.mu.RLock()
 	defer m.l.f.mu.RUnlock()
 	in := m.l.f.instances[webKey(id)]
 	if in == nil {
-		return Instance{}, false
+		return wire.Instance{}, false
 	}
-	return in.clone(), true
+	return cloneInstance(*in), true
 }
 
-func sameRegistration(r Registration, in *Instance) bool {
+func sameRegistration(r wire.Registration, in *wire.Instance) bool {
 	return slices.Equal(r.Addresses, in.Addresses) && maps.Equal(r.Ports, in.Ports) &&
 		r.Region == in.Region && r.Zone == in.Zone && r.Weight == in.Weight && r.LeaseTTL == in.LeaseTTL &&
 		r.RegistrationID == in.RegistrationID
@@ -195,17 +196,17 @@ func (m *fencingModel) drawReplaces(t *rapid.T, id string) uint64 {
 // registrationFenced is the model's own statement of the fencing rules
 // of a registration (SPEC §1, issue 8): it returns why reg (normalised)
 // may not take the place of old, or "".
-func registrationFenced(old *Instance, reg Registration) string {
+func registrationFenced(old *wire.Instance, reg wire.Registration) string {
 	switch {
 	case old == nil:
 		return ""
 	case reg.RegistrationID != "" && slices.Contains(old.RetiredRegistrationIDs, reg.RegistrationID):
 		return "a retired registration id"
-	case (old.Lifecycle == Starting || old.Lifecycle == Ready) && sameRegistration(reg, old):
+	case (old.Lifecycle == wire.Starting || old.Lifecycle == wire.Ready) && sameRegistration(reg, old):
 		return "" // a retry
 	case reg.Replaces != 0 && reg.Replaces != old.Incarnation:
 		return "replaces names another incarnation"
-	case reg.Replaces == 0 && reg.RegistrationID == "" && old.Lifecycle != Terminated:
+	case reg.Replaces == 0 && reg.RegistrationID == "" && old.Lifecycle != wire.Terminated:
 		return "replaces a live record it does not name"
 	}
 	return ""
@@ -222,13 +223,13 @@ func (m *fencingModel) register(t *rapid.T) {
 	ttlDefault := reg.LeaseTTL == 0
 	// The model's own normalisation.
 	if reg.Weight == 0 {
-		reg.Weight = DefaultWeight
+		reg.Weight = wire.DefaultWeight
 	}
 	if reg.LeaseTTL == 0 {
 		reg.LeaseTTL = m.svc.Policy.LeaseTTL
 	}
 	if reg.Lifecycle == "" {
-		reg.Lifecycle = Ready
+		reg.Lifecycle = wire.Ready
 	}
 	old := m.instances[id]
 	if why := registrationFenced(old, reg); why != "" {
@@ -244,7 +245,7 @@ func (m *fencingModel) register(t *rapid.T) {
 	if r.Err != nil {
 		t.Fatalf("registration refused: %v", r.Err)
 	}
-	if old != nil && (old.Lifecycle == Starting || old.Lifecycle == Ready) && sameRegistration(reg, old) {
+	if old != nil && (old.Lifecycle == wire.Starting || old.Lifecycle == wire.Ready) && sameRegistration(reg, old) {
 		if r.Created || r.Instance.Incarnation != old.Incarnation {
 			t.Fatalf("identical retry of live %s (incarnation %d): created=%t incarnation %d, want the committed one",
 				id, old.Incarnation, r.Created, r.Instance.Incarnation)
@@ -253,7 +254,7 @@ func (m *fencingModel) register(t *rapid.T) {
 			old.LeaseDeadline = d
 		}
 		// A retry may move starting → ready, never back.
-		if old.Lifecycle == Starting && reg.Lifecycle == Ready {
+		if old.Lifecycle == wire.Starting && reg.Lifecycle == wire.Ready {
 			old.Lifecycle = reg.Lifecycle
 			m.events++
 		}
@@ -275,7 +276,7 @@ func (m *fencingModel) register(t *rapid.T) {
 			retired = retired[len(retired)-maxRetiredIDs:]
 		}
 	}
-	m.instances[id] = &Instance{
+	m.instances[id] = &wire.Instance{
 		RetiredRegistrationIDs: retired, LeaseTTLDefault: ttlDefault,
 		Namespace: "prod", Service: "web", ID: id, Incarnation: m.maxInc,
 		Addresses: reg.Addresses, Ports: reg.Ports, Region: reg.Region, Zone: reg.Zone,
@@ -293,7 +294,7 @@ func (m *fencingModel) badRegister(t *rapid.T) {
 	m.tick(t)
 	before := withoutRev(m.l.f)
 	r := m.l.apply(command{Op: opRegister, Key: webKey(id), Register: &reg})
-	if !errors.Is(r.Err, ErrInvalid) {
+	if !errors.Is(r.Err, wire.ErrInvalid) {
 		t.Fatalf("registration with address %q: error %v, want ErrInvalid", reg.Addresses[0], r.Err)
 	}
 	if after := withoutRev(m.l.f); !reflect.DeepEqual(before, after) {
@@ -305,7 +306,7 @@ func (m *fencingModel) badRegister(t *rapid.T) {
 // mutation without the current incarnation is refused with ErrFenced (or
 // ErrNotFound when there is no record) and changes nothing at all.
 // It returns the live model record when c carried the current incarnation.
-func (m *fencingModel) mutation(t *rapid.T, id string, c command) (*Instance, result) {
+func (m *fencingModel) mutation(t *rapid.T, id string, c command) (*wire.Instance, result) {
 	before := withoutRev(m.l.f)
 	beforeIn, _ := m.stateOf(id)
 	r := m.l.apply(c)
@@ -330,7 +331,7 @@ func (m *fencingModel) mutation(t *rapid.T, id string, c command) (*Instance, re
 	case c.Incarnation != cur.Incarnation:
 		unchanged(ErrFenced)
 		return nil, r
-	case cur.Lifecycle == Terminated && c.Op != opDeregister:
+	case cur.Lifecycle == wire.Terminated && c.Op != opDeregister:
 		unchanged(ErrFenced)
 		return nil, r
 	}
@@ -347,8 +348,8 @@ func (m *fencingModel) drain(t *rapid.T) {
 	if r.Err != nil {
 		t.Fatalf("drain of %s refused: %v", id, r.Err)
 	}
-	if cur.Lifecycle != Draining {
-		cur.Lifecycle, cur.DrainingSince = Draining, at
+	if cur.Lifecycle != wire.Draining {
+		cur.Lifecycle, cur.DrainingSince = wire.Draining, at
 		m.events++
 	}
 }
@@ -363,8 +364,8 @@ func (m *fencingModel) deregister(t *rapid.T) {
 	if r.Err != nil {
 		t.Fatalf("deregistration of %s refused: %v", id, r.Err)
 	}
-	if cur.Lifecycle != Terminated {
-		cur.Lifecycle, cur.TerminatedAt = Terminated, at
+	if cur.Lifecycle != wire.Terminated {
+		cur.Lifecycle, cur.TerminatedAt = wire.Terminated, at
 		m.events++
 	}
 }
@@ -379,7 +380,7 @@ func (m *fencingModel) report(t *rapid.T) {
 		return
 	}
 	if _, ok := rep.Dependencies["queue"]; ok {
-		if !errors.Is(r.Err, ErrInvalid) {
+		if !errors.Is(r.Err, wire.ErrInvalid) {
 			t.Fatalf("report with an undeclared dependency: error %v, want ErrInvalid", r.Err)
 		}
 		if after := withoutRev(m.l.f); !reflect.DeepEqual(before, after) {
@@ -391,7 +392,7 @@ func (m *fencingModel) report(t *rapid.T) {
 		t.Fatalf("report of %s refused: %v", id, r.Err)
 	}
 	prev := cur.Report
-	cur.Report = &SelfReport{Ready: rep.Ready, Dependencies: maps.Clone(rep.Dependencies), At: at, Reporter: "instance:" + id}
+	cur.Report = &wire.SelfReport{Ready: rep.Ready, Dependencies: maps.Clone(rep.Dependencies), At: at, Reporter: "instance:" + id}
 	if prev == nil || prev.Ready != rep.Ready || !maps.Equal(prev.Dependencies, rep.Dependencies) {
 		m.events++
 	}
@@ -406,7 +407,7 @@ func (m *fencingModel) renew(t *rapid.T) {
 	beforeIn, existed := m.stateOf(id)
 	m.l.must(command{Op: opHousekeep, Leases: []leaseUpdate{{fence{webKey(id), inc}, d}}})
 	cur := m.instances[id]
-	if cur == nil || inc != cur.Incarnation || cur.Lifecycle == Terminated {
+	if cur == nil || inc != cur.Incarnation || cur.Lifecycle == wire.Terminated {
 		if afterIn, _ := m.stateOf(id); existed && !reflect.DeepEqual(beforeIn, afterIn) {
 			t.Fatalf("a checkpoint for incarnation %d changed %s:\nbefore %+v\nafter  %+v", inc, id, beforeIn, afterIn)
 		}
@@ -422,8 +423,8 @@ func (m *fencingModel) terminate(t *rapid.T) {
 	inc := m.drawInc(t, id)
 	at := m.tick(t)
 	m.l.must(command{Op: opHousekeep, Terminate: []fence{{webKey(id), inc}}})
-	if cur := m.instances[id]; cur != nil && cur.Incarnation == inc && cur.Lifecycle == Draining {
-		cur.Lifecycle, cur.TerminatedAt = Terminated, at
+	if cur := m.instances[id]; cur != nil && cur.Incarnation == inc && cur.Lifecycle == wire.Draining {
+		cur.Lifecycle, cur.TerminatedAt = wire.Terminated, at
 		m.events++
 	}
 }
@@ -453,14 +454,14 @@ func (m *fencingModel) expire(t *rapid.T) {
 	at := m.tick(t)
 	beforeIn, existed := m.stateOf(id)
 	m.l.must(command{Op: opHousekeep, Actor: "node:n1", Expire: []leaseUpdate{{fence{webKey(id), inc}, deadline}}})
-	if cur == nil || cur.Incarnation != inc || cur.Lifecycle == Terminated ||
+	if cur == nil || cur.Incarnation != inc || cur.Lifecycle == wire.Terminated ||
 		cur.LeaseDeadline.After(deadline) || at.Before(deadline.Add(4*cur.LeaseTTL.D())) {
 		if afterIn, _ := m.stateOf(id); existed && !reflect.DeepEqual(beforeIn, afterIn) {
 			t.Fatalf("an expiry of incarnation %d judged at %v changed %s:\nbefore %+v\nafter  %+v", inc, deadline, id, beforeIn, afterIn)
 		}
 		return
 	}
-	cur.Lifecycle, cur.TerminatedAt = Terminated, at
+	cur.Lifecycle, cur.TerminatedAt = wire.Terminated, at
 	m.events++
 }
 
@@ -469,7 +470,7 @@ func (m *fencingModel) prune(t *rapid.T) {
 	before := at.Add(-time.Duration(rapid.IntRange(0, 60).Draw(t, "age")) * time.Second)
 	m.l.must(command{Op: opHousekeep, PruneBefore: before})
 	for id, in := range m.instances {
-		if in.Lifecycle == Terminated && in.TerminatedAt.Before(before) {
+		if in.Lifecycle == wire.Terminated && in.TerminatedAt.Before(before) {
 			delete(m.instances, id)
 		}
 	}
@@ -490,7 +491,7 @@ func (m *fencingModel) health(t *rapid.T) {
 		ServiceEvents: evs})
 	m.events += evaluatorEvents(evs)
 	cur := m.instances[id]
-	if cur == nil || inc != cur.Incarnation || cur.Lifecycle == Terminated {
+	if cur == nil || inc != cur.Incarnation || cur.Lifecycle == wire.Terminated {
 		if afterIn, _ := m.stateOf(id); existed && !reflect.DeepEqual(beforeIn, afterIn) {
 			t.Fatalf("health for incarnation %d changed %s:\nbefore %+v\nafter  %+v", inc, id, beforeIn, afterIn)
 		}
@@ -512,8 +513,8 @@ func (m *fencingModel) check(t *rapid.T) {
 		if want == nil {
 			continue
 		}
-		if !reflect.DeepEqual(got, want.clone()) {
-			t.Fatalf("instance %s\n got %+v\nwant %+v", id, got, want.clone())
+		if !reflect.DeepEqual(got, cloneInstance(*want)) {
+			t.Fatalf("instance %s\n got %+v\nwant %+v", id, got, cloneInstance(*want))
 		}
 		if hist := m.issued[id]; got.Incarnation != hist[len(hist)-1] || !slices.IsSorted(hist) {
 			t.Fatalf("instance %s has incarnation %d; issued so far %v: incarnations must only grow", id, got.Incarnation, hist)
@@ -568,8 +569,8 @@ func genCommand(t *rapid.T, ref *fsm) command {
 	switch op := rapid.IntRange(0, 18).Draw(t, "op"); op {
 	case 0:
 		svc := webService()
-		svc.Policy.DrainWindow = Duration(rapid.SampledFrom([]time.Duration{0, 5 * time.Second, time.Minute}).Draw(t, "drain window"))
-		svcs := []Service{svc}
+		svc.Policy.DrainWindow = wire.Duration(rapid.SampledFrom([]time.Duration{0, 5 * time.Second, time.Minute}).Draw(t, "drain window"))
+		svcs := []wire.Service{svc}
 		if rapid.Bool().Draw(t, "two") {
 			other := webService()
 			other.Namespace = "staging"
@@ -609,12 +610,12 @@ func genCommand(t *rapid.T, ref *fsm) command {
 	case 10:
 		n := rapid.SampledFrom([]string{"n1", "n2"}).Draw(t, "node")
 		if rapid.Bool().Draw(t, "join") {
-			return command{Op: opSetMember, Member: &Member{NodeID: n, RaftAddr: n + ":1", HTTPAddr: n + ":2"}}
+			return command{Op: opSetMember, Member: &wire.Member{NodeID: n, RaftAddr: n + ":1", HTTPAddr: n + ":2"}}
 		}
-		return command{Op: opDelMember, Member: &Member{NodeID: n}}
+		return command{Op: opDelMember, Member: &wire.Member{NodeID: n}}
 	case 11:
-		kind := rapid.SampledFrom([]EventKind{EventRefused, EventReported}).Draw(t, "kind")
-		return command{Op: opAudit, Actor: "api", Event: &Event{Kind: kind, Namespace: "prod", Service: "web", Reason: "test"}}
+		kind := rapid.SampledFrom([]wire.EventKind{wire.EventRefused, wire.EventReported}).Draw(t, "kind")
+		return command{Op: opAudit, Actor: "api", Event: &wire.Event{Kind: kind, Namespace: "prod", Service: "web", Reason: "test"}}
 	case 12:
 		return command{Op: opLeader, Actor: "node:n1"}
 	case 13:
@@ -650,7 +651,7 @@ func genCommand(t *rapid.T, ref *fsm) command {
 
 // comparable form of a result: errors by message.
 type resultView struct {
-	Instance Instance
+	Instance wire.Instance
 	Created  bool
 	Expired  int
 	Rev      uint64
@@ -740,20 +741,20 @@ func TestPropRegistrationFencing(t *testing.T) {
 		l := newLog(t)
 		l.must(applySvc(webService()))
 		var (
-			sent   []Registration // every request sent so far, as sent
-			seen   []uint64       // every incarnation a registrar was answered
+			sent   []wire.Registration // every request sent so far, as sent
+			seen   []uint64            // every incarnation a registrar was answered
 			maxInc uint64
 		)
-		current := func(id string) *Instance {
+		current := func(id string) *wire.Instance {
 			l.f.mu.RLock()
 			defer l.f.mu.RUnlock()
 			if in := l.f.instances[webKey(id)]; in != nil {
-				c := in.clone()
+				c := cloneInstance(*in)
 				return &c
 			}
 			return nil
 		}
-		send := func(t *rapid.T, reg Registration) {
+		send := func(t *rapid.T, reg wire.Registration) {
 			old := current(reg.ID)
 			before := withoutRev(l.f)
 			r := l.apply(command{Op: opRegister, Actor: "registrar", Key: webKey(reg.ID), Register: &reg})
@@ -777,7 +778,7 @@ func TestPropRegistrationFencing(t *testing.T) {
 					t.Fatalf("new incarnation %d after %d: incarnations must only grow", r.Instance.Incarnation, maxInc)
 				}
 				maxInc = r.Instance.Incarnation
-				if old != nil && old.Lifecycle != Terminated && reg.RegistrationID == "" && reg.Replaces != old.Incarnation {
+				if old != nil && old.Lifecycle != wire.Terminated && reg.RegistrationID == "" && reg.Replaces != old.Incarnation {
 					t.Fatalf("registration %+v without a registration id replaced live incarnation %d (%s) it did not name",
 						reg, old.Incarnation, old.Lifecycle)
 				}

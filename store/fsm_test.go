@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-sd/cairn/wire"
 	"github.com/hashicorp/raft"
 )
 
@@ -77,34 +78,38 @@ func (l *fsmLog) must(c command) result {
 	return r
 }
 
-func webService() Service {
-	return Service{
+func webService() wire.Service {
+	return wire.Service{
 		Namespace: "prod", Name: "web",
-		Ports: []Port{{Name: "http", Number: 8080}, {Name: "admin", Number: 9090}},
-		Capability: Capability{Readiness: "self", Dependencies: []Dependency{
+		Ports: []wire.Port{{Name: "http", Number: 8080}, {Name: "admin", Number: 9090}},
+		Capability: wire.Capability{Readiness: "self", Dependencies: []wire.Dependency{
 			{Name: "db"}, {Name: "cache", Shared: true},
 		}},
-		Policy: Policy{DrainWindow: Duration(10 * time.Second), LeaseTTL: Duration(30 * time.Second)},
+		Policy: wire.Policy{DrainWindow: wire.Duration(10 * time.Second), LeaseTTL: wire.Duration(30 * time.Second)},
 	}
 }
 
-func webKey(id string) InstanceKey { return InstanceKey{"prod", "web", id} }
+func webKey(id string) wire.InstanceKey {
+	return wire.InstanceKey{Namespace: "prod", Service: "web", ID: id}
+}
 
-func applySvc(svcs ...Service) command { return command{Op: opApply, Actor: "test", Services: svcs} }
+func applySvc(svcs ...wire.Service) command {
+	return command{Op: opApply, Actor: "test", Services: svcs}
+}
 
 func registerCmd(id string, addrs ...string) command {
 	if len(addrs) == 0 {
 		addrs = []string{"10.0.0.1"}
 	}
 	return command{Op: opRegister, Actor: "registrar", Key: webKey(id),
-		Register: &Registration{ID: id, Addresses: addrs, Ports: map[string]int{"http": 8080}}}
+		Register: &wire.Registration{ID: id, Addresses: addrs, Ports: map[string]int{"http": 8080}}}
 }
 
 func mutateCmd(op opcode, id string, inc uint64) command {
 	return command{Op: op, Actor: "instance:" + id, Key: webKey(id), Incarnation: inc}
 }
 
-func reportCmd(id string, inc uint64, rep Report) command {
+func reportCmd(id string, inc uint64, rep wire.Report) command {
 	c := mutateCmd(opReport, id, inc)
 	c.Report = &rep
 	return c
@@ -118,7 +123,7 @@ func withoutRev(f *fsm) fsmState {
 	return s
 }
 
-func instanceOf(t fataler, f *fsm, key InstanceKey) Instance {
+func instanceOf(t fataler, f *fsm, key wire.InstanceKey) wire.Instance {
 	t.Helper()
 	f.mu.RLock()
 	defer f.mu.RUnlock()
@@ -126,7 +131,7 @@ func instanceOf(t fataler, f *fsm, key InstanceKey) Instance {
 	if in == nil {
 		t.Fatalf("instance %s is missing", key)
 	}
-	return in.clone()
+	return cloneInstance(*in)
 }
 
 // byteSink is a raft.SnapshotSink over a buffer.
@@ -213,8 +218,8 @@ func TestFSMApplyIsAllOrNothing(t *testing.T) {
 	bad := webService()
 	bad.Name = "Bad_Name"
 	r := l.apply(applySvc(changed, other, bad))
-	var fe *FieldError
-	if !errors.As(r.Err, &fe) || fe.Field != "name" || !errors.Is(r.Err, ErrInvalid) {
+	var fe *wire.FieldError
+	if !errors.As(r.Err, &fe) || fe.Field != "name" || !errors.Is(r.Err, wire.ErrInvalid) {
 		t.Fatalf("error %v, want a *FieldError on name wrapping ErrInvalid", r.Err)
 	}
 	if !strings.Contains(r.Err.Error(), "service 2") {
@@ -227,37 +232,37 @@ func TestFSMApplyIsAllOrNothing(t *testing.T) {
 
 func TestFSMApplyFillsDefaults(t *testing.T) {
 	l := newLog(t)
-	r := l.must(applySvc(Service{Namespace: "prod", Name: "db",
-		Ports: []Port{{Name: "pg", Number: 5432}},
-		Check: &Check{Type: "http"}}))
+	r := l.must(applySvc(wire.Service{Namespace: "prod", Name: "db",
+		Ports: []wire.Port{{Name: "pg", Number: 5432}},
+		Check: &wire.Check{Type: "http"}}))
 	half, ten := 0.5, 10
-	want := Service{
+	want := wire.Service{
 		Namespace: "prod", Name: "db",
-		Ports:      []Port{{Name: "pg", Number: 5432, Protocol: "tcp"}},
-		Capability: Capability{Readiness: "probe"},
-		Check: &Check{Type: "http", Port: "pg", Path: "/",
-			Interval: Duration(DefaultCheckInterval), Timeout: Duration(DefaultCheckTimeout)},
-		Policy: Policy{
-			DNSTTL: Duration(DefaultDNSTTL), ARecordLimit: DefaultARecordLimit,
-			MinHealthyFraction: &half, WithdrawAfter: DefaultWithdrawAfter,
-			AdmitAfter: DefaultAdmitAfter, AdmitMin: ptr(Duration(DefaultAdmitMin)),
-			SlowStart: ptr(Duration(DefaultSlowStart)), DrainWindow: Duration(DefaultDrainWindow),
-			LeaseTTL: Duration(DefaultLeaseTTL), ShrinkCap: DefaultShrinkCap,
-			MaxEjectionPercent: &ten, FlapLimit: ptr(DefaultFlapLimit),
-			OutcomeQuorum: DefaultOutcomeQuorum, CorrelatedFailureFraction: DefaultCorrelatedFailure,
+		Ports:      []wire.Port{{Name: "pg", Number: 5432, Protocol: "tcp"}},
+		Capability: wire.Capability{Readiness: "probe"},
+		Check: &wire.Check{Type: "http", Port: "pg", Path: "/",
+			Interval: wire.Duration(wire.DefaultCheckInterval), Timeout: wire.Duration(wire.DefaultCheckTimeout)},
+		Policy: wire.Policy{
+			DNSTTL: wire.Duration(wire.DefaultDNSTTL), ARecordLimit: wire.DefaultARecordLimit,
+			MinHealthyFraction: &half, WithdrawAfter: wire.DefaultWithdrawAfter,
+			AdmitAfter: wire.DefaultAdmitAfter, AdmitMin: ptr(wire.Duration(wire.DefaultAdmitMin)),
+			SlowStart: ptr(wire.Duration(wire.DefaultSlowStart)), DrainWindow: wire.Duration(wire.DefaultDrainWindow),
+			LeaseTTL: wire.Duration(wire.DefaultLeaseTTL), ShrinkCap: wire.DefaultShrinkCap,
+			MaxEjectionPercent: &ten, FlapLimit: ptr(wire.DefaultFlapLimit),
+			OutcomeQuorum: wire.DefaultOutcomeQuorum, CorrelatedFailureFraction: wire.DefaultCorrelatedFailure,
 		},
 		Revision: r.Rev,
 	}
 	got := l.f.state().Services
 	if len(got) != 1 || !reflect.DeepEqual(got[0], want) {
-		t.Errorf("stored services\n%+v\nwant\n%+v", got, []Service{want})
+		t.Errorf("stored services\n%+v\nwant\n%+v", got, []wire.Service{want})
 	}
 }
 
 // TestFSMIdempotentApplyCreatesNoEvent: a retried write changes nothing
 // and leaves no audit entry.
 func TestFSMIdempotentApplyCreatesNoEvent(t *testing.T) {
-	ok := Report{Ready: true, Dependencies: map[string]DependencyState{"db": DepOK}}
+	ok := wire.Report{Ready: true, Dependencies: map[string]wire.DependencyState{"db": wire.DepOK}}
 	tests := []struct {
 		name  string
 		setup func(l *fsmLog) uint64 // returns the incarnation
@@ -286,9 +291,9 @@ func TestFSMIdempotentApplyCreatesNoEvent(t *testing.T) {
 		}, func(inc uint64) command { return reportCmd("a", inc, ok) }},
 		{"report the same, no dependencies", func(l *fsmLog) uint64 {
 			inc := l.must(registerCmd("a")).Instance.Incarnation
-			l.must(reportCmd("a", inc, Report{Ready: true}))
+			l.must(reportCmd("a", inc, wire.Report{Ready: true}))
 			return inc
-		}, func(inc uint64) command { return reportCmd("a", inc, Report{Ready: true}) }},
+		}, func(inc uint64) command { return reportCmd("a", inc, wire.Report{Ready: true}) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -324,12 +329,12 @@ func TestFSMRegisterRetryWithNewLifecycleKeepsIncarnation(t *testing.T) {
 	l := newLog(t)
 	l.must(applySvc(webService()))
 	c := registerCmd("a")
-	c.Register.Lifecycle = Starting
+	c.Register.Lifecycle = wire.Starting
 	first := l.must(c).Instance
 	c = registerCmd("a")
-	c.Register.Lifecycle = Ready
+	c.Register.Lifecycle = wire.Ready
 	r := l.must(c)
-	if r.Created || r.Instance.Incarnation != first.Incarnation || r.Instance.Lifecycle != Ready {
+	if r.Created || r.Instance.Incarnation != first.Incarnation || r.Instance.Lifecycle != wire.Ready {
 		t.Errorf("starting→ready retry: created=%t incarnation %d lifecycle %s, want false %d ready",
 			r.Created, r.Instance.Incarnation, r.Instance.Lifecycle, first.Incarnation)
 	}
@@ -347,7 +352,7 @@ func TestFSMAuditRingIsCapped(t *testing.T) {
 	l := newLog(t)
 	const extra = 25
 	for i := 0; i < AuditCapacity+extra; i++ {
-		l.must(command{Op: opAudit, Event: &Event{Kind: EventReported, Namespace: "prod", Service: "web",
+		l.must(command{Op: opAudit, Event: &wire.Event{Kind: wire.EventReported, Namespace: "prod", Service: "web",
 			Reason: fmt.Sprint(i), Seq: 999999 /* ignored: the FSM numbers events */}})
 	}
 	st := l.f.state()
@@ -370,29 +375,29 @@ func TestFSMAuditRingIsCapped(t *testing.T) {
 func TestFSMHousekeepTerminatesOnlyMatchingDrainingInstance(t *testing.T) {
 	tests := []struct {
 		name      string
-		lifecycle Lifecycle
+		lifecycle wire.Lifecycle
 		staleInc  bool
-		want      Lifecycle
+		want      wire.Lifecycle
 	}{
-		{"draining, current incarnation", Draining, false, Terminated},
-		{"draining, stale incarnation", Draining, true, Draining},
-		{"ready, current incarnation", Ready, false, Ready},
-		{"starting, current incarnation", Starting, false, Starting},
-		{"terminated, current incarnation", Terminated, false, Terminated},
+		{"draining, current incarnation", wire.Draining, false, wire.Terminated},
+		{"draining, stale incarnation", wire.Draining, true, wire.Draining},
+		{"ready, current incarnation", wire.Ready, false, wire.Ready},
+		{"starting, current incarnation", wire.Starting, false, wire.Starting},
+		{"terminated, current incarnation", wire.Terminated, false, wire.Terminated},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			l := newLog(t)
 			l.must(applySvc(webService()))
 			c := registerCmd("a")
-			if tt.lifecycle == Starting {
-				c.Register.Lifecycle = Starting
+			if tt.lifecycle == wire.Starting {
+				c.Register.Lifecycle = wire.Starting
 			}
 			inc := l.must(c).Instance.Incarnation
 			switch tt.lifecycle {
-			case Draining:
+			case wire.Draining:
 				l.must(mutateCmd(opDrain, "a", inc))
-			case Terminated:
+			case wire.Terminated:
 				l.must(mutateCmd(opDeregister, "a", inc))
 			}
 			fenceInc := inc
@@ -407,12 +412,12 @@ func TestFSMHousekeepTerminatesOnlyMatchingDrainingInstance(t *testing.T) {
 				t.Fatalf("lifecycle %s, want %s", after.Lifecycle, tt.want)
 			}
 			st := l.f.state()
-			if tt.want == Terminated && tt.lifecycle == Draining {
+			if tt.want == wire.Terminated && tt.lifecycle == wire.Draining {
 				if after.TerminatedAt != l.now {
 					t.Errorf("TerminatedAt %v, want the entry's time %v", after.TerminatedAt, l.now)
 				}
-				if e := st.Events[len(st.Events)-1]; st.EventSeq != seq+1 || e.Kind != EventTerminated || e.Incarnation != inc {
-					t.Errorf("last event %+v (seq %d→%d), want one %s event for incarnation %d", e, seq, st.EventSeq, EventTerminated, inc)
+				if e := st.Events[len(st.Events)-1]; st.EventSeq != seq+1 || e.Kind != wire.EventTerminated || e.Incarnation != inc {
+					t.Errorf("last event %+v (seq %d→%d), want one %s event for incarnation %d", e, seq, st.EventSeq, wire.EventTerminated, inc)
 				}
 				return
 			}
@@ -485,14 +490,14 @@ func TestFSMLeaseCheckpoint(t *testing.T) {
 func TestFSMReportRules(t *testing.T) {
 	tests := []struct {
 		name    string
-		report  *Report
+		report  *wire.Report
 		wantErr error
 		field   string
 	}{
-		{"declared dependencies", &Report{Ready: true, Dependencies: map[string]DependencyState{"db": DepOK, "cache": DepFailed}}, nil, ""},
-		{"undeclared dependency", &Report{Ready: true, Dependencies: map[string]DependencyState{"db": DepOK, "queue": DepOK}}, ErrInvalid, "dependencies"},
-		{"unknown state", &Report{Ready: true, Dependencies: map[string]DependencyState{"db": "meh"}}, ErrInvalid, "dependencies"},
-		{"missing body", nil, ErrInvalid, "body"},
+		{"declared dependencies", &wire.Report{Ready: true, Dependencies: map[string]wire.DependencyState{"db": wire.DepOK, "cache": wire.DepFailed}}, nil, ""},
+		{"undeclared dependency", &wire.Report{Ready: true, Dependencies: map[string]wire.DependencyState{"db": wire.DepOK, "queue": wire.DepOK}}, wire.ErrInvalid, "dependencies"},
+		{"unknown state", &wire.Report{Ready: true, Dependencies: map[string]wire.DependencyState{"db": "meh"}}, wire.ErrInvalid, "dependencies"},
+		{"missing body", nil, wire.ErrInvalid, "body"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -512,7 +517,7 @@ func TestFSMReportRules(t *testing.T) {
 				}
 				return
 			}
-			var fe *FieldError
+			var fe *wire.FieldError
 			if !errors.Is(r.Err, tt.wantErr) || !errors.As(r.Err, &fe) || fe.Field != tt.field {
 				t.Fatalf("error %v, want %v on field %q", r.Err, tt.wantErr, tt.field)
 			}
@@ -536,10 +541,10 @@ func TestFSMMutationsOfUnknownOrFencedInstances(t *testing.T) {
 		{"drain stale", mutateCmd(opDrain, "a", inc-1), ErrFenced},
 		{"drain future", mutateCmd(opDrain, "a", inc+1), ErrFenced},
 		{"deregister stale", mutateCmd(opDeregister, "a", 0), ErrFenced},
-		{"report stale", reportCmd("a", inc+7, Report{Ready: true}), ErrFenced},
-		{"register for an undefined service", command{Op: opRegister, Key: InstanceKey{"prod", "nope", "a"},
-			Register: &Registration{ID: "a", Addresses: []string{"10.0.0.1"}, Ports: map[string]int{"http": 1}}}, ErrNotFound},
-		{"register without a body", command{Op: opRegister, Key: webKey("a")}, ErrInvalid},
+		{"report stale", reportCmd("a", inc+7, wire.Report{Ready: true}), ErrFenced},
+		{"register for an undefined service", command{Op: opRegister, Key: wire.InstanceKey{Namespace: "prod", Service: "nope", ID: "a"},
+			Register: &wire.Registration{ID: "a", Addresses: []string{"10.0.0.1"}, Ports: map[string]int{"http": 1}}}, ErrNotFound},
+		{"register without a body", command{Op: opRegister, Key: webKey("a")}, wire.ErrInvalid},
 	}
 	for _, tt := range tests {
 		before := withoutRev(l.f)
@@ -554,7 +559,7 @@ func TestFSMMutationsOfUnknownOrFencedInstances(t *testing.T) {
 	// Once deregistered, drain and report are fenced even with the
 	// current incarnation.
 	l.must(mutateCmd(opDeregister, "a", inc))
-	for _, c := range []command{mutateCmd(opDrain, "a", inc), reportCmd("a", inc, Report{Ready: true})} {
+	for _, c := range []command{mutateCmd(opDrain, "a", inc), reportCmd("a", inc, wire.Report{Ready: true})} {
 		if r := l.apply(c); !errors.Is(r.Err, ErrFenced) {
 			t.Errorf("%s of a terminated instance: error %v, want ErrFenced", c.Op, r.Err)
 		}
@@ -563,11 +568,11 @@ func TestFSMMutationsOfUnknownOrFencedInstances(t *testing.T) {
 
 func TestFSMMembersAndAudit(t *testing.T) {
 	l := newLog(t)
-	l.must(command{Op: opSetMember, Member: &Member{NodeID: "n2", RaftAddr: "h:1", HTTPAddr: "h:2", Leader: true, Voter: true}})
-	l.must(command{Op: opSetMember, Member: &Member{NodeID: "n1", RaftAddr: "h:3", HTTPAddr: "h:4"}})
-	l.must(command{Op: opDelMember, Member: &Member{NodeID: "n1"}})
+	l.must(command{Op: opSetMember, Member: &wire.Member{NodeID: "n2", RaftAddr: "h:1", HTTPAddr: "h:2", Leader: true, Voter: true}})
+	l.must(command{Op: opSetMember, Member: &wire.Member{NodeID: "n1", RaftAddr: "h:3", HTTPAddr: "h:4"}})
+	l.must(command{Op: opDelMember, Member: &wire.Member{NodeID: "n1"}})
 	l.must(command{Op: opSetMember}) // no member: nothing to do
-	want := []Member{{NodeID: "n2", RaftAddr: "h:1", HTTPAddr: "h:2"}}
+	want := []wire.Member{{NodeID: "n2", RaftAddr: "h:1", HTTPAddr: "h:2"}}
 	if got := l.f.state().Members; !reflect.DeepEqual(got, want) {
 		t.Errorf("members %+v, want %+v (leader and voter are never stored)", got, want)
 	}
@@ -577,15 +582,15 @@ func TestSnapshotRestoreReplacesState(t *testing.T) {
 	a := newLog(t)
 	a.must(applySvc(webService()))
 	inc := a.must(registerCmd("a")).Instance.Incarnation
-	a.must(reportCmd("a", inc, Report{Ready: true, Dependencies: map[string]DependencyState{"db": DepOK}}))
-	a.must(command{Op: opSetMember, Member: &Member{NodeID: "n1", RaftAddr: "h:1", HTTPAddr: "h:2"}})
+	a.must(reportCmd("a", inc, wire.Report{Ready: true, Dependencies: map[string]wire.DependencyState{"db": wire.DepOK}}))
+	a.must(command{Op: opSetMember, Member: &wire.Member{NodeID: "n1", RaftAddr: "h:1", HTTPAddr: "h:2"}})
 
 	// The target already holds other state; Restore must discard it.
 	b := newLog(t)
 	other := webService()
 	other.Name = "other"
 	b.must(applySvc(other))
-	b.must(command{Op: opSetMember, Member: &Member{NodeID: "n9"}})
+	b.must(command{Op: opSetMember, Member: &wire.Member{NodeID: "n9"}})
 	roundTrip(t, a.f, b.f)
 	if want, got := a.f.state(), b.f.state(); !reflect.DeepEqual(want, got) {
 		t.Errorf("restored state\n%+v\nwant\n%+v", got, want)
@@ -610,11 +615,11 @@ func TestRestoredReplicaRecordsTheSameEvents(t *testing.T) {
 	a := newLog(t)
 	a.must(applySvc(webService()))
 	inc := a.must(registerCmd("a")).Instance.Incarnation
-	a.must(reportCmd("a", inc, Report{Ready: true}))
+	a.must(reportCmd("a", inc, wire.Report{Ready: true}))
 
 	restored := newFSM()
 	roundTrip(t, a.f, restored)
-	again := reportCmd("a", inc, Report{Ready: true})
+	again := reportCmd("a", inc, wire.Report{Ready: true})
 	again.At = a.now.Add(time.Second)
 	applyAt(t, restored, a.index+1, again)
 	a.must(again)
@@ -627,9 +632,9 @@ func TestRestoredReplicaRecordsTheSameEvents(t *testing.T) {
 // lifecycle history out of the trail.
 func TestFSMRefusalsHaveTheirOwnRing(t *testing.T) {
 	l := newLog(t)
-	l.must(command{Op: opAudit, Event: &Event{Kind: EventReported, Namespace: "prod", Service: "web", Reason: "history"}})
+	l.must(command{Op: opAudit, Event: &wire.Event{Kind: wire.EventReported, Namespace: "prod", Service: "web", Reason: "history"}})
 	for i := 0; i < 3*RefusalCapacity; i++ {
-		l.must(command{Op: opAudit, Event: &Event{Kind: EventRefused, Namespace: "prod", Service: "web", Reason: fmt.Sprint(i)}})
+		l.must(command{Op: opAudit, Event: &wire.Event{Kind: wire.EventRefused, Namespace: "prod", Service: "web", Reason: fmt.Sprint(i)}})
 	}
 	st := l.f.state()
 	if len(st.Events) != 1 || st.Events[0].Reason != "history" {
@@ -662,8 +667,8 @@ func TestFSMRegistrationID(t *testing.T) {
 	if r := l.apply(command{Op: opDrain, Key: webKey("a"), Incarnation: first.Incarnation}); !errors.Is(r.Err, ErrFenced) {
 		t.Fatalf("the old process drained the new one: %v", r.Err)
 	}
-	c.Register.Lifecycle = Starting
-	if r := l.must(c); r.Created || r.Instance.Lifecycle != Ready {
+	c.Register.Lifecycle = wire.Starting
+	if r := l.must(c); r.Created || r.Instance.Lifecycle != wire.Ready {
 		t.Fatalf("a late retry saying starting: created=%t lifecycle %s, want false ready", r.Created, r.Instance.Lifecycle)
 	}
 	// A late retry of the predecessor's registration does not fence its
@@ -686,9 +691,10 @@ func TestFSMRetryMatchesAfterPolicyChange(t *testing.T) {
 	l.must(applySvc(webService()))
 	first := l.must(registerCmd("a")).Instance
 	svc := webService()
-	svc.Policy.LeaseTTL = Duration(time.Minute)
+	svc.Policy.LeaseTTL = wire.Duration(time.Minute)
 	l.must(applySvc(svc))
 	if r := l.must(registerCmd("a")); r.Created || r.Instance.Incarnation != first.Incarnation {
 		t.Fatalf("identical retry after a policy change: created=%t incarnation %d, want the committed %d", r.Created, r.Instance.Incarnation, first.Incarnation)
 	}
 }
+func ptr[T any](v T) *T { return &v }

@@ -3,10 +3,13 @@ package store
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // The seeds below run in every go test; explore further with
@@ -16,44 +19,21 @@ import (
 //
 // A crasher lands in testdata/fuzz/FuzzXxx/ and stays there as a seed.
 
-const fullServiceYAML = `namespace: prod
-name: web
-ports:
-  - name: http
-    number: 8080
-    protocol: tcp
-  - {name: dns, number: 53, protocol: udp}
-capability:
-  readiness: probe
-  dependencies:
-    - name: db
-      shared: false
-    - name: cache
-      shared: true
-check:
-  type: http
-  port: http
-  path: /healthz
-  interval: 2s
-  timeout: 500ms
-policy:
-  dns_ttl: 10s
-  a_record_limit: 4
-  min_healthy_fraction: 0.25
-  withdraw_after: 2
-  admit_after: 6
-  admit_min: 15s
-  slow_start: 1m
-  drain_window: 45s
-  lease_ttl: 20s
-  shrink_cap: 0.5
-  max_ejection_percent: 20
-`
+// serviceYAML is a definition that sets every field (wire's test of
+// ParseServices reads the same file).
+func serviceYAML(t testing.TB) string {
+	b, err := os.ReadFile("../wire/testdata/service.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
 
 func FuzzParseServices(f *testing.F) {
+	full := serviceYAML(f)
 	for _, seed := range []string{
-		fullServiceYAML,
-		fullServiceYAML + "---\nnamespace: prod\nname: api\nports: [{name: grpc, number: 9000}]\n---\n",
+		full,
+		full + "---\nnamespace: prod\nname: api\nports: [{name: grpc, number: 9000}]\n---\n",
 		`{"namespace": "prod", "name": "web", "ports": [{"name": "http", "number": 80}], "policy": {"lease_ttl": "5s"}}`,
 		"namespace: prod\nname: web\nports: [{name: http, number: 80}]\npolicy: {min_healthy_fraction: .nan}\n",
 		"namespace: prod\nname: web\nports: [{name: http, number: 80}]\npolicy: {shrink_cap: .inf}\n",
@@ -70,7 +50,7 @@ func FuzzParseServices(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, in string) {
-		svcs, err := ParseServices(strings.NewReader(in))
+		svcs, err := wire.ParseServices(strings.NewReader(in))
 		if err != nil {
 			if svcs != nil {
 				t.Fatalf("ParseServices returned %d services and an error %v", len(svcs), err)
@@ -86,7 +66,7 @@ func FuzzParseServices(f *testing.F) {
 			if err != nil {
 				t.Fatalf("service %d passes Validate but does not encode: %v\n%+v", i, err, s)
 			}
-			var back Service
+			var back wire.Service
 			if err := json.Unmarshal(b, &back); err != nil {
 				t.Fatalf("service %d does not decode from its own JSON %s: %v", i, b, err)
 			}
@@ -117,40 +97,49 @@ func FuzzParseServices(f *testing.F) {
 // dependencies, a ready instance with a report, a draining one, a
 // terminated one, a member and a few events. Entry indexes continue from
 // its index.
+// fullService is serviceYAML's definition with its defaults.
+func fullService(t testing.TB) wire.Service {
+	svcs, err := wire.ParseServices(strings.NewReader(serviceYAML(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svcs[0].WithDefaults()
+}
+
 func fuzzBase(t fataler) *fsmLog {
 	l := newLog(t)
 	l.must(applySvc(webService()))
 	a := l.must(registerCmd("a")).Instance.Incarnation
-	l.must(reportCmd("a", a, Report{Ready: true, Dependencies: map[string]DependencyState{"db": DepOK}}))
+	l.must(reportCmd("a", a, wire.Report{Ready: true, Dependencies: map[string]wire.DependencyState{"db": wire.DepOK}}))
 	b := l.must(registerCmd("b", "10.0.0.2")).Instance.Incarnation
 	l.must(mutateCmd(opDrain, "b", b))
 	c := l.must(registerCmd("c", "10.0.0.3")).Instance.Incarnation
 	l.must(mutateCmd(opDeregister, "c", c))
-	l.must(command{Op: opSetMember, Member: &Member{NodeID: "n1", RaftAddr: "h:1", HTTPAddr: "h:2"}})
+	l.must(command{Op: opSetMember, Member: &wire.Member{NodeID: "n1", RaftAddr: "h:1", HTTPAddr: "h:2"}})
 	return l
 }
 
 func FuzzFSMApply(f *testing.F) {
 	at := t0.Add(time.Hour)
-	key := func(id string) InstanceKey { return webKey(id) }
+	key := func(id string) wire.InstanceKey { return webKey(id) }
 	seeds := []command{
 		applySvc(webService()),
-		applySvc(validService(), Service{Namespace: "x"}),
+		applySvc(fullService(f), wire.Service{Namespace: "x"}),
 		registerCmd("a"),
 		registerCmd("d", "2001:db8::1"),
-		{Op: opRegister, Key: key("a"), Register: &Registration{ID: "a", Addresses: []string{"10.0.0.1"}, Ports: map[string]int{"http": 8080}, Lifecycle: Starting}},
+		{Op: opRegister, Key: key("a"), Register: &wire.Registration{ID: "a", Addresses: []string{"10.0.0.1"}, Ports: map[string]int{"http": 8080}, Lifecycle: wire.Starting}},
 		mutateCmd(opDrain, "a", 1),
 		mutateCmd(opDrain, "a", 2),
 		mutateCmd(opDeregister, "b", 2),
 		mutateCmd(opDeregister, "zz", 1),
-		reportCmd("a", 1, Report{Ready: false, Dependencies: map[string]DependencyState{"cache": DepFailed}}),
-		reportCmd("a", 1, Report{Ready: true, Dependencies: map[string]DependencyState{"queue": DepOK}}),
+		reportCmd("a", 1, wire.Report{Ready: false, Dependencies: map[string]wire.DependencyState{"cache": wire.DepFailed}}),
+		reportCmd("a", 1, wire.Report{Ready: true, Dependencies: map[string]wire.DependencyState{"queue": wire.DepOK}}),
 		{Op: opHousekeep, Leases: []leaseUpdate{{fence{key("a"), 1}, at}, {fence{key("b"), 1}, at}}},
 		{Op: opHousekeep, Terminate: []fence{{key("b"), 2}, {key("a"), 1}}},
 		{Op: opHousekeep, PruneBefore: at},
-		{Op: opSetMember, Member: &Member{NodeID: "n2", RaftAddr: "h:3"}},
-		{Op: opDelMember, Member: &Member{NodeID: "n1"}},
-		{Op: opAudit, Event: &Event{Kind: EventRefused, Namespace: "prod", Service: "web", Reason: "x"}},
+		{Op: opSetMember, Member: &wire.Member{NodeID: "n2", RaftAddr: "h:3"}},
+		{Op: opDelMember, Member: &wire.Member{NodeID: "n1"}},
+		{Op: opAudit, Event: &wire.Event{Kind: wire.EventRefused, Namespace: "prod", Service: "web", Reason: "x"}},
 		{Op: "bogus"},
 	}
 	for _, c := range seeds {

@@ -10,26 +10,27 @@ import (
 
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // sampleHealth is a committed verdict with every field set, for
 // incarnation inc.
-func sampleHealth(inc uint64, at time.Time) store.Health {
-	return store.Health{
+func sampleHealth(inc uint64, at time.Time) wire.Health {
+	return wire.Health{
 		Incarnation: inc, Verdict: "unhealthy", Eligible: false, HealthEligible: false, Flags: 1 << 4,
 		EligibleSince: at.Add(-time.Hour), FailingSince: at.Add(-time.Minute),
-		Failing: []store.FailingClass{
+		Failing: []wire.FailingClass{
 			{Class: "probe", Since: at.Add(-time.Minute), Hard: true, Why: "hard failure (connection refused)"},
 			{Class: "outcome", Since: at.Add(-30 * time.Second), Why: "3 consecutive failures"},
 		},
 		QuarantineLevel: 2, QuarantineUntil: at.Add(2 * time.Minute),
 		Reasons:  []string{"probe failing: hard failure (connection refused)", "lease expired (silence)"},
-		Evidence: &store.Evidence{Class: "probe", Observer: "n2", At: at.Add(-time.Minute)},
+		Evidence: &wire.Evidence{Class: "probe", Observer: "n2", At: at.Add(-time.Minute)},
 		At:       at,
 	}
 }
 
-func healthOf(t *testing.T, s *store.Store, id string) *store.Health {
+func healthOf(t *testing.T, s *store.Store, id string) *wire.Health {
 	t.Helper()
 	in, ok := s.Instance(key(id))
 	if !ok {
@@ -68,11 +69,11 @@ func TestCommitHealth(t *testing.T) {
 		{Key: key("zz"), Health: sampleHealth(1, now), Transition: &store.Transition{From: "x", To: "y", Reason: "unknown instance"}},
 	}
 	evs := []store.ServiceEvent{
-		{Kind: store.EventHealthDisregarded, Namespace: "prod", Service: "web", Detail: "1 of 4 ready instances healthy"},
-		{Kind: store.EventQuarantined, Namespace: "prod", Service: "web", Instance: "a", Incarnation: a.Incarnation, Detail: "quarantined for 1m0s (level 1)"},
-		{Kind: store.EventHealthRestored, Namespace: "prod", Service: "web", Detail: "4 of 4 ready instances healthy"},
-		{Kind: store.EventRegistered, Namespace: "prod", Service: "web", Detail: "not the evaluator's kind"},
-		{Kind: store.EventHealthDisregarded, Namespace: "prod", Service: "nope", Detail: "unknown service"},
+		{Kind: wire.EventHealthDisregarded, Namespace: "prod", Service: "web", Detail: "1 of 4 ready instances healthy"},
+		{Kind: wire.EventQuarantined, Namespace: "prod", Service: "web", Instance: "a", Incarnation: a.Incarnation, Detail: "quarantined for 1m0s (level 1)"},
+		{Kind: wire.EventHealthRestored, Namespace: "prod", Service: "web", Detail: "4 of 4 ready instances healthy"},
+		{Kind: wire.EventRegistered, Namespace: "prod", Service: "web", Detail: "not the evaluator's kind"},
+		{Kind: wire.EventHealthDisregarded, Namespace: "prod", Service: "nope", Detail: "unknown service"},
 	}
 	if err := n.CommitHealth(ctx, "evaluator@n1", ups, evs); err != nil {
 		t.Fatalf("CommitHealth: %v", err)
@@ -91,13 +92,13 @@ func TestCommitHealth(t *testing.T) {
 	}
 
 	got := n.Events("prod", "web", 0)[before:]
-	want := []store.Event{
-		{At: now, Kind: store.EventEligibility, Namespace: "prod", Service: "web", Instance: "a", Incarnation: a.Incarnation,
+	want := []wire.Event{
+		{At: now, Kind: wire.EventEligibility, Namespace: "prod", Service: "web", Instance: "a", Incarnation: a.Incarnation,
 			From: "eligible/unknown", To: "withdrawn/unhealthy", Reason: ha.Reasons[0], Evidence: ha.Evidence, Actor: "evaluator@n1"},
-		{At: now, Kind: store.EventHealthDisregarded, Namespace: "prod", Service: "web", Reason: "1 of 4 ready instances healthy", Actor: "evaluator@n1"},
-		{At: now, Kind: store.EventQuarantined, Namespace: "prod", Service: "web", Instance: "a", Incarnation: a.Incarnation,
+		{At: now, Kind: wire.EventHealthDisregarded, Namespace: "prod", Service: "web", Reason: "1 of 4 ready instances healthy", Actor: "evaluator@n1"},
+		{At: now, Kind: wire.EventQuarantined, Namespace: "prod", Service: "web", Instance: "a", Incarnation: a.Incarnation,
 			Reason: "quarantined for 1m0s (level 1)", Actor: "evaluator@n1"},
-		{At: now, Kind: store.EventHealthRestored, Namespace: "prod", Service: "web", Reason: "4 of 4 ready instances healthy", Actor: "evaluator@n1"},
+		{At: now, Kind: wire.EventHealthRestored, Namespace: "prod", Service: "web", Reason: "4 of 4 ready instances healthy", Actor: "evaluator@n1"},
 	}
 	for i := range got {
 		got[i].Seq = 0
@@ -117,7 +118,7 @@ func TestCommitHealth(t *testing.T) {
 
 	// The next verdict replaces the last.
 	clk.Advance(time.Second)
-	healed := store.Health{Incarnation: a.Incarnation, Verdict: "healthy", Eligible: true, HealthEligible: true, Flags: 1,
+	healed := wire.Health{Incarnation: a.Incarnation, Verdict: "healthy", Eligible: true, HealthEligible: true, Flags: 1,
 		EligibleSince: clk.Now(), At: clk.Now()}
 	if err := n.CommitHealth(ctx, "evaluator@n1", []store.HealthUpdate{{Key: key("a"), Health: healed}}, nil); err != nil {
 		t.Fatal(err)
@@ -167,11 +168,11 @@ func TestCommitHealthLimits(t *testing.T) {
 
 	many := make([]store.HealthUpdate, store.MaxHealthUpdates+1)
 	for i := range many {
-		many[i] = store.HealthUpdate{Key: key(fmt.Sprintf("i%d", i)), Health: store.Health{Incarnation: 1, Verdict: "healthy"}}
+		many[i] = store.HealthUpdate{Key: key(fmt.Sprintf("i%d", i)), Health: wire.Health{Incarnation: 1, Verdict: "healthy"}}
 	}
 	err := n.CommitHealth(ctx, "evaluator@n1", many, nil)
-	var fe *store.FieldError
-	if !errors.Is(err, store.ErrInvalid) || !errors.As(err, &fe) || fe.Field != "updates" ||
+	var fe *wire.FieldError
+	if !errors.Is(err, wire.ErrInvalid) || !errors.As(err, &fe) || fe.Field != "updates" ||
 		!strings.Contains(err.Error(), fmt.Sprint(store.MaxHealthUpdates)) || !strings.Contains(err.Error(), fmt.Sprint(len(many))) {
 		t.Fatalf("%d updates: error %v, want ErrInvalid on field updates naming the limit and the count", len(many), err)
 	}
@@ -193,7 +194,7 @@ func TestCommitHealthOnFollower(t *testing.T) {
 	leader := storetest.Leader(t, nodes)
 	mustApply(t, leader.Store, webService(time.Hour))
 	a := mustRegister(t, leader.Store, registration("a", "10.0.0.1"))
-	up := []store.HealthUpdate{{Key: key("a"), Health: store.Health{Incarnation: a.Incarnation, Verdict: "healthy", Eligible: true}}}
+	up := []store.HealthUpdate{{Key: key("a"), Health: wire.Health{Incarnation: a.Incarnation, Verdict: "healthy", Eligible: true}}}
 	for _, f := range followers(nodes, leader) {
 		storetest.WaitFor(t, wait, func() error {
 			if _, ok := f.Instance(key("a")); !ok {
@@ -230,12 +231,12 @@ func TestHealthSurvivesRestart(t *testing.T) {
 	mustApply(t, n.Store, webService(time.Hour))
 	a := mustRegister(t, n.Store, registration("a", "10.0.0.1"))
 	b := mustRegister(t, n.Store, registration("b", "10.0.0.2"))
-	commit := func(in store.Instance) {
+	commit := func(in wire.Instance) {
 		t.Helper()
 		clk.Advance(time.Second)
 		up := store.HealthUpdate{Key: in.Key(), Health: sampleHealth(in.Incarnation, clk.Now()),
 			Transition: &store.Transition{From: "eligible/unknown", To: "withdrawn/unhealthy", Reason: "probe failing"}}
-		ev := store.ServiceEvent{Kind: store.EventQuarantined, Namespace: "prod", Service: "web", Instance: in.ID,
+		ev := store.ServiceEvent{Kind: wire.EventQuarantined, Namespace: "prod", Service: "web", Instance: in.ID,
 			Incarnation: in.Incarnation, Detail: "quarantined"}
 		if err := n.CommitHealth(ctx, "evaluator@n1", []store.HealthUpdate{up}, []store.ServiceEvent{ev}); err != nil {
 			t.Fatal(err)

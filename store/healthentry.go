@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"time"
 	"unicode/utf8"
+
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // The evaluator's commits are the store's most frequent large entries: a
@@ -217,7 +219,7 @@ func decodeHealthEntry(data []byte) (command, error) {
 		c.ServiceEvents = make([]ServiceEvent, n)
 		for i := range c.ServiceEvents {
 			se := &c.ServiceEvents[i]
-			se.Kind = EventKind(d.str())
+			se.Kind = wire.EventKind(d.str())
 			se.Namespace = d.str()
 			se.Service = d.str()
 			se.Instance = d.str()
@@ -364,7 +366,7 @@ func (d *healthDecoder) update(u *HealthUpdate) {
 	h.EligibleSince = d.time()
 	h.FailingSince = d.time()
 	if n := d.count(minFailingBytes); n > 0 {
-		h.Failing = make([]FailingClass, n)
+		h.Failing = make([]wire.FailingClass, n)
 		for i := range h.Failing {
 			f := &h.Failing[i]
 			f.Class = d.str()
@@ -388,7 +390,7 @@ func (d *healthDecoder) update(u *HealthUpdate) {
 		}
 	}
 	if bits&hbEvidence != 0 {
-		h.Evidence = &Evidence{Class: d.str(), Observer: d.str(), At: d.time()}
+		h.Evidence = &wire.Evidence{Class: d.str(), Observer: d.str(), At: d.time()}
 	}
 	h.At = d.time()
 	if bits&hbTransition != 0 {

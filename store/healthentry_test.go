@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // sampleHealthCommands are evaluator commits with every field of the
@@ -14,22 +16,22 @@ import (
 // evidence, no transition, service events alone.
 func sampleHealthCommands(at time.Time) []command {
 	ns := time.Date(2025, 3, 1, 12, 0, 1, 123456789, time.UTC)
-	full := Health{
+	full := wire.Health{
 		Incarnation: 1, Verdict: "unhealthy", Eligible: false, HealthEligible: true, Flags: 0x15,
 		EligibleSince: ns, FailingSince: ns.Add(time.Second),
-		Failing: []FailingClass{
+		Failing: []wire.FailingClass{
 			{Class: "probe", Since: ns, Hard: true, Why: "connection refused"},
 			{Class: "report", Since: ns.Add(-time.Hour), Why: "not ready: é"},
 		},
 		QuarantineLevel: 3, QuarantineUntil: ns.Add(time.Minute),
 		Reasons:  []string{"probe failing", "report failing", "probe failing"},
-		Evidence: &Evidence{Class: "probe", Observer: "n1", At: ns},
+		Evidence: &wire.Evidence{Class: "probe", Observer: "n1", At: ns},
 		At:       at,
 	}
-	bare := Health{Incarnation: 2, Verdict: "healthy", Eligible: true, HealthEligible: true, At: at}
-	negative := Health{Incarnation: 1 << 40, Verdict: "unknown", QuarantineLevel: -1,
+	bare := wire.Health{Incarnation: 2, Verdict: "healthy", Eligible: true, HealthEligible: true, At: at}
+	negative := wire.Health{Incarnation: 1 << 40, Verdict: "unknown", QuarantineLevel: -1,
 		EligibleSince: time.Date(1969, 12, 31, 23, 59, 59, 999999999, time.UTC),
-		Failing:       []FailingClass{}, Reasons: []string{}, Evidence: &Evidence{}}
+		Failing:       []wire.FailingClass{}, Reasons: []string{}, Evidence: &wire.Evidence{}}
 	return []command{
 		{Op: opHealth, At: at, Actor: "evaluator@n1", Health: []HealthUpdate{
 			{Key: webKey("a"), Health: full, Transition: &Transition{From: "eligible", To: "ineligible", Reason: "probe failing"}},
@@ -37,12 +39,12 @@ func sampleHealthCommands(at time.Time) []command {
 			{Key: webKey("c"), Health: negative, Transition: &Transition{}},
 		}},
 		{Op: opHealth, At: at, Actor: "evaluator@n1", ServiceEvents: []ServiceEvent{
-			{Kind: EventHealthDisregarded, Namespace: "prod", Service: "web", Detail: "3 of 4 failing"},
-			{Kind: EventQuarantined, Namespace: "prod", Service: "web", Instance: "a", Incarnation: 1, Detail: "flapping"},
+			{Kind: wire.EventHealthDisregarded, Namespace: "prod", Service: "web", Detail: "3 of 4 failing"},
+			{Kind: wire.EventQuarantined, Namespace: "prod", Service: "web", Instance: "a", Incarnation: 1, Detail: "flapping"},
 		}},
 		{Op: opHealth, At: at, Actor: "evaluator@n1",
 			Health:        []HealthUpdate{{Key: webKey("a"), Health: bare}},
-			ServiceEvents: []ServiceEvent{{Kind: EventProbesSetAside, Detail: "zone a"}}},
+			ServiceEvents: []ServiceEvent{{Kind: wire.EventProbesSetAside, Detail: "zone a"}}},
 		{Op: opHealth, At: at},
 	}
 }
@@ -85,7 +87,7 @@ func TestHealthEntryReadsAsJSON(t *testing.T) {
 // TestHealthEntryFallsBackToJSON: what the binary form cannot carry goes
 // as JSON rather than failing the commit.
 func TestHealthEntryFallsBackToJSON(t *testing.T) {
-	for name, h := range map[string]Health{
+	for name, h := range map[string]wire.Health{
 		"invalid UTF-8": {Verdict: "bad\xff"},
 		"year 10000":    {At: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)},
 		"another field": {},
@@ -139,14 +141,14 @@ func TestHealthEntryRefusesDamage(t *testing.T) {
 // decodeHealthEntry (and to sampleHealthCommands), then here.
 func TestHealthEntryKnowsEveryField(t *testing.T) {
 	known := map[reflect.Type][]string{
-		reflect.TypeFor[HealthUpdate](): {"Key", "Health", "Transition"},
-		reflect.TypeFor[InstanceKey]():  {"Namespace", "Service", "ID"},
-		reflect.TypeFor[Health](): {"Incarnation", "Verdict", "Eligible", "HealthEligible", "Flags",
+		reflect.TypeFor[HealthUpdate]():     {"Key", "Health", "Transition"},
+		reflect.TypeFor[wire.InstanceKey](): {"Namespace", "Service", "ID"},
+		reflect.TypeFor[wire.Health](): {"Incarnation", "Verdict", "Eligible", "HealthEligible", "Flags",
 			"EligibleSince", "FailingSince", "Failing", "QuarantineLevel", "QuarantineUntil", "Reasons", "Evidence", "At"},
-		reflect.TypeFor[FailingClass](): {"Class", "Since", "Hard", "Why"},
-		reflect.TypeFor[Evidence]():     {"Class", "Observer", "At"},
-		reflect.TypeFor[Transition]():   {"From", "To", "Reason"},
-		reflect.TypeFor[ServiceEvent](): {"Kind", "Namespace", "Service", "Instance", "Incarnation", "Detail"},
+		reflect.TypeFor[wire.FailingClass](): {"Class", "Since", "Hard", "Why"},
+		reflect.TypeFor[wire.Evidence]():     {"Class", "Observer", "At"},
+		reflect.TypeFor[Transition]():        {"From", "To", "Reason"},
+		reflect.TypeFor[ServiceEvent]():      {"Kind", "Namespace", "Service", "Instance", "Incarnation", "Detail"},
 	}
 	for typ, want := range known {
 		var got []string
@@ -192,12 +194,12 @@ func BenchmarkHealthEntry(b *testing.B) {
 	at := t0.Add(time.Hour)
 	ups := make([]HealthUpdate, 200)
 	for i := range ups {
-		ups[i] = HealthUpdate{Key: InstanceKey{"prod", "svc-17", "i-" + string(rune('a'+i%26)) + "0123456789"},
-			Health: Health{Incarnation: uint64(i + 1), Verdict: "unhealthy", HealthEligible: false, Flags: 4,
+		ups[i] = HealthUpdate{Key: wire.InstanceKey{Namespace: "prod", Service: "svc-17", ID: "i-" + string(rune('a'+i%26)) + "0123456789"},
+			Health: wire.Health{Incarnation: uint64(i + 1), Verdict: "unhealthy", HealthEligible: false, Flags: 4,
 				EligibleSince: at.Add(-time.Hour), FailingSince: at,
-				Failing:  []FailingClass{{Class: "probe", Since: at, Why: "connection refused"}},
+				Failing:  []wire.FailingClass{{Class: "probe", Since: at, Why: "connection refused"}},
 				Reasons:  []string{"probe failing"},
-				Evidence: &Evidence{Class: "probe", Observer: "n1", At: at}, At: at},
+				Evidence: &wire.Evidence{Class: "probe", Observer: "n1", At: at}, At: at},
 			Transition: &Transition{From: "eligible", To: "ineligible", Reason: "probe failing"}}
 	}
 	c := command{Op: opHealth, At: at, Actor: "evaluator@n1", Health: ups}

@@ -1,6 +1,10 @@
 package store
 
-import "maps"
+import (
+	"maps"
+
+	"github.com/cairn-sd/cairn/wire"
+)
 
 // maxInterned bounds the strings an FSM interns: enough for every actor,
 // locality, verdict and reason a region uses, and a bound on what a
@@ -40,7 +44,7 @@ func (t *interner) str(s string) string {
 // Sharing a map is safe because a record's maps, slices and pointers are
 // never modified in place once stored (see listInstances): a change
 // replaces them.
-func (f *fsm) internInstance(in *Instance, svc *Service) {
+func (f *fsm) internInstance(in *wire.Instance, svc *wire.Service) {
 	if svc != nil {
 		in.Namespace, in.Service = svc.Namespace, svc.Name
 		last := f.ports[svc.Key()]
@@ -52,7 +56,7 @@ func (f *fsm) internInstance(in *Instance, svc *Service) {
 		}
 	}
 	in.Region, in.Zone = f.strs.str(in.Region), f.strs.str(in.Zone)
-	in.Lifecycle = Lifecycle(f.strs.str(string(in.Lifecycle)))
+	in.Lifecycle = wire.Lifecycle(f.strs.str(string(in.Lifecycle)))
 	in.Registrar = f.strs.str(in.Registrar)
 	if r := in.Report; r != nil {
 		r.Reporter = f.strs.str(r.Reporter)
@@ -63,7 +67,7 @@ func (f *fsm) internInstance(in *Instance, svc *Service) {
 // internHealth points a committed verdict's strings at shared copies: a
 // region's instances have a handful of verdicts, reasons and observers
 // between them. h must not be shared with any reader yet.
-func (f *fsm) internHealth(h *Health) {
+func (f *fsm) internHealth(h *wire.Health) {
 	if h == nil {
 		return
 	}
@@ -82,8 +86,8 @@ func (f *fsm) internHealth(h *Health) {
 
 // internEvent points an audit event's repeated strings at shared copies:
 // the ring holds 10,000 of them.
-func (f *fsm) internEvent(e *Event) {
-	e.Kind = EventKind(f.strs.str(string(e.Kind)))
+func (f *fsm) internEvent(e *wire.Event) {
+	e.Kind = wire.EventKind(f.strs.str(string(e.Kind)))
 	e.Namespace, e.Service = f.strs.str(e.Namespace), f.strs.str(e.Service)
 	e.From, e.To = f.strs.str(e.From), f.strs.str(e.To)
 	e.Reason, e.Actor = f.strs.str(e.Reason), f.strs.str(e.Actor)

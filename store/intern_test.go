@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"testing"
 	"unsafe"
+
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // sameString reports whether a and b are one copy, not just equal.
@@ -36,9 +38,9 @@ func TestRecordsShareWhatTheyRepeat(t *testing.T) {
 		t.Helper()
 		f.mu.RLock()
 		defer f.mu.RUnlock()
-		svc := f.services[ServiceKey{"prod", "web"}]
+		svc := f.services[wire.ServiceKey{Namespace: "prod", Name: "web"}]
 		a, b, c, d := f.instances[webKey("a")], f.instances[webKey("b")], f.instances[webKey("c")], f.instances[webKey("d")]
-		for _, in := range []*Instance{a, b, c, d} {
+		for _, in := range []*wire.Instance{a, b, c, d} {
 			if !sameString(in.Namespace, svc.Namespace) || !sameString(in.Service, svc.Name) {
 				t.Errorf("%s: %s does not share the service's names", where, in.ID)
 			}
@@ -90,7 +92,7 @@ func TestWriteStateIsJSON(t *testing.T) {
 	for i := range 5 {
 		l.must(registerCmd(fmt.Sprint("i", i), fmt.Sprint("10.0.0.", i+1)))
 	}
-	l.must(reportCmd("i1", 2, Report{Ready: true}))
+	l.must(reportCmd("i1", 2, wire.Report{Ready: true}))
 	for _, st := range []fsmState{l.f.state(), {}} {
 		var got bytes.Buffer
 		if err := writeState(&got, &st); err != nil {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/cairn-sd/cairn/wire"
 )
 
 const (
@@ -27,29 +29,29 @@ const (
 // the leader from memory and replicated in the next checkpoint batch; the
 // returned record carries the new deadline. Like Instances', its maps,
 // slices and pointers are the store's, and read-only.
-func (s *Store) Renew(ctx context.Context, key InstanceKey, inc uint64) (Instance, error) {
+func (s *Store) Renew(ctx context.Context, key wire.InstanceKey, inc uint64) (wire.Instance, error) {
 	if !s.LeaderReady() {
-		return Instance{}, s.notReady()
+		return wire.Instance{}, s.notReady()
 	}
 	s.fsm.mu.RLock()
 	cur, err := s.fsm.current(key, inc)
-	var in Instance
+	var in wire.Instance
 	if err == nil {
 		in = *cur // shares its maps and pointers, read-only (see listInstances)
 	}
 	s.fsm.mu.RUnlock()
 	if err != nil {
-		return Instance{}, err
+		return wire.Instance{}, err
 	}
-	if in.Lifecycle == Terminated {
-		return Instance{}, fmt.Errorf("instance %s is deregistered: %w", key, ErrFenced)
+	if in.Lifecycle == wire.Terminated {
+		return wire.Instance{}, fmt.Errorf("instance %s is deregistered: %w", key, ErrFenced)
 	}
 	now := s.now()
 	if hx := s.HardExpiry(in); !hx.IsZero() && !now.Before(hx) {
 		// The registration is over (SPEC §2), whether or not housekeeping
 		// has committed its end yet: the address may belong to another
 		// process by now.
-		return Instance{}, fmt.Errorf("instance %s: incarnation %d is past its hard expiry (%s); register it again: %w",
+		return wire.Instance{}, fmt.Errorf("instance %s: incarnation %d is past its hard expiry (%s); register it again: %w",
 			key, inc, hx.Format(time.RFC3339), ErrFenced)
 	}
 	d := now.Add(in.LeaseTTL.D())
@@ -60,19 +62,19 @@ func (s *Store) Renew(ctx context.Context, key InstanceKey, inc uint64) (Instanc
 		c := command{Op: opHousekeep, At: now, Actor: "node:" + s.cfg.NodeID,
 			Leases: []leaseUpdate{{fence: fence{key, inc}, Deadline: d}}}
 		if _, err := s.propose(ctx, c); err != nil {
-			return Instance{}, err
+			return wire.Instance{}, err
 		}
 		// Housekeeping may have judged the lease past its hard expiry at a
 		// later reading of the clock and committed its end first.
 		s.fsm.mu.RLock()
 		rec, ferr := s.fsm.current(key, inc)
-		ended := ferr == nil && rec.Lifecycle == Terminated
+		ended := ferr == nil && rec.Lifecycle == wire.Terminated
 		s.fsm.mu.RUnlock()
 		if ferr != nil {
-			return Instance{}, ferr
+			return wire.Instance{}, ferr
 		}
 		if ended {
-			return Instance{}, fmt.Errorf("instance %s: incarnation %d was terminated meanwhile (past its hard expiry, or deregistered); register it again: %w",
+			return wire.Instance{}, fmt.Errorf("instance %s: incarnation %d was terminated meanwhile (past its hard expiry, or deregistered); register it again: %w",
 				key, inc, ErrFenced)
 		}
 	}
@@ -116,7 +118,7 @@ func (s *Store) notReady() error {
 // earlier than GraceWindow before the takeover. A follower adds two
 // checkpoint intervals for renewals the leader holds but has not
 // replicated yet.
-func (s *Store) LeaseExpiry(in Instance) time.Time {
+func (s *Store) LeaseExpiry(in wire.Instance) time.Time {
 	in = s.overlay(in)
 	s.fsm.mu.RLock()
 	since := s.fsm.leaderSince
@@ -130,7 +132,7 @@ func (s *Store) LeaseExpiry(in Instance) time.Time {
 // the leader terminates it (with an audit event "expired"), whatever its
 // capability and whatever probes say. An instance without a lease TTL
 // never expires: HardExpiry returns the zero time.
-func (s *Store) HardExpiry(in Instance) time.Time {
+func (s *Store) HardExpiry(in wire.Instance) time.Time {
 	if in.LeaseTTL <= 0 {
 		return time.Time{}
 	}
@@ -139,7 +141,7 @@ func (s *Store) HardExpiry(in Instance) time.Time {
 
 // leaseExpiry is LeaseExpiry for in, already overlaid, with the leader's
 // takeover time since; it takes no lock of the FSM.
-func (s *Store) leaseExpiry(in Instance, since time.Time) time.Time {
+func (s *Store) leaseExpiry(in wire.Instance, since time.Time) time.Time {
 	exp := in.LeaseDeadline
 	if g := since.Add(in.LeaseTTL.D()); !since.IsZero() && g.After(exp) && exp.After(since.Add(-s.graceWindow())) {
 		exp = g
@@ -159,20 +161,20 @@ func (s *Store) graceWindow() time.Duration {
 }
 
 // overlay applies the leader's unreplicated renewal of in, if any.
-func (s *Store) overlay(in Instance) Instance {
+func (s *Store) overlay(in wire.Instance) wire.Instance {
 	if in.ID == "" {
 		return in
 	}
 	s.leaseMu.Lock()
 	l, ok := s.leases[in.Key()]
 	s.leaseMu.Unlock()
-	if ok && l.Incarnation == in.Incarnation && in.Lifecycle != Terminated && l.Deadline.After(in.LeaseDeadline) {
+	if ok && l.Incarnation == in.Incarnation && in.Lifecycle != wire.Terminated && l.Deadline.After(in.LeaseDeadline) {
 		in.LeaseDeadline = l.Deadline
 	}
 	return in
 }
 
-func (s *Store) forgetLease(key InstanceKey) {
+func (s *Store) forgetLease(key wire.InstanceKey) {
 	s.leaseMu.Lock()
 	delete(s.leases, key)
 	delete(s.dirty, key)
@@ -287,7 +289,7 @@ func (s *Store) recordSelf(ctx context.Context) error {
 	if self.HTTPAddr == s.cfg.HTTPAddr && self.RaftAddr == s.RaftAddr() && self.Region == s.cfg.Region && self.Zone == s.cfg.Zone {
 		return nil
 	}
-	m := Member{NodeID: s.cfg.NodeID, RaftAddr: s.RaftAddr(), HTTPAddr: s.cfg.HTTPAddr, Region: s.cfg.Region, Zone: s.cfg.Zone}
+	m := wire.Member{NodeID: s.cfg.NodeID, RaftAddr: s.RaftAddr(), HTTPAddr: s.cfg.HTTPAddr, Region: s.cfg.Region, Zone: s.cfg.Zone}
 	if _, err := s.propose(ctx, command{Op: opSetMember, Actor: "node:" + s.cfg.NodeID, Member: &m}); err != nil {
 		return fmt.Errorf("recording own address: %w", err)
 	}
@@ -335,7 +337,7 @@ func (s *Store) housekeepOnce(ctx context.Context) (bool, error) {
 		if in == nil {
 			continue // gone meanwhile
 		}
-		if in.Lifecycle == Draining {
+		if in.Lifecycle == wire.Draining {
 			svc := s.fsm.services[k.ServiceKey()]
 			if svc != nil && !now.Before(in.DrainingSince.Add(svc.Policy.DrainWindow.D())) {
 				if len(c.Terminate) == maxTerminationsPerEntry {
@@ -347,7 +349,7 @@ func (s *Store) housekeepOnce(ctx context.Context) (bool, error) {
 			}
 		}
 		switch {
-		case in.Lifecycle == Terminated:
+		case in.Lifecycle == wire.Terminated:
 			if in.TerminatedAt.Before(pruneBefore) {
 				c.PruneBefore = pruneBefore
 			}
@@ -413,11 +415,11 @@ func (s *Store) shrinkLeases() {
 	if s.leasesPeak < minLeasesShrunk || len(s.leases) > s.leasesPeak/4 {
 		return
 	}
-	leases := make(map[InstanceKey]leaseUpdate, len(s.leases))
+	leases := make(map[wire.InstanceKey]leaseUpdate, len(s.leases))
 	for k, l := range s.leases {
 		leases[k] = l
 	}
-	dirty := make(map[InstanceKey]bool, len(s.dirty))
+	dirty := make(map[wire.InstanceKey]bool, len(s.dirty))
 	for k, d := range s.dirty {
 		dirty[k] = d
 	}

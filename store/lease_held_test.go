@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-sd/cairn/wire"
 	"github.com/hashicorp/raft"
 )
 
@@ -42,7 +43,7 @@ func TestLeaderForgetsReplicatedRenewals(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	svc := webService()
-	if _, err := s.ApplyServices(ctx, "test", []Service{svc}); err != nil {
+	if _, err := s.ApplyServices(ctx, "test", []wire.Service{svc}); err != nil {
 		t.Fatal(err)
 	}
 	held := func() int {
@@ -50,9 +51,9 @@ func TestLeaderForgetsReplicatedRenewals(t *testing.T) {
 		defer s.leaseMu.Unlock()
 		return len(s.leases)
 	}
-	var renewed []Instance
+	var renewed []wire.Instance
 	for _, id := range []string{"a", "b"} {
-		in, _, err := s.Register(ctx, "test", Registration{Namespace: "prod", Service: "web", ID: id,
+		in, _, err := s.Register(ctx, "test", wire.Registration{Namespace: "prod", Service: "web", ID: id,
 			Addresses: []string{"10.0.0.1"}, Ports: map[string]int{"http": 8080}})
 		if err != nil {
 			t.Fatal(err)
@@ -89,7 +90,7 @@ func TestLeaderForgetsReplicatedRenewals(t *testing.T) {
 // of their peak, the maps are made anew at their current size, with the
 // same contents.
 func TestHeldRenewalMapsShrink(t *testing.T) {
-	s := &Store{leases: map[InstanceKey]leaseUpdate{}, dirty: map[InstanceKey]bool{}}
+	s := &Store{leases: map[wire.InstanceKey]leaseUpdate{}, dirty: map[wire.InstanceKey]bool{}}
 	for i := range 4 * minLeasesShrunk {
 		k := webKey(fmt.Sprint("i", i))
 		s.leases[k] = leaseUpdate{fence: fence{k, 1}}

@@ -3,13 +3,17 @@ package store
 import (
 	"strings"
 	"testing"
+
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // TestCompareKeys: keys order as their strings do, "-" before "/"
 // included, without making the strings.
 func TestCompareKeys(t *testing.T) {
-	keys := []InstanceKey{{"a", "b", "c"}, {"a-b", "c", "d"}, {"a", "b-c", "a"}, {"a", "b", "c-1"}, {"a", "b", ""},
-		{"", "", ""}, {"ab", "", "x"}, {"a", "bc", "d"}, {"a", "b", "c"}}
+	k := func(ns, svc, id string) wire.InstanceKey {
+		return wire.InstanceKey{Namespace: ns, Service: svc, ID: id}
+	}
+	keys := []wire.InstanceKey{k("a", "b", "c"), k("a-b", "c", "d"), k("a", "b-c", "a"), k("a", "b", "c-1"), k("a", "b", ""), k("", "", ""), k("ab", "", "x"), k("a", "bc", "d"), k("a", "b", "c")}
 	for _, a := range keys {
 		for _, b := range keys {
 			if got, want := compareKeys(a, b), strings.Compare(a.String(), b.String()); got != want {

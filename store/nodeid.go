@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // NodeIDFile is the file in the data dir that keeps a node's generated id.
@@ -22,7 +24,7 @@ func LoadOrCreateNodeID(dir string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err == nil {
 		id := strings.TrimSpace(string(b))
-		if err := CheckLabel("node_id", id); err != nil {
+		if err := wire.CheckLabel("node_id", id); err != nil {
 			return "", fmt.Errorf("store: %s: %w", path, err)
 		}
 		return id, nil

@@ -34,6 +34,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/cairn-sd/cairn/pace"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // logCacheEntries is how many of the newest raft log entries the leader
@@ -61,12 +62,12 @@ type Store struct {
 	// hkMu serialises housekeepOnce (Run's ticks, Handoff); the keys
 	// buffer and the pacer are its.
 	hkMu    sync.Mutex
-	hkKeys  []InstanceKey
+	hkKeys  []wire.InstanceKey
 	hkPacer *pace.Pacer
 
 	leaseMu sync.Mutex
-	leases  map[InstanceKey]leaseUpdate // renewals held by the leader, until replicated
-	dirty   map[InstanceKey]bool        // renewals not yet replicated
+	leases  map[wire.InstanceKey]leaseUpdate // renewals held by the leader, until replicated
+	dirty   map[wire.InstanceKey]bool        // renewals not yet replicated
 	// leasesPeak is the most renewals leases has held since it was last
 	// made (see shrinkLeases).
 	leasesPeak int
@@ -137,7 +138,7 @@ func Open(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{cfg: cfg, log: cfg.Logger.With("component", "store"), fsm: newFSM(),
-		leases: map[InstanceKey]leaseUpdate{}, dirty: map[InstanceKey]bool{}}
+		leases: map[wire.InstanceKey]leaseUpdate{}, dirty: map[wire.InstanceKey]bool{}}
 	s.hkPacer = pace.New(pace.DefaultSlice, pace.DefaultPause, cfg.Now)
 	s.metrics = newMetrics(cfg.Registerer, s)
 	s.fsm.onRegister = s.metrics.registrations.Inc
@@ -417,11 +418,11 @@ func (s *Store) notLeader() error {
 
 // ApplyServices validates and stores service definitions, all or none,
 // and returns the revision they were committed at.
-func (s *Store) ApplyServices(ctx context.Context, actor string, svcs []Service) (uint64, error) {
+func (s *Store) ApplyServices(ctx context.Context, actor string, svcs []wire.Service) (uint64, error) {
 	if len(svcs) == 0 {
 		return 0, invalid("services", "at least one service definition is required")
 	}
-	seen := map[ServiceKey]bool{}
+	seen := map[wire.ServiceKey]bool{}
 	for i := range svcs {
 		svcs[i] = svcs[i].WithDefaults()
 		svcs[i].Revision = 0
@@ -442,32 +443,32 @@ func (s *Store) ApplyServices(ctx context.Context, actor string, svcs []Service)
 // registration returns the committed one. A registration that would
 // replace a record it does not name (see Registration.Replaces) is
 // refused with ErrFenced and changes nothing.
-func (s *Store) Register(ctx context.Context, actor string, reg Registration) (Instance, bool, error) {
+func (s *Store) Register(ctx context.Context, actor string, reg wire.Registration) (wire.Instance, bool, error) {
 	// A ready leader refuses bad input without a log entry; before it has
 	// caught up, its replica may lack the service, and the FSM decides.
 	if s.LeaderReady() {
 		svc, ok := s.Service(reg.Namespace, reg.Service)
 		if !ok {
-			return Instance{}, false, fmt.Errorf("service %s/%s is not defined; apply its definition first: %w", reg.Namespace, reg.Service, ErrNotFound)
+			return wire.Instance{}, false, fmt.Errorf("service %s/%s is not defined; apply its definition first: %w", reg.Namespace, reg.Service, ErrNotFound)
 		}
 		// Check a copy: the log carries the request as sent, so that the
 		// FSM knows which fields took their defaults.
 		check := reg
 		check.Addresses = slices.Clone(reg.Addresses)
 		check.Ports = maps.Clone(reg.Ports)
-		if err := check.normalize(svc); err != nil {
-			return Instance{}, false, err
+		if err := check.Normalize(svc); err != nil {
+			return wire.Instance{}, false, err
 		}
 		s.fsm.mu.RLock()
 		err := fenceRegistration(s.fsm.instances[reg.Key()], check, reg.LeaseTTL == 0)
 		s.fsm.mu.RUnlock()
 		if err != nil {
-			return Instance{}, false, err
+			return wire.Instance{}, false, err
 		}
 	}
 	r, err := s.propose(ctx, command{Op: opRegister, Actor: actor, Key: reg.Key(), Register: &reg})
 	if err != nil {
-		return Instance{}, false, err
+		return wire.Instance{}, false, err
 	}
 	s.forgetLease(r.Instance.Key())
 	return r.Instance, r.Created, nil
@@ -477,7 +478,7 @@ func (s *Store) Register(ctx context.Context, actor string, reg Registration) (I
 // refuse: so that a stale incarnation costs no log entry and leaves the
 // revision alone. The FSM checks again when the entry applies; before this
 // leader has caught up (LeaderReady) the FSM alone decides.
-func (s *Store) precheck(op opcode, key InstanceKey, inc uint64, rep *Report) error {
+func (s *Store) precheck(op opcode, key wire.InstanceKey, inc uint64, rep *wire.Report) error {
 	if !s.LeaderReady() {
 		return nil
 	}
@@ -487,20 +488,20 @@ func (s *Store) precheck(op opcode, key InstanceKey, inc uint64, rep *Report) er
 	if err != nil {
 		return err
 	}
-	if op != opDeregister && in.Lifecycle == Terminated {
+	if op != opDeregister && in.Lifecycle == wire.Terminated {
 		return fmt.Errorf("instance %s is deregistered: %w", key, ErrFenced)
 	}
 	if rep != nil {
-		return rep.validate(*s.fsm.services[key.ServiceKey()])
+		return rep.Validate(*s.fsm.services[key.ServiceKey()])
 	}
 	return nil
 }
 
 // Drain marks an instance draining; it is terminated after the service's
 // drain window.
-func (s *Store) Drain(ctx context.Context, actor string, key InstanceKey, inc uint64) (Instance, error) {
+func (s *Store) Drain(ctx context.Context, actor string, key wire.InstanceKey, inc uint64) (wire.Instance, error) {
 	if err := s.precheck(opDrain, key, inc, nil); err != nil {
-		return Instance{}, err
+		return wire.Instance{}, err
 	}
 	r, err := s.propose(ctx, command{Op: opDrain, Actor: actor, Key: key, Incarnation: inc})
 	return s.overlay(r.Instance), err
@@ -508,9 +509,9 @@ func (s *Store) Drain(ctx context.Context, actor string, key InstanceKey, inc ui
 
 // Deregister terminates an instance. The record stays as a tombstone for
 // TombstoneTTL so that its incarnation stays fenced.
-func (s *Store) Deregister(ctx context.Context, actor string, key InstanceKey, inc uint64) (Instance, error) {
+func (s *Store) Deregister(ctx context.Context, actor string, key wire.InstanceKey, inc uint64) (wire.Instance, error) {
 	if err := s.precheck(opDeregister, key, inc, nil); err != nil {
-		return Instance{}, err
+		return wire.Instance{}, err
 	}
 	r, err := s.propose(ctx, command{Op: opDeregister, Actor: actor, Key: key, Incarnation: inc})
 	if err == nil {
@@ -520,16 +521,16 @@ func (s *Store) Deregister(ctx context.Context, actor string, key InstanceKey, i
 }
 
 // Report stores an instance's self-report.
-func (s *Store) Report(ctx context.Context, actor string, key InstanceKey, inc uint64, rep Report) (Instance, error) {
+func (s *Store) Report(ctx context.Context, actor string, key wire.InstanceKey, inc uint64, rep wire.Report) (wire.Instance, error) {
 	if err := s.precheck(opReport, key, inc, &rep); err != nil {
-		return Instance{}, err
+		return wire.Instance{}, err
 	}
 	r, err := s.propose(ctx, command{Op: opReport, Actor: actor, Key: key, Incarnation: inc, Report: &rep})
 	return s.overlay(r.Instance), err
 }
 
 // Audit appends an event to the replicated audit trail (refusals, say).
-func (s *Store) Audit(ctx context.Context, e Event) error {
+func (s *Store) Audit(ctx context.Context, e wire.Event) error {
 	if e.At.IsZero() {
 		e.At = s.now()
 	}
@@ -538,9 +539,9 @@ func (s *Store) Audit(ctx context.Context, e Event) error {
 }
 
 // Services returns every service definition, sorted by key.
-func (s *Store) Services() []Service {
+func (s *Store) Services() []wire.Service {
 	s.fsm.mu.RLock()
-	out := make([]Service, 0, len(s.fsm.services))
+	out := make([]wire.Service, 0, len(s.fsm.services))
 	for _, svc := range s.fsm.services {
 		out = append(out, *svc)
 	}
@@ -550,12 +551,12 @@ func (s *Store) Services() []Service {
 }
 
 // Service returns one service definition.
-func (s *Store) Service(ns, name string) (Service, bool) {
+func (s *Store) Service(ns, name string) (wire.Service, bool) {
 	s.fsm.mu.RLock()
 	defer s.fsm.mu.RUnlock()
-	svc, ok := s.fsm.services[ServiceKey{ns, name}]
+	svc, ok := s.fsm.services[wire.ServiceKey{Namespace: ns, Name: name}]
 	if !ok {
-		return Service{}, false
+		return wire.Service{}, false
 	}
 	return *svc, true
 }
@@ -566,9 +567,9 @@ func (s *Store) Service(ns, name string) (Service, bool) {
 // RetiredRegistrationIDs, Report and Health with the store's records,
 // which the store never modifies in place: callers must not modify them
 // either.
-func (s *Store) Instances(ns, svc string) []Instance {
+func (s *Store) Instances(ns, svc string) []wire.Instance {
 	s.fsm.mu.RLock()
-	out := listInstances(s.fsm.instances, func(in *Instance) bool {
+	out := listInstances(s.fsm.instances, func(in *wire.Instance) bool {
 		return in.Namespace == ns && in.Service == svc
 	})
 	s.fsm.mu.RUnlock()
@@ -582,7 +583,7 @@ func (s *Store) Instances(ns, svc string) []Instance {
 // AllInstances returns every instance of every service, terminated ones
 // included, sorted by key. Like Instances', their slices, maps and
 // pointers are the store's, and read-only.
-func (s *Store) AllInstances() []Instance {
+func (s *Store) AllInstances() []wire.Instance {
 	s.fsm.mu.RLock()
 	out := listInstances(s.fsm.instances, nil)
 	s.fsm.mu.RUnlock()
@@ -598,7 +599,7 @@ func (s *Store) AllInstances() []Instance {
 // which are read-only as those of AllInstances' copies are. It spares a
 // caller that needs a few fields of every instance AllInstances' copy of
 // every record.
-func (s *Store) EachInstance(fn func(*Instance)) {
+func (s *Store) EachInstance(fn func(*wire.Instance)) {
 	s.fsm.mu.RLock()
 	defer s.fsm.mu.RUnlock()
 	for _, in := range s.fsm.instances {
@@ -607,12 +608,12 @@ func (s *Store) EachInstance(fn func(*Instance)) {
 }
 
 // Instance returns one instance.
-func (s *Store) Instance(key InstanceKey) (Instance, bool) {
+func (s *Store) Instance(key wire.InstanceKey) (wire.Instance, bool) {
 	s.fsm.mu.RLock()
 	in := s.fsm.instances[key]
-	var out Instance
+	var out wire.Instance
 	if in != nil {
-		out = in.clone()
+		out = cloneInstance(*in)
 	}
 	s.fsm.mu.RUnlock()
 	return s.overlay(out), in != nil
@@ -620,15 +621,15 @@ func (s *Store) Instance(key InstanceKey) (Instance, bool) {
 
 // Events returns up to limit audit events of one service, newest last. An
 // empty ns returns every service's.
-func (s *Store) Events(ns, svc string, limit int) []Event {
+func (s *Store) Events(ns, svc string, limit int) []wire.Event {
 	s.fsm.mu.RLock()
 	defer s.fsm.mu.RUnlock()
 	// Walk both rings from the newest, merging by sequence number.
-	var out []Event
+	var out []wire.Event
 	ev, rf := &s.fsm.events, &s.fsm.refusals
 	i, j := ev.len()-1, rf.len()-1
 	for (i >= 0 || j >= 0) && (limit <= 0 || len(out) < limit) {
-		var e Event
+		var e wire.Event
 		if j < 0 || i >= 0 && ev.at(i).Seq > rf.at(j).Seq {
 			e, i = ev.at(i), i-1
 		} else {
@@ -644,7 +645,7 @@ func (s *Store) Events(ns, svc string, limit int) []Event {
 
 // Members returns the servers of the raft configuration with the
 // addresses recorded for them.
-func (s *Store) Members() ([]Member, error) {
+func (s *Store) Members() ([]wire.Member, error) {
 	f := s.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return nil, fmt.Errorf("store: reading raft configuration: %w", err)
@@ -652,7 +653,7 @@ func (s *Store) Members() ([]Member, error) {
 	_, lid := s.raft.LeaderWithID()
 	s.fsm.mu.RLock()
 	defer s.fsm.mu.RUnlock()
-	var out []Member
+	var out []wire.Member
 	for _, srv := range f.Configuration().Servers {
 		m := s.fsm.members[string(srv.ID)]
 		m.NodeID = string(srv.ID)
@@ -666,8 +667,8 @@ func (s *Store) Members() ([]Member, error) {
 
 // Join adds m as a voter (or updates its address) and records its HTTP
 // address. Only the leader can.
-func (s *Store) Join(ctx context.Context, actor string, m Member) error {
-	if err := CheckLabel("node_id", m.NodeID); err != nil {
+func (s *Store) Join(ctx context.Context, actor string, m wire.Member) error {
+	if err := wire.CheckLabel("node_id", m.NodeID); err != nil {
 		return err
 	}
 	if _, _, err := net.SplitHostPort(m.RaftAddr); err != nil {
@@ -704,7 +705,7 @@ func (s *Store) Leave(ctx context.Context, actor, nodeID string) error {
 		return nil
 	}
 	del := func() error {
-		_, err := s.propose(ctx, command{Op: opDelMember, Actor: actor, Member: &Member{NodeID: nodeID}})
+		_, err := s.propose(ctx, command{Op: opDelMember, Actor: actor, Member: &wire.Member{NodeID: nodeID}})
 		return err
 	}
 	// A leader that removes itself can commit nothing afterwards, so it

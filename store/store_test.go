@@ -17,6 +17,7 @@ import (
 
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // TestMain checks that no test leaves a goroutine behind: every store is
@@ -26,25 +27,25 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const wait = 10 * time.Second
 
-func webService(drainWindow time.Duration) store.Service {
-	return store.Service{
+func webService(drainWindow time.Duration) wire.Service {
+	return wire.Service{
 		Namespace: "prod", Name: "web",
-		Ports:      []store.Port{{Name: "http", Number: 8080}},
-		Capability: store.Capability{Readiness: "self", Dependencies: []store.Dependency{{Name: "db"}}},
-		Policy:     store.Policy{DrainWindow: store.Duration(drainWindow), LeaseTTL: store.Duration(30 * time.Second)},
+		Ports:      []wire.Port{{Name: "http", Number: 8080}},
+		Capability: wire.Capability{Readiness: "self", Dependencies: []wire.Dependency{{Name: "db"}}},
+		Policy:     wire.Policy{DrainWindow: wire.Duration(drainWindow), LeaseTTL: wire.Duration(30 * time.Second)},
 	}
 }
 
-func registration(id, addr string) store.Registration {
-	return store.Registration{Namespace: "prod", Service: "web", ID: id,
+func registration(id, addr string) wire.Registration {
+	return wire.Registration{Namespace: "prod", Service: "web", ID: id,
 		Addresses: []string{addr}, Ports: map[string]int{"http": 8080}}
 }
 
-func key(id string) store.InstanceKey {
-	return store.InstanceKey{Namespace: "prod", Service: "web", ID: id}
+func key(id string) wire.InstanceKey {
+	return wire.InstanceKey{Namespace: "prod", Service: "web", ID: id}
 }
 
-func mustApply(t *testing.T, s *store.Store, svcs ...store.Service) uint64 {
+func mustApply(t *testing.T, s *store.Store, svcs ...wire.Service) uint64 {
 	t.Helper()
 	rev, err := s.ApplyServices(t.Context(), "admin", svcs)
 	if err != nil {
@@ -53,7 +54,7 @@ func mustApply(t *testing.T, s *store.Store, svcs ...store.Service) uint64 {
 	return rev
 }
 
-func mustRegister(t *testing.T, s *store.Store, r store.Registration) store.Instance {
+func mustRegister(t *testing.T, s *store.Store, r wire.Registration) wire.Instance {
 	t.Helper()
 	in, _, err := s.Register(t.Context(), "registrar", r)
 	if err != nil {
@@ -62,8 +63,8 @@ func mustRegister(t *testing.T, s *store.Store, r store.Registration) store.Inst
 	return in
 }
 
-func kinds(events []store.Event) []store.EventKind {
-	var out []store.EventKind
+func kinds(events []wire.Event) []wire.EventKind {
+	var out []wire.EventKind
 	for _, e := range events {
 		out = append(out, e.Kind)
 	}
@@ -76,7 +77,7 @@ func TestSingleNodeLifecycle(t *testing.T) {
 
 	rev := mustApply(t, n.Store, webService(time.Minute))
 	svc, ok := n.Service("prod", "web")
-	if !ok || svc.Revision != rev || svc.Policy.DNSTTL.D() != store.DefaultDNSTTL || svc.Ports[0].Protocol != "tcp" {
+	if !ok || svc.Revision != rev || svc.Policy.DNSTTL.D() != wire.DefaultDNSTTL || svc.Ports[0].Protocol != "tcp" {
 		t.Fatalf("stored service %+v (found %t), want revision %d with defaults filled", svc, ok, rev)
 	}
 	if again := mustApply(t, n.Store, webService(time.Minute)); n.Services()[0].Revision != rev {
@@ -84,7 +85,7 @@ func TestSingleNodeLifecycle(t *testing.T) {
 	}
 
 	in, created, err := n.Register(ctx, "registrar", registration("a", "10.0.0.1"))
-	if err != nil || !created || in.Incarnation == 0 || in.Lifecycle != store.Ready || in.Registrar != "registrar" {
+	if err != nil || !created || in.Incarnation == 0 || in.Lifecycle != wire.Ready || in.Registrar != "registrar" {
 		t.Fatalf("Register: %+v created=%t err=%v", in, created, err)
 	}
 	retry, created, err := n.Register(ctx, "registrar", registration("a", "10.0.0.1"))
@@ -100,7 +101,7 @@ func TestSingleNodeLifecycle(t *testing.T) {
 		t.Errorf("Instance shows deadline %v after renewal to %v", got.LeaseDeadline, renewed.LeaseDeadline)
 	}
 
-	rep, err := n.Report(ctx, "instance:a", key("a"), in.Incarnation, store.Report{Ready: true, Dependencies: map[string]store.DependencyState{"db": store.DepOK}})
+	rep, err := n.Report(ctx, "instance:a", key("a"), in.Incarnation, wire.Report{Ready: true, Dependencies: map[string]wire.DependencyState{"db": wire.DepOK}})
 	if err != nil || rep.Report == nil || !rep.Report.Ready || rep.Report.Reporter != "instance:a" {
 		t.Fatalf("Report: %+v err %v", rep.Report, err)
 	}
@@ -114,16 +115,16 @@ func TestSingleNodeLifecycle(t *testing.T) {
 		err  error
 		want error
 	}{
-		{"undeclared dependency", errOf(n.Report(ctx, "x", key("a"), in.Incarnation, store.Report{Dependencies: map[string]store.DependencyState{"queue": store.DepOK}})), store.ErrInvalid},
+		{"undeclared dependency", errOf(n.Report(ctx, "x", key("a"), in.Incarnation, wire.Report{Dependencies: map[string]wire.DependencyState{"queue": wire.DepOK}})), wire.ErrInvalid},
 		{"stale drain", errOf(n.Drain(ctx, "x", key("a"), in.Incarnation-1)), store.ErrFenced},
 		{"future deregister", errOf(n.Deregister(ctx, "x", key("a"), in.Incarnation+1)), store.ErrFenced},
 		{"stale renew", errOf(n.Renew(ctx, key("a"), in.Incarnation+1)), store.ErrFenced},
 		{"unknown instance", errOf(n.Drain(ctx, "x", key("zz"), 1)), store.ErrNotFound},
-		{"unknown service", errOf3(n.Register(ctx, "x", store.Registration{Namespace: "prod", Service: "nope", ID: "a"})), store.ErrNotFound},
-		{"bad registration", errOf3(n.Register(ctx, "x", registration("a", "not-an-ip"))), store.ErrInvalid},
-		{"no services", errOf(n.ApplyServices(ctx, "x", nil)), store.ErrInvalid},
-		{"twice in one apply", errOf(n.ApplyServices(ctx, "x", []store.Service{webService(0), webService(0)})), store.ErrInvalid},
-		{"invalid service", errOf(n.ApplyServices(ctx, "x", []store.Service{{Namespace: "prod", Name: "Web"}})), store.ErrInvalid},
+		{"unknown service", errOf3(n.Register(ctx, "x", wire.Registration{Namespace: "prod", Service: "nope", ID: "a"})), store.ErrNotFound},
+		{"bad registration", errOf3(n.Register(ctx, "x", registration("a", "not-an-ip"))), wire.ErrInvalid},
+		{"no services", errOf(n.ApplyServices(ctx, "x", nil)), wire.ErrInvalid},
+		{"twice in one apply", errOf(n.ApplyServices(ctx, "x", []wire.Service{webService(0), webService(0)})), wire.ErrInvalid},
+		{"invalid service", errOf(n.ApplyServices(ctx, "x", []wire.Service{{Namespace: "prod", Name: "Web"}})), wire.ErrInvalid},
 	}
 	for _, r := range refusals {
 		if !errors.Is(r.err, r.want) {
@@ -132,11 +133,11 @@ func TestSingleNodeLifecycle(t *testing.T) {
 	}
 
 	drained, err := n.Drain(ctx, "admin", key("a"), in.Incarnation)
-	if err != nil || drained.Lifecycle != store.Draining || drained.DrainingSince.IsZero() {
+	if err != nil || drained.Lifecycle != wire.Draining || drained.DrainingSince.IsZero() {
 		t.Fatalf("Drain: %+v err %v", drained, err)
 	}
 	gone, err := n.Deregister(ctx, "admin", key("a"), in.Incarnation)
-	if err != nil || gone.Lifecycle != store.Terminated {
+	if err != nil || gone.Lifecycle != wire.Terminated {
 		t.Fatalf("Deregister: %+v err %v", gone, err)
 	}
 	if _, err := n.Renew(ctx, key("a"), in.Incarnation); !errors.Is(err, store.ErrFenced) {
@@ -146,12 +147,12 @@ func TestSingleNodeLifecycle(t *testing.T) {
 	if back.Incarnation <= in.Incarnation {
 		t.Errorf("re-registration got incarnation %d, want > %d", back.Incarnation, in.Incarnation)
 	}
-	if err := n.Audit(ctx, store.Event{Kind: store.EventRefused, Namespace: "prod", Service: "web", Actor: "api", Reason: "test"}); err != nil {
+	if err := n.Audit(ctx, wire.Event{Kind: wire.EventRefused, Namespace: "prod", Service: "web", Actor: "api", Reason: "test"}); err != nil {
 		t.Fatalf("Audit: %v", err)
 	}
 
-	want := []store.EventKind{store.EventApplied, store.EventRegistered, store.EventReported,
-		store.EventDrained, store.EventDeregistered, store.EventRegistered, store.EventRefused}
+	want := []wire.EventKind{wire.EventApplied, wire.EventRegistered, wire.EventReported,
+		wire.EventDrained, wire.EventDeregistered, wire.EventRegistered, wire.EventRefused}
 	if got := kinds(n.Events("prod", "web", 0)); !reflect.DeepEqual(got, want) {
 		t.Errorf("events %v, want %v", got, want)
 	}
@@ -167,7 +168,7 @@ func TestSingleNodeLifecycle(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		want := []store.Member{{NodeID: "n1", RaftAddr: "n1", HTTPAddr: "127.0.0.1:7000", Leader: true, Voter: true}}
+		want := []wire.Member{{NodeID: "n1", RaftAddr: "n1", HTTPAddr: "127.0.0.1:7000", Leader: true, Voter: true}}
 		if !reflect.DeepEqual(ms, want) {
 			return fmt.Errorf("members %+v, want %+v", ms, want)
 		}
@@ -186,7 +187,7 @@ func TestSingleNodeLifecycle(t *testing.T) {
 	if err := n.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	if _, err := n.ApplyServices(ctx, "x", []store.Service{webService(0)}); err == nil {
+	if _, err := n.ApplyServices(ctx, "x", []wire.Service{webService(0)}); err == nil {
 		t.Errorf("write after Close succeeded")
 	}
 }
@@ -231,14 +232,14 @@ func TestClusterFollowerWritesReturnNotLeader(t *testing.T) {
 			return nil
 		})
 		writes := map[string]error{
-			"apply":      errOf(f.ApplyServices(ctx, "x", []store.Service{webService(time.Minute)})),
+			"apply":      errOf(f.ApplyServices(ctx, "x", []wire.Service{webService(time.Minute)})),
 			"register":   errOf3(f.Register(ctx, "x", registration("b", "10.0.0.2"))),
 			"renew":      errOf(f.Renew(ctx, key("a"), in.Incarnation)),
 			"drain":      errOf(f.Drain(ctx, "x", key("a"), in.Incarnation)),
 			"deregister": errOf(f.Deregister(ctx, "x", key("a"), in.Incarnation)),
-			"report":     errOf(f.Report(ctx, "x", key("a"), in.Incarnation, store.Report{Ready: true})),
-			"audit":      f.Audit(ctx, store.Event{Kind: store.EventRefused}),
-			"join":       f.Join(ctx, "x", store.Member{NodeID: "n9", RaftAddr: "h:1", HTTPAddr: "h:2"}),
+			"report":     errOf(f.Report(ctx, "x", key("a"), in.Incarnation, wire.Report{Ready: true})),
+			"audit":      f.Audit(ctx, wire.Event{Kind: wire.EventRefused}),
+			"join":       f.Join(ctx, "x", wire.Member{NodeID: "n9", RaftAddr: "h:1", HTTPAddr: "h:2"}),
 			"leave":      f.Leave(ctx, "x", "n3"),
 		}
 		for op, err := range writes {
@@ -253,7 +254,7 @@ func TestClusterFollowerWritesReturnNotLeader(t *testing.T) {
 			t.Errorf("follower %s claims to lead", f.NodeID())
 		}
 	}
-	if got, _ := leader.Instance(key("a")); got.Lifecycle != store.Ready {
+	if got, _ := leader.Instance(key("a")); got.Lifecycle != wire.Ready {
 		t.Errorf("refused follower writes changed instance a: %+v", got)
 	}
 }
@@ -271,7 +272,7 @@ func TestClusterLeaderStopKeepsWritesAndLeases(t *testing.T) {
 	if _, err := old.Drain(ctx, "admin", key("b"), b.Incarnation); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := old.Report(ctx, "instance:a", key("a"), a.Incarnation, store.Report{Ready: false}); err != nil {
+	if _, err := old.Report(ctx, "instance:a", key("a"), a.Incarnation, wire.Report{Ready: false}); err != nil {
 		t.Fatal(err)
 	}
 	renewed, err := old.Renew(ctx, key("a"), a.Incarnation)
@@ -313,7 +314,7 @@ func TestClusterDrainedInstanceTerminatedAfterWindow(t *testing.T) {
 	for _, nd := range nodes {
 		storetest.WaitFor(t, wait, func() error {
 			got, _ := nd.Instance(key("a"))
-			if got.Lifecycle != store.Terminated {
+			if got.Lifecycle != wire.Terminated {
 				return fmt.Errorf("%s: instance a is %s", nd.NodeID(), got.Lifecycle)
 			}
 			if d := got.TerminatedAt.Sub(drained.DrainingSince); d < window {
@@ -323,8 +324,8 @@ func TestClusterDrainedInstanceTerminatedAfterWindow(t *testing.T) {
 		})
 	}
 	evs := leader.Events("prod", "web", 1)
-	if len(evs) != 1 || evs[0].Kind != store.EventTerminated || evs[0].Incarnation != in.Incarnation {
-		t.Errorf("last event %+v, want %s of incarnation %d", evs, store.EventTerminated, in.Incarnation)
+	if len(evs) != 1 || evs[0].Kind != wire.EventTerminated || evs[0].Incarnation != in.Incarnation {
+		t.Errorf("last event %+v, want %s of incarnation %d", evs, wire.EventTerminated, in.Incarnation)
 	}
 }
 
@@ -403,7 +404,7 @@ func TestLeaseExtendedOnElectionWithoutCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Make sure the followers hold the registration, and only it.
-	if err := n1.Audit(t.Context(), store.Event{Kind: store.EventRefused, Reason: "barrier"}); err != nil {
+	if err := n1.Audit(t.Context(), wire.Event{Kind: wire.EventRefused, Reason: "barrier"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range nodes[1:] {
@@ -478,7 +479,7 @@ func TestPersistenceAcrossRestart(t *testing.T) {
 	if _, err := n.Deregister(ctx, "admin", key("a"), a.Incarnation); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.Report(ctx, "instance:c", key("c"), c.Incarnation, store.Report{Ready: true}); err != nil {
+	if _, err := n.Report(ctx, "instance:c", key("c"), c.Incarnation, wire.Report{Ready: true}); err != nil {
 		t.Fatal(err)
 	}
 	wantServices := n.Services()
@@ -625,7 +626,7 @@ func TestFollowerCaughtUp(t *testing.T) {
 	before := n1.Revision() // the 200 registrations
 	n1.trans.Connect(n2.trans.LocalAddr(), n2.trans)
 	n2.trans.Connect(n1.trans.LocalAddr(), n1.trans)
-	if err := n1.Join(t.Context(), "test", store.Member{NodeID: "n2", RaftAddr: n2.RaftAddr(), HTTPAddr: "127.0.0.1:2"}); err != nil {
+	if err := n1.Join(t.Context(), "test", wire.Member{NodeID: "n2", RaftAddr: n2.RaftAddr(), HTTPAddr: "127.0.0.1:2"}); err != nil {
 		t.Fatal(err)
 	}
 	storetest.WaitFor(t, wait, func() error {
@@ -645,7 +646,7 @@ func TestFollowerCaughtUp(t *testing.T) {
 // wantSameState checks that s holds wantServices and, for prod/web,
 // wantInstances, except that a lease may expire later (a new leader's
 // grace) but never earlier.
-func wantSameState(t *testing.T, s *store.Store, wantServices []store.Service, wantInstances []store.Instance, where string) {
+func wantSameState(t *testing.T, s *store.Store, wantServices []wire.Service, wantInstances []wire.Instance, where string) {
 	t.Helper()
 	if got := s.Services(); !reflect.DeepEqual(got, wantServices) {
 		t.Errorf("services %s\n%+v\nwant\n%+v", where, got, wantServices)
@@ -678,12 +679,12 @@ func TestEachInstance(t *testing.T) {
 	if _, err := n.Deregister(t.Context(), "x", key("b"), b.Incarnation); err != nil {
 		t.Fatal(err)
 	}
-	want := map[store.InstanceKey]store.Instance{}
+	want := map[wire.InstanceKey]wire.Instance{}
 	for _, in := range n.AllInstances() {
 		want[in.Key()] = in
 	}
-	seen := map[store.InstanceKey]bool{}
-	n.EachInstance(func(in *store.Instance) {
+	seen := map[wire.InstanceKey]bool{}
+	n.EachInstance(func(in *wire.Instance) {
 		w, ok := want[in.Key()]
 		switch {
 		case !ok || seen[in.Key()]:

@@ -18,6 +18,7 @@ import (
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 const instances = 10_000
@@ -25,14 +26,14 @@ const instances = 10_000
 func BenchmarkDrainToTable(b *testing.B) {
 	st := storetest.Single(b, store.Config{})
 	ctx := context.Background()
-	svc := store.Service{Namespace: "bench", Name: "drain", Ports: []store.Port{{Name: "http", Number: 8080}},
-		Policy: store.Policy{LeaseTTL: store.Duration(time.Hour), DrainWindow: store.Duration(time.Hour)}}
-	if _, err := st.ApplyServices(ctx, "bench", []store.Service{svc}); err != nil {
+	svc := wire.Service{Namespace: "bench", Name: "drain", Ports: []wire.Port{{Name: "http", Number: 8080}},
+		Policy: wire.Policy{LeaseTTL: wire.Duration(time.Hour), DrainWindow: wire.Duration(time.Hour)}}
+	if _, err := st.ApplyServices(ctx, "bench", []wire.Service{svc}); err != nil {
 		b.Fatal(err)
 	}
-	var ins []store.Instance
+	var ins []wire.Instance
 	for i := range instances {
-		in, _, err := st.Register(ctx, "bench", store.Registration{Namespace: "bench", Service: "drain",
+		in, _, err := st.Register(ctx, "bench", wire.Registration{Namespace: "bench", Service: "drain",
 			ID: fmt.Sprintf("i%d", i), Addresses: []string{fmt.Sprintf("10.%d.%d.%d", i>>16, (i>>8)&255, i&255)},
 			Ports: map[string]int{"http": 8080}})
 		if err != nil {

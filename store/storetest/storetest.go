@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // Fast are timeouts that make an in-memory election take milliseconds.
@@ -166,7 +167,7 @@ func ClusterWith(t testing.TB, httpAddrs []string) []*Node {
 	})
 	for i, nd := range nodes[1:] {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := nodes[0].Join(ctx, "test", store.Member{NodeID: nd.NodeID(), RaftAddr: nd.RaftAddr(), HTTPAddr: httpAddrs[i+1]})
+		err := nodes[0].Join(ctx, "test", wire.Member{NodeID: nd.NodeID(), RaftAddr: nd.RaftAddr(), HTTPAddr: httpAddrs[i+1]})
 		cancel()
 		if err != nil {
 			t.Fatalf("joining %s: %v", nd.NodeID(), err)

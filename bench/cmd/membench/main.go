@@ -49,7 +49,7 @@ import (
 
 	"github.com/cairn-sd/cairn/client"
 	"github.com/cairn-sd/cairn/integration"
-	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 const benchNS = "membench"
@@ -521,8 +521,8 @@ func applyServices(ctx context.Context, cl *client.Client, n int) error {
 }
 
 // instanceKey is the key of instance i.
-func instanceKey(i, services int) store.InstanceKey {
-	return store.InstanceKey{Namespace: benchNS, Service: serviceName(i % services), ID: fmt.Sprintf("i-%07d", i)}
+func instanceKey(i, services int) wire.InstanceKey {
+	return wire.InstanceKey{Namespace: benchNS, Service: serviceName(i % services), ID: fmt.Sprintf("i-%07d", i)}
 }
 
 // register registers o.n instances, round robin over the services, from
@@ -532,7 +532,7 @@ func register(ctx context.Context, cl *client.Client, o options, services int) (
 	incs := make([]uint64, o.n) // each worker writes only the indexes it took
 	err := each(ctx, o.n, o.conc, func(ctx context.Context, i int) error {
 		k := instanceKey(i, services)
-		reg := store.Registration{
+		reg := wire.Registration{
 			ID: k.ID,
 			// Unique addresses: 10.0.0.1 and up, skipping .0 and .255.
 			Addresses: []string{fmt.Sprintf("10.%d.%d.%d", i/(254*256)%256, i/254%256, i%254+1)},

@@ -42,7 +42,7 @@ import (
 
 	"github.com/cairn-sd/cairn/client"
 	"github.com/cairn-sd/cairn/integration"
-	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 const (
@@ -259,8 +259,8 @@ func runLoad(ctx context.Context, conc int, d time.Duration, maxOps int, op func
 	return total
 }
 
-func regOf(w, i int) store.Registration {
-	return store.Registration{
+func regOf(w, i int) wire.Registration {
+	return wire.Registration{
 		ID:        fmt.Sprintf("b-w%02d-%07d", w, i),
 		Addresses: []string{fmt.Sprintf("10.%d.%d.%d", w%250, (i/250)%250, i%250+1)},
 		Ports:     map[string]int{"http": 8080},
@@ -284,7 +284,7 @@ func throughput(ctx context.Context, o options, bin, dir string, nodes int) erro
 	// What each worker got acknowledged, to renew it next. Each worker
 	// appends to its own slice only.
 	type acked struct {
-		key store.InstanceKey
+		key wire.InstanceKey
 		inc uint64
 	}
 	regs := make([][]acked, o.conc)
@@ -346,8 +346,8 @@ func failover(ctx context.Context, o options, bin, dir string) error {
 		Namespace: benchNS,
 		Service:   benchSvc,
 		Rate:      o.failoverRate,
-		Registration: func(i int) store.Registration {
-			return store.Registration{
+		Registration: func(i int) wire.Registration {
+			return wire.Registration{
 				ID:        fmt.Sprintf("f-%07d", i),
 				Addresses: []string{fmt.Sprintf("10.200.%d.%d", (i/250)%250, i%250+1)},
 				Ports:     map[string]int{"http": 8080},

@@ -8,9 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cairn-sd/cairn/wire"
 	"github.com/miekg/dns"
-
-	"github.com/cairn-sd/cairn/store"
 )
 
 // TestWriteIsConsistent checks that the three forms describe the same
@@ -120,7 +119,7 @@ func TestPoliciesAreValid(t *testing.T) {
 			w := bufio.NewWriter(&b)
 			cfg.servicesYAML(w)
 			w.Flush()
-			svcs, err := store.ParseServices(strings.NewReader(b.String()))
+			svcs, err := wire.ParseServices(strings.NewReader(b.String()))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -141,7 +140,7 @@ func TestPoliciesAreValid(t *testing.T) {
 					t.Errorf("%s: withdraw_after %d, admit_after %d, admit_min %s: want 1, 2, 0s",
 						s.Name, p.WithdrawAfter, p.AdmitAfter, p.AdmitMin.D())
 				}
-				if churn == "today" && (p.AdmitAfter != store.DefaultAdmitAfter || p.AdmitMin.D() != store.DefaultAdmitMin) {
+				if churn == "today" && (p.AdmitAfter != wire.DefaultAdmitAfter || p.AdmitMin.D() != wire.DefaultAdmitMin) {
 					t.Errorf("%s: admit_after %d, admit_min %s: want the defaults", s.Name, p.AdmitAfter, p.AdmitMin.D())
 				}
 			}

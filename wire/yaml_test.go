@@ -1,9 +1,8 @@
-package store
+package wire
 
 import (
 	"errors"
 	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -11,7 +10,7 @@ import (
 )
 
 func TestParseServices(t *testing.T) {
-	svcs, err := ParseServices(strings.NewReader(fullServiceYAML + "---\n" +
+	svcs, err := ParseServices(strings.NewReader(readFile(t, "testdata/service.yaml") + "---\n" +
 		`{"namespace": "prod", "name": "api", "ports": [{"name": "grpc", "number": 9000}]}` + "\n---\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -93,26 +92,11 @@ func TestDurationJSON(t *testing.T) {
 	}
 }
 
-func TestLoadOrCreateNodeID(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "data")
-	id, err := LoadOrCreateNodeID(dir)
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := CheckLabel("node_id", id); err != nil {
-		t.Errorf("generated id %q: %v", id, err)
-	}
-	again, err := LoadOrCreateNodeID(dir)
-	if err != nil || again != id {
-		t.Errorf("second load: %q, %v; want %q", again, err, id)
-	}
-	if err := os.WriteFile(filepath.Join(dir, NodeIDFile), []byte("Not_A_Label\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := LoadOrCreateNodeID(dir); !errors.Is(err, ErrInvalid) {
-		t.Errorf("bad id file: error %v, want ErrInvalid", err)
-	}
-	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
-		t.Errorf("data dir holds %d entries, want only %s (no temporary files left)", len(entries), NodeIDFile)
-	}
+	return string(b)
 }

@@ -1,4 +1,4 @@
-package store
+package wire
 
 import (
 	"errors"
@@ -124,17 +124,29 @@ func checkFieldError(t *testing.T, err error, field string) {
 	}
 }
 
+// registeredService is the definition the registration and report tests
+// register against: two ports, and two dependencies, one shared.
+func registeredService() Service {
+	return Service{
+		Namespace: "prod", Name: "web",
+		Ports: []Port{{Name: "http", Number: 8080}, {Name: "admin", Number: 9090}},
+		Capability: Capability{Readiness: "self", Dependencies: []Dependency{
+			{Name: "db"}, {Name: "cache", Shared: true},
+		}},
+	}.WithDefaults()
+}
+
 // TestRegistrationNormalizeNamesField has one row per rule of
-// Registration.normalize.
+// Registration.Normalize.
 func TestRegistrationNormalizeNamesField(t *testing.T) {
-	svc := webService().WithDefaults()
+	svc := registeredService()
 	valid := func() Registration {
 		return Registration{Namespace: "prod", Service: "web", ID: "web-1",
 			Addresses: []string{"10.0.0.1", "2001:db8::1"}, Ports: map[string]int{"http": 8080, "admin": 9090},
 			Region: "eu", Zone: "eu-1"}
 	}
 	r := valid()
-	if err := r.normalize(svc); err != nil {
+	if err := r.Normalize(svc); err != nil {
 		t.Fatalf("valid registration: %v", err)
 	}
 	if r.Weight != DefaultWeight || r.LeaseTTL != svc.Policy.LeaseTTL || r.Lifecycle != Ready {
@@ -172,13 +184,13 @@ func TestRegistrationNormalizeNamesField(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := valid()
 			tt.edit(&r)
-			checkFieldError(t, r.normalize(svc), tt.field)
+			checkFieldError(t, r.Normalize(svc), tt.field)
 		})
 	}
 }
 
 func TestReportValidateNamesField(t *testing.T) {
-	svc := webService().WithDefaults()
+	svc := registeredService()
 	tests := []struct {
 		name string
 		deps map[string]DependencyState
@@ -187,9 +199,9 @@ func TestReportValidateNamesField(t *testing.T) {
 		{"unknown state", map[string]DependencyState{"db": "down"}},
 	}
 	for _, tt := range tests {
-		checkFieldError(t, Report{Dependencies: tt.deps}.validate(svc), "dependencies")
+		checkFieldError(t, Report{Dependencies: tt.deps}.Validate(svc), "dependencies")
 	}
-	if err := (Report{Dependencies: map[string]DependencyState{"db": DepOK, "cache": DepDegraded}}).validate(svc); err != nil {
+	if err := (Report{Dependencies: map[string]DependencyState{"db": DepOK, "cache": DepDegraded}}).Validate(svc); err != nil {
 		t.Errorf("declared dependencies refused: %v", err)
 	}
 }

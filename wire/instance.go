@@ -1,0 +1,234 @@
+package wire
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// InstanceKey names one instance of a service.
+type InstanceKey struct {
+	Namespace string `json:"namespace"`
+	Service   string `json:"service"`
+	ID        string `json:"instance_id"`
+}
+
+func (k InstanceKey) String() string { return k.Namespace + "/" + k.Service + "/" + k.ID }
+
+// ServiceKey returns the key of the service k belongs to.
+func (k InstanceKey) ServiceKey() ServiceKey { return ServiceKey{k.Namespace, k.Service} }
+
+// Lifecycle is the stage of an instance's life, as its registrar tells it.
+type Lifecycle string
+
+// The lifecycles of SPEC §1.
+const (
+	Starting   Lifecycle = "starting"
+	Ready      Lifecycle = "ready"
+	Draining   Lifecycle = "draining"
+	Terminated Lifecycle = "terminated"
+)
+
+// DependencyState is what an instance reports of one dependency.
+type DependencyState string
+
+// The dependency states `cairn report` accepts.
+const (
+	DepOK       DependencyState = "ok"
+	DepDegraded DependencyState = "degraded"
+	DepFailed   DependencyState = "failed"
+)
+
+// SelfReport is the last readiness report an instance made about itself.
+// It is stored now and evaluated by the health evaluator.
+type SelfReport struct {
+	Ready        bool                       `json:"ready"`
+	Dependencies map[string]DependencyState `json:"dependencies,omitempty"`
+	At           time.Time                  `json:"at"`
+	Reporter     string                     `json:"reporter"`
+}
+
+// Instance is one registered instance of a service.
+type Instance struct {
+	Namespace   string         `json:"namespace"`
+	Service     string         `json:"service"`
+	ID          string         `json:"instance_id"`
+	Incarnation uint64         `json:"incarnation"`
+	Addresses   []string       `json:"addresses"`
+	Ports       map[string]int `json:"ports"`
+	Region      string         `json:"region,omitempty"`
+	Zone        string         `json:"zone,omitempty"`
+	Weight      int            `json:"weight"`
+	Lifecycle   Lifecycle      `json:"lifecycle"`
+	LeaseTTL    Duration       `json:"lease_ttl"`
+	// LeaseTTLDefault is set when the registration left lease_ttl to the
+	// service's policy, so that an identical retry still matches after
+	// the policy changes.
+	LeaseTTLDefault bool `json:"lease_ttl_default,omitempty"`
+	// LeaseDeadline is when the lease runs out unless renewed. On the
+	// leader it includes renewals not yet checkpointed.
+	LeaseDeadline time.Time `json:"lease_deadline"`
+	// Registrar is the identity of the token that registered the instance
+	// (never the secret).
+	Registrar string `json:"registrar"`
+	// RegistrationID is the id the registrar gave this registration, if
+	// any; RetiredRegistrationIDs are the ids of the registrations it
+	// replaced (the newest 8), refused from then on so that a late retry
+	// of a predecessor cannot fence its successor.
+	RegistrationID         string   `json:"registration_id,omitempty"`
+	RetiredRegistrationIDs []string `json:"retired_registration_ids,omitempty"`
+	// SourceRevision is the store revision of the registration.
+	SourceRevision uint64      `json:"source_revision"`
+	RegisteredAt   time.Time   `json:"registered_at"`
+	DrainingSince  time.Time   `json:"draining_since,omitzero"`
+	TerminatedAt   time.Time   `json:"terminated_at,omitzero"`
+	Report         *SelfReport `json:"report,omitempty"`
+	// Health is the evaluator's last committed verdict about this
+	// incarnation; nil until the first one (unknown, and eligible when
+	// ready).
+	Health *Health `json:"health,omitempty"`
+}
+
+// Key returns the instance's key.
+func (in Instance) Key() InstanceKey { return InstanceKey{in.Namespace, in.Service, in.ID} }
+
+// Registration is a request to register an instance. Addresses must be
+// canonical already (the API checks them against the address policy).
+type Registration struct {
+	Namespace string         `json:"-"`
+	Service   string         `json:"-"`
+	ID        string         `json:"instance_id"`
+	Addresses []string       `json:"addresses"`
+	Ports     map[string]int `json:"ports"`
+	Region    string         `json:"region,omitempty"`
+	Zone      string         `json:"zone,omitempty"`
+	// Weight is the base weight, 1–65535; 0 means the default 100. (On
+	// the wire an absent weight takes the default and an explicit 0 is
+	// refused: the API decodes it apart, see api.RegisterRequest.)
+	Weight int `json:"weight,omitempty"`
+	// LeaseTTL defaults to the service's policy lease_ttl.
+	LeaseTTL Duration `json:"lease_ttl,omitempty"`
+	// Lifecycle is starting or ready; defaults to ready.
+	Lifecycle Lifecycle `json:"lifecycle,omitempty"`
+	// RegistrationID optionally names this registration (a process's boot
+	// id, say). A retry with the same id and content returns the committed
+	// record; a new id always allocates a new incarnation, so a restarted
+	// process fences its predecessor even when nothing else changed.
+	RegistrationID string `json:"registration_id,omitempty"`
+	// Replaces is the incarnation the registrar last saw of this instance
+	// (0: none). Without a registration id, a registration whose content
+	// differs from a live record (starting, ready or draining) replaces it
+	// only when Replaces names that record's incarnation, so that a late
+	// retry of an old registration can never overwrite its successor. A
+	// non-zero Replaces must name the current incarnation whenever a
+	// record exists. It is not part of a registration's content: an
+	// identical retry matches whatever it carries.
+	Replaces uint64 `json:"replaces,omitempty"`
+}
+
+// Key returns the key of the instance r registers.
+func (r Registration) Key() InstanceKey { return InstanceKey{r.Namespace, r.Service, r.ID} }
+
+// Normalize fills r's defaults from svc and checks it against svc. It does
+// not judge addresses against a policy (the API does that), only their
+// syntax and canonical form.
+func (r *Registration) Normalize(svc Service) error {
+	if err := CheckLabel("instance_id", r.ID); err != nil {
+		return err
+	}
+	if len(r.Addresses) == 0 {
+		return invalid("addresses", "at least one address is required")
+	}
+	if len(r.Addresses) > 16 {
+		return invalid("addresses", "%d addresses; at most 16 are allowed", len(r.Addresses))
+	}
+	seen := map[string]bool{}
+	for i, a := range r.Addresses {
+		f := fmt.Sprintf("addresses[%d]", i)
+		ip, err := netip.ParseAddr(a)
+		if err != nil {
+			return invalid(f, "%q is not an IP address", a)
+		}
+		if ip.Zone() != "" {
+			return invalid(f, "%q carries a zone; addresses must be routable without one", a)
+		}
+		if ip.Unmap().String() != a {
+			return invalid(f, "%q is not in canonical form (%s)", a, ip.Unmap())
+		}
+		if seen[a] {
+			return invalid(f, "%q is listed twice", a)
+		}
+		seen[a] = true
+	}
+	if len(r.Ports) == 0 {
+		return invalid("ports", "at least one port is required")
+	}
+	for name, num := range r.Ports {
+		if _, ok := svc.Port(name); !ok {
+			return invalid("ports", "%q is not a port of service %s/%s", name, svc.Namespace, svc.Name)
+		}
+		if num < 1 || num > 65535 {
+			return invalid("ports", "%s=%d is out of range 1-65535", name, num)
+		}
+	}
+	if len(r.RegistrationID) > 128 {
+		return invalid("registration_id", "is %d characters; at most 128 are allowed", len(r.RegistrationID))
+	}
+	if r.Region != "" {
+		if err := CheckLabel("region", r.Region); err != nil {
+			return err
+		}
+	}
+	if r.Zone != "" {
+		if err := CheckLabel("zone", r.Zone); err != nil {
+			return err
+		}
+	}
+	if r.Weight == 0 {
+		r.Weight = DefaultWeight
+	}
+	if r.Weight < 1 || r.Weight > 65535 {
+		return invalid("weight", "%d is out of range 1-65535", r.Weight)
+	}
+	if r.LeaseTTL == 0 {
+		r.LeaseTTL = svc.Policy.LeaseTTL
+	}
+	if err := checkLeaseTTL("lease_ttl", r.LeaseTTL); err != nil {
+		return err
+	}
+	switch r.Lifecycle {
+	case "":
+		r.Lifecycle = Ready
+	case Starting, Ready:
+	default:
+		return invalid("lifecycle", "%q must be starting or ready", r.Lifecycle)
+	}
+	return nil
+}
+
+// Report is a self-report: readiness and dependency states.
+type Report struct {
+	Ready        bool                       `json:"ready"`
+	Dependencies map[string]DependencyState `json:"dependencies,omitempty"`
+}
+
+// Validate checks r against the dependencies svc declares.
+func (r Report) Validate(svc Service) error {
+	for name, st := range r.Dependencies {
+		found := false
+		for _, d := range svc.Capability.Dependencies {
+			if d.Name == name {
+				found = true
+			}
+		}
+		if !found {
+			return invalid("dependencies", "%q is not a declared dependency of %s/%s", name, svc.Namespace, svc.Name)
+		}
+		switch st {
+		case DepOK, DepDegraded, DepFailed:
+		default:
+			return invalid("dependencies", "%s=%q must be ok, degraded or failed", name, st)
+		}
+	}
+	return nil
+}
