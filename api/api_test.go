@@ -11,7 +11,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/cairn-sd/cairn/api"
 	"github.com/cairn-sd/cairn/store/storetest"
 	"github.com/cairn-sd/cairn/wire"
 )
@@ -54,7 +53,7 @@ func TestMetrics(t *testing.T) {
 	e.apply(t, "", webYAML)
 	e.register(t, "", "shop", "web", "i-1", "10.0.0.1")
 	wantError(t, e.call(t, http.MethodPost, "/v1/services/shop/web/instances", "", regJSON("I-1", "10.0.0.1")),
-		http.StatusBadRequest, api.CodeInvalid, "instance_id")
+		http.StatusBadRequest, wire.CodeInvalid, "instance_id")
 
 	r := e.call(t, http.MethodGet, "/metrics", "", "")
 	wantStatus(t, r, http.StatusOK)
@@ -73,7 +72,7 @@ func TestMetrics(t *testing.T) {
 func TestMetricsWithoutGathererIsNotFound(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, options{noMetrics: true})
-	wantError(t, e.call(t, http.MethodGet, "/metrics", "", ""), http.StatusNotFound, api.CodeNotFound, "/metrics")
+	wantError(t, e.call(t, http.MethodGet, "/metrics", "", ""), http.StatusNotFound, wire.CodeNotFound, "/metrics")
 }
 
 func TestUnknownRoute(t *testing.T) {
@@ -98,12 +97,12 @@ func TestUnknownRoute(t *testing.T) {
 		// A known path with another method is 405 with Allow; the rest 404.
 		switch tc.path {
 		case "/v1/services", "/v1/apply", "/v1/members", "/v1/services/shop/web/instances/i-1/renew":
-			wantError(t, r, http.StatusMethodNotAllowed, api.CodeMethod, tc.path)
+			wantError(t, r, http.StatusMethodNotAllowed, wire.CodeMethod, tc.path)
 			if r.Header.Get("Allow") == "" {
 				t.Errorf("%s %s: 405 without an Allow header", tc.method, tc.path)
 			}
 		default:
-			wantError(t, r, http.StatusNotFound, api.CodeNotFound, tc.path)
+			wantError(t, r, http.StatusNotFound, wire.CodeNotFound, tc.path)
 		}
 	}
 	e.wantUnchanged(t, before, "requests to unknown routes")
@@ -201,7 +200,7 @@ func TestApplyNothing(t *testing.T) {
 	e := newEnv(t, options{})
 	before := e.snapshot(t)
 	for _, body := range []string{"", "   \n", "---\n---\n", "[]", "# just a comment\n"} {
-		wantError(t, e.call(t, http.MethodPost, "/v1/apply", "", body), http.StatusBadRequest, api.CodeInvalid, "body")
+		wantError(t, e.call(t, http.MethodPost, "/v1/apply", "", body), http.StatusBadRequest, wire.CodeInvalid, "body")
 	}
 	e.wantUnchanged(t, before, "empty applies")
 }
@@ -218,7 +217,7 @@ func TestServicesAndServiceDetail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []api.ServiceSummary{
+	want := []wire.ServiceSummary{
 		{Namespace: "shop", Name: "cart", Ports: 1, Revision: list[0].Revision},
 		{Namespace: "shop", Name: "web", Ports: 2, Instances: 2, Eligible: 2, Revision: list[1].Revision},
 	}
@@ -250,7 +249,7 @@ func TestServicesAndServiceDetail(t *testing.T) {
 	}
 
 	for _, path := range []string{svcPath("shop", "nope"), svcPath("nope", "web"), svcPath("shop", "nope") + "/endpoints", svcPath("shop", "nope") + "/events"} {
-		wantError(t, e.call(t, http.MethodGet, path, "", ""), http.StatusNotFound, api.CodeNotFound, "nope")
+		wantError(t, e.call(t, http.MethodGet, path, "", ""), http.StatusNotFound, wire.CodeNotFound, "nope")
 	}
 }
 
@@ -278,7 +277,7 @@ func TestEndpoints(t *testing.T) {
 			t.Errorf("an endpoint lacks %q: %v", k, raw[0])
 		}
 	}
-	eps := decodeAs[[]api.Endpoint](t, r)
+	eps := decodeAs[[]wire.Endpoint](t, r)
 	if len(eps) != 2 || eps[0].InstanceID != "i-1" || eps[1].InstanceID != "i-2" {
 		t.Fatalf("endpoints %+v; want i-1 and i-2 (i-3 is terminated)", eps)
 	}
@@ -293,14 +292,14 @@ func TestEndpoints(t *testing.T) {
 	// ?all=true shows the terminated instance too.
 	r = e.call(t, http.MethodGet, svcPath("shop", "web")+"/endpoints?all=true", "", "")
 	wantStatus(t, r, http.StatusOK)
-	all := decodeAs[[]api.Endpoint](t, r)
+	all := decodeAs[[]wire.Endpoint](t, r)
 	if len(all) != 3 || all[2].InstanceID != "i-3" || all[2].Lifecycle != wire.Terminated || all[2].Eligible ||
 		!slices.Contains(all[2].Reasons, "deregistered") {
 		t.Errorf("endpoints?all=true: %+v; want i-3 terminated", all)
 	}
 	// Anything but "true" is the default.
 	r = e.call(t, http.MethodGet, svcPath("shop", "web")+"/endpoints?all=1", "", "")
-	if got := decodeAs[[]api.Endpoint](t, r); len(got) != 2 {
+	if got := decodeAs[[]wire.Endpoint](t, r); len(got) != 2 {
 		t.Errorf("endpoints?all=1 listed %d endpoints, want 2", len(got))
 	}
 }
@@ -357,7 +356,7 @@ func TestEvents(t *testing.T) {
 
 	for _, bad := range []string{"0", "-1", "abc", "1.5", "10001", "99999999999999999999", "%20"} {
 		wantError(t, e.call(t, http.MethodGet, svcPath("shop", "web")+"/events?limit="+bad, "", ""),
-			http.StatusBadRequest, api.CodeInvalid, "limit")
+			http.StatusBadRequest, wire.CodeInvalid, "limit")
 	}
 }
 
@@ -370,7 +369,7 @@ func TestRegisterIdempotentAndNewIncarnation(t *testing.T) {
 
 	r := e.call(t, http.MethodPost, path, "", body)
 	wantStatus(t, r, http.StatusCreated)
-	first := decodeAs[api.Registered](t, r)
+	first := decodeAs[wire.Registered](t, r)
 	if !first.Created || first.Incarnation == 0 || first.Weight != wire.DefaultWeight || first.Lifecycle != wire.Ready ||
 		first.LeaseTTL.D() != 30*time.Second || first.Registrar != "anonymous" || first.SourceRevision == 0 ||
 		!first.LeaseDeadline.After(first.RegisteredAt) {
@@ -380,14 +379,14 @@ func TestRegisterIdempotentAndNewIncarnation(t *testing.T) {
 	// An identical retry returns the committed record: same incarnation.
 	r = e.call(t, http.MethodPost, path, "", body)
 	wantStatus(t, r, http.StatusOK)
-	retry := decodeAs[api.Registered](t, r)
+	retry := decodeAs[wire.Registered](t, r)
 	if retry.Created || retry.Incarnation != first.Incarnation || retry.SourceRevision != first.SourceRevision {
 		t.Fatalf("retry: %+v; want incarnation %d, created false", retry, first.Incarnation)
 	}
 	// Spelling the defaults out is the same registration.
 	r = e.call(t, http.MethodPost, path, "", `{"instance_id": "i-1", "addresses": ["10.0.0.1", "10.0.0.2"], "ports": {"http": 8080}, "weight": 100, "lease_ttl": "30s"}`)
 	wantStatus(t, r, http.StatusOK)
-	if got := decodeAs[api.Registered](t, r); got.Incarnation != first.Incarnation {
+	if got := decodeAs[wire.Registered](t, r); got.Incarnation != first.Incarnation {
 		t.Fatalf("retry with the defaults spelt out: incarnation %d, want %d", got.Incarnation, first.Incarnation)
 	}
 	if n := len(e.node.Events("shop", "web", 0)); n != 2 {
@@ -406,12 +405,12 @@ func TestRegisterIdempotentAndNewIncarnation(t *testing.T) {
 		`{"instance_id": "i-1", "addresses": ["10.0.0.2", "10.0.0.1"], "ports": {"http": 8081}, "weight": 5, "zone": "z1", "lease_ttl": "10s"}`,
 	} {
 		before := e.snapshot(t)
-		wantError(t, e.call(t, http.MethodPost, path, "", changed), http.StatusConflict, api.CodeFenced,
+		wantError(t, e.call(t, http.MethodPost, path, "", changed), http.StatusConflict, wire.CodeFenced,
 			fmt.Sprintf("replaces %d", inc))
 		e.wantUnchanged(t, before, "a changed registration naming nothing")
 		r = e.call(t, http.MethodPost, path, "", withReplaces(changed, inc))
 		wantStatus(t, r, http.StatusCreated)
-		got := decodeAs[api.Registered](t, r)
+		got := decodeAs[wire.Registered](t, r)
 		if !got.Created || got.Incarnation <= inc {
 			t.Fatalf("registering %s: %+v; want a new incarnation above %d", changed, got, inc)
 		}
@@ -425,10 +424,10 @@ func TestRegisterIdempotentAndNewIncarnation(t *testing.T) {
 	// the draining one.
 	last := `{"instance_id": "i-1", "addresses": ["10.0.0.2", "10.0.0.1"], "ports": {"http": 8081}, "weight": 5, "zone": "z1", "lease_ttl": "10s"}`
 	wantStatus(t, e.call(t, http.MethodPost, instPath("shop", "web", "i-1", "drain"), "", incBody(inc)), http.StatusOK)
-	wantError(t, e.call(t, http.MethodPost, path, "", last), http.StatusConflict, api.CodeFenced, "draining", fmt.Sprintf("replaces %d", inc))
+	wantError(t, e.call(t, http.MethodPost, path, "", last), http.StatusConflict, wire.CodeFenced, "draining", fmt.Sprintf("replaces %d", inc))
 	r = e.call(t, http.MethodPost, path, "", withReplaces(last, inc))
 	wantStatus(t, r, http.StatusCreated)
-	if got := decodeAs[api.Registered](t, r); got.Incarnation <= inc || got.Lifecycle != wire.Ready {
+	if got := decodeAs[wire.Registered](t, r); got.Incarnation <= inc || got.Lifecycle != wire.Ready {
 		t.Errorf("registration after a drain: %+v", got)
 	}
 }
@@ -439,7 +438,7 @@ func TestRegisterUnknownService(t *testing.T) {
 	e.apply(t, "", webYAML)
 	before := e.snapshot(t)
 	wantError(t, e.call(t, http.MethodPost, svcPath("shop", "nope")+"/instances", "", regJSON("i-1", "10.0.0.1")),
-		http.StatusNotFound, api.CodeNotFound, "shop/nope")
+		http.StatusNotFound, wire.CodeNotFound, "shop/nope")
 	e.wantUnchanged(t, before, "registering into an undefined service")
 }
 
@@ -470,9 +469,9 @@ func TestRenew(t *testing.T) {
 
 	before := e.snapshot(t)
 	wantError(t, e.call(t, http.MethodPost, instPath("shop", "web", "i-1", "renew"), "",
-		mustJSON(map[string]any{"incarnation": reg.Incarnation, "ready": true})), http.StatusBadRequest, api.CodeInvalid, "ready")
+		mustJSON(map[string]any{"incarnation": reg.Incarnation, "ready": true})), http.StatusBadRequest, wire.CodeInvalid, "ready")
 	wantError(t, e.call(t, http.MethodPost, instPath("shop", "web", "i-9", "renew"), "", incBody(reg.Incarnation)),
-		http.StatusNotFound, api.CodeNotFound, "shop/web/i-9")
+		http.StatusNotFound, wire.CodeNotFound, "shop/web/i-9")
 	e.wantUnchanged(t, before, "refused renewals")
 }
 
@@ -534,10 +533,10 @@ func TestDeregister(t *testing.T) {
 	before := e.snapshot(t)
 	for _, verb := range []string{"renew", "drain"} {
 		wantError(t, e.call(t, http.MethodPost, instPath("shop", "web", "i-1", verb), "", incBody(reg.Incarnation)),
-			http.StatusConflict, api.CodeFenced, "deregistered")
+			http.StatusConflict, wire.CodeFenced, "deregistered")
 	}
 	wantError(t, e.call(t, http.MethodPost, instPath("shop", "web", "i-1", "report"), "",
-		mustJSON(map[string]any{"incarnation": reg.Incarnation, "ready": true})), http.StatusConflict, api.CodeFenced, "deregistered")
+		mustJSON(map[string]any{"incarnation": reg.Incarnation, "ready": true})), http.StatusConflict, wire.CodeFenced, "deregistered")
 	// Refused by the FSM: only the revision moves (TestRefusedMutationKeepsRevision).
 	e.wantUnchanged(t, before, "mutations of a deregistered instance")
 }
@@ -557,7 +556,7 @@ func TestReport(t *testing.T) {
 		t.Fatalf("report stored as %+v", in.Report)
 	}
 	r := e.call(t, http.MethodGet, svcPath("shop", "web")+"/endpoints", "", "")
-	if eps := decodeAs[[]api.Endpoint](t, r); len(eps) != 1 || eps[0].Report == nil || eps[0].Report.Ready {
+	if eps := decodeAs[[]wire.Endpoint](t, r); len(eps) != 1 || eps[0].Report == nil || eps[0].Report.Ready {
 		t.Errorf("endpoints do not show the report: %s", r.Body)
 	}
 
@@ -569,7 +568,7 @@ func TestReport(t *testing.T) {
 		{mustJSON(map[string]any{"incarnation": reg.Incarnation, "ready": true, "dependencies": map[string]string{"db": "sad"}}), "dependencies"},
 		{`{"incarnation": 1, "ready": "yes"}`, "ready"},
 	} {
-		wantError(t, e.call(t, http.MethodPost, path, "", tc.body), http.StatusBadRequest, api.CodeInvalid, tc.field)
+		wantError(t, e.call(t, http.MethodPost, path, "", tc.body), http.StatusBadRequest, wire.CodeInvalid, tc.field)
 	}
 	// Undeclared dependencies are refused by the FSM: only the revision
 	// moves (TestRefusedMutationKeepsRevision).
@@ -610,7 +609,7 @@ func TestJoinAndLeaveRefused(t *testing.T) {
 		{`{"node_id": "n2", "raft_addr": "10.0.0.2:8482", "http_addr": "10.0.0.2:8480", "role": "x"}`, "role"},
 		{`{"node_id": "n2"`, "body"},
 	} {
-		wantError(t, e.call(t, http.MethodPost, "/v1/members", "", tc.body), http.StatusBadRequest, api.CodeInvalid, tc.field)
+		wantError(t, e.call(t, http.MethodPost, "/v1/members", "", tc.body), http.StatusBadRequest, wire.CodeInvalid, tc.field)
 	}
 	// Leaving is idempotent: an unknown member has left already.
 	wantStatus(t, e.call(t, http.MethodDelete, "/v1/members/n9", "", ""), http.StatusOK)
@@ -625,6 +624,6 @@ func TestDefinitionReadBackApplies(t *testing.T) {
 	e.apply(t, "", webYAML)
 	r := e.call(t, http.MethodGet, svcPath("shop", "web"), "", "")
 	wantStatus(t, r, http.StatusOK)
-	detail := decodeAs[api.ServiceDetail](t, r)
+	detail := decodeAs[wire.ServiceDetail](t, r)
 	wantStatus(t, e.call(t, http.MethodPost, "/v1/apply", "", mustJSON(detail.Definition)), http.StatusOK)
 }

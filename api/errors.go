@@ -15,27 +15,6 @@ import (
 	"github.com/cairn-sd/cairn/wire"
 )
 
-// Error is the body of every error response (SPEC §6).
-type Error struct {
-	Error string `json:"error"`
-	Code  string `json:"code"`
-}
-
-// Error codes. Clients branch on Code, never on the message.
-const (
-	CodeInvalid          = "invalid_argument"
-	CodeTooLarge         = "too_large"
-	CodeUnauthenticated  = "unauthenticated"
-	CodeDenied           = "permission_denied"
-	CodeForbiddenAddress = "forbidden_address"
-	CodeNotFound         = "not_found"
-	CodeFenced           = "fenced"
-	CodeConflict         = "conflict"
-	CodeMethod           = "method_not_allowed"
-	CodeNoLeader         = "no_leader"
-	CodeInternal         = "internal"
-)
-
 var (
 	errRouteNotFound = errors.New("no such route")
 	errMethod        = errors.New("method not allowed on this route")
@@ -54,27 +33,27 @@ func status(err error) (int, string) {
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
-		return http.StatusRequestEntityTooLarge, CodeTooLarge
+		return http.StatusRequestEntityTooLarge, wire.CodeTooLarge
 	case errors.Is(err, wire.ErrInvalid), errors.Is(err, errBadRequest):
-		return http.StatusBadRequest, CodeInvalid
+		return http.StatusBadRequest, wire.CodeInvalid
 	case errors.Is(err, acl.ErrNoToken), errors.Is(err, acl.ErrUnknownToken):
-		return http.StatusUnauthorized, CodeUnauthenticated
+		return http.StatusUnauthorized, wire.CodeUnauthenticated
 	case errors.Is(err, acl.ErrDenied):
-		return http.StatusForbidden, CodeDenied
+		return http.StatusForbidden, wire.CodeDenied
 	case errors.Is(err, addrpolicy.ErrForbidden):
-		return http.StatusForbidden, CodeForbiddenAddress
+		return http.StatusForbidden, wire.CodeForbiddenAddress
 	case errors.Is(err, store.ErrNotFound), errors.Is(err, errRouteNotFound):
-		return http.StatusNotFound, CodeNotFound
+		return http.StatusNotFound, wire.CodeNotFound
 	case errors.Is(err, store.ErrFenced):
-		return http.StatusConflict, CodeFenced
+		return http.StatusConflict, wire.CodeFenced
 	case errors.Is(err, errConflict):
-		return http.StatusConflict, CodeConflict
+		return http.StatusConflict, wire.CodeConflict
 	case errors.Is(err, errMethod):
-		return http.StatusMethodNotAllowed, CodeMethod
+		return http.StatusMethodNotAllowed, wire.CodeMethod
 	case errors.Is(err, store.ErrNotLeader), errors.Is(err, store.ErrNoLeader), errors.Is(err, store.ErrClosed):
-		return http.StatusServiceUnavailable, CodeNoLeader
+		return http.StatusServiceUnavailable, wire.CodeNoLeader
 	}
-	return http.StatusInternalServerError, CodeInternal
+	return http.StatusInternalServerError, wire.CodeInternal
 }
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, route string, err error) {
@@ -96,7 +75,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, route string
 	if code == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="cairn"`)
 	}
-	writeJSON(w, code, Error{Error: msg, Code: c})
+	writeJSON(w, code, wire.Error{Error: msg, Code: c})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -180,7 +180,7 @@ func TestWriteToFollowerIsForwarded(t *testing.T) {
 	}
 	r = follower.call(t, http.MethodPost, svcPath("shop", "web")+"/instances", registrarSecret, regJSON("i-1", "10.0.0.1"))
 	wantStatus(t, r, http.StatusCreated)
-	reg := decodeAs[api.Registered](t, r)
+	reg := decodeAs[wire.Registered](t, r)
 	if reg.Registrar != identity(acl.Registrar, registrarSecret) {
 		t.Errorf("registrar %q: the leader did not see the caller's token", reg.Registrar)
 	}
@@ -193,23 +193,23 @@ func TestWriteToFollowerIsForwarded(t *testing.T) {
 	}
 	r = other.call(t, http.MethodPost, svcPath("shop", "web")+"/instances", registrarSecret, regJSON("i-1", "10.0.0.1"))
 	wantStatus(t, r, http.StatusOK)
-	if got := decodeAs[api.Registered](t, r); got.Incarnation != reg.Incarnation {
+	if got := decodeAs[wire.Registered](t, r); got.Incarnation != reg.Incarnation {
 		t.Errorf("retry through %s: incarnation %d, want %d", other.NodeID(), got.Incarnation, reg.Incarnation)
 	}
 	wantStatus(t, follower.call(t, http.MethodPost, instPath("shop", "web", "i-1", "renew"), instanceSecret, incBody(reg.Incarnation)), http.StatusOK)
 
 	// The leader's refusals come back through the follower as they are.
 	wantError(t, follower.call(t, http.MethodPost, instPath("shop", "web", "i-1", "drain"), readerSecret, incBody(reg.Incarnation)),
-		http.StatusForbidden, api.CodeDenied, "drain")
+		http.StatusForbidden, wire.CodeDenied, "drain")
 	wantError(t, follower.call(t, http.MethodPost, instPath("shop", "web", "i-1", "drain"), adminSecret, incBody(reg.Incarnation+1)),
-		http.StatusConflict, api.CodeFenced, "incarnation")
+		http.StatusConflict, wire.CodeFenced, "incarnation")
 	wantError(t, follower.call(t, http.MethodPost, svcPath("shop", "web")+"/instances", adminSecret, regJSON("i-2", "169.254.169.254")),
-		http.StatusForbidden, api.CodeForbiddenAddress, "addresses[0]")
+		http.StatusForbidden, wire.CodeForbiddenAddress, "addresses[0]")
 	// A token the follower does not know is the leader's to judge (it may
 	// have been created there a moment ago); a missing token is refused
 	// on the spot.
-	wantError(t, follower.call(t, http.MethodPost, "/v1/apply", unknownSecret, webYAML), http.StatusUnauthorized, api.CodeUnauthenticated, "token")
-	wantError(t, follower.call(t, http.MethodPost, "/v1/apply", "", webYAML), http.StatusUnauthorized, api.CodeUnauthenticated, "token")
+	wantError(t, follower.call(t, http.MethodPost, "/v1/apply", unknownSecret, webYAML), http.StatusUnauthorized, wire.CodeUnauthenticated, "token")
+	wantError(t, follower.call(t, http.MethodPost, "/v1/apply", "", webYAML), http.StatusUnauthorized, wire.CodeUnauthenticated, "token")
 
 	// Reads are served by the follower from its replica.
 	storetest.WaitFor(t, 10*time.Second, func() error {
@@ -217,7 +217,7 @@ func TestWriteToFollowerIsForwarded(t *testing.T) {
 		if r.Status != http.StatusOK {
 			return fmt.Errorf("%s", r)
 		}
-		if eps := decodeAs[[]api.Endpoint](t, r); len(eps) != 1 || eps[0].Incarnation != reg.Incarnation {
+		if eps := decodeAs[[]wire.Endpoint](t, r); len(eps) != 1 || eps[0].Incarnation != reg.Incarnation {
 			return fmt.Errorf("follower endpoints: %+v", eps)
 		}
 		return nil
@@ -259,7 +259,7 @@ func TestForwardedRequestIsNotForwardedAgain(t *testing.T) {
 			"Authorization":        "Bearer " + adminSecret,
 			"X-Cairn-Forwarded-By": "n9",
 		}, tc.body)
-		wantError(t, r, http.StatusServiceUnavailable, api.CodeNoLeader, "leader")
+		wantError(t, r, http.StatusServiceUnavailable, wire.CodeNoLeader, "leader")
 	}
 	if got := follower.metric(t, "cairn_api_forwarded_writes_total", nil); got != 0 {
 		t.Errorf("the follower forwarded %v writes", got)
@@ -289,7 +289,7 @@ func TestJoinAndLeaveOverAPI(t *testing.T) {
 
 	join := mustJSON(wire.Member{NodeID: "n4", RaftAddr: n4.RaftAddr(), HTTPAddr: "127.0.0.1:9"})
 	// Only an admin changes membership.
-	wantError(t, follower.call(t, http.MethodPost, "/v1/members", registrarSecret, join), http.StatusForbidden, api.CodeDenied, "membership")
+	wantError(t, follower.call(t, http.MethodPost, "/v1/members", registrarSecret, join), http.StatusForbidden, wire.CodeDenied, "membership")
 	// Joined through a follower, which forwards to the leader.
 	r := follower.call(t, http.MethodPost, "/v1/members", adminSecret, join)
 	wantStatus(t, r, http.StatusOK)
@@ -343,7 +343,7 @@ func TestTokenCreatedOnLeaderWorksOnFollower(t *testing.T) {
 	// catch up to.
 	r = follower.call(t, http.MethodGet, "/v1/status", "", "")
 	wantStatus(t, r, http.StatusOK)
-	if st := decodeAs[api.Status](t, r); st.NodeID != follower.NodeID() || st.Revision == 0 || st.LeaderID != leader.NodeID() {
+	if st := decodeAs[wire.Status](t, r); st.NodeID != follower.NodeID() || st.Revision == 0 || st.LeaderID != leader.NodeID() {
 		t.Errorf("status %+v", st)
 	}
 }

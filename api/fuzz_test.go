@@ -13,6 +13,7 @@ import (
 	"github.com/cairn-sd/cairn/api"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // FuzzWriteBodies sends arbitrary bodies to the write routes of a real
@@ -70,7 +71,7 @@ func FuzzWriteBodies(f *testing.F) {
 		case resp.StatusCode >= 500:
 			t.Fatalf("%s: %d %s", path, resp.StatusCode, b)
 		case resp.StatusCode >= 400:
-			var e api.Error
+			var e wire.Error
 			if json.Unmarshal(b, &e) != nil || e.Code == "" || e.Error == "" {
 				t.Fatalf("%s: %d with a body that is not an error: %s", path, resp.StatusCode, b)
 			}

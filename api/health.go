@@ -32,7 +32,7 @@ func (s *Server) evaluating() (*health.Node, error) {
 // timeout counts per endpoint. The caller is the token's identity; every
 // endpoint must be in a namespace it may report on, or nothing is taken.
 func (s *Server) outcomes(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
-	var rep health.OutcomeReport
+	var rep wire.OutcomeReport
 	if err := decode(r, &rep); err != nil {
 		return 0, nil, err
 	}
@@ -62,7 +62,7 @@ func (s *Server) probeResults(w http.ResponseWriter, r *http.Request, id acl.Ide
 	if _, err := id.ProbeObserver(""); err != nil {
 		return 0, nil, err
 	}
-	var rep health.ProbeReport
+	var rep wire.ProbeReport
 	if err := decode(r, &rep); err != nil {
 		return 0, nil, err
 	}
@@ -80,8 +80,8 @@ func (s *Server) probeResults(w http.ResponseWriter, r *http.Request, id acl.Ide
 		return 0, nil, badRequest("observer", "is required (an admin token reports as the observer it names)")
 	}
 	rep.Observer = observer
-	if len(rep.Results) > health.MaxProbeResults {
-		return 0, nil, badRequest("results", "at most %d, got %d", health.MaxProbeResults, len(rep.Results))
+	if len(rep.Results) > wire.MaxProbeResults {
+		return 0, nil, badRequest("results", "at most %d, got %d", wire.MaxProbeResults, len(rep.Results))
 	}
 	h, err := s.evaluating()
 	if err != nil {

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/cairn-sd/cairn/acl"
-	"github.com/cairn-sd/cairn/api"
 	"github.com/cairn-sd/cairn/health"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // A service without a check: caller outcomes and the lease are its
@@ -31,7 +31,7 @@ func outcomesBody(eps ...map[string]any) string { return mustJSON(map[string]any
 
 // healthEnv is an API with an evaluator on a settable clock, shop/pay
 // defined, p-1 and p-3 ready and p-2 starting, and one round run.
-func healthEnv(t *testing.T, o options) (*env, *clock, map[string]api.Registered) {
+func healthEnv(t *testing.T, o options) (*env, *clock, map[string]wire.Registered) {
 	t.Helper()
 	clk := &clock{t: time.Now()}
 	o.health, o.clock = true, clk
@@ -41,7 +41,7 @@ func healthEnv(t *testing.T, o options) (*env, *clock, map[string]api.Registered
 		tok = adminSecret
 	}
 	e.apply(t, tok, payYAML)
-	regs := map[string]api.Registered{}
+	regs := map[string]wire.Registered{}
 	for _, id := range []string{"p-1", "p-2", "p-3"} {
 		body := map[string]any{"instance_id": id, "addresses": []string{"10.0.1." + id[2:]}, "ports": map[string]int{"http": 8080}}
 		if id == "p-2" {
@@ -49,18 +49,18 @@ func healthEnv(t *testing.T, o options) (*env, *clock, map[string]api.Registered
 		}
 		r := e.call(t, http.MethodPost, svcPath("shop", "pay")+"/instances", tok, mustJSON(body))
 		wantStatus(t, r, http.StatusCreated)
-		regs[id] = decodeAs[api.Registered](t, r)
+		regs[id] = decodeAs[wire.Registered](t, r)
 	}
 	e.tick(t)
 	return e, clk, regs
 }
 
-func endpointsOf(t *testing.T, e *env, token string) map[string]api.Endpoint {
+func endpointsOf(t *testing.T, e *env, token string) map[string]wire.Endpoint {
 	t.Helper()
 	r := e.call(t, http.MethodGet, svcPath("shop", "pay")+"/endpoints", token, "")
 	wantStatus(t, r, http.StatusOK)
-	out := map[string]api.Endpoint{}
-	for _, ep := range decodeAs[[]api.Endpoint](t, r) {
+	out := map[string]wire.Endpoint{}
+	for _, ep := range decodeAs[[]wire.Endpoint](t, r) {
 		out[ep.InstanceID] = ep
 	}
 	return out
@@ -69,7 +69,7 @@ func endpointsOf(t *testing.T, e *env, token string) map[string]api.Endpoint {
 func TestOutcomesRefuseBadInput(t *testing.T) {
 	e, _, regs := healthEnv(t, options{})
 	inc := regs["p-1"].Incarnation
-	many := make([]map[string]any, health.MaxOutcomeEndpoints+1)
+	many := make([]map[string]any, wire.MaxOutcomeEndpoints+1)
 	for i := range many {
 		many[i] = outcome(fmt.Sprintf("x-%d", i), 1, 1, 0, 0)
 	}
@@ -91,7 +91,7 @@ func TestOutcomesRefuseBadInput(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			before := e.snapshot(t)
 			r := e.call(t, http.MethodPost, "/v1/outcomes", "", c.body)
-			wantError(t, r, http.StatusBadRequest, api.CodeInvalid, c.mentions...)
+			wantError(t, r, http.StatusBadRequest, wire.CodeInvalid, c.mentions...)
 			e.wantUnchanged(t, before, c.name)
 			if ev, _ := e.health.Evidence("shop/pay/p-1", inc); len(ev) != 0 {
 				t.Fatalf("a refused report left evidence: %+v", ev)
@@ -103,7 +103,7 @@ func TestOutcomesRefuseBadInput(t *testing.T) {
 func TestOutcomesWithoutEvaluator(t *testing.T) {
 	e := newEnv(t, options{})
 	r := e.call(t, http.MethodPost, "/v1/outcomes", "", outcomesBody(outcome("p-1", 1, 1, 0, 0)))
-	wantError(t, r, http.StatusServiceUnavailable, api.CodeNoLeader, "no health evaluator")
+	wantError(t, r, http.StatusServiceUnavailable, wire.CodeNoLeader, "no health evaluator")
 }
 
 // Only endpoints the caller can have been served count: a starting
@@ -119,13 +119,13 @@ func TestOutcomesDiscardWhatWasNeverServed(t *testing.T) {
 		outcome("ghost", 7, 5, 0, 0),
 	))
 	wantStatus(t, r, http.StatusAccepted)
-	got := decodeAs[health.OutcomeReply](t, r)
+	got := decodeAs[wire.OutcomeReply](t, r)
 	want := map[string]int{"not_served": 1, "stale_incarnation": 1, "unknown_endpoint": 1}
 	if got.Accepted != 1 || !mapsEqual(got.Discarded, want) {
 		t.Fatalf("reply %+v, want 1 accepted and discarded %v", got, want)
 	}
 	r = e.call(t, http.MethodPost, "/v1/outcomes", "", outcomesBody(outcome("p-3", regs["p-3"].Incarnation, 0, 0, 0)))
-	if got := decodeAs[health.OutcomeReply](t, r); got.Accepted != 0 || got.Discarded["no_calls"] != 1 {
+	if got := decodeAs[wire.OutcomeReply](t, r); got.Accepted != 0 || got.Discarded["no_calls"] != 1 {
 		t.Fatalf("a window without calls: %+v, want discarded no_calls", got)
 	}
 	for reason, n := range map[string]float64{"not_served": 1, "stale_incarnation": 1, "unknown_endpoint": 1, "no_calls": 1} {
@@ -204,7 +204,7 @@ func TestOutcomesWithdraw(t *testing.T) {
 	}
 	// The services summary counts from the same table.
 	r := e.call(t, http.MethodGet, "/v1/services", adminSecret, "")
-	for _, s := range decodeAs[[]api.ServiceSummary](t, r) {
+	for _, s := range decodeAs[[]wire.ServiceSummary](t, r) {
 		if s.Name == "pay" && (s.Instances != 3 || s.Eligible != 1) {
 			t.Fatalf("services summary %+v, want 3 instances and 1 eligible (p-3)", s)
 		}
@@ -265,7 +265,7 @@ func probeTokens() []acl.Token {
 
 // probeEnv is healthEnv with probeTokens; it returns the target id of
 // p-1, which the single node n1 is assigned to probe.
-func probeEnv(t *testing.T) (*env, map[string]api.Registered, string) {
+func probeEnv(t *testing.T) (*env, map[string]wire.Registered, string) {
 	t.Helper()
 	e, _, regs := healthEnv(t, options{acl: acl.Config{Enabled: true, Tokens: probeTokens()}})
 	if id := e.node.NodeID(); id != "n1" {
@@ -276,7 +276,7 @@ func probeEnv(t *testing.T) (*env, map[string]api.Registered, string) {
 
 // probeReport is a report by observer of one passing result for target.
 func probeReport(observer, target string) string {
-	return mustJSON(health.ProbeReport{Observer: observer, Seq: 1, Results: []health.ProbeResult{
+	return mustJSON(wire.ProbeReport{Observer: observer, Seq: 1, Results: []wire.ProbeResult{
 		{Target: target, At: time.Now().Add(-time.Second), OK: true, Code: 200}}})
 }
 
@@ -285,19 +285,19 @@ func TestProbeResultsRoute(t *testing.T) {
 	self := e.node.NodeID()
 	for _, secret := range []string{readerSecret, registrarSecret, instanceSecret} {
 		r := e.call(t, http.MethodPost, "/v1/internal/probe-results", secret, probeReport(self, target))
-		wantError(t, r, http.StatusForbidden, api.CodeDenied, "probe results")
+		wantError(t, r, http.StatusForbidden, wire.CodeDenied, "probe results")
 	}
 	r := e.call(t, http.MethodPost, "/v1/internal/probe-results", adminSecret, `{"results": []}`)
-	wantError(t, r, http.StatusBadRequest, api.CodeInvalid, "observer")
+	wantError(t, r, http.StatusBadRequest, wire.CodeInvalid, "observer")
 
 	r = e.call(t, http.MethodPost, "/v1/internal/probe-results", proberN1Secret, probeReport(self, target))
 	wantStatus(t, r, http.StatusOK)
-	if got := decodeAs[health.ProbeReply](t, r); got.Accepted != 1 || got.Discarded != 0 || !slices.Equal(got.Live, []string{self}) {
+	if got := decodeAs[wire.ProbeReply](t, r); got.Accepted != 1 || got.Discarded != 0 || !slices.Equal(got.Live, []string{self}) {
 		t.Fatalf("reply %+v, want 1 accepted and live [%s]", got, self)
 	}
 	// A node the target is not assigned to is not heard.
 	r = e.call(t, http.MethodPost, "/v1/internal/probe-results", adminSecret, probeReport("intruder", target))
-	if got := decodeAs[health.ProbeReply](t, r); got.Accepted != 0 || got.Discarded != 1 {
+	if got := decodeAs[wire.ProbeReply](t, r); got.Accepted != 0 || got.Discarded != 1 {
 		t.Fatalf("reply to an unassigned observer %+v, want 1 discarded", got)
 	}
 	if v := e.metric(t, "cairn_health_evidence_discarded_total", map[string]string{"reason": "unassigned"}); v != 1 {
@@ -330,7 +330,7 @@ func TestProbeResultsAttributedByToken(t *testing.T) {
 		t.Helper()
 		return e.call(t, http.MethodPost, "/v1/internal/probe-results", secret, body)
 	}
-	evidence := func() []health.ClassEvidence {
+	evidence := func() []wire.ClassEvidence {
 		ev, _ := e.health.Evidence("shop/pay/p-1", regs["p-1"].Incarnation)
 		return ev
 	}
@@ -346,19 +346,19 @@ func TestProbeResultsAttributedByToken(t *testing.T) {
 		code               string
 		mentions           []string
 	}{
-		{"another node's token as n1", proberN2Secret, probeReport("n1", target), http.StatusForbidden, api.CodeDenied,
+		{"another node's token as n1", proberN2Secret, probeReport("n1", target), http.StatusForbidden, wire.CodeDenied,
 			[]string{"prober token of node n2", "may not report as n1"}},
-		{"this node's token as another", proberN1Secret, probeReport("n2", target), http.StatusForbidden, api.CodeDenied,
+		{"this node's token as another", proberN1Secret, probeReport("n2", target), http.StatusForbidden, wire.CodeDenied,
 			[]string{"prober token of node n1", "may not report as n2"}},
-		{"a prober token without node as n1", proberSecret, probeReport("n1", target), http.StatusForbidden, api.CodeDenied,
+		{"a prober token without node as n1", proberSecret, probeReport("n1", target), http.StatusForbidden, wire.CodeDenied,
 			[]string{"names no node", "node:"}},
-		{"a prober token without node, no observer", proberSecret, probeReport("", target), http.StatusForbidden, api.CodeDenied,
+		{"a prober token without node, no observer", proberSecret, probeReport("", target), http.StatusForbidden, wire.CodeDenied,
 			[]string{"names no node"}},
-		{"a reader token", readerSecret, probeReport("n1", target), http.StatusForbidden, api.CodeDenied,
+		{"a reader token", readerSecret, probeReport("n1", target), http.StatusForbidden, wire.CodeDenied,
 			[]string{"reader token may not send probe results"}},
-		{"an observer that is no node id", proberN1Secret, probeReport("N1!", target), http.StatusBadRequest, api.CodeInvalid,
+		{"an observer that is no node id", proberN1Secret, probeReport("N1!", target), http.StatusBadRequest, wire.CodeInvalid,
 			[]string{"observer", "DNS label"}},
-		{"an admin naming no observer", adminSecret, probeReport("", target), http.StatusBadRequest, api.CodeInvalid,
+		{"an admin naming no observer", adminSecret, probeReport("", target), http.StatusBadRequest, wire.CodeInvalid,
 			[]string{"observer", "required"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -377,7 +377,7 @@ func TestProbeResultsAttributedByToken(t *testing.T) {
 	// n2 (not assigned p-1 here, so discarded), never as n1.
 	r := post(proberN2Secret, probeReport("", target))
 	wantStatus(t, r, http.StatusOK)
-	if got := decodeAs[health.ProbeReply](t, r); got.Accepted != 0 || got.Discarded != 1 {
+	if got := decodeAs[wire.ProbeReply](t, r); got.Accepted != 0 || got.Discarded != 1 {
 		t.Fatalf("n2's report without observer: %+v, want it discarded as n2's (unassigned)", got)
 	}
 	if ev := evidence(); len(ev) != 0 {
@@ -385,7 +385,7 @@ func TestProbeResultsAttributedByToken(t *testing.T) {
 	}
 	r = post(proberN1Secret, probeReport("", target))
 	wantStatus(t, r, http.StatusOK)
-	if got := decodeAs[health.ProbeReply](t, r); got.Accepted != 1 {
+	if got := decodeAs[wire.ProbeReply](t, r); got.Accepted != 1 {
 		t.Fatalf("n1's report without observer: %+v, want it accepted as n1's", got)
 	}
 	if ev := evidence(); len(ev) != 1 || ev[0].Observer != "n1" || ev[0].Class != "probe" {
@@ -394,14 +394,14 @@ func TestProbeResultsAttributedByToken(t *testing.T) {
 	// Naming its own node is the same.
 	r = post(proberN1Secret, probeReport("n1", target))
 	wantStatus(t, r, http.StatusOK)
-	if got := decodeAs[health.ProbeReply](t, r); got.Accepted != 1 {
+	if got := decodeAs[wire.ProbeReply](t, r); got.Accepted != 1 {
 		t.Fatalf("n1's report as n1: %+v, want it accepted", got)
 	}
 
 	// An admin speaks for any observer.
 	r = post(adminSecret, probeReport("n1", target))
 	wantStatus(t, r, http.StatusOK)
-	if got := decodeAs[health.ProbeReply](t, r); got.Accepted != 1 {
+	if got := decodeAs[wire.ProbeReply](t, r); got.Accepted != 1 {
 		t.Fatalf("an admin's report as n1: %+v, want it accepted", got)
 	}
 }

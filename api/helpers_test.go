@@ -285,7 +285,7 @@ func wantStatus(t *testing.T, r reply, status int) {
 // wantError checks an error answer: the status, the JSON body with
 // exactly "error" and "code", and that the message mentions each of
 // mentions (the field at fault).
-func wantError(t *testing.T, r reply, status int, code string, mentions ...string) api.Error {
+func wantError(t *testing.T, r reply, status int, code string, mentions ...string) wire.Error {
 	t.Helper()
 	if r.Status != status {
 		t.Fatalf("%s; want status %d (%s)", r, status, code)
@@ -293,7 +293,7 @@ func wantError(t *testing.T, r reply, status int, code string, mentions ...strin
 	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
 		t.Errorf("%s: Content-Type %q, want application/json", r, ct)
 	}
-	var e api.Error
+	var e wire.Error
 	dec := json.NewDecoder(bytes.NewReader(r.Body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&e); err != nil {
@@ -350,13 +350,13 @@ func mustJSON(v any) string {
 }
 
 // register registers id in ns/svc with token and wants 201 or 200.
-func (e *env) register(t *testing.T, token, ns, svc, id string, addrs ...string) api.Registered {
+func (e *env) register(t *testing.T, token, ns, svc, id string, addrs ...string) wire.Registered {
 	t.Helper()
 	r := e.call(t, http.MethodPost, svcPath(ns, svc)+"/instances", token, regJSON(id, addrs...))
 	if r.Status != http.StatusCreated && r.Status != http.StatusOK {
 		t.Fatalf("%s; want 201 or 200", r)
 	}
-	return decodeAs[api.Registered](t, r)
+	return decodeAs[wire.Registered](t, r)
 }
 
 func incBody(inc uint64) string { return fmt.Sprintf(`{"incarnation": %d}`, inc) }

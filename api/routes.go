@@ -11,84 +11,16 @@ import (
 	"time"
 
 	"github.com/cairn-sd/cairn/acl"
-	"github.com/cairn-sd/cairn/health"
 	cstatus "github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/wire"
 )
 
-// ServiceSummary is one row of GET /v1/services.
-type ServiceSummary struct {
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
-	Ports     int    `json:"ports"`
-	Instances int    `json:"instances"`
-	Eligible  int    `json:"eligible"`
-	Revision  uint64 `json:"revision"`
-}
-
-// Endpoint is one instance as GET .../endpoints shows it.
-type Endpoint struct {
-	InstanceID  string         `json:"instance_id"`
-	Incarnation uint64         `json:"incarnation"`
-	Addresses   []string       `json:"addresses"`
-	Ports       map[string]int `json:"ports"`
-	Region      string         `json:"region"`
-	Zone        string         `json:"zone"`
-	Lifecycle   wire.Lifecycle `json:"lifecycle"`
-	Verdict     string         `json:"verdict"`
-	Eligible    bool           `json:"eligible"`
-	Weight      int            `json:"weight"`
-	BaseWeight  int            `json:"base_weight"`
-	Reasons     []string       `json:"reasons"`
-	// LeaseDeadline is the deadline recorded by the last renewal;
-	// LeaseExpiry is when the lease runs out as this node tells it, which
-	// is later for one TTL after a leader change (see docs/decisions.md).
-	LeaseDeadline time.Time        `json:"lease_deadline"`
-	LeaseExpiry   time.Time        `json:"lease_expiry"`
-	LeaseExpired  bool             `json:"lease_expired"`
-	Registrar     string           `json:"registrar"`
-	Report        *wire.SelfReport `json:"report,omitempty"`
-	// Flags are the status table's flags (eligible, slow_start,
-	// health_disregarded, …).
-	Flags []string `json:"flags"`
-	// VerdictEvidence is the evidence the committed verdict was decided
-	// on, and VerdictAt when it was decided.
-	VerdictEvidence *wire.Evidence `json:"verdict_evidence,omitempty"`
-	VerdictAt       time.Time      `json:"verdict_at,omitzero"`
-	// Evidence is the latest evidence per class and observer, freshest
-	// first within each class. Only the leader holds it: a follower's
-	// answer leaves it out.
-	Evidence []health.ClassEvidence `json:"evidence,omitzero"`
-}
-
-// View is a service's current view (SPEC §1).
-type View struct {
-	Revision          uint64     `json:"revision"`
-	HealthDisregarded bool       `json:"health_disregarded"`
-	Stale             bool       `json:"stale"`
-	Endpoints         []Endpoint `json:"endpoints"`
-}
-
-// ServiceDetail is GET /v1/services/{ns}/{svc}.
-type ServiceDetail struct {
-	Definition wire.Service `json:"definition"`
-	View       View         `json:"view"`
-}
-
-// Registered is the answer to a registration.
-type Registered struct {
-	wire.Instance
-	// Created is false when the request was a retry of the committed
-	// registration.
-	Created bool `json:"created"`
-}
-
 // endpointOf shows an instance from the store alone: the view of a node
 // that runs no evaluator (tests of the API on its own). A ready instance
 // counts as eligible and its verdict is unknown.
-func endpointOf(in wire.Instance, now, leaseExpiry time.Time) Endpoint {
-	e := Endpoint{
+func endpointOf(in wire.Instance, now, leaseExpiry time.Time) wire.Endpoint {
+	e := wire.Endpoint{
 		InstanceID: in.ID, Incarnation: in.Incarnation, Addresses: in.Addresses, Ports: in.Ports,
 		Region: in.Region, Zone: in.Zone, Lifecycle: in.Lifecycle, Verdict: "unknown",
 		BaseWeight: in.Weight, LeaseDeadline: in.LeaseDeadline, LeaseExpiry: leaseExpiry,
@@ -118,7 +50,7 @@ func endpointOf(in wire.Instance, now, leaseExpiry time.Time) Endpoint {
 // published overlays what the status table publishes about in (verdict,
 // eligibility, weight, flags), the committed reasons, and the evidence
 // the leader holds.
-func (s *Server) published(e *Endpoint, in wire.Instance) {
+func (s *Server) published(e *wire.Endpoint, in wire.Instance) {
 	h := s.cfg.Health
 	ent, ok := h.Status(in.Key().String(), in.Incarnation)
 	if !ok {
@@ -149,7 +81,7 @@ func (s *Server) published(e *Endpoint, in wire.Instance) {
 	if ev, leading := h.Evidence(in.Key().String(), in.Incarnation); leading {
 		e.Evidence = ev
 		if e.Evidence == nil {
-			e.Evidence = []health.ClassEvidence{}
+			e.Evidence = []wire.ClassEvidence{}
 		}
 	}
 }
@@ -172,9 +104,9 @@ func flagNames(f cstatus.Flags) []string {
 	return strings.Split(f.String(), "|")
 }
 
-func (s *Server) view(ns, svc string, all bool) View {
+func (s *Server) view(ns, svc string, all bool) wire.View {
 	now := s.cfg.Now()
-	v := View{Revision: s.cfg.Store.Revision(), Endpoints: []Endpoint{}}
+	v := wire.View{Revision: s.cfg.Store.Revision(), Endpoints: []wire.Endpoint{}}
 	for _, in := range s.cfg.Store.Instances(ns, svc) {
 		if in.Lifecycle == wire.Terminated && !all {
 			continue
@@ -203,13 +135,13 @@ func (s *Server) listServices(w http.ResponseWriter, r *http.Request, id acl.Ide
 		}
 		counts[in.Key().ServiceKey()] = c
 	}
-	out := []ServiceSummary{}
+	out := []wire.ServiceSummary{}
 	for _, svc := range s.cfg.Store.Services() {
 		if !id.Allows(acl.Read, svc.Namespace, svc.Name, "") {
 			continue
 		}
 		c := counts[svc.Key()]
-		out = append(out, ServiceSummary{Namespace: svc.Namespace, Name: svc.Name, Ports: len(svc.Ports),
+		out = append(out, wire.ServiceSummary{Namespace: svc.Namespace, Name: svc.Name, Ports: len(svc.Ports),
 			Revision: svc.Revision, Instances: c[0], Eligible: c[1]})
 	}
 	return http.StatusOK, out, nil
@@ -236,7 +168,7 @@ func (s *Server) getService(w http.ResponseWriter, r *http.Request, id acl.Ident
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, ServiceDetail{Definition: svc, View: s.view(svc.Namespace, svc.Name, false)}, nil
+	return http.StatusOK, wire.ServiceDetail{Definition: svc, View: s.view(svc.Namespace, svc.Name, false)}, nil
 }
 
 func (s *Server) endpoints(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
@@ -320,22 +252,9 @@ func pathService(r *http.Request) (string, string, error) {
 	return ns, svc, nil
 }
 
-// RegisterRequest is the body of a registration: a wire.Registration
-// whose weight and lease_ttl tell an absent field (the default) from one
-// given as 0, so that an explicit 0 is refused, naming the field, rather
-// than silently taken for the default. (The shallower fields win over the
-// embedded ones in encoding/json.)
-type RegisterRequest struct {
-	wire.Registration
-	// Weight is the base weight, 1–65535; absent means 100.
-	Weight *int `json:"weight,omitempty"`
-	// LeaseTTL is 5s–24h; absent means the service's lease_ttl.
-	LeaseTTL *wire.Duration `json:"lease_ttl,omitempty"`
-}
-
 // registration returns the store's registration q asks for: explicit
 // values out of range, 0 included, are refused here.
-func (q RegisterRequest) registration() (wire.Registration, error) {
+func registration(q wire.RegisterRequest) (wire.Registration, error) {
 	reg := q.Registration
 	if q.Weight != nil {
 		if w := *q.Weight; w < 1 || w > 65535 {
@@ -357,7 +276,7 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request, id acl.Identit
 	if err != nil {
 		return 0, nil, err
 	}
-	var req RegisterRequest
+	var req wire.RegisterRequest
 	if err := decode(r, &req); err != nil {
 		return 0, nil, err
 	}
@@ -367,7 +286,7 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request, id acl.Identit
 	if !id.Allows(acl.Register, ns, svc, req.ID) {
 		return 0, nil, s.deny(r, id, "register", wire.InstanceKey{Namespace: ns, Service: svc, ID: req.ID})
 	}
-	reg, err := req.registration()
+	reg, err := registration(req)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -387,23 +306,16 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request, id acl.Identit
 	if created {
 		code = http.StatusCreated
 	}
-	return code, Registered{Instance: in, Created: created}, nil
+	return code, wire.Registered{Instance: in, Created: created}, nil
 }
 
 // asInvalid leaves a policy refusal as it is and makes a parse error
 // invalid input.
 func asInvalid(err error) error {
-	if _, c := status(err); c == CodeForbiddenAddress {
+	if _, c := status(err); c == wire.CodeForbiddenAddress {
 		return err
 	}
 	return fmt.Errorf("%v: %w", err, errBadRequest)
-}
-
-// MutateRequest is the body of renew, drain, deregister and report.
-type MutateRequest struct {
-	Incarnation  uint64                          `json:"incarnation"`
-	Ready        *bool                           `json:"ready,omitempty"`
-	Dependencies map[string]wire.DependencyState `json:"dependencies,omitempty"`
 }
 
 func (s *Server) mutate(act acl.Action) handler {
@@ -422,7 +334,7 @@ func (s *Server) mutate(act acl.Action) handler {
 		if !id.Allows(act, key.Namespace, key.Service, key.ID) {
 			return 0, nil, s.deny(r, id, verb, key)
 		}
-		var req MutateRequest
+		var req wire.MutateRequest
 		if err := decode(r, &req); err != nil {
 			return 0, nil, err
 		}
@@ -465,20 +377,9 @@ func (s *Server) mutate(act acl.Action) handler {
 	}
 }
 
-// Status is GET /v1/status: this node as it sees itself.
-type Status struct {
-	NodeID   string `json:"node_id"`
-	State    string `json:"state"`
-	LeaderID string `json:"leader_id"`
-	// Revision is the last raft index applied to this node's replica; a
-	// follower is caught up once its revision reaches the leader's.
-	Revision uint64 `json:"revision"`
-	CaughtUp bool   `json:"caught_up"`
-}
-
 func (s *Server) status(w http.ResponseWriter, r *http.Request, _ acl.Identity) (int, any, error) {
 	lid, _ := s.cfg.Store.Leader()
-	return http.StatusOK, Status{NodeID: s.cfg.Store.NodeID(), State: s.cfg.Store.State(), LeaderID: lid,
+	return http.StatusOK, wire.Status{NodeID: s.cfg.Store.NodeID(), State: s.cfg.Store.State(), LeaderID: lid,
 		Revision: s.cfg.Store.Revision(), CaughtUp: s.cfg.Store.CaughtUp()}, nil
 }
 

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/cairn-sd/cairn/acl"
-	"github.com/cairn-sd/cairn/api"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -42,7 +41,7 @@ func identity(scope acl.Scope, secret string) string {
 
 // newACLEnv starts an API with ACLs on, shop/web, shop/cart and other/web
 // defined, and shop/web i-1 and i-2 registered.
-func newACLEnv(t *testing.T, o options) (*env, map[string]api.Registered) {
+func newACLEnv(t *testing.T, o options) (*env, map[string]wire.Registered) {
 	t.Helper()
 	o.acl = acl.Config{Enabled: true, Tokens: scopeTokens()}
 	if o.auditRefusals == 0 {
@@ -50,7 +49,7 @@ func newACLEnv(t *testing.T, o options) (*env, map[string]api.Registered) {
 	}
 	e := newEnv(t, o)
 	e.apply(t, adminSecret, webYAML, cartYAML, otherYAML)
-	regs := map[string]api.Registered{
+	regs := map[string]wire.Registered{
 		"i-1": e.register(t, registrarSecret, "shop", "web", "i-1", "10.0.0.1"),
 		"i-2": e.register(t, registrarSecret, "shop", "web", "i-2", "10.0.0.2"),
 	}
@@ -132,7 +131,7 @@ func TestScopes(t *testing.T) {
 				wantStatus(t, r, tc.status)
 				return
 			}
-			wantError(t, r, http.StatusForbidden, api.CodeDenied, tc.mention)
+			wantError(t, r, http.StatusForbidden, wire.CodeDenied, tc.mention)
 			e.wantDataUnchanged(t, before, tc.name)
 		})
 	}
@@ -174,7 +173,7 @@ func TestScopes(t *testing.T) {
 	// SPEC §8: an instance token renews, drains and reports about itself,
 	// and registers nothing, not even itself.
 	wantError(t, e.call(t, "POST", svcPath("shop", "web")+"/instances", instanceSecret, regJSON("i-1", "10.0.0.11")),
-		http.StatusForbidden, api.CodeDenied, "register")
+		http.StatusForbidden, wire.CodeDenied, "register")
 	wantStatus(t, e.call(t, "POST", "/v1/apply", adminSecret, otherApply), http.StatusOK)
 }
 
@@ -197,7 +196,7 @@ func TestInstanceTokenConfinedToItself(t *testing.T) {
 		t.Run(tc.verb, func(t *testing.T) {
 			clk.Advance(time.Second) // one audited refusal per identity a second
 			r := e.call(t, http.MethodPost, instPath("shop", "web", "i-2", tc.verb), instanceSecret, tc.body)
-			wantError(t, r, http.StatusForbidden, api.CodeDenied, "instance token", tc.word, "shop/web/i-2")
+			wantError(t, r, http.StatusForbidden, wire.CodeDenied, "instance token", tc.word, "shop/web/i-2")
 			if got := e.instance(t, "shop", "web", "i-2"); !equalJSON(got, target) {
 				t.Fatalf("i-2 changed:\nnow    %+v\nbefore %+v", got, target)
 			}
@@ -227,7 +226,7 @@ func TestRegistrarConfinedToItsNamespaces(t *testing.T) {
 	t.Parallel()
 	e, _ := newACLEnv(t, options{})
 	r := e.call(t, http.MethodPost, svcPath("other", "web")+"/instances", registrarSecret, regJSON("i-1", "10.0.0.1"))
-	wantError(t, r, http.StatusForbidden, api.CodeDenied, "registrar token", "other/web/i-1")
+	wantError(t, r, http.StatusForbidden, wire.CodeDenied, "registrar token", "other/web/i-1")
 	if got := e.node.Instances("other", "web"); len(got) != 0 {
 		t.Fatalf("other/web has instances: %+v", got)
 	}
@@ -280,7 +279,7 @@ func TestUnauthenticated(t *testing.T) {
 					hdr["Authorization"] = a.header
 				}
 				r := e.request(t, rt.method, rt.path, hdr, rt.body)
-				wantError(t, r, http.StatusUnauthorized, api.CodeUnauthenticated, a.mention)
+				wantError(t, r, http.StatusUnauthorized, wire.CodeUnauthenticated, a.mention)
 				if got := r.Header.Get("WWW-Authenticate"); !strings.HasPrefix(got, "Bearer") {
 					t.Errorf("WWW-Authenticate %q, want a Bearer challenge", got)
 				}
@@ -301,7 +300,7 @@ func TestUnauthenticated(t *testing.T) {
 		wantStatus(t, e.call(t, "GET", p, "", ""), http.StatusOK)
 	}
 	// An unknown route is 404 whatever the token.
-	wantError(t, e.call(t, "GET", "/v1/nope", "", ""), http.StatusNotFound, api.CodeNotFound, "/v1/nope")
+	wantError(t, e.call(t, "GET", "/v1/nope", "", ""), http.StatusNotFound, wire.CodeNotFound, "/v1/nope")
 }
 
 // TestNoSecretInLogs runs refusals and failed authentications and checks
@@ -360,7 +359,7 @@ func TestRefusalAuditIsRateLimited(t *testing.T) {
 	path := instPath("shop", "web", "i-2", "renew")
 	body := incBody(regs["i-2"].Incarnation)
 	// Another identity's refusal takes one of the two slots of the second.
-	wantError(t, e.call(t, http.MethodPost, path, readerSecret, body), http.StatusForbidden, api.CodeDenied, "i-2")
+	wantError(t, e.call(t, http.MethodPost, path, readerSecret, body), http.StatusForbidden, wire.CodeDenied, "i-2")
 	refusals := func() int {
 		n := 0
 		for _, ev := range e.node.Events("shop", "web", 0) {
@@ -371,7 +370,7 @@ func TestRefusalAuditIsRateLimited(t *testing.T) {
 		return n
 	}
 	for range 5 {
-		wantError(t, e.call(t, http.MethodPost, path, instanceSecret, body), http.StatusForbidden, api.CodeDenied, "i-2")
+		wantError(t, e.call(t, http.MethodPost, path, instanceSecret, body), http.StatusForbidden, wire.CodeDenied, "i-2")
 	}
 	if n := refusals(); n != 2 {
 		t.Errorf("%d refusals audited, want 2", n)
@@ -379,11 +378,11 @@ func TestRefusalAuditIsRateLimited(t *testing.T) {
 	if got := e.metric(t, "cairn_api_unaudited_refusals_total", nil); got != 4 {
 		t.Errorf("unaudited refusals %v, want 4", got)
 	}
-	if got := e.metric(t, "cairn_api_rejected_mutations_total", map[string]string{"reason": api.CodeDenied}); got != 6 {
+	if got := e.metric(t, "cairn_api_rejected_mutations_total", map[string]string{"reason": wire.CodeDenied}); got != 6 {
 		t.Errorf("rejected mutations (permission_denied) %v, want 6", got)
 	}
 	clk.Advance(time.Second)
-	wantError(t, e.call(t, http.MethodPost, path, instanceSecret, body), http.StatusForbidden, api.CodeDenied, "i-2")
+	wantError(t, e.call(t, http.MethodPost, path, instanceSecret, body), http.StatusForbidden, wire.CodeDenied, "i-2")
 	if n := refusals(); n != 3 {
 		t.Errorf("%d refusals audited after a second, want 3", n)
 	}

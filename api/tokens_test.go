@@ -20,8 +20,8 @@ func TestTokensAPI(t *testing.T) {
 	// Only an admin manages tokens.
 	for _, s := range []string{registrarSecret, readerSecret, instanceSecret, proberSecret} {
 		wantError(t, e.call(t, http.MethodPost, "/v1/acl/tokens", s, `{"scope": "reader", "namespaces": ["shop"]}`),
-			http.StatusForbidden, api.CodeDenied, "token")
-		wantError(t, e.call(t, http.MethodGet, "/v1/acl/tokens", s, ""), http.StatusForbidden, api.CodeDenied, "token")
+			http.StatusForbidden, wire.CodeDenied, "token")
+		wantError(t, e.call(t, http.MethodGet, "/v1/acl/tokens", s, ""), http.StatusForbidden, wire.CodeDenied, "token")
 	}
 	// Bad requests name the field and change nothing.
 	for _, tc := range []struct{ body, field string }{
@@ -31,7 +31,7 @@ func TestTokensAPI(t *testing.T) {
 		{`{"scope": "admin", "secret": "short"}`, "secret"},
 		{`{"scope": "admin", "colour": "red"}`, "colour"},
 	} {
-		wantError(t, e.call(t, http.MethodPost, "/v1/acl/tokens", adminSecret, tc.body), http.StatusBadRequest, api.CodeInvalid, tc.field)
+		wantError(t, e.call(t, http.MethodPost, "/v1/acl/tokens", adminSecret, tc.body), http.StatusBadRequest, wire.CodeInvalid, tc.field)
 	}
 	if e.node.TokenRevision() != before {
 		t.Fatal("a refused token request changed the stored tokens")
@@ -57,14 +57,14 @@ func TestTokensAPI(t *testing.T) {
 	}
 	// A secret of the servers' ACL files is a conflict too.
 	wantError(t, e.call(t, http.MethodPost, "/v1/acl/tokens", adminSecret, `{"scope": "admin", "secret": "`+readerSecret+`"}`),
-		http.StatusConflict, api.CodeConflict, "ACL files")
+		http.StatusConflict, wire.CodeConflict, "ACL files")
 	// The same secret twice is a conflict.
 	wantError(t, e.call(t, http.MethodPost, "/v1/acl/tokens", adminSecret, `{"scope": "admin", "secret": "`+created.Secret+`"}`),
-		http.StatusConflict, api.CodeConflict, "secret")
+		http.StatusConflict, wire.CodeConflict, "secret")
 	// Deleted, it is unknown.
 	wantStatus(t, e.call(t, http.MethodDelete, "/v1/acl/tokens/"+created.Accessor, adminSecret, ""), http.StatusOK)
-	wantError(t, e.call(t, http.MethodGet, "/v1/services", created.Secret, ""), http.StatusUnauthorized, api.CodeUnauthenticated, "token")
-	wantError(t, e.call(t, http.MethodDelete, "/v1/acl/tokens/"+created.Accessor, adminSecret, ""), http.StatusNotFound, api.CodeNotFound, created.Accessor)
+	wantError(t, e.call(t, http.MethodGet, "/v1/services", created.Secret, ""), http.StatusUnauthorized, wire.CodeUnauthenticated, "token")
+	wantError(t, e.call(t, http.MethodDelete, "/v1/acl/tokens/"+created.Accessor, adminSecret, ""), http.StatusNotFound, wire.CodeNotFound, created.Accessor)
 	// Creation and deletion are audited, without the secret.
 	var kinds []wire.EventKind
 	for _, ev := range e.node.Events("", "", 0) {
@@ -90,7 +90,7 @@ func TestTokensAPIProberNode(t *testing.T) {
 		{`{"scope": "prober", "node": "N1"}`, "node"},
 		{`{"scope": "prober", "node": "-n1"}`, "node"},
 	} {
-		wantError(t, e.call(t, http.MethodPost, "/v1/acl/tokens", adminSecret, tc.body), http.StatusBadRequest, api.CodeInvalid, tc.mention)
+		wantError(t, e.call(t, http.MethodPost, "/v1/acl/tokens", adminSecret, tc.body), http.StatusBadRequest, wire.CodeInvalid, tc.mention)
 	}
 	if e.node.TokenRevision() != before {
 		t.Fatal("a refused token request changed the stored tokens")
@@ -114,9 +114,9 @@ func TestTokensAPIProberNode(t *testing.T) {
 	unbound := decodeAs[api.Token](t, r)
 
 	wantError(t, e.call(t, http.MethodPost, "/v1/internal/probe-results", bound.Secret, probeReport("n2", target)),
-		http.StatusForbidden, api.CodeDenied, "prober token of node n1", "as n2")
+		http.StatusForbidden, wire.CodeDenied, "prober token of node n1", "as n2")
 	wantError(t, e.call(t, http.MethodPost, "/v1/internal/probe-results", unbound.Secret, probeReport("n1", target)),
-		http.StatusForbidden, api.CodeDenied, "names no node")
+		http.StatusForbidden, wire.CodeDenied, "names no node")
 	if ev, _ := e.health.Evidence("shop/pay/p-1", regs["p-1"].Incarnation); len(ev) != 0 {
 		t.Fatalf("refused reports left evidence: %+v", ev)
 	}

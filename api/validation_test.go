@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cairn-sd/cairn/api"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // Every test here sends bad input and then checks that nothing changed:
@@ -21,7 +21,7 @@ func TestRegisterRejectsInvalidLabels(t *testing.T) {
 	path := svcPath("shop", "web") + "/instances"
 	for _, id := range []string{"I-1", "i_1", "-i1", "i1-", "-", strings.Repeat("a", 64), "", "i.1", "i 1", "ü"} {
 		t.Run("instance_id="+id, func(t *testing.T) {
-			wantError(t, e.call(t, http.MethodPost, path, "", regJSON(id, "10.0.0.1")), http.StatusBadRequest, api.CodeInvalid, "instance_id")
+			wantError(t, e.call(t, http.MethodPost, path, "", regJSON(id, "10.0.0.1")), http.StatusBadRequest, wire.CodeInvalid, "instance_id")
 		})
 	}
 	for _, tc := range []struct{ field, value string }{
@@ -30,7 +30,7 @@ func TestRegisterRejectsInvalidLabels(t *testing.T) {
 	} {
 		t.Run(tc.field+"="+tc.value, func(t *testing.T) {
 			body := mustJSON(map[string]any{"instance_id": "i-1", "addresses": []string{"10.0.0.1"}, "ports": map[string]int{"http": 8080}, tc.field: tc.value})
-			wantError(t, e.call(t, http.MethodPost, path, "", body), http.StatusBadRequest, api.CodeInvalid, tc.field)
+			wantError(t, e.call(t, http.MethodPost, path, "", body), http.StatusBadRequest, wire.CodeInvalid, tc.field)
 		})
 	}
 	e.wantUnchanged(t, before, "registrations with invalid labels")
@@ -66,7 +66,7 @@ func TestApplyRejectsInvalidLabels(t *testing.T) {
 		{doc("shop", "web", "ht_tp"), "ports[0].name"},
 		{"namespace: shop\nname: web\nports: [{name: http, number: 80}]\ncapability: {dependencies: [{name: Db}]}\n", "capability.dependencies[0].name"},
 	} {
-		wantError(t, e.call(t, http.MethodPost, "/v1/apply", "", tc.body), http.StatusBadRequest, api.CodeInvalid, tc.field)
+		wantError(t, e.call(t, http.MethodPost, "/v1/apply", "", tc.body), http.StatusBadRequest, wire.CodeInvalid, tc.field)
 	}
 	e.wantUnchanged(t, before, "applies with invalid labels")
 }
@@ -101,7 +101,7 @@ func TestApplyRejectsInvalidDefinitions(t *testing.T) {
 		{base + "ports: [{name: http, number: eighty}]\n", "eighty"},
 		{base + "ports: [\n", "yaml"},
 	} {
-		wantError(t, e.call(t, http.MethodPost, "/v1/apply", "", tc.body), http.StatusBadRequest, api.CodeInvalid, tc.field)
+		wantError(t, e.call(t, http.MethodPost, "/v1/apply", "", tc.body), http.StatusBadRequest, wire.CodeInvalid, tc.field)
 	}
 	e.wantUnchanged(t, before, "invalid definitions")
 }
@@ -124,13 +124,13 @@ func TestApplyAllOrNothing(t *testing.T) {
 		                 {"namespace": "shop", "name": "cart2", "ports": [{"name": "http", "number": -1}]}]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			wantError(t, e.call(t, http.MethodPost, "/v1/apply", "", tc.body), http.StatusBadRequest, api.CodeInvalid, "document 2")
+			wantError(t, e.call(t, http.MethodPost, "/v1/apply", "", tc.body), http.StatusBadRequest, wire.CodeInvalid, "document 2")
 			e.wantUnchanged(t, before, "a multi-document apply with an invalid document")
 		})
 	}
 	// Only the third of three documents is wrong.
 	wantError(t, e.call(t, http.MethodPost, "/v1/apply", "", changedWeb+"---\n"+cartYAML+"---\n"+changedWeb),
-		http.StatusBadRequest, api.CodeInvalid, "document 3", "shop/web")
+		http.StatusBadRequest, wire.CodeInvalid, "document 3", "shop/web")
 	e.wantUnchanged(t, before, "an apply whose third document repeats the first")
 	if _, ok := e.node.Service("shop", "cart"); ok {
 		t.Error("shop/cart was applied")
@@ -158,7 +158,7 @@ func TestUnknownKeysAndFields(t *testing.T) {
 		{"report", instPath("shop", "web", "i-1", "report"), fmt.Sprintf(`{"incarnation": %d, "ready": true, "healthy": true}`, reg.Incarnation), "healthy"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			wantError(t, e.call(t, http.MethodPost, tc.path, "", tc.body), http.StatusBadRequest, api.CodeInvalid, tc.field)
+			wantError(t, e.call(t, http.MethodPost, tc.path, "", tc.body), http.StatusBadRequest, wire.CodeInvalid, tc.field)
 		})
 	}
 	e.wantUnchanged(t, before, "requests with unknown keys or fields")
@@ -175,23 +175,23 @@ func TestRegisterRejectsInvalidAddresses(t *testing.T) {
 		"10.0.0.1:80", "10.0.0.1/32", "[2001:db8::1]", "2001:db8:::1", "example.com",
 	} {
 		t.Run(a, func(t *testing.T) {
-			wantError(t, e.call(t, http.MethodPost, path, "", regJSON("i-1", a)), http.StatusBadRequest, api.CodeInvalid, "addresses[0]")
+			wantError(t, e.call(t, http.MethodPost, path, "", regJSON("i-1", a)), http.StatusBadRequest, wire.CodeInvalid, "addresses[0]")
 		})
 	}
 	// The field named is the one at fault.
 	wantError(t, e.call(t, http.MethodPost, path, "", regJSON("i-1", "10.0.0.1", "10.0.0.2", "bogus")),
-		http.StatusBadRequest, api.CodeInvalid, "addresses[2]", "bogus")
+		http.StatusBadRequest, wire.CodeInvalid, "addresses[2]", "bogus")
 	// Listed twice, once in a non-canonical spelling.
 	wantError(t, e.call(t, http.MethodPost, path, "", regJSON("i-1", "10.0.0.1", "::ffff:10.0.0.1")),
-		http.StatusBadRequest, api.CodeInvalid, "addresses[1]", "twice")
-	wantError(t, e.call(t, http.MethodPost, path, "", regJSON("i-1")), http.StatusBadRequest, api.CodeInvalid, "addresses")
+		http.StatusBadRequest, wire.CodeInvalid, "addresses[1]", "twice")
+	wantError(t, e.call(t, http.MethodPost, path, "", regJSON("i-1")), http.StatusBadRequest, wire.CodeInvalid, "addresses")
 	many := make([]string, 17)
 	for i := range many {
 		many[i] = fmt.Sprintf("10.0.1.%d", i+1)
 	}
-	wantError(t, e.call(t, http.MethodPost, path, "", regJSON("i-1", many...)), http.StatusBadRequest, api.CodeInvalid, "addresses", "16")
+	wantError(t, e.call(t, http.MethodPost, path, "", regJSON("i-1", many...)), http.StatusBadRequest, wire.CodeInvalid, "addresses", "16")
 	wantError(t, e.call(t, http.MethodPost, path, "", `{"instance_id": "i-1", "addresses": "10.0.0.1", "ports": {"http": 8080}}`),
-		http.StatusBadRequest, api.CodeInvalid, "addresses")
+		http.StatusBadRequest, wire.CodeInvalid, "addresses")
 	e.wantUnchanged(t, before, "registrations with invalid addresses")
 }
 
@@ -224,12 +224,12 @@ func TestRegisterRejectsForbiddenAddresses(t *testing.T) {
 	} {
 		t.Run(tc.ns+"/"+tc.addr, func(t *testing.T) {
 			r := e.call(t, http.MethodPost, svcPath(tc.ns, tc.svc)+"/instances", "", regJSON("i-1", tc.addr))
-			wantError(t, r, http.StatusForbidden, api.CodeForbiddenAddress, "addresses[0]", tc.why)
+			wantError(t, r, http.StatusForbidden, wire.CodeForbiddenAddress, "addresses[0]", tc.why)
 		})
 	}
 	// One forbidden address refuses the whole registration.
 	wantError(t, e.call(t, http.MethodPost, svcPath("shop", "web")+"/instances", "", regJSON("i-1", "10.0.0.1", "169.254.169.254")),
-		http.StatusForbidden, api.CodeForbiddenAddress, "addresses[1]")
+		http.StatusForbidden, wire.CodeForbiddenAddress, "addresses[1]")
 	e.wantUnchanged(t, before, "registrations with forbidden addresses")
 
 	// Inside the namespace's CIDR is fine.
@@ -250,7 +250,7 @@ func TestRegisterAllowsLoopbackInDev(t *testing.T) {
 	before := e.snapshot(t)
 	for _, a := range []string{"169.254.169.254", "fe80::1", "0.0.0.0", "224.0.0.1", ownHost} {
 		wantError(t, e.call(t, http.MethodPost, svcPath("shop", "web")+"/instances", "", regJSON("i-2", a)),
-			http.StatusForbidden, api.CodeForbiddenAddress, "addresses[0]")
+			http.StatusForbidden, wire.CodeForbiddenAddress, "addresses[0]")
 	}
 	e.wantUnchanged(t, before, "forbidden registrations in dev")
 }
@@ -310,7 +310,7 @@ func TestRegisterWeight(t *testing.T) {
 		id := fmt.Sprintf("w-%v", tc.weight)
 		r := e.call(t, http.MethodPost, path, "", body(id, tc.weight))
 		wantStatus(t, r, http.StatusCreated)
-		if got := decodeAs[api.Registered](t, r); got.Weight != tc.want {
+		if got := decodeAs[wire.Registered](t, r); got.Weight != tc.want {
 			t.Errorf("weight %v stored as %d, want %d", tc.weight, got.Weight, tc.want)
 		}
 	}
@@ -332,12 +332,12 @@ func TestRegisterWeight(t *testing.T) {
 		t.Run(fmt.Sprint(tc.weight), func(t *testing.T) {
 			// An instance of that id is absent, so nothing but the
 			// weight can be wrong.
-			wantError(t, e.call(t, http.MethodPost, path, "", body("w-bad", tc.weight)), http.StatusBadRequest, api.CodeInvalid, tc.rule)
+			wantError(t, e.call(t, http.MethodPost, path, "", body("w-bad", tc.weight)), http.StatusBadRequest, wire.CodeInvalid, tc.rule)
 		})
 	}
 	// A lease TTL given as 0 is refused too, not taken for the service's.
 	wantError(t, e.call(t, http.MethodPost, path, "", mustJSON(map[string]any{"instance_id": "w-bad", "addresses": []string{"10.0.0.1"},
-		"ports": map[string]int{"http": 8080}, "lease_ttl": "0s"})), http.StatusBadRequest, api.CodeInvalid, "lease_ttl: 0s is out of range")
+		"ports": map[string]int{"http": 8080}, "lease_ttl": "0s"})), http.StatusBadRequest, wire.CodeInvalid, "lease_ttl: 0s is out of range")
 	e.wantUnchanged(t, before, "registrations with out-of-range weights")
 }
 
@@ -360,7 +360,7 @@ func TestRegisterRejectsBadPortsAndLease(t *testing.T) {
 		{`{"instance_id": "i-1", "addresses": ["10.0.0.1"], "ports": {"http": 8080}, "lifecycle": "draining"}`, "lifecycle"},
 		{`{"instance_id": "i-1", "addresses": ["10.0.0.1"], "ports": {"http": 8080}, "lifecycle": "terminated"}`, "lifecycle"},
 	} {
-		wantError(t, e.call(t, http.MethodPost, path, "", tc.body), http.StatusBadRequest, api.CodeInvalid, tc.field)
+		wantError(t, e.call(t, http.MethodPost, path, "", tc.body), http.StatusBadRequest, wire.CodeInvalid, tc.field)
 	}
 	e.wantUnchanged(t, before, "registrations with bad ports or leases")
 }
@@ -372,7 +372,7 @@ func TestIncarnationFencing(t *testing.T) {
 	old := e.register(t, "", "shop", "web", "i-1", "10.0.0.1")
 	r := e.call(t, http.MethodPost, svcPath("shop", "web")+"/instances", "", withReplaces(regJSON("i-1", "10.0.0.2"), old.Incarnation))
 	wantStatus(t, r, http.StatusCreated)
-	cur := decodeAs[api.Registered](t, r)
+	cur := decodeAs[wire.Registered](t, r)
 	if cur.Incarnation <= old.Incarnation {
 		t.Fatalf("re-registration got incarnation %d after %d", cur.Incarnation, old.Incarnation)
 	}
@@ -383,7 +383,7 @@ func TestIncarnationFencing(t *testing.T) {
 		for _, body := range []string{`{}`, `{"incarnation": 0}`, `{"incarnation": null}`, `{"ready": true}`,
 			`{"incarnation": -1}`, `{"incarnation": "3"}`, `{"incarnation": 1.5}`} {
 			wantError(t, e.call(t, http.MethodPost, instPath("shop", "web", "i-1", verb), "", body),
-				http.StatusBadRequest, api.CodeInvalid, "incarnation")
+				http.StatusBadRequest, wire.CodeInvalid, "incarnation")
 		}
 	}
 	e.wantUnchanged(t, before, "mutations without an incarnation")
@@ -396,7 +396,7 @@ func TestIncarnationFencing(t *testing.T) {
 					body = mustJSON(map[string]any{"incarnation": inc, "ready": false})
 				}
 				wantError(t, e.call(t, http.MethodPost, instPath("shop", "web", "i-1", verb), "", body),
-					http.StatusConflict, api.CodeFenced, fmt.Sprint(inc), fmt.Sprint(cur.Incarnation))
+					http.StatusConflict, wire.CodeFenced, fmt.Sprint(inc), fmt.Sprint(cur.Incarnation))
 				if got := e.instance(t, "shop", "web", "i-1"); !equalJSON(got, newer) {
 					t.Fatalf("a fenced %s changed the record:\nnow    %+v\nbefore %+v", verb, got, newer)
 				}
@@ -409,7 +409,7 @@ func TestIncarnationFencing(t *testing.T) {
 	// not, cannot put the old address back.
 	for _, late := range []string{regJSON("i-1", "10.0.0.1"), withReplaces(regJSON("i-1", "10.0.0.1"), old.Incarnation)} {
 		wantError(t, e.call(t, http.MethodPost, svcPath("shop", "web")+"/instances", "", late),
-			http.StatusConflict, api.CodeFenced, fmt.Sprintf("replaces %d", cur.Incarnation))
+			http.StatusConflict, wire.CodeFenced, fmt.Sprintf("replaces %d", cur.Incarnation))
 	}
 	e.wantUnchanged(t, before, "late registrations")
 }
@@ -435,7 +435,7 @@ func TestOversizedBodies(t *testing.T) {
 		{"join", "/v1/members", pad + `{}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			wantError(t, e.call(t, http.MethodPost, tc.path, "", tc.body), http.StatusRequestEntityTooLarge, api.CodeTooLarge, "body")
+			wantError(t, e.call(t, http.MethodPost, tc.path, "", tc.body), http.StatusRequestEntityTooLarge, wire.CodeTooLarge, "body")
 		})
 	}
 	e.wantUnchanged(t, before, "oversized bodies")
@@ -477,7 +477,7 @@ func TestMalformedJSON(t *testing.T) {
 		{"mutate array", "/instances/i-1/drain", `[1]`, "body"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			wantError(t, e.call(t, http.MethodPost, svcPath("shop", "web")+tc.path, "", tc.body), http.StatusBadRequest, api.CodeInvalid, tc.field)
+			wantError(t, e.call(t, http.MethodPost, svcPath("shop", "web")+tc.path, "", tc.body), http.StatusBadRequest, wire.CodeInvalid, tc.field)
 		})
 	}
 	for _, tc := range []struct{ name, body string }{
@@ -487,7 +487,7 @@ func TestMalformedJSON(t *testing.T) {
 		{"tab indented yaml", "namespace: shop\n\tname: x\n"},
 	} {
 		t.Run("apply "+tc.name, func(t *testing.T) {
-			wantError(t, e.call(t, http.MethodPost, "/v1/apply", "", tc.body), http.StatusBadRequest, api.CodeInvalid)
+			wantError(t, e.call(t, http.MethodPost, "/v1/apply", "", tc.body), http.StatusBadRequest, wire.CodeInvalid)
 		})
 	}
 	e.wantUnchanged(t, before, "malformed JSON")
@@ -507,11 +507,11 @@ func TestRefusedMutationKeepsRevision(t *testing.T) {
 	before := e.snapshot(t)
 	for _, verb := range []string{"drain", "deregister"} {
 		wantError(t, e.call(t, http.MethodPost, instPath("shop", "web", "i-1", verb), "", incBody(reg.Incarnation+1)),
-			http.StatusConflict, api.CodeFenced, "incarnation")
+			http.StatusConflict, wire.CodeFenced, "incarnation")
 	}
 	wantError(t, e.call(t, http.MethodPost, instPath("shop", "web", "i-1", "report"), "",
 		mustJSON(map[string]any{"incarnation": reg.Incarnation, "ready": true, "dependencies": map[string]string{"cache": "ok"}})),
-		http.StatusBadRequest, api.CodeInvalid, "dependencies")
+		http.StatusBadRequest, wire.CodeInvalid, "dependencies")
 	e.wantUnchanged(t, before, "refused mutations")
 }
 
@@ -529,6 +529,6 @@ func TestRetiredRegistrationIDKeepsRevision(t *testing.T) {
 	wantStatus(t, e.call(t, http.MethodPost, path, "", body("boot-a")), http.StatusCreated)
 	wantStatus(t, e.call(t, http.MethodPost, path, "", body("boot-b")), http.StatusCreated)
 	before := e.snapshot(t)
-	wantError(t, e.call(t, http.MethodPost, path, "", body("boot-a")), http.StatusConflict, api.CodeFenced, "boot-a")
+	wantError(t, e.call(t, http.MethodPost, path, "", body("boot-a")), http.StatusConflict, wire.CodeFenced, "boot-a")
 	e.wantUnchanged(t, before, "a late retry of a replaced registration id")
 }

@@ -17,8 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cairn-sd/cairn/api"
-	"github.com/cairn-sd/cairn/health"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -174,7 +172,7 @@ func (c *Client) once(ctx context.Context, method, path, ctype string, body []by
 		return fmt.Errorf("reading answer of %s %s: %w", method, path, err)
 	}
 	if resp.StatusCode >= 300 {
-		var e api.Error
+		var e wire.Error
 		if json.Unmarshal(b, &e) != nil || e.Code == "" {
 			return &Error{Status: resp.StatusCode, Code: "unknown", Message: strings.TrimSpace(string(b))}
 		}
@@ -229,13 +227,13 @@ func instPath(k wire.InstanceKey) string {
 // server refuses it with a 409 *Error of code "fenced" naming the current
 // incarnation, so that a late retry can never overwrite a newer one. A
 // retried request returns the committed record, whatever it names.
-func (c *Client) Register(ctx context.Context, ns, svc string, reg wire.Registration) (api.Registered, error) {
-	var r api.Registered
+func (c *Client) Register(ctx context.Context, ns, svc string, reg wire.Registration) (wire.Registered, error) {
+	var r wire.Registered
 	err := c.json(ctx, http.MethodPost, svcPath(ns, svc)+"/instances", reg, &r)
 	return r, err
 }
 
-func (c *Client) mutate(ctx context.Context, verb string, k wire.InstanceKey, req api.MutateRequest) (wire.Instance, error) {
+func (c *Client) mutate(ctx context.Context, verb string, k wire.InstanceKey, req wire.MutateRequest) (wire.Instance, error) {
 	var in wire.Instance
 	err := c.json(ctx, http.MethodPost, instPath(k)+"/"+verb, req, &in)
 	return in, err
@@ -243,41 +241,41 @@ func (c *Client) mutate(ctx context.Context, verb string, k wire.InstanceKey, re
 
 // Renew renews an instance's lease.
 func (c *Client) Renew(ctx context.Context, k wire.InstanceKey, inc uint64) (wire.Instance, error) {
-	return c.mutate(ctx, "renew", k, api.MutateRequest{Incarnation: inc})
+	return c.mutate(ctx, "renew", k, wire.MutateRequest{Incarnation: inc})
 }
 
 // Drain starts an instance's drain.
 func (c *Client) Drain(ctx context.Context, k wire.InstanceKey, inc uint64) (wire.Instance, error) {
-	return c.mutate(ctx, "drain", k, api.MutateRequest{Incarnation: inc})
+	return c.mutate(ctx, "drain", k, wire.MutateRequest{Incarnation: inc})
 }
 
 // Deregister removes an instance.
 func (c *Client) Deregister(ctx context.Context, k wire.InstanceKey, inc uint64) (wire.Instance, error) {
-	return c.mutate(ctx, "deregister", k, api.MutateRequest{Incarnation: inc})
+	return c.mutate(ctx, "deregister", k, wire.MutateRequest{Incarnation: inc})
 }
 
 // Report sends a self-report.
 func (c *Client) Report(ctx context.Context, k wire.InstanceKey, inc uint64, ready bool, deps map[string]wire.DependencyState) (wire.Instance, error) {
-	return c.mutate(ctx, "report", k, api.MutateRequest{Incarnation: inc, Ready: &ready, Dependencies: deps})
+	return c.mutate(ctx, "report", k, wire.MutateRequest{Incarnation: inc, Ready: &ready, Dependencies: deps})
 }
 
 // Services lists the services the token may read.
-func (c *Client) Services(ctx context.Context) ([]api.ServiceSummary, error) {
-	var out []api.ServiceSummary
+func (c *Client) Services(ctx context.Context) ([]wire.ServiceSummary, error) {
+	var out []wire.ServiceSummary
 	err := c.json(ctx, http.MethodGet, "/v1/services", nil, &out)
 	return out, err
 }
 
 // Service returns a definition and its view.
-func (c *Client) Service(ctx context.Context, ns, svc string) (api.ServiceDetail, error) {
-	var out api.ServiceDetail
+func (c *Client) Service(ctx context.Context, ns, svc string) (wire.ServiceDetail, error) {
+	var out wire.ServiceDetail
 	err := c.json(ctx, http.MethodGet, svcPath(ns, svc), nil, &out)
 	return out, err
 }
 
 // Endpoints lists a service's endpoints.
-func (c *Client) Endpoints(ctx context.Context, ns, svc string) ([]api.Endpoint, error) {
-	var out []api.Endpoint
+func (c *Client) Endpoints(ctx context.Context, ns, svc string) ([]wire.Endpoint, error) {
+	var out []wire.Endpoint
 	err := c.json(ctx, http.MethodGet, svcPath(ns, svc)+"/endpoints", nil, &out)
 	return out, err
 }
@@ -290,8 +288,8 @@ func (c *Client) Events(ctx context.Context, ns, svc string, limit int) ([]wire.
 }
 
 // Status returns the node's own view: id, raft state, leader, revision.
-func (c *Client) Status(ctx context.Context) (api.Status, error) {
-	var out api.Status
+func (c *Client) Status(ctx context.Context) (wire.Status, error) {
+	var out wire.Status
 	err := c.json(ctx, http.MethodGet, "/v1/status", nil, &out)
 	return out, err
 }
@@ -405,16 +403,16 @@ func (c *Client) JoinRetry(ctx context.Context, m wire.Member, onError func(erro
 }
 
 // Outcomes reports a caller's outcomes per endpoint (POST /v1/outcomes).
-func (c *Client) Outcomes(ctx context.Context, rep health.OutcomeReport) (health.OutcomeReply, error) {
-	var out health.OutcomeReply
+func (c *Client) Outcomes(ctx context.Context, rep wire.OutcomeReport) (wire.OutcomeReply, error) {
+	var out wire.OutcomeReply
 	err := c.json(ctx, http.MethodPost, "/v1/outcomes", rep, &out)
 	return out, err
 }
 
 // ProbeResults sends a server's probe batch to the leader (POST
 // /v1/internal/probe-results); servers call it, not operators.
-func (c *Client) ProbeResults(ctx context.Context, rep health.ProbeReport) (health.ProbeReply, error) {
-	var out health.ProbeReply
+func (c *Client) ProbeResults(ctx context.Context, rep wire.ProbeReport) (wire.ProbeReply, error) {
+	var out wire.ProbeReply
 	err := c.json(ctx, http.MethodPost, "/v1/internal/probe-results", rep, &out)
 	return out, err
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/cairn-sd/cairn/api"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -327,7 +326,7 @@ func endpointsCommand() *cli.Command {
 // evidenceSummary is the freshest evidence per class with its age:
 // "probe ok 1s (node-a), report ready 12s". A follower holds no per-class
 // evidence; it shows what the committed verdict was decided on.
-func evidenceSummary(e api.Endpoint, now time.Time) string {
+func evidenceSummary(e wire.Endpoint, now time.Time) string {
 	age := func(t time.Time) string { return now.Sub(t).Round(time.Second).String() }
 	var parts []string
 	seen := map[string]bool{}

@@ -494,16 +494,16 @@ type leaderPush struct {
 
 // send is health.Config.Push; the health loop calls it from one
 // goroutine.
-func (p *leaderPush) send(ctx context.Context, r health.ProbeReport) (health.ProbeReply, error) {
+func (p *leaderPush) send(ctx context.Context, r wire.ProbeReport) (wire.ProbeReply, error) {
 	_, addr := p.st.Leader()
 	if addr == "" {
-		return health.ProbeReply{}, store.ErrNoLeader
+		return wire.ProbeReply{}, store.ErrNoLeader
 	}
 	if addr != p.addr || p.cl == nil {
 		p.close()
 		cl, err := client.New(addr, p.token)
 		if err != nil {
-			return health.ProbeReply{}, err
+			return wire.ProbeReply{}, err
 		}
 		cl.RetryFor = -1 // the next batch comes soon enough
 		p.cl, p.addr = cl, addr

@@ -13,6 +13,7 @@ import (
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/tablefile"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // Config configures a Node.
@@ -28,7 +29,7 @@ type Config struct {
 	// Push delivers this node's probe results to the leader when this
 	// node is a follower, and returns the leader's reply. nil: a follower
 	// drops its results (counted).
-	Push func(ctx context.Context, r ProbeReport) (ProbeReply, error)
+	Push func(ctx context.Context, r wire.ProbeReport) (wire.ProbeReply, error)
 	// Interval is the evaluation and table cadence. Defaults to 1s.
 	Interval time.Duration
 	// Replicas is how many nodes probe each target. Defaults to 2.

@@ -35,9 +35,9 @@ func TestProberCutOffFromAZoneIsSilence(t *testing.T) {
 	}
 	h.tick(0)
 	self := h.st.NodeID()
-	round := func(farRes func(i int) ProbeResult, nearRes func(i int) ProbeResult) {
+	round := func(farRes func(i int) wire.ProbeResult, nearRes func(i int) wire.ProbeResult) {
 		t.Helper()
-		var rs []ProbeResult
+		var rs []wire.ProbeResult
 		for i, in := range far {
 			r := farRes(i)
 			r.Target, r.At = TargetID(in.Key(), in.Incarnation), h.clk.Now()
@@ -48,13 +48,13 @@ func TestProberCutOffFromAZoneIsSilence(t *testing.T) {
 			r.Target, r.At = TargetID(in.Key(), in.Incarnation), h.clk.Now()
 			rs = append(rs, r)
 		}
-		if rep := h.n.ProbeReport(ProbeReport{Observer: self, Results: rs}); rep.Discarded != 0 {
+		if rep := h.n.ProbeReport(wire.ProbeReport{Observer: self, Results: rs}); rep.Discarded != 0 {
 			t.Fatalf("probe report: %+v, want every result accepted", rep)
 		}
 		h.tick(2 * time.Second)
 	}
-	pass := func(int) ProbeResult { return ProbeResult{OK: true} }
-	timeout := func(int) ProbeResult { return ProbeResult{Unreachable: true, Error: "timeout"} }
+	pass := func(int) wire.ProbeResult { return wire.ProbeResult{OK: true} }
+	timeout := func(int) wire.ProbeResult { return wire.ProbeResult{Unreachable: true, Error: "timeout"} }
 	for range 3 {
 		round(pass, pass)
 	}
@@ -62,18 +62,18 @@ func TestProberCutOffFromAZoneIsSilence(t *testing.T) {
 
 	// Cut off from zone zb; in zone za one instance of three times out
 	// (a third: not correlated) and another refuses.
-	nearFaults := func(i int) ProbeResult {
+	nearFaults := func(i int) wire.ProbeResult {
 		switch i {
 		case 1:
-			return ProbeResult{Unreachable: true, Error: "timeout"}
+			return wire.ProbeResult{Unreachable: true, Error: "timeout"}
 		case 2:
-			return ProbeResult{Hard: true, Error: "connection refused"}
+			return wire.ProbeResult{Hard: true, Error: "connection refused"}
 		}
-		return ProbeResult{OK: true}
+		return wire.ProbeResult{OK: true}
 	}
-	farRefusal := func(i int) ProbeResult {
+	farRefusal := func(i int) wire.ProbeResult {
 		if i == 3 {
-			return ProbeResult{Hard: true, Error: "connection refused"}
+			return wire.ProbeResult{Hard: true, Error: "connection refused"}
 		}
 		return timeout(i)
 	}

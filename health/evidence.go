@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cairn-sd/cairn/eval"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // obs is one observer's latest observation of one instance in one class.
@@ -178,21 +179,10 @@ func (n *Node) prune(keep func(key string) (uint64, bool), horizon time.Time) {
 	n.pruneKeys = keys[:0]
 }
 
-// ClassEvidence is one observer's latest evidence about an instance in
-// one class, for `cairn endpoints`.
-type ClassEvidence struct {
-	Class    string    `json:"class"`
-	Observer string    `json:"observer"`
-	At       time.Time `json:"at"`
-	OK       bool      `json:"ok"`
-	// Detail: a probe's status code or error; an outcome window's counts.
-	Detail string `json:"detail,omitempty"`
-}
-
 // Evidence returns the evidence this node holds about one incarnation of
 // an instance, freshest first within each class (probes, then outcomes),
 // and whether this node holds evidence at all: only the leader does.
-func (n *Node) Evidence(key string, inc uint64) ([]ClassEvidence, bool) {
+func (n *Node) Evidence(key string, inc uint64) ([]wire.ClassEvidence, bool) {
 	if !n.cfg.Store.LeaderReady() {
 		return nil, false
 	}
@@ -202,16 +192,16 @@ func (n *Node) Evidence(key string, inc uint64) ([]ClassEvidence, bool) {
 	if e == nil || e.inc != inc {
 		return nil, true
 	}
-	var out []ClassEvidence
+	var out []wire.ClassEvidence
 	for _, o := range sortedObs(e.probes) {
-		ce := ClassEvidence{Class: "probe", Observer: o.observer, At: o.at, OK: o.ok && !o.hard, Detail: o.err}
+		ce := wire.ClassEvidence{Class: "probe", Observer: o.observer, At: o.at, OK: o.ok && !o.hard, Detail: o.err}
 		if o.code != 0 && ce.Detail == "" {
 			ce.Detail = "status " + strconv.Itoa(o.code)
 		}
 		out = append(out, ce)
 	}
 	for _, o := range sortedObs(e.outcomes) {
-		out = append(out, ClassEvidence{Class: "outcome", Observer: o.observer, At: o.at,
+		out = append(out, wire.ClassEvidence{Class: "outcome", Observer: o.observer, At: o.at,
 			OK:     outcomeOK(o),
 			Detail: strconv.Itoa(o.succ) + " ok, " + strconv.Itoa(o.fail) + " failed, " + strconv.Itoa(o.tmo) + " timed out"})
 	}

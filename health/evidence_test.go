@@ -130,7 +130,7 @@ func TestOutcomeObserversBounded(t *testing.T) {
 	h.tick(0)
 	for i := range 5 {
 		h.clk.Advance(time.Millisecond)
-		h.n.Outcomes(fmt.Sprintf("caller-%d", i), OutcomeReport{Endpoints: []EndpointOutcome{{Namespace: "shop", Service: "cart",
+		h.n.Outcomes(fmt.Sprintf("caller-%d", i), wire.OutcomeReport{Endpoints: []wire.EndpointOutcome{{Namespace: "shop", Service: "cart",
 			Instance: "a", Incarnation: a.Incarnation, Success: 1}}})
 	}
 	ev, _ := h.n.Evidence(a.Key().String(), a.Incarnation)

@@ -62,13 +62,13 @@ func TestFailoverKeepsWithdrawn(t *testing.T) {
 	// observers.
 	all := []string{"n1", "n2", "n3"}
 	observer := assignedTo(t, a, all, DefaultReplicas, all...)
-	if r := hn[old].ProbeReport(ProbeReport{Observer: observer, Results: []ProbeResult{
+	if r := hn[old].ProbeReport(wire.ProbeReport{Observer: observer, Results: []wire.ProbeResult{
 		{Target: TargetID(a.Key(), a.Incarnation), At: clk.Now(), Hard: true, Error: "connection refused"}}}); r.Accepted != 1 {
 		t.Fatalf("the leader did not take the probe result: %+v", r)
 	}
 	for _, p := range payFleet[:3] {
 		obs := assignedTo(t, p, all, DefaultReplicas, all...)
-		hn[old].ProbeReport(ProbeReport{Observer: obs, Results: []ProbeResult{
+		hn[old].ProbeReport(wire.ProbeReport{Observer: obs, Results: []wire.ProbeResult{
 			{Target: TargetID(p.Key(), p.Incarnation), At: clk.Now(), Hard: true}}})
 	}
 	clk.Advance(2 * time.Second)
@@ -156,7 +156,7 @@ func TestFailoverKeepsWithdrawn(t *testing.T) {
 	// enough, the sixth at 10s is.
 	observer = assignedTo(t, a, all, DefaultReplicas, restIDs...)
 	for i := 1; i <= 6; i++ {
-		r := n.ProbeReport(ProbeReport{Observer: observer, Results: []ProbeResult{
+		r := n.ProbeReport(wire.ProbeReport{Observer: observer, Results: []wire.ProbeResult{
 			{Target: TargetID(a.Key(), a.Incarnation), At: clk.Now(), OK: true}}})
 		if r.Accepted != 1 {
 			t.Fatalf("success %d from %s not taken: %+v", i, observer, r)

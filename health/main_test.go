@@ -149,9 +149,9 @@ func (h *harness) entry(in wire.Instance) status.Entry {
 }
 
 // probe reports one probe result about in from observer, taken now.
-func (h *harness) probe(observer string, in wire.Instance, ok, hard bool) ProbeReply {
+func (h *harness) probe(observer string, in wire.Instance, ok, hard bool) wire.ProbeReply {
 	h.t.Helper()
-	return h.n.ProbeReport(ProbeReport{Observer: observer, Results: []ProbeResult{
+	return h.n.ProbeReport(wire.ProbeReport{Observer: observer, Results: []wire.ProbeResult{
 		{Target: TargetID(in.Key(), in.Incarnation), At: h.clk.Now(), OK: ok, Hard: hard}}})
 }
 

@@ -205,12 +205,12 @@ func (n *Node) Tick(ctx context.Context) {
 
 // handleBatch passes one of this node's probe batches to the leader.
 func (n *Node) handleBatch(ctx context.Context, b *probe.Batch) {
-	r := ProbeReport{Observer: b.Observer, Seq: b.Seq, Results: make([]ProbeResult, 0, len(b.Results))}
+	r := wire.ProbeReport{Observer: b.Observer, Seq: b.Seq, Results: make([]wire.ProbeResult, 0, len(b.Results))}
 	for _, res := range b.Results {
 		if res.TargetID == "" {
 			continue
 		}
-		r.Results = append(r.Results, ProbeResult{Target: res.TargetID, At: res.At, OK: res.OK, Hard: res.Hard,
+		r.Results = append(r.Results, wire.ProbeResult{Target: res.TargetID, At: res.At, OK: res.OK, Hard: res.Hard,
 			Unreachable: res.Unreachable && !res.OK, Code: res.Code, Error: res.Err})
 	}
 	if n.cfg.Store.LeaderReady() {
@@ -241,7 +241,7 @@ func (n *Node) handleBatch(ctx context.Context, b *probe.Batch) {
 // ProbeReport takes an observer's probe results (on the leader): each
 // result about a target assigned to that observer becomes evidence; the
 // others are discarded and counted. The reply names the live members.
-func (n *Node) ProbeReport(r ProbeReport) ProbeReply {
+func (n *Node) ProbeReport(r wire.ProbeReport) wire.ProbeReply {
 	now := n.cfg.Now()
 	all := *n.members.Load()
 	zones := *n.zones.Load()
@@ -254,7 +254,7 @@ func (n *Node) ProbeReport(r ProbeReport) ProbeReply {
 		n.heard[r.Observer] = now
 	}
 	live := n.live
-	var reply ProbeReply
+	var reply wire.ProbeReply
 	for _, res := range r.Results {
 		key, inc, ok := parseTarget(res.Target)
 		_, e, known := pub.lookup(key)
@@ -289,9 +289,9 @@ func (n *Node) ProbeReport(r ProbeReport) ProbeReply {
 // another incarnation, or that were not published eligible within the
 // OutcomeHorizon (the caller cannot have been served them) are discarded
 // and counted. r must be valid (Validate).
-func (n *Node) Outcomes(observer string, r OutcomeReport) OutcomeReply {
+func (n *Node) Outcomes(observer string, r wire.OutcomeReport) wire.OutcomeReply {
 	now := n.cfg.Now()
-	reply := OutcomeReply{Discarded: map[string]int{}}
+	reply := wire.OutcomeReply{Discarded: map[string]int{}}
 	discard := func(why string) {
 		reply.Discarded[why]++
 		n.m.discarded.WithLabelValues(why).Inc()
@@ -301,7 +301,7 @@ func (n *Node) Outcomes(observer string, r OutcomeReport) OutcomeReply {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, e := range r.Endpoints {
-		key := e.key().String()
+		key := e.Key().String()
 		slot, ent, ok := pub.lookup(key)
 		switch {
 		case !ok:

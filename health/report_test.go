@@ -28,7 +28,7 @@ func TestProbeReport(t *testing.T) {
 
 	t.Run("an assigned observer's result becomes evidence", func(t *testing.T) {
 		at := h.clk.Now()
-		r := h.n.ProbeReport(ProbeReport{Observer: "n1", Seq: 1, Results: []ProbeResult{
+		r := h.n.ProbeReport(wire.ProbeReport{Observer: "n1", Seq: 1, Results: []wire.ProbeResult{
 			{Target: target, At: at, Code: 503}}})
 		if r.Accepted != 1 || r.Discarded != 0 {
 			t.Fatalf("reply %+v, want 1 accepted, 0 discarded", r)
@@ -37,13 +37,13 @@ func TestProbeReport(t *testing.T) {
 			t.Errorf("reply names live members %v, want [n1]", r.Live)
 		}
 		ev, ok := h.n.Evidence(key, a.Incarnation)
-		want := []ClassEvidence{{Class: "probe", Observer: "n1", At: at, OK: false, Detail: "status 503"}}
+		want := []wire.ClassEvidence{{Class: "probe", Observer: "n1", At: at, OK: false, Detail: "status 503"}}
 		if !ok || !slices.Equal(ev, want) {
 			t.Fatalf("Evidence = %+v, %t; want %+v, true", ev, ok, want)
 		}
 		// A batch repeats the latest result of every target: the same
 		// result again is the same observation, not a second one.
-		h.n.ProbeReport(ProbeReport{Observer: "n1", Seq: 2, Results: []ProbeResult{{Target: target, At: at, Code: 503}}})
+		h.n.ProbeReport(wire.ProbeReport{Observer: "n1", Seq: 2, Results: []wire.ProbeResult{{Target: target, At: at, Code: 503}}})
 		h.n.mu.Lock()
 		got := len(h.n.evidence[key].probes)
 		h.n.mu.Unlock()
@@ -54,7 +54,7 @@ func TestProbeReport(t *testing.T) {
 
 	t.Run("an unassigned observer's result is discarded and counted", func(t *testing.T) {
 		before := h.metric(discarded, "reason", "unassigned")
-		r := h.n.ProbeReport(ProbeReport{Observer: "n9", Results: []ProbeResult{
+		r := h.n.ProbeReport(wire.ProbeReport{Observer: "n9", Results: []wire.ProbeResult{
 			{Target: target, At: h.clk.Now(), Hard: true, Error: "connection refused"}}})
 		if r.Accepted != 0 || r.Discarded != 1 {
 			t.Fatalf("reply %+v, want 0 accepted, 1 discarded", r)
@@ -75,15 +75,15 @@ func TestProbeReport(t *testing.T) {
 		bad := []string{"", "shop/cart/a", "shop/cart/a#0", "shop/cart/a#x", "cart/a#1", "shop/cart/a/b#1", "#1",
 			// Not the canonical spelling: it hashes to other observers.
 			"shop/cart/a#0" + strconv.FormatUint(a.Incarnation, 10)}
-		var rs []ProbeResult
+		var rs []wire.ProbeResult
 		for _, id := range bad {
-			rs = append(rs, ProbeResult{Target: id, At: h.clk.Now()})
+			rs = append(rs, wire.ProbeResult{Target: id, At: h.clk.Now()})
 		}
-		r := h.n.ProbeReport(ProbeReport{Observer: "n1", Results: rs})
+		r := h.n.ProbeReport(wire.ProbeReport{Observer: "n1", Results: rs})
 		if r.Accepted != 0 || r.Discarded != len(bad) {
 			t.Fatalf("reply %+v, want all %d discarded", r, len(bad))
 		}
-		r = h.n.ProbeReport(ProbeReport{Results: []ProbeResult{{Target: target, At: h.clk.Now(), OK: true}}})
+		r = h.n.ProbeReport(wire.ProbeReport{Results: []wire.ProbeResult{{Target: target, At: h.clk.Now(), OK: true}}})
 		if r.Accepted != 0 || r.Discarded != 1 {
 			t.Fatalf("reply to a report without observer %+v, want 1 discarded", r)
 		}
@@ -93,7 +93,7 @@ func TestProbeReport(t *testing.T) {
 	})
 
 	t.Run("a result from the future is discarded", func(t *testing.T) {
-		r := h.n.ProbeReport(ProbeReport{Observer: "n1", Results: []ProbeResult{
+		r := h.n.ProbeReport(wire.ProbeReport{Observer: "n1", Results: []wire.ProbeResult{
 			{Target: target, At: h.clk.Now().Add(2 * DefaultInterval), OK: true},
 			{Target: target, At: h.clk.Now().Add(DefaultInterval / 2), OK: true}, // clock skew within an interval
 		}})
@@ -113,7 +113,7 @@ func TestProbeReport(t *testing.T) {
 		if r := h.probe("n1", a2, true, false); r.Accepted != 1 {
 			t.Fatalf("result about the current incarnation: %+v, want accepted", r)
 		}
-		r := h.n.ProbeReport(ProbeReport{Observer: "n1", Results: []ProbeResult{{Target: target, At: h.clk.Now(), OK: true}}})
+		r := h.n.ProbeReport(wire.ProbeReport{Observer: "n1", Results: []wire.ProbeResult{{Target: target, At: h.clk.Now(), OK: true}}})
 		if r.Accepted != 0 || r.Discarded != 1 || h.metric(discarded, "reason", "stale_incarnation") != 1 {
 			t.Fatalf("reply %+v, discarded{reason=stale_incarnation} %v; want 1 discarded", r, h.metric(discarded, "reason", "stale_incarnation"))
 		}
@@ -144,7 +144,7 @@ func TestLiveTimeout(t *testing.T) {
 	clk := newClock()
 	n := newNode(t, leader.Store, clk, 0, nil)
 	ctx := t.Context()
-	hear := func(id string) ProbeReply { return n.ProbeReport(ProbeReport{Observer: id}) }
+	hear := func(id string) wire.ProbeReply { return n.ProbeReport(wire.ProbeReport{Observer: id}) }
 	wantLive := func(want ...string) {
 		t.Helper()
 		slices.Sort(want)
@@ -197,18 +197,18 @@ func TestFollowerPushesBatches(t *testing.T) {
 		}
 	}
 	clk := newClock()
-	var pushed []ProbeReport
+	var pushed []wire.ProbeReport
 	var pushErr error
 	n := newNode(t, follower.Store, clk, 0, func(c *Config) {
-		c.Push = func(ctx context.Context, r ProbeReport) (ProbeReply, error) {
+		c.Push = func(ctx context.Context, r wire.ProbeReport) (wire.ProbeReply, error) {
 			if _, ok := ctx.Deadline(); !ok {
 				t.Error("Push called without a deadline")
 			}
 			pushed = append(pushed, r)
 			if pushErr != nil {
-				return ProbeReply{}, pushErr
+				return wire.ProbeReply{}, pushErr
 			}
-			return ProbeReply{Accepted: len(r.Results), Live: []string{leader.NodeID(), follower.NodeID()}}, nil
+			return wire.ProbeReply{Accepted: len(r.Results), Live: []string{leader.NodeID(), follower.NodeID()}}, nil
 		}
 	})
 	ctx := t.Context()
@@ -227,7 +227,7 @@ func TestFollowerPushesBatches(t *testing.T) {
 		{},
 	}}
 	n.handleBatch(ctx, b)
-	want := ProbeReport{Observer: follower.NodeID(), Seq: 7, Results: []ProbeResult{
+	want := wire.ProbeReport{Observer: follower.NodeID(), Seq: 7, Results: []wire.ProbeResult{
 		{Target: "shop/cart/a#1", At: at, OK: true, Code: 200},
 		{Target: "shop/cart/b#2", At: at, Hard: true, Error: "connection refused"},
 	}}
@@ -302,13 +302,13 @@ func TestOutcomes(t *testing.T) {
 			t.Fatalf("%s is not published at the start: %+v", in.ID, e)
 		}
 	}
-	ep := func(in wire.Instance, ok, failed, timedOut int) EndpointOutcome {
-		return EndpointOutcome{Namespace: in.Namespace, Service: in.Service, Instance: in.ID, Incarnation: in.Incarnation,
+	ep := func(in wire.Instance, ok, failed, timedOut int) wire.EndpointOutcome {
+		return wire.EndpointOutcome{Namespace: in.Namespace, Service: in.Service, Instance: in.ID, Incarnation: in.Incarnation,
 			Success: ok, Failure: failed, Timeout: timedOut}
 	}
-	report := func(observer string, eps ...EndpointOutcome) OutcomeReply {
+	report := func(observer string, eps ...wire.EndpointOutcome) wire.OutcomeReply {
 		t.Helper()
-		r := OutcomeReport{Endpoints: eps}
+		r := wire.OutcomeReport{Endpoints: eps}
 		if err := r.Validate(); err != nil {
 			t.Fatalf("test report invalid: %v", err)
 		}
@@ -322,7 +322,7 @@ func TestOutcomes(t *testing.T) {
 			t.Fatalf("reply %+v, want 1 accepted and nothing discarded", r)
 		}
 		ev, _ := h.n.Evidence(a0.Key().String(), a0.Incarnation)
-		want := []ClassEvidence{{Class: "outcome", Observer: "caller-1", At: h.clk.Now(), OK: true, Detail: "10 ok, 1 failed, 2 timed out"}}
+		want := []wire.ClassEvidence{{Class: "outcome", Observer: "caller-1", At: h.clk.Now(), OK: true, Detail: "10 ok, 1 failed, 2 timed out"}}
 		if !slices.Equal(ev, want) {
 			t.Errorf("Evidence = %+v, want %+v", ev, want)
 		}

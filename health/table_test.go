@@ -206,19 +206,19 @@ func TestStatusAndEvidence(t *testing.T) {
 		t.Fatalf("Evidence with none held: %+v, %t; want nil, true", ev, ok)
 	}
 	t1 := h.clk.Now()
-	h.n.ProbeReport(ProbeReport{Observer: "n1", Results: []ProbeResult{{Target: TargetID(a.Key(), a.Incarnation), At: t1, Code: 503}}})
+	h.n.ProbeReport(wire.ProbeReport{Observer: "n1", Results: []wire.ProbeResult{{Target: TargetID(a.Key(), a.Incarnation), At: t1, Code: 503}}})
 	h.clk.Advance(time.Second)
 	t2 := h.clk.Now()
-	h.n.ProbeReport(ProbeReport{Observer: "n1", Results: []ProbeResult{{Target: TargetID(a.Key(), a.Incarnation), At: t2, Error: "timeout"}}})
+	h.n.ProbeReport(wire.ProbeReport{Observer: "n1", Results: []wire.ProbeResult{{Target: TargetID(a.Key(), a.Incarnation), At: t2, Error: "timeout"}}})
 	rep := func(caller string, ok, failed int) {
 		h.clk.Advance(time.Millisecond)
-		h.n.Outcomes(caller, OutcomeReport{Endpoints: []EndpointOutcome{{Namespace: "shop", Service: "cart", Instance: "a",
+		h.n.Outcomes(caller, wire.OutcomeReport{Endpoints: []wire.EndpointOutcome{{Namespace: "shop", Service: "cart", Instance: "a",
 			Incarnation: a.Incarnation, Success: ok, Failure: failed}}})
 	}
 	rep("caller-a", 1, 9)
 	rep("caller-b", 5, 0)
 	ev, ok := h.n.Evidence(key, a.Incarnation)
-	want := []ClassEvidence{
+	want := []wire.ClassEvidence{
 		{Class: "probe", Observer: "n1", At: t2, Detail: "timeout"},
 		{Class: "outcome", Observer: "caller-b", At: h.clk.Now(), OK: true, Detail: "5 ok, 0 failed, 0 timed out"},
 		{Class: "outcome", Observer: "caller-a", At: h.clk.Now().Add(-time.Millisecond), Detail: "1 ok, 9 failed, 0 timed out"},
@@ -301,7 +301,7 @@ func TestBeforeFirstTable(t *testing.T) {
 	if e, ok := h.n.Status(a.Key().String(), a.Incarnation); ok {
 		t.Errorf("Status before the first table = %+v, want none", e)
 	}
-	r := h.n.Outcomes("caller", OutcomeReport{Endpoints: []EndpointOutcome{{Namespace: "shop", Service: "cart",
+	r := h.n.Outcomes("caller", wire.OutcomeReport{Endpoints: []wire.EndpointOutcome{{Namespace: "shop", Service: "cart",
 		Instance: "a", Incarnation: a.Incarnation, Success: 1}}})
 	if r.Accepted != 0 || r.Discarded["unknown_endpoint"] != 1 {
 		t.Errorf("Outcomes before the first table = %+v, want the endpoint unknown", r)

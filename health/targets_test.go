@@ -132,7 +132,7 @@ func TestTargets(t *testing.T) {
 		}
 	}
 	clk.Advance(DefaultLiveTimeout + time.Second)
-	n.ProbeReport(ProbeReport{Observer: other})
+	n.ProbeReport(wire.ProbeReport{Observer: other})
 	n.Tick(ctx)
 	if len(n.targets) != len(want) {
 		t.Errorf("the leader probes %d targets with 2 live members, want all %d", len(n.targets), len(want))

@@ -19,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-sd/cairn/api"
 	"github.com/cairn-sd/cairn/client"
 	"github.com/cairn-sd/cairn/health"
 	"github.com/cairn-sd/cairn/probe"
@@ -207,13 +206,13 @@ func applyDefinition(ctx context.Context, t *testing.T, c *Cluster, def string) 
 
 // registerLoopback registers instance id of shop/svc at 127.0.0.1:port
 // (port "http"); edit, if set, changes the registration first.
-func registerLoopback(ctx context.Context, t *testing.T, c *Cluster, svc, id string, port int, edit func(*wire.Registration)) api.Registered {
+func registerLoopback(ctx context.Context, t *testing.T, c *Cluster, svc, id string, port int, edit func(*wire.Registration)) wire.Registered {
 	t.Helper()
 	reg := wire.Registration{ID: id, Addresses: []string{"127.0.0.1"}, Ports: map[string]int{"http": port}}
 	if edit != nil {
 		edit(&reg)
 	}
-	var r api.Registered
+	var r wire.Registered
 	onAnyNode(t, c, "register "+id, func(n *Node) error {
 		var err error
 		r, err = n.Client().Register(ctx, healthNS, svc, reg)
@@ -224,14 +223,14 @@ func registerLoopback(ctx context.Context, t *testing.T, c *Cluster, svc, id str
 
 // endpointsOn returns shop/svc's endpoints as node n serves them, by
 // instance id.
-func endpointsOn(ctx context.Context, n *Node, svc string) (map[string]api.Endpoint, error) {
+func endpointsOn(ctx context.Context, n *Node, svc string) (map[string]wire.Endpoint, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	es, err := n.Client().Endpoints(ctx, healthNS, svc)
 	if err != nil {
 		return nil, fmt.Errorf("%s: endpoints of %s/%s: %w", n.ID, healthNS, svc, err)
 	}
-	m := make(map[string]api.Endpoint, len(es))
+	m := make(map[string]wire.Endpoint, len(es))
 	for _, e := range es {
 		m[e.InstanceID] = e
 	}
@@ -239,20 +238,20 @@ func endpointsOn(ctx context.Context, n *Node, svc string) (map[string]api.Endpo
 }
 
 // endpointOn returns one instance's endpoint as node n serves it.
-func endpointOn(ctx context.Context, n *Node, svc, id string) (api.Endpoint, error) {
+func endpointOn(ctx context.Context, n *Node, svc, id string) (wire.Endpoint, error) {
 	es, err := endpointsOn(ctx, n, svc)
 	if err != nil {
-		return api.Endpoint{}, err
+		return wire.Endpoint{}, err
 	}
 	e, ok := es[id]
 	if !ok {
-		return api.Endpoint{}, fmt.Errorf("%s: %s/%s/%s is not listed", n.ID, healthNS, svc, id)
+		return wire.Endpoint{}, fmt.Errorf("%s: %s/%s/%s is not listed", n.ID, healthNS, svc, id)
 	}
 	return e, nil
 }
 
 // describe is an endpoint in one line, for failure messages and logs.
-func describe(e api.Endpoint) string {
+func describe(e wire.Endpoint) string {
 	return fmt.Sprintf("%s#%d %s verdict=%s eligible=%v weight=%d flags=%v reasons=%q",
 		e.InstanceID, e.Incarnation, e.Lifecycle, e.Verdict, e.Eligible, e.Weight, e.Flags, e.Reasons)
 }
@@ -260,9 +259,9 @@ func describe(e api.Endpoint) string {
 // waitEndpoint polls n every 100ms until want holds for instance id of
 // shop/svc (want returns nil), and returns that answer and when it came.
 // It fails the test with the last answer after timeout.
-func waitEndpoint(ctx context.Context, t *testing.T, n *Node, svc, id string, timeout time.Duration, want func(api.Endpoint) error) (api.Endpoint, time.Time) {
+func waitEndpoint(ctx context.Context, t *testing.T, n *Node, svc, id string, timeout time.Duration, want func(wire.Endpoint) error) (wire.Endpoint, time.Time) {
 	t.Helper()
-	var got api.Endpoint
+	var got wire.Endpoint
 	var at time.Time
 	err := Poll(timeout, 100*time.Millisecond, func() error {
 		e, err := endpointOn(ctx, n, svc, id)
@@ -283,21 +282,21 @@ func waitEndpoint(ctx context.Context, t *testing.T, n *Node, svc, id string, ti
 }
 
 // Conditions for waitEndpoint.
-func isHealthyEligible(e api.Endpoint) error {
+func isHealthyEligible(e wire.Endpoint) error {
 	if !e.Eligible || e.Verdict != "healthy" {
 		return fmt.Errorf("want eligible and healthy")
 	}
 	return nil
 }
 
-func isWithdrawn(e api.Endpoint) error {
+func isWithdrawn(e wire.Endpoint) error {
 	if e.Eligible {
 		return fmt.Errorf("want withdrawn")
 	}
 	return nil
 }
 
-func isEligible(e api.Endpoint) error {
+func isEligible(e wire.Endpoint) error {
 	if !e.Eligible {
 		return fmt.Errorf("want eligible")
 	}
@@ -697,7 +696,7 @@ func TestHealthGuardDisregardsHealth(t *testing.T) {
 	})
 }
 
-func viewLines(v api.View) string {
+func viewLines(v wire.View) string {
 	var b strings.Builder
 	for _, e := range v.Endpoints {
 		fmt.Fprintf(&b, "  %s\n", describe(e))
@@ -793,8 +792,8 @@ func TestHealthSilentProberLeavesUnknown(t *testing.T) {
 	// must be eligible on every live node at every poll.
 	const watch, watchMax = 15 * time.Second, 45 * time.Second
 	var unknownAt, movedAt time.Time
-	var unknown api.Endpoint
-	var moved health.ClassEvidence
+	var unknown wire.Endpoint
+	var moved wire.ClassEvidence
 	var movedOn *Node
 	answers, failures := 0, 0
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -871,7 +870,7 @@ func TestHealthSilentProberLeavesUnknown(t *testing.T) {
 // evaluatedEndpoint returns an instance's endpoint as the evaluating
 // leader among nodes serves it, with the evidence it holds (a follower's
 // answer has none), and that node.
-func evaluatedEndpoint(ctx context.Context, nodes []*Node, svc, id string) (api.Endpoint, *Node, error) {
+func evaluatedEndpoint(ctx context.Context, nodes []*Node, svc, id string) (wire.Endpoint, *Node, error) {
 	var errs []string
 	for _, n := range nodes {
 		e, err := endpointOn(ctx, n, svc, id)
@@ -884,7 +883,7 @@ func evaluatedEndpoint(ctx context.Context, nodes []*Node, svc, id string) (api.
 		}
 		errs = append(errs, fmt.Sprintf("%s: no evidence (not the evaluating leader, or it holds none): %s", n.ID, describe(e)))
 	}
-	return api.Endpoint{}, nil, fmt.Errorf("no node serves %s with evidence: %s", id, strings.Join(errs, "; "))
+	return wire.Endpoint{}, nil, fmt.Errorf("no node serves %s with evidence: %s", id, strings.Join(errs, "; "))
 }
 
 // TestHealthRedirectNotFollowed: an HTTP check answered with a 302 to
@@ -906,14 +905,14 @@ func TestHealthRedirectNotFollowed(t *testing.T) {
 	applyDefinition(ctx, t, c, healthService(svc, "{type: http, port: http, path: /ready, interval: 1s, timeout: 500ms}", "{lease_ttl: 10m}"))
 	registerLoopback(ctx, t, c, svc, "x-0", redirect.port, nil)
 
-	e, _ := waitEndpoint(ctx, t, n, svc, "x-0", 30*time.Second, func(e api.Endpoint) error {
+	e, _ := waitEndpoint(ctx, t, n, svc, "x-0", 30*time.Second, func(e wire.Endpoint) error {
 		if err := isHealthyEligible(e); err != nil {
 			return err
 		}
 		if hasFlag(e.Flags, "health_disregarded") {
 			return fmt.Errorf("served only because health is disregarded")
 		}
-		if i := slices.IndexFunc(e.Evidence, func(ev health.ClassEvidence) bool { return ev.Class == "probe" }); i < 0 || !e.Evidence[i].OK || e.Evidence[i].Detail != "status 302" {
+		if i := slices.IndexFunc(e.Evidence, func(ev wire.ClassEvidence) bool { return ev.Class == "probe" }); i < 0 || !e.Evidence[i].OK || e.Evidence[i].Detail != "status 302" {
 			return fmt.Errorf("evidence %+v; want a passing probe answered 302", e.Evidence)
 		}
 		if h := redirect.hits.Load(); h < 3 {
@@ -1091,7 +1090,7 @@ func TestHealthCallerOutcomes(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	const svc = "outcomes"
 	applyDefinition(ctx, t, c, healthService(svc, "{type: tcp, port: http, interval: 1s, timeout: 500ms}", "{withdraw_after: 3, lease_ttl: 10m}"))
-	regs := map[string]api.Registered{}
+	regs := map[string]wire.Registered{}
 	var ids []string
 	for i := range 4 {
 		b := newBackend(t, nil)
@@ -1106,21 +1105,21 @@ func TestHealthCallerOutcomes(t *testing.T) {
 		t.Fatalf("starting instance: %s (%v); want it starting, not eligible", describe(e), err)
 	}
 
-	postAs := func(caller string, eps ...health.EndpointOutcome) health.OutcomeReply {
+	postAs := func(caller string, eps ...wire.EndpointOutcome) wire.OutcomeReply {
 		t.Helper()
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		r, err := callers[caller].Outcomes(cctx, health.OutcomeReport{Endpoints: eps})
+		r, err := callers[caller].Outcomes(cctx, wire.OutcomeReport{Endpoints: eps})
 		if err != nil {
 			t.Fatalf("POST /v1/outcomes: %v", err)
 		}
 		return r
 	}
-	outcome := func(r api.Registered, inc uint64, ok, failed int) health.EndpointOutcome {
-		return health.EndpointOutcome{Namespace: healthNS, Service: svc, Instance: r.ID, Incarnation: inc, Success: ok, Failure: failed}
+	outcome := func(r wire.Registered, inc uint64, ok, failed int) wire.EndpointOutcome {
+		return wire.EndpointOutcome{Namespace: healthNS, Service: svc, Instance: r.ID, Incarnation: inc, Success: ok, Failure: failed}
 	}
 
-	post := func(eps ...health.EndpointOutcome) health.OutcomeReply { t.Helper(); return postAs("a", eps...) }
+	post := func(eps ...wire.EndpointOutcome) wire.OutcomeReply { t.Helper(); return postAs("a", eps...) }
 	// Never served, or another incarnation: discarded, by reason.
 	r := post(outcome(starting, starting.Incarnation, 0, 10), outcome(regs["o-1"], regs["o-1"].Incarnation+1, 0, 10))
 	if r.Accepted != 0 || r.Discarded["not_served"] != 1 || r.Discarded["stale_incarnation"] != 1 {
@@ -1140,7 +1139,7 @@ func TestHealthCallerOutcomes(t *testing.T) {
 		window("a")
 		time.Sleep(time.Second) // one window per evaluation round: the caller's cadence, not a wait for a condition
 	}
-	e, _ := waitEndpoint(ctx, t, n, svc, target.ID, 15*time.Second, func(e api.Endpoint) error {
+	e, _ := waitEndpoint(ctx, t, n, svc, target.ID, 15*time.Second, func(e wire.Endpoint) error {
 		if !e.Eligible || e.Verdict != "degraded" || !hasFlag(e.Flags, "outcome_degraded") {
 			return fmt.Errorf("want eligible, degraded, outcome_degraded")
 		}
@@ -1167,7 +1166,7 @@ func TestHealthCallerOutcomes(t *testing.T) {
 	if ev := e.VerdictEvidence; ev == nil || ev.Class != "outcome" {
 		t.Errorf("verdict evidence %+v; want class outcome", e.VerdictEvidence)
 	}
-	if !slices.ContainsFunc(e.Evidence, func(ev health.ClassEvidence) bool { return ev.Class == "outcome" && !ev.OK }) {
+	if !slices.ContainsFunc(e.Evidence, func(ev wire.ClassEvidence) bool { return ev.Class == "outcome" && !ev.OK }) {
 		t.Errorf("evidence %+v; want the failing outcome window", e.Evidence)
 	}
 	ev := waitEvent(ctx, t, n, svc, 0, "withdrawal of "+target.ID, withdrawal(target.ID))
@@ -1202,7 +1201,7 @@ func TestHealthSelfReport(t *testing.T) {
 	const svc = "report"
 	applyDefinition(ctx, t, c, healthService(svc, "{type: tcp, port: http, interval: 1s, timeout: 500ms}", "{lease_ttl: 10m}"))
 	var ids []string
-	var target api.Registered
+	var target wire.Registered
 	for i := range 4 {
 		b := newBackend(t, nil)
 		id := fmt.Sprintf("r-%d", i)

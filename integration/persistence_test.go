@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-sd/cairn/api"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -71,7 +70,7 @@ func TestRestartKeepsState(t *testing.T) {
 
 	// /readyz says a leader is known; the restarted replica may still be
 	// applying its log for a moment, so poll until it shows everything.
-	var after []api.Endpoint
+	var after []wire.Endpoint
 	Eventually(t, 10*time.Second, func() error {
 		after, err = cl.Endpoints(ctx, testNS, testSvc)
 		if err != nil {
@@ -126,11 +125,11 @@ func TestRestartKeepsState(t *testing.T) {
 
 // sameEndpoints compares what must survive a restart: the set of
 // instances, their incarnations, addresses, ports, lifecycle and weight.
-func sameEndpoints(want, got []api.Endpoint) error {
+func sameEndpoints(want, got []wire.Endpoint) error {
 	if len(got) != len(want) {
 		return fmt.Errorf("%d endpoints; want %d: %+v", len(got), len(want), got)
 	}
-	byID := map[string]api.Endpoint{}
+	byID := map[string]wire.Endpoint{}
 	for _, e := range got {
 		byID[e.InstanceID] = e
 	}

@@ -104,7 +104,7 @@ type Registration struct {
 	Zone      string         `json:"zone,omitempty"`
 	// Weight is the base weight, 1–65535; 0 means the default 100. (On
 	// the wire an absent weight takes the default and an explicit 0 is
-	// refused: the API decodes it apart, see api.RegisterRequest.)
+	// refused: the API decodes it apart, see RegisterRequest.)
 	Weight int `json:"weight,omitempty"`
 	// LeaseTTL defaults to the service's policy lease_ttl.
 	LeaseTTL Duration `json:"lease_ttl,omitempty"`

@@ -1,13 +1,8 @@
-package health
+package wire
 
 import (
-	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
-
-	"github.com/cairn-sd/cairn/wire"
 )
 
 // ProbeReport is one observer's batch of probe results: what a follower
@@ -80,13 +75,6 @@ const (
 	MaxProbeResults     = 1 << 20
 )
 
-// ErrInvalid is wrapped by the errors of bad reports (the API's 400).
-var ErrInvalid = errors.New("invalid")
-
-func invalid(field, format string, args ...any) error {
-	return fmt.Errorf("%s: %s: %w", field, fmt.Sprintf(format, args...), ErrInvalid)
-}
-
 // Validate checks r: 1 to 1000 endpoints, each named by valid labels and
 // a non-zero incarnation, counts between 0 and 10⁹, no endpoint twice.
 func (r OutcomeReport) Validate() error {
@@ -100,8 +88,8 @@ func (r OutcomeReport) Validate() error {
 	for i, e := range r.Endpoints {
 		f := fmt.Sprintf("endpoints[%d]", i)
 		for _, l := range []struct{ name, v string }{{"namespace", e.Namespace}, {"service", e.Service}, {"instance_id", e.Instance}} {
-			if err := wire.CheckLabel(f+"."+l.name, l.v); err != nil {
-				return fmt.Errorf("%w: %w", err, ErrInvalid)
+			if err := CheckLabel(f+"."+l.name, l.v); err != nil {
+				return err
 			}
 		}
 		if e.Incarnation == 0 {
@@ -115,7 +103,7 @@ func (r OutcomeReport) Validate() error {
 				return invalid(f+"."+c.name, "must be between 0 and %d, got %d", maxCount, c.v)
 			}
 		}
-		k := e.key().String()
+		k := e.Key().String()
 		if seen[k] {
 			return invalid(f, "%s appears twice", k)
 		}
@@ -124,26 +112,7 @@ func (r OutcomeReport) Validate() error {
 	return nil
 }
 
-func (e EndpointOutcome) key() wire.InstanceKey {
-	return wire.InstanceKey{Namespace: e.Namespace, Service: e.Service, ID: e.Instance}
-}
-
-// TargetID is the probe target id of one incarnation of an instance.
-func TargetID(key wire.InstanceKey, inc uint64) string {
-	return key.String() + "#" + strconv.FormatUint(inc, 10)
-}
-
-// parseTarget splits a target id into the instance key string and the
-// incarnation. Only the canonical form TargetID prints is accepted: the
-// observer check hashes the id as sent, so "#007" must not pass for "#7".
-func parseTarget(id string) (key string, inc uint64, ok bool) {
-	i := strings.LastIndexByte(id, '#')
-	if i <= 0 || i+1 < len(id) && id[i+1] == '0' {
-		return "", 0, false
-	}
-	inc, err := strconv.ParseUint(id[i+1:], 10, 64)
-	if err != nil || inc == 0 || strings.Count(id[:i], "/") != 2 {
-		return "", 0, false
-	}
-	return id[:i], inc, true
+// Key returns the key of the instance e counts calls to.
+func (e EndpointOutcome) Key() InstanceKey {
+	return InstanceKey{Namespace: e.Namespace, Service: e.Service, ID: e.Instance}
 }

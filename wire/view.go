@@ -1,0 +1,133 @@
+package wire
+
+import "time"
+
+// Error is the body of every error response (SPEC §6).
+type Error struct {
+	Error string `json:"error"`
+	Code  string `json:"code"`
+}
+
+// Error codes. Clients branch on Code, never on the message.
+const (
+	CodeInvalid          = "invalid_argument"
+	CodeTooLarge         = "too_large"
+	CodeUnauthenticated  = "unauthenticated"
+	CodeDenied           = "permission_denied"
+	CodeForbiddenAddress = "forbidden_address"
+	CodeNotFound         = "not_found"
+	CodeFenced           = "fenced"
+	CodeConflict         = "conflict"
+	CodeMethod           = "method_not_allowed"
+	CodeNoLeader         = "no_leader"
+	CodeInternal         = "internal"
+)
+
+// ServiceSummary is one row of GET /v1/services.
+type ServiceSummary struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Ports     int    `json:"ports"`
+	Instances int    `json:"instances"`
+	Eligible  int    `json:"eligible"`
+	Revision  uint64 `json:"revision"`
+}
+
+// Endpoint is one instance as GET .../endpoints shows it.
+type Endpoint struct {
+	InstanceID  string         `json:"instance_id"`
+	Incarnation uint64         `json:"incarnation"`
+	Addresses   []string       `json:"addresses"`
+	Ports       map[string]int `json:"ports"`
+	Region      string         `json:"region"`
+	Zone        string         `json:"zone"`
+	Lifecycle   Lifecycle      `json:"lifecycle"`
+	Verdict     string         `json:"verdict"`
+	Eligible    bool           `json:"eligible"`
+	Weight      int            `json:"weight"`
+	BaseWeight  int            `json:"base_weight"`
+	Reasons     []string       `json:"reasons"`
+	// LeaseDeadline is the deadline recorded by the last renewal;
+	// LeaseExpiry is when the lease runs out as this node tells it, which
+	// is later for one TTL after a leader change (see docs/decisions.md).
+	LeaseDeadline time.Time   `json:"lease_deadline"`
+	LeaseExpiry   time.Time   `json:"lease_expiry"`
+	LeaseExpired  bool        `json:"lease_expired"`
+	Registrar     string      `json:"registrar"`
+	Report        *SelfReport `json:"report,omitempty"`
+	// Flags are the status table's flags (eligible, slow_start,
+	// health_disregarded, …).
+	Flags []string `json:"flags"`
+	// VerdictEvidence is the evidence the committed verdict was decided
+	// on, and VerdictAt when it was decided.
+	VerdictEvidence *Evidence `json:"verdict_evidence,omitempty"`
+	VerdictAt       time.Time `json:"verdict_at,omitzero"`
+	// Evidence is the latest evidence per class and observer, freshest
+	// first within each class. Only the leader holds it: a follower's
+	// answer leaves it out.
+	Evidence []ClassEvidence `json:"evidence,omitzero"`
+}
+
+// View is a service's current view (SPEC §1).
+type View struct {
+	Revision          uint64     `json:"revision"`
+	HealthDisregarded bool       `json:"health_disregarded"`
+	Stale             bool       `json:"stale"`
+	Endpoints         []Endpoint `json:"endpoints"`
+}
+
+// ServiceDetail is GET /v1/services/{ns}/{svc}.
+type ServiceDetail struct {
+	Definition Service `json:"definition"`
+	View       View    `json:"view"`
+}
+
+// Registered is the answer to a registration.
+type Registered struct {
+	Instance
+	// Created is false when the request was a retry of the committed
+	// registration.
+	Created bool `json:"created"`
+}
+
+// RegisterRequest is the body of a registration: a Registration
+// whose weight and lease_ttl tell an absent field (the default) from one
+// given as 0, so that an explicit 0 is refused, naming the field, rather
+// than silently taken for the default. (The shallower fields win over the
+// embedded ones in encoding/json.)
+type RegisterRequest struct {
+	Registration
+	// Weight is the base weight, 1–65535; absent means 100.
+	Weight *int `json:"weight,omitempty"`
+	// LeaseTTL is 5s–24h; absent means the service's lease_ttl.
+	LeaseTTL *Duration `json:"lease_ttl,omitempty"`
+}
+
+// MutateRequest is the body of renew, drain, deregister and report.
+type MutateRequest struct {
+	Incarnation  uint64                     `json:"incarnation"`
+	Ready        *bool                      `json:"ready,omitempty"`
+	Dependencies map[string]DependencyState `json:"dependencies,omitempty"`
+}
+
+// Status is GET /v1/status: this node as it sees itself.
+type Status struct {
+	NodeID   string `json:"node_id"`
+	State    string `json:"state"`
+	LeaderID string `json:"leader_id"`
+	// Revision is the last raft index applied to this node's replica; a
+	// follower is caught up once its revision reaches the leader's.
+	Revision uint64 `json:"revision"`
+	CaughtUp bool   `json:"caught_up"`
+}
+
+// ClassEvidence is one observer's latest evidence about an instance in
+// one class, for `cairn endpoints`.
+type ClassEvidence struct {
+	Class    string    `json:"class"`
+	Observer string    `json:"observer"`
+	At       time.Time `json:"at"`
+	OK       bool      `json:"ok"`
+	// Detail: a probe's status code or error; an outcome window's counts.
+	Detail string `json:"detail,omitempty"`
+}
