@@ -24,12 +24,10 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
@@ -154,8 +152,10 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.SnapshotThreshold > 0 {
 		rc.SnapshotThreshold = cfg.SnapshotThreshold
 	}
-	rc.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Info,
-		Output: &slogWriter{log: cfg.Logger.With("component", "raft")}})
+	// One logger for raft, its transport and its snapshot store: their
+	// records reach the server's handler as records (component=raft), at
+	// the server's level.
+	rc.Logger = newRaftLogger(cfg.Logger, "raft", nil)
 
 	var (
 		logs   raft.LogStore
@@ -782,25 +782,4 @@ func timeoutOf(ctx context.Context) time.Duration {
 
 func sortFences(fs []fence) {
 	sort.Slice(fs, func(i, j int) bool { return fs[i].Key.String() < fs[j].Key.String() })
-}
-
-// slogWriter turns hclog's text lines into slog records.
-type slogWriter struct{ log *slog.Logger }
-
-func (w *slogWriter) Write(p []byte) (int, error) {
-	line := strings.TrimSpace(string(p))
-	lvl := slog.LevelInfo
-	switch {
-	case strings.Contains(line, "[ERROR]"):
-		lvl = slog.LevelError
-	case strings.Contains(line, "[WARN]"):
-		lvl = slog.LevelWarn
-	case strings.Contains(line, "[DEBUG]"), strings.Contains(line, "[TRACE]"):
-		lvl = slog.LevelDebug
-	}
-	if i := strings.Index(line, "raft: "); i >= 0 {
-		line = line[i+len("raft: "):]
-	}
-	w.log.Log(context.Background(), lvl, line)
-	return len(p), nil
 }
