@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -17,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cairn-sd/cairn/backoff"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -32,19 +32,23 @@ func (e *Error) Error() string { return fmt.Sprintf("%s (%d %s)", e.Message, e.S
 // DefaultRetryFor is the retry budget of a Client whose RetryFor is 0.
 const DefaultRetryFor = 10 * time.Second
 
-// Retry timing: full-jitter exponential backoff (each wait is uniform in
-// [0, ceiling), the ceiling doubling from retryBase up to retryCap).
-// Variables only so that tests can stretch them.
-var (
-	retryBase = 100 * time.Millisecond
-	retryCap  = 2 * time.Second
+// Backoff between attempts (package backoff: full jitter, each wait
+// uniform in [0, ceiling), the ceiling doubling from the minimum to the
+// maximum): a request's retries from 100ms to 2s; JoinRetry's attempts
+// from 200ms to 5s.
+const (
+	retryMin     = 100 * time.Millisecond
+	retryMax     = 2 * time.Second
+	joinRetryMin = 200 * time.Millisecond
+	joinRetryMax = 5 * time.Second
 )
 
 // Client talks to one cairn server. It is safe for concurrent use.
 //
 // A request that gets 503 (no leader, during an election) or no answer
 // (connection refused or reset) is sent again, with the same body, with
-// exponential backoff and full jitter, until it gets another answer, the
+// exponential backoff and full jitter (each wait uniform in [0, ceiling),
+// the ceiling doubling from 100ms to 2s), until it gets another answer, the
 // retry budget RetryFor is spent or ctx is done: every write of the API is
 // idempotent (a registration is content-based, a mutation is fenced by
 // incarnation). A cancelled context or a deadline is never retried.
@@ -52,6 +56,8 @@ type Client struct {
 	base  *url.URL
 	token string
 	hc    *http.Client
+	// retryWait times retry's waits; tests stretch it.
+	retryWait backoff.Config
 
 	// RetryFor bounds how long a request is retried after its first
 	// failure: no retry starts later than RetryFor after it. 0 means
@@ -75,7 +81,8 @@ func New(addr, token string) (*Client, error) {
 	// caller would open a connection a request).
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 64
-	return &Client{base: u, token: token, hc: &http.Client{Timeout: 30 * time.Second, Transport: tr}}, nil
+	return &Client{base: u, token: token, hc: &http.Client{Timeout: 30 * time.Second, Transport: tr},
+		retryWait: backoff.Config{Min: retryMin, Max: retryMax}}, nil
 }
 
 // noRetry is the budget of a request that is sent once.
@@ -99,7 +106,7 @@ func (c *Client) do(ctx context.Context, method, path, ctype string, body []byte
 // error, or, when ctx ends the retries, ctx's error.
 func (c *Client) retry(ctx context.Context, budget time.Duration, method, path, ctype string, body []byte, out any) error {
 	var deadline, first time.Time
-	ceiling := retryBase
+	wait := backoff.New(c.retryWait)
 	for attempt := 1; ; attempt++ {
 		err := c.once(ctx, method, path, ctype, body, out)
 		if err == nil || budget < 0 || !IsRetryable(err) {
@@ -119,9 +126,7 @@ func (c *Client) retry(ctx context.Context, budget time.Duration, method, path, 
 		if left <= 0 {
 			return fmt.Errorf("%w (after %d attempts over %s)", err, attempt, time.Since(first).Round(time.Millisecond))
 		}
-		wait := min(rand.N(ceiling), left)
-		ceiling = min(2*ceiling, retryCap)
-		t := time.NewTimer(wait)
+		t := time.NewTimer(min(wait.Next(), left))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -373,10 +378,11 @@ func IsRetryable(err error) bool {
 }
 
 // JoinRetry asks the cluster to add m until it succeeds or ctx is done,
-// backing off from 200ms to 5s with jitter between attempts. It is what a
-// server started with --join runs.
+// waiting between attempts with exponential backoff and full jitter: each
+// wait uniform in [0, ceiling), the ceiling doubling from 200ms to 5s. It
+// is what a server started with --join runs.
 func (c *Client) JoinRetry(ctx context.Context, m wire.Member, onError func(error)) error {
-	backoff := 200 * time.Millisecond
+	wait := backoff.New(backoff.Config{Min: joinRetryMin, Max: joinRetryMax})
 	for {
 		// One attempt at a time: this loop backs off and reports each
 		// failure itself.
@@ -391,14 +397,13 @@ func (c *Client) JoinRetry(ctx context.Context, m wire.Member, onError func(erro
 		if onError != nil {
 			onError(err)
 		}
-		t := time.NewTimer(backoff/2 + time.Duration(rand.Int64N(int64(backoff/2))))
+		t := time.NewTimer(wait.Next())
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return ctx.Err()
 		case <-t.C:
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
 }
 

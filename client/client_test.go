@@ -244,13 +244,13 @@ func TestRetryDisabled(t *testing.T) {
 // TestCancelStopsRetrying: cancelling ctx stops the retries at once, even
 // in the middle of a backoff wait (stretched here to up to a minute).
 func TestCancelStopsRetrying(t *testing.T) {
-	client.StretchBackoff(t, time.Minute)
 	first := make(chan struct{})
 	var once sync.Once
 	c, s := newServer(t, time.Hour, func(n int) (int, string) {
 		once.Do(func() { close(first) })
 		return http.StatusServiceUnavailable, noLeader
 	})
+	client.StretchBackoff(c, time.Minute)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	// Cancel shortly after the first attempt, once its answer is in and
@@ -284,8 +284,8 @@ func TestCancelStopsRetrying(t *testing.T) {
 // middle of a backoff wait (stretched here to up to a minute) and long
 // before RetryFor.
 func TestDeadlineStopsRetrying(t *testing.T) {
-	client.StretchBackoff(t, time.Minute)
 	c, s := newServer(t, time.Hour, answers("503 "+noLeader))
+	client.StretchBackoff(c, time.Minute)
 	const deadline = 200 * time.Millisecond
 	ctx, cancel := context.WithTimeout(t.Context(), deadline)
 	defer cancel()

@@ -1,14 +1,14 @@
 package client
 
 import (
-	"testing"
 	"time"
+
+	"github.com/cairn-sd/cairn/backoff"
 )
 
-// StretchBackoff makes every backoff wait uniform in [0, d) until t ends,
-// so that a test can tell a wait cut short by ctx from one that ran out.
-func StretchBackoff(t *testing.T, d time.Duration) {
-	base, limit := retryBase, retryCap
-	retryBase, retryCap = d, d
-	t.Cleanup(func() { retryBase, retryCap = base, limit })
+// StretchBackoff makes every backoff wait of c's retries uniform in
+// [0, d), so that a test can tell a wait cut short by ctx from one that
+// ran out. Call it before c is used.
+func StretchBackoff(c *Client, d time.Duration) {
+	c.retryWait = backoff.Config{Min: d, Max: d}
 }

@@ -29,13 +29,14 @@ var importRules = []struct {
 	{"eval", "github.com/cairn-sd/cairn/cmd", "only cmd wires", nil},
 	{"dnsname", "github.com/cairn-sd/cairn/", "dnsname is a leaf: the label rule every package checks names with", nil},
 	{"pace", "github.com/cairn-sd/cairn/", "pace is a leaf: it times work and knows nothing of what the work is", nil},
+	{"backoff", "github.com/cairn-sd/cairn/", "backoff is a leaf: it times retries and knows nothing of what is retried", nil},
 	{"store", "github.com/cairn-sd/cairn/", "store sits at the start of the flow and imports no other cairn package (but leaves: pace, dnsname, and the wire types it stores)",
 		[]string{"github.com/cairn-sd/cairn/pace", "github.com/cairn-sd/cairn/dnsname", "github.com/cairn-sd/cairn/wire"}},
 	{"wire", "github.com/cairn-sd/cairn/", "wire is what clients link: the API's types and rules, with no server code behind them (only the label rule)",
 		[]string{"github.com/cairn-sd/cairn/dnsname"}},
 	{"api", "github.com/cairn-sd/cairn/cmd", "only cmd wires", nil},
 	{"client", "github.com/cairn-sd/cairn/", "client links no server code: it speaks the API with wire's types (client's TestLean checks its whole graph)",
-		[]string{"github.com/cairn-sd/cairn/wire"}},
+		[]string{"github.com/cairn-sd/cairn/wire", "github.com/cairn-sd/cairn/backoff"}},
 }
 
 // allowed lists the packages a rule does not apply to.
