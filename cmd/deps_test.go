@@ -30,6 +30,7 @@ var importRules = []struct {
 	{"dnsname", "github.com/cairn-sd/cairn/", "dnsname is a leaf: the label rule every package checks names with", nil},
 	{"pace", "github.com/cairn-sd/cairn/", "pace is a leaf: it times work and knows nothing of what the work is", nil},
 	{"backoff", "github.com/cairn-sd/cairn/", "backoff is a leaf: it times retries and knows nothing of what is retried", nil},
+	{"durable", "github.com/cairn-sd/cairn/", "durable is a leaf: it replaces files safely for the server and the client alike and knows nothing of what they hold", nil},
 	{"store", "github.com/cairn-sd/cairn/", "store sits at the start of the flow and imports no other cairn package (but leaves: pace, dnsname, and the wire types it stores)",
 		[]string{"github.com/cairn-sd/cairn/pace", "github.com/cairn-sd/cairn/dnsname", "github.com/cairn-sd/cairn/wire"}},
 	{"wire", "github.com/cairn-sd/cairn/", "wire is what clients link: the API's types and rules, with no server code behind them (only the label rule)",
