@@ -25,6 +25,7 @@ import (
 	"github.com/cairn-sd/cairn/api"
 	"github.com/cairn-sd/cairn/client"
 	"github.com/cairn-sd/cairn/dnsserver"
+	"github.com/cairn-sd/cairn/durable"
 	"github.com/cairn-sd/cairn/health"
 	"github.com/cairn-sd/cairn/probe"
 	"github.com/cairn-sd/cairn/status"
@@ -384,7 +385,7 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 
 	dnsUDP, _ := ds.Addrs()
 	addrs, _ := json.Marshal(map[string]string{"node_id": nodeID, "http": httpAddr, "raft": st.RaftAddr(), "dns": dnsUDP.String()})
-	if err := store.WriteFileAtomic(filepath.Join(cfg.DataDir, AddrsFile), addrs); err != nil {
+	if err := durable.WriteFile(filepath.Join(cfg.DataDir, AddrsFile), addrs, 0o600); err != nil {
 		return err
 	}
 	log.Info("cairn server started", "http", httpAddr, "raft", st.RaftAddr(), "dns", dnsUDP.String(), "data_dir", cfg.DataDir, "dev", cfg.Dev)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/cairn-sd/cairn/durable"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -40,33 +41,8 @@ func LoadOrCreateNodeID(dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("store: creating data dir %q: %w", dir, err)
 	}
-	if err := WriteFileAtomic(path, []byte(id+"\n")); err != nil {
-		return "", err
+	if err := durable.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("store: keeping node id: %w", err)
 	}
 	return id, nil
-}
-
-// WriteFileAtomic writes data to path through a temporary file, fsync and
-// rename, so that a crash leaves the old file or the new one.
-func WriteFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("writing %q: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %q: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("syncing %q: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("renaming into %q: %w", path, err)
-	}
-	return nil
 }

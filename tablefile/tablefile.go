@@ -1,9 +1,10 @@
 // Package tablefile keeps a node's last published status table on disk,
 // so that a server restarted while its cluster has no quorum answers what
 // it answered before it stopped, marked stale, instead of nothing
-// (SPEC §7). The file is written atomically (write, fsync, rename, fsync
-// the directory), carries a format version and a SHA-256 of its body,
-// and is written at most once per interval, off the serving path.
+// (SPEC §7). The file is replaced atomically and durably (package
+// durable: write, fsync, rename, fsync the directory), carries a format
+// version and a SHA-256 of its body, and is written at most once per
+// interval, off the serving path.
 //
 // A table on disk is last-known-good state, never truth: the store and
 // fresh evidence rebuild the table as soon as the node's replica has
@@ -18,12 +19,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
+	"github.com/cairn-sd/cairn/durable"
 	"github.com/cairn-sd/cairn/pace"
 	"github.com/cairn-sd/cairn/status"
 )
@@ -152,8 +154,7 @@ func Load(path string) (*Snapshot, error) {
 	return &s, nil
 }
 
-// Save writes s to path atomically: a temporary file in the same
-// directory, fsynced, renamed over path, and the directory fsynced, so
+// Save writes s to path atomically and durably (package durable), so
 // that a crash leaves either the old file or the new one.
 func Save(path string, s *Snapshot) error {
 	return save(path, s, nil)
@@ -176,31 +177,17 @@ func save(path string, s *Snapshot, p *pace.Pacer) error {
 	}
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, ".table-*")
+	// Header and body go into the file as they are, so the body (which
+	// may be megabytes) is not copied to put the header in front.
+	err = durable.Write(path, 0o600, func(w io.Writer) error {
+		if _, err := fmt.Fprintf(w, "%s %d %d %s\n", magic, FormatVersion, len(body), hex.EncodeToString(sum[:])); err != nil {
+			return err
+		}
+		_, err := w.Write(body)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("tablefile: %w", err)
-	}
-	tmp := f.Name()
-	defer func() { _ = os.Remove(tmp) }() // after a rename, nothing to remove
-	_, err = fmt.Fprintf(f, "%s %d %d %s\n", magic, FormatVersion, len(body), hex.EncodeToString(sum[:]))
-	if err == nil {
-		_, err = f.Write(body)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
-	if err != nil {
-		return fmt.Errorf("tablefile: writing %s: %w", path, err)
 	}
 	return nil
 }
@@ -251,18 +238,6 @@ func encode(s *Snapshot, p *pace.Pacer) ([]byte, error) {
 	}
 	buf.WriteByte('}')
 	return buf.Bytes(), nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // Config configures a Keeper.
