@@ -27,6 +27,7 @@ import (
 	"github.com/cairn-sd/cairn/dnsserver"
 	"github.com/cairn-sd/cairn/durable"
 	"github.com/cairn-sd/cairn/health"
+	"github.com/cairn-sd/cairn/nodeid"
 	"github.com/cairn-sd/cairn/probe"
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
@@ -267,7 +268,7 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 	}
 	nodeID := cfg.NodeID
 	if nodeID == "" {
-		id, err := store.LoadOrCreateNodeID(cfg.DataDir)
+		id, err := nodeid.LoadOrCreate(cfg.DataDir)
 		if err != nil {
 			return err
 		}

@@ -163,7 +163,7 @@ func TestLoadRefusesWhatItCannotTrust(t *testing.T) {
 	}
 	// Nothing but the table file is left in the directory: the
 	// temporary file was renamed.
-	if m, _ := filepath.Glob(filepath.Join(dir, ".table-*")); len(m) != 0 {
+	if m, _ := filepath.Glob(filepath.Join(dir, ".*.tmp-*")); len(m) != 0 {
 		t.Errorf("temporary files left: %v", m)
 	}
 }
