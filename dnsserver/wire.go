@@ -220,3 +220,9 @@ func (m *msg) finish(rcode int, o *opt) []byte {
 	binary.BigEndian.PutUint16(m.buf[10:], m.ar)
 	return m.buf[:m.off]
 }
+
+func binaryHeader(buf []byte, id, flags uint16) {
+	clear(buf[:headerLen])
+	buf[0], buf[1] = byte(id>>8), byte(id)
+	buf[2], buf[3] = byte(flags>>8), byte(flags)
+}

@@ -1,0 +1,317 @@
+package dnsserver
+
+import (
+	"net/netip"
+	"strings"
+
+	"github.com/miekg/dns"
+
+	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/zones"
+)
+
+// query is one query being answered.
+type query struct {
+	name   string // as asked, case preserved
+	qtype  uint16
+	tcp    bool
+	stale  bool
+	remote netip.Addr
+	o      opt
+	// ecsUsed: the client subnet came from a trusted source and places
+	// the caller.
+	ecsUsed bool
+}
+
+// addEDE adds an Extended DNS Error to the answer (when the query has
+// EDNS: without it there is nowhere to put one) and keeps room for it:
+// an EDE is decided before the records it explains are written.
+func (q *query) addEDE(m *msg, code uint16, text string) {
+	if q.o.present && q.o.nede < len(q.o.edes) {
+		q.o.edes[q.o.nede] = ede{code, text}
+		q.o.nede++
+	}
+	m.reserve = q.o.size()
+}
+
+// capped returns rr, or a copy with its TTL capped when the answer is
+// stale (the zone's records are shared and never modified).
+func (q *query) capped(rr dns.RR) dns.RR {
+	if !q.stale {
+		return rr
+	}
+	rr = dns.Copy(rr)
+	rr.Header().Ttl = q.ttl(rr.Header().Ttl)
+	return rr
+}
+
+// ttl caps a TTL for stale answers (RFC 8767).
+func (q *query) ttl(t uint32) uint32 {
+	if q.stale {
+		return min(t, staleTTL)
+	}
+	return t
+}
+
+// answer builds the response to req in buf.
+func (s *Server) answer(req *request, buf []byte) ([]byte, int, uint16) {
+	q := query{tcp: req.tcp, remote: req.remote}
+	qflags := req.qflags
+	var m msg
+
+	// Malformed or unsupported queries: FORMERR, NOTIMP, BADVERS.
+	if req.opcode != dns.OpcodeQuery {
+		// RFC 8906: NOTIMP, the opcode echoed, no other flag copied.
+		binaryHeader(buf, req.id, flagQR|uint16(req.opcode&0xF)<<11|dns.RcodeNotImplemented)
+		return buf[:headerLen], dns.RcodeNotImplemented, 0
+	}
+	if req.bad {
+		binaryHeader(buf, req.id, flagQR|qflags&flagRD|dns.RcodeFormatError)
+		return buf[:headerLen], dns.RcodeFormatError, 0
+	}
+	q.name, q.qtype = req.name, req.qtype
+	limit := 512
+	if req.hasOPT {
+		q.o = opt{present: true, udpSize: s.cfg.UDPSize, do: req.do}
+		limit = int(min(max(req.udpSize, 512), s.cfg.UDPSize))
+		if req.version > 0 {
+			// BADVERS (16): the low 4 bits in the header, the rest in OPT.
+			if !m.start(buf, req, qflags, limit) {
+				return s.formerr(buf, req.id, qflags)
+			}
+			m.flags &^= flagAA
+			m.reserve = q.o.size()
+			return m.finish(dns.RcodeBadVers, &q.o), dns.RcodeBadVers, q.qtype
+		}
+		q.ecs(req, s)
+	}
+	if q.tcp {
+		limit = maxMsg
+	}
+	if !m.start(buf, req, qflags, limit) {
+		return s.formerr(buf, req.id, qflags)
+	}
+	m.reserve = q.o.size()
+	if req.qclass != dns.ClassINET && req.qclass != dns.ClassANY {
+		m.flags &^= flagAA
+		return s.finish(&m, &q, dns.RcodeRefused)
+	}
+	switch req.qtype {
+	case dns.TypeAXFR, dns.TypeIXFR:
+		// No zone transfer (SPEC §8).
+		m.flags &^= flagAA
+		return s.finish(&m, &q, dns.RcodeRefused)
+	case dns.TypeOPT, dns.TypeTSIG, dns.TypeTKEY, dns.TypeMAILA, dns.TypeMAILB:
+		m.flags &^= flagAA
+		return s.finish(&m, &q, dns.RcodeFormatError)
+	}
+
+	name := s.cfg.Zone.Classify(q.name)
+	if name.Kind == zones.OutsideZone {
+		m.flags &^= flagAA // not authoritative; no referral either
+		q.addEDE(&m, dns.ExtendedErrorCodeNotAuthoritative, "")
+		return s.finish(&m, &q, dns.RcodeRefused)
+	}
+
+	// Serve-stale (RFC 8767): a view of the store older than StaleAfter
+	// answers from the last table with EDE 3 (19 for NXDOMAIN); past
+	// MaxStale, SERVFAIL with EDE 22.
+	if s.cfg.LastSync != nil {
+		last := s.cfg.LastSync()
+		if last.IsZero() {
+			// Never heard from a leader since it started (a restart
+			// during an outage): stale since then, from its own data.
+			last = s.started
+		}
+		age := s.cfg.Now().Sub(last)
+		switch {
+		case age > s.cfg.MaxStale:
+			q.addEDE(&m, dns.ExtendedErrorCodeNoReachableAuthority, "store view older than max-stale")
+			s.m.staleServfail.Inc()
+			return s.finish(&m, &q, dns.RcodeServerFailure)
+		case age > s.cfg.StaleAfter, s.cfg.Restored != nil && s.cfg.Restored():
+			q.stale = true
+			q.addEDE(&m, dns.ExtendedErrorCodeStaleAnswer, "") // 19 instead for NXDOMAIN, below
+		}
+	}
+	t := s.cfg.Table.Acquire()
+	if t == nil {
+		q.addEDE(&m, dns.ExtendedErrorCodeNotReady, "no status table yet")
+		return s.finish(&m, &q, dns.RcodeServerFailure)
+	}
+	defer t.Release()
+	rcode := s.resolve(&m, &q, name, t)
+	if q.stale {
+		if rcode == dns.RcodeNameError && q.o.nede > 0 {
+			q.o.edes[0].code = dns.ExtendedErrorCodeStaleNXDOMAINAnswer // same size as 3
+		}
+		s.m.staleAnswers.Inc()
+	}
+	return s.finish(&m, &q, rcode)
+}
+
+func (s *Server) formerr(buf []byte, id, qflags uint16) ([]byte, int, uint16) {
+	binaryHeader(buf, id, flagQR|qflags&flagRD|dns.RcodeFormatError)
+	return buf[:headerLen], dns.RcodeFormatError, 0
+}
+
+// finish completes the message with the OPT record (and its EDEs); an
+// answer that leaves no room for it is truncated.
+func (s *Server) finish(m *msg, q *query, rcode int) ([]byte, int, uint16) {
+	if rcode == dns.RcodeServerFailure {
+		// This server could not answer with authority: a resolver must
+		// not take a SERVFAIL for an authoritative statement.
+		m.flags &^= flagAA
+	}
+	m.reserve = 0
+	if m.off+q.o.size() > m.limit {
+		m.truncate()
+	}
+	return m.finish(rcode, &q.o), rcode, q.qtype
+}
+
+// resolve answers a name in the zone; it returns the rcode.
+func (s *Server) resolve(m *msg, q *query, name zones.Name, t *status.Table) int {
+	z := s.cfg.Zone
+	switch name.Kind {
+	case zones.Apex:
+		switch q.qtype {
+		case dns.TypeSOA:
+			return s.records(m, q, t, []dns.RR{z.SOA(serial(t))}, nil)
+		case dns.TypeNS:
+			return s.records(m, q, t, z.NS(), z.Glue())
+		case dns.TypeANY:
+			return s.any(m, q)
+		}
+		rrs, _ := z.Static(q.name, q.qtype)
+		return s.records(m, q, t, rrs, nil)
+	case zones.ServiceTree:
+		return s.nodata(m, q, t)
+	case zones.Static:
+		if q.qtype == dns.TypeANY {
+			return s.any(m, q)
+		}
+		rrs, _ := z.Static(q.name, q.qtype)
+		if len(rrs) == 0 {
+			return s.nodata(m, q, t)
+		}
+		return s.records(m, q, t, rrs, nil)
+	case zones.NotFound:
+		return s.nxdomain(m, q, t)
+	}
+
+	// The directory's writer indexed it by name (status.Directory.Index):
+	// a lookup here is one map access, whatever the number of instances.
+	d := t.Directory()
+	var kb [300]byte
+	switch name.Kind {
+	case zones.Namespace:
+		if !d.HasNamespace(key(kb[:], name.Namespace)) {
+			return s.nxdomain(m, q, t)
+		}
+		return s.nodata(m, q, t)
+	case zones.Instance:
+		slot, ok := d.SlotOf(key(kb[:], name.Instance, name.Service, name.Namespace))
+		if !ok {
+			return s.nxdomain(m, q, t)
+		}
+		return s.instance(m, q, t, d, slot)
+	}
+	id, ok := d.ServiceID(key(kb[:], name.Service, name.Namespace))
+	if !ok {
+		return s.nxdomain(m, q, t)
+	}
+	svc := d.Services[id]
+	switch name.Kind {
+	case zones.Service:
+		switch q.qtype {
+		case dns.TypeA, dns.TypeAAAA:
+			return s.addrs(m, q, t, d, id, svc)
+		case dns.TypeANY:
+			return s.any(m, q)
+		}
+		return s.nodata(m, q, t)
+	case zones.SRVProto:
+		for _, p := range svc.Ports {
+			if strings.EqualFold(p.Protocol, name.Proto) {
+				return s.nodata(m, q, t)
+			}
+		}
+		return s.nxdomain(m, q, t)
+	case zones.SRV:
+		for _, p := range svc.Ports {
+			if strings.EqualFold(p.Name, name.Port) && strings.EqualFold(p.Protocol, name.Proto) {
+				switch q.qtype {
+				case dns.TypeSRV:
+					return s.srv(m, q, t, d, id, svc, p, name)
+				case dns.TypeANY:
+					return s.any(m, q)
+				}
+				return s.nodata(m, q, t)
+			}
+		}
+		return s.nxdomain(m, q, t)
+	}
+	return s.nxdomain(m, q, t)
+}
+
+// serial is the SOA serial: the store revision the table was built from.
+// It only grows; RFC 1982 arithmetic covers the 32-bit wrap.
+func serial(t *status.Table) uint32 { return uint32(t.StoreRevision()) }
+
+// records answers with rrs (TC when they do not fit) and extra in the
+// additional section (left out when it does not fit).
+func (s *Server) records(m *msg, q *query, t *status.Table, rrs, extra []dns.RR) int {
+	if len(rrs) == 0 {
+		return s.nodata(m, q, t)
+	}
+	for _, rr := range rrs {
+		if !m.rr(q.capped(rr)) {
+			m.truncate()
+			return dns.RcodeSuccess
+		}
+		m.an++
+	}
+	for _, rr := range extra {
+		if !m.rr(q.capped(rr)) {
+			break
+		}
+		m.ar++
+	}
+	return dns.RcodeSuccess
+}
+
+// any answers ANY minimally (RFC 8482): one synthesised HINFO.
+func (s *Server) any(m *msg, q *query) int {
+	h := &dns.HINFO{Hdr: dns.RR_Header{Name: q.name, Rrtype: dns.TypeHINFO, Class: dns.ClassINET, Ttl: q.ttl(3600)},
+		Cpu: "RFC8482"}
+	if !m.rr(h) {
+		m.truncate()
+		return dns.RcodeSuccess
+	}
+	m.an++
+	return dns.RcodeSuccess
+}
+
+// negative adds the SOA for a negative answer, its TTL the negative TTL.
+func (s *Server) negative(m *msg, q *query, t *status.Table, rcode int) int {
+	soa := s.cfg.Zone.SOA(serial(t))
+	soa.Hdr.Ttl = q.ttl(s.cfg.Zone.NegativeTTL())
+	if !m.rr(soa) {
+		// A negative answer without its SOA cannot be cached for the
+		// negative TTL (RFC 2308): truncated, so that the resolver asks
+		// over TCP, rather than silently short.
+		m.truncate()
+		return rcode
+	}
+	m.ns++
+	return rcode
+}
+
+func (s *Server) nodata(m *msg, q *query, t *status.Table) int {
+	return s.negative(m, q, t, dns.RcodeSuccess)
+}
+
+func (s *Server) nxdomain(m *msg, q *query, t *status.Table) int {
+	return s.negative(m, q, t, dns.RcodeNameError)
+}
