@@ -42,6 +42,27 @@ var importRules = []struct {
 		[]string{"github.com/cairn-sd/cairn/wire", "github.com/cairn-sd/cairn/backoff"}},
 }
 
+// graphRules hold for a package's whole dependency graph (go list's
+// Deps), not only its direct imports: a server must not link the store
+// or the health loop even through a package it imports.
+//
+// The DNS server reads only what the health loop published: the status
+// table (and its zone). Were it to import the store, the health loop or
+// the evaluator, a query could see state that no published table holds,
+// and an answer would no longer be a function of one table version; its
+// tests would also need raft and bolt. The same rule will apply to
+// xdsserver and to the agent when they land: add their rows then. (raft
+// needs no row: importRules keeps it to the store, which is banned here.)
+var graphRules = []struct {
+	pkg    string // module-relative package
+	banned string // import path, with everything below it
+	why    string
+}{
+	{"dnsserver", "github.com/cairn-sd/cairn/store", "the DNS server reads only the published status table, never the store"},
+	{"dnsserver", "github.com/cairn-sd/cairn/health", "the DNS server reads only the published status table, never the health loop"},
+	{"dnsserver", "github.com/cairn-sd/cairn/eval", "the DNS server reads only the published status table, never the evaluator"},
+}
+
 // allowed lists the packages a rule does not apply to.
 var allowed = map[string][]string{
 	"github.com/hashicorp/raft": {"store", "store/storetest"},
@@ -57,16 +78,29 @@ func TestImportRules(t *testing.T) {
 	const mod = "github.com/cairn-sd/cairn"
 	dec := json.NewDecoder(strings.NewReader(string(out)))
 	n := 0
+	seen := map[string]bool{}
 	for dec.More() {
 		var p struct {
 			ImportPath string
 			Imports    []string
+			Deps       []string
 		}
 		if err := dec.Decode(&p); err != nil {
 			t.Fatal(err)
 		}
 		n++
 		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, mod), "/")
+		seen[rel] = true
+		for _, r := range graphRules {
+			if r.pkg != rel {
+				continue
+			}
+			for _, dep := range p.Deps {
+				if dep == r.banned || strings.HasPrefix(dep, r.banned+"/") {
+					t.Errorf("%s depends on %s: %s", p.ImportPath, dep, r.why)
+				}
+			}
+		}
 		for _, r := range importRules {
 			if r.pkg != "" && r.pkg != rel {
 				continue
@@ -86,5 +120,11 @@ func TestImportRules(t *testing.T) {
 	}
 	if n < 5 {
 		t.Fatalf("go list found only %d packages", n)
+	}
+	// A rule about a package that moved or was renamed would pass unseen.
+	for _, r := range graphRules {
+		if !seen[r.pkg] {
+			t.Errorf("graph rule for %s: no such package", r.pkg)
+		}
 	}
 }
