@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"github.com/cairn-sd/cairn/acl"
 	"github.com/cairn-sd/cairn/addrpolicy"
@@ -22,11 +21,9 @@ import (
 
 // testServer serves the API of an in-memory single node with ACLs off and
 // loopback endpoints allowed, and returns its URL.
-func testServer(t *testing.T, reg *prometheus.Registry) string {
+func testServer(t *testing.T) string {
 	t.Helper()
-	if reg == nil {
-		reg = prometheus.NewRegistry()
-	}
+	reg := prometheus.NewRegistry()
 	n := storetest.Single(t, store.Config{Registerer: reg})
 	authz, err := acl.New(acl.Config{})
 	if err != nil {
@@ -50,7 +47,7 @@ func run(t *testing.T, args ...string) (int, string, string) {
 }
 
 func TestCLI(t *testing.T) {
-	url := testServer(t, nil)
+	url := testServer(t)
 	def := filepath.Join(t.TempDir(), "svc.yaml")
 	if err := os.WriteFile(def, []byte("namespace: shop\nname: cart\nports: [{name: http, number: 8080, protocol: tcp}]\n---\nnamespace: shop\nname: web\nports: [{name: http, number: 80}]\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -159,30 +156,5 @@ func TestCLI(t *testing.T) {
 				t.Fatalf("exit %d, stderr %q; want exit %d and %q", code, errs, exitUsage, tc.want)
 			}
 		})
-	}
-}
-
-func TestMetricNames(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	url := testServer(t, reg)
-	// One request so that the labelled counters have series to lint.
-	if code, _, errs := run(t, "--addr", url, "services"); code != 0 {
-		t.Fatal(errs)
-	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	probs, err := promlint.NewWithMetricFamilies(mfs).Lint()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range probs {
-		t.Errorf("metric %s: %s", p.Metric, p.Text)
-	}
-	for _, mf := range mfs {
-		if !strings.HasPrefix(mf.GetName(), "cairn_") {
-			t.Errorf("metric %s lacks the cairn_ namespace", mf.GetName())
-		}
 	}
 }
