@@ -27,6 +27,8 @@ var importRules = []struct {
 	{"eval", "github.com/cairn-sd/cairn/api", "data flows one way: eval feeds the servers, never the reverse", nil},
 	{"eval", "github.com/cairn-sd/cairn/client", "data flows one way: eval feeds the servers, never the reverse", nil},
 	{"eval", "github.com/cairn-sd/cairn/cmd", "only cmd wires", nil},
+	{"zones", "github.com/cairn-sd/cairn/", "zones is zone data and lookup rules: it knows nothing of the store (only the label rule)",
+		[]string{"github.com/cairn-sd/cairn/dnsname"}},
 	{"dnsname", "github.com/cairn-sd/cairn/", "dnsname is a leaf: the label rule every package checks names with", nil},
 	{"nodeid", "github.com/cairn-sd/cairn/", "nodeid keeps a server's identity on disk: it needs only the label rule and durable writes",
 		[]string{"github.com/cairn-sd/cairn/dnsname", "github.com/cairn-sd/cairn/durable", "github.com/cairn-sd/cairn/wire"}},

@@ -10,8 +10,8 @@ import (
 	"github.com/cairn-sd/cairn/status"
 )
 
-// ServeDNS implements dns.Handler: the TCP path (and any query the UDP
-// fast path hands over).
+// ServeDNS implements dns.Handler: the TCP path. (The UDP reader in
+// udp.go calls requestOf and answer itself, without a ResponseWriter.)
 func (s *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	start := time.Now()
 	bp := s.bufs.Get().(*[]byte)
