@@ -677,9 +677,26 @@ for name in $SERVERS; do
 done
 
 log "MODE=$MODE$([[ $MODE == flip ]] && echo " FLIP_STYLE=$FLIP_STYLE FLIP_INTERVAL=$FLIP_INTERVAL") TAG=$TAG rounds $((ROUND_BASE + 1))-$((ROUND_BASE + ROUNDS)), servers: $SERVERS; $n_services services; results in ${RESULTS#"$root"/}"
+# rotate K WORDS...: the words, starting from the K-th (mod their number).
+# Each round measures the servers, and the churn rates, in an order
+# rotated by one from the round before: this host's speed drifts within
+# a round (BENCHMARKS.md), and a fixed order would hand the drift to the
+# same server, or the same rate, every round.
+rotate() {
+	local k=$1
+	shift
+	local n=$# i
+	for ((i = 0; i < n; i++)); do
+		local j=$(((k + i) % n + 1))
+		printf '%s ' "${!j}"
+	done
+}
+
 for ((r = ROUND_BASE + 1; r <= ROUND_BASE + ROUNDS; r++)); do
-	for name in $SERVERS; do
-		for rate in $FLIP_RATES; do
+	# shellcheck disable=SC2086 # word lists
+	for name in $(rotate $((r - 1)) $SERVERS); do
+		# shellcheck disable=SC2086
+		for rate in $(rotate $((r - 1)) $FLIP_RATES); do
 			if [[ $rate == - ]]; then log "round $r: $name"; else log "round $r: $name, flip $rate%"; fi
 			# Every run gets the data as generated: cairn's load writes
 			# instances.jsonl beside it, the peers only read it.
