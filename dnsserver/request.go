@@ -134,7 +134,7 @@ func (q *query) ecs(req *request, s *Server) {
 
 // locality places the caller: its trusted client subnet, else its source
 // address, in the configured subnets; else this server's own place.
-func (s *Server) locality(q *query, t *status.Table) Locality {
+func (s *Server) locality(q *query, t *status.Table) status.Locality {
 	place := s.cfg.Own
 	matched := false
 	if q.ecsUsed {
@@ -154,8 +154,5 @@ func (s *Server) locality(q *query, t *status.Table) Locality {
 			}
 		}
 	}
-	l := t.Localities()
-	r, _ := l.ID(place.Region)
-	z, _ := l.ID(place.Zone)
-	return Locality{Region: uint16(r), Zone: uint16(z)}
+	return t.LocalityOf(place.Region, place.Zone)
 }

@@ -8,36 +8,9 @@ import (
 	"github.com/cairn-sd/cairn/status"
 )
 
-// Locality is a querier's or a server's place: region and zone ids in the
-// table's Localities (0: unknown).
-type Locality struct{ Region, Zone uint16 }
-
-// Tiers (SPEC §3): 0 = same zone, 1 = same region, 2 = other regions.
-const (
-	tierZone   = 0
-	tierRegion = 1
-	tierOther  = 2
-	numTiers   = 3
-)
-
 // overprovisioning is Envoy's factor: a tier whose eligible fraction
 // times it is below 1 spills its callers into the next tier.
 const overprovisioning = 1.4
-
-// tierOf returns the tier of an endpoint at e for a caller at loc. An
-// endpoint or a caller without a locality is in tier 0: nothing is known
-// to be nearer.
-func tierOf(loc Locality, e status.Entry) int {
-	switch {
-	case loc.Region == 0 && loc.Zone == 0, e.Region == 0 && e.Zone == 0:
-		return tierZone
-	case e.Region == loc.Region && e.Zone == loc.Zone:
-		return tierZone
-	case e.Region == loc.Region:
-		return tierRegion
-	}
-	return tierOther
-}
 
 // candidate is one endpoint of an answer in the making.
 type candidate struct {
@@ -98,16 +71,16 @@ func weightOf(e status.Entry) uint16 {
 // share of the load. has filters endpoints with no address of the asked
 // family. rnd returns uniform floats in [0, 1). buf is reused for the
 // result's candidates.
-func selectA(t *status.Table, members []uint32, loc Locality, minFrac float64, limit int,
+func selectA(t *status.Table, members []uint32, loc status.Locality, minFrac float64, limit int,
 	has func(slot uint32) bool, rnd func() float64, buf []candidate) selection {
-	var total, good [numTiers]int
-	var allW, goodW [numTiers]float64
+	var total, good [status.NumTiers]int
+	var allW, goodW [status.NumTiers]float64
 	for _, slot := range members {
 		e := t.Entry(int(slot))
 		if !servable(e) || !has(slot) {
 			continue
 		}
-		tr := tierOf(loc, e)
+		tr := status.TierOf(loc, e)
 		total[tr]++
 		allW[tr] += float64(weightOf(e))
 		if healthy(e) {
@@ -115,9 +88,9 @@ func selectA(t *status.Table, members []uint32, loc Locality, minFrac float64, l
 			goodW[tr] += float64(e.Weight)
 		}
 	}
-	var use [numTiers]bool
+	var use [status.NumTiers]bool
 	usedTotal, usedGood, last := 0, 0, -1
-	for tr := range numTiers {
+	for tr := range status.NumTiers {
 		if total[tr] == 0 {
 			continue
 		}
@@ -134,9 +107,9 @@ func selectA(t *status.Table, members []uint32, loc Locality, minFrac float64, l
 	}
 	disregard := minFrac > 0 && float64(usedGood) < minFrac*float64(usedTotal)
 	// Each used tier's share of the load, spread over its weight.
-	var perW [numTiers]float64
+	var perW [status.NumTiers]float64
 	remaining := 1.0
-	for tr := range numTiers {
+	for tr := range status.NumTiers {
 		if !use[tr] {
 			continue
 		}
@@ -159,7 +132,7 @@ func selectA(t *status.Table, members []uint32, loc Locality, minFrac float64, l
 		if !servable(e) || !has(slot) {
 			continue
 		}
-		tr := tierOf(loc, e)
+		tr := status.TierOf(loc, e)
 		ok := healthy(e)
 		if !use[tr] || !ok && !disregard || perW[tr] == 0 {
 			continue
@@ -196,7 +169,7 @@ func cmpBool(a, b bool) int {
 // disregarded as for selectA), priority = tier, in weighted random order
 // within a tier, so a client that takes the first record still spreads
 // its load by weight.
-func selectSRV(t *status.Table, members []uint32, loc Locality, minFrac float64,
+func selectSRV(t *status.Table, members []uint32, loc status.Locality, minFrac float64,
 	has func(slot uint32) bool, rnd func() float64, buf []candidate) selection {
 	var total, good int
 	for _, slot := range members {
@@ -221,7 +194,7 @@ func selectSRV(t *status.Table, members []uint32, loc Locality, minFrac float64,
 			continue
 		}
 		w := weightOf(e)
-		c := candidate{slot: slot, tier: uint8(tierOf(loc, e)), weight: w, disregarded: !ok}
+		c := candidate{slot: slot, tier: uint8(status.TierOf(loc, e)), weight: w, disregarded: !ok}
 		c.key = sampleKey(rnd(), float64(w))
 		sel.chosen = append(sel.chosen, c)
 		sel.disregarded = sel.disregarded || c.disregarded
