@@ -269,7 +269,11 @@ func (n *Node) directory(c catalog) *status.Directory {
 	for _, cs := range c.services {
 		p := cs.svc.Policy
 		info := status.ServiceInfo{Namespace: cs.key.Namespace, Name: cs.key.Name, DNSTTL: p.DNSTTL.D(),
-			ARecordLimit: p.ARecordLimit, MinHealthyFraction: cs.policy.MinHealthyFraction}
+			ARecordLimit: p.ARecordLimit, MinHealthyFraction: cs.policy.MinHealthyFraction,
+			MaxEjectionPercent: wire.DefaultMaxEjectionPercent}
+		if p.MaxEjectionPercent != nil {
+			info.MaxEjectionPercent = *p.MaxEjectionPercent
+		}
 		for _, pt := range cs.svc.Ports {
 			info.Ports = append(info.Ports, status.Port{Name: pt.Name, Number: uint16(pt.Number), Protocol: pt.Protocol})
 		}
@@ -363,7 +367,7 @@ func (n *Node) sameInstances(c catalog, old *status.Directory) bool {
 
 func sameService(a, b status.ServiceInfo) bool {
 	return a.Namespace == b.Namespace && a.Name == b.Name && a.DNSTTL == b.DNSTTL && a.ARecordLimit == b.ARecordLimit &&
-		a.MinHealthyFraction == b.MinHealthyFraction && slices.Equal(a.Ports, b.Ports)
+		a.MinHealthyFraction == b.MinHealthyFraction && a.MaxEjectionPercent == b.MaxEjectionPercent && slices.Equal(a.Ports, b.Ports)
 }
 
 // extend returns names with the new ones appended (ids stay stable), or

@@ -41,6 +41,10 @@ type ServiceInfo struct {
 	// MinHealthyFraction is the guard's fraction, for readers that apply
 	// it per caller's tiers (SPEC §3); negative: never disregard health.
 	MinHealthyFraction float64
+	// MaxEjectionPercent bounds the share of the service's endpoints a
+	// caller's outlier detection may eject (the policy's
+	// max_ejection_percent; 0: never eject), for xDS clusters.
+	MaxEjectionPercent int
 }
 
 // Port is a named service port.
