@@ -52,9 +52,10 @@ var importRules = []struct {
 // table (and its zone). Were it to import the store, the health loop or
 // the evaluator, a query could see state that no published table holds,
 // and an answer would no longer be a function of one table version; its
-// tests would also need raft and bolt. The same rule will apply to
-// xdsserver and to the agent when they land: add their rows then. (raft
-// needs no row: importRules keeps it to the store, which is banned here.)
+// tests would also need raft and bolt. The xDS server is held to the
+// same rule, and to speaking no DNS; the agent will be when it lands.
+// (raft needs no row: importRules keeps it to the store, which is banned
+// here.)
 var graphRules = []struct {
 	pkg    string // module-relative package
 	banned string // import path, with everything below it
@@ -63,6 +64,10 @@ var graphRules = []struct {
 	{"dnsserver", "github.com/cairn-sd/cairn/store", "the DNS server reads only the published status table, never the store"},
 	{"dnsserver", "github.com/cairn-sd/cairn/health", "the DNS server reads only the published status table, never the health loop"},
 	{"dnsserver", "github.com/cairn-sd/cairn/eval", "the DNS server reads only the published status table, never the evaluator"},
+	{"xdsserver", "github.com/cairn-sd/cairn/store", "the xDS server reads only the published status table, never the store"},
+	{"xdsserver", "github.com/cairn-sd/cairn/health", "the xDS server reads only the published status table, never the health loop"},
+	{"xdsserver", "github.com/cairn-sd/cairn/eval", "the xDS server reads only the published status table, never the evaluator"},
+	{"xdsserver", "github.com/miekg/dns", "the xDS server speaks no DNS"},
 }
 
 // allowed lists the packages a rule does not apply to.

@@ -1,0 +1,23 @@
+// Package xdsserver will serve cairn's view of every service over xDS
+// (SPEC §4), for Envoy and for gRPC clients that dial xds:///: aggregated
+// state-of-the-world and delta streams, and load reports.
+//
+// Like the DNS server it reads only the published status table (package
+// status), never the store or the health loop, and its answers follow
+// the same rules: an endpoint in rotation is HEALTHY (UNKNOWN while its
+// verdict is unknown), a draining one DRAINING, a withdrawn one is left
+// out of the assignment — never marked UNHEALTHY, which would send an
+// Envoy whose endpoints are mostly unhealthy into panic mode, routing to
+// them all. Priorities are SPEC §3's tiers as seen from the subscriber's
+// node locality, the same tiers the DNS server prefers for a caller in
+// that place.
+//
+// This first part builds the resources: per service port a Cluster and a
+// ClusterLoadAssignment named "<svc>.<ns>:<port>", and API listeners
+// "<svc>.<ns>:<port>" and "<svc>.<ns>" (the default port) that route to
+// the cluster, in the shapes grpc-go's xDS client accepts (it refuses a
+// whole assignment for one weight of 0 or two endpoints at one address,
+// ignores a locality of weight 0, and requires a terminal router filter).
+// Versions are digests of the deterministic encoding, stable across
+// servers and restarts.
+package xdsserver

@@ -1,0 +1,283 @@
+package xdsserver
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/cairn-sd/cairn/status"
+)
+
+// Resource names (SPEC §4). A service's cluster, and the assignment of
+// the same name, are per port: "<svc>.<ns>:<port>". Its listeners, for
+// gRPC clients dialling xds:///<svc>.<ns> or xds:///<svc>.<ns>:<port>,
+// carry the same names; the one without a port routes to the default
+// port (defaultPort).
+
+// ClusterName returns the name of a service port's cluster and
+// assignment.
+func ClusterName(svc status.ServiceInfo, port string) string {
+	return ServiceHost(svc) + ":" + port
+}
+
+// ServiceHost returns "<svc>.<ns>": the host part of a gRPC client's
+// xds:/// target, and the name of the listener for the default port.
+func ServiceHost(svc status.ServiceInfo) string { return svc.Name + "." + svc.Namespace }
+
+// defaultPort is the port a listener named without one routes to: the
+// port called "grpc" if the service has one (what a client dialling the
+// bare name most likely wants), else the first tcp port, else the first.
+func defaultPort(svc status.ServiceInfo) (status.Port, bool) {
+	if len(svc.Ports) == 0 {
+		return status.Port{}, false
+	}
+	for _, p := range svc.Ports {
+		if p.Name == "grpc" {
+			return p, true
+		}
+	}
+	for _, p := range svc.Ports {
+		if p.Protocol != "udp" {
+			return p, true
+		}
+	}
+	return svc.Ports[0], true
+}
+
+// Constants of every resource.
+const (
+	// overprovisioning is Envoy's default factor (1.4), stated so that a
+	// change of Envoy's default cannot change how traffic spills over
+	// between priorities (field notes X12). grpc-go ignores it.
+	overprovisioning = 140
+	// connectTimeout is the clusters' connect timeout, Envoy's default.
+	connectTimeout = 5 * time.Second
+	// metadataNamespace holds cairn's endpoint metadata: under the
+	// minimum-healthy-fraction guard each endpoint carries
+	// cairn.health_disregarded = true (SPEC §4).
+	metadataNamespace = "cairn"
+)
+
+// adsSource is where clusters find their assignments: on the same ADS
+// stream.
+func adsSource() *corev3.ConfigSource {
+	return &corev3.ConfigSource{
+		ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
+		ResourceApiVersion:    corev3.ApiVersion_V3,
+	}
+}
+
+// buildCluster returns the cluster of one service port: EDS over ADS,
+// round robin (the policy every client supports: grpc-go accepts only
+// round robin, ring hash and least request), and outlier detection
+// bounded by the service's max_ejection_percent.
+func buildCluster(svc status.ServiceInfo, port string) *clusterv3.Cluster {
+	name := ClusterName(svc, port)
+	return &clusterv3.Cluster{
+		Name:                 name,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{ServiceName: name, EdsConfig: adsSource()},
+		ConnectTimeout:       durationpb.New(connectTimeout),
+		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
+		OutlierDetection: &clusterv3.OutlierDetection{
+			MaxEjectionPercent: wrapperspb.UInt32(uint32(min(max(svc.MaxEjectionPercent, 0), 100))),
+		},
+	}
+}
+
+// buildListener returns an API listener (what a gRPC client resolves
+// xds:///name to) whose connection manager routes every request to
+// cluster. The route configuration is inline, so the client needs no
+// separate RDS resource; the router is the one, terminal, HTTP filter
+// (grpc-go refuses a listener without it).
+func buildListener(name, cluster string) (*listenerv3.Listener, error) {
+	router, err := anypb.New(&routerv3.Router{})
+	if err != nil {
+		return nil, err
+	}
+	hcm, err := anypb.New(&hcmv3.HttpConnectionManager{
+		StatPrefix: name, // Envoy requires one; gRPC ignores it
+		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
+			Name: name,
+			VirtualHosts: []*routev3.VirtualHost{{
+				Name:    name,
+				Domains: []string{"*"},
+				Routes: []*routev3.Route{{
+					Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: ""}},
+					Action: &routev3.Route_Route{Route: &routev3.RouteAction{
+						ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: cluster},
+					}},
+				}},
+			}},
+		}},
+		HttpFilters: []*hcmv3.HttpFilter{{
+			Name:       "envoy.filters.http.router",
+			ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router},
+		}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &listenerv3.Listener{Name: name, ApiListener: &listenerv3.ApiListener{ApiListener: hcm}}, nil
+}
+
+// lbEndpoint is one endpoint of an assignment in the making.
+type lbEndpoint struct {
+	tier         int
+	region, zone string
+	id           string
+	addrs        []netip.Addr
+	port         uint16
+	health       corev3.HealthStatus
+	weight       uint32
+	disregarded  bool
+}
+
+// healthOf maps an entry to what an assignment says of it (SPEC §4):
+// eligible → HEALTHY, or UNKNOWN when its verdict is unknown; draining →
+// DRAINING; anything else is withdrawn, by leaving it out, never by
+// marking it UNHEALTHY (an Envoy whose endpoints are mostly unhealthy
+// enters panic mode and routes to them all). Under the guard an entry is
+// HEALTHY, flagged disregarded. The weight is the published one, at
+// least 1 (grpc-go refuses a whole assignment with a 0 weight).
+func healthOf(e status.Entry) (h corev3.HealthStatus, weight uint32, disregarded, ok bool) {
+	switch {
+	case e.Lifecycle == status.Draining:
+		return corev3.HealthStatus_DRAINING, uint32(max(e.BaseWeight, 1)), false, true
+	case !e.Flags.Has(status.Eligible):
+		return 0, 0, false, false
+	case e.Flags.Has(status.HealthDisregarded):
+		return corev3.HealthStatus_HEALTHY, uint32(max(e.Weight, 1)), true, true
+	case e.Verdict == status.Unknown:
+		return corev3.HealthStatus_UNKNOWN, uint32(max(e.Weight, 1)), false, true
+	}
+	return corev3.HealthStatus_HEALTHY, uint32(max(e.Weight, 1)), false, true
+}
+
+// buildAssignment returns the assignment of one service port for callers
+// at loc: the service's endpoints in rotation (or draining), grouped by
+// locality, each locality at the priority of its tier for the caller
+// (SPEC §3's tiers: same zone, same region, elsewhere), the priorities
+// numbered from 0 without gaps. A service port without endpoints gets an
+// assignment without endpoints, never none: Envoy warms a cluster until
+// its assignment arrives (field notes X4).
+//
+// Everything a client refuses a whole assignment for is avoided here: a
+// weight of 0 (endpoint or locality), two endpoints at one address, a
+// locality without a Locality. Two instances registered at the same
+// address and port keep the one whose id sorts first; dropped counts the
+// others.
+func buildAssignment(t *status.Table, service uint32, svc status.ServiceInfo, port string, loc status.Locality) (cla *endpointv3.ClusterLoadAssignment, dropped int) {
+	dir := t.Directory()
+	var eps []lbEndpoint
+	for _, slot := range t.Members(service) {
+		e := t.Entry(int(slot))
+		h, w, disregarded, ok := healthOf(e)
+		if !ok {
+			continue
+		}
+		in := dir.Instance(int(slot))
+		if in == nil || in.Incarnation != e.Incarnation || len(in.Addrs) == 0 {
+			continue
+		}
+		num, ok := in.Port(port)
+		if !ok || num == 0 {
+			continue
+		}
+		eps = append(eps, lbEndpoint{tier: status.TierOf(loc, e), region: t.Locality(e.Region), zone: t.Locality(e.Zone),
+			id: in.ID, addrs: in.Addrs, port: num, health: h, weight: w, disregarded: disregarded})
+	}
+	slices.SortFunc(eps, func(a, b lbEndpoint) int {
+		return cmp.Or(cmp.Compare(a.tier, b.tier), cmp.Compare(a.region, b.region), cmp.Compare(a.zone, b.zone), cmp.Compare(a.id, b.id))
+	})
+	cla = &endpointv3.ClusterLoadAssignment{
+		ClusterName: ClusterName(svc, port),
+		Policy:      &endpointv3.ClusterLoadAssignment_Policy{OverprovisioningFactor: wrapperspb.UInt32(overprovisioning)},
+	}
+	seen := make(map[netip.AddrPort]bool, len(eps))
+	var cur *endpointv3.LocalityLbEndpoints
+	priority, lastTier := -1, -1
+	for _, ep := range eps {
+		if slices.ContainsFunc(ep.addrs, func(a netip.Addr) bool { return seen[netip.AddrPortFrom(a, ep.port)] }) {
+			dropped++
+			continue
+		}
+		for _, a := range ep.addrs {
+			seen[netip.AddrPortFrom(a, ep.port)] = true
+		}
+		if ep.tier != lastTier {
+			priority, lastTier = priority+1, ep.tier
+			cur = nil
+		}
+		if cur == nil || cur.Locality.Region != ep.region || cur.Locality.Zone != ep.zone {
+			cur = &endpointv3.LocalityLbEndpoints{
+				Locality:            &corev3.Locality{Region: ep.region, Zone: ep.zone},
+				Priority:            uint32(priority),
+				LoadBalancingWeight: wrapperspb.UInt32(0),
+			}
+			cla.Endpoints = append(cla.Endpoints, cur)
+		}
+		cur.LbEndpoints = append(cur.LbEndpoints, lbEndpointOf(ep))
+		// A locality weighs what its endpoints weigh (grpc-go ignores a
+		// locality of weight 0, and honours the others' ratio).
+		cur.LoadBalancingWeight.Value = min(cur.LoadBalancingWeight.Value+ep.weight, 1<<31)
+	}
+	return cla, dropped
+}
+
+// lbEndpointOf returns the assignment's entry for one endpoint: its first
+// address, the others as additional addresses (dual stack), its health,
+// weight and, under the guard, the disregarded flag.
+func lbEndpointOf(ep lbEndpoint) *endpointv3.LbEndpoint {
+	sock := func(a netip.Addr) *corev3.Address {
+		return &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+			Address:       a.String(),
+			PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(ep.port)},
+		}}}
+	}
+	e := &endpointv3.Endpoint{Address: sock(ep.addrs[0])}
+	for _, a := range ep.addrs[1:] {
+		e.AdditionalAddresses = append(e.AdditionalAddresses, &endpointv3.Endpoint_AdditionalAddress{Address: sock(a)})
+	}
+	lb := &endpointv3.LbEndpoint{
+		HostIdentifier:      &endpointv3.LbEndpoint_Endpoint{Endpoint: e},
+		HealthStatus:        ep.health,
+		LoadBalancingWeight: wrapperspb.UInt32(ep.weight),
+	}
+	if ep.disregarded {
+		lb.Metadata = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+			metadataNamespace: {Fields: map[string]*structpb.Value{"health_disregarded": structpb.NewBoolValue(true)}},
+		}}
+	}
+	return lb
+}
+
+// Version returns a resource's version: a digest of its deterministic
+// encoding. The same content has the same version on every server and
+// after every restart, which is what lets a reconnecting delta client's
+// initial_resource_versions spare it the resources it already holds.
+func Version(m proto.Message) (string, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return "", fmt.Errorf("xdsserver: encoding %T: %w", m, err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16]), nil
+}

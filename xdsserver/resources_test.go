@@ -1,0 +1,308 @@
+package xdsserver
+
+import (
+	"net/netip"
+	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cairn-sd/cairn/status"
+)
+
+// ep describes one slot of a test table.
+type ep struct {
+	id     string
+	addrs  []string
+	port   uint16 // the "grpc" port; 0: the instance has none
+	region string
+	zone   string
+	entry  status.Entry // Key, Incarnation, Service, Region, Zone are filled in
+}
+
+// table publishes one service "pay.shop" with ports grpc and admin, and
+// the given endpoints, and returns the table (released by the test's
+// cleanup) and the service's id.
+func table(t *testing.T, eps ...ep) (*status.Table, uint32, status.ServiceInfo) {
+	t.Helper()
+	pub, err := status.New(status.Config{Capacity: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := status.ServiceInfo{Namespace: "shop", Name: "pay", MaxEjectionPercent: 10,
+		Ports: []status.Port{{Name: "admin", Number: 9000, Protocol: "tcp"}, {Name: "grpc", Number: 8443, Protocol: "tcp"}}}
+	services := status.NewNames("shop/pay")
+	locs := status.NewNames("eu", "eu-1a", "eu-1b", "us", "us-1a")
+	dir := &status.Directory{Services: []status.ServiceInfo{{}, svc}, Instances: make([]*status.InstanceInfo, 16)}
+	_, err = pub.Build(func(b *status.Builder) error {
+		b.SetServices(services)
+		b.SetLocalities(locs)
+		b.SetDirectory(dir)
+		entries := b.Entries()
+		for i, e := range eps {
+			slot := i + 1
+			in := &status.InstanceInfo{ID: e.id, Incarnation: 7, Ports: map[string]uint16{"admin": 9000}}
+			if e.port != 0 {
+				in.Ports["grpc"] = e.port
+			}
+			for _, a := range e.addrs {
+				in.Addrs = append(in.Addrs, netip.MustParseAddr(a))
+			}
+			dir.Instances[slot] = in
+			x := e.entry
+			x.Key, x.Incarnation, x.Service = uint64(slot), 7, 1
+			r, _ := locs.ID(e.region)
+			z, _ := locs.ID(e.zone)
+			x.Region, x.Zone = uint16(r), uint16(z)
+			entries[slot] = x
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab := pub.Acquire()
+	t.Cleanup(tab.Release)
+	return tab, 1, svc
+}
+
+var (
+	healthy    = status.Entry{Verdict: status.Healthy, Lifecycle: status.Ready, Flags: status.Eligible, Weight: 100, BaseWeight: 100}
+	unknown    = status.Entry{Verdict: status.Unknown, Lifecycle: status.Ready, Flags: status.Eligible, Weight: 100, BaseWeight: 100}
+	slow       = status.Entry{Verdict: status.Healthy, Lifecycle: status.Ready, Flags: status.Eligible | status.SlowStart, Weight: 10, BaseWeight: 100}
+	withdrawn  = status.Entry{Verdict: status.Unhealthy, Lifecycle: status.Ready, BaseWeight: 100}
+	draining   = status.Entry{Verdict: status.Healthy, Lifecycle: status.Draining, BaseWeight: 100}
+	starting   = status.Entry{Verdict: status.Unknown, Lifecycle: status.Starting, BaseWeight: 100}
+	disregard  = status.Entry{Verdict: status.Unhealthy, Lifecycle: status.Ready, Flags: status.Eligible | status.HealthDisregarded, Weight: 100, BaseWeight: 100}
+	zeroWeight = status.Entry{Verdict: status.Healthy, Lifecycle: status.Ready, Flags: status.Eligible, Weight: 0, BaseWeight: 100}
+)
+
+// flat lists an assignment's endpoints as "addr:port health weight
+// priority region/zone".
+type flatEP struct {
+	addr     string
+	health   corev3.HealthStatus
+	weight   uint32
+	priority uint32
+	locality string
+	flagged  bool
+}
+
+func flat(cla *endpointv3.ClusterLoadAssignment) []flatEP {
+	var out []flatEP
+	for _, l := range cla.Endpoints {
+		for _, lb := range l.LbEndpoints {
+			sa := lb.GetEndpoint().GetAddress().GetSocketAddress()
+			_, flagged := lb.GetMetadata().GetFilterMetadata()["cairn"].GetFields()["health_disregarded"]
+			out = append(out, flatEP{addr: netip.AddrPortFrom(netip.MustParseAddr(sa.Address), uint16(sa.GetPortValue())).String(),
+				health: lb.HealthStatus, weight: lb.LoadBalancingWeight.GetValue(), priority: l.Priority,
+				locality: l.Locality.Region + "/" + l.Locality.Zone, flagged: flagged})
+		}
+	}
+	return out
+}
+
+func TestAssignmentHealthAndWeights(t *testing.T) {
+	tab, id, svc := table(t,
+		ep{id: "a", addrs: []string{"10.0.0.1"}, port: 8443, region: "eu", zone: "eu-1a", entry: healthy},
+		ep{id: "b", addrs: []string{"10.0.0.2"}, port: 8443, region: "eu", zone: "eu-1a", entry: unknown},
+		ep{id: "c", addrs: []string{"10.0.0.3"}, port: 8443, region: "eu", zone: "eu-1a", entry: slow},
+		ep{id: "d", addrs: []string{"10.0.0.4"}, port: 8443, region: "eu", zone: "eu-1a", entry: withdrawn},
+		ep{id: "e", addrs: []string{"10.0.0.5"}, port: 8443, region: "eu", zone: "eu-1a", entry: draining},
+		ep{id: "f", addrs: []string{"10.0.0.6"}, port: 8443, region: "eu", zone: "eu-1a", entry: starting},
+		ep{id: "g", addrs: []string{"10.0.0.7"}, port: 8443, region: "eu", zone: "eu-1a", entry: zeroWeight},
+		ep{id: "h", addrs: []string{"10.0.0.8"}, port: 0, region: "eu", zone: "eu-1a", entry: healthy},
+	)
+	cla, dropped := buildAssignment(tab, id, svc, "grpc", tab.LocalityOf("eu", "eu-1a"))
+	if dropped != 0 {
+		t.Errorf("dropped %d", dropped)
+	}
+	want := []flatEP{
+		{"10.0.0.1:8443", corev3.HealthStatus_HEALTHY, 100, 0, "eu/eu-1a", false},
+		{"10.0.0.2:8443", corev3.HealthStatus_UNKNOWN, 100, 0, "eu/eu-1a", false},
+		{"10.0.0.3:8443", corev3.HealthStatus_HEALTHY, 10, 0, "eu/eu-1a", false}, // slow start: the published weight
+		// d withdrawn: left out, never UNHEALTHY
+		{"10.0.0.5:8443", corev3.HealthStatus_DRAINING, 100, 0, "eu/eu-1a", false},
+		// f starting: not in rotation
+		{"10.0.0.7:8443", corev3.HealthStatus_HEALTHY, 1, 0, "eu/eu-1a", false}, // never a weight of 0
+		// h has no grpc port: not in this cluster
+	}
+	if got := flat(cla); !equal(got, want) {
+		t.Errorf("assignment:\n got %v\nwant %v", got, want)
+	}
+	if cla.ClusterName != "pay.shop:grpc" {
+		t.Errorf("cluster name %q", cla.ClusterName)
+	}
+	if got := cla.Endpoints[0].LoadBalancingWeight.GetValue(); got != 100+100+10+100+1 {
+		t.Errorf("locality weight %d, want the sum of its endpoints' (311)", got)
+	}
+	if err := cla.ValidateAll(); err != nil {
+		t.Errorf("assignment does not validate: %v", err)
+	}
+}
+
+func TestAssignmentTiersArePriorities(t *testing.T) {
+	tab, id, svc := table(t,
+		ep{id: "us1", addrs: []string{"10.0.2.1"}, port: 8443, region: "us", zone: "us-1a", entry: healthy},
+		ep{id: "eu1b", addrs: []string{"10.0.1.1"}, port: 8443, region: "eu", zone: "eu-1b", entry: healthy},
+		ep{id: "eu1a", addrs: []string{"10.0.0.1"}, port: 8443, region: "eu", zone: "eu-1a", entry: healthy},
+	)
+	for _, tc := range []struct {
+		name string
+		loc  status.Locality
+		want []flatEP
+	}{
+		{"caller in eu-1a", tab.LocalityOf("eu", "eu-1a"), []flatEP{
+			{"10.0.0.1:8443", corev3.HealthStatus_HEALTHY, 100, 0, "eu/eu-1a", false},
+			{"10.0.1.1:8443", corev3.HealthStatus_HEALTHY, 100, 1, "eu/eu-1b", false},
+			{"10.0.2.1:8443", corev3.HealthStatus_HEALTHY, 100, 2, "us/us-1a", false},
+		}},
+		{"caller in us-1a: no endpoint in its region but its own, the rest one priority", tab.LocalityOf("us", "us-1a"), []flatEP{
+			{"10.0.2.1:8443", corev3.HealthStatus_HEALTHY, 100, 0, "us/us-1a", false},
+			{"10.0.0.1:8443", corev3.HealthStatus_HEALTHY, 100, 1, "eu/eu-1a", false},
+			{"10.0.1.1:8443", corev3.HealthStatus_HEALTHY, 100, 1, "eu/eu-1b", false},
+		}},
+		{"caller in a place the table does not hold: one priority", status.Locality{}, []flatEP{
+			{"10.0.0.1:8443", corev3.HealthStatus_HEALTHY, 100, 0, "eu/eu-1a", false},
+			{"10.0.1.1:8443", corev3.HealthStatus_HEALTHY, 100, 0, "eu/eu-1b", false},
+			{"10.0.2.1:8443", corev3.HealthStatus_HEALTHY, 100, 0, "us/us-1a", false},
+		}},
+	} {
+		cla, _ := buildAssignment(tab, id, svc, "grpc", tc.loc)
+		if got := flat(cla); !equal(got, tc.want) {
+			t.Errorf("%s:\n got %v\nwant %v", tc.name, got, tc.want)
+		}
+		if err := cla.ValidateAll(); err != nil {
+			t.Errorf("%s: assignment does not validate: %v", tc.name, err)
+		}
+	}
+}
+
+func TestAssignmentGuardAndDuplicates(t *testing.T) {
+	tab, id, svc := table(t,
+		ep{id: "a", addrs: []string{"10.0.0.1", "2001:db8::1"}, port: 8443, entry: disregard},
+		ep{id: "b", addrs: []string{"2001:db8::1"}, port: 8443, entry: healthy}, // a's second address
+		ep{id: "c", addrs: []string{"10.0.0.3"}, port: 8443, entry: disregard},
+	)
+	cla, dropped := buildAssignment(tab, id, svc, "grpc", status.Locality{})
+	if dropped != 1 {
+		t.Errorf("dropped %d, want 1 (b shares a's address)", dropped)
+	}
+	want := []flatEP{
+		{"10.0.0.1:8443", corev3.HealthStatus_HEALTHY, 100, 0, "/", true},
+		{"10.0.0.3:8443", corev3.HealthStatus_HEALTHY, 100, 0, "/", true},
+	}
+	if got := flat(cla); !equal(got, want) {
+		t.Errorf("assignment:\n got %v\nwant %v", got, want)
+	}
+	if add := cla.Endpoints[0].LbEndpoints[0].GetEndpoint().AdditionalAddresses; len(add) != 1 ||
+		add[0].Address.GetSocketAddress().Address != "2001:db8::1" {
+		t.Errorf("additional addresses %v, want [2001:db8::1]", add)
+	}
+	if err := cla.ValidateAll(); err != nil {
+		t.Errorf("assignment does not validate: %v", err)
+	}
+}
+
+func TestAssignmentWithoutEndpoints(t *testing.T) {
+	tab, id, svc := table(t, ep{id: "a", addrs: []string{"10.0.0.1"}, port: 8443, entry: withdrawn})
+	cla, _ := buildAssignment(tab, id, svc, "grpc", status.Locality{})
+	if cla == nil || cla.ClusterName != "pay.shop:grpc" || len(cla.Endpoints) != 0 {
+		t.Fatalf("assignment %v, want one named pay.shop:grpc without endpoints (Envoy warms the cluster until it comes)", cla)
+	}
+	if err := cla.ValidateAll(); err != nil {
+		t.Errorf("assignment does not validate: %v", err)
+	}
+}
+
+func TestClusterAndListeners(t *testing.T) {
+	_, _, svc := table(t)
+	c := buildCluster(svc, "grpc")
+	if c.Name != "pay.shop:grpc" || c.GetEdsClusterConfig().ServiceName != "pay.shop:grpc" ||
+		c.GetEdsClusterConfig().GetEdsConfig().GetAds() == nil || c.OutlierDetection.MaxEjectionPercent.GetValue() != 10 {
+		t.Errorf("cluster %v", c)
+	}
+	if err := c.ValidateAll(); err != nil {
+		t.Errorf("cluster does not validate: %v", err)
+	}
+	if p, ok := defaultPort(svc); !ok || p.Name != "grpc" {
+		t.Errorf("default port %v, want grpc", p)
+	}
+	l, err := buildListener(ServiceHost(svc), ClusterName(svc, "grpc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.ValidateAll(); err != nil {
+		t.Errorf("listener does not validate: %v", err)
+	}
+	var hcm hcmv3.HttpConnectionManager
+	if err := l.ApiListener.ApiListener.UnmarshalTo(&hcm); err != nil {
+		t.Fatal(err)
+	}
+	if err := hcm.ValidateAll(); err != nil {
+		t.Errorf("connection manager does not validate: %v", err)
+	}
+	rc := hcm.GetRouteConfig()
+	if l.Name != "pay.shop" || rc == nil || rc.VirtualHosts[0].Routes[0].GetRoute().GetCluster() != "pay.shop:grpc" {
+		t.Errorf("listener %s routes by %v", l.Name, rc)
+	}
+	if f := hcm.HttpFilters; len(f) != 1 || f[0].GetTypedConfig().GetTypeUrl() != "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router" {
+		t.Errorf("HTTP filters %v, want the router alone", f)
+	}
+}
+
+func TestDefaultPort(t *testing.T) {
+	for _, tc := range []struct {
+		ports []status.Port
+		want  string
+	}{
+		{[]status.Port{{Name: "http", Protocol: "tcp"}, {Name: "grpc", Protocol: "tcp"}}, "grpc"},
+		{[]status.Port{{Name: "dns", Protocol: "udp"}, {Name: "http", Protocol: "tcp"}}, "http"},
+		{[]status.Port{{Name: "dns", Protocol: "udp"}}, "dns"},
+	} {
+		if p, _ := defaultPort(status.ServiceInfo{Ports: tc.ports}); p.Name != tc.want {
+			t.Errorf("defaultPort(%v) = %s, want %s", tc.ports, p.Name, tc.want)
+		}
+	}
+	if _, ok := defaultPort(status.ServiceInfo{}); ok {
+		t.Error("a service without ports has a default port")
+	}
+}
+
+// TestVersionIsContent: equal content, equal version, whoever built it;
+// any change, a new one.
+func TestVersionIsContent(t *testing.T) {
+	tab, id, svc := table(t,
+		ep{id: "a", addrs: []string{"10.0.0.1"}, port: 8443, region: "eu", zone: "eu-1a", entry: healthy},
+		ep{id: "b", addrs: []string{"10.0.0.2"}, port: 8443, region: "eu", zone: "eu-1b", entry: healthy})
+	v := func(m proto.Message) string {
+		s, err := Version(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	a, _ := buildAssignment(tab, id, svc, "grpc", status.Locality{})
+	b, _ := buildAssignment(tab, id, svc, "grpc", status.Locality{})
+	if v(a) != v(b) {
+		t.Error("the same assignment built twice has two versions")
+	}
+	c, _ := buildAssignment(tab, id, svc, "grpc", tab.LocalityOf("eu", "eu-1b"))
+	if v(a) == v(c) {
+		t.Error("assignments with other priorities share a version")
+	}
+}
+
+func equal(a, b []flatEP) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
