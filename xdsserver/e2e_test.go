@@ -1,0 +1,184 @@
+package xdsserver_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/xds" // grpc-go's xDS resolver and balancers: the real client
+
+	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/xdsserver"
+)
+
+// backend is a real gRPC server on loopback that answers health checks.
+type backend struct {
+	addr netip.AddrPort
+}
+
+func startBackend(t *testing.T) backend {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	healthpb.RegisterHealthServer(gs, health.NewServer())
+	go gs.Serve(ln)
+	t.Cleanup(gs.Stop)
+	return backend{addr: netip.MustParseAddrPort(ln.Addr().String())}
+}
+
+// publish builds the next table: service pay.shop (port grpc) with one
+// instance per backend, each with the entry given.
+func publish(t *testing.T, pub *status.Publisher, backends []backend, entries []status.Entry) {
+	t.Helper()
+	publishPorts(t, pub, []status.Port{{Name: "grpc", Number: 8443, Protocol: "tcp"}}, backends, entries)
+}
+
+// publishPorts is publish with the service's ports given; every instance
+// listens on each at its backend's port.
+func publishPorts(t *testing.T, pub *status.Publisher, ports []status.Port, backends []backend, entries []status.Entry) {
+	t.Helper()
+	svc := status.ServiceInfo{Namespace: "shop", Name: "pay", MaxEjectionPercent: 10, Ports: ports}
+	dir := &status.Directory{Services: []status.ServiceInfo{{}, svc}, Instances: make([]*status.InstanceInfo, pub.Capacity())}
+	_, err := pub.Build(func(b *status.Builder) error {
+		b.SetServices(status.NewNames("shop/pay"))
+		b.SetLocalities(status.NewNames("eu", "eu-1a"))
+		b.SetDirectory(dir)
+		es := b.Entries()
+		clear(es)
+		for i, be := range backends {
+			slot := i + 1
+			in := &status.InstanceInfo{ID: fmt.Sprintf("pay-%d", i), Incarnation: 1,
+				Addrs: []netip.Addr{be.addr.Addr()}, Ports: map[string]uint16{}}
+			for _, p := range ports {
+				in.Ports[p.Name] = be.addr.Port()
+			}
+			dir.Instances[slot] = in
+			e := entries[i]
+			e.Key, e.Incarnation, e.Service, e.Region, e.Zone = uint64(slot), 1, 1, 1, 2
+			es[slot] = e
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+var (
+	inRotation = status.Entry{Verdict: status.Healthy, Lifecycle: status.Ready, Flags: status.Eligible, Weight: 100, BaseWeight: 100}
+	withdrawn  = status.Entry{Verdict: status.Unhealthy, Lifecycle: status.Ready, BaseWeight: 100}
+)
+
+// startXDS serves pub's tables over ADS on loopback and returns the
+// address.
+func startXDS(t *testing.T, pub *status.Publisher) string {
+	t.Helper()
+	srv, err := xdsserver.New(xdsserver.Config{Table: pub})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return serve(t, srv)
+}
+
+// serve serves srv on a loopback port until the test ends.
+func serve(t *testing.T, srv *xdsserver.Server) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	srv.Register(gs)
+	go gs.Serve(ln)
+	t.Cleanup(gs.Stop)
+	return ln.Addr().String()
+}
+
+// dial returns a grpc-go client of target resolved through cairn's xDS
+// server at addr, with its own xDS client (so, its own ADS stream).
+func dial(t *testing.T, addr, target string) *grpc.ClientConn {
+	t.Helper()
+	bootstrap := fmt.Sprintf(`{"xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
+		"node": {"id": "test-client", "locality": {"region": "eu", "zone": "eu-1a"}}}`, addr)
+	rb, err := xds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(rb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// reached calls Check n times and returns the backends that answered.
+func reached(t *testing.T, ctx context.Context, cc *grpc.ClientConn, n int) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	hc := healthpb.NewHealthClient(cc)
+	for range n {
+		var p peer.Peer
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := hc.Check(cctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p), grpc.WaitForReady(true))
+		cancel()
+		if err != nil {
+			t.Fatalf("Check: %v", err)
+		}
+		out[p.Addr.String()]++
+	}
+	return out
+}
+
+// until polls reached until want holds or the deadline passes.
+func until(t *testing.T, ctx context.Context, cc *grpc.ClientConn, what string, want func(map[string]int) bool) {
+	t.Helper()
+	var last map[string]int
+	for ctx.Err() == nil {
+		if last = reached(t, ctx, cc, 20); want(last) {
+			return
+		}
+	}
+	t.Fatalf("%s: never held; last 20 calls reached %v", what, last)
+}
+
+// TestGRPCClient: grpc-go's own xDS client, given a bootstrap naming
+// cairn's server, resolves xds:///pay.shop and xds:///pay.shop:grpc
+// through the listener, cluster and assignment cairn serves, balances
+// over the instances in rotation, stops calling one as soon as it is
+// withdrawn, and calls it again once it is back.
+func TestGRPCClient(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pub, err := status.New(status.Config{Capacity: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := startBackend(t), startBackend(t)
+	backends := []backend{a, b}
+	publish(t, pub, backends, []status.Entry{inRotation, inRotation})
+	addr := startXDS(t, pub)
+
+	for _, target := range []string{"xds:///pay.shop", "xds:///pay.shop:grpc"} {
+		cc := dial(t, addr, target)
+		both := func(r map[string]int) bool { return r[a.addr.String()] > 0 && r[b.addr.String()] > 0 }
+		until(t, ctx, cc, target+": both instances called", both)
+
+		publish(t, pub, backends, []status.Entry{inRotation, withdrawn})
+		until(t, ctx, cc, target+": b withdrawn", func(r map[string]int) bool { return r[b.addr.String()] == 0 })
+
+		publish(t, pub, backends, []status.Entry{inRotation, inRotation})
+		until(t, ctx, cc, target+": b back", both)
+	}
+}

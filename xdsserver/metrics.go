@@ -1,0 +1,39 @@
+package xdsserver
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	streams   prometheus.Gauge
+	refused   prometheus.Counter
+	responses *prometheus.CounterVec // by type
+	nacks     *prometheus.CounterVec // by type
+	dropped   prometheus.Gauge
+}
+
+// typeLabel is the short name of a type URL in metrics.
+var typeLabel = [numTypes]string{"cluster", "endpoint", "listener", "route"}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_xds_streams",
+			Help: "Open xDS streams."}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_xds_streams_refused_total",
+			Help: "xDS streams refused with UNAVAILABLE because the status table was not loaded yet."}),
+		responses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_xds_responses_total",
+			Help: "xDS responses sent, by resource type."}, []string{"type"}),
+		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_xds_nacks_total",
+			Help: "xDS responses a subscriber refused (NACK), by resource type; the refused version is not sent again."}, []string{"type"}),
+		dropped: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_xds_duplicate_endpoints",
+			Help: "Endpoints left out of the latest assignments because another instance of their service has their address and port."}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.streams, m.refused, m.responses, m.nacks, m.dropped} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,209 @@
+package xdsserver
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+)
+
+// subscription is what one stream asked for of one resource type, and
+// what it was last sent.
+type subscription struct {
+	open     bool // a request of this type has been seen
+	wildcard bool
+	names    map[string]bool
+	// sent is the version of the last response, nonce its nonce;
+	// refused the last version the subscriber NACKed, never sent again
+	// unless the subscription changes.
+	sent, nonce, refused string
+}
+
+// sotwStream is one state-of-the-world ADS stream: requests in order,
+// and a response per type whenever what the type's subscription covers
+// changes in the published table.
+type sotwStream struct {
+	s      *Server
+	stream grpc.BidiStreamingServer[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse]
+	node   *corev3.Node
+	place  place
+	subs   [numTypes]subscription
+	nonce  uint64
+	table  uint64 // version of the table the last responses were built from
+}
+
+func newSotwStream(s *Server, stream grpc.BidiStreamingServer[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse]) *sotwStream {
+	return &sotwStream{s: s, stream: stream}
+}
+
+// run serves the stream until the client closes it or the server stops.
+// One goroutine receives; this one decides and sends, so requests and
+// table changes are handled in one order.
+func (st *sotwStream) run() error {
+	ctx, cancel := context.WithCancel(st.stream.Context())
+	defer cancel()
+	reqs := make(chan *discoveryv3.DiscoveryRequest)
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			req, err := st.stream.Recv()
+			if err != nil {
+				errc <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for {
+		changed := st.s.cfg.Table.Changed(st.table)
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-errc:
+			if errors.Is(err, io.EOF) || grpcstatus.Code(err) == codes.Canceled {
+				return nil
+			}
+			return err
+		case req := <-reqs:
+			if err := st.request(req); err != nil {
+				return err
+			}
+		case <-changed:
+			if err := st.tableChanged(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// request handles one request: an acknowledgement, a refusal, or a
+// change of what the stream subscribes to.
+func (st *sotwStream) request(req *discoveryv3.DiscoveryRequest) error {
+	if st.node == nil && req.Node != nil {
+		st.node = req.Node
+		st.place = place{region: req.Node.GetLocality().GetRegion(), zone: req.Node.GetLocality().GetZone()}
+	}
+	i, ok := typeIndex(req.TypeUrl)
+	if !ok {
+		// A type cairn does not serve: never answered, as the protocol
+		// allows; the client's does-not-exist timer runs out.
+		st.s.log.Debug("xDS request for a type not served", "type", req.TypeUrl, "node", st.node.GetId())
+		return nil
+	}
+	sub := &st.subs[i]
+	if sub.nonce != "" && req.ResponseNonce != sub.nonce {
+		// A request that answers an older response: the stream has moved
+		// on, and its state will be acknowledged or refused with the
+		// newer nonce (state of the world ignores stale nonces).
+		return nil
+	}
+	if req.ErrorDetail != nil && req.ResponseNonce != "" {
+		// A NACK. The subscriber keeps its last good version; sending the
+		// same version again would be refused again, in a loop: it is
+		// sent again only if the subscription changes.
+		sub.refused = sub.sent
+		st.s.m.nacks.WithLabelValues(typeLabel[i]).Inc()
+		st.s.log.Warn("xDS subscriber refused a response", "node", st.node.GetId(), "type", typeLabel[i],
+			"version", sub.sent, "error", req.ErrorDetail.GetMessage())
+	}
+	first := !sub.open
+	changed := sub.update(i, req.ResourceNames, first)
+	sub.open = true
+	if first || changed {
+		// The first request of a type is always answered, whatever
+		// version it names (a client reconnecting at a version may not
+		// hold it, field notes X5), and so is a change of names, even
+		// when no content changed (X2).
+		return st.send(i, true)
+	}
+	return nil
+}
+
+// update sets the subscription's names from a request and reports
+// whether they changed. In state of the world every request carries the
+// whole set. For listeners and clusters an empty first request, or "*",
+// asks for everything (the legacy and the explicit wildcard); for the
+// other types an empty set asks for nothing.
+func (sub *subscription) update(i int, names []string, first bool) bool {
+	wild := false
+	set := make(map[string]bool, len(names))
+	for _, n := range names {
+		if n == wildcardName {
+			wild = true
+			continue
+		}
+		set[n] = true
+	}
+	if (i == listenerIdx || i == clusterIdx) && len(names) == 0 && (first || sub.wildcard) {
+		wild = true
+	}
+	changed := wild != sub.wildcard || len(set) != len(sub.names)
+	if !changed {
+		for n := range set {
+			if !sub.names[n] {
+				changed = true
+				break
+			}
+		}
+	}
+	sub.wildcard, sub.names = wild, set
+	return changed
+}
+
+// tableChanged sends, in make-before-break order, a response for every
+// open subscription whose content changed.
+func (st *sotwStream) tableChanged() error {
+	// Past this version whatever is sent below (built from it or a newer
+	// one), so that the next wait is for a newer table.
+	t := st.s.cfg.Table.Acquire()
+	st.table = max(st.table, t.Version())
+	t.Release()
+	for i := range numTypes {
+		if st.subs[i].open {
+			if err := st.send(i, false); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// send answers the subscription of type i from the current table: with
+// force, always; otherwise only when its version differs from the one
+// last sent and from the one last refused.
+func (st *sotwStream) send(i int, force bool) error {
+	v, err := st.s.views.get(st.place)
+	if err != nil {
+		return grpcstatus.Errorf(codes.Internal, "xdsserver: building resources: %v", err)
+	}
+	st.table = max(st.table, v.table)
+	sub := &st.subs[i]
+	res, version := v.pick(i, sub.wildcard, sub.names)
+	if !force && (version == sub.sent || version == sub.refused) {
+		return nil
+	}
+	st.nonce++
+	nonce := strconv.FormatUint(st.nonce, 10)
+	err = st.stream.Send(&discoveryv3.DiscoveryResponse{
+		VersionInfo: version,
+		Resources:   res,
+		TypeUrl:     typeURLs[i],
+		Nonce:       nonce,
+	})
+	if err != nil {
+		return err
+	}
+	sub.sent, sub.nonce = version, nonce
+	st.s.m.responses.WithLabelValues(typeLabel[i]).Inc()
+	return nil
+}
