@@ -79,6 +79,7 @@ func App(stdout, stderr io.Writer) *cli.App {
 			membersCommand(),
 			joinCommand(),
 			leaveCommand(),
+			xdsBootstrapCommand(),
 		},
 	}
 }

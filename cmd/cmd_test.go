@@ -158,3 +158,26 @@ func TestCLI(t *testing.T) {
 		})
 	}
 }
+
+func TestXDSBootstrap(t *testing.T) {
+	code, out, errs := run(t, "xds-bootstrap", "--xds-addr", "10.0.0.1:8481", "--node-id", "n1", "--region", "eu", "--zone", "eu-1a")
+	if code != 0 {
+		t.Fatalf("xds-bootstrap: %d %q", code, errs)
+	}
+	var b struct {
+		Servers []struct {
+			URI      string   `json:"server_uri"`
+			Features []string `json:"server_features"`
+		} `json:"xds_servers"`
+		Node struct {
+			ID       string            `json:"id"`
+			Locality map[string]string `json:"locality"`
+		} `json:"node"`
+	}
+	if err := json.Unmarshal([]byte(out), &b); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if len(b.Servers) != 1 || b.Servers[0].URI != "10.0.0.1:8481" || b.Node.ID != "n1" || b.Node.Locality["zone"] != "eu-1a" {
+		t.Errorf("bootstrap %+v", b)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/cairn-sd/cairn/wire"
+	"github.com/cairn-sd/cairn/xdsserver"
 )
 
 // serviceArg parses the positional NS/SVC.
@@ -462,6 +463,36 @@ func leaveCommand() *cli.Command {
 			}
 			fmt.Fprintf(c.App.Writer, "removed %s\n", c.String("node-id"))
 			return nil
+		},
+	}
+}
+
+func xdsBootstrapCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "xds-bootstrap",
+		Usage: "print a gRPC xDS bootstrap: GRPC_XDS_BOOTSTRAP_CONFIG for a client that dials xds:///<svc>.<ns>",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "xds-addr", Value: "127.0.0.1:8481", Usage: "the server's --grpc-addr, as the client reaches it"},
+			&cli.StringFlag{Name: "node-id", Usage: "the client's node id (default: this host's name)"},
+			&cli.StringFlag{Name: "region", Usage: "the client's region"},
+			&cli.StringFlag{Name: "zone", Usage: "the client's zone"},
+		},
+		Action: func(c *cli.Context) error {
+			node := c.String("node-id")
+			if node == "" {
+				h, err := os.Hostname()
+				if err != nil {
+					return cli.Exit("--node-id: not given, and this host has no name: "+err.Error(), exitUsage)
+				}
+				node = h
+			}
+			b, err := xdsserver.Bootstrap(xdsserver.BootstrapConfig{Server: c.String("xds-addr"), NodeID: node,
+				Region: c.String("region"), Zone: c.String("zone")})
+			if err != nil {
+				return cli.Exit(err.Error(), exitUsage)
+			}
+			_, err = fmt.Fprintf(c.App.Writer, "%s\n", b)
+			return err
 		},
 	}
 }

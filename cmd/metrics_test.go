@@ -18,9 +18,15 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/cairn-sd/cairn/client"
+	"github.com/cairn-sd/cairn/xdsserver"
 )
 
 // TestMetricNames lints every metric family `cairn server` registers
@@ -89,6 +95,8 @@ func TestMetricNames(t *testing.T) {
 		return d.DialContext(ctx, network, leader.dns)
 	}}
 	_, _ = r.LookupHost(ctx, "web.demo.svc.cairn.internal.")
+	// An xDS subscription, answered, then refused.
+	xdsRoundTrip(t, ctx, leader.grpc)
 
 	wantSeries := []string{
 		"cairn_api_requests_total",
@@ -97,6 +105,8 @@ func TestMetricNames(t *testing.T) {
 		"cairn_health_transitions_total",
 		"cairn_health_evidence_discarded_total",
 		"cairn_health_probe_pushes_total",
+		"cairn_xds_responses_total",
+		"cairn_xds_nacks_total",
 	}
 	var scrapes [][]byte
 	var types map[string]string // family → type, over both servers
@@ -162,6 +172,7 @@ func TestMetricNames(t *testing.T) {
 type server struct {
 	http string // http://HOST:PORT
 	dns  string // HOST:PORT, UDP and TCP
+	grpc string // HOST:PORT, xDS
 }
 
 // startServer runs `cairn server` with args, its data in a temporary
@@ -188,7 +199,7 @@ func startServer(t *testing.T, args ...string) server {
 		}
 		logw.close()
 	})
-	var addrs struct{ HTTP, DNS string }
+	var addrs struct{ HTTP, DNS, GRPC string }
 	eventually(t, 30*time.Second, func() error {
 		select {
 		case code := <-done:
@@ -202,7 +213,45 @@ func startServer(t *testing.T, args ...string) server {
 		}
 		return json.Unmarshal(b, &addrs)
 	})
-	return server{http: "http://" + addrs.HTTP, dns: addrs.DNS}
+	return server{http: "http://" + addrs.HTTP, dns: addrs.DNS, grpc: addrs.GRPC}
+}
+
+// xdsRoundTrip subscribes to every cluster over ADS at addr, refuses the
+// answer, and subscribes to every listener.
+func xdsRoundTrip(t *testing.T, ctx context.Context, addr string) {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var resp *discoveryv3.DiscoveryResponse
+	eventually(t, 30*time.Second, func() error { // UNAVAILABLE until the table is built
+		stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(sctx)
+		if err != nil {
+			return err
+		}
+		req := &discoveryv3.DiscoveryRequest{TypeUrl: xdsserver.ClusterType, Node: &corev3.Node{Id: "metrics-test"}}
+		if err := stream.Send(req); err != nil {
+			return err
+		}
+		if resp, err = stream.Recv(); err != nil {
+			return err
+		}
+		req.ResponseNonce, req.ErrorDetail = resp.Nonce, &rpcstatus.Status{Message: "refused by the test"}
+		if err := stream.Send(req); err != nil {
+			return err
+		}
+		// The stream's requests are handled in order: once a later one is
+		// answered, the refusal has been counted.
+		if err := stream.Send(&discoveryv3.DiscoveryRequest{TypeUrl: xdsserver.ListenerType}); err != nil {
+			return err
+		}
+		_, err = stream.Recv()
+		return err
+	})
 }
 
 // closedAddr returns a loopback address nothing listens on.

@@ -19,6 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/cairn-sd/cairn/acl"
 	"github.com/cairn-sd/cairn/addrpolicy"
@@ -33,6 +35,7 @@ import (
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/tablefile"
 	"github.com/cairn-sd/cairn/wire"
+	"github.com/cairn-sd/cairn/xdsserver"
 	"github.com/cairn-sd/cairn/zones"
 )
 
@@ -77,7 +80,7 @@ type serverConfig struct {
 func serverCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "server",
-		Usage: "run a server: store, probes, health evaluator, status table, DNS and API (xDS later)",
+		Usage: "run a server: store, probes, health evaluator, status table, DNS, xDS and API",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "dev", Usage: "single node, bootstrapped, data in a temporary folder, loopback endpoints allowed, ACLs off unless configured"},
 			&cli.StringFlag{Name: "data-dir", EnvVars: []string{"CAIRN_DATA_DIR"}, Usage: "raft log, snapshots and node id (required without --dev)"},
@@ -326,6 +329,25 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 	if err := ds.Listen(); err != nil {
 		return err
 	}
+	xs, err := xdsserver.New(xdsserver.Config{Table: table, Logger: log, Registerer: reg,
+		// A table built from a synced store, or the one kept on disk: never
+		// a partial view, which a client would apply.
+		Ready: func() bool { return !hn.Synced().IsZero() || hn.Restored() }})
+	if err != nil {
+		return err
+	}
+	grpcLn, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("listening for gRPC on %q: %w", cfg.GRPCAddr, err)
+	}
+	defer grpcLn.Close()
+	gs := grpc.NewServer(grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+		// Subscribers keep idle streams alive with pings; the default
+		// policy (one ping per 5 minutes, none without a stream) closes
+		// connections whose clients ping more often (field notes X11).
+		MinTime: 10 * time.Second, PermitWithoutStream: true,
+	}))
+	xs.Register(gs)
 	st, err = store.Open(store.Config{NodeID: nodeID, RaftAddr: cfg.RaftAddr, HTTPAddr: httpAddr,
 		Region: cfg.Region, Zone: cfg.Zone, DataDir: cfg.DataDir, Bootstrap: cfg.Join == "", Logger: log, Registerer: reg,
 		LeaderRevision: leaderRevision})
@@ -385,11 +407,13 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 		IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 
 	dnsUDP, _ := ds.Addrs()
-	addrs, _ := json.Marshal(map[string]string{"node_id": nodeID, "http": httpAddr, "raft": st.RaftAddr(), "dns": dnsUDP.String()})
+	addrs, _ := json.Marshal(map[string]string{"node_id": nodeID, "http": httpAddr, "raft": st.RaftAddr(), "dns": dnsUDP.String(),
+		"grpc": grpcLn.Addr().String()})
 	if err := durable.WriteFile(filepath.Join(cfg.DataDir, AddrsFile), addrs, 0o600); err != nil {
 		return err
 	}
-	log.Info("cairn server started", "http", httpAddr, "raft", st.RaftAddr(), "dns", dnsUDP.String(), "data_dir", cfg.DataDir, "dev", cfg.Dev)
+	log.Info("cairn server started", "http", httpAddr, "raft", st.RaftAddr(), "dns", dnsUDP.String(), "grpc", grpcLn.Addr().String(),
+		"data_dir", cfg.DataDir, "dev", cfg.Dev)
 
 	// The store's loop has a context of its own: it keeps checkpointing
 	// renewals and following leadership until HTTP has drained.
@@ -400,6 +424,12 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 	g.Go(func() error { return hn.Run(runCtx) })
 	g.Go(func() error { return keeper.Run(runCtx) })
 	g.Go(func() error { return ds.Run(runCtx) })
+	g.Go(func() error {
+		if err := gs.Serve(grpcLn); err != nil {
+			return fmt.Errorf("serving gRPC: %w", err)
+		}
+		return nil
+	})
 	g.Go(func() error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serving HTTP: %w", err)
@@ -427,6 +457,9 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 		if err := srv.Shutdown(sctx); err != nil {
 			log.Warn("HTTP connections still open at shutdown", "err", err)
 		}
+		// xDS streams never end by themselves: close them, and let their
+		// clients reconnect to another server.
+		gs.Stop()
 		return nil
 	})
 	if cfg.Join != "" {

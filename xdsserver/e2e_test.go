@@ -109,9 +109,12 @@ func serve(t *testing.T, srv *xdsserver.Server) string {
 // server at addr, with its own xDS client (so, its own ADS stream).
 func dial(t *testing.T, addr, target string) *grpc.ClientConn {
 	t.Helper()
-	bootstrap := fmt.Sprintf(`{"xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
-		"node": {"id": "test-client", "locality": {"region": "eu", "zone": "eu-1a"}}}`, addr)
-	rb, err := xds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
+	// The bootstrap `cairn xds-bootstrap` prints.
+	bootstrap, err := xdsserver.Bootstrap(xdsserver.BootstrapConfig{Server: addr, NodeID: "test-client", Region: "eu", Zone: "eu-1a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := xds.NewXDSResolverWithConfigForTesting(bootstrap)
 	if err != nil {
 		t.Fatal(err)
 	}

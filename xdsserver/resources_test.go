@@ -306,3 +306,12 @@ func equal(a, b []flatEP) bool {
 	}
 	return true
 }
+
+func TestBootstrapNeedsServerAndNode(t *testing.T) {
+	if _, err := Bootstrap(BootstrapConfig{NodeID: "n"}); err == nil {
+		t.Error("a bootstrap without a server")
+	}
+	if _, err := Bootstrap(BootstrapConfig{Server: "127.0.0.1:8481"}); err == nil {
+		t.Error("a bootstrap without a node id")
+	}
+}

@@ -1,0 +1,55 @@
+package xdsserver
+
+import (
+	"encoding/json"
+	"errors"
+)
+
+// BootstrapConfig names what a gRPC client's xDS bootstrap holds.
+type BootstrapConfig struct {
+	// Server is the xDS server's HOST:PORT (a server's --grpc-addr).
+	Server string
+	// NodeID identifies the client in the server's logs.
+	NodeID string
+	// Region and Zone place the client: its assignments put the
+	// endpoints of its zone first, then of its region (SPEC §3's tiers).
+	Region, Zone string
+}
+
+// Bootstrap returns the JSON bootstrap a grpc-go client reads (from the
+// file named by GRPC_XDS_BOOTSTRAP, or GRPC_XDS_BOOTSTRAP_CONFIG itself)
+// to resolve xds:///<svc>.<ns> through a cairn server. It asks for
+// ignore_resource_deletion (gRFC A53): a cluster or listener missing from
+// one response is kept rather than taken away (field notes X10).
+func Bootstrap(c BootstrapConfig) ([]byte, error) {
+	if c.Server == "" {
+		return nil, errors.New("xdsserver: the bootstrap needs the xDS server's address")
+	}
+	if c.NodeID == "" {
+		return nil, errors.New("xdsserver: the bootstrap needs a node id")
+	}
+	type creds struct {
+		Type string `json:"type"`
+	}
+	type server struct {
+		URI      string   `json:"server_uri"`
+		Creds    []creds  `json:"channel_creds"`
+		Features []string `json:"server_features"`
+	}
+	type locality struct {
+		Region string `json:"region,omitempty"`
+		Zone   string `json:"zone,omitempty"`
+	}
+	type node struct {
+		ID       string   `json:"id"`
+		Locality locality `json:"locality"`
+	}
+	doc := struct {
+		Servers []server `json:"xds_servers"`
+		Node    node     `json:"node"`
+	}{
+		Servers: []server{{URI: c.Server, Creds: []creds{{Type: "insecure"}}, Features: []string{"xds_v3", "ignore_resource_deletion"}}},
+		Node:    node{ID: c.NodeID, Locality: locality{Region: c.Region, Zone: c.Zone}},
+	}
+	return json.MarshalIndent(doc, "", "  ")
+}
