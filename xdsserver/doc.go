@@ -1,6 +1,8 @@
-// Package xdsserver will serve cairn's view of every service over xDS
-// (SPEC §4), for Envoy and for gRPC clients that dial xds:///: aggregated
-// state-of-the-world and delta streams, and load reports.
+// Package xdsserver serves cairn's view of every service over xDS (SPEC
+// §4), for Envoy and for gRPC clients that dial xds:///: aggregated
+// state-of-the-world (sotw.go) and delta (delta.go) streams, one loop per
+// stream (loop.go), resources built once per table version and
+// subscriber place (views.go, resources.go). Load reports are to come.
 //
 // Like the DNS server it reads only the published status table (package
 // status), never the store or the health loop, and its answers follow
@@ -12,7 +14,7 @@
 // node locality, the same tiers the DNS server prefers for a caller in
 // that place.
 //
-// This first part builds the resources: per service port a Cluster and a
+// The resources: per service port a Cluster and a
 // ClusterLoadAssignment named "<svc>.<ns>:<port>", and API listeners
 // "<svc>.<ns>:<port>" and "<svc>.<ns>" (the default port) that route to
 // the cluster, in the shapes grpc-go's xDS client accepts (it refuses a

@@ -3,6 +3,7 @@ package xdsserver_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"testing"
@@ -48,10 +49,22 @@ func publish(t *testing.T, pub *status.Publisher, backends []backend, entries []
 // listens on each at its backend's port.
 func publishPorts(t *testing.T, pub *status.Publisher, ports []status.Port, backends []backend, entries []status.Entry) {
 	t.Helper()
-	svc := status.ServiceInfo{Namespace: "shop", Name: "pay", MaxEjectionPercent: 10, Ports: ports}
-	dir := &status.Directory{Services: []status.ServiceInfo{{}, svc}, Instances: make([]*status.InstanceInfo, pub.Capacity())}
+	publishServices(t, pub, []status.ServiceInfo{{}, {Namespace: "shop", Name: "pay", MaxEjectionPercent: 10, Ports: ports}}, backends, entries)
+}
+
+// publishServices builds the next table with the services given (index
+// 0 the empty one), one instance of service 1 per backend, with the
+// entries given, listening on each of the service's ports at its
+// backend's port.
+func publishServices(t *testing.T, pub *status.Publisher, svcs []status.ServiceInfo, backends []backend, entries []status.Entry) {
+	t.Helper()
+	dir := &status.Directory{Services: svcs, Instances: make([]*status.InstanceInfo, pub.Capacity())}
+	var names []string
+	for _, svc := range svcs[1:] {
+		names = append(names, svc.Namespace+"/"+svc.Name)
+	}
 	_, err := pub.Build(func(b *status.Builder) error {
-		b.SetServices(status.NewNames("shop/pay"))
+		b.SetServices(status.NewNames(names...))
 		b.SetLocalities(status.NewNames("eu", "eu-1a"))
 		b.SetDirectory(dir)
 		es := b.Entries()
@@ -60,7 +73,7 @@ func publishPorts(t *testing.T, pub *status.Publisher, ports []status.Port, back
 			slot := i + 1
 			in := &status.InstanceInfo{ID: fmt.Sprintf("pay-%d", i), Incarnation: 1,
 				Addrs: []netip.Addr{be.addr.Addr()}, Ports: map[string]uint16{}}
-			for _, p := range ports {
+			for _, p := range svcs[1].Ports {
 				in.Ports[p.Name] = be.addr.Port()
 			}
 			dir.Instances[slot] = in
@@ -84,7 +97,7 @@ var (
 // address.
 func startXDS(t *testing.T, pub *status.Publisher) string {
 	t.Helper()
-	srv, err := xdsserver.New(xdsserver.Config{Table: pub})
+	srv, err := xdsserver.New(xdsserver.Config{Table: pub, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

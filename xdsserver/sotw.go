@@ -1,9 +1,6 @@
 package xdsserver
 
 import (
-	"context"
-	"errors"
-	"io"
 	"strconv"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -43,47 +40,8 @@ func newSotwStream(s *Server, stream grpc.BidiStreamingServer[discoveryv3.Discov
 }
 
 // run serves the stream until the client closes it or the server stops.
-// One goroutine receives; this one decides and sends, so requests and
-// table changes are handled in one order.
 func (st *sotwStream) run() error {
-	ctx, cancel := context.WithCancel(st.stream.Context())
-	defer cancel()
-	reqs := make(chan *discoveryv3.DiscoveryRequest)
-	errc := make(chan error, 1)
-	go func() {
-		for {
-			req, err := st.stream.Recv()
-			if err != nil {
-				errc <- err
-				return
-			}
-			select {
-			case reqs <- req:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	for {
-		changed := st.s.cfg.Table.Changed(st.table)
-		select {
-		case <-ctx.Done():
-			return nil
-		case err := <-errc:
-			if errors.Is(err, io.EOF) || grpcstatus.Code(err) == codes.Canceled {
-				return nil
-			}
-			return err
-		case req := <-reqs:
-			if err := st.request(req); err != nil {
-				return err
-			}
-		case <-changed:
-			if err := st.tableChanged(); err != nil {
-				return err
-			}
-		}
-	}
+	return serveLoop(st.stream.Context(), st.s.cfg.Table, &st.table, st.stream.Recv, st.request, st.tableChanged)
 }
 
 // request handles one request: an acknowledgement, a refusal, or a
@@ -163,11 +121,6 @@ func (sub *subscription) update(i int, names []string, first bool) bool {
 // tableChanged sends, in make-before-break order, a response for every
 // open subscription whose content changed.
 func (st *sotwStream) tableChanged() error {
-	// Past this version whatever is sent below (built from it or a newer
-	// one), so that the next wait is for a newer table.
-	t := st.s.cfg.Table.Acquire()
-	st.table = max(st.table, t.Version())
-	t.Release()
 	for i := range numTypes {
 		if st.subs[i].open {
 			if err := st.send(i, false); err != nil {
@@ -186,7 +139,6 @@ func (st *sotwStream) send(i int, force bool) error {
 	if err != nil {
 		return grpcstatus.Errorf(codes.Internal, "xdsserver: building resources: %v", err)
 	}
-	st.table = max(st.table, v.table)
 	sub := &st.subs[i]
 	res, version := v.pick(i, sub.wildcard, sub.names)
 	if !force && (version == sub.sent || version == sub.refused) {

@@ -2,6 +2,7 @@ package xdsserver_test
 
 import (
 	"context"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"testing"
@@ -249,7 +250,7 @@ func TestNotReadyIsUnavailable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
-	srv, err := xdsserver.New(xdsserver.Config{Table: pub, Ready: func() bool { return false }})
+	srv, err := xdsserver.New(xdsserver.Config{Table: pub, Ready: func() bool { return false }, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,223 @@
+package xdsserver
+
+import (
+	"maps"
+	"slices"
+	"strconv"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+)
+
+// maxPending bounds the responses of one type a delta stream remembers
+// until they are acknowledged or refused: a client answers each in turn,
+// so more than a few unanswered means it answers none, and the oldest
+// is forgotten (its refusal then cannot be told apart from the rest).
+const maxPending = 16
+
+// change is what one response did to one resource: the version the
+// client held before (absent: none) and the version sent ("" for a
+// removal).
+type change struct {
+	prev    string
+	hadPrev bool
+	sent    string
+}
+
+// deltaSub is what one delta stream asked for of one resource type, and
+// what the client holds.
+type deltaSub struct {
+	open     bool
+	wildcard bool
+	names    map[string]bool   // explicit subscriptions
+	has      map[string]string // what the client holds, by name: its version
+	refused  map[string]string // versions the client refused, by name: never sent again
+	pending  map[string]map[string]change
+	order    []string // pending's nonces, oldest first
+}
+
+// deltaStream is one incremental ADS stream: each response carries only
+// the resources that changed for the client and the names it must drop.
+type deltaStream struct {
+	s      *Server
+	stream grpc.BidiStreamingServer[discoveryv3.DeltaDiscoveryRequest, discoveryv3.DeltaDiscoveryResponse]
+	node   *corev3.Node
+	place  place
+	subs   [numTypes]deltaSub
+	nonce  uint64
+	table  uint64
+}
+
+// DeltaAggregatedResources serves one incremental ADS stream.
+func (s *Server) DeltaAggregatedResources(stream grpc.BidiStreamingServer[discoveryv3.DeltaDiscoveryRequest, discoveryv3.DeltaDiscoveryResponse]) error {
+	if s.cfg.Ready != nil && !s.cfg.Ready() {
+		s.m.refused.Inc()
+		return grpcstatus.Error(codes.Unavailable, "xdsserver: the status table is not loaded yet; retry")
+	}
+	s.m.streams.Inc()
+	defer s.m.streams.Dec()
+	st := &deltaStream{s: s, stream: stream}
+	return serveLoop(stream.Context(), s.cfg.Table, &st.table, stream.Recv, st.request, st.tableChanged)
+}
+
+// request handles one request: a change of subscriptions, an
+// acknowledgement or a refusal. Unlike state of the world, a delta
+// request with an old nonce still changes the subscriptions (the
+// protocol forbids rejecting it for that).
+func (st *deltaStream) request(req *discoveryv3.DeltaDiscoveryRequest) error {
+	if st.node == nil && req.Node != nil {
+		st.node = req.Node
+		st.place = place{region: req.Node.GetLocality().GetRegion(), zone: req.Node.GetLocality().GetZone()}
+	}
+	i, ok := typeIndex(req.TypeUrl)
+	if !ok {
+		st.s.log.Debug("xDS request for a type not served", "type", req.TypeUrl, "node", st.node.GetId())
+		return nil
+	}
+	sub := &st.subs[i]
+	if n := req.ResponseNonce; n != "" {
+		if ch, ok := sub.pending[n]; ok {
+			delete(sub.pending, n)
+			sub.order = slices.DeleteFunc(sub.order, func(x string) bool { return x == n })
+			if req.ErrorDetail != nil {
+				sub.refuse(ch)
+				st.s.m.nacks.WithLabelValues(typeLabel[i]).Inc()
+				st.s.log.Warn("xDS subscriber refused a response", "node", st.node.GetId(), "type", typeLabel[i],
+					"resources", len(ch), "error", req.ErrorDetail.GetMessage())
+			}
+		}
+	}
+	first := !sub.open
+	if first {
+		sub.open = true
+		sub.names, sub.has, sub.refused, sub.pending = map[string]bool{}, map[string]string{}, map[string]string{}, map[string]map[string]change{}
+		// A reconnecting client says what it holds: what has not changed
+		// since is not sent again, what is gone is removed.
+		maps.Copy(sub.has, req.InitialResourceVersions)
+		if (i == listenerIdx || i == clusterIdx) && len(req.ResourceNamesSubscribe) == 0 {
+			sub.wildcard = true // the legacy wildcard: a first request naming nothing
+		}
+	}
+	// Every name subscribed to is answered, even when the client already
+	// holds its version (the protocol's rule; field notes X2), except on
+	// a reconnection, where initial_resource_versions is the point.
+	force := map[string]bool{}
+	for _, n := range req.ResourceNamesSubscribe {
+		if n == wildcardName {
+			sub.wildcard = true
+			continue
+		}
+		sub.names[n] = true
+		if _, held := req.InitialResourceVersions[n]; !first || !held {
+			force[n] = true
+		}
+	}
+	for _, n := range req.ResourceNamesUnsubscribe {
+		if n == wildcardName {
+			sub.wildcard = false
+			continue
+		}
+		delete(sub.names, n)
+		delete(sub.has, n) // so that a later subscription sends it again
+	}
+	if first || len(force) > 0 {
+		// The first request of a type is answered even when nothing is to
+		// be sent: a client waits for it to finish starting.
+		return st.send(i, force, first)
+	}
+	return nil
+}
+
+// refuse undoes a refused response's changes to what the client holds,
+// and remembers the refused versions.
+func (sub *deltaSub) refuse(ch map[string]change) {
+	for name, c := range ch {
+		if c.sent != "" {
+			sub.refused[name] = c.sent
+		}
+		if c.hadPrev {
+			sub.has[name] = c.prev
+		} else {
+			delete(sub.has, name)
+		}
+	}
+}
+
+// tableChanged sends, clusters first, the changes of every open
+// subscription.
+func (st *deltaStream) tableChanged() error {
+	for i := range numTypes {
+		if st.subs[i].open {
+			if err := st.send(i, nil, false); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// send sends what changed for the subscription of type i since the
+// client's versions: every resource subscribed to (or, under the
+// wildcard, every one) whose version differs from the client's and from
+// any version it refused, or is in force; and in removed_resources every
+// name the client holds that no longer exists, and every name in force
+// that does not exist (so the client need not wait out its timer). With
+// always, a response goes out even when empty.
+func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
+	v, err := st.s.views.get(st.place)
+	if err != nil {
+		return grpcstatus.Errorf(codes.Internal, "xdsserver: building resources: %v", err)
+	}
+	sub := &st.subs[i]
+	all := v.res[i]
+	consider := maps.Clone(sub.names)
+	if sub.wildcard {
+		if consider == nil {
+			consider = map[string]bool{}
+		}
+		for n := range all {
+			consider[n] = true
+		}
+		for n := range sub.has {
+			consider[n] = true
+		}
+	}
+	names := slices.Sorted(maps.Keys(consider))
+	resp := &discoveryv3.DeltaDiscoveryResponse{TypeUrl: typeURLs[i], SystemVersionInfo: strconv.FormatUint(v.table, 10)}
+	ch := map[string]change{}
+	for _, n := range names {
+		prev, held := sub.has[n]
+		r, exists := all[n]
+		switch {
+		case exists && !force[n] && (held && prev == r.version || sub.refused[n] == r.version):
+			continue
+		case exists:
+			resp.Resources = append(resp.Resources, &discoveryv3.Resource{Name: n, Version: r.version, Resource: r.body})
+			ch[n] = change{prev: prev, hadPrev: held, sent: r.version}
+			sub.has[n] = r.version
+		case held || force[n]:
+			resp.RemovedResources = append(resp.RemovedResources, n)
+			ch[n] = change{prev: prev, hadPrev: held}
+			delete(sub.has, n)
+		}
+	}
+	if len(ch) == 0 && !always {
+		return nil
+	}
+	st.nonce++
+	resp.Nonce = strconv.FormatUint(st.nonce, 10)
+	if err := st.stream.Send(resp); err != nil {
+		return err
+	}
+	sub.pending[resp.Nonce] = ch
+	sub.order = append(sub.order, resp.Nonce)
+	if len(sub.order) > maxPending {
+		delete(sub.pending, sub.order[0])
+		sub.order = sub.order[1:]
+	}
+	st.s.m.responses.WithLabelValues(typeLabel[i]).Inc()
+	return nil
+}
