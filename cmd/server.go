@@ -47,6 +47,10 @@ const AddrsFile = "addrs.json"
 // published, served (stale) after a restart until the store catches up.
 const TableFile = "table.cairn"
 
+// XDSSubscribersFile is the file in the data dir that keeps the count of
+// xDS streams, so that after a restart they are admitted gradually.
+const XDSSubscribersFile = "xds-subscribers.json"
+
 // serverConfig is everything `cairn server` was told.
 type serverConfig struct {
 	Dev            bool
@@ -330,6 +334,7 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 		return err
 	}
 	xs, err := xdsserver.New(xdsserver.Config{Table: table, Logger: log, Registerer: reg,
+		SubscribersFile: filepath.Join(cfg.DataDir, XDSSubscribersFile),
 		// A table built from a synced store, or the one kept on disk: never
 		// a partial view, which a client would apply.
 		Ready: func() bool { return !hn.Synced().IsZero() || hn.Restored() }})
@@ -424,6 +429,7 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 	g.Go(func() error { return hn.Run(runCtx) })
 	g.Go(func() error { return keeper.Run(runCtx) })
 	g.Go(func() error { return ds.Run(runCtx) })
+	g.Go(func() error { return xs.Run(runCtx) })
 	g.Go(func() error {
 		if err := gs.Serve(grpcLn); err != nil {
 			return fmt.Errorf("serving gRPC: %w", err)

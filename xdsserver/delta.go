@@ -53,12 +53,10 @@ type deltaStream struct {
 
 // DeltaAggregatedResources serves one incremental ADS stream.
 func (s *Server) DeltaAggregatedResources(stream grpc.BidiStreamingServer[discoveryv3.DeltaDiscoveryRequest, discoveryv3.DeltaDiscoveryResponse]) error {
-	if s.cfg.Ready != nil && !s.cfg.Ready() {
-		s.m.refused.Inc()
-		return grpcstatus.Error(codes.Unavailable, "xdsserver: the status table is not loaded yet; retry")
+	if err := s.admit(); err != nil {
+		return err
 	}
-	s.m.streams.Inc()
-	defer s.m.streams.Dec()
+	defer s.opened()()
 	st := &deltaStream{s: s, stream: stream}
 	return serveLoop(stream.Context(), s.cfg.Table, &st.table, stream.Recv, st.request, st.tableChanged)
 }

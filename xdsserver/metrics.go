@@ -6,7 +6,7 @@ import (
 
 type metrics struct {
 	streams   prometheus.Gauge
-	refused   prometheus.Counter
+	refused   *prometheus.CounterVec // by reason
 	responses *prometheus.CounterVec // by type
 	nacks     *prometheus.CounterVec // by type
 	dropped   prometheus.Gauge
@@ -19,8 +19,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_xds_streams",
 			Help: "Open xDS streams."}),
-		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_xds_streams_refused_total",
-			Help: "xDS streams refused with UNAVAILABLE because the status table was not loaded yet."}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_xds_streams_refused_total",
+			Help: "xDS streams refused with UNAVAILABLE: the status table not loaded yet (not_ready), or the admission cap after a restart (admission_cap)."}, []string{"reason"}),
 		responses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_xds_responses_total",
 			Help: "xDS responses sent, by resource type."}, []string{"type"}),
 		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_xds_nacks_total",

@@ -3,6 +3,8 @@ package xdsserver
 import (
 	"errors"
 	"log/slog"
+	"sync/atomic"
+	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +30,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer takes the server's metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// SubscribersFile keeps the count of open streams across restarts
+	// (Run writes it); at start, new streams are admitted gradually until
+	// that many have come back. "": no cap.
+	SubscribersFile string
+	// Now is the clock of the admission cap; defaults to time.Now.
+	Now func() time.Time
 }
 
 // Server answers xDS streams from the published status table. It does
@@ -42,6 +50,10 @@ type Server struct {
 	log   *slog.Logger
 	m     *metrics
 	views *views
+	adm   *admission
+	// open counts the open streams, peak the most open at once since the
+	// subscriber count was last written.
+	open, peak atomic.Int64
 }
 
 // New returns a Server; Register attaches it to a gRPC server.
@@ -53,11 +65,41 @@ func New(cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, log: log, m: m, views: &views{pub: cfg.Table, m: m}}, nil
+	expected := 0
+	if cfg.SubscribersFile != "" {
+		if expected, err = loadSubscribers(cfg.SubscribersFile); err != nil {
+			// A damaged count must not stop the server: it only shapes how
+			// fast subscribers come back.
+			log.Warn("no admission cap after this restart", "err", err)
+			expected = 0
+		}
+	}
+	adm := newAdmission(cfg.Now, expected)
+	if expected > 0 {
+		log.Info("admitting xDS subscribers gradually after a restart", "expected", expected, "per_10s", adm.perWindow)
+	}
+	return &Server{cfg: cfg, log: log, m: m, views: &views{pub: cfg.Table, m: m}, adm: adm}, nil
+}
+
+// admit runs the checks every new stream passes: the table is loaded,
+// and the admission cap after a restart lets it in.
+func (s *Server) admit() error {
+	if s.cfg.Ready != nil && !s.cfg.Ready() {
+		s.m.refused.WithLabelValues("not_ready").Inc()
+		return grpcstatus.Error(codes.Unavailable, "xdsserver: the status table is not loaded yet; retry")
+	}
+	if !s.adm.admit() {
+		s.m.refused.WithLabelValues("admission_cap").Inc()
+		return grpcstatus.Error(codes.Unavailable, "xdsserver: admitting subscribers gradually after a restart; retry")
+	}
+	return nil
 }
 
 // Register attaches the aggregated discovery service to gs.
@@ -67,11 +109,9 @@ func (s *Server) Register(gs *grpc.Server) {
 
 // StreamAggregatedResources serves one state-of-the-world ADS stream.
 func (s *Server) StreamAggregatedResources(stream grpc.BidiStreamingServer[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse]) error {
-	if s.cfg.Ready != nil && !s.cfg.Ready() {
-		s.m.refused.Inc()
-		return grpcstatus.Error(codes.Unavailable, "xdsserver: the status table is not loaded yet; retry")
+	if err := s.admit(); err != nil {
+		return err
 	}
-	s.m.streams.Inc()
-	defer s.m.streams.Dec()
+	defer s.opened()()
 	return newSotwStream(s, stream).run()
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"log/slog"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -275,5 +278,49 @@ func TestUnservedTypeIsIgnored(t *testing.T) {
 	c.send(xdsserver.ClusterType, nil, nil, false)
 	if got := names(t, c.recv(xdsserver.ClusterType)); !slices.Equal(got, []string{"pay.shop:grpc"}) {
 		t.Errorf("clusters %v", got)
+	}
+}
+
+// TestAdmissionAfterRestart: a server that had 1,000 subscribers before
+// its restart admits 50 streams (5%, and the floor) in its first ten
+// seconds; the next is refused with UNAVAILABLE, and admitted in the
+// next ten seconds.
+func TestAdmissionAfterRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
+	publish(t, pub, fixedBackends(), []cstatus.Entry{inRotation, inRotation})
+	path := filepath.Join(t.TempDir(), "xds-subscribers.json")
+	if err := os.WriteFile(path, []byte(`{"subscribers": 1000, "at": "2026-12-01T00:00:00Z"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	now := time.Unix(1_000_000, 0)
+	srv, err := xdsserver.New(xdsserver.Config{Table: pub, SubscribersFile: path,
+		Now:    func() time.Time { mu.Lock(); defer mu.Unlock(); return now },
+		Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, srv)
+	open := func() error {
+		c := newADSClient(t, ctx, addr)
+		c.send(xdsserver.ClusterType, nil, nil, false)
+		_, err := c.stream.Recv()
+		return err
+	}
+	for i := range 50 {
+		if err := open(); err != nil {
+			t.Fatalf("stream %d of the first 50: %v", i+1, err)
+		}
+	}
+	if err := open(); grpcstatus.Code(err) != codes.Unavailable {
+		t.Fatalf("stream 51 in the first 10 s: %v, want UNAVAILABLE", err)
+	}
+	mu.Lock()
+	now = now.Add(10 * time.Second)
+	mu.Unlock()
+	if err := open(); err != nil {
+		t.Fatalf("a stream in the next 10 s: %v", err)
 	}
 }
