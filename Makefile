@@ -35,6 +35,11 @@ bench-dns: build ## DNS vs CoreDNS and Knot (QPS, p50/p99/p99.9, RSS), then cair
 	MODE=flip FLIP_STYLE=today bench/dns/run.sh
 	bench/dns/summarize.sh main flip
 
+bench-xds:   ## xDS: delta subscriptions admitted, withdrawals delivered, memory per stream, at 2,000, 20,000 and 60,000 streams (bench/cmd/xdsbench)
+	$(GO) run ./bench/cmd/xdsbench -streams 2000 -conns 100
+	$(GO) run ./bench/cmd/xdsbench -streams 20000 -conns 200
+	$(GO) run ./bench/cmd/xdsbench -streams 60000 -conns 600
+
 fuzz:        ## each fuzz target for FUZZTIME (go test -fuzz takes one target per run)
 	$(GO) test -run='^$$' -fuzz='^FuzzParseServices$$' -fuzztime=$(FUZZTIME) ./store
 	$(GO) test -run='^$$' -fuzz='^FuzzFSMApply$$' -fuzztime=$(FUZZTIME) ./store
