@@ -93,13 +93,18 @@ func loadSubscribers(path string) (int, error) {
 	return s.Count, nil
 }
 
-// Run writes the count of open streams (the most seen since the last
-// write) to Config.SubscribersFile every persistEvery when it changed, so
-// that the next start knows how many subscribers to expect. It writes
-// nothing at shutdown: by then the streams are closing, and the count of
-// those about to reconnect is the one already written. Without a file it
-// returns when ctx is done.
+// Run follows the published tables, bringing the streams' views up to
+// date and waking the streams whose resources changed, until ctx is
+// done; streams see no change while it is not running. It also writes
+// the count of open streams (the most seen since the last write) to
+// Config.SubscribersFile every persistEvery when it changed, so that the
+// next start knows how many subscribers to expect; nothing at shutdown,
+// when the streams are closing and the count of those about to reconnect
+// is the one already written.
 func (s *Server) Run(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { defer close(done); s.hub.run(ctx) }()
+	defer func() { <-done }()
 	if s.cfg.SubscribersFile == "" {
 		<-ctx.Done()
 		return nil

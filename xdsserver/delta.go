@@ -48,7 +48,8 @@ type deltaStream struct {
 	place  place
 	subs   [numTypes]deltaSub
 	nonce  uint64
-	table  uint64
+	sig    *signal // woken when a resource the stream watches changes
+	joined bool    // registered with the hub (at its first request)
 }
 
 // DeltaAggregatedResources serves one incremental ADS stream.
@@ -57,8 +58,9 @@ func (s *Server) DeltaAggregatedResources(stream grpc.BidiStreamingServer[discov
 		return err
 	}
 	defer s.opened()()
-	st := &deltaStream{s: s, stream: stream}
-	return serveLoop(stream.Context(), s.cfg.Table, &st.table, stream.Recv, st.request, st.tableChanged)
+	st := &deltaStream{s: s, stream: stream, sig: newSignal()}
+	defer st.leave()
+	return serveLoop(stream.Context(), st.sig.ch, stream.Recv, st.request, st.tableChanged)
 }
 
 // request handles one request: a change of subscriptions, an
@@ -69,6 +71,14 @@ func (st *deltaStream) request(req *discoveryv3.DeltaDiscoveryRequest) error {
 	if st.node == nil && req.Node != nil {
 		st.node = req.Node
 		st.place = place{region: req.Node.GetLocality().GetRegion(), zone: req.Node.GetLocality().GetZone()}
+	}
+	if !st.joined {
+		// The place is the first request's node locality: a stream's views
+		// are that place's from then on.
+		if _, err := st.s.hub.join(st.place, st.sig); err != nil {
+			return grpcstatus.Errorf(codes.Internal, "xdsserver: building resources: %v", err)
+		}
+		st.joined = true
 	}
 	i, ok := typeIndex(req.TypeUrl)
 	if !ok {
@@ -121,6 +131,9 @@ func (st *deltaStream) request(req *discoveryv3.DeltaDiscoveryRequest) error {
 		delete(sub.names, n)
 		delete(sub.has, n) // so that a later subscription sends it again
 	}
+	if first || len(req.ResourceNamesSubscribe) > 0 || len(req.ResourceNamesUnsubscribe) > 0 {
+		st.s.hub.subscribe(st.place, st.sig, i, sub.wildcard, sub.names)
+	}
 	if first || len(force) > 0 {
 		// The first request of a type is answered even when nothing is to
 		// be sent: a client waits for it to finish starting.
@@ -165,9 +178,9 @@ func (st *deltaStream) tableChanged() error {
 // that does not exist (so the client need not wait out its timer). With
 // always, a response goes out even when empty.
 func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
-	v, err := st.s.views.get(st.place)
-	if err != nil {
-		return grpcstatus.Errorf(codes.Internal, "xdsserver: building resources: %v", err)
+	v := st.s.hub.view(st.place)
+	if v == nil {
+		return nil // not joined: nothing asked for yet
 	}
 	sub := &st.subs[i]
 	all := v.res[i]
@@ -218,4 +231,11 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
 	}
 	st.s.m.responses.WithLabelValues(typeLabel[i]).Inc()
 	return nil
+}
+
+// leave unregisters the stream from the hub.
+func (st *deltaStream) leave() {
+	if st.joined {
+		st.s.hub.leave(st.place, st.sig)
+	}
 }

@@ -1,8 +1,10 @@
 // Package xdsserver serves cairn's view of every service over xDS (SPEC
 // §4), for Envoy and for gRPC clients that dial xds:///: aggregated
 // state-of-the-world (sotw.go) and delta (delta.go) streams, one loop per
-// stream (loop.go), resources built once per table version and
-// subscriber place (views.go, resources.go). Load reports are to come.
+// stream (loop.go), and a hub (views.go) that follows the published
+// tables, rebuilds only the services that changed, per subscriber place,
+// and wakes only the streams watching a changed resource (resources.go
+// builds them). Load reports are to come.
 //
 // Like the DNS server it reads only the published status table (package
 // status), never the store or the health loop, and its answers follow

@@ -104,7 +104,8 @@ func startXDS(t *testing.T, pub *status.Publisher) string {
 	return serve(t, srv)
 }
 
-// serve serves srv on a loopback port until the test ends.
+// serve serves srv on a loopback port, and runs it (following the
+// published tables), until the test ends.
 func serve(t *testing.T, srv *xdsserver.Server) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -114,7 +115,10 @@ func serve(t *testing.T, srv *xdsserver.Server) string {
 	gs := grpc.NewServer()
 	srv.Register(gs)
 	go gs.Serve(ln)
-	t.Cleanup(gs.Stop)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Run(ctx) }()
+	t.Cleanup(func() { gs.Stop(); cancel(); <-done })
 	return ln.Addr().String()
 }
 

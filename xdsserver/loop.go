@@ -7,19 +7,16 @@ import (
 
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
-
-	"github.com/cairn-sd/cairn/status"
 )
 
 // serveLoop runs one stream until the client closes it or the server
 // stops: one goroutine receives; this one hands each request to request
-// and each newer table to changed, so that requests and table changes
-// are handled in one order, and a stream's requests in the order sent.
-// *seen is the version of the last table whose changes were sent: only
-// this loop advances it, before calling changed, never a request's
-// answer — a request answered from a newer table sends only its own type,
-// and the other types' changes in that table must still go out.
-func serveLoop[Req any](ctx context.Context, pub *status.Publisher, seen *uint64,
+// and each wake-up (a resource the stream watches changed) to changed,
+// so that requests and changes are handled in one order, and a stream's
+// requests in the order sent. A wake-up is never lost to a request
+// answered in between: changed sends every open type's differences from
+// what the stream last sent, whatever woke it.
+func serveLoop[Req any](ctx context.Context, wake <-chan struct{},
 	recv func() (Req, error), request func(Req) error, changed func() error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -40,7 +37,6 @@ func serveLoop[Req any](ctx context.Context, pub *status.Publisher, seen *uint64
 		}
 	}()
 	for {
-		next := pub.Changed(*seen)
 		select {
 		case <-ctx.Done():
 			return nil
@@ -53,18 +49,10 @@ func serveLoop[Req any](ctx context.Context, pub *status.Publisher, seen *uint64
 			if err := request(req); err != nil {
 				return err
 			}
-		case <-next:
-			*seen = max(*seen, tableVersion(pub))
+		case <-wake:
 			if err := changed(); err != nil {
 				return err
 			}
 		}
 	}
-}
-
-// tableVersion returns the version of the current table.
-func tableVersion(pub *status.Publisher) uint64 {
-	t := pub.Acquire()
-	defer t.Release()
-	return t.Version()
 }

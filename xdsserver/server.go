@@ -46,11 +46,11 @@ type Config struct {
 type Server struct {
 	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
 
-	cfg   Config
-	log   *slog.Logger
-	m     *metrics
-	views *views
-	adm   *admission
+	cfg Config
+	log *slog.Logger
+	m   *metrics
+	hub *hub
+	adm *admission
 	// open counts the open streams, peak the most open at once since the
 	// subscriber count was last written.
 	open, peak atomic.Int64
@@ -85,7 +85,7 @@ func New(cfg Config) (*Server, error) {
 	if expected > 0 {
 		log.Info("admitting xDS subscribers gradually after a restart", "expected", expected, "per_10s", adm.perWindow)
 	}
-	return &Server{cfg: cfg, log: log, m: m, views: &views{pub: cfg.Table, m: m}, adm: adm}, nil
+	return &Server{cfg: cfg, log: log, m: m, hub: newHub(cfg.Table, m), adm: adm}, nil
 }
 
 // admit runs the checks every new stream passes: the table is loaded,

@@ -32,16 +32,18 @@ type sotwStream struct {
 	place  place
 	subs   [numTypes]subscription
 	nonce  uint64
-	table  uint64 // version of the table the last responses were built from
+	sig    *signal // woken when a resource the stream watches changes
+	joined bool    // registered with the hub (at its first request)
 }
 
 func newSotwStream(s *Server, stream grpc.BidiStreamingServer[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse]) *sotwStream {
-	return &sotwStream{s: s, stream: stream}
+	return &sotwStream{s: s, stream: stream, sig: newSignal()}
 }
 
 // run serves the stream until the client closes it or the server stops.
 func (st *sotwStream) run() error {
-	return serveLoop(st.stream.Context(), st.s.cfg.Table, &st.table, st.stream.Recv, st.request, st.tableChanged)
+	defer st.leave()
+	return serveLoop(st.stream.Context(), st.sig.ch, st.stream.Recv, st.request, st.tableChanged)
 }
 
 // request handles one request: an acknowledgement, a refusal, or a
@@ -50,6 +52,14 @@ func (st *sotwStream) request(req *discoveryv3.DiscoveryRequest) error {
 	if st.node == nil && req.Node != nil {
 		st.node = req.Node
 		st.place = place{region: req.Node.GetLocality().GetRegion(), zone: req.Node.GetLocality().GetZone()}
+	}
+	if !st.joined {
+		// The place is the first request's node locality: a stream's views
+		// are that place's from then on.
+		if _, err := st.s.hub.join(st.place, st.sig); err != nil {
+			return grpcstatus.Errorf(codes.Internal, "xdsserver: building resources: %v", err)
+		}
+		st.joined = true
 	}
 	i, ok := typeIndex(req.TypeUrl)
 	if !ok {
@@ -78,6 +88,7 @@ func (st *sotwStream) request(req *discoveryv3.DiscoveryRequest) error {
 	changed := sub.update(i, req.ResourceNames, first)
 	sub.open = true
 	if first || changed {
+		st.s.hub.subscribe(st.place, st.sig, i, sub.wildcard, sub.names)
 		// The first request of a type is always answered, whatever
 		// version it names (a client reconnecting at a version may not
 		// hold it, field notes X5), and so is a change of names, even
@@ -135,9 +146,9 @@ func (st *sotwStream) tableChanged() error {
 // force, always; otherwise only when its version differs from the one
 // last sent and from the one last refused.
 func (st *sotwStream) send(i int, force bool) error {
-	v, err := st.s.views.get(st.place)
-	if err != nil {
-		return grpcstatus.Errorf(codes.Internal, "xdsserver: building resources: %v", err)
+	v := st.s.hub.view(st.place)
+	if v == nil {
+		return nil // not joined: nothing asked for yet
 	}
 	sub := &st.subs[i]
 	res, version := v.pick(i, sub.wildcard, sub.names)
@@ -146,7 +157,7 @@ func (st *sotwStream) send(i int, force bool) error {
 	}
 	st.nonce++
 	nonce := strconv.FormatUint(st.nonce, 10)
-	err = st.stream.Send(&discoveryv3.DiscoveryResponse{
+	err := st.stream.Send(&discoveryv3.DiscoveryResponse{
 		VersionInfo: version,
 		Resources:   res,
 		TypeUrl:     typeURLs[i],
@@ -158,4 +169,11 @@ func (st *sotwStream) send(i int, force bool) error {
 	sub.sent, sub.nonce = version, nonce
 	st.s.m.responses.WithLabelValues(typeLabel[i]).Inc()
 	return nil
+}
+
+// leave unregisters the stream from the hub.
+func (st *sotwStream) leave() {
+	if st.joined {
+		st.s.hub.leave(st.place, st.sig)
+	}
 }

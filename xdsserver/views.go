@@ -1,10 +1,14 @@
 package xdsserver
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"hash/maphash"
+	"maps"
 	"slices"
 	"sync"
+	"unsafe"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -39,7 +43,7 @@ func typeIndex(url string) (int, bool) {
 	return i, i >= 0
 }
 
-// resource is one resource as sent: encoded once per view.
+// resource is one resource as sent: encoded once per content.
 type resource struct {
 	version string
 	body    *anypb.Any
@@ -50,57 +54,358 @@ type place struct{ region, zone string }
 
 // view is every resource of one table version as seen from one place:
 // the assignments' priorities depend on the place, the rest does not.
-// It is immutable once built, and shared by every stream of that place.
+// It is immutable once made, and shared by every stream of that place.
 type view struct {
 	table uint64
 	res   [numTypes]map[string]resource
-	// dropped counts endpoints left out of assignments because another
-	// instance had their address.
+}
+
+// signal tells one stream that a resource it watches changed. It holds
+// at most one pending wake-up: a stream that is busy when several
+// changes come sends their sum once.
+type signal struct{ ch chan struct{} }
+
+func newSignal() *signal { return &signal{ch: make(chan struct{}, 1)} }
+
+func (s *signal) wake() {
+	select {
+	case s.ch <- struct{}{}:
+	default:
+	}
+}
+
+// svcCommon is one service's clusters and listeners, kept while the
+// service's definition is unchanged.
+type svcCommon struct {
+	fp                  uint64
+	clusters, listeners map[string]resource
+}
+
+// svcAssign is one service's assignments for one place, kept while the
+// service's definition and its members' entries are unchanged.
+type svcAssign struct {
+	fp      uint64
+	res     map[string]resource
 	dropped int
 }
 
-// views builds and keeps the views of the latest table, one per place
-// that asked, so that a table version is turned into resources and
-// encoded once per place, whatever the number of streams.
-type views struct {
-	pub *status.Publisher
-	m   *metrics
+// placeState is what the hub keeps for the streams of one place.
+type placeState struct {
+	place   place
+	loc     status.Locality // the place's ids in the tables the views were built from
+	streams int
+	view    *view
+	assign  map[uint32]svcAssign // by service id
+	dropped int
+	// watch holds, per type, the streams subscribed to each name; wild
+	// the streams subscribed to every name of the type.
+	watch [numTypes]map[string]map[*signal]struct{}
+	wild  [numTypes]map[*signal]struct{}
+}
+
+// hub turns each published table into resources, once per place that
+// has streams, and wakes only the streams watching a resource that
+// changed. A service whose definition and members did not change keeps
+// its encoded resources from one table to the next, so the cost of a
+// table is the cost of what changed in it, and a change reaches the
+// streams it concerns rather than every stream.
+type hub struct {
+	pub  *status.Publisher
+	m    *metrics
+	seed maphash.Seed
 
 	mu     sync.Mutex
 	table  uint64
-	byKey  map[place]*view
-	common *view // clusters and listeners of table, shared by every place
+	common map[uint32]svcCommon // by service id
+	// clusters and listeners of the current table, shared by every place
+	clusters, listeners map[string]resource
+	places              map[place]*placeState
 }
 
-// get returns the view of the current table from p, building it if no
-// stream of that place asked since the table changed.
-func (vs *views) get(p place) (*view, error) {
-	t := vs.pub.Acquire()
+func newHub(pub *status.Publisher, m *metrics) *hub {
+	return &hub{pub: pub, m: m, seed: maphash.MakeSeed(), common: map[uint32]svcCommon{}, places: map[place]*placeState{}}
+}
+
+// join registers a stream of place p and returns its current view.
+func (h *hub) join(p place, sig *signal) (*view, error) {
+	t := h.pub.Acquire()
 	defer t.Release()
-	vs.mu.Lock()
-	defer vs.mu.Unlock()
-	if vs.table != t.Version() {
-		vs.table, vs.byKey, vs.common = t.Version(), map[place]*view{}, nil
-	}
-	if v := vs.byKey[p]; v != nil {
-		return v, nil
-	}
-	if vs.common == nil {
-		c, err := buildCommon(t)
-		if err != nil {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.refreshLocked(t)
+	ps := h.places[p]
+	if ps == nil {
+		ps = &placeState{place: p, assign: map[uint32]svcAssign{}}
+		for i := range numTypes {
+			ps.watch[i], ps.wild[i] = map[string]map[*signal]struct{}{}, map[*signal]struct{}{}
+		}
+		if err := h.refreshPlace(t, ps, [numTypes]map[string]bool{}); err != nil {
 			return nil, err
 		}
-		vs.common = c
+		h.places[p] = ps
 	}
-	v := &view{table: t.Version(), res: vs.common.res}
-	eds, dropped, err := buildAssignments(t, t.LocalityOf(p.region, p.zone))
+	ps.streams++
+	return ps.view, nil
+}
+
+// leave forgets a stream of place p, and the place with its last stream.
+func (h *hub) leave(p place, sig *signal) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ps := h.places[p]
+	if ps == nil {
+		return
+	}
+	for i := range numTypes {
+		delete(ps.wild[i], sig)
+		for name, set := range ps.watch[i] {
+			delete(set, sig)
+			if len(set) == 0 {
+				delete(ps.watch[i], name)
+			}
+		}
+	}
+	if ps.streams--; ps.streams <= 0 {
+		delete(h.places, p)
+	}
+}
+
+// subscribe records what a stream of place p watches of type i: every
+// name (wildcard) or the names given. It replaces what was recorded.
+func (h *hub) subscribe(p place, sig *signal, i int, wildcard bool, names map[string]bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ps := h.places[p]
+	if ps == nil {
+		return
+	}
+	if wildcard {
+		ps.wild[i][sig] = struct{}{}
+	} else {
+		delete(ps.wild[i], sig)
+	}
+	for name, set := range ps.watch[i] {
+		if !names[name] {
+			delete(set, sig)
+			if len(set) == 0 {
+				delete(ps.watch[i], name)
+			}
+		}
+	}
+	for name := range names {
+		set := ps.watch[i][name]
+		if set == nil {
+			set = map[*signal]struct{}{}
+			ps.watch[i][name] = set
+		}
+		set[sig] = struct{}{}
+	}
+}
+
+// view returns the current view of place p (nil if no stream of p has
+// joined).
+func (h *hub) view(p place) *view {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ps := h.places[p]; ps != nil {
+		return ps.view
+	}
+	return nil
+}
+
+// run follows the published tables until ctx is done: for each, it
+// rebuilds what changed and wakes the streams watching it.
+func (h *hub) run(ctx context.Context) {
+	var seen uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.pub.Changed(seen):
+		}
+		seen = h.refresh()
+	}
+}
+
+// refresh brings every place's view to the current table, waking the
+// streams whose resources changed, and returns the table's version.
+func (h *hub) refresh() uint64 {
+	t := h.pub.Acquire()
+	defer t.Release()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.refreshLocked(t)
+	return h.table
+}
+
+// refreshLocked is refresh, with h.mu held and t acquired.
+func (h *hub) refreshLocked(t *status.Table) {
+	if t.Version() == h.table && h.clusters != nil {
+		return
+	}
+	changed := h.refreshCommon(t)
+	for _, ps := range h.places {
+		// A failure to encode leaves the place on its previous view; the
+		// next table tries again.
+		_ = h.refreshPlace(t, ps, changed)
+	}
+}
+
+// refreshCommon brings the clusters and listeners to table t, reusing a
+// service's while its definition is unchanged, and returns the names
+// that changed, by type (nil for the other types).
+func (h *hub) refreshCommon(t *status.Table) (changed [numTypes]map[string]bool) {
+	h.table = t.Version()
+	clusters, listeners := map[string]resource{}, map[string]resource{}
+	seen := map[uint32]bool{}
+	_ = services(t, func(id uint32, svc status.ServiceInfo) error {
+		seen[id] = true
+		fp := h.serviceFP(svc)
+		c, ok := h.common[id]
+		if !ok || c.fp != fp {
+			c = svcCommon{fp: fp, clusters: map[string]resource{}, listeners: map[string]resource{}}
+			if err := buildCommon(svc, c.clusters, c.listeners); err != nil {
+				return nil // left out of this table; tried again at the next
+			}
+			h.common[id] = c
+		}
+		maps.Copy(clusters, c.clusters)
+		maps.Copy(listeners, c.listeners)
+		return nil
+	})
+	for id := range h.common {
+		if !seen[id] {
+			delete(h.common, id)
+		}
+	}
+	changed[clusterIdx] = diff(h.clusters, clusters)
+	changed[listenerIdx] = diff(h.listeners, listeners)
+	h.clusters, h.listeners = clusters, listeners
+	return changed
+}
+
+// refreshPlace brings a place's view to table t (the hub's), reusing a
+// service's assignments while its definition and members are unchanged,
+// and wakes the streams of the place watching what changed: the names
+// in common (clusters and listeners, which every place shares), or in
+// its assignments.
+func (h *hub) refreshPlace(t *status.Table, ps *placeState, common [numTypes]map[string]bool) error {
+	loc := t.LocalityOf(ps.place.region, ps.place.zone)
+	if loc != ps.loc {
+		// The place's names got ids (its zone's first instance came) or
+		// new ones: every tier, so every assignment, may differ.
+		clear(ps.assign)
+		ps.loc = loc
+	}
+	eds := map[string]resource{}
+	seen := map[uint32]bool{}
+	dropped := 0
+	var err error
+	_ = services(t, func(id uint32, svc status.ServiceInfo) error {
+		seen[id] = true
+		fp := h.membersFP(t, id, svc)
+		a, ok := ps.assign[id]
+		if !ok || a.fp != fp {
+			a = svcAssign{fp: fp, res: map[string]resource{}}
+			for _, port := range svc.Ports {
+				cla, d := buildAssignment(t, id, svc, port.Name, loc)
+				a.dropped += d
+				if err = put(a.res, cla.ClusterName, cla); err != nil {
+					return err
+				}
+			}
+			ps.assign[id] = a
+		}
+		dropped += a.dropped
+		maps.Copy(eds, a.res)
+		return nil
+	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	v.res[endpointIdx], v.dropped = eds, dropped
-	vs.m.dropped.Set(float64(dropped))
-	vs.byKey[p] = v
-	return v, nil
+	for id := range ps.assign {
+		if !seen[id] {
+			delete(ps.assign, id)
+		}
+	}
+	var changed [numTypes]map[string]bool
+	changed[clusterIdx], changed[listenerIdx] = common[clusterIdx], common[listenerIdx]
+	if ps.view != nil {
+		changed[endpointIdx] = diff(ps.view.res[endpointIdx], eds)
+	}
+	v := &view{table: t.Version()}
+	v.res[clusterIdx], v.res[listenerIdx], v.res[endpointIdx], v.res[routeIdx] = h.clusters, h.listeners, eds, map[string]resource{}
+	ps.view, ps.dropped = v, dropped
+	h.m.dropped.Set(float64(dropped))
+	for i, names := range changed {
+		if len(names) == 0 {
+			continue
+		}
+		for sig := range ps.wild[i] {
+			sig.wake()
+		}
+		for name := range names {
+			for sig := range ps.watch[i][name] {
+				sig.wake()
+			}
+		}
+	}
+	return nil
+}
+
+// diff returns the names whose resource differs between a and b, or is
+// in only one of them.
+func diff(a, b map[string]resource) map[string]bool {
+	out := map[string]bool{}
+	for name, r := range b {
+		if old, ok := a[name]; !ok || old.version != r.version {
+			out[name] = true
+		}
+	}
+	for name := range a {
+		if _, ok := b[name]; !ok {
+			out[name] = true
+		}
+	}
+	return out
+}
+
+// serviceFP fingerprints what a service's clusters and listeners are
+// made of: its definition as the directory carries it.
+func (h *hub) serviceFP(svc status.ServiceInfo) uint64 {
+	var mh maphash.Hash
+	mh.SetSeed(h.seed)
+	mh.WriteString(svc.Namespace)
+	mh.WriteByte(0)
+	mh.WriteString(svc.Name)
+	mh.WriteByte(0)
+	maphash.WriteComparable(&mh, svc.MaxEjectionPercent)
+	for _, p := range svc.Ports {
+		mh.WriteString(p.Name)
+		mh.WriteByte(0)
+		mh.WriteString(p.Protocol)
+		mh.WriteByte(0)
+		maphash.WriteComparable(&mh, p.Number)
+	}
+	return mh.Sum64()
+}
+
+// membersFP fingerprints what a service's assignments are made of: its
+// definition, and each member's entry and instance. An instance is
+// identified by its *InstanceInfo, which the directory keeps across
+// tables while the instance is unchanged (status.Directory).
+func (h *hub) membersFP(t *status.Table, id uint32, svc status.ServiceInfo) uint64 {
+	var mh maphash.Hash
+	mh.SetSeed(h.seed)
+	maphash.WriteComparable(&mh, h.serviceFP(svc))
+	dir := t.Directory()
+	for _, slot := range t.Members(id) {
+		maphash.WriteComparable(&mh, t.Entry(int(slot)))
+		// The entry's region and zone are ids, which keep their names
+		// from table to table (status.Names only grows).
+		maphash.WriteComparable(&mh, uintptr(unsafe.Pointer(dir.Instance(int(slot)))))
+	}
+	return mh.Sum64()
 }
 
 // services calls f for each service of t with its id.
@@ -120,50 +425,28 @@ func services(t *status.Table, f func(id uint32, svc status.ServiceInfo) error) 
 	return nil
 }
 
-// buildCommon builds the clusters and listeners of t.
-func buildCommon(t *status.Table) (*view, error) {
-	v := &view{table: t.Version()}
-	v.res[clusterIdx], v.res[listenerIdx], v.res[routeIdx] = map[string]resource{}, map[string]resource{}, map[string]resource{}
-	err := services(t, func(_ uint32, svc status.ServiceInfo) error {
-		for _, p := range svc.Ports {
-			if err := put(v.res[clusterIdx], ClusterName(svc, p.Name), buildCluster(svc, p.Name)); err != nil {
-				return err
-			}
-			l, err := buildListener(ClusterName(svc, p.Name), ClusterName(svc, p.Name))
-			if err != nil {
-				return err
-			}
-			if err := put(v.res[listenerIdx], l.Name, l); err != nil {
-				return err
-			}
+// buildCommon builds a service's clusters and listeners into the maps.
+func buildCommon(svc status.ServiceInfo, clusters, listeners map[string]resource) error {
+	for _, p := range svc.Ports {
+		if err := put(clusters, ClusterName(svc, p.Name), buildCluster(svc, p.Name)); err != nil {
+			return err
 		}
-		if p, ok := defaultPort(svc); ok {
-			l, err := buildListener(ServiceHost(svc), ClusterName(svc, p.Name))
-			if err != nil {
-				return err
-			}
-			return put(v.res[listenerIdx], l.Name, l)
+		l, err := buildListener(ClusterName(svc, p.Name), ClusterName(svc, p.Name))
+		if err != nil {
+			return err
 		}
-		return nil
-	})
-	return v, err
-}
-
-// buildAssignments builds every assignment of t for callers at loc.
-func buildAssignments(t *status.Table, loc status.Locality) (map[string]resource, int, error) {
-	out := map[string]resource{}
-	dropped := 0
-	err := services(t, func(id uint32, svc status.ServiceInfo) error {
-		for _, p := range svc.Ports {
-			cla, d := buildAssignment(t, id, svc, p.Name, loc)
-			dropped += d
-			if err := put(out, cla.ClusterName, cla); err != nil {
-				return err
-			}
+		if err := put(listeners, l.Name, l); err != nil {
+			return err
 		}
-		return nil
-	})
-	return out, dropped, err
+	}
+	if p, ok := defaultPort(svc); ok {
+		l, err := buildListener(ServiceHost(svc), ClusterName(svc, p.Name))
+		if err != nil {
+			return err
+		}
+		return put(listeners, l.Name, l)
+	}
+	return nil
 }
 
 // put encodes m and files it under name.

@@ -167,6 +167,10 @@ func run(ctx context.Context, o options) error {
 	srv.Register(gs)
 	go gs.Serve(ln)
 	defer gs.Stop()
+	rctx, stopRun := context.WithCancel(ctx)
+	runDone := make(chan struct{})
+	go func() { defer close(runDone); _ = srv.Run(rctx) }()
+	defer func() { stopRun(); <-runDone }()
 
 	var before runtime.MemStats
 	runtime.GC()

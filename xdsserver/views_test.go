@@ -1,0 +1,82 @@
+package xdsserver
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/cairn-sd/cairn/status"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+)
+
+// TestPlaceGainsItsZone: a subscriber's zone has no id until an instance
+// is there, and tiers compare ids; when the zone gets one, every
+// assignment the place holds is built again for its new tiers, not only
+// those of the services that changed.
+func TestPlaceGainsItsZone(t *testing.T) {
+	pub, err := status.New(status.Config{Capacity: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcs := []status.ServiceInfo{{}, {Namespace: "shop", Name: "pay", Ports: []status.Port{{Name: "grpc", Number: 1, Protocol: "tcp"}}},
+		{Namespace: "shop", Name: "cart", Ports: []status.Port{{Name: "grpc", Number: 1, Protocol: "tcp"}}}}
+	dir := &status.Directory{Services: svcs, Instances: make([]*status.InstanceInfo, 8)}
+	in := func(id, addr string) *status.InstanceInfo {
+		return &status.InstanceInfo{ID: id, Incarnation: 1, Addrs: []netip.Addr{netip.MustParseAddr(addr)}, Ports: map[string]uint16{"grpc": 80}}
+	}
+	dir.Instances[1], dir.Instances[2], dir.Instances[3] = in("p1", "10.0.0.1"), in("p2", "10.0.0.2"), in("c1", "10.0.0.3")
+	build := func(locs *status.Names, zoneOf map[int]string) {
+		t.Helper()
+		if _, err := pub.Build(func(b *status.Builder) error {
+			b.SetServices(status.NewNames("shop/pay", "shop/cart"))
+			b.SetLocalities(locs)
+			b.SetDirectory(dir)
+			es := b.Entries()
+			clear(es)
+			for slot, svc := range map[int]uint32{1: 1, 2: 1, 3: 2} {
+				r, _ := locs.ID("eu")
+				z, _ := locs.ID(zoneOf[slot])
+				es[slot] = status.Entry{Key: uint64(slot), Incarnation: 1, Service: svc, Weight: 100, BaseWeight: 100,
+					Region: uint16(r), Zone: uint16(z), Verdict: status.Healthy, Lifecycle: status.Ready, Flags: status.Eligible}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// pay: p1 in region eu without a zone, p2 in eu-1c. The caller is in
+	// eu-1b, where nothing runs yet (no id): p1, whose zone is as unknown
+	// as the caller's, is in its first tier, p2 in the next.
+	build(status.NewNames("eu", "eu-1c", "eu-1a"), map[int]string{1: "", 2: "eu-1c", 3: "eu-1a"})
+	m, _ := newMetrics(nil)
+	h := newHub(pub, m)
+	caller := place{region: "eu", zone: "eu-1b"}
+	v, err := h.join(caller, newSignal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	priorities := func(v *view) map[string]uint32 {
+		t.Helper()
+		var cla endpointv3.ClusterLoadAssignment
+		if err := v.res[endpointIdx]["pay.shop:grpc"].body.UnmarshalTo(&cla); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]uint32{}
+		for _, l := range cla.Endpoints {
+			for _, e := range l.LbEndpoints {
+				out[e.GetEndpoint().GetAddress().GetSocketAddress().Address] = l.Priority
+			}
+		}
+		return out
+	}
+	if got := priorities(v); got["10.0.0.1"] != 0 || got["10.0.0.2"] != 1 {
+		t.Fatalf("before eu-1b has an id: pay's priorities %v, want p1 0, p2 1", got)
+	}
+	// Only cart changes: its instance moves to eu-1b, which gets an id.
+	// pay is unchanged, but the caller's tiers are not: p1 and p2 are now
+	// both in its region, not its zone.
+	build(status.NewNames("eu", "eu-1c", "eu-1a", "eu-1b"), map[int]string{1: "", 2: "eu-1c", 3: "eu-1b"})
+	h.refresh()
+	if got := priorities(h.view(caller)); got["10.0.0.1"] != 0 || got["10.0.0.2"] != 0 {
+		t.Errorf("after eu-1b has an id: pay's priorities %v, want both 0 (one tier: the region)", got)
+	}
+}
