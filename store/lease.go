@@ -174,6 +174,25 @@ func (s *Store) overlay(in wire.Instance) wire.Instance {
 	return in
 }
 
+// replyDeadline is overlay for the record a command's apply returned: a
+// checkpoint may have replicated a renewal, and forgotten it, between
+// that apply and this call, and the replica's current record then holds
+// the newer deadline that the overlay no longer can. (Not for callers
+// holding the FSM's lock.)
+func (s *Store) replyDeadline(in wire.Instance) wire.Instance {
+	in = s.overlay(in)
+	if in.ID == "" {
+		return in
+	}
+	s.fsm.mu.RLock()
+	cur := s.fsm.instances[in.Key()]
+	if cur != nil && cur.Incarnation == in.Incarnation && cur.Lifecycle != wire.Terminated && cur.LeaseDeadline.After(in.LeaseDeadline) {
+		in.LeaseDeadline = cur.LeaseDeadline
+	}
+	s.fsm.mu.RUnlock()
+	return in
+}
+
 func (s *Store) forgetLease(key wire.InstanceKey) {
 	s.leaseMu.Lock()
 	delete(s.leases, key)

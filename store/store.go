@@ -504,7 +504,7 @@ func (s *Store) Drain(ctx context.Context, actor string, key wire.InstanceKey, i
 		return wire.Instance{}, err
 	}
 	r, err := s.propose(ctx, command{Op: opDrain, Actor: actor, Key: key, Incarnation: inc})
-	return s.overlay(r.Instance), err
+	return s.replyDeadline(r.Instance), err
 }
 
 // Deregister terminates an instance. The record stays as a tombstone for
@@ -526,7 +526,7 @@ func (s *Store) Report(ctx context.Context, actor string, key wire.InstanceKey, 
 		return wire.Instance{}, err
 	}
 	r, err := s.propose(ctx, command{Op: opReport, Actor: actor, Key: key, Incarnation: inc, Report: &rep})
-	return s.overlay(r.Instance), err
+	return s.replyDeadline(r.Instance), err
 }
 
 // Audit appends an event to the replicated audit trail (refusals, say).
