@@ -2,6 +2,8 @@ package xdsserver_test
 
 import (
 	"context"
+	"errors"
+	"io"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -259,7 +261,11 @@ func TestNotReadyIsUnavailable(t *testing.T) {
 	}
 	addr := serve(t, srv)
 	c := newADSClient(t, ctx, addr)
-	c.send(xdsserver.ClusterType, nil, nil, false)
+	// The server may refuse the stream before the request is sent: Send
+	// then reports io.EOF, and the refusal comes from Recv.
+	if err := c.stream.Send(&discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: xdsserver.ClusterType}); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatalf("send: %v", err)
+	}
 	_, err = c.stream.Recv()
 	if grpcstatus.Code(err) != codes.Unavailable {
 		t.Fatalf("stream before the table is ready: %v, want UNAVAILABLE", err)
@@ -305,7 +311,11 @@ func TestAdmissionAfterRestart(t *testing.T) {
 	addr := serve(t, srv)
 	open := func() error {
 		c := newADSClient(t, ctx, addr)
-		c.send(xdsserver.ClusterType, nil, nil, false)
+		// A refused stream may end before the request is sent (io.EOF);
+		// Recv then reports why.
+		if err := c.stream.Send(&discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: xdsserver.ClusterType}); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
 		_, err := c.stream.Recv()
 		return err
 	}
