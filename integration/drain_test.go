@@ -90,19 +90,10 @@ func TestDrainLeavesDNSBeforeTheCallReturns(t *testing.T) {
 		"{lease_ttl: 10m, drain_window: 1h, dns_ttl: 1s, slow_start: 0s}"))
 	// Four backends on four loopback addresses, one port.
 	addrs := []string{"127.0.0.41", "127.0.0.42", "127.0.0.43", "127.0.0.44"}
-	var port int
-	Eventually(t, 10*time.Second, func() error {
-		lns, err := listenAll(addrs)
-		if err != nil {
-			return err
-		}
-		port = lns[0].Addr().(*net.TCPAddr).Port
-		for _, ln := range lns {
-			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {})}
-			go func() { _ = srv.Serve(ln) }()
-			t.Cleanup(func() { _ = srv.Close() })
-		}
-		return nil
+	port := serveAll(t, addrs, func(ln net.Listener) func() {
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {})}
+		go func() { _ = srv.Serve(ln) }()
+		return func() { _ = srv.Close() }
 	})
 	regs := map[string]uint64{}
 	var ids []string
@@ -164,6 +155,27 @@ func TestDrainLeavesDNSBeforeTheCallReturns(t *testing.T) {
 		}
 		t.Logf("drain of %s via %s: %d resolutions after it returned, none with it", tc.id, tc.via.ID, len(after))
 	}
+}
+
+// serveAll serves on the same free port of every address, with serve
+// (which takes the listener and returns how to stop), until the test
+// ends, and returns the port. A port free on the first address but
+// taken on another is retried.
+func serveAll(t *testing.T, addrs []string, serve func(net.Listener) (stop func())) int {
+	t.Helper()
+	var port int
+	Eventually(t, 10*time.Second, func() error {
+		lns, err := listenAll(addrs)
+		if err != nil {
+			return err
+		}
+		port = lns[0].Addr().(*net.TCPAddr).Port
+		for _, ln := range lns {
+			t.Cleanup(serve(ln))
+		}
+		return nil
+	})
+	return port
 }
 
 // listenAll listens on the same free port on every address, or fails.

@@ -33,20 +33,11 @@ func TestXDSGRPCClient(t *testing.T) {
 		"{lease_ttl: 10m, drain_window: 1h, slow_start: 0s}"))
 	// Two real gRPC servers on two loopback addresses, one port.
 	addrs := []string{"127.0.0.61", "127.0.0.62"}
-	var port int
-	Eventually(t, 10*time.Second, func() error {
-		lns, err := listenAll(addrs)
-		if err != nil {
-			return err
-		}
-		port = lns[0].Addr().(*net.TCPAddr).Port
-		for _, ln := range lns {
-			gs := grpc.NewServer()
-			healthpb.RegisterHealthServer(gs, health.NewServer())
-			go func() { _ = gs.Serve(ln) }()
-			t.Cleanup(gs.Stop)
-		}
-		return nil
+	port := serveAll(t, addrs, func(ln net.Listener) func() {
+		gs := grpc.NewServer()
+		healthpb.RegisterHealthServer(gs, health.NewServer())
+		go func() { _ = gs.Serve(ln) }()
+		return gs.Stop
 	})
 	regs := map[string]uint64{}
 	for i, a := range addrs {

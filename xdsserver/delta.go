@@ -5,11 +5,8 @@ import (
 	"slices"
 	"strconv"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	grpcstatus "google.golang.org/grpc/status"
 )
 
 // maxPending bounds the responses of one type a delta stream remembers
@@ -42,25 +39,15 @@ type deltaSub struct {
 // deltaStream is one incremental ADS stream: each response carries only
 // the resources that changed for the client and the names it must drop.
 type deltaStream struct {
-	s      *Server
+	peer
 	stream grpc.BidiStreamingServer[discoveryv3.DeltaDiscoveryRequest, discoveryv3.DeltaDiscoveryResponse]
-	node   *corev3.Node
-	place  place
 	subs   [numTypes]deltaSub
-	nonce  uint64
-	sig    *signal // woken when a resource the stream watches changes
-	joined bool    // registered with the hub (at its first request)
 }
 
 // DeltaAggregatedResources serves one incremental ADS stream.
 func (s *Server) DeltaAggregatedResources(stream grpc.BidiStreamingServer[discoveryv3.DeltaDiscoveryRequest, discoveryv3.DeltaDiscoveryResponse]) error {
-	if err := s.admit(); err != nil {
-		return err
-	}
-	defer s.opened()()
-	st := &deltaStream{s: s, stream: stream, sig: newSignal()}
-	defer st.leave()
-	return serveLoop(stream.Context(), st.sig.ch, stream.Recv, st.request, st.tableChanged)
+	st := &deltaStream{peer: newPeer(s), stream: stream}
+	return serve(s, stream.Context(), &st.peer, stream.Recv, st.request, st.tableChanged)
 }
 
 // request handles one request: a change of subscriptions, an
@@ -68,22 +55,9 @@ func (s *Server) DeltaAggregatedResources(stream grpc.BidiStreamingServer[discov
 // request with an old nonce still changes the subscriptions (the
 // protocol forbids rejecting it for that).
 func (st *deltaStream) request(req *discoveryv3.DeltaDiscoveryRequest) error {
-	if st.node == nil && req.Node != nil {
-		st.node = req.Node
-		st.place = place{region: req.Node.GetLocality().GetRegion(), zone: req.Node.GetLocality().GetZone()}
-	}
-	if !st.joined {
-		// The place is the first request's node locality: a stream's views
-		// are that place's from then on.
-		if _, err := st.s.hub.join(st.place, st.sig); err != nil {
-			return grpcstatus.Errorf(codes.Internal, "xdsserver: building resources: %v", err)
-		}
-		st.joined = true
-	}
-	i, ok := typeIndex(req.TypeUrl)
-	if !ok {
-		st.s.log.Debug("xDS request for a type not served", "type", req.TypeUrl, "node", st.node.GetId())
-		return nil
+	i, ok, err := st.begin(req.Node, req.TypeUrl)
+	if !ok || err != nil {
+		return err
 	}
 	sub := &st.subs[i]
 	if n := req.ResponseNonce; n != "" {
@@ -218,8 +192,7 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
 	if len(ch) == 0 && !always {
 		return nil
 	}
-	st.nonce++
-	resp.Nonce = strconv.FormatUint(st.nonce, 10)
+	resp.Nonce = st.nextNonce()
 	if err := st.stream.Send(resp); err != nil {
 		return err
 	}
@@ -231,11 +204,4 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
 	}
 	st.s.m.responses.WithLabelValues(typeLabel[i]).Inc()
 	return nil
-}
-
-// leave unregisters the stream from the hub.
-func (st *deltaStream) leave() {
-	if st.joined {
-		st.s.hub.leave(st.place, st.sig)
-	}
 }

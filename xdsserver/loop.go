@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strconv"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
@@ -55,4 +58,67 @@ func serveLoop[Req any](ctx context.Context, wake <-chan struct{},
 			}
 		}
 	}
+}
+
+// peer is what every stream knows of its subscriber, whatever its
+// protocol: the node and place its first request named, and its
+// registration with the hub.
+type peer struct {
+	s      *Server
+	node   *corev3.Node
+	place  place
+	nonce  uint64
+	sig    *signal // woken when a resource the stream watches changes
+	joined bool    // registered with the hub (at its first request)
+}
+
+func newPeer(s *Server) peer { return peer{s: s, sig: newSignal()} }
+
+// begin handles what every request starts with: the first one names the
+// node, whose locality is the stream's place from then on, and
+// registers the stream with the hub. It returns the index of the
+// request's type, or false for a type cairn does not serve (never
+// answered, as the protocol allows: the client's does-not-exist timer
+// runs out).
+func (pe *peer) begin(node *corev3.Node, typeURL string) (int, bool, error) {
+	if pe.node == nil && node != nil {
+		pe.node = node
+		pe.place = place{region: node.GetLocality().GetRegion(), zone: node.GetLocality().GetZone()}
+	}
+	if !pe.joined {
+		if _, err := pe.s.hub.join(pe.place, pe.sig); err != nil {
+			return 0, false, grpcstatus.Errorf(codes.Internal, "xdsserver: building resources: %v", err)
+		}
+		pe.joined = true
+	}
+	i, ok := typeIndex(typeURL)
+	if !ok {
+		pe.s.log.Debug("xDS request for a type not served", "type", typeURL, "node", pe.node.GetId())
+	}
+	return i, ok, nil
+}
+
+// leave unregisters the stream from the hub.
+func (pe *peer) leave() {
+	if pe.joined {
+		pe.s.hub.leave(pe.place, pe.sig)
+	}
+}
+
+// nextNonce returns the nonce of the stream's next response.
+func (pe *peer) nextNonce() string {
+	pe.nonce++
+	return strconv.FormatUint(pe.nonce, 10)
+}
+
+// serve admits a new stream of either protocol and runs it until it
+// ends: the checks every stream passes, its count, and its loop.
+func serve[Req any](s *Server, ctx context.Context, pe *peer,
+	recv func() (Req, error), request func(Req) error, changed func() error) error {
+	if err := s.admit(); err != nil {
+		return err
+	}
+	defer s.opened()()
+	defer pe.leave()
+	return serveLoop(ctx, pe.sig.ch, recv, request, changed)
 }

@@ -106,12 +106,3 @@ func (s *Server) admit() error {
 func (s *Server) Register(gs *grpc.Server) {
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, s)
 }
-
-// StreamAggregatedResources serves one state-of-the-world ADS stream.
-func (s *Server) StreamAggregatedResources(stream grpc.BidiStreamingServer[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse]) error {
-	if err := s.admit(); err != nil {
-		return err
-	}
-	defer s.opened()()
-	return newSotwStream(s, stream).run()
-}

@@ -1,13 +1,8 @@
 package xdsserver
 
 import (
-	"strconv"
-
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	grpcstatus "google.golang.org/grpc/status"
 )
 
 // subscription is what one stream asked for of one resource type, and
@@ -26,47 +21,23 @@ type subscription struct {
 // and a response per type whenever what the type's subscription covers
 // changes in the published table.
 type sotwStream struct {
-	s      *Server
+	peer
 	stream grpc.BidiStreamingServer[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse]
-	node   *corev3.Node
-	place  place
 	subs   [numTypes]subscription
-	nonce  uint64
-	sig    *signal // woken when a resource the stream watches changes
-	joined bool    // registered with the hub (at its first request)
 }
 
-func newSotwStream(s *Server, stream grpc.BidiStreamingServer[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse]) *sotwStream {
-	return &sotwStream{s: s, stream: stream, sig: newSignal()}
-}
-
-// run serves the stream until the client closes it or the server stops.
-func (st *sotwStream) run() error {
-	defer st.leave()
-	return serveLoop(st.stream.Context(), st.sig.ch, st.stream.Recv, st.request, st.tableChanged)
+// StreamAggregatedResources serves one state-of-the-world ADS stream.
+func (s *Server) StreamAggregatedResources(stream grpc.BidiStreamingServer[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse]) error {
+	st := &sotwStream{peer: newPeer(s), stream: stream}
+	return serve(s, stream.Context(), &st.peer, stream.Recv, st.request, st.tableChanged)
 }
 
 // request handles one request: an acknowledgement, a refusal, or a
 // change of what the stream subscribes to.
 func (st *sotwStream) request(req *discoveryv3.DiscoveryRequest) error {
-	if st.node == nil && req.Node != nil {
-		st.node = req.Node
-		st.place = place{region: req.Node.GetLocality().GetRegion(), zone: req.Node.GetLocality().GetZone()}
-	}
-	if !st.joined {
-		// The place is the first request's node locality: a stream's views
-		// are that place's from then on.
-		if _, err := st.s.hub.join(st.place, st.sig); err != nil {
-			return grpcstatus.Errorf(codes.Internal, "xdsserver: building resources: %v", err)
-		}
-		st.joined = true
-	}
-	i, ok := typeIndex(req.TypeUrl)
-	if !ok {
-		// A type cairn does not serve: never answered, as the protocol
-		// allows; the client's does-not-exist timer runs out.
-		st.s.log.Debug("xDS request for a type not served", "type", req.TypeUrl, "node", st.node.GetId())
-		return nil
+	i, ok, err := st.begin(req.Node, req.TypeUrl)
+	if !ok || err != nil {
+		return err
 	}
 	sub := &st.subs[i]
 	if sub.nonce != "" && req.ResponseNonce != sub.nonce {
@@ -155,8 +126,7 @@ func (st *sotwStream) send(i int, force bool) error {
 	if !force && (version == sub.sent || version == sub.refused) {
 		return nil
 	}
-	st.nonce++
-	nonce := strconv.FormatUint(st.nonce, 10)
+	nonce := st.nextNonce()
 	err := st.stream.Send(&discoveryv3.DiscoveryResponse{
 		VersionInfo: version,
 		Resources:   res,
@@ -169,11 +139,4 @@ func (st *sotwStream) send(i int, force bool) error {
 	sub.sent, sub.nonce = version, nonce
 	st.s.m.responses.WithLabelValues(typeLabel[i]).Inc()
 	return nil
-}
-
-// leave unregisters the stream from the hub.
-func (st *sotwStream) leave() {
-	if st.joined {
-		st.s.hub.leave(st.place, st.sig)
-	}
 }
