@@ -132,7 +132,11 @@ func (h *hub) join(p place, sig *signal) (*view, error) {
 	defer t.Release()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.refreshLocked(t)
+	if len(h.places) == 0 {
+		h.refreshCommon(t) // the first stream: nothing was kept up to date
+	} else {
+		h.refreshLocked(t)
+	}
 	ps := h.places[p]
 	if ps == nil {
 		ps = &placeState{place: p, assign: map[uint32]svcAssign{}}
@@ -241,6 +245,13 @@ func (h *hub) refresh() uint64 {
 // refreshLocked is refresh, with h.mu held and t acquired.
 func (h *hub) refreshLocked(t *status.Table) {
 	if t.Version() == h.table && h.clusters != nil {
+		return
+	}
+	if len(h.places) == 0 {
+		// No stream to serve: build nothing (a server without xDS
+		// subscribers spends its core on DNS), and build afresh for the
+		// first stream that comes.
+		h.clusters, h.listeners = nil, nil
 		return
 	}
 	changed := h.refreshCommon(t)

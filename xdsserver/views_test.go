@@ -80,3 +80,48 @@ func TestPlaceGainsItsZone(t *testing.T) {
 		t.Errorf("after eu-1b has an id: pay's priorities %v, want both 0 (one tier: the region)", got)
 	}
 }
+
+// TestIdleHubBuildsNothing: with no stream, a new table costs the hub
+// nothing (a server without xDS subscribers spends its core on DNS); the
+// first stream then gets the current table's resources.
+func TestIdleHubBuildsNothing(t *testing.T) {
+	pub, err := status.New(status.Config{Capacity: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := status.ServiceInfo{Namespace: "shop", Name: "pay", Ports: []status.Port{{Name: "grpc", Number: 1, Protocol: "tcp"}}}
+	dir := &status.Directory{Services: []status.ServiceInfo{{}, svc}, Instances: make([]*status.InstanceInfo, 4)}
+	publish := func() {
+		t.Helper()
+		if _, err := pub.Build(func(b *status.Builder) error {
+			b.SetServices(status.NewNames("shop/pay"))
+			b.SetLocalities(status.NewNames())
+			b.SetDirectory(dir)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish()
+	m, _ := newMetrics(nil)
+	h := newHub(pub, m)
+	h.refresh()
+	if h.clusters != nil || len(h.common) != 0 {
+		t.Fatalf("a hub without streams built %d clusters for %d services", len(h.clusters), len(h.common))
+	}
+	publish()
+	sig := newSignal()
+	v, err := h.join(place{}, sig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := v.res[clusterIdx]["pay.shop:grpc"]; !ok || v.table != 2 {
+		t.Fatalf("first stream's view: table %d, clusters %v; want table 2 with pay.shop:grpc", v.table, v.res[clusterIdx])
+	}
+	h.leave(place{}, sig)
+	publish()
+	h.refresh()
+	if h.clusters != nil {
+		t.Error("the hub kept building after its last stream left")
+	}
+}
