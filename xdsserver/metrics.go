@@ -10,6 +10,7 @@ type metrics struct {
 	responses *prometheus.CounterVec // by type
 	nacks     *prometheus.CounterVec // by type
 	dropped   prometheus.Gauge
+	refreshes prometheus.Counter
 }
 
 // typeLabel is the short name of a type URL in metrics.
@@ -25,11 +26,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "xDS responses sent, by resource type."}, []string{"type"}),
 		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_xds_nacks_total",
 			Help: "xDS responses a subscriber refused (NACK), by resource type; the refused version is not sent again."}, []string{"type"}),
+		refreshes: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_xds_table_refreshes_total",
+			Help: "Status tables the xDS hub followed (with no stream it follows them without building anything)."}),
 		dropped: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_xds_duplicate_endpoints",
 			Help: "Endpoints left out of the latest assignments because another instance of their service has their address and port."}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.streams, m.refused, m.responses, m.nacks, m.dropped} {
+		for _, c := range []prometheus.Collector{m.streams, m.refused, m.responses, m.nacks, m.dropped, m.refreshes} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -206,6 +206,13 @@ func (h *hub) subscribe(p place, sig *signal, i int, wildcard bool, names map[st
 	}
 }
 
+// tableSeen returns the version of the last table the hub followed.
+func (h *hub) tableSeen() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.table
+}
+
 // view returns the current view of place p (nil if no stream of p has
 // joined).
 func (h *hub) view(p place) *view {
@@ -247,11 +254,13 @@ func (h *hub) refreshLocked(t *status.Table) {
 	if t.Version() == h.table && h.clusters != nil {
 		return
 	}
+	h.m.refreshes.Inc()
 	if len(h.places) == 0 {
 		// No stream to serve: build nothing (a server without xDS
 		// subscribers spends its core on DNS), and build afresh for the
-		// first stream that comes.
-		h.clusters, h.listeners = nil, nil
+		// first stream that comes. The table is followed all the same, or
+		// run would wake for it again at once.
+		h.table, h.clusters, h.listeners = t.Version(), nil, nil
 		return
 	}
 	changed := h.refreshCommon(t)

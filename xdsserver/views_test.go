@@ -1,11 +1,14 @@
 package xdsserver
 
 import (
+	"context"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/cairn-sd/cairn/status"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // TestPlaceGainsItsZone: a subscriber's zone has no id until an instance
@@ -123,5 +126,39 @@ func TestIdleHubBuildsNothing(t *testing.T) {
 	h.refresh()
 	if h.clusters != nil {
 		t.Error("the hub kept building after its last stream left")
+	}
+}
+
+// TestIdleHubDoesNotSpin: following tables without a stream, the hub's
+// loop wakes once per table, not in a loop (it did once: an idle hub that
+// did not record the table it had seen was woken for it again at once,
+// and took a server's core from DNS).
+func TestIdleHubDoesNotSpin(t *testing.T) {
+	pub, err := status.New(status.Config{Capacity: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := newMetrics(nil)
+	h := newHub(pub, m)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); h.run(ctx) }()
+	defer func() { cancel(); <-done }()
+	for range 3 {
+		if _, err := pub.Build(func(b *status.Builder) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each of the 3 tables is followed once: poll until the third is,
+	// with a deadline, then check nothing more happened.
+	deadline := time.Now().Add(10 * time.Second)
+	for testutil.ToFloat64(m.refreshes) < 1 || h.tableSeen() != 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the hub followed table %d after 10 s, want 3", h.tableSeen())
+		}
+		time.Sleep(time.Millisecond) // a poll with a deadline
+	}
+	if n := testutil.ToFloat64(m.refreshes); n > 3 {
+		t.Errorf("the hub refreshed %v times for 3 tables", n)
 	}
 }
