@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
@@ -32,8 +33,18 @@ type deltaSub struct {
 	names    map[string]bool   // explicit subscriptions
 	has      map[string]string // what the client holds, by name: its version
 	refused  map[string]string // versions the client refused, by name: never sent again
-	pending  map[string]map[string]change
-	order    []string // pending's nonces, oldest first
+	pending  map[string]pendingResp
+	order    []string  // pending's nonces, oldest first
+	since    time.Time // when the subscription opened: earlier changes are not its deliveries
+}
+
+// pendingResp is a response awaiting its acknowledgement: what it
+// changed, when the oldest change it carries was made, and its lane.
+type pendingResp struct {
+	changes  map[string]change
+	since    time.Time // the subscription's start: older changes are not timed
+	origin   time.Time
+	withdraw bool
 }
 
 // deltaStream is one incremental ADS stream: each response carries only
@@ -61,10 +72,13 @@ func (st *deltaStream) request(req *discoveryv3.DeltaDiscoveryRequest) error {
 	}
 	sub := &st.subs[i]
 	if n := req.ResponseNonce; n != "" {
-		if ch, ok := sub.pending[n]; ok {
+		if pr, ok := sub.pending[n]; ok {
 			delete(sub.pending, n)
 			sub.order = slices.DeleteFunc(sub.order, func(x string) bool { return x == n })
-			if req.ErrorDetail != nil {
+			if req.ErrorDetail == nil {
+				st.s.observeDelivery(pr.origin, pr.withdraw)
+			} else {
+				ch := pr.changes
 				sub.refuse(ch)
 				st.s.m.nacks.WithLabelValues(typeLabel[i]).Inc()
 				st.s.log.Warn("xDS subscriber refused a response", "node", st.node.GetId(), "type", typeLabel[i],
@@ -74,8 +88,8 @@ func (st *deltaStream) request(req *discoveryv3.DeltaDiscoveryRequest) error {
 	}
 	first := !sub.open
 	if first {
-		sub.open = true
-		sub.names, sub.has, sub.refused, sub.pending = map[string]bool{}, map[string]string{}, map[string]string{}, map[string]map[string]change{}
+		sub.open, sub.since = true, st.s.cfg.Now()
+		sub.names, sub.has, sub.refused, sub.pending = map[string]bool{}, map[string]string{}, map[string]string{}, map[string]pendingResp{}
 		// A reconnecting client says what it holds: what has not changed
 		// since is not sent again, what is gone is removed.
 		maps.Copy(sub.has, req.InitialResourceVersions)
@@ -173,6 +187,7 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
 	names := slices.Sorted(maps.Keys(consider))
 	resp := &discoveryv3.DeltaDiscoveryResponse{TypeUrl: typeURLs[i], SystemVersionInfo: strconv.FormatUint(v.table, 10)}
 	ch := map[string]change{}
+	pr := pendingResp{changes: ch, since: sub.since}
 	for _, n := range names {
 		prev, held := sub.has[n]
 		r, exists := all[n]
@@ -183,10 +198,12 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
 			resp.Resources = append(resp.Resources, &discoveryv3.Resource{Name: n, Version: r.version, Resource: r.body})
 			ch[n] = change{prev: prev, hadPrev: held, sent: r.version}
 			sub.has[n] = r.version
+			pr.note(r.changed, r.withdraws)
 		case held || force[n]:
 			resp.RemovedResources = append(resp.RemovedResources, n)
 			ch[n] = change{prev: prev, hadPrev: held}
 			delete(sub.has, n)
+			pr.note(v.built, held) // a removal of what the client held withdraws it
 		}
 	}
 	if len(ch) == 0 && !always {
@@ -196,7 +213,7 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
 	if err := st.stream.Send(resp); err != nil {
 		return err
 	}
-	sub.pending[resp.Nonce] = ch
+	sub.pending[resp.Nonce] = pr
 	sub.order = append(sub.order, resp.Nonce)
 	if len(sub.order) > maxPending {
 		delete(sub.pending, sub.order[0])
@@ -204,4 +221,16 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
 	}
 	st.s.m.responses.WithLabelValues(typeLabel[i]).Inc()
 	return nil
+}
+
+// note takes one resource of the response into its origin (the oldest
+// change it carries) and its lane.
+func (pr *pendingResp) note(changed time.Time, withdraws bool) {
+	if changed.Before(pr.since) {
+		return
+	}
+	if pr.origin.IsZero() || changed.Before(pr.origin) {
+		pr.origin = changed
+	}
+	pr.withdraw = pr.withdraw || withdraws
 }

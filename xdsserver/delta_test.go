@@ -3,6 +3,7 @@ package xdsserver_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -285,5 +287,84 @@ func TestDeltaRequestDoesNotSwallowTableChange(t *testing.T) {
 		if !seen[xdsserver.EndpointType] || !seen[xdsserver.ListenerType] {
 			t.Fatalf("round %d: responses %v, want the assignment's change and the listener request's answer", i, seen)
 		}
+	}
+}
+
+// TestDeliveryLanes: an acknowledged withdrawal is timed in the
+// withdrawal lane, an acknowledged re-admission in the admission lane,
+// and the first answer of a subscription in neither, over delta and
+// state of the world alike.
+func TestDeliveryLanes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
+	twoServices(t, pub, false, []cstatus.Entry{inRotation, inRotation})
+	reg := prometheus.NewRegistry()
+	srv, err := xdsserver.New(xdsserver.Config{Table: pub, Registerer: reg, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, srv)
+	count := func(lane string) uint64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "cairn_xds_delivery_seconds" {
+				continue
+			}
+			for _, m := range mf.Metric {
+				for _, l := range m.Label {
+					if l.GetName() == "lane" && l.GetValue() == lane {
+						return m.GetHistogram().GetSampleCount()
+					}
+				}
+			}
+		}
+		return 0
+	}
+	d := newDeltaClient(t, ctx, addr)
+	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"}})
+	d.ack(d.recv(xdsserver.EndpointType), false)
+	s := newADSClient(t, ctx, addr)
+	s.send(xdsserver.EndpointType, []string{"pay.shop:grpc"}, nil, false)
+	first := s.recv(xdsserver.EndpointType)
+	s.send(xdsserver.EndpointType, []string{"pay.shop:grpc"}, first, false)
+	// Barriers: a later request's answer proves the acknowledgements were
+	// handled (requests are handled in order).
+	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.ListenerType, ResourceNamesSubscribe: []string{"pay.shop"}})
+	d.ack(d.recv(xdsserver.ListenerType), false)
+	s.send(xdsserver.ListenerType, []string{"pay.shop"}, nil, false)
+	sl := s.recv(xdsserver.ListenerType)
+	s.send(xdsserver.ListenerType, []string{"pay.shop"}, sl, false)
+	if w, a := count("withdrawal"), count("admission"); w != 0 || a != 0 {
+		t.Fatalf("after first answers only: withdrawal %d, admission %d deliveries timed; want none", w, a)
+	}
+
+	// Each change is acknowledged, and the acknowledgement seen handled
+	// (a barrier), before the next: a state-of-the-world response that is
+	// superseded before its acknowledgement is timed with its successor,
+	// in the withdrawal lane if either withdrew.
+	barrier := 0
+	acked := func() {
+		t.Helper()
+		barrier++
+		name := fmt.Sprintf("barrier-%d", barrier)
+		d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.ListenerType, ResourceNamesSubscribe: []string{name}})
+		d.recv(xdsserver.ListenerType)
+		s.send(xdsserver.ListenerType, []string{"pay.shop", name}, sl, false)
+		sl = s.recv(xdsserver.ListenerType)
+	}
+	for _, e := range []cstatus.Entry{withdrawn, inRotation} {
+		twoServices(t, pub, false, []cstatus.Entry{inRotation, e})
+		d.ack(d.recv(xdsserver.EndpointType), false)
+		r := s.recv(xdsserver.EndpointType)
+		s.send(xdsserver.EndpointType, []string{"pay.shop:grpc"}, r, false)
+		acked()
+	}
+	if w, a := count("withdrawal"), count("admission"); w != 2 || a != 2 {
+		t.Errorf("deliveries timed: withdrawal %d, admission %d; want 2 and 2 (one of each per protocol)", w, a)
 	}
 }

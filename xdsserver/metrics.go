@@ -11,6 +11,7 @@ type metrics struct {
 	nacks     *prometheus.CounterVec // by type
 	dropped   prometheus.Gauge
 	refreshes prometheus.Counter
+	delivery  *prometheus.HistogramVec // by lane
 }
 
 // typeLabel is the short name of a type URL in metrics.
@@ -26,13 +27,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "xDS responses sent, by resource type."}, []string{"type"}),
 		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_xds_nacks_total",
 			Help: "xDS responses a subscriber refused (NACK), by resource type; the refused version is not sent again."}, []string{"type"}),
+		delivery: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "cairn_xds_delivery_seconds",
+			Help:    "From the status table that changed a resource to the subscriber's acknowledgement of it, by lane: withdrawal (an endpoint out of rotation, or a resource removed) or admission (everything else). SPEC §4's budgets: 5 s and 30 s.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}, []string{"lane"}),
 		refreshes: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_xds_table_refreshes_total",
 			Help: "Status tables the xDS hub followed (with no stream it follows them without building anything)."}),
 		dropped: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_xds_duplicate_endpoints",
 			Help: "Endpoints left out of the latest assignments because another instance of their service has their address and port."}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.streams, m.refused, m.responses, m.nacks, m.dropped, m.refreshes} {
+		for _, c := range []prometheus.Collector{m.streams, m.refused, m.responses, m.nacks, m.dropped, m.refreshes, m.delivery} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

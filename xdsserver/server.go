@@ -106,3 +106,17 @@ func (s *Server) admit() error {
 func (s *Server) Register(gs *grpc.Server) {
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, s)
 }
+
+// observeDelivery records an acknowledged response: the time since the
+// oldest change it carried, in its lane. A response that carried no
+// change (a first answer of what the client already held) has no origin.
+func (s *Server) observeDelivery(origin time.Time, withdraw bool) {
+	if origin.IsZero() {
+		return
+	}
+	lane := "admission"
+	if withdraw {
+		lane = "withdrawal"
+	}
+	s.m.delivery.WithLabelValues(lane).Observe(s.cfg.Now().Sub(origin).Seconds())
+}

@@ -1,6 +1,8 @@
 package xdsserver
 
 import (
+	"time"
+
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 )
@@ -15,6 +17,11 @@ type subscription struct {
 	// refused the last version the subscriber NACKed, never sent again
 	// unless the subscription changes.
 	sent, nonce, refused string
+	// origin and withdraw time and classify the last response, observed
+	// when it is acknowledged; acked is the newest change the subscriber
+	// acknowledged, so that the next response is timed from what is new.
+	origin, newest, acked time.Time
+	withdraw              bool
 }
 
 // sotwStream is one state-of-the-world ADS stream: requests in order,
@@ -46,6 +53,10 @@ func (st *sotwStream) request(req *discoveryv3.DiscoveryRequest) error {
 		// newer nonce (state of the world ignores stale nonces).
 		return nil
 	}
+	if req.ErrorDetail == nil && req.ResponseNonce != "" && !sub.origin.IsZero() {
+		st.s.observeDelivery(sub.origin, sub.withdraw)
+		sub.origin, sub.withdraw, sub.acked = time.Time{}, false, sub.newest
+	}
 	if req.ErrorDetail != nil && req.ResponseNonce != "" {
 		// A NACK. The subscriber keeps its last good version; sending the
 		// same version again would be refused again, in a loop: it is
@@ -56,6 +67,10 @@ func (st *sotwStream) request(req *discoveryv3.DiscoveryRequest) error {
 			"version", sub.sent, "error", req.ErrorDetail.GetMessage())
 	}
 	first := !sub.open
+	if first {
+		// Changes made before the subscription are not its deliveries.
+		sub.acked, sub.newest = st.s.cfg.Now(), st.s.cfg.Now()
+	}
 	changed := sub.update(i, req.ResourceNames, first)
 	sub.open = true
 	if first || changed {
@@ -122,7 +137,7 @@ func (st *sotwStream) send(i int, force bool) error {
 		return nil // not joined: nothing asked for yet
 	}
 	sub := &st.subs[i]
-	res, version := v.pick(i, sub.wildcard, sub.names)
+	res, names, version := v.pick(i, sub.wildcard, sub.names)
 	if !force && (version == sub.sent || version == sub.refused) {
 		return nil
 	}
@@ -137,6 +152,21 @@ func (st *sotwStream) send(i int, force bool) error {
 		return err
 	}
 	sub.sent, sub.nonce = version, nonce
+	// Timed from the oldest change the subscriber has not acknowledged
+	// yet, a response it never acknowledged (superseded by this one)
+	// included; a withdrawal among them puts the response in that lane.
+	for _, n := range names {
+		r := v.res[i][n]
+		if r.changed.After(sub.newest) {
+			sub.newest = r.changed
+		}
+		if r.changed.After(sub.acked) {
+			if sub.origin.IsZero() || r.changed.Before(sub.origin) {
+				sub.origin = r.changed
+			}
+			sub.withdraw = sub.withdraw || r.withdraws
+		}
+	}
 	st.s.m.responses.WithLabelValues(typeLabel[i]).Inc()
 	return nil
 }

@@ -6,14 +6,19 @@ import (
 	"encoding/hex"
 	"hash/maphash"
 	"maps"
+	"net"
 	"slices"
+	"strconv"
 	"sync"
+	"time"
 	"unsafe"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/cairn-sd/cairn/status"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 )
 
 // The resource types a stream may ask for, in the order they are sent
@@ -47,6 +52,15 @@ func typeIndex(url string) (int, bool) {
 type resource struct {
 	version string
 	body    *anypb.Any
+	// changed is when the table that last changed this resource was
+	// built: where its delivery is timed from. withdraws says that change
+	// took an endpoint out of rotation (an assignment that lost one, or
+	// marked it draining): it travels in the withdrawal lane.
+	changed   time.Time
+	withdraws bool
+	// rotation lists an assignment's endpoints in rotation (HEALTHY or
+	// UNKNOWN), sorted, to tell the next change's lane.
+	rotation []string
 }
 
 // place is a subscriber's node locality, by name: the key of a view.
@@ -57,6 +71,7 @@ type place struct{ region, zone string }
 // It is immutable once made, and shared by every stream of that place.
 type view struct {
 	table uint64
+	built time.Time // when the table was built: the origin of removals
 	res   [numTypes]map[string]resource
 }
 
@@ -287,6 +302,8 @@ func (h *hub) refreshCommon(t *status.Table) (changed [numTypes]map[string]bool)
 			if err := buildCommon(svc, c.clusters, c.listeners); err != nil {
 				return nil // left out of this table; tried again at the next
 			}
+			stamp(c.clusters, t.Built())
+			stamp(c.listeners, t.Built())
 			h.common[id] = c
 		}
 		maps.Copy(clusters, c.clusters)
@@ -326,6 +343,7 @@ func (h *hub) refreshPlace(t *status.Table, ps *placeState, common [numTypes]map
 		fp := h.membersFP(t, id, svc)
 		a, ok := ps.assign[id]
 		if !ok || a.fp != fp {
+			old := a.res
 			a = svcAssign{fp: fp, res: map[string]resource{}}
 			for _, port := range svc.Ports {
 				cla, d := buildAssignment(t, id, svc, port.Name, loc)
@@ -333,6 +351,15 @@ func (h *hub) refreshPlace(t *status.Table, ps *placeState, common [numTypes]map
 				if err = put(a.res, cla.ClusterName, cla); err != nil {
 					return err
 				}
+				r := a.res[cla.ClusterName]
+				r.changed, r.rotation = t.Built(), rotationOf(cla)
+				if prev, ok := old[cla.ClusterName]; ok {
+					if prev.version == r.version {
+						r.changed = prev.changed // unchanged: still the old change
+					}
+					r.withdraws = !subset(prev.rotation, r.rotation)
+				}
+				a.res[cla.ClusterName] = r
 			}
 			ps.assign[id] = a
 		}
@@ -353,7 +380,7 @@ func (h *hub) refreshPlace(t *status.Table, ps *placeState, common [numTypes]map
 	if ps.view != nil {
 		changed[endpointIdx] = diff(ps.view.res[endpointIdx], eds)
 	}
-	v := &view{table: t.Version()}
+	v := &view{table: t.Version(), built: t.Built()}
 	v.res[clusterIdx], v.res[listenerIdx], v.res[endpointIdx], v.res[routeIdx] = h.clusters, h.listeners, eds, map[string]resource{}
 	ps.view, ps.dropped = v, dropped
 	h.m.dropped.Set(float64(dropped))
@@ -371,6 +398,41 @@ func (h *hub) refreshPlace(t *status.Table, ps *placeState, common [numTypes]map
 		}
 	}
 	return nil
+}
+
+// stamp sets when the resources of m changed.
+func stamp(m map[string]resource, at time.Time) {
+	for name, r := range m {
+		r.changed = at
+		m[name] = r
+	}
+}
+
+// rotationOf lists an assignment's endpoints in rotation (HEALTHY or
+// UNKNOWN), as "address:port", sorted.
+func rotationOf(cla *endpointv3.ClusterLoadAssignment) []string {
+	var out []string
+	for _, l := range cla.Endpoints {
+		for _, e := range l.LbEndpoints {
+			if h := e.HealthStatus; h != corev3.HealthStatus_HEALTHY && h != corev3.HealthStatus_UNKNOWN {
+				continue
+			}
+			sa := e.GetEndpoint().GetAddress().GetSocketAddress()
+			out = append(out, net.JoinHostPort(sa.GetAddress(), strconv.FormatUint(uint64(sa.GetPortValue()), 10)))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// subset reports whether every element of a (sorted) is in b (sorted).
+func subset(a, b []string) bool {
+	for _, x := range a {
+		if _, ok := slices.BinarySearch(b, x); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // diff returns the names whose resource differs between a and b, or is
@@ -484,12 +546,12 @@ func put(m map[string]resource, name string, msg proto.Message) error {
 }
 
 // pick returns the resources of type i a subscription asks for, in name
-// order, and the version of that set: a digest of the names and their
+// order, their names, and the version of that set: a digest of the names and their
 // versions, so that the same content gives the same version on every
 // server. A wildcard subscription gets every resource of the type; a
 // name the view does not hold is left out (in state of the world, the
 // client learns a resource does not exist from its absence).
-func (v *view) pick(i int, wildcard bool, names map[string]bool) ([]*anypb.Any, string) {
+func (v *view) pick(i int, wildcard bool, names map[string]bool) ([]*anypb.Any, []string, string) {
 	all := v.res[i]
 	var keys []string
 	if wildcard {
@@ -515,5 +577,5 @@ func (v *view) pick(i int, wildcard bool, names map[string]bool) ([]*anypb.Any, 
 		h.Write([]byte{0})
 		out = append(out, r.body)
 	}
-	return out, hex.EncodeToString(h.Sum(nil)[:versionDigestN])
+	return out, keys, hex.EncodeToString(h.Sum(nil)[:versionDigestN])
 }
