@@ -291,29 +291,38 @@ func (h *hub) refreshLocked(t *status.Table) {
 // that changed, by type (nil for the other types).
 func (h *hub) refreshCommon(t *status.Table) (changed [numTypes]map[string]bool) {
 	h.table = t.Version()
-	clusters, listeners := map[string]resource{}, map[string]resource{}
 	seen := map[uint32]bool{}
+	rebuilt := h.clusters == nil
 	_ = services(t, func(id uint32, svc status.ServiceInfo) error {
 		seen[id] = true
 		fp := h.serviceFP(svc)
-		c, ok := h.common[id]
-		if !ok || c.fp != fp {
-			c = svcCommon{fp: fp, clusters: map[string]resource{}, listeners: map[string]resource{}}
-			if err := buildCommon(svc, c.clusters, c.listeners); err != nil {
-				return nil // left out of this table; tried again at the next
-			}
-			stamp(c.clusters, t.Built())
-			stamp(c.listeners, t.Built())
-			h.common[id] = c
+		if c, ok := h.common[id]; ok && c.fp == fp {
+			return nil
 		}
-		maps.Copy(clusters, c.clusters)
-		maps.Copy(listeners, c.listeners)
+		rebuilt = true
+		c := svcCommon{fp: fp, clusters: map[string]resource{}, listeners: map[string]resource{}}
+		if err := buildCommon(svc, c.clusters, c.listeners); err != nil {
+			delete(h.common, id) // left out of this table; tried again at the next
+			return nil
+		}
+		stamp(c.clusters, t.Built())
+		stamp(c.listeners, t.Built())
+		h.common[id] = c
 		return nil
 	})
 	for id := range h.common {
 		if !seen[id] {
 			delete(h.common, id)
+			rebuilt = true
 		}
+	}
+	if !rebuilt {
+		return changed // no service's definition changed: the maps stand
+	}
+	clusters, listeners := map[string]resource{}, map[string]resource{}
+	for _, c := range h.common {
+		maps.Copy(clusters, c.clusters)
+		maps.Copy(listeners, c.listeners)
 	}
 	changed[clusterIdx] = diff(h.clusters, clusters)
 	changed[listenerIdx] = diff(h.listeners, listeners)
@@ -334,15 +343,15 @@ func (h *hub) refreshPlace(t *status.Table, ps *placeState, common [numTypes]map
 		clear(ps.assign)
 		ps.loc = loc
 	}
-	eds := map[string]resource{}
 	seen := map[uint32]bool{}
-	dropped := 0
+	rebuilt := ps.view == nil
 	var err error
 	_ = services(t, func(id uint32, svc status.ServiceInfo) error {
 		seen[id] = true
 		fp := h.membersFP(t, id, svc)
 		a, ok := ps.assign[id]
 		if !ok || a.fp != fp {
+			rebuilt = true
 			old := a.res
 			a = svcAssign{fp: fp, res: map[string]resource{}}
 			for _, port := range svc.Ports {
@@ -363,8 +372,6 @@ func (h *hub) refreshPlace(t *status.Table, ps *placeState, common [numTypes]map
 			}
 			ps.assign[id] = a
 		}
-		dropped += a.dropped
-		maps.Copy(eds, a.res)
 		return nil
 	})
 	if err != nil {
@@ -373,12 +380,23 @@ func (h *hub) refreshPlace(t *status.Table, ps *placeState, common [numTypes]map
 	for id := range ps.assign {
 		if !seen[id] {
 			delete(ps.assign, id)
+			rebuilt = true
 		}
 	}
 	var changed [numTypes]map[string]bool
 	changed[clusterIdx], changed[listenerIdx] = common[clusterIdx], common[listenerIdx]
-	if ps.view != nil {
-		changed[endpointIdx] = diff(ps.view.res[endpointIdx], eds)
+	eds, dropped := map[string]resource{}, 0
+	if rebuilt {
+		for _, a := range ps.assign {
+			dropped += a.dropped
+			maps.Copy(eds, a.res)
+		}
+		if ps.view != nil {
+			changed[endpointIdx] = diff(ps.view.res[endpointIdx], eds)
+		}
+	} else {
+		// No service's assignment changed for this place: the map stands.
+		eds, dropped = ps.view.res[endpointIdx], ps.dropped
 	}
 	v := &view{table: t.Version(), built: t.Built()}
 	v.res[clusterIdx], v.res[listenerIdx], v.res[endpointIdx], v.res[routeIdx] = h.clusters, h.listeners, eds, map[string]resource{}
@@ -479,7 +497,13 @@ func (h *hub) serviceFP(svc status.ServiceInfo) uint64 {
 func (h *hub) membersFP(t *status.Table, id uint32, svc status.ServiceInfo) uint64 {
 	var mh maphash.Hash
 	mh.SetSeed(h.seed)
-	maphash.WriteComparable(&mh, h.serviceFP(svc))
+	// The definition's fingerprint, as refreshCommon computed it for this
+	// table (computed here only if its clusters could not be built).
+	c, ok := h.common[id]
+	if !ok {
+		c.fp = h.serviceFP(svc)
+	}
+	maphash.WriteComparable(&mh, c.fp)
 	dir := t.Directory()
 	for _, slot := range t.Members(id) {
 		maphash.WriteComparable(&mh, t.Entry(int(slot)))
