@@ -181,3 +181,10 @@ func TestXDSBootstrap(t *testing.T) {
 		t.Errorf("bootstrap %+v", b)
 	}
 }
+
+func TestXDSBootstrapRefusesABadAddress(t *testing.T) {
+	code, out, errs := run(t, "xds-bootstrap", "--xds-addr", "10.0.0.1", "--node-id", "n1")
+	if code != exitUsage || out != "" || !strings.Contains(errs, "--xds-addr") || !strings.Contains(errs, "HOST:PORT") {
+		t.Errorf("xds-bootstrap --xds-addr 10.0.0.1: exit %d, out %q, err %q; want a usage error naming --xds-addr and HOST:PORT", code, out, errs)
+	}
+}

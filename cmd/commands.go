@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -485,6 +486,9 @@ func xdsBootstrapCommand() *cli.Command {
 					return cli.Exit("--node-id: not given, and this host has no name: "+err.Error(), exitUsage)
 				}
 				node = h
+			}
+			if _, _, err := net.SplitHostPort(c.String("xds-addr")); err != nil {
+				return cli.Exit(fmt.Sprintf("--xds-addr: %q is not HOST:PORT", c.String("xds-addr")), exitUsage)
 			}
 			b, err := xdsserver.Bootstrap(xdsserver.BootstrapConfig{Server: c.String("xds-addr"), NodeID: node,
 				Region: c.String("region"), Zone: c.String("zone")})

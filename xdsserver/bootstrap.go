@@ -3,6 +3,8 @@ package xdsserver
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 )
 
 // BootstrapConfig names what a gRPC client's xDS bootstrap holds.
@@ -22,11 +24,11 @@ type BootstrapConfig struct {
 // ignore_resource_deletion (gRFC A53): a cluster or listener missing from
 // one response is kept rather than taken away (field notes X10).
 func Bootstrap(c BootstrapConfig) ([]byte, error) {
-	if c.Server == "" {
-		return nil, errors.New("xdsserver: the bootstrap needs the xDS server's address")
+	if _, _, err := net.SplitHostPort(c.Server); err != nil {
+		return nil, fmt.Errorf("xdsserver: bootstrap: server %q is not HOST:PORT (a server's --grpc-addr)", c.Server)
 	}
 	if c.NodeID == "" {
-		return nil, errors.New("xdsserver: the bootstrap needs a node id")
+		return nil, errors.New("xdsserver: bootstrap: node id is required")
 	}
 	type creds struct {
 		Type string `json:"type"`

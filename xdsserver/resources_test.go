@@ -2,6 +2,7 @@ package xdsserver
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -313,5 +314,8 @@ func TestBootstrapNeedsServerAndNode(t *testing.T) {
 	}
 	if _, err := Bootstrap(BootstrapConfig{Server: "127.0.0.1:8481"}); err == nil {
 		t.Error("a bootstrap without a node id")
+	}
+	if _, err := Bootstrap(BootstrapConfig{Server: "127.0.0.1", NodeID: "n"}); err == nil || !strings.Contains(err.Error(), "HOST:PORT") {
+		t.Errorf("a bootstrap with a server without a port: %v", err)
 	}
 }
