@@ -259,7 +259,7 @@ func (s *Server) authenticate(r *http.Request) (acl.Identity, error) {
 	if err != nil {
 		return acl.Identity{}, err
 	}
-	return s.authorizer().Authenticate(tok)
+	return s.Authorizer().Authenticate(tok)
 }
 
 // forward proxies a write to the leader's API. The leader authenticates

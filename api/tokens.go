@@ -24,9 +24,10 @@ func tokenRecords(toks []acl.Token, source string) []store.TokenRecord {
 	return out
 }
 
-// authorizer returns the node's own tokens plus those stored in the
-// cluster, rebuilt only when the stored ones change.
-func (s *Server) authorizer() *acl.Authorizer {
+// Authorizer returns the tokens in force: the node's own plus those
+// stored in the cluster, rebuilt only when the stored ones change. The
+// xDS server authenticates its streams with it.
+func (s *Server) Authorizer() *acl.Authorizer {
 	rev := s.cfg.Store.TokenRevision()
 	if c := s.auth.Load(); c != nil && c.rev == rev {
 		return c.a

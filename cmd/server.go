@@ -308,6 +308,7 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 	var (
 		st *store.Store // the DNS server's LastSync reads them once it runs, after both are made
 		hn *health.Node
+		a  *api.Server // the xDS server's streams read its tokens once they come, after it is made
 	)
 	table, err := status.New(status.Config{Capacity: cfg.TableCapacity})
 	if err != nil {
@@ -337,7 +338,8 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 		SubscribersFile: filepath.Join(cfg.DataDir, XDSSubscribersFile),
 		// A table built from a synced store, or the one kept on disk: never
 		// a partial view, which a client would apply.
-		Ready: func() bool { return !hn.Synced().IsZero() || hn.Restored() }})
+		Ready:      func() bool { return !hn.Synced().IsZero() || hn.Restored() },
+		Authorizer: func() *acl.Authorizer { return a.Authorizer() }})
 	if err != nil {
 		return err
 	}
@@ -402,7 +404,7 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 
 	var joined, stopping atomic.Bool
 	joined.Store(cfg.Join == "")
-	a, err := api.New(api.Config{Store: st, ACL: authz, Addrs: pol, Health: hn, Gatherer: reg, Registerer: reg, Logger: log,
+	a, err = api.New(api.Config{Store: st, ACL: authz, Addrs: pol, Health: hn, Gatherer: reg, Registerer: reg, Logger: log,
 		Ready: func() bool { return st.CaughtUp() && joined.Load() && !stopping.Load() }})
 	if err != nil {
 		return err

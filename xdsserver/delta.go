@@ -191,6 +191,7 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
 	for _, n := range names {
 		prev, held := sub.has[n]
 		r, exists := all[n]
+		exists = exists && st.allow.allows(r) // what the token may not see does not exist for it
 		switch {
 		case exists && !force[n] && (held && prev == r.version || sub.refused[n] == r.version):
 			continue

@@ -70,6 +70,9 @@ type peer struct {
 	nonce  uint64
 	sig    *signal // woken when a resource the stream watches changes
 	joined bool    // registered with the hub (at its first request)
+	// allow says which services' resources the stream's token may see:
+	// those of others are, to it, resources that do not exist.
+	allow allowFunc
 }
 
 func newPeer(s *Server) peer { return peer{s: s, sig: newSignal()} }
@@ -115,6 +118,11 @@ func (pe *peer) nextNonce() string {
 // ends: the checks every stream passes, its count, and its loop.
 func serve[Req any](s *Server, ctx context.Context, pe *peer,
 	recv func() (Req, error), request func(Req) error, changed func() error) error {
+	allow, err := s.authorize(ctx)
+	if err != nil {
+		return err
+	}
+	pe.allow = allow
 	if err := s.admit(); err != nil {
 		return err
 	}

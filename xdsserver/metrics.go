@@ -22,7 +22,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_xds_streams",
 			Help: "Open xDS streams."}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_xds_streams_refused_total",
-			Help: "xDS streams refused with UNAVAILABLE: the status table not loaded yet (not_ready), or the admission cap after a restart (admission_cap)."}, []string{"reason"}),
+			Help: "xDS streams refused: with UNAVAILABLE, the status table not loaded yet (not_ready) or the admission cap after a restart (admission_cap); with UNAUTHENTICATED, no token or an unknown one (unauthenticated)."}, []string{"reason"}),
 		responses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_xds_responses_total",
 			Help: "xDS responses sent, by resource type."}, []string{"type"}),
 		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_xds_nacks_total",

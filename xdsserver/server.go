@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 
+	"github.com/cairn-sd/cairn/acl"
 	"github.com/cairn-sd/cairn/status"
 )
 
@@ -36,6 +37,11 @@ type Config struct {
 	SubscribersFile string
 	// Now is the clock of the admission cap; defaults to time.Now.
 	Now func() time.Time
+	// Authorizer returns the tokens in force (they change while the
+	// server runs): each stream is authenticated as it opens and sees
+	// only the services its token may read. Nil, or an authorizer with
+	// ACLs off: every stream sees everything.
+	Authorizer func() *acl.Authorizer
 }
 
 // Server answers xDS streams from the published status table. It does

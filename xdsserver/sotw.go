@@ -137,7 +137,7 @@ func (st *sotwStream) send(i int, force bool) error {
 		return nil // not joined: nothing asked for yet
 	}
 	sub := &st.subs[i]
-	res, names, version := v.pick(i, sub.wildcard, sub.names)
+	res, names, version := v.pick(i, sub.wildcard, sub.names, st.allow)
 	if !force && (version == sub.sent || version == sub.refused) {
 		return nil
 	}

@@ -52,6 +52,9 @@ func typeIndex(url string) (int, bool) {
 type resource struct {
 	version string
 	body    *anypb.Any
+	// ns and svc name the service the resource belongs to: what a
+	// token must allow to see it.
+	ns, svc string
 	// changed is when the table that last changed this resource was
 	// built: where its delivery is timed from. withdraws says that change
 	// took an endpoint out of rotation (an assignment that lost one, or
@@ -357,7 +360,7 @@ func (h *hub) refreshPlace(t *status.Table, ps *placeState, common [numTypes]map
 			for _, port := range svc.Ports {
 				cla, d := buildAssignment(t, id, svc, port.Name, loc)
 				a.dropped += d
-				if err = put(a.res, cla.ClusterName, cla); err != nil {
+				if err = put(a.res, svc, cla.ClusterName, cla); err != nil {
 					return err
 				}
 				r := a.res[cla.ClusterName]
@@ -534,14 +537,14 @@ func services(t *status.Table, f func(id uint32, svc status.ServiceInfo) error) 
 // buildCommon builds a service's clusters and listeners into the maps.
 func buildCommon(svc status.ServiceInfo, clusters, listeners map[string]resource) error {
 	for _, p := range svc.Ports {
-		if err := put(clusters, ClusterName(svc, p.Name), buildCluster(svc, p.Name)); err != nil {
+		if err := put(clusters, svc, ClusterName(svc, p.Name), buildCluster(svc, p.Name)); err != nil {
 			return err
 		}
 		l, err := buildListener(ClusterName(svc, p.Name), ClusterName(svc, p.Name))
 		if err != nil {
 			return err
 		}
-		if err := put(listeners, l.Name, l); err != nil {
+		if err := put(listeners, svc, l.Name, l); err != nil {
 			return err
 		}
 	}
@@ -550,13 +553,13 @@ func buildCommon(svc status.ServiceInfo, clusters, listeners map[string]resource
 		if err != nil {
 			return err
 		}
-		return put(listeners, l.Name, l)
+		return put(listeners, svc, l.Name, l)
 	}
 	return nil
 }
 
-// put encodes m and files it under name.
-func put(m map[string]resource, name string, msg proto.Message) error {
+// put encodes msg, a resource of svc, and files it under name.
+func put(m map[string]resource, svc status.ServiceInfo, name string, msg proto.Message) error {
 	v, err := Version(msg)
 	if err != nil {
 		return err
@@ -565,27 +568,30 @@ func put(m map[string]resource, name string, msg proto.Message) error {
 	if err != nil {
 		return err
 	}
-	m[name] = resource{version: v, body: body}
+	m[name] = resource{version: v, body: body, ns: svc.Namespace, svc: svc.Name}
 	return nil
 }
 
 // pick returns the resources of type i a subscription asks for, in name
 // order, their names, and the version of that set: a digest of the names and their
 // versions, so that the same content gives the same version on every
-// server. A wildcard subscription gets every resource of the type; a
-// name the view does not hold is left out (in state of the world, the
-// client learns a resource does not exist from its absence).
-func (v *view) pick(i int, wildcard bool, names map[string]bool) ([]*anypb.Any, []string, string) {
+// server. A wildcard subscription gets every resource of the type that
+// allow permits; a name the view does not hold, or allow does not
+// permit, is left out (in state of the world, the client learns a
+// resource does not exist from its absence).
+func (v *view) pick(i int, wildcard bool, names map[string]bool, allow allowFunc) ([]*anypb.Any, []string, string) {
 	all := v.res[i]
 	var keys []string
 	if wildcard {
 		keys = make([]string, 0, len(all))
-		for name := range all {
-			keys = append(keys, name)
+		for name, r := range all {
+			if allow.allows(r) {
+				keys = append(keys, name)
+			}
 		}
 	} else {
 		for name := range names {
-			if _, ok := all[name]; ok {
+			if r, ok := all[name]; ok && allow.allows(r) {
 				keys = append(keys, name)
 			}
 		}
