@@ -63,6 +63,10 @@ type Config struct {
 	// nil: no evaluator runs (the view counts ready instances eligible,
 	// and those routes answer 503).
 	Health *health.Node
+	// XDSSubscribers tells which store revision this server's xDS
+	// subscribers hold of a service's assignments; nil: no xDS server
+	// (the route answers with no subscribers).
+	XDSSubscribers func(ns, svc string) wire.XDSSubscribers
 	// Gatherer serves /metrics; nil serves no metrics.
 	Gatherer prometheus.Gatherer
 	// Registerer receives the API's metrics; may be nil.
@@ -177,6 +181,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/services", s.read("services", s.listServices))
 	m.HandleFunc("GET /v1/services/{ns}/{svc}", s.read("service", s.getService))
 	m.HandleFunc("GET /v1/services/{ns}/{svc}/endpoints", s.read("endpoints", s.endpoints))
+	m.HandleFunc("GET /v1/services/{ns}/{svc}/subscribers", s.read("subscribers", s.subscribers))
 	m.HandleFunc("GET /v1/services/{ns}/{svc}/events", s.read("events", s.events))
 	m.HandleFunc("POST /v1/services/{ns}/{svc}/instances", s.write("register", s.register))
 	m.HandleFunc("POST /v1/services/{ns}/{svc}/instances/{id}/renew", s.write("renew", s.mutate(acl.Renew)))

@@ -180,6 +180,19 @@ func (s *Server) endpoints(w http.ResponseWriter, r *http.Request, id acl.Identi
 	return http.StatusOK, s.view(svc.Namespace, svc.Name, all).Endpoints, nil
 }
 
+// subscribers is which revision of the service's assignments this
+// server's xDS subscribers hold: who is behind.
+func (s *Server) subscribers(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
+	svc, err := s.service(r, id)
+	if err != nil {
+		return 0, nil, err
+	}
+	if s.cfg.XDSSubscribers == nil {
+		return http.StatusOK, wire.XDSSubscribers{Revisions: []wire.XDSRevision{}}, nil
+	}
+	return http.StatusOK, s.cfg.XDSSubscribers(svc.Namespace, svc.Name), nil
+}
+
 func (s *Server) events(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
 	svc, err := s.service(r, id)
 	if err != nil {

@@ -285,6 +285,14 @@ func (c *Client) Endpoints(ctx context.Context, ns, svc string) ([]wire.Endpoint
 	return out, err
 }
 
+// Subscribers returns which store revision of a service's assignments
+// the answering server's xDS subscribers hold, and how many are behind.
+func (c *Client) Subscribers(ctx context.Context, ns, svc string) (wire.XDSSubscribers, error) {
+	var out wire.XDSSubscribers
+	err := c.json(ctx, http.MethodGet, svcPath(ns, svc)+"/subscribers", nil, &out)
+	return out, err
+}
+
 // Events returns a service's audit trail, oldest first.
 func (c *Client) Events(ctx context.Context, ns, svc string, limit int) ([]wire.Event, error) {
 	var out []wire.Event

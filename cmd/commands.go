@@ -320,9 +320,35 @@ func endpointsCommand() *cli.Command {
 					orDash(e.Zone), string(e.Lifecycle), e.Verdict, fmt.Sprint(e.Eligible), fmt.Sprint(e.Weight),
 					lease, orDash(evidenceSummary(e, time.Now())), orDash(strings.Join(e.Reasons, "; "))})
 			}
-			return table(c.App.Writer, "INSTANCE\tINCARNATION\tADDRESSES\tZONE\tLIFECYCLE\tVERDICT\tELIGIBLE\tWEIGHT\tLEASE\tEVIDENCE\tREASONS", rows)
+			if err := table(c.App.Writer, "INSTANCE\tINCARNATION\tADDRESSES\tZONE\tLIFECYCLE\tVERDICT\tELIGIBLE\tWEIGHT\tLEASE\tEVIDENCE\tREASONS", rows); err != nil {
+				return err
+			}
+			subs, err := cl.Subscribers(c.Context, ns, svc)
+			if err != nil {
+				return failed(err)
+			}
+			_, err = fmt.Fprintln(c.App.Writer, subscribersLine(subs))
+			return err
 		},
 	}
+}
+
+// subscribersLine says which revisions the xDS subscribers of the
+// server asked hold: "xDS subscribers on this server: 3, 1 behind
+// (revision 1042: 2; revision 1040: 1, 1 behind)".
+func subscribersLine(s wire.XDSSubscribers) string {
+	if s.Subscribers == 0 {
+		return "xDS subscribers on this server: none"
+	}
+	var parts []string
+	for _, r := range s.Revisions {
+		p := fmt.Sprintf("revision %d: %d", r.Revision, r.Subscribers)
+		if r.Behind > 0 {
+			p += fmt.Sprintf(", %d behind", r.Behind)
+		}
+		parts = append(parts, p)
+	}
+	return fmt.Sprintf("xDS subscribers on this server: %d, %d behind (%s)", s.Subscribers, s.Behind, strings.Join(parts, "; "))
 }
 
 // evidenceSummary is the freshest evidence per class with its age:

@@ -404,7 +404,7 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 
 	var joined, stopping atomic.Bool
 	joined.Store(cfg.Join == "")
-	a, err = api.New(api.Config{Store: st, ACL: authz, Addrs: pol, Health: hn, Gatherer: reg, Registerer: reg, Logger: log,
+	a, err = api.New(api.Config{Store: st, ACL: authz, Addrs: pol, Health: hn, XDSSubscribers: xs.Subscribers, Gatherer: reg, Registerer: reg, Logger: log,
 		Ready: func() bool { return st.CaughtUp() && joined.Load() && !stopping.Load() }})
 	if err != nil {
 		return err

@@ -131,3 +131,22 @@ type ClassEvidence struct {
 	// Detail: a probe's status code or error; an outcome window's counts.
 	Detail string `json:"detail,omitempty"`
 }
+
+// XDSSubscribers is GET /v1/services/{ns}/{svc}/subscribers: the xDS
+// subscribers of the server answering that hold assignments of the
+// service, by the store revision of the content they acknowledged. A
+// subscriber is behind when what it acknowledged is not what the
+// server would send it now: a change on its way, or one it refused.
+type XDSSubscribers struct {
+	Subscribers int           `json:"subscribers"`
+	Behind      int           `json:"behind"`
+	Revisions   []XDSRevision `json:"revisions"` // newest first
+}
+
+// XDSRevision is how many subscribers hold a service's assignments as
+// of one store revision, and how many of those are behind.
+type XDSRevision struct {
+	Revision    uint64 `json:"revision"`
+	Subscribers int    `json:"subscribers"`
+	Behind      int    `json:"behind"`
+}

@@ -23,6 +23,7 @@ type change struct {
 	prev    string
 	hadPrev bool
 	sent    string
+	res     resource // what was sent
 }
 
 // deltaSub is what one delta stream asked for of one resource type, and
@@ -76,6 +77,15 @@ func (st *deltaStream) request(req *discoveryv3.DeltaDiscoveryRequest) error {
 			delete(sub.pending, n)
 			sub.order = slices.DeleteFunc(sub.order, func(x string) bool { return x == n })
 			if req.ErrorDetail == nil {
+				if i == endpointIdx {
+					for name, c := range pr.changes {
+						if c.sent != "" {
+							st.book.set(name, c.res)
+						} else {
+							st.book.drop(name)
+						}
+					}
+				}
 				st.s.observeDelivery(pr.origin, pr.withdraw)
 			} else {
 				ch := pr.changes
@@ -118,9 +128,15 @@ func (st *deltaStream) request(req *discoveryv3.DeltaDiscoveryRequest) error {
 		}
 		delete(sub.names, n)
 		delete(sub.has, n) // so that a later subscription sends it again
+		if i == endpointIdx {
+			st.book.drop(n)
+		}
 	}
 	if first || len(req.ResourceNamesSubscribe) > 0 || len(req.ResourceNamesUnsubscribe) > 0 {
 		st.s.hub.subscribe(st.place, st.sig, i, sub.wildcard, sub.names)
+		if i == endpointIdx {
+			st.book.watch(sub.names)
+		}
 	}
 	if first || len(force) > 0 {
 		// The first request of a type is answered even when nothing is to
@@ -197,7 +213,7 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
 			continue
 		case exists:
 			resp.Resources = append(resp.Resources, &discoveryv3.Resource{Name: n, Version: r.version, Resource: r.body})
-			ch[n] = change{prev: prev, hadPrev: held, sent: r.version}
+			ch[n] = change{prev: prev, hadPrev: held, sent: r.version, res: r}
 			sub.has[n] = r.version
 			pr.note(r.changed, r.withdraws)
 		case held || force[n]:

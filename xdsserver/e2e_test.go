@@ -63,7 +63,14 @@ func publishServices(t *testing.T, pub *status.Publisher, svcs []status.ServiceI
 	for _, svc := range svcs[1:] {
 		names = append(names, svc.Namespace+"/"+svc.Name)
 	}
+	// The Nth table is built from store revision 1000+N.
+	next := uint64(1)
+	if cur := pub.Acquire(); cur != nil {
+		next = cur.Version() + 1
+		cur.Release()
+	}
 	_, err := pub.Build(func(b *status.Builder) error {
+		b.SetStoreRevision(1000 + next)
 		b.SetServices(status.NewNames(names...))
 		b.SetLocalities(status.NewNames("eu", "eu-1a"))
 		b.SetDirectory(dir)

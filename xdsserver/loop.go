@@ -70,6 +70,7 @@ type peer struct {
 	nonce  uint64
 	sig    *signal // woken when a resource the stream watches changes
 	joined bool    // registered with the hub (at its first request)
+	book   *ackBook
 	// allow says which services' resources the stream's token may see:
 	// those of others are, to it, resources that do not exist.
 	allow allowFunc
@@ -93,6 +94,7 @@ func (pe *peer) begin(node *corev3.Node, typeURL string) (int, bool, error) {
 			return 0, false, grpcstatus.Errorf(codes.Internal, "xdsserver: building resources: %v", err)
 		}
 		pe.joined = true
+		pe.book = pe.s.books.open(pe.place)
 	}
 	i, ok := typeIndex(typeURL)
 	if !ok {
@@ -105,6 +107,7 @@ func (pe *peer) begin(node *corev3.Node, typeURL string) (int, bool, error) {
 func (pe *peer) leave() {
 	if pe.joined {
 		pe.s.hub.leave(pe.place, pe.sig)
+		pe.s.books.close(pe.book)
 	}
 }
 

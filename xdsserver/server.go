@@ -52,11 +52,12 @@ type Config struct {
 type Server struct {
 	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
 
-	cfg Config
-	log *slog.Logger
-	m   *metrics
-	hub *hub
-	adm *admission
+	cfg   Config
+	log   *slog.Logger
+	m     *metrics
+	hub   *hub
+	adm   *admission
+	books books // what each stream's subscriber acknowledged
 	// open counts the open streams, peak the most open at once since the
 	// subscriber count was last written.
 	open, peak atomic.Int64

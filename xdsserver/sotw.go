@@ -22,6 +22,10 @@ type subscription struct {
 	// acknowledged, so that the next response is timed from what is new.
 	origin, newest, acked time.Time
 	withdraw              bool
+	// sentView and sentNames are what the last response carried, for
+	// the ack book once it is acknowledged.
+	sentView  *view
+	sentNames []string
 }
 
 // sotwStream is one state-of-the-world ADS stream: requests in order,
@@ -53,6 +57,9 @@ func (st *sotwStream) request(req *discoveryv3.DiscoveryRequest) error {
 		// newer nonce (state of the world ignores stale nonces).
 		return nil
 	}
+	if req.ErrorDetail == nil && req.ResponseNonce != "" && i == endpointIdx && sub.sentView != nil {
+		st.book.replace(sub.sentView, sub.sentNames)
+	}
 	if req.ErrorDetail == nil && req.ResponseNonce != "" && !sub.origin.IsZero() {
 		st.s.observeDelivery(sub.origin, sub.withdraw)
 		sub.origin, sub.withdraw, sub.acked = time.Time{}, false, sub.newest
@@ -75,6 +82,9 @@ func (st *sotwStream) request(req *discoveryv3.DiscoveryRequest) error {
 	sub.open = true
 	if first || changed {
 		st.s.hub.subscribe(st.place, st.sig, i, sub.wildcard, sub.names)
+		if i == endpointIdx {
+			st.book.watch(sub.names)
+		}
 		// The first request of a type is always answered, whatever
 		// version it names (a client reconnecting at a version may not
 		// hold it, field notes X5), and so is a change of names, even
@@ -151,7 +161,7 @@ func (st *sotwStream) send(i int, force bool) error {
 	if err != nil {
 		return err
 	}
-	sub.sent, sub.nonce = version, nonce
+	sub.sent, sub.nonce, sub.sentView, sub.sentNames = version, nonce, v, names
 	// Timed from the oldest change the subscriber has not acknowledged
 	// yet, a response it never acknowledged (superseded by this one)
 	// included; a withdrawal among them puts the response in that lane.

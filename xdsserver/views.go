@@ -61,6 +61,9 @@ type resource struct {
 	// marked it draining): it travels in the withdrawal lane.
 	changed   time.Time
 	withdraws bool
+	// rev is the store revision of that table: what `cairn endpoints`
+	// shows a subscriber holds.
+	rev uint64
 	// rotation lists an assignment's endpoints in rotation (HEALTHY or
 	// UNKNOWN), sorted, to tell the next change's lane.
 	rotation []string
@@ -364,10 +367,10 @@ func (h *hub) refreshPlace(t *status.Table, ps *placeState, common [numTypes]map
 					return err
 				}
 				r := a.res[cla.ClusterName]
-				r.changed, r.rotation = t.Built(), rotationOf(cla)
+				r.changed, r.rev, r.rotation = t.Built(), t.StoreRevision(), rotationOf(cla)
 				if prev, ok := old[cla.ClusterName]; ok {
 					if prev.version == r.version {
-						r.changed = prev.changed // unchanged: still the old change
+						r.changed, r.rev = prev.changed, prev.rev // unchanged: still the old change
 					}
 					r.withdraws = !subset(prev.rotation, r.rotation)
 				}

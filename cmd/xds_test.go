@@ -108,3 +108,66 @@ func TestXDSUsesTheClusterTokens(t *testing.T) {
 		t.Errorf("a stream without a token: %v, want UNAUTHENTICATED", err)
 	}
 }
+
+// TestEndpointsShowsSubscribers: `cairn endpoints` says how many of the
+// server's xDS subscribers hold the service's assignments, and of which
+// revision.
+func TestEndpointsShowsSubscribers(t *testing.T) {
+	s := startServer(t, "--dev")
+	ctx := t.Context()
+	f := filepath.Join(t.TempDir(), "svc.yaml")
+	if err := os.WriteFile(f, []byte("namespace: demo\nname: web\nports: [{name: http, number: 8080, protocol: tcp}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		if code, _, errs := run(t, "--addr", s.http, "apply", "-f", f); code != 0 {
+			return fmt.Errorf("apply: %d %q", code, errs)
+		}
+		return nil
+	})
+	if code, out, _ := run(t, "--addr", s.http, "endpoints", "demo/web"); code != 0 || !strings.Contains(out, "xDS subscribers on this server: none") {
+		t.Fatalf("endpoints before any subscriber: exit %d\n%s", code, out)
+	}
+	cc, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	eventually(t, 30*time.Second, func() error { // UNAVAILABLE until the table is built
+		stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
+		if err != nil {
+			return err
+		}
+		req := &discoveryv3.DiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNames: []string{"web.demo:http"}, Node: &corev3.Node{Id: "endpoints-test"}}
+		if err := stream.Send(req); err != nil {
+			return err
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		// A subscriber acknowledges every response until the test ends.
+		go func() {
+			for {
+				req.ResponseNonce, req.VersionInfo = resp.Nonce, resp.VersionInfo
+				if stream.Send(req) != nil {
+					return
+				}
+				if resp, err = stream.Recv(); err != nil {
+					return
+				}
+			}
+		}()
+		return nil
+	})
+	eventually(t, 30*time.Second, func() error {
+		code, out, errs := run(t, "--addr", s.http, "endpoints", "demo/web")
+		if code != 0 {
+			return fmt.Errorf("endpoints: exit %d %q", code, errs)
+		}
+		if !strings.Contains(out, "xDS subscribers on this server: 1, 0 behind (revision ") {
+			return fmt.Errorf("endpoints says\n%s", out)
+		}
+		return nil
+	})
+}

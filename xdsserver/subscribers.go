@@ -1,0 +1,168 @@
+package xdsserver
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/cairn-sd/cairn/wire"
+)
+
+// held is an assignment a subscriber acknowledged: its version, and the
+// store revision of the table that made that content.
+type held struct {
+	ns, svc, version string
+	rev              uint64
+}
+
+// ackBook is what one stream's subscriber has acknowledged of the
+// assignments, for the API's "who is behind" (SPEC §6, issue 11 item
+// 9). The stream writes it as acknowledgements come; the API reads it.
+type ackBook struct {
+	place place
+	mu    sync.Mutex
+	held  map[string]held // by assignment name
+	// watching is the assignments the subscriber named: one it holds
+	// nothing of yet is behind, at revision 0.
+	watching map[string]bool
+}
+
+// watch records the assignments the subscriber names.
+func (b *ackBook) watch(names map[string]bool) {
+	b.mu.Lock()
+	b.watching = maps.Clone(names)
+	b.mu.Unlock()
+}
+
+// set records that the subscriber holds r under name.
+func (b *ackBook) set(name string, r resource) {
+	b.mu.Lock()
+	b.held[name] = held{ns: r.ns, svc: r.svc, version: r.version, rev: r.rev}
+	b.mu.Unlock()
+}
+
+// drop records that the subscriber holds nothing under name.
+func (b *ackBook) drop(name string) {
+	b.mu.Lock()
+	delete(b.held, name)
+	b.mu.Unlock()
+}
+
+// replace records that the subscriber holds exactly names of v (a state
+// of the world response).
+func (b *ackBook) replace(v *view, names []string) {
+	b.mu.Lock()
+	clear(b.held)
+	for _, n := range names {
+		r := v.res[endpointIdx][n]
+		b.held[n] = held{ns: r.ns, svc: r.svc, version: r.version, rev: r.rev}
+	}
+	b.mu.Unlock()
+}
+
+// books is the set of open streams' ack books.
+type books struct {
+	mu  sync.Mutex
+	all map[*ackBook]struct{}
+}
+
+func (bs *books) open(p place) *ackBook {
+	b := &ackBook{place: p, held: map[string]held{}}
+	bs.mu.Lock()
+	if bs.all == nil {
+		bs.all = map[*ackBook]struct{}{}
+	}
+	bs.all[b] = struct{}{}
+	bs.mu.Unlock()
+	return b
+}
+
+func (bs *books) close(b *ackBook) {
+	bs.mu.Lock()
+	delete(bs.all, b)
+	bs.mu.Unlock()
+}
+
+// Subscribers returns this server's xDS subscribers holding assignments
+// of the service ns/svc, grouped by the store revision of what they
+// acknowledged, and how many of them hold something other than what
+// their place's current view has. A subscriber holding several of the
+// service's assignments (one per port) counts once, at the oldest.
+// Its cost is a pass over the open streams; it takes no lock a stream
+// waits on for longer than one stream's read.
+func (s *Server) Subscribers(ns, svc string) wire.XDSSubscribers {
+	s.books.mu.Lock()
+	all := make([]*ackBook, 0, len(s.books.all))
+	for b := range s.books.all {
+		all = append(all, b)
+	}
+	s.books.mu.Unlock()
+
+	type group struct{ n, behind int }
+	byRev := map[uint64]*group{}
+	out := wire.XDSSubscribers{Revisions: []wire.XDSRevision{}}
+	views := map[place]*view{}
+	for _, b := range all {
+		v, ok := views[b.place]
+		if !ok {
+			v = s.hub.view(b.place)
+			views[b.place] = v
+		}
+		found, behind, oldest := false, false, uint64(0)
+		count := func(rev uint64, late bool) {
+			if !found || rev < oldest {
+				oldest = rev
+			}
+			found, behind = true, behind || late
+		}
+		b.mu.Lock()
+		for name, h := range b.held {
+			if h.ns == ns && h.svc == svc {
+				count(h.rev, v == nil || v.res[endpointIdx][name].version != h.version)
+			}
+		}
+		for name := range b.watching {
+			if _, ok := b.held[name]; ok || !ofService(name, ns, svc) {
+				continue
+			}
+			if v != nil {
+				if _, exists := v.res[endpointIdx][name]; exists {
+					count(0, true) // named, existing, and nothing of it acknowledged
+				}
+			}
+		}
+		b.mu.Unlock()
+		if !found {
+			continue
+		}
+		g := byRev[oldest]
+		if g == nil {
+			g = &group{}
+			byRev[oldest] = g
+		}
+		g.n++
+		out.Subscribers++
+		if behind {
+			g.behind++
+			out.Behind++
+		}
+	}
+	for rev, g := range byRev {
+		out.Revisions = append(out.Revisions, wire.XDSRevision{Revision: rev, Subscribers: g.n, Behind: g.behind})
+	}
+	slices.SortFunc(out.Revisions, func(a, b wire.XDSRevision) int { return cmp.Compare(b.Revision, a.Revision) })
+	return out
+}
+
+// ofService reports whether an assignment's name, "<svc>.<ns>:<port>",
+// is one of ns/svc's (labels hold no dots or colons).
+func ofService(name, ns, svc string) bool {
+	rest, ok := strings.CutPrefix(name, svc+".")
+	if !ok {
+		return false
+	}
+	n, _, ok := strings.Cut(rest, ":")
+	return ok && n == ns
+}

@@ -1,0 +1,98 @@
+package xdsserver_test
+
+import (
+	"context"
+	"log/slog"
+	"reflect"
+	"testing"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+	cstatus "github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/wire"
+	"github.com/cairn-sd/cairn/xdsserver"
+)
+
+// waitSubscribers polls srv.Subscribers until it says want: a stream's
+// acknowledgement is handled on its own goroutine.
+func waitSubscribers(t *testing.T, srv *xdsserver.Server, ns, svc string, want wire.XDSSubscribers) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	var got wire.XDSSubscribers
+	for time.Now().Before(deadline) {
+		if got = srv.Subscribers(ns, svc); reflect.DeepEqual(got, want) {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("subscribers of %s/%s: %+v, want %+v", ns, svc, got, want)
+}
+
+func revs(rs ...wire.XDSRevision) wire.XDSSubscribers {
+	out := wire.XDSSubscribers{Revisions: append([]wire.XDSRevision{}, rs...)}
+	for _, r := range rs {
+		out.Subscribers += r.Subscribers
+		out.Behind += r.Behind
+	}
+	return out
+}
+
+// TestSubscribersByRevision: the server tells, per service, how many
+// subscribers hold the assignments of which store revision, and how many
+// are behind (issue 11 item 9): a subscriber that names a service counts
+// from then on, at revision 0 until it acknowledges; it moves when it
+// acknowledges a newer one, stays behind when it refuses, and is gone
+// when it unsubscribes or its stream ends. Over both protocols.
+func TestSubscribersByRevision(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
+	bs := fixedBackends()
+	publish(t, pub, bs, []cstatus.Entry{inRotation, inRotation}) // store revision 1001
+	srv, err := xdsserver.New(xdsserver.Config{Table: pub, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, srv)
+
+	waitSubscribers(t, srv, "shop", "pay", revs())
+	dctx, closeDelta := context.WithCancel(ctx)
+	d := newDeltaClient(t, dctx, addr)
+	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"}})
+	d.ack(d.recv(xdsserver.EndpointType), false)
+	sctx, closeSotW := context.WithCancel(ctx)
+	s := newADSClient(t, sctx, addr)
+	s.send(xdsserver.EndpointType, []string{"pay.shop:grpc"}, nil, false)
+	first := s.recv(xdsserver.EndpointType)
+	// Answered, so its subscription is recorded; not acknowledged yet:
+	// behind, holding nothing.
+	want0 := revs(wire.XDSRevision{Revision: 1001, Subscribers: 1}, wire.XDSRevision{Revision: 0, Subscribers: 1, Behind: 1})
+	waitSubscribers(t, srv, "shop", "pay", want0)
+	s.send(xdsserver.EndpointType, []string{"pay.shop:grpc"}, first, false)
+	waitSubscribers(t, srv, "shop", "pay", revs(wire.XDSRevision{Revision: 1001, Subscribers: 2}))
+	waitSubscribers(t, srv, "bank", "vault", revs())
+
+	// A withdrawal (revision 1002): the delta subscriber acknowledges it,
+	// the state-of-the-world one has not yet, then refuses it.
+	publish(t, pub, bs, []cstatus.Entry{inRotation, withdrawn})
+	d.ack(d.recv(xdsserver.EndpointType), false)
+	next := s.recv(xdsserver.EndpointType)
+	want := revs(wire.XDSRevision{Revision: 1002, Subscribers: 1}, wire.XDSRevision{Revision: 1001, Subscribers: 1, Behind: 1})
+	waitSubscribers(t, srv, "shop", "pay", want)
+	s.send(xdsserver.EndpointType, []string{"pay.shop:grpc"}, next, true)
+	// The stream handles requests in order: once this is answered, the
+	// refusal has been.
+	s.send(xdsserver.ListenerType, []string{"pay.shop"}, nil, false)
+	s.recv(xdsserver.ListenerType)
+	if got := srv.Subscribers("shop", "pay"); !reflect.DeepEqual(got, want) {
+		t.Errorf("after a refusal: %+v, want %+v", got, want)
+	}
+
+	// The delta stream unsubscribes; the other one ends.
+	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesUnsubscribe: []string{"pay.shop:grpc"}})
+	waitSubscribers(t, srv, "shop", "pay", revs(wire.XDSRevision{Revision: 1001, Subscribers: 1, Behind: 1}))
+	closeSotW()
+	waitSubscribers(t, srv, "shop", "pay", revs())
+	closeDelta()
+}
