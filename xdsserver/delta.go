@@ -21,6 +21,7 @@ const maxPending = 16
 // removal).
 type change struct {
 	prev    string
+	prevRot []string
 	hadPrev bool
 	sent    string
 	res     resource // what was sent
@@ -33,10 +34,14 @@ type deltaSub struct {
 	wildcard bool
 	names    map[string]bool   // explicit subscriptions
 	has      map[string]string // what the client holds, by name: its version
-	refused  map[string]string // versions the client refused, by name: never sent again
-	pending  map[string]pendingResp
-	order    []string  // pending's nonces, oldest first
-	since    time.Time // when the subscription opened: earlier changes are not its deliveries
+	// rot is the endpoints in rotation of what the client holds, by
+	// name, to tell a withdrawal from an admission; absent when unknown
+	// (a version the client held when it reconnected).
+	rot     map[string][]string
+	refused map[string]string // versions the client refused, by name: never sent again
+	pending map[string]pendingResp
+	order   []string  // pending's nonces, oldest first
+	since   time.Time // when the subscription opened: earlier changes are not its deliveries
 }
 
 // pendingResp is a response awaiting its acknowledgement: what it
@@ -100,6 +105,7 @@ func (st *deltaStream) request(req *discoveryv3.DeltaDiscoveryRequest) error {
 	if first {
 		sub.open, sub.since = true, st.s.cfg.Now()
 		sub.names, sub.has, sub.refused, sub.pending = map[string]bool{}, map[string]string{}, map[string]string{}, map[string]pendingResp{}
+		sub.rot = map[string][]string{}
 		// A reconnecting client says what it holds: what has not changed
 		// since is not sent again, what is gone is removed.
 		maps.Copy(sub.has, req.InitialResourceVersions)
@@ -128,6 +134,7 @@ func (st *deltaStream) request(req *discoveryv3.DeltaDiscoveryRequest) error {
 		}
 		delete(sub.names, n)
 		delete(sub.has, n) // so that a later subscription sends it again
+		delete(sub.rot, n)
 		if i == endpointIdx {
 			st.book.drop(n)
 		}
@@ -155,8 +162,14 @@ func (sub *deltaSub) refuse(ch map[string]change) {
 		}
 		if c.hadPrev {
 			sub.has[name] = c.prev
+			if c.prevRot != nil {
+				sub.rot[name] = c.prevRot
+			} else {
+				delete(sub.rot, name)
+			}
 		} else {
 			delete(sub.has, name)
+			delete(sub.rot, name)
 		}
 	}
 }
@@ -204,6 +217,14 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
 	resp := &discoveryv3.DeltaDiscoveryResponse{TypeUrl: typeURLs[i], SystemVersionInfo: strconv.FormatUint(v.table, 10)}
 	ch := map[string]change{}
 	pr := pendingResp{changes: ch, since: sub.since}
+	// Assignments travel in two lanes: what takes an endpoint out of
+	// rotation for this client goes at once; what only adds endpoints or
+	// changes weights may be held back (coalesced, or shed under load),
+	// and never holds a withdrawal up. Whether admissions may go is asked
+	// once, when the first one comes.
+	now := st.s.cfg.Now()
+	lanes := i == endpointIdx
+	asked, admit, admitting := false, false, false
 	for _, n := range names {
 		prev, held := sub.has[n]
 		r, exists := all[n]
@@ -212,16 +233,36 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
 		case exists && !force[n] && (held && prev == r.version || sub.refused[n] == r.version):
 			continue
 		case exists:
+			rot, known := sub.rot[n]
+			w := held && withdraws(rot, known, r)
+			// A resource the client does not hold yet goes at once: it may
+			// be waiting for it (a new cluster's assignment).
+			if lanes && held && !urgent(rot, known, r) && !force[n] {
+				if !asked {
+					asked, admit = true, st.admitNow(now)
+				}
+				if !admit {
+					continue
+				}
+				admitting = true
+			}
 			resp.Resources = append(resp.Resources, &discoveryv3.Resource{Name: n, Version: r.version, Resource: r.body})
-			ch[n] = change{prev: prev, hadPrev: held, sent: r.version, res: r}
-			sub.has[n] = r.version
-			pr.note(r.changed, r.withdraws)
+			ch[n] = change{prev: prev, prevRot: rot, hadPrev: held, sent: r.version, res: r}
+			sub.has[n], sub.rot[n] = r.version, r.rotation
+			pr.note(r.changed, w)
 		case held || force[n]:
 			resp.RemovedResources = append(resp.RemovedResources, n)
-			ch[n] = change{prev: prev, hadPrev: held}
+			ch[n] = change{prev: prev, prevRot: sub.rot[n], hadPrev: held}
 			delete(sub.has, n)
+			delete(sub.rot, n)
 			pr.note(v.built, held) // a removal of what the client held withdraws it
 		}
+	}
+	switch {
+	case admitting:
+		st.admitted(now)
+	case lanes && !asked:
+		st.caughtUp()
 	}
 	if len(ch) == 0 && !always {
 		return nil

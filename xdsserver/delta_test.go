@@ -257,7 +257,12 @@ func TestDeltaRequestDoesNotSwallowTableChange(t *testing.T) {
 	defer cancel()
 	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
 	twoServices(t, pub, false, []cstatus.Entry{inRotation, inRotation})
-	c := newDeltaClient(t, ctx, startXDS(t, pub))
+	// Admissions not coalesced: every round's change is answered at once.
+	srv, err := xdsserver.New(xdsserver.Config{Table: pub, AdmissionInterval: -1, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newDeltaClient(t, ctx, serve(t, srv))
 	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"}})
 	c.ack(c.recv(xdsserver.EndpointType), false)
 	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.ListenerType, ResourceNamesSubscribe: []string{"pay.shop"}})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
@@ -19,7 +20,7 @@ import (
 // requests in the order sent. A wake-up is never lost to a request
 // answered in between: changed sends every open type's differences from
 // what the stream last sent, whatever woke it.
-func serveLoop[Req any](ctx context.Context, wake <-chan struct{},
+func serveLoop[Req any](ctx context.Context, pe *peer,
 	recv func() (Req, error), request func(Req) error, changed func() error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -39,6 +40,11 @@ func serveLoop[Req any](ctx context.Context, wake <-chan struct{},
 			}
 		}
 	}()
+	// held fires when admissions held back are due (pe.lane.due).
+	held := time.NewTimer(time.Hour)
+	held.Stop()
+	defer held.Stop()
+	var armed time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -52,9 +58,21 @@ func serveLoop[Req any](ctx context.Context, wake <-chan struct{},
 			if err := request(req); err != nil {
 				return err
 			}
-		case <-wake:
+		case <-pe.sig.ch:
 			if err := changed(); err != nil {
 				return err
+			}
+		case <-held.C:
+			armed = time.Time{}
+			pe.lane.due = time.Time{}
+			if err := changed(); err != nil {
+				return err
+			}
+		}
+		if due := pe.lane.due; !due.Equal(armed) {
+			held.Stop()
+			if armed = due; !due.IsZero() {
+				held.Reset(max(0, due.Sub(pe.s.cfg.Now())))
 			}
 		}
 	}
@@ -71,6 +89,9 @@ type peer struct {
 	sig    *signal // woken when a resource the stream watches changes
 	joined bool    // registered with the hub (at its first request)
 	book   *ackBook
+	// lane holds back admissions of assignments (endpoints added,
+	// weights changed) while withdrawals go at once.
+	lane lane
 	// allow says which services' resources the stream's token may see:
 	// those of others are, to it, resources that do not exist.
 	allow allowFunc
@@ -131,5 +152,5 @@ func serve[Req any](s *Server, ctx context.Context, pe *peer,
 	}
 	defer s.opened()()
 	defer pe.leave()
-	return serveLoop(ctx, pe.sig.ch, recv, request, changed)
+	return serveLoop(ctx, pe, recv, request, changed)
 }

@@ -12,6 +12,7 @@ type metrics struct {
 	dropped   prometheus.Gauge
 	refreshes prometheus.Counter
 	delivery  *prometheus.HistogramVec // by lane
+	deferred  *prometheus.CounterVec   // by reason
 }
 
 // typeLabel is the short name of a type URL in metrics.
@@ -30,13 +31,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		delivery: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "cairn_xds_delivery_seconds",
 			Help:    "From the status table that changed a resource to the subscriber's acknowledgement of it, by lane: withdrawal (an endpoint out of rotation, or a resource removed) or admission (everything else). SPEC §4's budgets: 5 s and 30 s.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}, []string{"lane"}),
+		deferred: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_xds_admissions_deferred_total",
+			Help: "Times a stream held back admissions (endpoints added, weights changed) while withdrawals went on: to coalesce them (coalesce) or because the server's admission budget was spent (shed)."}, []string{"reason"}),
 		refreshes: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_xds_table_refreshes_total",
 			Help: "Status tables the xDS hub followed (with no stream it follows them without building anything)."}),
 		dropped: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_xds_duplicate_endpoints",
 			Help: "Endpoints left out of the latest assignments because another instance of their service has their address and port."}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.streams, m.refused, m.responses, m.nacks, m.dropped, m.refreshes, m.delivery} {
+		for _, c := range []prometheus.Collector{m.streams, m.refused, m.responses, m.nacks, m.dropped, m.refreshes, m.delivery, m.deferred} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

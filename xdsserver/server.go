@@ -37,6 +37,19 @@ type Config struct {
 	SubscribersFile string
 	// Now is the clock of the admission cap; defaults to time.Now.
 	Now func() time.Time
+	// AdmissionInterval is how often one stream may be sent admissions
+	// (endpoints added, weights changed), coalesced in between;
+	// withdrawals go at once. Defaults to DefaultAdmissionInterval;
+	// negative: admissions are not coalesced.
+	AdmissionInterval time.Duration
+	// AdmissionRate is how many admission responses a second the server
+	// sends in all; beyond it admissions wait (shed first under load)
+	// while withdrawals go on. Defaults to DefaultAdmissionRate; a
+	// negative rate means no limit.
+	AdmissionRate float64
+	// MaxAdmissionDelay bounds how long an admission is held back.
+	// Defaults to DefaultMaxAdmissionDelay.
+	MaxAdmissionDelay time.Duration
 	// Authorizer returns the tokens in force (they change while the
 	// server runs): each stream is authenticated as it opens and sees
 	// only the services its token may read. Nil, or an authorizer with
@@ -58,6 +71,7 @@ type Server struct {
 	hub   *hub
 	adm   *admission
 	books books // what each stream's subscriber acknowledged
+	gate  *gate // the admission lane's budget
 	// open counts the open streams, peak the most open at once since the
 	// subscriber count was last written.
 	open, peak atomic.Int64
@@ -74,6 +88,15 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.AdmissionInterval == 0 {
+		cfg.AdmissionInterval = DefaultAdmissionInterval
+	}
+	if cfg.AdmissionRate == 0 {
+		cfg.AdmissionRate = DefaultAdmissionRate
+	}
+	if cfg.MaxAdmissionDelay == 0 {
+		cfg.MaxAdmissionDelay = DefaultMaxAdmissionDelay
 	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
@@ -92,7 +115,7 @@ func New(cfg Config) (*Server, error) {
 	if expected > 0 {
 		log.Info("admitting xDS subscribers gradually after a restart", "expected", expected, "per_10s", adm.perWindow)
 	}
-	return &Server{cfg: cfg, log: log, m: m, hub: newHub(cfg.Table, m), adm: adm}, nil
+	return &Server{cfg: cfg, log: log, m: m, hub: newHub(cfg.Table, m), adm: adm, gate: newGate(cfg.AdmissionRate)}, nil
 }
 
 // admit runs the checks every new stream passes: the table is loaded,

@@ -1,6 +1,7 @@
 package xdsserver
 
 import (
+	"slices"
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -125,6 +126,45 @@ func (sub *subscription) update(i int, names []string, first bool) bool {
 	return changed
 }
 
+// withdraws reports whether sending names of v to the subscription's
+// client takes an endpoint out of rotation for it, from what it was last
+// sent.
+func (st *sotwStream) withdraws(sub *subscription, v *view, names []string) bool {
+	return st.withdrawsFrom(sub.sentView, sub.sentNames, v, names)
+}
+
+// fills reports whether sending names of v brings the client an
+// assignment it did not have (a new cluster's, which it may be waiting
+// for), or the first endpoints in rotation to one that had none: either
+// goes at once.
+func (st *sotwStream) fills(sub *subscription, v *view, names []string) bool {
+	for _, n := range names {
+		if _, had := slices.BinarySearch(sub.sentNames, n); !had {
+			return true
+		}
+		if len(sub.sentView.res[endpointIdx][n].rotation) == 0 && len(v.res[endpointIdx][n].rotation) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// withdrawsFrom reports whether replacing the assignments prevNames of
+// prev by names of v takes an endpoint out of rotation: an assignment
+// gone, or one that lost an endpoint in rotation.
+func (st *sotwStream) withdrawsFrom(prev *view, prevNames []string, v *view, names []string) bool {
+	for _, n := range prevNames {
+		r, ok := v.res[endpointIdx][n]
+		if _, in := slices.BinarySearch(names, n); !ok || !in { // names are sorted
+			return true
+		}
+		if !subset(prev.res[endpointIdx][n].rotation, r.rotation) {
+			return true
+		}
+	}
+	return false
+}
+
 // tableChanged sends, in make-before-break order, a response for every
 // open subscription whose content changed.
 func (st *sotwStream) tableChanged() error {
@@ -149,7 +189,21 @@ func (st *sotwStream) send(i int, force bool) error {
 	sub := &st.subs[i]
 	res, names, version := v.pick(i, sub.wildcard, sub.names, st.allow)
 	if !force && (version == sub.sent || version == sub.refused) {
+		if i == endpointIdx {
+			st.caughtUp()
+		}
 		return nil
+	}
+	// Assignments travel in two lanes (see deltaStream.send): a response
+	// that takes an endpoint out of rotation for this client goes at
+	// once, carrying whatever else changed; one that only adds endpoints
+	// or changes weights may be held back.
+	withdrawal, laned := true, false
+	if i == endpointIdx && !force && sub.sentView != nil {
+		withdrawal = st.withdraws(sub, v, names)
+		if laned = !withdrawal && !st.fills(sub, v, names); laned && !st.admitNow(st.s.cfg.Now()) {
+			return nil
+		}
 	}
 	nonce := st.nextNonce()
 	err := st.stream.Send(&discoveryv3.DiscoveryResponse{
@@ -161,10 +215,20 @@ func (st *sotwStream) send(i int, force bool) error {
 	if err != nil {
 		return err
 	}
+	prevView, prevNames := sub.sentView, sub.sentNames
 	sub.sent, sub.nonce, sub.sentView, sub.sentNames = version, nonce, v, names
+	switch {
+	case laned:
+		st.admitted(st.s.cfg.Now())
+	case i == endpointIdx:
+		st.caughtUp() // a response carries every change: nothing is held back
+	}
 	// Timed from the oldest change the subscriber has not acknowledged
 	// yet, a response it never acknowledged (superseded by this one)
 	// included; a withdrawal among them puts the response in that lane.
+	if i == endpointIdx && prevView != nil {
+		sub.withdraw = sub.withdraw || withdrawal && st.withdrawsFrom(prevView, prevNames, v, names)
+	}
 	for _, n := range names {
 		r := v.res[i][n]
 		if r.changed.After(sub.newest) {
@@ -174,7 +238,9 @@ func (st *sotwStream) send(i int, force bool) error {
 			if sub.origin.IsZero() || r.changed.Before(sub.origin) {
 				sub.origin = r.changed
 			}
-			sub.withdraw = sub.withdraw || r.withdraws
+			if i != endpointIdx {
+				sub.withdraw = sub.withdraw || r.withdraws
+			}
 		}
 	}
 	st.s.m.responses.WithLabelValues(typeLabel[i]).Inc()
