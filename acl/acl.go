@@ -298,6 +298,10 @@ const (
 	// ProbeResults sends a server's probe results to the leader: an
 	// admin, or a prober token that names its node (see ProbeObserver).
 	ProbeResults
+	// ForwardOutcomes sends to the leader the outcomes a server's xDS
+	// subscribers reported over LRS, each under the observer the server
+	// authenticated: an admin, or a prober token that names its node.
+	ForwardOutcomes
 )
 
 // Allows reports whether id may do act on the namespace, service and
@@ -327,7 +331,7 @@ func (id Identity) Allows(act Action, ns, svc, inst string) bool {
 		switch act {
 		case Read, ReadCluster:
 			return true
-		case ProbeResults:
+		case ProbeResults, ForwardOutcomes:
 			return id.Node != ""
 		}
 	case Instance:

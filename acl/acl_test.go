@@ -329,8 +329,8 @@ func TestAllowsMatrix(t *testing.T) {
 }
 
 // TestProbeRights: outcomes are a caller's (never a prober's); probe
-// results are a server's, and a prober token sends them only when it
-// names its node.
+// results, and the outcomes a server's xDS subscribers reported, are a
+// server's, and a prober token sends them only when it names its node.
 func TestProbeRights(t *testing.T) {
 	a, err := acl.New(acl.Config{Enabled: true, Tokens: append(tokens(),
 		acl.Token{Secret: "prober-n1-secret-0123456", Scope: acl.Prober, Node: "n1"})})
@@ -367,6 +367,11 @@ func TestProbeRights(t *testing.T) {
 		}
 		if got := c.id.Allows(acl.ProbeResults, "", "", ""); got != c.probes {
 			t.Errorf("%s may send probe results: %v, want %v", c.name, got, c.probes)
+		}
+		// Forwarding subscribers' load reports is a server's, like probe
+		// results.
+		if got := c.id.Allows(acl.ForwardOutcomes, "", "", ""); got != c.probes {
+			t.Errorf("%s may forward xDS outcomes: %v, want %v", c.name, got, c.probes)
 		}
 	}
 }

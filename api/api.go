@@ -194,6 +194,7 @@ func (s *Server) routes() {
 		s.finish(w, r, "status", acl.Identity{}, s.status)
 	})
 	m.HandleFunc("POST /v1/outcomes", s.write("outcomes", s.outcomes))
+	m.HandleFunc("POST /v1/internal/outcomes", s.write("forwarded_outcomes", s.forwardedOutcomes))
 	m.HandleFunc("POST /v1/internal/probe-results", s.writeLimit("probe_results", maxProbeBody, s.probeResults))
 	m.HandleFunc("GET /v1/members", s.read("members", s.members))
 	m.HandleFunc("POST /v1/members", s.write("join", s.join))

@@ -51,6 +51,39 @@ func (s *Server) outcomes(w http.ResponseWriter, r *http.Request, id acl.Identit
 	return http.StatusAccepted, h.Outcomes(id.Name, rep), nil
 }
 
+// forwardedOutcomes takes POST /v1/internal/outcomes: the load reports
+// a server's xDS subscribers sent it over LRS, each under the caller the
+// server authenticated (an observer named "xds:…"). Only a server may
+// send them: an admin, or a prober token that names its node.
+func (s *Server) forwardedOutcomes(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
+	if !id.Allows(acl.ForwardOutcomes, "", "", "") {
+		return 0, nil, fmt.Errorf("%s token may not forward xDS outcomes (a server's prober token naming its node may): %w", id.Scope, acl.ErrDenied)
+	}
+	var b wire.OutcomeBatch
+	if err := decode(r, &b); err != nil {
+		return 0, nil, err
+	}
+	if err := b.Validate(); err != nil {
+		return 0, nil, badRequest("body", "%v", err)
+	}
+	h, err := s.evaluating()
+	if err != nil {
+		return 0, nil, err
+	}
+	reply := wire.OutcomeReply{Discarded: map[string]int{}}
+	for _, rep := range b.Reports {
+		one := h.Outcomes(rep.Observer, rep.OutcomeReport)
+		reply.Accepted += one.Accepted
+		for why, n := range one.Discarded {
+			reply.Discarded[why] += n
+		}
+	}
+	if len(reply.Discarded) == 0 {
+		reply.Discarded = nil
+	}
+	return http.StatusAccepted, reply, nil
+}
+
 // probeResults takes POST /v1/internal/probe-results: a server's batch of
 // probe results. The observer is the token's: a prober token reports as
 // the node it names (a report naming no observer is taken as that node's,

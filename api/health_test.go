@@ -405,3 +405,31 @@ func TestProbeResultsAttributedByToken(t *testing.T) {
 		t.Fatalf("an admin's report as n1: %+v, want it accepted", got)
 	}
 }
+
+// TestForwardedOutcomesRoute: only a server (a prober token that names
+// its node, or an admin) forwards its xDS subscribers' load reports; each
+// report's outcomes are taken under its xds: observer.
+func TestForwardedOutcomesRoute(t *testing.T) {
+	e, regs, _ := probeEnv(t)
+	inc := regs["p-1"].Incarnation
+	body := func(observer string) string {
+		return mustJSON(map[string]any{"reports": []map[string]any{
+			{"observer": observer, "endpoints": []map[string]any{outcome("p-1", inc, 9, 1, 0)}}}})
+	}
+	for _, secret := range []string{readerSecret, registrarSecret, instanceSecret} {
+		r := e.call(t, http.MethodPost, "/v1/internal/outcomes", secret, body("xds:envoy-1"))
+		wantError(t, r, http.StatusForbidden, wire.CodeDenied, "forward xDS outcomes")
+	}
+	r := e.call(t, http.MethodPost, "/v1/internal/outcomes", proberN1Secret, body("envoy-1"))
+	wantError(t, r, http.StatusBadRequest, wire.CodeInvalid, "reports[0].observer")
+
+	r = e.call(t, http.MethodPost, "/v1/internal/outcomes", proberN1Secret, body("xds:envoy-1"))
+	wantStatus(t, r, http.StatusAccepted)
+	if got := decodeAs[wire.OutcomeReply](t, r); got.Accepted != 1 || len(got.Discarded) != 0 {
+		t.Fatalf("reply %+v, want 1 accepted", got)
+	}
+	ev, _ := e.health.Evidence("shop/pay/p-1", inc)
+	if !slices.ContainsFunc(ev, func(x wire.ClassEvidence) bool { return x.Class == "outcome" && x.Observer == "xds:envoy-1" }) {
+		t.Fatalf("p-1 evidence %+v, want an outcome window from xds:envoy-1", ev)
+	}
+}

@@ -422,6 +422,15 @@ func (c *Client) Outcomes(ctx context.Context, rep wire.OutcomeReport) (wire.Out
 	return out, err
 }
 
+// ForwardOutcomes sends the leader what this server's xDS subscribers
+// reported over LRS (POST /v1/internal/outcomes); servers call it, not
+// operators.
+func (c *Client) ForwardOutcomes(ctx context.Context, b wire.OutcomeBatch) (wire.OutcomeReply, error) {
+	var out wire.OutcomeReply
+	err := c.json(ctx, http.MethodPost, "/v1/internal/outcomes", b, &out)
+	return out, err
+}
+
 // ProbeResults sends a server's probe batch to the leader (POST
 // /v1/internal/probe-results); servers call it, not operators.
 func (c *Client) ProbeResults(ctx context.Context, rep wire.ProbeReport) (wire.ProbeReply, error) {

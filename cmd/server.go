@@ -309,7 +309,11 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 		st *store.Store // the DNS server's LastSync reads them once it runs, after both are made
 		hn *health.Node
 		a  *api.Server // the xDS server's streams read its tokens once they come, after it is made
+		// lrsPush hands the leader what xDS subscribers report, once the
+		// store it finds the leader in is open.
+		lrsPush = &leaderPush{token: cfg.ProbeToken}
 	)
+	defer lrsPush.close()
 	table, err := status.New(status.Config{Capacity: cfg.TableCapacity})
 	if err != nil {
 		return err
@@ -339,7 +343,8 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 		// A table built from a synced store, or the one kept on disk: never
 		// a partial view, which a client would apply.
 		Ready:      func() bool { return !hn.Synced().IsZero() || hn.Restored() },
-		Authorizer: func() *acl.Authorizer { return a.Authorizer() }})
+		Authorizer: func() *acl.Authorizer { return a.Authorizer() },
+		Outcomes:   func(ctx context.Context, b wire.OutcomeBatch) error { return lrsPush.outcomes(ctx, hn, b) }})
 	if err != nil {
 		return err
 	}
@@ -385,6 +390,7 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 		}
 	}
 	push := &leaderPush{st: st, token: cfg.ProbeToken}
+	lrsPush.st = st
 	defer push.close()
 	tablePath := filepath.Join(cfg.DataDir, TableFile)
 	kept, err := tablefile.Load(tablePath)
@@ -538,20 +544,47 @@ type leaderPush struct {
 // send is health.Config.Push; the health loop calls it from one
 // goroutine.
 func (p *leaderPush) send(ctx context.Context, r wire.ProbeReport) (wire.ProbeReply, error) {
+	cl, err := p.leader()
+	if err != nil {
+		return wire.ProbeReply{}, err
+	}
+	return cl.ProbeResults(ctx, r)
+}
+
+// outcomes is xdsserver.Config.Outcomes: the leader's evaluator takes
+// what subscribers reported over LRS; a follower forwards it there. The
+// xDS server calls it from one goroutine.
+func (p *leaderPush) outcomes(ctx context.Context, hn *health.Node, b wire.OutcomeBatch) error {
+	if hn.Leading() {
+		for _, r := range b.Reports {
+			hn.Outcomes(r.Observer, r.OutcomeReport)
+		}
+		return nil
+	}
+	cl, err := p.leader()
+	if err != nil {
+		return err
+	}
+	_, err = cl.ForwardOutcomes(ctx, b)
+	return err
+}
+
+// leader returns a client of the leader's API.
+func (p *leaderPush) leader() (*client.Client, error) {
 	_, addr := p.st.Leader()
 	if addr == "" {
-		return wire.ProbeReply{}, store.ErrNoLeader
+		return nil, store.ErrNoLeader
 	}
 	if addr != p.addr || p.cl == nil {
 		p.close()
 		cl, err := client.New(addr, p.token)
 		if err != nil {
-			return wire.ProbeReply{}, err
+			return nil, err
 		}
 		cl.RetryFor = -1 // the next batch comes soon enough
 		p.cl, p.addr = cl, addr
 	}
-	return p.cl.ProbeResults(ctx, r)
+	return p.cl, nil
 }
 
 func (p *leaderPush) close() {

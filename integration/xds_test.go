@@ -42,7 +42,11 @@ func TestXDSGRPCClient(t *testing.T) {
 	regs := map[string]uint64{}
 	for i, a := range addrs {
 		id := fmt.Sprintf("g-%d", i)
-		r := registerLoopback(ctx, t, c, svc, id, port, func(r *wire.Registration) { r.Addresses = []string{a} })
+		// Each alone in its zone: grpc-go reports its loads per locality,
+		// and a locality's totals are one instance's only when it is alone.
+		r := registerLoopback(ctx, t, c, svc, id, port, func(r *wire.Registration) {
+			r.Addresses, r.Region, r.Zone = []string{a}, "r1", fmt.Sprintf("z%d", i)
+		})
 		regs[id] = r.Incarnation
 	}
 	waitAllHealthy(ctx, t, c.Nodes, svc, "g-0", "g-1")
@@ -92,5 +96,26 @@ func TestXDSGRPCClient(t *testing.T) {
 			return fmt.Errorf("20 calls after the drain reached %v", got)
 		}
 		return nil
+	})
+
+	// The client reports its loads over LRS to the follower, which hands
+	// them to the leader: caller-observed evidence about g-0, from the
+	// client's node.
+	leader, err := c.Leader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 30*time.Second, func() error {
+		calls(5)
+		es, err := endpointsOn(ctx, leader, svc)
+		if err != nil {
+			return err
+		}
+		for _, ev := range es["g-0"].Evidence {
+			if ev.Class == "outcome" && ev.Observer == "xds:xds-test" && ev.OK {
+				return nil
+			}
+		}
+		return fmt.Errorf("the leader holds no passing outcome evidence about g-0 from xds:xds-test: %+v", es["g-0"].Evidence)
 	})
 }

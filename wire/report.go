@@ -1,7 +1,9 @@
 package wire
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -115,4 +117,48 @@ func (r OutcomeReport) Validate() error {
 // Key returns the key of the instance e counts calls to.
 func (e EndpointOutcome) Key() InstanceKey {
 	return InstanceKey{Namespace: e.Namespace, Service: e.Service, ID: e.Instance}
+}
+
+// ObservedOutcomes is one caller's outcome counts as an xDS server
+// forwards them: the caller (observer) it authenticated on its load
+// reporting stream, and what it reported.
+type ObservedOutcomes struct {
+	Observer string `json:"observer"`
+	OutcomeReport
+}
+
+// OutcomeBatch is POST /v1/internal/outcomes: what a server's xDS
+// subscribers reported over LRS, as caller outcomes, forwarded to the
+// leader. Each observer's name starts with "xds:".
+type OutcomeBatch struct {
+	Reports []ObservedOutcomes `json:"reports"`
+}
+
+// MaxOutcomeBatch bounds the reports of one OutcomeBatch.
+const MaxOutcomeBatch = 1000
+
+// Validate checks b: 1 to MaxOutcomeBatch reports, each from an observer
+// named "xds:" and up to 256 printable characters without spaces, each a
+// valid OutcomeReport.
+func (b OutcomeBatch) Validate() error {
+	if len(b.Reports) == 0 {
+		return invalid("reports", "at least one report is required")
+	}
+	if len(b.Reports) > MaxOutcomeBatch {
+		return invalid("reports", "at most %d per batch, got %d", MaxOutcomeBatch, len(b.Reports))
+	}
+	for i, r := range b.Reports {
+		f := fmt.Sprintf("reports[%d]", i)
+		if !strings.HasPrefix(r.Observer, "xds:") || len(r.Observer) > 256 || strings.ContainsFunc(r.Observer, func(c rune) bool { return c <= ' ' || c > '~' }) {
+			return invalid(f+".observer", `must start with "xds:" and be at most 256 printable characters without spaces, got %q`, r.Observer)
+		}
+		if err := r.OutcomeReport.Validate(); err != nil {
+			var fe *FieldError
+			if errors.As(err, &fe) {
+				return invalid(f+"."+fe.Field, "%s", fe.Rule)
+			}
+			return err
+		}
+	}
+	return nil
 }

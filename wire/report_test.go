@@ -55,3 +55,43 @@ func TestOutcomeReportValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestOutcomeBatchValidate(t *testing.T) {
+	ok := EndpointOutcome{Namespace: "shop", Service: "cart", Instance: "a", Incarnation: 3, Success: 10}
+	rep := func(observer string, eps ...EndpointOutcome) ObservedOutcomes {
+		return ObservedOutcomes{Observer: observer, OutcomeReport: OutcomeReport{Endpoints: eps}}
+	}
+	many := make([]ObservedOutcomes, MaxOutcomeBatch+1)
+	for i := range many {
+		many[i] = rep("xds:n", ok)
+	}
+	tests := []struct {
+		name    string
+		reports []ObservedOutcomes
+		field   string // the field the error must name first; "" for valid
+	}{
+		{"one report", []ObservedOutcomes{rep("xds:node-1", ok)}, ""},
+		{"a token's identity", []ObservedOutcomes{rep("xds:reader:t0123abcd", ok), rep("xds:node-2", ok)}, ""},
+		{"no reports", nil, "reports"},
+		{"too many reports", many, "reports"},
+		{"not an xds observer", []ObservedOutcomes{rep("node-1", ok)}, "reports[0].observer"},
+		{"observer with a space", []ObservedOutcomes{rep("xds:node-1", ok), rep("xds:a b", ok)}, "reports[1].observer"},
+		{"observer too long", []ObservedOutcomes{rep("xds:" + strings.Repeat("a", 253), ok)}, "reports[0].observer"},
+		{"no endpoints", []ObservedOutcomes{rep("xds:n")}, "reports[0].endpoints"},
+		{"bad endpoint", []ObservedOutcomes{rep("xds:n", ok, EndpointOutcome{Namespace: "shop", Service: "cart", Instance: "b"})}, "reports[0].endpoints[1].incarnation"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := OutcomeBatch{Reports: tc.reports}.Validate()
+			if tc.field == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v, want nil", err)
+				}
+				return
+			}
+			if err == nil || !errors.Is(err, ErrInvalid) || !strings.HasPrefix(err.Error(), tc.field+": ") {
+				t.Fatalf("Validate: %v, want an ErrInvalid naming %s", err, tc.field)
+			}
+		})
+	}
+}

@@ -100,11 +100,15 @@ func loadSubscribers(path string) (int, error) {
 // Config.SubscribersFile every persistEvery when it changed, so that the
 // next start knows how many subscribers to expect; nothing at shutdown,
 // when the streams are closing and the count of those about to reconnect
-// is the one already written.
+// is the one already written. With Config.Outcomes set, it hands on what
+// load reports said once a second.
 func (s *Server) Run(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() { defer close(done); s.hub.run(ctx) }()
-	defer func() { <-done }()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { s.hub.run(ctx) })
+	if s.cfg.Outcomes != nil {
+		wg.Go(func() { s.forwardOutcomes(ctx) })
+	}
 	if s.cfg.SubscribersFile == "" {
 		<-ctx.Done()
 		return nil

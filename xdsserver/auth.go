@@ -16,34 +16,36 @@ import (
 // nil allows everything (ACLs off).
 type allowFunc func(ns, svc string) bool
 
-func (f allowFunc) allows(r resource) bool { return f == nil || f(r.ns, r.svc) }
+func (f allowFunc) allows(r resource) bool { return f.service(r.ns, r.svc) }
+
+func (f allowFunc) service(ns, svc string) bool { return f == nil || f(ns, svc) }
 
 // authorize authenticates a stream by the token in its metadata
 // ("authorization: Bearer TOKEN", as grpc-go's call credentials send
-// it) and returns what the token may watch: the services it may read
-// (SPEC §8). A stream without a token, or with one the server does not
-// know, is refused with UNAUTHENTICATED before it counts towards the
-// admission cap.
-func (s *Server) authorize(ctx context.Context) (allowFunc, error) {
+// it) and returns what the token may watch, the services it may read
+// (SPEC §8), and the token's identity ("" with ACLs off). A stream
+// without a token, or with one the server does not know, is refused
+// with UNAUTHENTICATED before it counts towards the admission cap.
+func (s *Server) authorize(ctx context.Context) (allowFunc, string, error) {
 	if s.cfg.Authorizer == nil {
-		return nil, nil
+		return nil, "", nil
 	}
 	a := s.cfg.Authorizer()
 	if a == nil || !a.Enabled() {
-		return nil, nil
+		return nil, "", nil
 	}
 	tok, err := bearer(ctx)
 	if err == nil {
 		var id acl.Identity
 		if id, err = a.Authenticate(tok); err == nil {
-			return func(ns, svc string) bool { return id.Allows(acl.Read, ns, svc, "") }, nil
+			return func(ns, svc string) bool { return id.Allows(acl.Read, ns, svc, "") }, id.Name, nil
 		}
 	}
 	s.m.refused.WithLabelValues("unauthenticated").Inc()
 	if errors.Is(err, acl.ErrUnknownToken) {
-		return nil, grpcstatus.Error(codes.Unauthenticated, "xdsserver: unknown token")
+		return nil, "", grpcstatus.Error(codes.Unauthenticated, "xdsserver: unknown token")
 	}
-	return nil, grpcstatus.Errorf(codes.Unauthenticated, "xdsserver: %v", err)
+	return nil, "", grpcstatus.Errorf(codes.Unauthenticated, "xdsserver: %v", err)
 }
 
 // bearer returns the token of the stream's "authorization" metadata.

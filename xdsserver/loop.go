@@ -142,7 +142,7 @@ func (pe *peer) nextNonce() string {
 // ends: the checks every stream passes, its count, and its loop.
 func serve[Req any](s *Server, ctx context.Context, pe *peer,
 	recv func() (Req, error), request func(Req) error, changed func() error) error {
-	allow, err := s.authorize(ctx)
+	allow, _, err := s.authorize(ctx)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ type metrics struct {
 	refreshes prometheus.Counter
 	delivery  *prometheus.HistogramVec // by lane
 	deferred  *prometheus.CounterVec   // by reason
+	loads     *prometheus.CounterVec   // by result
 }
 
 // typeLabel is the short name of a type URL in metrics.
@@ -33,13 +34,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}, []string{"lane"}),
 		deferred: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_xds_admissions_deferred_total",
 			Help: "Times a stream held back admissions (endpoints added, weights changed) while withdrawals went on: to coalesce them (coalesce) or because the server's admission budget was spent (shed)."}, []string{"reason"}),
+		loads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_xds_load_stats_total",
+			Help: "Load statistics subscribers reported over LRS, by what became of them: taken as outcomes of one endpoint (endpoint), of a locality's only endpoint in rotation (locality); not attributable to one instance (unattributed); of a cluster the server does not serve or the caller may not read (unknown_cluster); reports the leader could not be handed (not_forwarded)."}, []string{"result"}),
 		refreshes: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_xds_table_refreshes_total",
 			Help: "Status tables the xDS hub followed (with no stream it follows them without building anything)."}),
 		dropped: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_xds_duplicate_endpoints",
 			Help: "Endpoints left out of the latest assignments because another instance of their service has their address and port."}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.streams, m.refused, m.responses, m.nacks, m.dropped, m.refreshes, m.delivery, m.deferred} {
+		for _, c := range []prometheus.Collector{m.streams, m.refused, m.responses, m.nacks, m.dropped, m.refreshes, m.delivery, m.deferred, m.loads} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -88,9 +88,9 @@ func adsSource() *corev3.ConfigSource {
 // round robin (the policy every client supports: grpc-go accepts only
 // round robin, ring hash and least request), and outlier detection
 // bounded by the service's max_ejection_percent.
-func buildCluster(svc status.ServiceInfo, port string) *clusterv3.Cluster {
+func buildCluster(svc status.ServiceInfo, port string, lrs bool) *clusterv3.Cluster {
 	name := ClusterName(svc, port)
-	return &clusterv3.Cluster{
+	c := &clusterv3.Cluster{
 		Name:                 name,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
 		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{ServiceName: name, EdsConfig: adsSource()},
@@ -100,6 +100,13 @@ func buildCluster(svc status.ServiceInfo, port string) *clusterv3.Cluster {
 			MaxEjectionPercent: wrapperspb.UInt32(uint32(min(max(svc.MaxEjectionPercent, 0), 100))),
 		},
 	}
+	if lrs {
+		// Report loads to the server that sent the cluster (grpc-go
+		// opens its LRS stream from this; Envoy from its bootstrap).
+		c.LrsServer = &corev3.ConfigSource{ConfigSourceSpecifier: &corev3.ConfigSource_Self{Self: &corev3.SelfConfigSource{}},
+			ResourceApiVersion: corev3.ApiVersion_V3}
+	}
+	return c
 }
 
 // buildListener returns an API listener (what a gRPC client resolves

@@ -220,7 +220,7 @@ func TestAssignmentWithoutEndpoints(t *testing.T) {
 
 func TestClusterAndListeners(t *testing.T) {
 	_, _, svc := table(t)
-	c := buildCluster(svc, "grpc")
+	c := buildCluster(svc, "grpc", false)
 	if c.Name != "pay.shop:grpc" || c.GetEdsClusterConfig().ServiceName != "pay.shop:grpc" ||
 		c.GetEdsClusterConfig().GetEdsConfig().GetAds() == nil || c.OutlierDetection.MaxEjectionPercent.GetValue() != 10 {
 		t.Errorf("cluster %v", c)

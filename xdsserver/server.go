@@ -1,12 +1,14 @@
 package xdsserver
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"sync/atomic"
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	lrsv3 "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/cairn-sd/cairn/acl"
 	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // Config configures a Server.
@@ -50,6 +53,15 @@ type Config struct {
 	// MaxAdmissionDelay bounds how long an admission is held back.
 	// Defaults to DefaultMaxAdmissionDelay.
 	MaxAdmissionDelay time.Duration
+	// Outcomes, when set, serves the Load Reporting Service: clusters
+	// name this server for load reports, and what subscribers report is
+	// handed to Outcomes once a second, per caller, as outcome evidence
+	// (the leader's evaluator takes it; cmd forwards it there). nil: no
+	// LRS.
+	Outcomes func(context.Context, wire.OutcomeBatch) error
+	// LoadReportInterval is how often subscribers are asked to report
+	// loads. Defaults to DefaultLoadReportInterval.
+	LoadReportInterval time.Duration
 	// Authorizer returns the tokens in force (they change while the
 	// server runs): each stream is authenticated as it opens and sees
 	// only the services its token may read. Nil, or an authorizer with
@@ -72,6 +84,10 @@ type Server struct {
 	adm   *admission
 	books books // what each stream's subscriber acknowledged
 	gate  *gate // the admission lane's budget
+	// outcomes gathers what load reports said until it is handed on;
+	// serviceIDs finds the services they name.
+	outcomes   outcomeSink
+	serviceIDs serviceIDs
 	// open counts the open streams, peak the most open at once since the
 	// subscriber count was last written.
 	open, peak atomic.Int64
@@ -88,6 +104,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.LoadReportInterval == 0 {
+		cfg.LoadReportInterval = DefaultLoadReportInterval
 	}
 	if cfg.AdmissionInterval == 0 {
 		cfg.AdmissionInterval = DefaultAdmissionInterval
@@ -115,7 +134,9 @@ func New(cfg Config) (*Server, error) {
 	if expected > 0 {
 		log.Info("admitting xDS subscribers gradually after a restart", "expected", expected, "per_10s", adm.perWindow)
 	}
-	return &Server{cfg: cfg, log: log, m: m, hub: newHub(cfg.Table, m), adm: adm, gate: newGate(cfg.AdmissionRate)}, nil
+	s := &Server{cfg: cfg, log: log, m: m, hub: newHub(cfg.Table, m), adm: adm, gate: newGate(cfg.AdmissionRate)}
+	s.hub.lrs = cfg.Outcomes != nil
+	return s, nil
 }
 
 // admit runs the checks every new stream passes: the table is loaded,
@@ -135,6 +156,9 @@ func (s *Server) admit() error {
 // Register attaches the aggregated discovery service to gs.
 func (s *Server) Register(gs *grpc.Server) {
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, s)
+	if s.cfg.Outcomes != nil {
+		lrsv3.RegisterLoadReportingServiceServer(gs, &lrsServer{s: s})
+	}
 }
 
 // observeDelivery records an acknowledged response: the time since the

@@ -134,6 +134,7 @@ type hub struct {
 	pub  *status.Publisher
 	m    *metrics
 	seed maphash.Seed
+	lrs  bool // clusters name this server for load reports
 
 	mu     sync.Mutex
 	table  uint64
@@ -307,7 +308,7 @@ func (h *hub) refreshCommon(t *status.Table) (changed [numTypes]map[string]bool)
 		}
 		rebuilt = true
 		c := svcCommon{fp: fp, clusters: map[string]resource{}, listeners: map[string]resource{}}
-		if err := buildCommon(svc, c.clusters, c.listeners); err != nil {
+		if err := buildCommon(svc, h.lrs, c.clusters, c.listeners); err != nil {
 			delete(h.common, id) // left out of this table; tried again at the next
 			return nil
 		}
@@ -538,9 +539,9 @@ func services(t *status.Table, f func(id uint32, svc status.ServiceInfo) error) 
 }
 
 // buildCommon builds a service's clusters and listeners into the maps.
-func buildCommon(svc status.ServiceInfo, clusters, listeners map[string]resource) error {
+func buildCommon(svc status.ServiceInfo, lrs bool, clusters, listeners map[string]resource) error {
 	for _, p := range svc.Ports {
-		if err := put(clusters, svc, ClusterName(svc, p.Name), buildCluster(svc, p.Name)); err != nil {
+		if err := put(clusters, svc, ClusterName(svc, p.Name), buildCluster(svc, p.Name, lrs)); err != nil {
 			return err
 		}
 		l, err := buildListener(ClusterName(svc, p.Name), ClusterName(svc, p.Name))
