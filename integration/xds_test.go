@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,8 +22,11 @@ import (
 // TestXDSGRPCClient: a gRPC client that only knows a follower's xDS
 // address and the bootstrap `cairn xds-bootstrap` prints resolves
 // xds:///<svc>.<ns> through the whole path — registrations in the store,
-// probes, the follower's own status table, its xDS server — calls every
-// instance, and stops calling one once `cairn drain` has returned.
+// probes, the follower's own status table, its xDS server — and calls
+// all three instances; a drained one gets no new calls within 5 s of
+// `cairn drain` returning; a killed one's withdrawal reaches the client
+// (it acknowledges an assignment without it) within 5 s; and its load
+// reports reach the leader as outcome evidence.
 func TestXDSGRPCClient(t *testing.T) {
 	needProcesses(t)
 	t.Parallel()
@@ -31,12 +35,18 @@ func TestXDSGRPCClient(t *testing.T) {
 	const svc = "grpcy"
 	applyDefinition(ctx, t, c, healthService(svc, "{type: tcp, port: http, interval: 1s, timeout: 500ms}",
 		"{lease_ttl: 10m, drain_window: 1h, slow_start: 0s}"))
-	// Two real gRPC servers on two loopback addresses, one port.
-	addrs := []string{"127.0.0.61", "127.0.0.62"}
+	// Three real gRPC servers on three loopback addresses, one port.
+	addrs := []string{"127.0.0.61", "127.0.0.62", "127.0.0.63"}
+	var mu sync.Mutex
+	stops := map[string]func(){}
 	port := serveAll(t, addrs, func(ln net.Listener) func() {
 		gs := grpc.NewServer()
 		healthpb.RegisterHealthServer(gs, health.NewServer())
 		go func() { _ = gs.Serve(ln) }()
+		host, _, _ := net.SplitHostPort(ln.Addr().String())
+		mu.Lock()
+		stops[host] = gs.Stop
+		mu.Unlock()
 		return gs.Stop
 	})
 	regs := map[string]uint64{}
@@ -49,7 +59,7 @@ func TestXDSGRPCClient(t *testing.T) {
 		})
 		regs[id] = r.Incarnation
 	}
-	waitAllHealthy(ctx, t, c.Nodes, svc, "g-0", "g-1")
+	waitAllHealthy(ctx, t, c.Nodes, svc, "g-0", "g-1", "g-2")
 	_, follower, err := c.LeaderAndFollower(10 * time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -82,8 +92,8 @@ func TestXDSGRPCClient(t *testing.T) {
 		return out
 	}
 	Eventually(t, 30*time.Second, func() error {
-		if got := calls(20); got[addrs[0]] == 0 || got[addrs[1]] == 0 {
-			return fmt.Errorf("20 calls reached %v, want both instances", got)
+		if got := calls(30); got[addrs[0]] == 0 || got[addrs[1]] == 0 || got[addrs[2]] == 0 {
+			return fmt.Errorf("30 calls reached %v, want all three instances", got)
 		}
 		return nil
 	})
@@ -91,9 +101,35 @@ func TestXDSGRPCClient(t *testing.T) {
 	runCLI(ctx, t, follower, "drain", "--instance", "g-1", "--incarnation", strconv.FormatUint(regs["g-1"], 10), healthNS+"/"+svc)
 	// The drain is on the follower's table when the call returns; its xDS
 	// stream carries it to the client, which then stops calling g-1.
-	Eventually(t, 10*time.Second, func() error {
+	Eventually(t, 5*time.Second, func() error {
 		if got := calls(20); got[addrs[1]] != 0 {
 			return fmt.Errorf("20 calls after the drain reached %v", got)
+		}
+		return nil
+	})
+
+	// Killed: grpc-go would stop calling a refused address by itself, so
+	// the proof is what it holds. The follower's table withdraws g-2 once
+	// probes find it refused, and the client's acknowledged assignment is
+	// the follower's current one (no subscriber behind): it holds the
+	// withdrawal.
+	mu.Lock()
+	stops[addrs[2]]()
+	mu.Unlock()
+	Eventually(t, 5*time.Second, func() error {
+		es, err := endpointsOn(ctx, follower, svc)
+		if err != nil {
+			return err
+		}
+		if es["g-2"].Eligible {
+			return fmt.Errorf("g-2 still eligible on %s", follower.ID)
+		}
+		subs, err := follower.Client().Subscribers(ctx, healthNS, svc)
+		if err != nil {
+			return err
+		}
+		if subs.Subscribers != 1 || subs.Behind != 0 {
+			return fmt.Errorf("subscribers of %s on %s: %+v, want one, not behind", svc, follower.ID, subs)
 		}
 		return nil
 	})
