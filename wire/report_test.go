@@ -76,7 +76,7 @@ func TestOutcomeBatchValidate(t *testing.T) {
 		{"too many reports", many, "reports"},
 		{"not an xds observer", []ObservedOutcomes{rep("node-1", ok)}, "reports[0].observer"},
 		{"observer with a space", []ObservedOutcomes{rep("xds:node-1", ok), rep("xds:a b", ok)}, "reports[1].observer"},
-		{"observer too long", []ObservedOutcomes{rep("xds:" + strings.Repeat("a", 253), ok)}, "reports[0].observer"},
+		{"observer too long", []ObservedOutcomes{rep("xds:"+strings.Repeat("a", 253), ok)}, "reports[0].observer"},
 		{"no endpoints", []ObservedOutcomes{rep("xds:n")}, "reports[0].endpoints"},
 		{"bad endpoint", []ObservedOutcomes{rep("xds:n", ok, EndpointOutcome{Namespace: "shop", Service: "cart", Instance: "b"})}, "reports[0].endpoints[1].incarnation"},
 	}

@@ -162,7 +162,9 @@ func TestLRSAttribution(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pub, _ := status.New(status.Config{Capacity: 8})
-	be := func(last byte) backend { return backend{addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, last}), 8443)} }
+	be := func(last byte) backend {
+		return backend{addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, last}), 8443)}
+	}
 	publishPlaced(t, pub, []placed{{be(1), "eu-1a"}, {be(2), "eu-1b"}, {be(3), "eu-1b"}})
 	a, err := acl.New(acl.Config{Enabled: true, Tokens: []acl.Token{{Secret: shopReader, Scope: acl.Reader, Namespaces: []string{"shop"}}}})
 	if err != nil {
