@@ -11,6 +11,7 @@ import (
 	"github.com/cairn-sd/cairn/eval"
 	"github.com/cairn-sd/cairn/probe"
 	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -37,9 +38,10 @@ type catService struct {
 }
 
 // catInstance is what the loop needs of one live instance: a few of the
-// store record's fields, its slices, maps and pointers shared with the
-// replica (read-only, see store.AllInstances), rather than a copy of the
-// whole record. Times are unix nanoseconds (see nanos).
+// store record's fields, its slices, maps and pointers (the verdict
+// among them) shared with the replica (read-only, see store.Entry),
+// rather than a copy of the whole record. Times are unix nanoseconds
+// (see fromNanos).
 type catInstance struct {
 	// key is the instance key's string, made once per instance and
 	// carried from one refresh to the next.
@@ -49,7 +51,7 @@ type catInstance struct {
 	addresses     []string
 	ports         map[string]int
 	report        *wire.SelfReport
-	health        *wire.Health
+	health        *store.Verdict
 	leaseDeadline int64
 	registeredAt  int64
 	leaseTTL      wire.Duration
@@ -72,17 +74,8 @@ func (cs *catService) record(i int) wire.Instance {
 		Lifecycle: storeLifecycle(in.lifecycle), LeaseTTL: in.leaseTTL, LeaseDeadline: fromNanos(in.leaseDeadline)}
 }
 
-// nanos is t in unix nanoseconds, math.MinInt64 for the zero time; the
-// store's times all lie well within the years 1678–2262 that int64
-// nanoseconds span. fromNanos is its inverse (in UTC, as the store
-// records times).
-func nanos(t time.Time) int64 {
-	if t.IsZero() {
-		return math.MinInt64
-	}
-	return t.UnixNano()
-}
-
+// fromNanos is the time of unix nanoseconds as store.Entry gives them
+// (math.MinInt64 for the zero time), in UTC as the store records times.
 func fromNanos(ns int64) time.Time {
 	if ns == math.MinInt64 {
 		return time.Time{}
@@ -145,17 +138,17 @@ func (n *Node) refresh() {
 	}
 	n.svcs = extend(n.svcs, names)
 	total := 0
-	st.EachInstance(func(in *wire.Instance) {
-		i, ok := idx[wire.ServiceKey{Namespace: in.Namespace, Name: in.Service}]
+	st.EachInstance(func(in store.Entry) {
+		i, ok := idx[in.Key.ServiceKey()]
 		if !ok || in.Lifecycle == wire.Terminated {
 			return
 		}
 		// The key is filled in below, outside the store's lock; until
 		// then it holds the id.
-		c.services[i].instances = append(c.services[i].instances, catInstance{key: in.ID,
+		c.services[i].instances = append(c.services[i].instances, catInstance{key: in.Key.ID,
 			incarnation: in.Incarnation, region: in.Region, zone: in.Zone, addresses: in.Addresses, ports: in.Ports,
-			report: in.Report, health: in.Health, leaseDeadline: nanos(in.LeaseDeadline),
-			registeredAt: nanos(in.RegisteredAt), leaseTTL: in.LeaseTTL, weight: int32(in.Weight),
+			report: in.Report, health: in.Verdict, leaseDeadline: in.LeaseDeadline,
+			registeredAt: in.RegisteredAt, leaseTTL: in.LeaseTTL, weight: int32(in.Weight),
 			lifecycle: lifecycleOf(in.Lifecycle)})
 		total++
 	})

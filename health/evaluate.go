@@ -43,7 +43,7 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 	asidePairs := map[asideKey]bool{}
 	if n.samplesBy == nil {
 		n.samplesBy = map[string][]eval.Sample{}
-		n.stored = map[string]*wire.Health{}
+		n.stored = map[string]*store.Verdict{}
 		n.trans = map[string]eval.Transition{}
 	}
 	for _, cs := range n.cat.services {
@@ -82,14 +82,14 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 			in, id := &cs.instances[i], cs.instanceID(i)
 			ins = append(ins, n.evalInstance(&cs, i, &n.reportBuf[i]))
 			stored[id] = in.health
-			if _, ok := prev.Instances[id]; !ok && in.health != nil && in.health.Incarnation == in.incarnation {
+			if _, ok := prev.Instances[id]; !ok && in.health != nil && in.health.Incarnation() == in.incarnation {
 				// A new term: resume from the committed verdict.
 				if prev.Instances == nil {
 					prev.Instances = map[string]*eval.InstanceState{}
 				}
-				seeded := seed(*in.health, cs.record(i), now)
+				seeded := seed(in.health.Health(), cs.record(i), now)
 				prev.Instances[id] = &seeded
-				if status.Flags(in.health.Flags).Has(status.HealthDisregarded) {
+				if status.Flags(in.health.Flags()).Has(status.HealthDisregarded) {
 					prev.HealthDisregarded = true
 				}
 			}
@@ -115,14 +115,14 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 		}
 		for _, r := range res.Instances {
 			st := next.Instances[r.ID]
-			if old := stored[r.ID]; old != nil && old.Incarnation == r.Incarnation && unchanged(*old, r, *st) {
+			if old := stored[r.ID]; old != nil && old.Incarnation() == r.Incarnation && unchanged(old.Health(), r, *st) {
 				continue // the common case: nothing to build, nothing to commit
 			}
 			h := healthOf(r, *st, now)
 			u := store.HealthUpdate{Key: wire.InstanceKey{Namespace: cs.key.Namespace, Service: cs.key.Name, ID: r.ID}, Health: h}
 			if t, ok := trans[r.ID]; ok {
 				u.Transition = &store.Transition{From: t.From.String(), To: t.To.String(), Reason: t.Reason}
-				if stored[r.ID] == nil || stored[r.ID].Incarnation != r.Incarnation {
+				if stored[r.ID] == nil || stored[r.ID].Incarnation() != r.Incarnation {
 					u.Transition.From = "new" // its first verdict: it was never withdrawn
 				}
 			}

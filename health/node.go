@@ -13,6 +13,7 @@ import (
 	"github.com/cairn-sd/cairn/pace"
 	"github.com/cairn-sd/cairn/probe"
 	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -77,7 +78,7 @@ type Node struct {
 	ev          eval.Evaluator
 	spareStates map[wire.ServiceKey]*eval.State
 	samplesBy   map[string][]eval.Sample
-	stored      map[string]*wire.Health
+	stored      map[string]*store.Verdict
 	trans       map[string]eval.Transition
 	insBuf      []eval.Instance
 	reportBuf   []eval.Report

@@ -43,11 +43,11 @@ func (n *Node) build(now time.Time) {
 			e.Verdict, e.Flags, e.Weight = status.Unknown, 0, 0
 			since := fromNanos(in.registeredAt)
 			eligible := in.lifecycle == status.Ready
-			if h := in.health; h != nil && h.Incarnation == in.incarnation {
-				e.Verdict = parseVerdict(h.Verdict)
-				e.Flags = status.Flags(h.Flags) &^ (status.Eligible | status.SlowStart)
-				eligible = eligible && h.Eligible
-				since = h.EligibleSince
+			if h := in.health; h != nil && h.Incarnation() == in.incarnation {
+				e.Verdict = parseVerdict(h.Name())
+				e.Flags = status.Flags(h.Flags()) &^ (status.Eligible | status.SlowStart)
+				eligible = eligible && h.Eligible()
+				since = h.EligibleSince()
 			}
 			if eligible {
 				w, slow := eval.Weight(cs.policy, int(in.weight), since, e.Flags, now)

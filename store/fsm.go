@@ -104,7 +104,7 @@ type fsm struct {
 	nextInc   uint64
 	eventSeq  uint64
 	services  map[wire.ServiceKey]*wire.Service
-	instances map[wire.InstanceKey]*wire.Instance
+	instances map[wire.InstanceKey]*record
 	members   map[string]wire.Member
 	tokens    map[string]TokenRecord // by accessor
 	tokenRev  uint64                 // index of the last token change
@@ -114,10 +114,16 @@ type fsm struct {
 	events      ring // at most AuditCapacity
 	refusals    ring // at most RefusalCapacity
 
-	// strs and ports share what many records repeat (see intern.go):
-	// strings, and per service the ports map of its last instance.
-	strs  interner
-	ports map[wire.ServiceKey]map[string]int
+	// These share what many records repeat (see intern.go and
+	// record.go): strings, service keys, per service the ports map of its
+	// last instance, origins and verdict heads (headKey is the buffer
+	// their keys are made in).
+	strs    interner
+	keys    map[wire.ServiceKey]*wire.ServiceKey
+	ports   map[wire.ServiceKey]map[string]int
+	origins map[origin]*origin
+	heads   map[string]*verdictHead
+	headKey []byte
 
 	// withdrawn collects, during one Apply, the instances it took out of
 	// rotation; onWithdraw, if set, gets them at the end of the Apply,
@@ -135,11 +141,12 @@ type fsm struct {
 func newFSM() *fsm {
 	return &fsm{
 		services:  map[wire.ServiceKey]*wire.Service{},
-		instances: map[wire.InstanceKey]*wire.Instance{},
+		instances: map[wire.InstanceKey]*record{},
 		members:   map[string]wire.Member{},
 		tokens:    map[string]TokenRecord{},
 		events:    newRing(AuditCapacity),
 		refusals:  newRing(RefusalCapacity),
+		keys:      map[wire.ServiceKey]*wire.ServiceKey{},
 		ports:     map[wire.ServiceKey]map[string]int{},
 	}
 }
@@ -237,8 +244,8 @@ type Withdrawal struct {
 
 // withdraw records in as taken out of rotation by the entry being
 // applied (under f.mu).
-func (f *fsm) withdraw(in *wire.Instance) {
-	f.withdrawn = append(f.withdrawn, Withdrawal{Key: in.Key(), Incarnation: in.Incarnation, Lifecycle: in.Lifecycle})
+func (f *fsm) withdraw(in *record) {
+	f.withdrawn = append(f.withdrawn, Withdrawal{Key: in.key(), Incarnation: in.incarnation, Lifecycle: in.lifecycle.wire()})
 }
 
 func (f *fsm) record(e wire.Event) {
@@ -359,60 +366,60 @@ func (f *fsm) register(index uint64, c command) (wire.Instance, bool, error) {
 	if isRetry(old, reg, ttlDefault) {
 		// A retry of the committed registration: same incarnation. It
 		// re-arms the lease, as any sign of life does.
-		if d := c.At.Add(old.LeaseTTL.D()); d.After(old.LeaseDeadline) {
-			old.LeaseDeadline = d
+		if d := nanos(c.At.Add(old.leaseTTL.D())); d > old.leaseDeadline {
+			old.leaseDeadline = d
 		}
 		// A retry may move starting → ready, never back.
-		if old.Lifecycle == wire.Starting && reg.Lifecycle == wire.Ready {
+		if old.lifecycle == lcStarting && reg.Lifecycle == wire.Ready {
 			f.record(wire.Event{At: c.At, Kind: wire.EventRegistered, Namespace: key.Namespace, Service: key.Service,
-				Instance: key.ID, Incarnation: old.Incarnation, From: string(old.Lifecycle), To: string(reg.Lifecycle), Actor: c.Actor})
-			old.Lifecycle = reg.Lifecycle
+				Instance: key.ID, Incarnation: old.incarnation, From: string(wire.Starting), To: string(reg.Lifecycle), Actor: c.Actor})
+			old.lifecycle = lcReady
 		}
-		return cloneInstance(*old), false, nil
+		return cloneInstance(old.view()), false, nil
 	}
+	lc, _ := lifecycleOf(reg.Lifecycle) // starting or ready: Normalize checked
 	f.nextInc++
-	in := &wire.Instance{
-		Namespace: key.Namespace, Service: key.Service, ID: key.ID,
-		Incarnation:     f.nextInc,
-		Addresses:       append([]string(nil), reg.Addresses...),
-		Ports:           map[string]int{},
-		Region:          reg.Region,
-		Zone:            reg.Zone,
-		Weight:          reg.Weight,
-		Lifecycle:       reg.Lifecycle,
-		LeaseTTL:        reg.LeaseTTL,
-		LeaseTTLDefault: ttlDefault,
-		LeaseDeadline:   c.At.Add(reg.LeaseTTL.D()),
-		Registrar:       c.Actor,
-		RegistrationID:  reg.RegistrationID,
-		SourceRevision:  index,
-		RegisteredAt:    c.At,
+	in := &record{
+		svc: f.serviceKey(svc.Key()), id: key.ID,
+		incarnation:    f.nextInc,
+		sourceRevision: index,
+		addresses:      slices.Clone(reg.Addresses),
+		ports:          f.sharedPorts(svc.Key(), maps.Clone(reg.Ports)),
+		origin:         f.origin(reg.Region, reg.Zone, c.Actor),
+		leaseTTL:       reg.LeaseTTL,
+		leaseDeadline:  nanos(c.At.Add(reg.LeaseTTL.D())),
+		registeredAt:   nanos(c.At),
+		drainingSince:  noTime,
+		terminatedAt:   noTime,
+		weight:         uint16(reg.Weight), // 1–65535: Normalize checked
+		lifecycle:      lc,
+		ttlDefault:     ttlDefault,
 	}
-	for k, v := range reg.Ports {
-		in.Ports[k] = v
-	}
-	f.internInstance(in, svc)
+	var retired []string
 	e := wire.Event{At: c.At, Kind: wire.EventRegistered, Namespace: key.Namespace, Service: key.Service,
-		Instance: key.ID, Incarnation: in.Incarnation, To: string(in.Lifecycle), Actor: c.Actor}
+		Instance: key.ID, Incarnation: in.incarnation, To: string(reg.Lifecycle), Actor: c.Actor}
 	if old != nil {
-		in.RetiredRegistrationIDs = slices.Clone(old.RetiredRegistrationIDs)
-		if old.RegistrationID != "" && old.RegistrationID != reg.RegistrationID {
-			in.RetiredRegistrationIDs = append(in.RetiredRegistrationIDs, old.RegistrationID)
+		retired = slices.Clone(old.retired())
+		if id := old.registrationID(); id != "" && id != reg.RegistrationID {
+			retired = append(retired, id)
 		}
-		if n := len(in.RetiredRegistrationIDs); n > maxRetiredIDs {
-			in.RetiredRegistrationIDs = in.RetiredRegistrationIDs[n-maxRetiredIDs:]
+		if n := len(retired); n > maxRetiredIDs {
+			retired = retired[n-maxRetiredIDs:]
 		}
-		e.From = string(old.Lifecycle)
-		e.Reason = fmt.Sprintf("replaces incarnation %d", old.Incarnation)
+		e.From = string(old.lifecycle.wire())
+		e.Reason = fmt.Sprintf("replaces incarnation %d", old.incarnation)
 	}
-	if old != nil && old.Lifecycle != wire.Terminated {
+	if reg.RegistrationID != "" || len(retired) > 0 {
+		in.ids = &regIDs{id: reg.RegistrationID, retired: retired}
+	}
+	if old != nil && old.lifecycle != lcTerminated {
 		// The old incarnation is gone, and its address may not be the
 		// new one's.
-		f.withdrawn = append(f.withdrawn, Withdrawal{Key: key, Incarnation: old.Incarnation, Lifecycle: wire.Terminated})
+		f.withdrawn = append(f.withdrawn, Withdrawal{Key: key, Incarnation: old.incarnation, Lifecycle: wire.Terminated})
 	}
 	f.instances[key] = in
 	f.record(e)
-	return cloneInstance(*in), true, nil
+	return cloneInstance(in.view()), true, nil
 }
 
 // isRetry reports whether reg (normalised; ttlDefault says whether it
@@ -420,8 +427,8 @@ func (f *fsm) register(index uint64, c command) (wire.Instance, bool, error) {
 // old is starting or ready and holds exactly what reg asks for. What reg
 // says it replaces does not matter: the retry of a registration that
 // replaced incarnation N names N, and must still find its own result.
-func isRetry(old *wire.Instance, reg wire.Registration, ttlDefault bool) bool {
-	return old != nil && (old.Lifecycle == wire.Starting || old.Lifecycle == wire.Ready) && sameAs(reg, *old, ttlDefault)
+func isRetry(old *record, reg wire.Registration, ttlDefault bool) bool {
+	return old != nil && (old.lifecycle == lcStarting || old.lifecycle == lcReady) && sameAs(reg, old, ttlDefault)
 }
 
 // fenceRegistration returns an ErrFenced error when reg (normalised) may
@@ -437,44 +444,44 @@ func isRetry(old *wire.Instance, reg wire.Registration, ttlDefault bool) bool {
 // A terminated record, or none, takes any registration that names no
 // other incarnation. The FSM and the leader's pre-check both decide with
 // it, so that a refusal costs no log entry.
-func fenceRegistration(old *wire.Instance, reg wire.Registration, ttlDefault bool) error {
+func fenceRegistration(old *record, reg wire.Registration, ttlDefault bool) error {
 	if old == nil {
 		return nil
 	}
-	key := old.Key()
-	if reg.RegistrationID != "" && slices.Contains(old.RetiredRegistrationIDs, reg.RegistrationID) {
+	key, inc := old.key(), old.incarnation
+	if reg.RegistrationID != "" && slices.Contains(old.retired(), reg.RegistrationID) {
 		return fmt.Errorf("instance %s: registration id %q was replaced by incarnation %d: %w",
-			key, reg.RegistrationID, old.Incarnation, ErrFenced)
+			key, reg.RegistrationID, inc, ErrFenced)
 	}
 	if isRetry(old, reg, ttlDefault) {
 		return nil
 	}
-	if reg.Replaces != 0 && reg.Replaces != old.Incarnation {
+	if reg.Replaces != 0 && reg.Replaces != inc {
 		return fmt.Errorf("instance %s: replaces %d is not the current incarnation %d (%s): the registration is late or was "+
 			"sent on an old view; read the instance and pass replaces %d (cairn register --replaces %d) to replace it: %w",
-			key, reg.Replaces, old.Incarnation, old.Lifecycle, old.Incarnation, old.Incarnation, ErrFenced)
+			key, reg.Replaces, inc, old.lifecycle.wire(), inc, inc, ErrFenced)
 	}
-	if reg.Replaces == 0 && reg.RegistrationID == "" && old.Lifecycle != wire.Terminated {
+	if reg.Replaces == 0 && reg.RegistrationID == "" && old.lifecycle != lcTerminated {
 		what := "with other content"
-		if old.Lifecycle == wire.Draining {
+		if old.lifecycle == lcDraining {
 			what = "and draining"
 		}
 		return fmt.Errorf("instance %s is registered as incarnation %d %s; to replace it, register with replaces %d "+
 			"(cairn register --replaces %d), or deregister it first: %w",
-			key, old.Incarnation, what, old.Incarnation, old.Incarnation, ErrFenced)
+			key, inc, what, inc, inc, ErrFenced)
 	}
 	return nil
 }
 
 // current returns the instance c names if c carries its current
 // incarnation.
-func (f *fsm) current(key wire.InstanceKey, inc uint64) (*wire.Instance, error) {
+func (f *fsm) current(key wire.InstanceKey, inc uint64) (*record, error) {
 	in := f.instances[key]
 	if in == nil {
 		return nil, fmt.Errorf("instance %s is not registered: %w", key, ErrNotFound)
 	}
-	if inc != in.Incarnation {
-		return nil, fmt.Errorf("instance %s: incarnation %d is not the current incarnation %d: %w", key, inc, in.Incarnation, ErrFenced)
+	if inc != in.incarnation {
+		return nil, fmt.Errorf("instance %s: incarnation %d is not the current incarnation %d: %w", key, inc, in.incarnation, ErrFenced)
 	}
 	return in, nil
 }
@@ -484,28 +491,28 @@ func (f *fsm) mutate(c command) (wire.Instance, error) {
 	if err != nil {
 		return wire.Instance{}, err
 	}
-	e := wire.Event{At: c.At, Namespace: in.Namespace, Service: in.Service, Instance: in.ID,
-		Incarnation: in.Incarnation, From: string(in.Lifecycle), Actor: c.Actor}
+	e := wire.Event{At: c.At, Namespace: in.svc.Namespace, Service: in.svc.Name, Instance: in.id,
+		Incarnation: in.incarnation, From: string(in.lifecycle.wire()), Actor: c.Actor}
 	switch c.Op {
 	case opDrain:
-		switch in.Lifecycle {
-		case wire.Draining:
-			return cloneInstance(*in), nil // a retry
-		case wire.Terminated:
+		switch in.lifecycle {
+		case lcDraining:
+			return cloneInstance(in.view()), nil // a retry
+		case lcTerminated:
 			return wire.Instance{}, fmt.Errorf("instance %s is deregistered: %w", c.Key, ErrFenced)
 		}
-		in.Lifecycle, in.DrainingSince = wire.Draining, c.At
+		in.lifecycle, in.drainingSince = lcDraining, nanos(c.At)
 		f.withdraw(in)
 		e.Kind = wire.EventDrained
 	case opDeregister:
-		if in.Lifecycle == wire.Terminated {
-			return cloneInstance(*in), nil // a retry
+		if in.lifecycle == lcTerminated {
+			return cloneInstance(in.view()), nil // a retry
 		}
-		in.Lifecycle, in.TerminatedAt = wire.Terminated, c.At
+		in.lifecycle, in.terminatedAt = lcTerminated, nanos(c.At)
 		f.withdraw(in)
 		e.Kind = wire.EventDeregistered
 	case opReport:
-		if in.Lifecycle == wire.Terminated {
+		if in.lifecycle == lcTerminated {
 			return wire.Instance{}, fmt.Errorf("instance %s is deregistered: %w", c.Key, ErrFenced)
 		}
 		if c.Report == nil {
@@ -514,18 +521,19 @@ func (f *fsm) mutate(c command) (wire.Instance, error) {
 		if err := c.Report.Validate(*f.services[c.Key.ServiceKey()]); err != nil {
 			return wire.Instance{}, err
 		}
-		prev := in.Report
+		prev := in.report
 		// No dependencies are a nil map, as a snapshot restores them: a
 		// reader's copy shares the record's map (listInstances), so a
 		// restored replica must hold the same value, not an empty one.
-		in.Report = &wire.SelfReport{Ready: c.Report.Ready, At: c.At, Reporter: f.strs.str(c.Actor)}
+		rep := &wire.SelfReport{Ready: c.Report.Ready, At: c.At, Reporter: f.strs.str(c.Actor)}
 		if len(c.Report.Dependencies) > 0 {
-			in.Report.Dependencies = maps.Clone(c.Report.Dependencies)
+			rep.Dependencies = maps.Clone(c.Report.Dependencies)
 		}
+		in.report = rep
 		// maps.Equal, not reflect.DeepEqual: a snapshot restores an empty
 		// map as nil, and a restored replica must decide as the others do.
-		if prev != nil && prev.Ready == in.Report.Ready && maps.Equal(prev.Dependencies, in.Report.Dependencies) {
-			return cloneInstance(*in), nil // no news: not worth an audit entry
+		if prev != nil && prev.Ready == rep.Ready && maps.Equal(prev.Dependencies, rep.Dependencies) {
+			return cloneInstance(in.view()), nil // no news: not worth an audit entry
 		}
 		e.Kind, e.From = wire.EventReported, ""
 		e.Reason = fmt.Sprintf("ready=%t", c.Report.Ready)
@@ -534,10 +542,10 @@ func (f *fsm) mutate(c command) (wire.Instance, error) {
 		}
 	}
 	if e.Kind != wire.EventReported {
-		e.To = string(in.Lifecycle)
+		e.To = string(in.lifecycle.wire())
 	}
 	f.record(e)
-	return cloneInstance(*in), nil
+	return cloneInstance(in.view()), nil
 }
 
 // housekeep applies a housekeeping entry: renewal checkpoints, ended
@@ -547,48 +555,49 @@ func (f *fsm) housekeep(c command) int {
 	expired := 0
 	for _, l := range c.Leases {
 		in := f.instances[l.Key]
-		if in == nil || in.Incarnation != l.Incarnation || in.Lifecycle == wire.Terminated {
+		if in == nil || in.incarnation != l.Incarnation || in.lifecycle == lcTerminated {
 			continue
 		}
-		if l.Deadline.After(in.LeaseDeadline) {
-			in.LeaseDeadline = l.Deadline
+		if d := nanos(l.Deadline); d > in.leaseDeadline {
+			in.leaseDeadline = d
 		}
 	}
 	for _, t := range c.Terminate {
 		in := f.instances[t.Key]
-		if in == nil || in.Incarnation != t.Incarnation || in.Lifecycle != wire.Draining {
+		if in == nil || in.incarnation != t.Incarnation || in.lifecycle != lcDraining {
 			continue
 		}
-		in.Lifecycle, in.TerminatedAt = wire.Terminated, c.At
+		in.lifecycle, in.terminatedAt = lcTerminated, nanos(c.At)
 		f.withdraw(in)
-		f.record(wire.Event{At: c.At, Kind: wire.EventTerminated, Namespace: in.Namespace, Service: in.Service,
-			Instance: in.ID, Incarnation: in.Incarnation, From: string(wire.Draining), To: string(wire.Terminated),
+		f.record(wire.Event{At: c.At, Kind: wire.EventTerminated, Namespace: in.svc.Namespace, Service: in.svc.Name,
+			Instance: in.id, Incarnation: in.incarnation, From: string(wire.Draining), To: string(wire.Terminated),
 			Reason: "drain window over", Actor: c.Actor})
 	}
 	for _, l := range c.Expire {
 		in := f.instances[l.Key]
-		if in == nil || in.Incarnation != l.Incarnation || in.Lifecycle == wire.Terminated || in.LeaseTTL <= 0 {
+		if in == nil || in.incarnation != l.Incarnation || in.lifecycle == lcTerminated || in.leaseTTL <= 0 {
 			continue
 		}
 		// A renewal applied since the leader judged the lease wins, and
 		// so does a lease the entry's own time does not show past its
 		// hard expiry: time travels in the log, not in the replica.
-		if in.LeaseDeadline.After(l.Deadline) || c.At.Before(hardExpiry(l.Deadline, in.LeaseTTL.D())) {
+		if in.leaseDeadline > nanos(l.Deadline) || c.At.Before(hardExpiry(l.Deadline, in.leaseTTL.D())) {
 			continue
 		}
-		from := in.Lifecycle
-		in.Lifecycle, in.TerminatedAt = wire.Terminated, c.At
+		from := in.lifecycle.wire()
+		in.lifecycle, in.terminatedAt = lcTerminated, nanos(c.At)
 		f.withdraw(in)
 		expired++
-		f.record(wire.Event{At: c.At, Kind: wire.EventExpired, Namespace: in.Namespace, Service: in.Service,
-			Instance: in.ID, Incarnation: in.Incarnation, From: string(from), To: string(wire.Terminated),
+		f.record(wire.Event{At: c.At, Kind: wire.EventExpired, Namespace: in.svc.Namespace, Service: in.svc.Name,
+			Instance: in.id, Incarnation: in.incarnation, From: string(from), To: string(wire.Terminated),
 			Reason: fmt.Sprintf("lease past its hard expiry (%d × lease_ttl %s since the last renewal; the lease ran out at %s)",
-				HardExpiryTTLs, in.LeaseTTL, l.Deadline.Format(time.RFC3339Nano)),
+				HardExpiryTTLs, in.leaseTTL, l.Deadline.Format(time.RFC3339Nano)),
 			Actor: c.Actor})
 	}
 	if !c.PruneBefore.IsZero() {
+		before := nanos(c.PruneBefore)
 		for k, in := range f.instances {
-			if in.Lifecycle == wire.Terminated && in.TerminatedAt.Before(c.PruneBefore) {
+			if in.lifecycle == lcTerminated && in.terminatedAt < before {
 				delete(f.instances, k)
 			}
 		}
@@ -631,21 +640,31 @@ type fsmState struct {
 	Refusals    []wire.Event    `json:"refusals"`
 }
 
-// state copies the whole state. The instances are copied as
-// listInstances does (their slices, maps and pointers shared, never
-// modified), and sorted once the lock is released.
+// state copies the whole state, the instances as the API shows them
+// (sharing their slices, maps and pointers with the records, read-only),
+// sorted by key.
 func (f *fsm) state() fsmState {
-	s := f.copyState()
-	sortInstances(s.Instances)
+	s, recs := f.copyState()
+	s.Instances = views(recs)
 	return s
 }
 
-// copyState is state before the sort, which needs no lock.
-func (f *fsm) copyState() fsmState {
+// copyState is state with its instances left out, and a copy of the
+// records (sorted) instead: a snapshot makes their views one at a time,
+// as it writes them. The records are copied under the lock, and sorted
+// once it is released.
+func (f *fsm) copyState() (fsmState, []record) {
+	s, recs := f.copyStateLocked()
+	sortRecords(recs)
+	return s, recs
+}
+
+func (f *fsm) copyStateLocked() (fsmState, []record) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	recs := listRecords(f.instances, nil)
 	s := fsmState{Rev: f.rev, NextInc: f.nextInc, EventSeq: f.eventSeq,
-		Instances: listInstances(f.instances, nil), TokenRev: f.tokenRev, LeaderSince: f.leaderSince,
+		TokenRev: f.tokenRev, LeaderSince: f.leaderSince,
 		Events: f.events.list(), Refusals: f.refusals.list()}
 	for _, t := range f.tokens {
 		t.Namespaces = slices.Clone(t.Namespaces)
@@ -660,13 +679,14 @@ func (f *fsm) copyState() fsmState {
 		s.Members = append(s.Members, m)
 	}
 	sort.Slice(s.Members, func(i, j int) bool { return s.Members[i].NodeID < s.Members[j].NodeID })
-	return s
+	return s, recs
 }
 
 // Snapshot implements raft.FSM. The copy is taken under the lock; the
 // encoding happens in Persist, off raft's apply path.
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
-	return &fsmSnapshot{st: f.state()}, nil
+	st, recs := f.copyState()
+	return &fsmSnapshot{st: st, recs: recs}, nil
 }
 
 // Restore implements raft.FSM. It replaces the whole state.
@@ -678,25 +698,35 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if err := dec.Decode(&s); err != nil {
 		return fmt.Errorf("store: decoding snapshot: %w", err)
 	}
-	f.load(s)
+	if err := f.load(s); err != nil {
+		return fmt.Errorf("store: restoring snapshot: %w", err)
+	}
 	return nil
 }
 
-func (f *fsm) load(s fsmState) {
+// load replaces the state with s, or refuses s and changes nothing.
+func (f *fsm) load(s fsmState) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.rev, f.nextInc, f.eventSeq = s.Rev, s.NextInc, s.EventSeq
-	f.services = make(map[wire.ServiceKey]*wire.Service, len(s.Services))
+	services := make(map[wire.ServiceKey]*wire.Service, len(s.Services))
 	for i := range s.Services {
-		f.services[s.Services[i].Key()] = &s.Services[i]
+		services[s.Services[i].Key()] = &s.Services[i]
 	}
-	f.instances = make(map[wire.InstanceKey]*wire.Instance, len(s.Instances))
-	f.ports = map[wire.ServiceKey]map[string]int{}
+	oldServices, oldKeys, oldPorts, oldOrigins, oldHeads := f.services, f.keys, f.ports, f.origins, f.heads
+	f.services = services
+	f.keys, f.ports, f.origins, f.heads = map[wire.ServiceKey]*wire.ServiceKey{}, map[wire.ServiceKey]map[string]int{}, nil, nil
+	instances := make(map[wire.InstanceKey]*record, len(s.Instances))
 	for i := range s.Instances {
-		in := &s.Instances[i]
-		f.internInstance(in, f.services[in.Key().ServiceKey()])
-		f.instances[in.Key()] = in
+		r, err := f.recordOf(&s.Instances[i])
+		if err != nil {
+			f.services, f.keys, f.ports, f.origins, f.heads = oldServices, oldKeys, oldPorts, oldOrigins, oldHeads
+			return fmt.Errorf("instances[%d]: %w", i, err)
+		}
+		instances[r.key()] = r
+		s.Instances[i] = wire.Instance{} // the record holds what it needs
 	}
+	f.instances = instances
+	f.rev, f.nextInc, f.eventSeq = s.Rev, s.NextInc, s.EventSeq
 	f.members = make(map[string]wire.Member, len(s.Members))
 	for _, m := range s.Members {
 		f.members[m.NodeID] = m
@@ -715,25 +745,31 @@ func (f *fsm) load(s fsmState) {
 		f.internEvent(&e)
 		f.refusals.push(e)
 	}
+	return nil
 }
 
-type fsmSnapshot struct{ st fsmState }
+// fsmSnapshot is the state, its instances as copies of their records.
+type fsmSnapshot struct {
+	st   fsmState
+	recs []record
+}
 
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	if err := writeState(sink, &s.st); err != nil {
+	if err := writeState(sink, &s.st, len(s.recs), func(i int) wire.Instance { return s.recs[i].view() }); err != nil {
 		return errors.Join(fmt.Errorf("store: writing snapshot: %w", err), sink.Cancel())
 	}
 	return sink.Close()
 }
 
-// writeState writes st as the JSON object encoding/json makes of it, but
-// one instance and one event at a time through a small buffer: encoding
-// it in one go holds the whole document in memory, about 550 bytes an
+// writeState writes st, with the n instances instance returns in place
+// of st.Instances, as the JSON object encoding/json makes of it, but one
+// instance and one event at a time through a small buffer: encoding it
+// in one go holds the whole document in memory, about 550 bytes an
 // instance with its verdict, on top of the state itself (55 MB at
 // 100,000 instances, in a buffer grown by doubling), every time raft
-// takes a snapshot.
-// TestWriteStateIsJSON checks that it writes what json.Marshal would.
-func writeState(w io.Writer, st *fsmState) error {
+// takes a snapshot. TestWriteStateIsJSON checks that it writes what
+// json.Marshal would.
+func writeState(w io.Writer, st *fsmState, n int, instance func(i int) wire.Instance) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	enc := json.NewEncoder(bw)
 	first := true
@@ -777,7 +813,7 @@ func writeState(w io.Writer, st *fsmState) error {
 		value("next_incarnation", st.NextInc),
 		value("event_seq", st.EventSeq),
 		value("services", st.Services),
-		list("instances", len(st.Instances), st.Instances == nil, func(i int) any { return &st.Instances[i] }),
+		list("instances", n, false, func(i int) any { in := instance(i); return &in }),
 		value("members", st.Members),
 		value("tokens", st.Tokens),
 		value("token_rev", st.TokenRev),

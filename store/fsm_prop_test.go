@@ -175,7 +175,7 @@ func (m *fencingModel) stateOf(id string) (wire.Instance, bool) {
 	if in == nil {
 		return wire.Instance{}, false
 	}
-	return cloneInstance(*in), true
+	return cloneInstance(in.view()), true
 }
 
 func sameRegistration(r wire.Registration, in *wire.Instance) bool {
@@ -560,7 +560,7 @@ func genCommand(t *rapid.T, ref *fsm) command {
 	var inc uint64
 	ref.mu.RLock()
 	if in := ref.instances[webKey(id)]; in != nil {
-		inc = in.Incarnation
+		inc = in.incarnation
 	}
 	ref.mu.RUnlock()
 	if rapid.IntRange(0, 2).Draw(t, "stale") == 0 {
@@ -635,7 +635,7 @@ func genCommand(t *rapid.T, ref *fsm) command {
 			var inc uint64
 			ref.mu.RLock()
 			if in := ref.instances[webKey(id)]; in != nil {
-				inc = in.Incarnation
+				inc = in.incarnation
 			}
 			ref.mu.RUnlock()
 			if rapid.IntRange(0, 3).Draw(t, "stale update") == 0 {
@@ -749,7 +749,7 @@ func TestPropRegistrationFencing(t *testing.T) {
 			l.f.mu.RLock()
 			defer l.f.mu.RUnlock()
 			if in := l.f.instances[webKey(id)]; in != nil {
-				c := cloneInstance(*in)
+				c := cloneInstance(in.view())
 				return &c
 			}
 			return nil

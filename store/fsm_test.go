@@ -131,7 +131,7 @@ func instanceOf(t fataler, f *fsm, key wire.InstanceKey) wire.Instance {
 	if in == nil {
 		t.Fatalf("instance %s is missing", key)
 	}
-	return cloneInstance(*in)
+	return cloneInstance(in.view())
 }
 
 // byteSink is a raft.SnapshotSink over a buffer.
@@ -678,7 +678,7 @@ func TestFSMRegistrationID(t *testing.T) {
 	if r := l.apply(late); !errors.Is(r.Err, ErrFenced) {
 		t.Fatalf("late retry of a replaced registration id: %+v, %v; want ErrFenced", r.Instance, r.Err)
 	}
-	if in := l.f.instances[webKey("a")]; in.Incarnation != second.Instance.Incarnation || in.RegistrationID != "boot-2" {
+	if in := l.f.instances[webKey("a")]; in.incarnation != second.Instance.Incarnation || in.registrationID() != "boot-2" {
 		t.Fatalf("after the late retry the record is %+v; want incarnation %d of boot-2", in, second.Instance.Incarnation)
 	}
 }

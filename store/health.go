@@ -73,20 +73,19 @@ func (s *Store) CommitHealth(ctx context.Context, actor string, ups []HealthUpda
 func (f *fsm) commitHealth(c command) {
 	for _, u := range c.Health {
 		in := f.instances[u.Key]
-		if in == nil || in.Incarnation != u.Health.Incarnation || in.Lifecycle == wire.Terminated {
+		if in == nil || in.incarnation != u.Health.Incarnation || in.lifecycle == lcTerminated {
 			continue
 		}
 		h := u.Health
-		if !h.Eligible && (in.Health == nil || in.Health.Incarnation != in.Incarnation || in.Health.Eligible) {
+		if old := in.verdict; !h.Eligible && (old == nil || old.incarnation != in.incarnation || old.Eligible()) {
 			f.withdraw(in)
 		}
 		// c was decoded for this Apply alone, so the record may keep its
 		// lists instead of copies.
-		in.Health = &h
-		f.internHealth(in.Health)
+		in.verdict = f.verdictOf(&h)
 		if t := u.Transition; t != nil {
-			e := wire.Event{At: c.At, Kind: wire.EventEligibility, Namespace: in.Namespace, Service: in.Service,
-				Instance: in.ID, Incarnation: in.Incarnation, From: t.From, To: t.To, Reason: t.Reason,
+			e := wire.Event{At: c.At, Kind: wire.EventEligibility, Namespace: in.svc.Namespace, Service: in.svc.Name,
+				Instance: in.id, Incarnation: in.incarnation, From: t.From, To: t.To, Reason: t.Reason,
 				Actor: c.Actor}
 			if h.Evidence != nil {
 				ev := *h.Evidence

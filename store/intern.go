@@ -10,7 +10,8 @@ import (
 // locality, verdict and reason a region uses, and a bound on what a
 // client sending ever-new values can make it keep. When it is reached
 // the table starts afresh, so that strings seen once (a reason with a
-// time in it) cannot keep the common ones out for good.
+// time in it) cannot keep the common ones out for good. The tables of
+// origins and verdict heads are bounded the same way.
 const maxInterned = 4096
 
 // interner shares equal strings between the records of an FSM. Every
@@ -35,53 +36,48 @@ func (t *interner) str(s string) string {
 	return s
 }
 
-// internInstance points in's repeated strings and its ports map at
-// shared copies: the namespace and service name at the service
-// definition's (svc, which may be nil), its ports at the map of the
-// previous instance of the service that has the same ports, when there
-// is one. in must be a record of f, not yet shared with any reader.
-//
-// Sharing a map is safe because a record's maps, slices and pointers are
-// never modified in place once stored (see listInstances): a change
-// replaces them.
-func (f *fsm) internInstance(in *wire.Instance, svc *wire.Service) {
-	if svc != nil {
-		in.Namespace, in.Service = svc.Namespace, svc.Name
-		last := f.ports[svc.Key()]
-		switch {
-		case maps.Equal(last, in.Ports) && last != nil && in.Ports != nil:
-			in.Ports = last
-		case in.Ports != nil:
-			f.ports[svc.Key()] = in.Ports
-		}
+// serviceKey returns the key that the records of service k share. A
+// service is never deleted, so neither is its key.
+func (f *fsm) serviceKey(k wire.ServiceKey) *wire.ServiceKey {
+	if p := f.keys[k]; p != nil {
+		return p
 	}
-	in.Region, in.Zone = f.strs.str(in.Region), f.strs.str(in.Zone)
-	in.Lifecycle = wire.Lifecycle(f.strs.str(string(in.Lifecycle)))
-	in.Registrar = f.strs.str(in.Registrar)
-	if r := in.Report; r != nil {
-		r.Reporter = f.strs.str(r.Reporter)
+	if svc := f.services[k]; svc != nil {
+		k = svc.Key() // the definition's strings
 	}
-	f.internHealth(in.Health)
+	p := &k
+	f.keys[k] = p
+	return p
 }
 
-// internHealth points a committed verdict's strings at shared copies: a
-// region's instances have a handful of verdicts, reasons and observers
-// between them. h must not be shared with any reader yet.
-func (f *fsm) internHealth(h *wire.Health) {
-	if h == nil {
-		return
+// sharedPorts returns ports, or the equal map of the service's last
+// instance: a service's instances mostly have the same ports. Sharing a
+// map is safe because a record's maps are never modified once stored.
+func (f *fsm) sharedPorts(k wire.ServiceKey, ports map[string]int) map[string]int {
+	if ports == nil {
+		return nil
 	}
-	h.Verdict = f.strs.str(h.Verdict)
-	for i, r := range h.Reasons {
-		h.Reasons[i] = f.strs.str(r)
+	if last := f.ports[k]; last != nil && maps.Equal(last, ports) {
+		return last
 	}
-	for i := range h.Failing {
-		c := &h.Failing[i]
-		c.Class, c.Why = f.strs.str(c.Class), f.strs.str(c.Why)
+	f.ports[k] = ports
+	return ports
+}
+
+// origin returns the shared origin with these values, making it if no
+// record has one like it.
+func (f *fsm) origin(region, zone, registrar string) *origin {
+	o := origin{region, zone, registrar}
+	if p := f.origins[o]; p != nil {
+		return p
 	}
-	if e := h.Evidence; e != nil {
-		e.Class, e.Observer = f.strs.str(e.Class), f.strs.str(e.Observer)
+	if f.origins == nil || len(f.origins) >= maxInterned {
+		f.origins = make(map[origin]*origin)
 	}
+	o = origin{f.strs.str(region), f.strs.str(zone), f.strs.str(registrar)}
+	p := &o
+	f.origins[o] = p
+	return p
 }
 
 // internEvent points an audit event's repeated strings at shared copies:

@@ -40,19 +40,19 @@ func TestRecordsShareWhatTheyRepeat(t *testing.T) {
 		defer f.mu.RUnlock()
 		svc := f.services[wire.ServiceKey{Namespace: "prod", Name: "web"}]
 		a, b, c, d := f.instances[webKey("a")], f.instances[webKey("b")], f.instances[webKey("c")], f.instances[webKey("d")]
-		for _, in := range []*wire.Instance{a, b, c, d} {
-			if !sameString(in.Namespace, svc.Namespace) || !sameString(in.Service, svc.Name) {
-				t.Errorf("%s: %s does not share the service's names", where, in.ID)
+		for _, in := range []*record{a, b, c, d} {
+			if in.svc != a.svc || !sameString(in.svc.Namespace, svc.Namespace) || !sameString(in.svc.Name, svc.Name) {
+				t.Errorf("%s: %s does not share the service's names", where, in.id)
 			}
-			if !sameString(in.Registrar, a.Registrar) || !sameString(string(in.Lifecycle), string(a.Lifecycle)) {
-				t.Errorf("%s: %s does not share the registrar and lifecycle strings", where, in.ID)
+			if in.origin != a.origin {
+				t.Errorf("%s: %s does not share the locality and registrar", where, in.id)
 			}
 		}
-		if !sameMap(a.Ports, b.Ports) || !sameMap(b.Ports, c.Ports) {
+		if !sameMap(a.ports, b.ports) || !sameMap(b.ports, c.ports) {
 			t.Errorf("%s: equal ports are separate maps", where)
 		}
-		if sameMap(c.Ports, d.Ports) || d.Ports["http"] != 8081 || c.Ports["http"] != 8080 {
-			t.Errorf("%s: ports c %v, d %v, want 8080 and 8081 in maps of their own", where, c.Ports, d.Ports)
+		if sameMap(c.ports, d.ports) || d.ports["http"] != 8081 || c.ports["http"] != 8080 {
+			t.Errorf("%s: ports c %v, d %v, want 8080 and 8081 in maps of their own", where, c.ports, d.ports)
 		}
 	}
 	check(l.f, "applied")
@@ -93,9 +93,9 @@ func TestWriteStateIsJSON(t *testing.T) {
 		l.must(registerCmd(fmt.Sprint("i", i), fmt.Sprint("10.0.0.", i+1)))
 	}
 	l.must(reportCmd("i1", 2, wire.Report{Ready: true}))
-	for _, st := range []fsmState{l.f.state(), {}} {
+	for _, st := range []fsmState{l.f.state(), newFSM().state()} {
 		var got bytes.Buffer
-		if err := writeState(&got, &st); err != nil {
+		if err := writeState(&got, &st, len(st.Instances), func(i int) wire.Instance { return st.Instances[i] }); err != nil {
 			t.Fatal(err)
 		}
 		want, err := json.Marshal(st)

@@ -35,17 +35,18 @@ func (s *Store) Renew(ctx context.Context, key wire.InstanceKey, inc uint64) (wi
 	}
 	s.fsm.mu.RLock()
 	cur, err := s.fsm.current(key, inc)
-	var in wire.Instance
+	var rec record
 	if err == nil {
-		in = *cur // shares its maps and pointers, read-only (see listInstances)
+		rec = *cur // shares its maps and pointers, read-only (see listRecords)
 	}
 	s.fsm.mu.RUnlock()
 	if err != nil {
 		return wire.Instance{}, err
 	}
-	if in.Lifecycle == wire.Terminated {
+	if rec.lifecycle == lcTerminated {
 		return wire.Instance{}, fmt.Errorf("instance %s is deregistered: %w", key, ErrFenced)
 	}
+	in := rec.view()
 	now := s.now()
 	if hx := s.HardExpiry(in); !hx.IsZero() && !now.Before(hx) {
 		// The registration is over (SPEC §2), whether or not housekeeping
@@ -67,8 +68,8 @@ func (s *Store) Renew(ctx context.Context, key wire.InstanceKey, inc uint64) (wi
 		// Housekeeping may have judged the lease past its hard expiry at a
 		// later reading of the clock and committed its end first.
 		s.fsm.mu.RLock()
-		rec, ferr := s.fsm.current(key, inc)
-		ended := ferr == nil && rec.Lifecycle == wire.Terminated
+		cur, ferr := s.fsm.current(key, inc)
+		ended := ferr == nil && cur.lifecycle == lcTerminated
 		s.fsm.mu.RUnlock()
 		if ferr != nil {
 			return wire.Instance{}, ferr
@@ -186,8 +187,8 @@ func (s *Store) replyDeadline(in wire.Instance) wire.Instance {
 	}
 	s.fsm.mu.RLock()
 	cur := s.fsm.instances[in.Key()]
-	if cur != nil && cur.Incarnation == in.Incarnation && cur.Lifecycle != wire.Terminated && cur.LeaseDeadline.After(in.LeaseDeadline) {
-		in.LeaseDeadline = cur.LeaseDeadline
+	if cur != nil && cur.incarnation == in.Incarnation && cur.lifecycle != lcTerminated && cur.leaseDeadline > nanos(in.LeaseDeadline) {
+		in.LeaseDeadline = fromNanos(cur.leaseDeadline)
 	}
 	s.fsm.mu.RUnlock()
 	return in
@@ -356,37 +357,39 @@ func (s *Store) housekeepOnce(ctx context.Context) (bool, error) {
 		if in == nil {
 			continue // gone meanwhile
 		}
-		if in.Lifecycle == wire.Draining {
+		if in.lifecycle == lcDraining {
 			svc := s.fsm.services[k.ServiceKey()]
-			if svc != nil && !now.Before(in.DrainingSince.Add(svc.Policy.DrainWindow.D())) {
+			if svc != nil && !now.Before(fromNanos(in.drainingSince).Add(svc.Policy.DrainWindow.D())) {
 				if len(c.Terminate) == maxTerminationsPerEntry {
 					more = true
 					continue
 				}
-				c.Terminate = append(c.Terminate, fence{k, in.Incarnation})
+				c.Terminate = append(c.Terminate, fence{k, in.incarnation})
 				continue
 			}
 		}
 		switch {
-		case in.Lifecycle == wire.Terminated:
-			if in.TerminatedAt.Before(pruneBefore) {
+		case in.lifecycle == lcTerminated:
+			if in.terminatedAt < nanos(pruneBefore) {
 				c.PruneBefore = pruneBefore
 			}
-		case in.LeaseTTL > 0:
-			if now.Before(hardExpiry(in.LeaseDeadline, in.LeaseTTL.D())) {
+		case in.leaseTTL > 0:
+			if now.Before(hardExpiry(fromNanos(in.leaseDeadline), in.leaseTTL.D())) {
 				continue // renewals and grace only move it later
 			}
 			// The overlay takes leaseMu under the FSM's read lock; nothing
 			// takes them in the other order.
-			exp := s.leaseExpiry(s.overlay(*in), since)
-			if now.Before(hardExpiry(exp, in.LeaseTTL.D())) {
+			exp := s.leaseExpiry(s.overlay(wire.Instance{Namespace: k.Namespace, Service: k.Service, ID: k.ID,
+				Incarnation: in.incarnation, Lifecycle: in.lifecycle.wire(), LeaseTTL: in.leaseTTL,
+				LeaseDeadline: fromNanos(in.leaseDeadline)}), since)
+			if now.Before(hardExpiry(exp, in.leaseTTL.D())) {
 				continue
 			}
 			if len(c.Expire) == maxTerminationsPerEntry {
 				more = true
 				continue
 			}
-			c.Expire = append(c.Expire, leaseUpdate{fence: fence{k, in.Incarnation}, Deadline: exp})
+			c.Expire = append(c.Expire, leaseUpdate{fence: fence{k, in.incarnation}, Deadline: exp})
 		}
 	}
 	s.fsm.mu.RUnlock()

@@ -32,20 +32,20 @@ func cloneInstance(in wire.Instance) wire.Instance {
 // sameAs reports whether r (normalised; ttlDefault says whether it left
 // lease_ttl to the policy) asks for exactly what in already holds, so that
 // a retried registration returns the committed record.
-func sameAs(r wire.Registration, in wire.Instance, ttlDefault bool) bool {
-	sameTTL := r.LeaseTTL == in.LeaseTTL || ttlDefault && in.LeaseTTLDefault
-	if r.ID != in.ID || r.RegistrationID != in.RegistrationID || r.Region != in.Region || r.Zone != in.Zone ||
-		r.Weight != in.Weight || !sameTTL ||
-		len(r.Addresses) != len(in.Addresses) || len(r.Ports) != len(in.Ports) {
+func sameAs(r wire.Registration, in *record, ttlDefault bool) bool {
+	sameTTL := r.LeaseTTL == in.leaseTTL || ttlDefault && in.ttlDefault
+	if r.ID != in.id || r.RegistrationID != in.registrationID() || r.Region != in.origin.region || r.Zone != in.origin.zone ||
+		r.Weight != int(in.weight) || !sameTTL ||
+		len(r.Addresses) != len(in.addresses) || len(r.Ports) != len(in.ports) {
 		return false
 	}
 	for i := range r.Addresses {
-		if r.Addresses[i] != in.Addresses[i] {
+		if r.Addresses[i] != in.addresses[i] {
 			return false
 		}
 	}
 	for k, v := range r.Ports {
-		if in.Ports[k] != v {
+		if p, ok := in.ports[k]; !ok || p != v {
 			return false
 		}
 	}
@@ -100,20 +100,19 @@ func (t TokenRecord) validate() error {
 	return nil
 }
 
-// listInstances copies the records of m that filter accepts (nil: all),
+// listRecords copies the records of m that filter accepts (nil: all),
 // under the FSM's lock, in no order. The copies share their slices, maps
 // and pointers with the records: the FSM never modifies those in place
 // once a record holds them (a change replaces them), so sharing them is
-// safe for as long as the reader does not modify them either. A deep copy
-// of every instance would cost a map, a slice and a Health per instance
-// on every listing, and the health loop lists every instance on every
-// store revision.
-func listInstances(m map[wire.InstanceKey]*wire.Instance, filter func(*wire.Instance) bool) []wire.Instance {
+// safe for as long as the reader does not modify them either. A copy is
+// 160 bytes; the views the API needs are made from them once the lock is
+// released (see record.view).
+func listRecords(m map[wire.InstanceKey]*record, filter func(*record) bool) []record {
 	n := len(m)
 	if filter != nil {
 		n = 0
 	}
-	out := make([]wire.Instance, 0, n)
+	out := make([]record, 0, n)
 	for _, in := range m {
 		if filter == nil || filter(in) {
 			out = append(out, *in)
@@ -122,11 +121,20 @@ func listInstances(m map[wire.InstanceKey]*wire.Instance, filter func(*wire.Inst
 	return out
 }
 
-// sortInstances sorts by key; it needs no lock, so callers release the
+// sortRecords sorts by key; it needs no lock, so callers release the
 // FSM's first (a sort of 100,000 instances takes tens of milliseconds,
 // which Apply would otherwise wait out).
-func sortInstances(out []wire.Instance) {
-	slices.SortFunc(out, func(a, b wire.Instance) int { return compareKeys(a.Key(), b.Key()) })
+func sortRecords(out []record) {
+	slices.SortFunc(out, func(a, b record) int { return compareKeys(a.key(), b.key()) })
+}
+
+// views returns the views of recs, in their order.
+func views(recs []record) []wire.Instance {
+	out := make([]wire.Instance, len(recs))
+	for i := range recs {
+		out[i] = recs[i].view()
+	}
+	return out
 }
 
 // compareKeys orders keys as their strings ("ns/svc/id") compare, without

@@ -488,7 +488,7 @@ func (s *Store) precheck(op opcode, key wire.InstanceKey, inc uint64, rep *wire.
 	if err != nil {
 		return err
 	}
-	if op != opDeregister && in.Lifecycle == wire.Terminated {
+	if op != opDeregister && in.lifecycle == lcTerminated {
 		return fmt.Errorf("instance %s is deregistered: %w", key, ErrFenced)
 	}
 	if rep != nil {
@@ -564,16 +564,17 @@ func (s *Store) Service(ns, name string) (wire.Service, bool) {
 // Instances returns the instances of a service, terminated ones included,
 // sorted by id. On the leader, lease deadlines include renewals not yet
 // replicated. The instances share their Addresses, Ports,
-// RetiredRegistrationIDs, Report and Health with the store's records,
-// which the store never modifies in place: callers must not modify them
-// either.
+// RetiredRegistrationIDs, Report and their Health's lists and evidence
+// with the store's records, which the store never modifies in place:
+// callers must not modify them either.
 func (s *Store) Instances(ns, svc string) []wire.Instance {
 	s.fsm.mu.RLock()
-	out := listInstances(s.fsm.instances, func(in *wire.Instance) bool {
-		return in.Namespace == ns && in.Service == svc
+	recs := listRecords(s.fsm.instances, func(in *record) bool {
+		return in.svc.Namespace == ns && in.svc.Name == svc
 	})
 	s.fsm.mu.RUnlock()
-	sortInstances(out)
+	sortRecords(recs)
+	out := views(recs)
 	for i := range out {
 		out[i] = s.overlay(out[i])
 	}
@@ -585,35 +586,55 @@ func (s *Store) Instances(ns, svc string) []wire.Instance {
 // pointers are the store's, and read-only.
 func (s *Store) AllInstances() []wire.Instance {
 	s.fsm.mu.RLock()
-	out := listInstances(s.fsm.instances, nil)
+	recs := listRecords(s.fsm.instances, nil)
 	s.fsm.mu.RUnlock()
-	sortInstances(out)
-	return out
+	sortRecords(recs)
+	return views(recs)
+}
+
+// Entry is what EachInstance shows of one instance: the fields a reader
+// of every instance needs, without the cost of a wire.Instance. Its
+// slices, maps and pointers are the replica's, read-only as those of
+// Instances' copies are, and may be kept.
+type Entry struct {
+	Key          wire.InstanceKey
+	Incarnation  uint64
+	Lifecycle    wire.Lifecycle
+	Region, Zone string
+	Addresses    []string
+	Ports        map[string]int
+	Weight       int
+	LeaseTTL     wire.Duration
+	// LeaseDeadline and RegisteredAt are unix nanoseconds in the
+	// replica's record (the leader's unreplicated renewals not applied).
+	LeaseDeadline, RegisteredAt int64
+	Report                      *wire.SelfReport
+	// Verdict is the last committed verdict, nil before the first.
+	Verdict *Verdict
 }
 
 // EachInstance calls fn with every instance, terminated ones included,
 // in no particular order, holding the replica's read lock: fn must be
-// quick and must not call the Store. The record is the replica's own: fn
-// must neither modify it nor keep the pointer (the FSM updates records
-// in place), but it may keep the record's slices, maps and pointers,
-// which are read-only as those of AllInstances' copies are. It spares a
-// caller that needs a few fields of every instance AllInstances' copy of
-// every record.
-func (s *Store) EachInstance(fn func(*wire.Instance)) {
+// quick and must not call the Store. It spares a caller that needs a few
+// fields of every instance the views AllInstances makes.
+func (s *Store) EachInstance(fn func(Entry)) {
 	s.fsm.mu.RLock()
 	defer s.fsm.mu.RUnlock()
 	for _, in := range s.fsm.instances {
-		fn(in)
+		fn(Entry{Key: in.key(), Incarnation: in.incarnation, Lifecycle: in.lifecycle.wire(),
+			Region: in.origin.region, Zone: in.origin.zone, Addresses: in.addresses, Ports: in.ports,
+			Weight: int(in.weight), LeaseTTL: in.leaseTTL, LeaseDeadline: in.leaseDeadline,
+			RegisteredAt: in.registeredAt, Report: in.report, Verdict: in.verdict})
 	}
 }
 
-// Instance returns one instance.
+// Instance returns one instance, a copy of its own.
 func (s *Store) Instance(key wire.InstanceKey) (wire.Instance, bool) {
 	s.fsm.mu.RLock()
 	in := s.fsm.instances[key]
 	var out wire.Instance
 	if in != nil {
-		out = cloneInstance(*in)
+		out = cloneInstance(in.view())
 	}
 	s.fsm.mu.RUnlock()
 	return s.overlay(out), in != nil

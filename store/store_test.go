@@ -668,7 +668,7 @@ func wantSameState(t *testing.T, s *store.Store, wantServices []wire.Service, wa
 }
 
 // TestEachInstance: EachInstance visits the records AllInstances lists,
-// terminated ones included, each once.
+// terminated ones included, each once, with the same values.
 func TestEachInstance(t *testing.T) {
 	n := storetest.Single(t, store.Config{})
 	mustApply(t, n.Store, webService(0))
@@ -679,20 +679,36 @@ func TestEachInstance(t *testing.T) {
 	if _, err := n.Deregister(t.Context(), "x", key("b"), b.Incarnation); err != nil {
 		t.Fatal(err)
 	}
+	c, _ := n.Instance(key("c"))
+	if err := n.CommitHealth(t.Context(), "evaluator", []store.HealthUpdate{{Key: key("c"), Health: sampleHealth(c.Incarnation, time.Now().UTC())}}, nil); err != nil {
+		t.Fatal(err)
+	}
 	want := map[wire.InstanceKey]wire.Instance{}
 	for _, in := range n.AllInstances() {
 		want[in.Key()] = in
 	}
 	seen := map[wire.InstanceKey]bool{}
-	n.EachInstance(func(in *wire.Instance) {
-		w, ok := want[in.Key()]
-		switch {
-		case !ok || seen[in.Key()]:
-			t.Errorf("%s visited unexpectedly (listed %t, seen before %t)", in.Key(), ok, seen[in.Key()])
-		case !reflect.DeepEqual(*in, w):
-			t.Errorf("%s visited as %+v, listed as %+v", in.Key(), *in, w)
+	n.EachInstance(func(e store.Entry) {
+		w, ok := want[e.Key]
+		if !ok || seen[e.Key] {
+			t.Errorf("%s visited unexpectedly (listed %t, seen before %t)", e.Key, ok, seen[e.Key])
 		}
-		seen[in.Key()] = true
+		seen[e.Key] = true
+		var h *wire.Health
+		if e.Verdict != nil {
+			v := e.Verdict.Health()
+			h = &v
+		}
+		if !reflect.DeepEqual(h, w.Health) {
+			t.Errorf("%s visited with verdict %+v, listed with %+v", e.Key, h, w.Health)
+		}
+		e.Verdict = nil
+		listed := store.Entry{Key: w.Key(), Incarnation: w.Incarnation, Lifecycle: w.Lifecycle, Region: w.Region, Zone: w.Zone,
+			Addresses: w.Addresses, Ports: w.Ports, Weight: w.Weight, LeaseTTL: w.LeaseTTL,
+			LeaseDeadline: w.LeaseDeadline.UnixNano(), RegisteredAt: w.RegisteredAt.UnixNano(), Report: w.Report}
+		if !reflect.DeepEqual(e, listed) {
+			t.Errorf("%s visited as %+v, listed as %+v", e.Key, e, listed)
+		}
 	})
 	if len(seen) != len(want) || len(want) != 3 {
 		t.Errorf("visited %d instances, AllInstances lists %d, want 3", len(seen), len(want))

@@ -1,0 +1,330 @@
+package store
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/cairn-sd/cairn/wire"
+)
+
+// record is how the FSM keeps one instance: what wire.Instance says, in
+// 160 bytes instead of 336 and its verdict in 48 instead of about 200.
+// Times are unix nanoseconds in UTC (see nanos); the service's name, the
+// locality and registrar, and a verdict's name, flags and reasons point
+// at copies the records share; the registration ids, which most
+// instances lack, sit behind a pointer. The API's wire.Instance is made
+// from it on demand (view), and snapshots are written from those views,
+// so what a replica serves and writes is what it was before.
+//
+// A record's slices, maps and pointers are never modified once stored (a
+// change replaces them): a view may share them, and a reader may keep
+// them, read-only. The record itself is updated in place under the FSM's
+// lock.
+type record struct {
+	svc            *wire.ServiceKey // shared by the service's records
+	id             string
+	incarnation    uint64
+	sourceRevision uint64
+	addresses      []string
+	ports          map[string]int // shared with the service's other records when equal
+	origin         *origin        // interned
+	ids            *regIDs        // nil: no registration id, none retired
+	report         *wire.SelfReport
+	verdict        *Verdict // nil until the evaluator's first commit
+	leaseTTL       wire.Duration
+	leaseDeadline  int64
+	registeredAt   int64
+	drainingSince  int64
+	terminatedAt   int64
+	weight         uint16 // 1–65535 (wire.Registration.Normalize)
+	lifecycle      lifecycle
+	ttlDefault     bool
+}
+
+// origin is where an instance is and who registered it: a region's
+// instances have few of them between them.
+type origin struct{ region, zone, registrar string }
+
+// regIDs are an instance's registration id and the ids it retired.
+type regIDs struct {
+	id      string
+	retired []string
+}
+
+// lifecycle is a wire.Lifecycle in a byte.
+type lifecycle uint8
+
+const (
+	lcStarting lifecycle = iota
+	lcReady
+	lcDraining
+	lcTerminated
+)
+
+var lifecycleNames = [...]wire.Lifecycle{lcStarting: wire.Starting, lcReady: wire.Ready, lcDraining: wire.Draining, lcTerminated: wire.Terminated}
+
+func (l lifecycle) wire() wire.Lifecycle { return lifecycleNames[l] }
+
+// lifecycleOf returns the code of l; ok is false for a name SPEC §1 does
+// not define.
+func lifecycleOf(l wire.Lifecycle) (lifecycle, bool) {
+	for i, n := range lifecycleNames {
+		if n == l {
+			return lifecycle(i), true
+		}
+	}
+	return 0, false
+}
+
+// noTime is the nanoseconds of the zero time.
+const noTime = math.MinInt64
+
+// nanos is t in unix nanoseconds, noTime for the zero time. The int64
+// spans the years 1678–2262; a time outside them, which no leader's clock
+// gives, is clamped to the nearest end, the same way on every replica.
+func nanos(t time.Time) int64 {
+	switch {
+	case t.IsZero():
+		return noTime
+	case t.Before(minNanosTime):
+		return noTime + 1
+	case t.After(maxNanosTime):
+		return math.MaxInt64
+	}
+	return t.UnixNano()
+}
+
+var (
+	minNanosTime = time.Unix(0, noTime+1)
+	maxNanosTime = time.Unix(0, math.MaxInt64)
+)
+
+// fromNanos is nanos' inverse, in UTC as the leader writes times.
+func fromNanos(ns int64) time.Time {
+	if ns == noTime {
+		return time.Time{}
+	}
+	return time.Unix(0, ns).UTC()
+}
+
+// key returns the record's instance key.
+func (r *record) key() wire.InstanceKey {
+	return wire.InstanceKey{Namespace: r.svc.Namespace, Service: r.svc.Name, ID: r.id}
+}
+
+func (r *record) registrationID() string {
+	if r.ids == nil {
+		return ""
+	}
+	return r.ids.id
+}
+
+func (r *record) retired() []string {
+	if r.ids == nil {
+		return nil
+	}
+	return r.ids.retired
+}
+
+// view is the record as the API shows it. It shares the record's
+// addresses, ports, retired ids, report and the verdict's lists,
+// read-only; its Health is its own.
+func (r *record) view() wire.Instance {
+	in := wire.Instance{
+		Namespace: r.svc.Namespace, Service: r.svc.Name, ID: r.id,
+		Incarnation:            r.incarnation,
+		Addresses:              r.addresses,
+		Ports:                  r.ports,
+		Region:                 r.origin.region,
+		Zone:                   r.origin.zone,
+		Weight:                 int(r.weight),
+		Lifecycle:              r.lifecycle.wire(),
+		LeaseTTL:               r.leaseTTL,
+		LeaseTTLDefault:        r.ttlDefault,
+		LeaseDeadline:          fromNanos(r.leaseDeadline),
+		Registrar:              r.origin.registrar,
+		RegistrationID:         r.registrationID(),
+		RetiredRegistrationIDs: r.retired(),
+		SourceRevision:         r.sourceRevision,
+		RegisteredAt:           fromNanos(r.registeredAt),
+		DrainingSince:          fromNanos(r.drainingSince),
+		TerminatedAt:           fromNanos(r.terminatedAt),
+		Report:                 r.report,
+	}
+	if r.verdict != nil {
+		h := r.verdict.Health()
+		in.Health = &h
+	}
+	return in
+}
+
+// recordOf makes the record of in, an instance of a snapshot, sharing
+// what it repeats with the FSM's other records. It refuses what no
+// version of the FSM writes, naming the field.
+func (f *fsm) recordOf(in *wire.Instance) (*record, error) {
+	lc, ok := lifecycleOf(in.Lifecycle)
+	if !ok {
+		return nil, fmt.Errorf("instance %s: %w", in.Key(), invalid("lifecycle", "%q is not starting, ready, draining or terminated", in.Lifecycle))
+	}
+	if in.Weight < 1 || in.Weight > 65535 {
+		return nil, fmt.Errorf("instance %s: %w", in.Key(), invalid("weight", "%d is out of range 1-65535", in.Weight))
+	}
+	r := &record{
+		svc: f.serviceKey(wire.ServiceKey{Namespace: in.Namespace, Name: in.Service}), id: in.ID,
+		incarnation: in.Incarnation, sourceRevision: in.SourceRevision,
+		addresses: in.Addresses, ports: f.sharedPorts(wire.ServiceKey{Namespace: in.Namespace, Name: in.Service}, in.Ports),
+		origin: f.origin(in.Region, in.Zone, in.Registrar), report: in.Report,
+		leaseTTL: in.LeaseTTL, leaseDeadline: nanos(in.LeaseDeadline), registeredAt: nanos(in.RegisteredAt),
+		drainingSince: nanos(in.DrainingSince), terminatedAt: nanos(in.TerminatedAt),
+		weight: uint16(in.Weight), lifecycle: lc, ttlDefault: in.LeaseTTLDefault,
+	}
+	if in.RegistrationID != "" || len(in.RetiredRegistrationIDs) > 0 {
+		r.ids = &regIDs{id: in.RegistrationID, retired: in.RetiredRegistrationIDs}
+	}
+	if rep := r.report; rep != nil {
+		rep.Reporter = f.strs.str(rep.Reporter)
+	}
+	if in.Health != nil {
+		r.verdict = f.verdictOf(in.Health)
+	}
+	return r, nil
+}
+
+// Verdict is a committed verdict (wire.Health) as the replica keeps it:
+// times as unix nanoseconds, and its name, flags and reasons in a copy
+// that the instances with the same ones share. It is never modified once
+// stored, so a reader may keep it; Health returns the wire form.
+type Verdict struct {
+	incarnation   uint64
+	head          *verdictHead // interned
+	eligibleSince int64
+	at            int64
+	evidence      *wire.Evidence
+	more          *verdictMore // nil when nothing is failing or quarantined
+}
+
+// verdictHead is what many instances' verdicts have in common.
+type verdictHead struct {
+	name                     string
+	eligible, healthEligible bool
+	flags                    uint8
+	reasons                  []string
+}
+
+// verdictMore is what only a failing or quarantined instance's verdict
+// holds.
+type verdictMore struct {
+	failingSince    int64
+	quarantineUntil int64
+	quarantineLevel int
+	failing         []wire.FailingClass
+}
+
+// Incarnation is the incarnation the verdict judges.
+func (v *Verdict) Incarnation() uint64 { return v.incarnation }
+
+// Name is the verdict: unknown, healthy, degraded, unhealthy or
+// quarantined.
+func (v *Verdict) Name() string { return v.head.name }
+
+// Eligible is the published eligibility.
+func (v *Verdict) Eligible() bool { return v.head.eligible }
+
+// Flags are the status table's flag bits.
+func (v *Verdict) Flags() uint8 { return v.head.flags }
+
+// EligibleSince is when the instance was last published.
+func (v *Verdict) EligibleSince() time.Time { return fromNanos(v.eligibleSince) }
+
+// Health returns the verdict in its wire form. It allocates nothing: its
+// lists and its evidence are the verdict's, read-only.
+func (v *Verdict) Health() wire.Health {
+	h := wire.Health{Incarnation: v.incarnation, Verdict: v.head.name, Eligible: v.head.eligible,
+		HealthEligible: v.head.healthEligible, Flags: v.head.flags, EligibleSince: fromNanos(v.eligibleSince),
+		Reasons: v.head.reasons, Evidence: v.evidence, At: fromNanos(v.at)}
+	if m := v.more; m != nil {
+		h.FailingSince = fromNanos(m.failingSince)
+		h.QuarantineUntil = fromNanos(m.quarantineUntil)
+		h.QuarantineLevel = m.quarantineLevel
+		h.Failing = m.failing
+	}
+	return h
+}
+
+// NewVerdict returns h as a Verdict, sharing nothing with a replica: for
+// tests of what reads verdicts.
+func NewVerdict(h wire.Health) *Verdict {
+	var f fsm
+	h.Failing, h.Reasons = slices.Clone(h.Failing), slices.Clone(h.Reasons)
+	if h.Evidence != nil {
+		e := *h.Evidence
+		h.Evidence = &e
+	}
+	return f.verdictOf(&h)
+}
+
+// verdictOf makes the Verdict of h, which must not be shared with any
+// reader: it keeps h's lists (empty ones as nil, as a snapshot restores
+// them) and its evidence.
+func (f *fsm) verdictOf(h *wire.Health) *Verdict {
+	for i := range h.Failing {
+		c := &h.Failing[i]
+		c.Class, c.Why = f.strs.str(c.Class), f.strs.str(c.Why)
+	}
+	if e := h.Evidence; e != nil {
+		e.Class, e.Observer = f.strs.str(e.Class), f.strs.str(e.Observer)
+	}
+	v := &Verdict{incarnation: h.Incarnation, head: f.verdictHead(h), eligibleSince: nanos(h.EligibleSince),
+		at: nanos(h.At), evidence: h.Evidence}
+	if !h.FailingSince.IsZero() || !h.QuarantineUntil.IsZero() || h.QuarantineLevel != 0 || len(h.Failing) > 0 {
+		v.more = &verdictMore{failingSince: nanos(h.FailingSince), quarantineUntil: nanos(h.QuarantineUntil),
+			quarantineLevel: h.QuarantineLevel}
+		if len(h.Failing) > 0 {
+			v.more.failing = h.Failing
+		}
+	}
+	return v
+}
+
+// verdictHead returns the shared head of h's verdict, making it if no
+// record has one like it. The table is bounded as the interner is.
+func (f *fsm) verdictHead(h *wire.Health) *verdictHead {
+	// Each string with its length first, so that no two heads share a
+	// key.
+	b := f.headKey[:0]
+	b = append(b, h.Flags, boolByte(h.Eligible)|boolByte(h.HealthEligible)<<1)
+	b = appendString(b, h.Verdict)
+	for _, r := range h.Reasons {
+		b = appendString(b, r)
+	}
+	f.headKey = b
+	if v, ok := f.heads[string(b)]; ok {
+		return v
+	}
+	v := &verdictHead{name: f.strs.str(h.Verdict), eligible: h.Eligible, healthEligible: h.HealthEligible, flags: h.Flags}
+	if len(h.Reasons) > 0 {
+		v.reasons = make([]string, len(h.Reasons))
+		for i, r := range h.Reasons {
+			v.reasons[i] = f.strs.str(r)
+		}
+	}
+	if f.heads == nil || len(f.heads) >= maxInterned {
+		f.heads = make(map[string]*verdictHead)
+	}
+	f.heads[string(b)] = v
+	return v
+}
+
+func appendString(b []byte, s string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
+}
