@@ -276,8 +276,13 @@ func (n *Node) directory(c catalog) *status.Directory {
 		return old
 	}
 	d := &status.Directory{Revision: c.rev, Services: services, Instances: make([]*status.InstanceInfo, len(c.bySlot))}
-	prev := n.infos
-	n.infos = make(map[string]*status.InstanceInfo, len(prev))
+	// The previous directory's InstanceInfo of the slot is the one to
+	// reuse: a live instance keeps its slot, and an incarnation is never
+	// another instance's.
+	var prev []*status.InstanceInfo
+	if n.cat.dir != nil {
+		prev = n.cat.dir.Instances
+	}
 	// Instances of a service mostly have the same ports: a new
 	// InstanceInfo shares the map of the service's previous one when it
 	// holds the same numbers (a small map costs some 200 bytes).
@@ -288,9 +293,11 @@ func (n *Node) directory(c catalog) *status.Directory {
 		}
 		cs := &c.services[ref.svc]
 		in := &cs.instances[ref.inst]
-		k := in.key
-		info := prev[k]
-		if info == nil || info.Incarnation != in.incarnation {
+		var info *status.InstanceInfo
+		if slot < len(prev) {
+			info = prev[slot]
+		}
+		if info == nil || info.Incarnation != in.incarnation || info.ID != cs.instanceID(int(ref.inst)) {
 			info = &status.InstanceInfo{ID: cs.instanceID(int(ref.inst)), Incarnation: in.incarnation}
 			for _, a := range in.addresses {
 				if ip, err := netip.ParseAddr(a); err == nil {
@@ -307,7 +314,6 @@ func (n *Node) directory(c catalog) *status.Directory {
 			}
 		}
 		lastPorts[ref.svc] = info.Ports
-		n.infos[k] = info
 		d.Instances[slot] = info
 	}
 	d.Index(func(slot int) uint32 {
@@ -350,8 +356,7 @@ func (n *Node) sameInstances(c catalog, old *status.Directory) bool {
 		}
 		cs := &c.services[ref.svc]
 		in := &cs.instances[ref.inst]
-		if have == nil || have.ID != cs.instanceID(int(ref.inst)) || have.Incarnation != in.incarnation ||
-			n.infos[in.key] != have {
+		if have == nil || have.ID != cs.instanceID(int(ref.inst)) || have.Incarnation != in.incarnation {
 			return false
 		}
 	}

@@ -70,7 +70,6 @@ type Node struct {
 	targets     []probe.Target
 	svcs        *status.Names
 	locs        *status.Names
-	infos       map[string]*status.InstanceInfo // by instance key, for reuse
 
 	// The round's working memory, reused so that a round allocates
 	// nothing per instance (see evaluate).
