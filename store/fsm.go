@@ -104,7 +104,7 @@ type fsm struct {
 	nextInc   uint64
 	eventSeq  uint64
 	services  map[wire.ServiceKey]*wire.Service
-	instances map[wire.InstanceKey]*record
+	instances index
 	members   map[string]wire.Member
 	tokens    map[string]TokenRecord // by accessor
 	tokenRev  uint64                 // index of the last token change
@@ -141,7 +141,7 @@ type fsm struct {
 func newFSM() *fsm {
 	return &fsm{
 		services:  map[wire.ServiceKey]*wire.Service{},
-		instances: map[wire.InstanceKey]*record{},
+		instances: newIndex(),
 		members:   map[string]wire.Member{},
 		tokens:    map[string]TokenRecord{},
 		events:    newRing(AuditCapacity),
@@ -359,7 +359,7 @@ func (f *fsm) register(index uint64, c command) (wire.Instance, bool, error) {
 	// service, and its key in f.instances, then shares one copy.
 	reg.Namespace, reg.Service = svc.Namespace, svc.Name
 	key := reg.Key()
-	old := f.instances[key]
+	old := f.instances.get(key)
 	if err := fenceRegistration(old, reg, ttlDefault); err != nil {
 		return wire.Instance{}, false, err
 	}
@@ -417,7 +417,7 @@ func (f *fsm) register(index uint64, c command) (wire.Instance, bool, error) {
 		// new one's.
 		f.withdrawn = append(f.withdrawn, Withdrawal{Key: key, Incarnation: old.incarnation, Lifecycle: wire.Terminated})
 	}
-	f.instances[key] = in
+	f.instances.put(in)
 	f.record(e)
 	return cloneInstance(in.view()), true, nil
 }
@@ -476,7 +476,7 @@ func fenceRegistration(old *record, reg wire.Registration, ttlDefault bool) erro
 // current returns the instance c names if c carries its current
 // incarnation.
 func (f *fsm) current(key wire.InstanceKey, inc uint64) (*record, error) {
-	in := f.instances[key]
+	in := f.instances.get(key)
 	if in == nil {
 		return nil, fmt.Errorf("instance %s is not registered: %w", key, ErrNotFound)
 	}
@@ -554,7 +554,7 @@ func (f *fsm) mutate(c command) (wire.Instance, error) {
 func (f *fsm) housekeep(c command) int {
 	expired := 0
 	for _, l := range c.Leases {
-		in := f.instances[l.Key]
+		in := f.instances.get(l.Key)
 		if in == nil || in.incarnation != l.Incarnation || in.lifecycle == lcTerminated {
 			continue
 		}
@@ -563,7 +563,7 @@ func (f *fsm) housekeep(c command) int {
 		}
 	}
 	for _, t := range c.Terminate {
-		in := f.instances[t.Key]
+		in := f.instances.get(t.Key)
 		if in == nil || in.incarnation != t.Incarnation || in.lifecycle != lcDraining {
 			continue
 		}
@@ -574,7 +574,7 @@ func (f *fsm) housekeep(c command) int {
 			Reason: "drain window over", Actor: c.Actor})
 	}
 	for _, l := range c.Expire {
-		in := f.instances[l.Key]
+		in := f.instances.get(l.Key)
 		if in == nil || in.incarnation != l.Incarnation || in.lifecycle == lcTerminated || in.leaseTTL <= 0 {
 			continue
 		}
@@ -596,9 +596,9 @@ func (f *fsm) housekeep(c command) int {
 	}
 	if !c.PruneBefore.IsZero() {
 		before := nanos(c.PruneBefore)
-		for k, in := range f.instances {
+		for in := range f.instances.all {
 			if in.lifecycle == lcTerminated && in.terminatedAt < before {
-				delete(f.instances, k)
+				f.instances.del(in)
 			}
 		}
 	}
@@ -662,7 +662,7 @@ func (f *fsm) copyState() (fsmState, []record) {
 func (f *fsm) copyStateLocked() (fsmState, []record) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	recs := listRecords(f.instances, nil)
+	recs := listRecords(&f.instances, nil)
 	s := fsmState{Rev: f.rev, NextInc: f.nextInc, EventSeq: f.eventSeq,
 		TokenRev: f.tokenRev, LeaderSince: f.leaderSince,
 		Events: f.events.list(), Refusals: f.refusals.list()}
@@ -715,14 +715,14 @@ func (f *fsm) load(s fsmState) error {
 	oldServices, oldKeys, oldPorts, oldOrigins, oldHeads := f.services, f.keys, f.ports, f.origins, f.heads
 	f.services = services
 	f.keys, f.ports, f.origins, f.heads = map[wire.ServiceKey]*wire.ServiceKey{}, map[wire.ServiceKey]map[string]int{}, nil, nil
-	instances := make(map[wire.InstanceKey]*record, len(s.Instances))
+	instances := newIndex()
 	for i := range s.Instances {
 		r, err := f.recordOf(&s.Instances[i])
 		if err != nil {
 			f.services, f.keys, f.ports, f.origins, f.heads = oldServices, oldKeys, oldPorts, oldOrigins, oldHeads
 			return fmt.Errorf("instances[%d]: %w", i, err)
 		}
-		instances[r.key()] = r
+		instances.put(r)
 		s.Instances[i] = wire.Instance{} // the record holds what it needs
 	}
 	f.instances = instances

@@ -171,7 +171,7 @@ func (m *fencingModel) drawInc(t *rapid.T, id string) uint64 {
 func (m *fencingModel) stateOf(id string) (wire.Instance, bool) {
 	m.l.f.mu.RLock()
 	defer m.l.f.mu.RUnlock()
-	in := m.l.f.instances[webKey(id)]
+	in := m.l.f.instances.get(webKey(id))
 	if in == nil {
 		return wire.Instance{}, false
 	}
@@ -559,7 +559,7 @@ func genCommand(t *rapid.T, ref *fsm) command {
 	id := rapid.SampledFrom(propIDs).Draw(t, "id")
 	var inc uint64
 	ref.mu.RLock()
-	if in := ref.instances[webKey(id)]; in != nil {
+	if in := ref.instances.get(webKey(id)); in != nil {
 		inc = in.incarnation
 	}
 	ref.mu.RUnlock()
@@ -634,7 +634,7 @@ func genCommand(t *rapid.T, ref *fsm) command {
 			id := rapid.SampledFrom(propIDs).Draw(t, "update id")
 			var inc uint64
 			ref.mu.RLock()
-			if in := ref.instances[webKey(id)]; in != nil {
+			if in := ref.instances.get(webKey(id)); in != nil {
 				inc = in.incarnation
 			}
 			ref.mu.RUnlock()
@@ -748,7 +748,7 @@ func TestPropRegistrationFencing(t *testing.T) {
 		current := func(id string) *wire.Instance {
 			l.f.mu.RLock()
 			defer l.f.mu.RUnlock()
-			if in := l.f.instances[webKey(id)]; in != nil {
+			if in := l.f.instances.get(webKey(id)); in != nil {
 				c := cloneInstance(in.view())
 				return &c
 			}

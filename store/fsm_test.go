@@ -127,7 +127,7 @@ func instanceOf(t fataler, f *fsm, key wire.InstanceKey) wire.Instance {
 	t.Helper()
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	in := f.instances[key]
+	in := f.instances.get(key)
 	if in == nil {
 		t.Fatalf("instance %s is missing", key)
 	}
@@ -678,7 +678,7 @@ func TestFSMRegistrationID(t *testing.T) {
 	if r := l.apply(late); !errors.Is(r.Err, ErrFenced) {
 		t.Fatalf("late retry of a replaced registration id: %+v, %v; want ErrFenced", r.Instance, r.Err)
 	}
-	if in := l.f.instances[webKey("a")]; in.incarnation != second.Instance.Incarnation || in.registrationID() != "boot-2" {
+	if in := l.f.instances.get(webKey("a")); in.incarnation != second.Instance.Incarnation || in.registrationID() != "boot-2" {
 		t.Fatalf("after the late retry the record is %+v; want incarnation %d of boot-2", in, second.Instance.Incarnation)
 	}
 }

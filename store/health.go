@@ -72,7 +72,7 @@ func (s *Store) CommitHealth(ctx context.Context, actor string, ups []HealthUpda
 
 func (f *fsm) commitHealth(c command) {
 	for _, u := range c.Health {
-		in := f.instances[u.Key]
+		in := f.instances.get(u.Key)
 		if in == nil || in.incarnation != u.Health.Incarnation || in.lifecycle == lcTerminated {
 			continue
 		}

@@ -39,7 +39,7 @@ func TestRecordsShareWhatTheyRepeat(t *testing.T) {
 		f.mu.RLock()
 		defer f.mu.RUnlock()
 		svc := f.services[wire.ServiceKey{Namespace: "prod", Name: "web"}]
-		a, b, c, d := f.instances[webKey("a")], f.instances[webKey("b")], f.instances[webKey("c")], f.instances[webKey("d")]
+		a, b, c, d := f.instances.get(webKey("a")), f.instances.get(webKey("b")), f.instances.get(webKey("c")), f.instances.get(webKey("d"))
 		for _, in := range []*record{a, b, c, d} {
 			if in.svc != a.svc || !sameString(in.svc.Namespace, svc.Namespace) || !sameString(in.svc.Name, svc.Name) {
 				t.Errorf("%s: %s does not share the service's names", where, in.id)

@@ -186,7 +186,7 @@ func (s *Store) replyDeadline(in wire.Instance) wire.Instance {
 		return in
 	}
 	s.fsm.mu.RLock()
-	cur := s.fsm.instances[in.Key()]
+	cur := s.fsm.instances.get(in.Key())
 	if cur != nil && cur.incarnation == in.Incarnation && cur.lifecycle != lcTerminated && cur.leaseDeadline > nanos(in.LeaseDeadline) {
 		in.LeaseDeadline = fromNanos(cur.leaseDeadline)
 	}
@@ -338,24 +338,26 @@ func (s *Store) housekeepOnce(ctx context.Context) (bool, error) {
 	c.At = now
 	pruneBefore := now.Add(-s.cfg.TombstoneTTL)
 	// The scan visits every instance, a millisecond or more at 10,000:
-	// it takes the keys at once, then looks at the instances a slice at a
-	// time (package pace), so that a server on one core keeps answering.
+	// it takes the records at once, then looks at them a slice at a time
+	// (package pace), so that a server on one core keeps answering. (A
+	// pointer a record, where a key was 48 bytes: the list is kept from
+	// one tick to the next.)
 	s.fsm.mu.RLock()
 	since := s.fsm.leaderSince
-	keys := s.hkKeys[:0]
-	for k := range s.fsm.instances {
-		keys = append(keys, k)
+	recs := s.hkRecs[:0]
+	for in := range s.fsm.instances.all {
+		recs = append(recs, in)
 	}
 	s.hkPacer.Begin()
-	for i, k := range keys {
+	for i, in := range recs {
 		if i%64 == 63 && s.hkPacer.Due() {
 			s.fsm.mu.RUnlock()
 			s.hkPacer.Pause()
 			s.fsm.mu.RLock()
 		}
-		in := s.fsm.instances[k]
-		if in == nil {
-			continue // gone meanwhile
+		k := in.key()
+		if s.fsm.instances.get(k) != in {
+			continue // gone or replaced meanwhile
 		}
 		if in.lifecycle == lcDraining {
 			svc := s.fsm.services[k.ServiceKey()]
@@ -393,8 +395,8 @@ func (s *Store) housekeepOnce(ctx context.Context) (bool, error) {
 		}
 	}
 	s.fsm.mu.RUnlock()
-	clear(keys) // keep no key alive past its instance
-	s.hkKeys = keys[:0]
+	clear(recs) // keep no record alive past its instance
+	s.hkRecs = recs[:0]
 	if len(c.Leases) == 0 && len(c.Terminate) == 0 && len(c.Expire) == 0 && c.PruneBefore.IsZero() {
 		return false, nil
 	}

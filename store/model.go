@@ -100,23 +100,25 @@ func (t TokenRecord) validate() error {
 	return nil
 }
 
-// listRecords copies the records of m that filter accepts (nil: all),
+// listRecords copies the records of x, of service svc or (nil) all,
 // under the FSM's lock, in no order. The copies share their slices, maps
 // and pointers with the records: the FSM never modifies those in place
 // once a record holds them (a change replaces them), so sharing them is
 // safe for as long as the reader does not modify them either. A copy is
 // 160 bytes; the views the API needs are made from them once the lock is
 // released (see record.view).
-func listRecords(m map[wire.InstanceKey]*record, filter func(*record) bool) []record {
-	n := len(m)
-	if filter != nil {
-		n = 0
-	}
-	out := make([]record, 0, n)
-	for _, in := range m {
-		if filter == nil || filter(in) {
+func listRecords(x *index, svc *wire.ServiceKey) []record {
+	if svc != nil {
+		m := x.svcs[*svc]
+		out := make([]record, 0, len(m))
+		for _, in := range m {
 			out = append(out, *in)
 		}
+		return out
+	}
+	out := make([]record, 0, x.len())
+	for in := range x.all {
+		out = append(out, *in)
 	}
 	return out
 }

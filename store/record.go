@@ -328,3 +328,57 @@ func boolByte(b bool) byte {
 	}
 	return 0
 }
+
+// index holds the records by service, then by id: a key of 16 bytes an
+// instance instead of a wire.InstanceKey's 48, and a service's records at
+// hand for a listing of that service.
+type index struct {
+	svcs map[wire.ServiceKey]map[string]*record
+	n    int
+}
+
+func newIndex() index { return index{svcs: map[wire.ServiceKey]map[string]*record{}} }
+
+func (x *index) get(k wire.InstanceKey) *record {
+	return x.svcs[wire.ServiceKey{Namespace: k.Namespace, Name: k.Service}][k.ID]
+}
+
+// put stores r in place of the record of its key, if any.
+func (x *index) put(r *record) {
+	m := x.svcs[*r.svc]
+	if m == nil {
+		m = map[string]*record{}
+		x.svcs[*r.svc] = m
+	}
+	if _, ok := m[r.id]; !ok {
+		x.n++
+	}
+	m[r.id] = r
+}
+
+// del removes the record of r's key, if any. It may be called while
+// ranging over all.
+func (x *index) del(r *record) {
+	m := x.svcs[*r.svc]
+	if _, ok := m[r.id]; !ok {
+		return
+	}
+	delete(m, r.id)
+	x.n--
+	if len(m) == 0 {
+		delete(x.svcs, *r.svc) // a map keeps the size of its peak
+	}
+}
+
+func (x *index) len() int { return x.n }
+
+// all yields every record, in no order.
+func (x *index) all(yield func(*record) bool) {
+	for _, m := range x.svcs {
+		for _, r := range m {
+			if !yield(r) {
+				return
+			}
+		}
+	}
+}

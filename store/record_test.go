@@ -101,3 +101,27 @@ func TestRestoreRefusesWhatNoFSMWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestIndex: the records by service and id count each key once, give a
+// replaced key its new record, and drop a service's map with its last
+// record, also when deleting while ranging.
+func TestIndex(t *testing.T) {
+	x := newIndex()
+	web, api := &wire.ServiceKey{Namespace: "prod", Name: "web"}, &wire.ServiceKey{Namespace: "prod", Name: "api"}
+	a, a2, b, c := &record{svc: web, id: "a"}, &record{svc: web, id: "a"}, &record{svc: web, id: "b"}, &record{svc: api, id: "a"}
+	for _, r := range []*record{a, b, c, a2} {
+		x.put(r)
+	}
+	if x.len() != 3 || x.get(webKey("a")) != a2 || x.get(wire.InstanceKey{Namespace: "prod", Service: "api", ID: "a"}) != c {
+		t.Fatalf("len %d, a %p (want %p), api/a %p (want %p)", x.len(), x.get(webKey("a")), a2, x.get(wire.InstanceKey{Namespace: "prod", Service: "api", ID: "a"}), c)
+	}
+	for r := range x.all {
+		if r.svc == web {
+			x.del(r)
+		}
+	}
+	x.del(b) // gone already
+	if x.len() != 1 || x.get(webKey("b")) != nil || len(x.svcs) != 1 {
+		t.Errorf("after deleting web's records: len %d, services %d, b %p", x.len(), len(x.svcs), x.get(webKey("b")))
+	}
+}

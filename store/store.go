@@ -57,10 +57,10 @@ type Store struct {
 	catchUpTo  atomic.Uint64 // the leader's revision when asked; 0: not asked yet
 	handingOff atomic.Bool
 
-	// hkMu serialises housekeepOnce (Run's ticks, Handoff); the keys
+	// hkMu serialises housekeepOnce (Run's ticks, Handoff); the records
 	// buffer and the pacer are its.
 	hkMu    sync.Mutex
-	hkKeys  []wire.InstanceKey
+	hkRecs  []*record
 	hkPacer *pace.Pacer
 
 	leaseMu sync.Mutex
@@ -460,7 +460,7 @@ func (s *Store) Register(ctx context.Context, actor string, reg wire.Registratio
 			return wire.Instance{}, false, err
 		}
 		s.fsm.mu.RLock()
-		err := fenceRegistration(s.fsm.instances[reg.Key()], check, reg.LeaseTTL == 0)
+		err := fenceRegistration(s.fsm.instances.get(reg.Key()), check, reg.LeaseTTL == 0)
 		s.fsm.mu.RUnlock()
 		if err != nil {
 			return wire.Instance{}, false, err
@@ -569,9 +569,7 @@ func (s *Store) Service(ns, name string) (wire.Service, bool) {
 // callers must not modify them either.
 func (s *Store) Instances(ns, svc string) []wire.Instance {
 	s.fsm.mu.RLock()
-	recs := listRecords(s.fsm.instances, func(in *record) bool {
-		return in.svc.Namespace == ns && in.svc.Name == svc
-	})
+	recs := listRecords(&s.fsm.instances, &wire.ServiceKey{Namespace: ns, Name: svc})
 	s.fsm.mu.RUnlock()
 	sortRecords(recs)
 	out := views(recs)
@@ -586,7 +584,7 @@ func (s *Store) Instances(ns, svc string) []wire.Instance {
 // pointers are the store's, and read-only.
 func (s *Store) AllInstances() []wire.Instance {
 	s.fsm.mu.RLock()
-	recs := listRecords(s.fsm.instances, nil)
+	recs := listRecords(&s.fsm.instances, nil)
 	s.fsm.mu.RUnlock()
 	sortRecords(recs)
 	return views(recs)
@@ -620,7 +618,7 @@ type Entry struct {
 func (s *Store) EachInstance(fn func(Entry)) {
 	s.fsm.mu.RLock()
 	defer s.fsm.mu.RUnlock()
-	for _, in := range s.fsm.instances {
+	for in := range s.fsm.instances.all {
 		fn(Entry{Key: in.key(), Incarnation: in.incarnation, Lifecycle: in.lifecycle.wire(),
 			Region: in.origin.region, Zone: in.origin.zone, Addresses: in.addresses, Ports: in.ports,
 			Weight: int(in.weight), LeaseTTL: in.leaseTTL, LeaseDeadline: in.leaseDeadline,
@@ -631,7 +629,7 @@ func (s *Store) EachInstance(fn func(Entry)) {
 // Instance returns one instance, a copy of its own.
 func (s *Store) Instance(key wire.InstanceKey) (wire.Instance, bool) {
 	s.fsm.mu.RLock()
-	in := s.fsm.instances[key]
+	in := s.fsm.instances.get(key)
 	var out wire.Instance
 	if in != nil {
 		out = cloneInstance(in.view())
