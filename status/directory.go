@@ -66,11 +66,38 @@ type InstanceInfo struct {
 	Ports map[string]uint16
 
 	// name is the instance's lower-case "id.name.namespace", made by
-	// Directory.Index the first time it indexes this InstanceInfo;
-	// nameOf the service's name and namespace it was made with. Only the
-	// writer touches them.
-	name   string
-	nameOf [2]string
+	// Directory.Index the first time it indexes this InstanceInfo (and
+	// again should its service's names not be the ones it was made of).
+	// Only the writer touches it.
+	name string
+}
+
+// namedIn reports whether in.name is what Index makes of in's id in
+// service s, without making it: a check the 32 bytes of the names it
+// was made of, kept in every InstanceInfo, used to do. It compares
+// ASCII alone, which is what names are (SPEC §1); anything else it
+// reports as not named, to be made again.
+func (in *InstanceInfo) namedIn(s ServiceInfo) bool {
+	n := in.name
+	if len(n) != len(in.ID)+1+len(s.Name)+1+len(s.Namespace) {
+		return false
+	}
+	for _, part := range [...]string{in.ID, ".", s.Name, ".", s.Namespace} {
+		for i := 0; i < len(part); i++ {
+			c := part[i]
+			if c >= 0x80 {
+				return false
+			}
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			if n[i] != c {
+				return false
+			}
+		}
+		n = n[len(part):]
+	}
+	return true
 }
 
 // Port returns the instance's number for the service port called name.
@@ -136,8 +163,7 @@ func (d *Directory) Index(serviceOf func(slot int) uint32, step func()) {
 		if !ok {
 			continue
 		}
-		if in.name == "" || in.nameOf != [2]string{s.Name, s.Namespace} {
-			in.nameOf = [2]string{s.Name, s.Namespace}
+		if !in.namedIn(s) {
 			in.name = strings.ToLower(in.ID + "." + s.Name + "." + s.Namespace)
 		}
 		ix.slots[in.name] = uint32(slot)

@@ -1,6 +1,7 @@
 package status
 
 import (
+	"strings"
 	"testing"
 	"unsafe"
 )
@@ -44,6 +45,17 @@ func TestDirectoryIndex(t *testing.T) {
 	}
 	if unsafe.StringData(cart.name) != unsafe.StringData(name) {
 		t.Error("re-indexing an InstanceInfo made its name again")
+	}
+
+	// Under another service's names (the same length, another case), the
+	// name is made again.
+	for _, svc := range []ServiceInfo{{Namespace: "Shop", Name: "Cars"}, {Namespace: "SHOP", Name: "CART"}, {Namespace: "Shop", Name: "Cärt"}} {
+		d3 := &Directory{Services: []ServiceInfo{{}, svc}, Instances: []*InstanceInfo{cart}}
+		d3.Index(func(slot int) uint32 { return 1 }, nil)
+		want := strings.ToLower("web-1." + svc.Name + "." + svc.Namespace)
+		if slot, ok := d3.SlotOf(want); !ok || slot != 0 || cart.name != want {
+			t.Errorf("in %s.%s: SlotOf(%s) = %d, %v, name %q; want 0, true, %q", svc.Name, svc.Namespace, want, slot, ok, cart.name, want)
+		}
 	}
 
 	var none *Directory
