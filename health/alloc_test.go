@@ -76,7 +76,7 @@ func TestRoundAllocations(t *testing.T) {
 // instance of garbage at every revision), and keeps each instance's key
 // string; a catalog record stays a fraction of the store's record.
 func TestRefreshAllocations(t *testing.T) {
-	if got, limit := unsafe.Sizeof(catInstance{}), uintptr(136); got > limit {
+	if got, limit := unsafe.Sizeof(catInstance{}), uintptr(112); got > limit {
 		t.Errorf("catInstance is %d bytes, want at most %d: the catalog holds one per live instance", got, limit)
 	}
 	h := newHarness(t, nil, 4096, nil)

@@ -45,9 +45,11 @@ type catService struct {
 type catInstance struct {
 	// key is the instance key's string, made once per instance and
 	// carried from one refresh to the next.
-	key           string
-	incarnation   uint64
-	region, zone  string
+	key         string
+	incarnation uint64
+	// loc is the instance's region and zone, shared with the other
+	// instances there (see Node.locality).
+	loc           *locality
 	addresses     []string
 	ports         map[string]int
 	report        *wire.SelfReport
@@ -85,7 +87,30 @@ func fromNanos(ns int64) time.Time {
 
 // hasZone reports whether any of the service's instances is in the zone.
 func (cs *catService) hasZone(region, zone string) bool {
-	return slices.ContainsFunc(cs.instances, func(in catInstance) bool { return in.region == region && in.zone == zone })
+	return slices.ContainsFunc(cs.instances, func(in catInstance) bool { return in.loc.region == region && in.loc.zone == zone })
+}
+
+// locality is a region and a zone.
+type locality struct{ region, zone string }
+
+// maxLocalities bounds the localities a Node shares between its catalogs'
+// instances; past it the table starts afresh (which changes what is
+// shared, never a value).
+const maxLocalities = 4096
+
+// locality returns the shared copy of (region, zone), making it if the
+// loop has none. It allocates nothing for a locality it has.
+func (n *Node) locality(region, zone string) *locality {
+	l := locality{region, zone}
+	if p := n.localities[l]; p != nil {
+		return p
+	}
+	if n.localities == nil || len(n.localities) >= maxLocalities {
+		n.localities = make(map[locality]*locality)
+	}
+	p := &locality{region, zone}
+	n.localities[l] = p
+	return p
 }
 
 type slotRef struct{ svc, inst int32 }
@@ -146,7 +171,7 @@ func (n *Node) refresh() {
 		// The key is filled in below, outside the store's lock; until
 		// then it holds the id.
 		c.services[i].instances = append(c.services[i].instances, catInstance{key: in.Key.ID,
-			incarnation: in.Incarnation, region: in.Region, zone: in.Zone, addresses: in.Addresses, ports: in.Ports,
+			incarnation: in.Incarnation, loc: n.locality(in.Region, in.Zone), addresses: in.Addresses, ports: in.Ports,
 			report: in.Report, health: in.Verdict, leaseDeadline: in.LeaseDeadline,
 			registeredAt: in.RegisteredAt, leaseTTL: in.LeaseTTL, weight: int32(in.Weight),
 			lifecycle: lifecycleOf(in.Lifecycle)})
@@ -177,7 +202,7 @@ func (n *Node) refresh() {
 			} else {
 				in.key = prefix + in.key
 			}
-			for _, l := range [...]string{in.region, in.zone} {
+			for _, l := range [...]string{in.loc.region, in.loc.zone} {
 				if !seen[l] {
 					seen[l] = true
 					locs = append(locs, l)

@@ -63,7 +63,7 @@ func (n *Node) correlation(now time.Time) map[asideKey]reach {
 				if now.Sub(o.at) > fresh {
 					continue
 				}
-				k := asideKey{o.observer, in.region, in.zone}
+				k := asideKey{o.observer, in.loc.region, in.loc.zone}
 				r := out[k]
 				r.total++
 				if o.soft {
@@ -71,7 +71,7 @@ func (n *Node) correlation(now time.Time) map[asideKey]reach {
 				}
 				out[k] = r
 				if !counted {
-					zones[zoneKey{in.region, in.zone}]++
+					zones[zoneKey{in.loc.region, in.loc.zone}]++
 					counted = true
 				}
 			}

@@ -94,7 +94,7 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 				}
 			}
 			from := len(buf)
-			buf = n.samples(buf, in.key, in.incarnation, cutoff, cur, in.region, in.zone)
+			buf = n.samples(buf, in.key, in.incarnation, cutoff, cur, in.loc.region, in.loc.zone)
 			if len(buf) > from {
 				samples[id] = buf[from:len(buf):len(buf)]
 			}
@@ -207,7 +207,7 @@ func (n *Node) currentInc(key string) (uint64, bool) {
 // service).
 func (n *Node) evalInstance(cs *catService, i int, rep *eval.Report) eval.Instance {
 	in := &cs.instances[i]
-	e := eval.Instance{ID: cs.instanceID(i), Incarnation: in.incarnation, Region: in.region, Zone: in.zone,
+	e := eval.Instance{ID: cs.instanceID(i), Incarnation: in.incarnation, Region: in.loc.region, Zone: in.loc.zone,
 		BaseWeight: int(in.weight), Lifecycle: in.lifecycle, LeaseDeadline: fromNanos(in.leaseDeadline)}
 	if in.leaseTTL > 0 {
 		e.LeaseExpiry = n.cfg.Store.LeaseExpiry(cs.record(i))

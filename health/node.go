@@ -70,6 +70,7 @@ type Node struct {
 	targets     []probe.Target
 	svcs        *status.Names
 	locs        *status.Names
+	localities  map[locality]*locality // see locality
 
 	// The round's working memory, reused so that a round allocates
 	// nothing per instance (see evaluate).

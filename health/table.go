@@ -36,8 +36,8 @@ func (n *Node) build(now time.Time) {
 			e.Incarnation = in.incarnation
 			e.Service = cs.id
 			e.BaseWeight = uint16(min(max(in.weight, 1), 65535))
-			r, _ := n.locs.ID(in.region)
-			z, _ := n.locs.ID(in.zone)
+			r, _ := n.locs.ID(in.loc.region)
+			z, _ := n.locs.ID(in.loc.zone)
 			e.Region, e.Zone = uint16(r), uint16(z)
 			e.Lifecycle = in.lifecycle
 			e.Verdict, e.Flags, e.Weight = status.Unknown, 0, 0
