@@ -42,11 +42,12 @@ func (f *fsm) serviceKey(k wire.ServiceKey) *wire.ServiceKey {
 	if p := f.keys[k]; p != nil {
 		return p
 	}
+	p := new(wire.ServiceKey)
+	*p = k
 	if svc := f.services[k]; svc != nil {
-		k = svc.Key() // the definition's strings
+		*p = svc.Key() // the definition's strings
 	}
-	p := &k
-	f.keys[k] = p
+	f.keys[*p] = p
 	return p
 }
 
@@ -74,8 +75,7 @@ func (f *fsm) origin(region, zone, registrar string) *origin {
 	if f.origins == nil || len(f.origins) >= maxInterned {
 		f.origins = make(map[origin]*origin)
 	}
-	o = origin{f.strs.str(region), f.strs.str(zone), f.strs.str(registrar)}
-	p := &o
+	p := &origin{f.strs.str(region), f.strs.str(zone), f.strs.str(registrar)}
 	f.origins[o] = p
 	return p
 }
