@@ -389,8 +389,6 @@ func (f *fsm) register(index uint64, c command) (wire.Instance, bool, error) {
 		leaseTTL:       reg.LeaseTTL,
 		leaseDeadline:  nanos(c.At.Add(reg.LeaseTTL.D())),
 		registeredAt:   nanos(c.At),
-		drainingSince:  noTime,
-		terminatedAt:   noTime,
 		weight:         uint16(reg.Weight), // 1–65535: Normalize checked
 		lifecycle:      lc,
 		ttlDefault:     ttlDefault,
@@ -410,7 +408,7 @@ func (f *fsm) register(index uint64, c command) (wire.Instance, bool, error) {
 		e.Reason = fmt.Sprintf("replaces incarnation %d", old.incarnation)
 	}
 	if reg.RegistrationID != "" || len(retired) > 0 {
-		in.ids = &regIDs{id: reg.RegistrationID, retired: retired}
+		in.change(func(m *recordMore) { m.registrationID, m.retired = reg.RegistrationID, retired })
 	}
 	if old != nil && old.lifecycle != lcTerminated {
 		// The old incarnation is gone, and its address may not be the
@@ -501,14 +499,16 @@ func (f *fsm) mutate(c command) (wire.Instance, error) {
 		case lcTerminated:
 			return wire.Instance{}, fmt.Errorf("instance %s is deregistered: %w", c.Key, ErrFenced)
 		}
-		in.lifecycle, in.drainingSince = lcDraining, nanos(c.At)
+		in.lifecycle = lcDraining
+		in.change(func(m *recordMore) { m.drainingSince = nanos(c.At) })
 		f.withdraw(in)
 		e.Kind = wire.EventDrained
 	case opDeregister:
 		if in.lifecycle == lcTerminated {
 			return cloneInstance(in.view()), nil // a retry
 		}
-		in.lifecycle, in.terminatedAt = lcTerminated, nanos(c.At)
+		in.lifecycle = lcTerminated
+		in.change(func(m *recordMore) { m.terminatedAt = nanos(c.At) })
 		f.withdraw(in)
 		e.Kind = wire.EventDeregistered
 	case opReport:
@@ -521,7 +521,7 @@ func (f *fsm) mutate(c command) (wire.Instance, error) {
 		if err := c.Report.Validate(*f.services[c.Key.ServiceKey()]); err != nil {
 			return wire.Instance{}, err
 		}
-		prev := in.report
+		prev := in.report()
 		// No dependencies are a nil map, as a snapshot restores them: a
 		// reader's copy shares the record's map (listInstances), so a
 		// restored replica must hold the same value, not an empty one.
@@ -529,7 +529,7 @@ func (f *fsm) mutate(c command) (wire.Instance, error) {
 		if len(c.Report.Dependencies) > 0 {
 			rep.Dependencies = maps.Clone(c.Report.Dependencies)
 		}
-		in.report = rep
+		in.change(func(m *recordMore) { m.report = rep })
 		// maps.Equal, not reflect.DeepEqual: a snapshot restores an empty
 		// map as nil, and a restored replica must decide as the others do.
 		if prev != nil && prev.Ready == rep.Ready && maps.Equal(prev.Dependencies, rep.Dependencies) {
@@ -567,7 +567,8 @@ func (f *fsm) housekeep(c command) int {
 		if in == nil || in.incarnation != t.Incarnation || in.lifecycle != lcDraining {
 			continue
 		}
-		in.lifecycle, in.terminatedAt = lcTerminated, nanos(c.At)
+		in.lifecycle = lcTerminated
+		in.change(func(m *recordMore) { m.terminatedAt = nanos(c.At) })
 		f.withdraw(in)
 		f.record(wire.Event{At: c.At, Kind: wire.EventTerminated, Namespace: in.svc.Namespace, Service: in.svc.Name,
 			Instance: in.id, Incarnation: in.incarnation, From: string(wire.Draining), To: string(wire.Terminated),
@@ -585,7 +586,8 @@ func (f *fsm) housekeep(c command) int {
 			continue
 		}
 		from := in.lifecycle.wire()
-		in.lifecycle, in.terminatedAt = lcTerminated, nanos(c.At)
+		in.lifecycle = lcTerminated
+		in.change(func(m *recordMore) { m.terminatedAt = nanos(c.At) })
 		f.withdraw(in)
 		expired++
 		f.record(wire.Event{At: c.At, Kind: wire.EventExpired, Namespace: in.svc.Namespace, Service: in.svc.Name,
@@ -597,7 +599,7 @@ func (f *fsm) housekeep(c command) int {
 	if !c.PruneBefore.IsZero() {
 		before := nanos(c.PruneBefore)
 		for in := range f.instances.all {
-			if in.lifecycle == lcTerminated && in.terminatedAt < before {
+			if in.lifecycle == lcTerminated && in.terminatedAt() < before {
 				f.instances.del(in)
 			}
 		}

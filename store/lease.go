@@ -361,7 +361,7 @@ func (s *Store) housekeepOnce(ctx context.Context) (bool, error) {
 		}
 		if in.lifecycle == lcDraining {
 			svc := s.fsm.services[k.ServiceKey()]
-			if svc != nil && !now.Before(fromNanos(in.drainingSince).Add(svc.Policy.DrainWindow.D())) {
+			if svc != nil && !now.Before(fromNanos(in.drainingSince()).Add(svc.Policy.DrainWindow.D())) {
 				if len(c.Terminate) == maxTerminationsPerEntry {
 					more = true
 					continue
@@ -372,7 +372,7 @@ func (s *Store) housekeepOnce(ctx context.Context) (bool, error) {
 		}
 		switch {
 		case in.lifecycle == lcTerminated:
-			if in.terminatedAt < nanos(pruneBefore) {
+			if in.terminatedAt() < nanos(pruneBefore) {
 				c.PruneBefore = pruneBefore
 			}
 		case in.leaseTTL > 0:

@@ -11,11 +11,12 @@ import (
 )
 
 // record is how the FSM keeps one instance: what wire.Instance says, in
-// 160 bytes instead of 336 and its verdict in 48 instead of about 200.
+// 128 bytes instead of 336 and its verdict in 48 instead of about 200.
 // Times are unix nanoseconds in UTC (see nanos); the service's name, the
 // locality and registrar, and a verdict's name, flags and reasons point
-// at copies the records share; the registration ids, which most
-// instances lack, sit behind a pointer. The API's wire.Instance is made
+// at copies the records share; what most live instances lack (a
+// registration id, retired ids, a self-report, a drain or an end) sits
+// behind one pointer, nil until there is some. The API's wire.Instance is made
 // from it on demand (view), and snapshots are written from those views,
 // so what a replica serves and writes is what it was before.
 //
@@ -31,14 +32,11 @@ type record struct {
 	addresses      []string
 	ports          map[string]int // shared with the service's other records when equal
 	origin         *origin        // interned
-	ids            *regIDs        // nil: no registration id, none retired
-	report         *wire.SelfReport
-	verdict        *Verdict // nil until the evaluator's first commit
+	more           *recordMore    // nil while there is none of it
+	verdict        *Verdict       // nil until the evaluator's first commit
 	leaseTTL       wire.Duration
 	leaseDeadline  int64
 	registeredAt   int64
-	drainingSince  int64
-	terminatedAt   int64
 	weight         uint16 // 1–65535 (wire.Registration.Normalize)
 	lifecycle      lifecycle
 	ttlDefault     bool
@@ -48,10 +46,31 @@ type record struct {
 // instances have few of them between them.
 type origin struct{ region, zone, registrar string }
 
-// regIDs are an instance's registration id and the ids it retired.
-type regIDs struct {
-	id      string
-	retired []string
+// recordMore is what a record holds beyond what every live instance
+// has. Like the record's other pointers it is never modified once
+// stored: a change stores a new one (see record.change).
+type recordMore struct {
+	registrationID string
+	retired        []string
+	report         *wire.SelfReport
+	drainingSince  int64 // noTime until drained
+	terminatedAt   int64 // noTime until terminated
+}
+
+// change stores a new recordMore: the record's changed by fn.
+func (r *record) change(fn func(m *recordMore)) {
+	m := r.get()
+	fn(&m)
+	r.more = &m
+}
+
+// get returns a copy of the record's recordMore, or of what a record
+// without one holds.
+func (r *record) get() recordMore {
+	if r.more == nil {
+		return recordMore{drainingSince: noTime, terminatedAt: noTime}
+	}
+	return *r.more
 }
 
 // lifecycle is a wire.Lifecycle in a byte.
@@ -64,16 +83,24 @@ const (
 	lcTerminated
 )
 
-var lifecycleNames = [...]wire.Lifecycle{lcStarting: wire.Starting, lcReady: wire.Ready, lcDraining: wire.Draining, lcTerminated: wire.Terminated}
-
-func (l lifecycle) wire() wire.Lifecycle { return lifecycleNames[l] }
+func (l lifecycle) wire() wire.Lifecycle {
+	switch l {
+	case lcStarting:
+		return wire.Starting
+	case lcReady:
+		return wire.Ready
+	case lcDraining:
+		return wire.Draining
+	}
+	return wire.Terminated
+}
 
 // lifecycleOf returns the code of l; ok is false for a name SPEC §1 does
 // not define.
 func lifecycleOf(l wire.Lifecycle) (lifecycle, bool) {
-	for i, n := range lifecycleNames {
-		if n == l {
-			return lifecycle(i), true
+	for c := lcStarting; c <= lcTerminated; c++ {
+		if c.wire() == l {
+			return c, true
 		}
 	}
 	return 0, false
@@ -89,18 +116,13 @@ func nanos(t time.Time) int64 {
 	switch {
 	case t.IsZero():
 		return noTime
-	case t.Before(minNanosTime):
+	case t.Before(time.Unix(0, noTime+1)):
 		return noTime + 1
-	case t.After(maxNanosTime):
+	case t.After(time.Unix(0, math.MaxInt64)):
 		return math.MaxInt64
 	}
 	return t.UnixNano()
 }
-
-var (
-	minNanosTime = time.Unix(0, noTime+1)
-	maxNanosTime = time.Unix(0, math.MaxInt64)
-)
 
 // fromNanos is nanos' inverse, in UTC as the leader writes times.
 func fromNanos(ns int64) time.Time {
@@ -115,19 +137,15 @@ func (r *record) key() wire.InstanceKey {
 	return wire.InstanceKey{Namespace: r.svc.Namespace, Service: r.svc.Name, ID: r.id}
 }
 
-func (r *record) registrationID() string {
-	if r.ids == nil {
-		return ""
-	}
-	return r.ids.id
-}
+func (r *record) registrationID() string { return r.get().registrationID }
 
-func (r *record) retired() []string {
-	if r.ids == nil {
-		return nil
-	}
-	return r.ids.retired
-}
+func (r *record) retired() []string { return r.get().retired }
+
+func (r *record) report() *wire.SelfReport { return r.get().report }
+
+func (r *record) drainingSince() int64 { return r.get().drainingSince }
+
+func (r *record) terminatedAt() int64 { return r.get().terminatedAt }
 
 // view is the record as the API shows it. It shares the record's
 // addresses, ports, retired ids, report and the verdict's lists,
@@ -150,9 +168,9 @@ func (r *record) view() wire.Instance {
 		RetiredRegistrationIDs: r.retired(),
 		SourceRevision:         r.sourceRevision,
 		RegisteredAt:           fromNanos(r.registeredAt),
-		DrainingSince:          fromNanos(r.drainingSince),
-		TerminatedAt:           fromNanos(r.terminatedAt),
-		Report:                 r.report,
+		DrainingSince:          fromNanos(r.drainingSince()),
+		TerminatedAt:           fromNanos(r.terminatedAt()),
+		Report:                 r.report(),
 	}
 	if r.verdict != nil {
 		h := r.verdict.Health()
@@ -176,15 +194,16 @@ func (f *fsm) recordOf(in *wire.Instance) (*record, error) {
 		svc: f.serviceKey(wire.ServiceKey{Namespace: in.Namespace, Name: in.Service}), id: in.ID,
 		incarnation: in.Incarnation, sourceRevision: in.SourceRevision,
 		addresses: in.Addresses, ports: f.sharedPorts(wire.ServiceKey{Namespace: in.Namespace, Name: in.Service}, in.Ports),
-		origin: f.origin(in.Region, in.Zone, in.Registrar), report: in.Report,
+		origin:   f.origin(in.Region, in.Zone, in.Registrar),
 		leaseTTL: in.LeaseTTL, leaseDeadline: nanos(in.LeaseDeadline), registeredAt: nanos(in.RegisteredAt),
-		drainingSince: nanos(in.DrainingSince), terminatedAt: nanos(in.TerminatedAt),
 		weight: uint16(in.Weight), lifecycle: lc, ttlDefault: in.LeaseTTLDefault,
 	}
-	if in.RegistrationID != "" || len(in.RetiredRegistrationIDs) > 0 {
-		r.ids = &regIDs{id: in.RegistrationID, retired: in.RetiredRegistrationIDs}
+	m := recordMore{registrationID: in.RegistrationID, retired: in.RetiredRegistrationIDs, report: in.Report,
+		drainingSince: nanos(in.DrainingSince), terminatedAt: nanos(in.TerminatedAt)}
+	if m.registrationID != "" || m.retired != nil || m.report != nil || m.drainingSince != noTime || m.terminatedAt != noTime {
+		r.more = &m
 	}
-	if rep := r.report; rep != nil {
+	if rep := m.report; rep != nil {
 		rep.Reporter = f.strs.str(rep.Reporter)
 	}
 	if in.Health != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/cairn-sd/cairn/wire"
 )
@@ -60,7 +61,7 @@ func TestVerdictHeadsAreShared(t *testing.T) {
 // TestNanos: the zero time, times before 1970 and the ends of what int64
 // nanoseconds hold read back; times beyond them are clamped.
 func TestNanos(t *testing.T) {
-	for _, tm := range []time.Time{{}, t0, time.Date(1969, 12, 31, 23, 59, 59, 999999999, time.UTC), minNanosTime.UTC(), maxNanosTime.UTC()} {
+	for _, tm := range []time.Time{{}, t0, time.Date(1969, 12, 31, 23, 59, 59, 999999999, time.UTC), time.Unix(0, math.MinInt64+1).UTC(), time.Unix(0, math.MaxInt64).UTC()} {
 		if got := fromNanos(nanos(tm)); !got.Equal(tm) || got.IsZero() != tm.IsZero() {
 			t.Errorf("%v reads back as %v", tm, got)
 		}
@@ -123,5 +124,17 @@ func TestIndex(t *testing.T) {
 	x.del(b) // gone already
 	if x.len() != 1 || x.get(webKey("b")) != nil || len(x.svcs) != 1 {
 		t.Errorf("after deleting web's records: len %d, services %d, b %p", x.len(), len(x.svcs), x.get(webKey("b")))
+	}
+}
+
+// TestRecordSizes: the FSM keeps a record per instance and a verdict per
+// judged instance; each takes a size class of its own (128 and 48
+// bytes), and a field more would take the next.
+func TestRecordSizes(t *testing.T) {
+	if got := unsafe.Sizeof(record{}); got > 128 {
+		t.Errorf("record is %d bytes, want at most 128", got)
+	}
+	if got := unsafe.Sizeof(Verdict{}); got > 48 {
+		t.Errorf("Verdict is %d bytes, want at most 48", got)
 	}
 }

@@ -622,7 +622,7 @@ func (s *Store) EachInstance(fn func(Entry)) {
 		fn(Entry{Key: in.key(), Incarnation: in.incarnation, Lifecycle: in.lifecycle.wire(),
 			Region: in.origin.region, Zone: in.origin.zone, Addresses: in.addresses, Ports: in.ports,
 			Weight: int(in.weight), LeaseTTL: in.leaseTTL, LeaseDeadline: in.leaseDeadline,
-			RegisteredAt: in.registeredAt, Report: in.report, Verdict: in.verdict})
+			RegisteredAt: in.registeredAt, Report: in.report(), Verdict: in.verdict})
 	}
 }
 
