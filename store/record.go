@@ -151,7 +151,17 @@ func (r *record) terminatedAt() int64 { return r.get().terminatedAt }
 // addresses, ports, retired ids, report and the verdict's lists,
 // read-only; its Health is its own.
 func (r *record) view() wire.Instance {
-	in := wire.Instance{
+	in := r.bare()
+	if r.verdict != nil {
+		h := r.verdict.Health()
+		in.Health = &h
+	}
+	return in
+}
+
+// bare is view without the Health.
+func (r *record) bare() wire.Instance {
+	return wire.Instance{
 		Namespace: r.svc.Namespace, Service: r.svc.Name, ID: r.id,
 		Incarnation:            r.incarnation,
 		Addresses:              r.addresses,
@@ -172,11 +182,6 @@ func (r *record) view() wire.Instance {
 		TerminatedAt:           fromNanos(r.terminatedAt()),
 		Report:                 r.report(),
 	}
-	if r.verdict != nil {
-		h := r.verdict.Health()
-		in.Health = &h
-	}
-	return in
 }
 
 // recordOf makes the record of in, an instance of a snapshot, sharing
