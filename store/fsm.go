@@ -523,7 +523,7 @@ func (f *fsm) mutate(c command) (wire.Instance, error) {
 		}
 		prev := in.report()
 		// No dependencies are a nil map, as a snapshot restores them: a
-		// reader's copy shares the record's map (listInstances), so a
+		// reader's copy shares the record's map (listRecords), so a
 		// restored replica must hold the same value, not an empty one.
 		rep := &wire.SelfReport{Ready: c.Report.Ready, At: c.At, Reporter: f.strs.str(c.Actor)}
 		if len(c.Report.Dependencies) > 0 {
