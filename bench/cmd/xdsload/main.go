@@ -1,0 +1,161 @@
+// Command xdsload is the xDS load generator of issue 11: it measures how
+// fast a server in its own process propagates endpoint withdrawals and
+// admissions to many delta xDS subscriptions, against SPEC §9.
+//
+// The target is `cairn server --dev` (-target cairn; built from the
+// working tree unless -bin) or bench/cmd/xdspeer, go-control-plane's
+// LinearCache behind its own delta server (-target linearcache; built
+// unless -peer-bin), each started on free loopback ports with its data
+// in a temporary folder. On cairn, xdsload applies -services services
+// (namespace bench, named svc-<i>, one port "grpc"; no health check, no
+// slow start, no flap limit, so that what is measured is propagation)
+// and registers -endpoints instances of each through the HTTP API
+// (10.<i/256>.<i%256>.<e+1>); the peer starts with the same layout.
+//
+// It opens -streams delta ADS streams over -conns HTTP/2 connections
+// (xdsserver/xdstest), each subscribing to the assignments of -watch
+// services chosen at random with a fixed seed, and waits until every
+// stream has its first answer. It then makes changes at -rate a minute
+// for -duration through the target's HTTP API, from -workers concurrent
+// callers: a withdrawal takes a random endpoint in rotation out (cairn:
+// deregister, or drain with -withdraw drain; both are published on
+// commit), an admission puts back the endpoint out the longest
+// (cairn: a new registration, on a new port; published on the next
+// table build). Withdrawals come first until -out endpoints are out,
+// then the two alternate, so the count in rotation stays steady. Each
+// admission uses a port of its own, so that a subscriber can tell which
+// admission it sees.
+//
+// A change is delivered to a subscriber watching its service when the
+// subscriber first receives an assignment that reflects it (the
+// withdrawn endpoint absent or not HEALTHY/UNKNOWN, the admitted one in
+// rotation on its new port), decoded once per (name, version) for all
+// streams by xdstest.Decoder. It is timed from the API call's return
+// (the commit). A change a later change of the same endpoint overtook
+// before the subscriber saw it is shed for that subscriber. Per kind it
+// reports delivery p50/p99/max, the time until 99% of a change's
+// subscribers had it (median and max over changes), what was shed and
+// what never arrived; the server's CPU (/proc/PID/stat) and the
+// generator's (getrusage) during the changes; the server's RSS
+// (/proc/PID/status VmRSS) before the streams, once all are admitted and
+// after the changes, and so KiB per subscription.
+//
+// Modes set the SPEC's loads: -mode steady (400 services, each
+// subscriber watching 10, 600 changes a minute) and -mode burst (40
+// services, watching 10, 40,000 changes a minute); flags given
+// explicitly override them. It prints one Markdown row and one JSON
+// line. Every wait has a deadline and the whole run -timeout; the
+// target is stopped and its folder removed at the end.
+//
+//	go run ./bench/cmd/xdsload -target cairn -mode steady -streams 2000
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/cairn-sd/cairn/integration"
+)
+
+type options struct {
+	target, mode, withdraw                              string
+	streams, conns, services, endpoints, watch, workers int
+	out                                                 int
+	rate                                                float64 // changes a minute
+	duration, admitTimeout, linger, timeout             time.Duration
+	bin, peerBin                                        string
+	seed                                                uint64
+	keep                                                bool
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.target, "target", "cairn", "cairn or linearcache (bench/cmd/xdspeer)")
+	flag.StringVar(&o.mode, "mode", "steady", "steady (400 services, 600 changes a minute) or burst (40 services, 40,000 a minute)")
+	flag.StringVar(&o.withdraw, "withdraw", "deregister", "how cairn withdraws an endpoint: deregister or drain")
+	flag.IntVar(&o.streams, "streams", 2000, "delta subscriptions")
+	flag.IntVar(&o.conns, "conns", 0, "HTTP/2 connections the streams share (default: streams/100, 20 to 600)")
+	flag.IntVar(&o.services, "services", 0, "services (default: the mode's)")
+	flag.IntVar(&o.endpoints, "endpoints", 8, "endpoints per service")
+	flag.IntVar(&o.watch, "watch", 10, "services each subscriber watches")
+	flag.Float64Var(&o.rate, "rate", 0, "changes a minute (default: the mode's)")
+	flag.DurationVar(&o.duration, "duration", 0, "time the changes are made for (default: steady 60s, burst 30s)")
+	flag.IntVar(&o.workers, "workers", 0, "concurrent API callers making the changes (default: steady 4, burst 64)")
+	flag.IntVar(&o.out, "out", 8, "endpoints out of rotation before withdrawals and admissions alternate")
+	flag.DurationVar(&o.admitTimeout, "admit-timeout", 5*time.Minute, "most time for every stream to get its first answer")
+	flag.DurationVar(&o.linger, "linger", 40*time.Second, "most time to wait for the last deliveries after the last change")
+	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "upper bound on the whole run")
+	flag.StringVar(&o.bin, "bin", "", "cairn binary (default: build one from the working tree)")
+	flag.StringVar(&o.peerBin, "peer-bin", "", "xdspeer binary (default: build one from the working tree)")
+	flag.Uint64Var(&o.seed, "seed", 1, "seed of the subscriptions and the changes")
+	flag.BoolVar(&o.keep, "keep", false, "keep the target's folder (data dir and log; printed on stderr)")
+	flag.Parse()
+	if err := o.applyMode(); err != nil {
+		fmt.Fprintln(os.Stderr, "xdsload:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	err := run(ctx, o)
+	cancel()
+	stop()
+	integration.RemoveBinary()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "xdsload:", err)
+		os.Exit(1)
+	}
+}
+
+// applyMode fills what the flags left to the mode, and checks the rest.
+func (o *options) applyMode() error {
+	set := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	switch o.mode {
+	case "steady":
+		set(&o.services, 400)
+		set(&o.workers, 4)
+		if o.rate == 0 {
+			o.rate = 600
+		}
+		if o.duration == 0 {
+			o.duration = time.Minute
+		}
+	case "burst":
+		set(&o.services, 40)
+		set(&o.workers, 64)
+		if o.rate == 0 {
+			o.rate = 40_000
+		}
+		if o.duration == 0 {
+			o.duration = 30 * time.Second
+		}
+	default:
+		return fmt.Errorf("-mode %q: want steady or burst", o.mode)
+	}
+	set(&o.conns, min(max(o.streams/100, 20), 600))
+	switch {
+	case o.target != "cairn" && o.target != "linearcache":
+		return fmt.Errorf("-target %q: want cairn or linearcache", o.target)
+	case o.withdraw != "deregister" && o.withdraw != "drain":
+		return fmt.Errorf("-withdraw %q: want deregister or drain", o.withdraw)
+	case o.streams < 1 || o.conns < 1 || o.workers < 1 || o.out < 1:
+		return fmt.Errorf("-streams, -conns, -workers and -out must be positive")
+	case o.services < 1 || o.services > 65536 || o.endpoints < 1 || o.endpoints > 254:
+		return fmt.Errorf("-services must be 1–65536 and -endpoints 1–254")
+	case o.watch < 1 || o.watch > o.services:
+		return fmt.Errorf("-watch must be 1–%d (the services)", o.services)
+	case o.out >= o.services*o.endpoints:
+		return fmt.Errorf("-out must be below the endpoints (%d)", o.services*o.endpoints)
+	case o.rate <= 0 || o.duration <= 0 || o.admitTimeout <= 0 || o.linger <= 0 || o.timeout <= 0:
+		return fmt.Errorf("-rate, -duration, -admit-timeout, -linger and -timeout must be positive")
+	}
+	return nil
+}

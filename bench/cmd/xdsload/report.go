@@ -1,0 +1,283 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// kindStats are one kind's (withdrawals' or admissions') figures.
+type kindStats struct {
+	Changes   int     `json:"changes"`
+	Expected  int64   `json:"expected_deliveries"`
+	Delivered int64   `json:"delivered"`
+	Shed      int64   `json:"shed"`
+	Missing   int64   `json:"never_arrived"`
+	BeforeAck int64   `json:"before_api_reply"` // seen before the API call returned: counted as 0
+	P50ms     float64 `json:"p50_ms"`
+	P99ms     float64 `json:"p99_ms"`
+	MaxMs     float64 `json:"max_ms"`
+	T99P50ms  float64 `json:"t99_median_ms"` // time until 99% of a change's subscribers had it: median over changes
+	T99P99ms  float64 `json:"t99_p99_ms"`
+	T99MaxMs  float64 `json:"t99_max_ms"`
+	T99Missed int     `json:"t99_not_reached"` // changes that never reached 99% of their subscribers
+	// From the API call's start rather than its return: the two differ
+	// by how much of the propagation a target does before it answers.
+	FromCallP99ms float64 `json:"p99_from_call_ms"`
+	APIP50ms      float64 `json:"api_p50_ms"`
+	APIP99ms      float64 `json:"api_p99_ms"`
+	Subscribed    int64   `json:"-"`
+}
+
+type report struct {
+	Rev                 string    `json:"rev"`
+	Target              string    `json:"target"`
+	Mode                string    `json:"mode"`
+	Withdraw            string    `json:"withdraw,omitempty"`
+	Streams             int       `json:"streams"`
+	Conns               int       `json:"conns"`
+	Services            int       `json:"services"`
+	Endpoints           int       `json:"endpoints"`
+	Watch               int       `json:"watch"`
+	RatePerMinute       float64   `json:"rate_per_minute"`
+	AchievedPerMinute   float64   `json:"achieved_per_minute"`
+	Issued              int       `json:"changes"`
+	APIErrors           int       `json:"api_errors"`
+	FirstAPIError       string    `json:"first_api_error,omitempty"`
+	ChangeSeconds       float64   `json:"change_seconds"`
+	LingerSeconds       float64   `json:"linger_seconds"`
+	LingerComplete      bool      `json:"all_seen"`
+	AdmitAllSeconds     float64   `json:"admit_all_seconds"`
+	StreamsFailed       int       `json:"streams_failed"`
+	Withdrawals         kindStats `json:"withdrawals"`
+	Admissions          kindStats `json:"admissions"`
+	ServerCPUSeconds    float64   `json:"server_cpu_s"`
+	ServerCPUPercent    float64   `json:"server_cpu_pct_of_a_core"`
+	GeneratorCPUSeconds float64   `json:"generator_cpu_s"`
+	RSSIdleMiB          float64   `json:"rss_idle_mib"`
+	RSSStreamsMiB       float64   `json:"rss_streams_mib"`
+	RSSAfterMiB         float64   `json:"rss_after_mib"`
+	KiBPerSubAdmitted   float64   `json:"kib_per_subscription_admitted"`
+	KiBPerSubAfter      float64   `json:"kib_per_subscription_after"`
+	Decodes             int64     `json:"decodes"`
+	DecodeHits          int64     `json:"decode_hits"`
+	Go                  string    `json:"go"`
+	CPUs                int       `json:"cpus"`
+}
+
+// summarize computes the per-kind figures from every subscriber's
+// deliveries.
+func summarize(o options, w *world, subs []*subscriber, watchers [][]int, _ int64) report {
+	r := report{Streams: o.streams, Conns: o.conns, Services: o.services, Endpoints: o.endpoints, Watch: o.watch,
+		RatePerMinute: o.rate, Go: runtime.Version(), CPUs: runtime.NumCPU()}
+	if o.target == "cairn" {
+		r.Withdraw = o.withdraw
+	}
+	n := int(w.log.n.Load())
+	changes := w.log.changes[:n]
+	// Deliveries grouped by change (counts, then offsets).
+	count := make([]int, n+1)
+	for _, s := range subs {
+		for _, d := range s.deliveries {
+			count[d.id+1]++
+		}
+	}
+	for i := 1; i <= n; i++ {
+		count[i] += count[i-1]
+	}
+	lat := make([]time.Duration, count[n])
+	fill := slices.Clone(count[:n])
+	var before [2]int64
+	for _, s := range subs {
+		for _, d := range s.deliveries {
+			c := changes[d.id]
+			l := d.at - c.commit // clamped below, after the figures from the call
+			if l < 0 {
+				before[kindOf(c)]++
+			}
+			lat[fill[d.id]] = l
+			fill[d.id]++
+		}
+	}
+	var all, fromCall [2][]time.Duration
+	var t99 [2][]time.Duration
+	var api [2][]time.Duration
+	ks := [2]*kindStats{&r.Withdrawals, &r.Admissions}
+	for id, c := range changes {
+		if c.failed {
+			continue
+		}
+		k := kindOf(c)
+		st := ks[k]
+		st.Changes++
+		watching := len(watchers[c.svc])
+		st.Expected += int64(watching)
+		mine := lat[count[id]:count[id+1]]
+		st.Delivered += int64(len(mine))
+		for i, l := range mine {
+			fromCall[k] = append(fromCall[k], l+c.commit-c.start)
+			mine[i] = max(l, 0)
+		}
+		all[k] = append(all[k], mine...)
+		api[k] = append(api[k], c.commit-c.start)
+		need := (99*watching + 99) / 100
+		if need == 0 {
+			continue
+		}
+		if len(mine) < need {
+			st.T99Missed++
+			continue
+		}
+		slices.Sort(mine)
+		t99[k] = append(t99[k], mine[need-1])
+	}
+	for _, s := range subs {
+		r.Withdrawals.Shed += int64(s.shedW)
+		r.Admissions.Shed += int64(s.shedA)
+	}
+	for k, st := range ks {
+		st.BeforeAck = before[k]
+		st.Missing = st.Expected - st.Delivered - st.Shed
+		slices.Sort(all[k])
+		slices.Sort(fromCall[k])
+		st.FromCallP99ms = ms(pct(fromCall[k], 99))
+		slices.Sort(t99[k])
+		slices.Sort(api[k])
+		st.P50ms, st.P99ms, st.MaxMs = ms(pct(all[k], 50)), ms(pct(all[k], 99)), ms(pct(all[k], 100))
+		st.T99P50ms, st.T99P99ms, st.T99MaxMs = ms(pct(t99[k], 50)), ms(pct(t99[k], 99)), ms(pct(t99[k], 100))
+		st.APIP50ms, st.APIP99ms = ms(pct(api[k], 50)), ms(pct(api[k], 99))
+	}
+	return r
+}
+
+func kindOf(c change) int {
+	if c.port == 0 {
+		return 0
+	}
+	return 1
+}
+
+func (r report) print() {
+	fmt.Printf("<!-- xdsload %s: %s, target %s (%s), %d CPUs, %s; server in its own process, generator in another, loopback -->\n",
+		time.Now().UTC().Format(time.RFC3339), r.Rev, r.Target, r.Mode, r.CPUs, r.Go)
+	fmt.Println("| target | mode | streams (conns) | changes/min asked → made | withdrawal p50 / p99 / max | withdrawal 99% of subscribers (median / max over changes) | withdrawals shed / missing | admission p50 / p99 / max | admission 99% (median / max) | admissions shed / missing | server CPU | generator CPU | server RSS idle → streams → after | per subscription | all admitted in |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	kind := func(k kindStats) (string, string, string) {
+		miss := ""
+		if k.T99Missed > 0 {
+			miss = fmt.Sprintf(", %d never", k.T99Missed)
+		}
+		return fmt.Sprintf("%s / **%s** / %s", msStr(k.P50ms), msStr(k.P99ms), msStr(k.MaxMs)),
+			fmt.Sprintf("%s / %s%s", msStr(k.T99P50ms), msStr(k.T99MaxMs), miss),
+			fmt.Sprintf("%d / %d of %d", k.Shed, k.Missing, k.Expected)
+	}
+	w1, w2, w3 := kind(r.Withdrawals)
+	a1, a2, a3 := kind(r.Admissions)
+	fmt.Printf("| %s | %s | %d (%d) | %.0f → %.0f | %s | %s | %s | %s | %s | %s | %.1f s (%.0f%% of a core) | %.1f s | %.0f → %.0f → %.0f MiB | %.1f KiB (after: %.1f) | %.1f s |\n",
+		r.Target, r.Mode, r.Streams, r.Conns, r.RatePerMinute, r.AchievedPerMinute, w1, w2, w3, a1, a2, a3,
+		r.ServerCPUSeconds, r.ServerCPUPercent, r.GeneratorCPUSeconds, r.RSSIdleMiB, r.RSSStreamsMiB, r.RSSAfterMiB,
+		r.KiBPerSubAdmitted, r.KiBPerSubAfter, r.AdmitAllSeconds)
+	b, _ := json.Marshal(r)
+	fmt.Println(string(b))
+}
+
+func msStr(v float64) string {
+	if v >= 1000 {
+		return fmt.Sprintf("%.2f s", v/1000)
+	}
+	return fmt.Sprintf("%.1f ms", v)
+}
+
+// pct returns the p-th percentile (nearest rank) of sorted ds; 100 is
+// the max.
+func pct(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	i := (len(ds)*p + 99) / 100
+	return ds[min(max(i-1, 0), len(ds)-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func mibOf(b uint64) float64 { return float64(b) / (1 << 20) }
+
+// rss returns pid's resident set (VmRSS).
+func rss(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, fmt.Errorf("reading the server's VmRSS: %w", err)
+	}
+	for line := range bytes.Lines(b) {
+		if v, ok := bytes.CutPrefix(line, []byte("VmRSS:")); ok {
+			f := strings.Fields(string(v))
+			if len(f) != 2 || f[1] != "kB" {
+				break
+			}
+			kb, err := strconv.ParseUint(f[0], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("VmRSS %q: %w", v, err)
+			}
+			return kb * 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status has no VmRSS in kB", pid)
+}
+
+// clockTick is the kernel's clock tick, the unit of /proc/PID/stat's
+// times (USER_HZ: 100 on Linux everywhere Go runs).
+const clockTick = 10 * time.Millisecond
+
+// procCPU returns pid's user and system CPU time.
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("reading the server's CPU time: %w", err)
+	}
+	// The command may hold spaces: fields count from the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the command", pid, len(f))
+	}
+	ut, err1 := strconv.ParseUint(f[11], 10, 64) // utime, field 14
+	st, err2 := strconv.ParseUint(f[12], 10, 64) // stime, field 15
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: utime %q, stime %q", pid, f[11], f[12])
+	}
+	return time.Duration(ut+st) * clockTick, nil
+}
+
+// selfCPU returns this process's user and system CPU time.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// revision names what was measured: the working tree's commit when the
+// server was built from it.
+func revision(ctx context.Context, o options) string {
+	if o.target == "cairn" && o.bin != "" {
+		return "-bin " + o.bin
+	}
+	if o.target == "linearcache" && o.peerBin != "" {
+		return "-peer-bin " + o.peerBin
+	}
+	out, err := exec.CommandContext(ctx, "git", "describe", "--always", "--dirty").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
+}

@@ -1,0 +1,363 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/cairn-sd/cairn/xdsserver/xdstest"
+)
+
+func run(ctx context.Context, o options) error {
+	dir, err := os.MkdirTemp("", "cairn-xdsload-")
+	if err != nil {
+		return err
+	}
+	if o.keep {
+		fmt.Fprintln(os.Stderr, "xdsload: data dir and log in", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
+	var tgt *target
+	if o.target == "cairn" {
+		tgt, err = startCairn(ctx, o, dir)
+	} else {
+		tgt, err = startPeer(ctx, o, dir)
+	}
+	if err != nil {
+		return err
+	}
+	defer tgt.close()
+	pid := tgt.proc.cmd.Process.Pid
+
+	rng := rand.New(rand.NewPCG(o.seed, 1))
+	subs, watchers := newSubscribers(o, rng)
+	capacity := int(o.rate/60*o.duration.Seconds()*1.05) + 100
+	w := &world{o: o, log: newChangeLog(o, capacity), dec: newDecoder(o), svcOf: map[string]int{},
+		epoch: time.Now(), streams: int64(o.streams), allIn: make(chan struct{})}
+	for s := range o.services {
+		w.svcOf[resourceName(s)] = s
+	}
+	if err := waitLayout(ctx, tgt, o, w); err != nil {
+		return fmt.Errorf("waiting for the layout over xDS: %w\n%s", err, tgt.proc.tail())
+	}
+	rssIdle, err := rss(pid)
+	if err != nil {
+		return err
+	}
+
+	conns := make([]*grpc.ClientConn, o.conns)
+	for i := range conns {
+		if conns[i], err = xdstest.Dial(tgt.grpcAddr); err != nil {
+			return err
+		}
+		defer conns[i].Close()
+	}
+	sctx, stopStreams := context.WithCancel(ctx)
+	defer stopStreams()
+	var wg sync.WaitGroup
+	defer wg.Wait() // after stopStreams (defers run last first)
+	admitStart := w.now()
+	deadline := time.Now().Add(o.admitTimeout)
+	for i, s := range subs {
+		wg.Go(func() { w.run(sctx, conns[i%len(conns)], s, deadline) })
+	}
+	select {
+	case <-w.allIn:
+	case <-time.After(o.admitTimeout):
+		return fmt.Errorf("only %d of %d streams answered within -admit-timeout %s", w.admitted.Load(), o.streams, o.admitTimeout)
+	case <-ctx.Done():
+		return fmt.Errorf("only %d of %d streams answered: %w", w.admitted.Load(), o.streams, ctx.Err())
+	}
+	admitAll := w.now() - admitStart
+	rssStreams, err := rss(pid)
+	if err != nil {
+		return err
+	}
+
+	// The changes.
+	cpuS0, err := procCPU(pid)
+	if err != nil {
+		return err
+	}
+	cpuG0 := selfCPU()
+	d := newDriver(o, rng, w.log, tgt)
+	changesStart := w.now()
+	issued := d.drive(ctx, w)
+	changesEnd := w.now()
+	// The last deliveries: until every expected delivery is seen or
+	// shed, or -linger has passed.
+	expected := func() int64 {
+		var n int64
+		for id := range w.log.n.Load() {
+			if c := w.log.changes[id]; !c.failed {
+				n += int64(len(watchers[c.svc]))
+			}
+		}
+		return n
+	}
+	want := expected()
+	lingerErr := poll(ctx, o.linger, 100*time.Millisecond, func() error {
+		if got := w.seen.Load(); got < want {
+			return fmt.Errorf("%d of %d deliveries seen", got, want)
+		}
+		return nil
+	})
+	lingered := w.now() - changesEnd
+	cpuS1, err := procCPU(pid)
+	if err != nil {
+		return err
+	}
+	cpuG1 := selfCPU()
+	rssAfter, err := rss(pid)
+	if err != nil {
+		return err
+	}
+	stopStreams()
+	wg.Wait()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+
+	r := summarize(o, w, subs, watchers, want)
+	r.Target, r.Mode = tgt.name, o.mode
+	r.Rev = revision(ctx, o)
+	r.Issued, r.APIErrors, r.FirstAPIError = issued, int(d.errors.Load()), d.firstError()
+	r.ChangeSeconds = (changesEnd - changesStart).Seconds()
+	r.AchievedPerMinute = float64(issued) / r.ChangeSeconds * 60
+	r.LingerSeconds = lingered.Seconds()
+	r.LingerComplete = lingerErr == nil
+	r.AdmitAllSeconds = admitAll.Seconds()
+	r.ServerCPUSeconds = (cpuS1 - cpuS0).Seconds()
+	r.ServerCPUPercent = 100 * r.ServerCPUSeconds / (changesEnd - changesStart + lingered).Seconds()
+	r.GeneratorCPUSeconds = (cpuG1 - cpuG0).Seconds()
+	r.RSSIdleMiB, r.RSSStreamsMiB, r.RSSAfterMiB = mibOf(rssIdle), mibOf(rssStreams), mibOf(rssAfter)
+	r.KiBPerSubAdmitted = float64(rssStreams-rssIdle) / 1024 / float64(o.streams)
+	r.KiBPerSubAfter = float64(rssAfter-rssIdle) / 1024 / float64(o.streams)
+	r.Decodes, r.DecodeHits = w.dec.Decodes()
+	for _, s := range subs {
+		if s.failedAfterAdmit {
+			r.StreamsFailed++
+		}
+	}
+	r.print()
+	if r.StreamsFailed > 0 {
+		return fmt.Errorf("%d streams failed after their first answer", r.StreamsFailed)
+	}
+	return nil
+}
+
+// waitLayout opens one stream watching every service and waits until
+// each assignment has every endpoint in rotation on the base port: the
+// target serves the whole layout.
+func waitLayout(ctx context.Context, tgt *target, o options, w *world) error {
+	cc, err := xdstest.Dial(tgt.grpcAddr)
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var names []string
+	for s := range o.services {
+		names = append(names, resourceName(s))
+	}
+	full := map[string]bool{}
+	return poll(ctx, 2*time.Minute, 200*time.Millisecond, func() error {
+		st, err := xdstest.Open(ctx, cc, xdstest.Options{})
+		if err == nil {
+			err = st.Subscribe(xdstest.EndpointType, names, nil)
+		}
+		if err != nil {
+			return err
+		}
+		for len(full) < o.services {
+			resp, err := st.Recv()
+			if err != nil {
+				return fmt.Errorf("%d of %d assignments complete: %w", len(full), o.services, err)
+			}
+			for _, r := range resp.Resources {
+				got, err := w.dec.Decode(r)
+				if err != nil {
+					return err
+				}
+				ok := true
+				for _, p := range got {
+					ok = ok && p == basePort
+				}
+				full[r.Name] = ok
+			}
+			n := 0
+			for _, ok := range full {
+				if ok {
+					n++
+				}
+			}
+			if n == o.services {
+				return nil
+			}
+			if err := st.Ack(resp); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// endpoint states in the driver.
+const (
+	stIn = iota
+	stBusy
+	stOut
+	stDead // its change failed: left alone
+)
+
+// driver makes the changes.
+type driver struct {
+	o   options
+	rng *rand.Rand
+	log *changeLog
+	tgt *target
+
+	mu          sync.Mutex
+	state       [][]uint8
+	gen         [][]uint16
+	outQ        [][2]int // committed out, oldest first
+	withdrawing int      // withdrawals in flight
+	errors      atomic.Int64
+	firstErr    error
+}
+
+func newDriver(o options, rng *rand.Rand, log *changeLog, tgt *target) *driver {
+	d := &driver{o: o, rng: rng, log: log, tgt: tgt, state: make([][]uint8, o.services), gen: make([][]uint16, o.services)}
+	for s := range d.state {
+		d.state[s], d.gen[s] = make([]uint8, o.endpoints), make([]uint16, o.endpoints)
+	}
+	return d
+}
+
+func (d *driver) firstError() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.firstErr == nil {
+		return ""
+	}
+	return d.firstErr.Error()
+}
+
+// next picks the next change: an admission of the endpoint out the
+// longest once -out are out (or withdrawing), else a withdrawal of a
+// random endpoint in rotation.
+func (d *driver) next() (svc, ep int, port uint16, ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.outQ)+d.withdrawing < d.o.out {
+		for range 64 {
+			s, e := d.rng.IntN(d.o.services), d.rng.IntN(d.o.endpoints)
+			if d.state[s][e] == stIn {
+				d.state[s][e] = stBusy
+				d.withdrawing++
+				return s, e, 0, true
+			}
+		}
+	}
+	if len(d.outQ) == 0 {
+		return 0, 0, 0, false
+	}
+	se := d.outQ[0]
+	d.outQ = d.outQ[1:]
+	s, e := se[0], se[1]
+	if d.gen[s][e] == 65535-basePort {
+		d.state[s][e] = stDead
+		return 0, 0, 0, false
+	}
+	d.gen[s][e]++
+	d.state[s][e] = stBusy
+	return s, e, uint16(basePort + int(d.gen[s][e])), true
+}
+
+func (d *driver) done(svc, ep int, port uint16, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if port == 0 {
+		d.withdrawing--
+	}
+	switch {
+	case err != nil:
+		d.state[svc][ep] = stDead
+		if d.firstErr == nil {
+			d.firstErr = err
+		}
+		d.errors.Add(1)
+	case port == 0:
+		d.state[svc][ep] = stOut
+		d.outQ = append(d.outQ, [2]int{svc, ep})
+	default:
+		d.state[svc][ep] = stIn
+	}
+}
+
+// drive makes changes at the rate for the duration, and returns how
+// many it made. Changes wait for a free worker: when the target's API
+// cannot keep up, fewer are made (the report gives the achieved rate).
+func (d *driver) drive(ctx context.Context, w *world) int {
+	type job struct {
+		id   int32
+		svc  int
+		ep   int
+		port uint16
+	}
+	jobs := make(chan job, d.o.workers)
+	var wg sync.WaitGroup
+	for range d.o.workers {
+		wg.Go(func() {
+			for j := range jobs {
+				c := &w.log.changes[j.id]
+				c.start = w.now()
+				err := d.tgt.change(ctx, j.svc, j.ep, j.port)
+				c.commit = w.now()
+				c.failed = err != nil
+				d.done(j.svc, j.ep, j.port, err)
+			}
+		})
+	}
+	interval := time.Duration(float64(time.Minute) / d.o.rate)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	end := time.Now().Add(d.o.duration)
+	issued := 0
+loop:
+	for time.Now().Before(end) {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-t.C:
+		}
+		svc, ep, port, ok := d.next()
+		if !ok {
+			continue
+		}
+		id, ok := d.log.add(svc, ep, port)
+		if !ok {
+			d.done(svc, ep, port, errors.New("change log full"))
+			break
+		}
+		select {
+		case jobs <- job{id: id, svc: svc, ep: ep, port: port}:
+			issued++
+		case <-ctx.Done():
+			w.log.changes[id].failed = true // never made
+			break loop
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	return issued
+}

@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+
+	"github.com/cairn-sd/cairn/xdsserver/xdstest"
+)
+
+// change is one withdrawal (port 0) or admission. The driver sets svc,
+// ep and port before the change enters the log; subscribers read only
+// those. The times are read once the run is over.
+type change struct {
+	svc, ep       int32
+	port          uint16
+	failed        bool
+	start, commit time.Duration // since the run's epoch: the API call made and returned
+}
+
+// changeLog holds the changes, and each endpoint's in order.
+type changeLog struct {
+	changes []change // by id; preallocated, so that it never moves
+	mu      []sync.RWMutex
+	byEP    [][][]int32 // by service, by endpoint: change ids, oldest first
+	n       atomic.Int32
+}
+
+func newChangeLog(o options, capacity int) *changeLog {
+	l := &changeLog{changes: make([]change, capacity), mu: make([]sync.RWMutex, o.services), byEP: make([][][]int32, o.services)}
+	for s := range l.byEP {
+		l.byEP[s] = make([][]int32, o.endpoints)
+	}
+	return l
+}
+
+// add enters a change in the log and returns its id; false when the log
+// is full.
+func (l *changeLog) add(svc, ep int, port uint16) (int32, bool) {
+	id := l.n.Load()
+	if int(id) >= len(l.changes) {
+		return 0, false
+	}
+	l.changes[id] = change{svc: int32(svc), ep: int32(ep), port: port}
+	l.n.Store(id + 1) // one writer: the driver
+	l.mu[svc].Lock()
+	l.byEP[svc][ep] = append(l.byEP[svc][ep], id)
+	l.mu[svc].Unlock()
+	return id, true
+}
+
+func (l *changeLog) of(svc, ep int) []int32 {
+	l.mu[svc].RLock()
+	defer l.mu[svc].RUnlock()
+	return l.byEP[svc][ep]
+}
+
+// delivery is one change seen by one subscriber, at a time since the
+// run's epoch.
+type delivery struct {
+	id int32
+	at time.Duration
+}
+
+// subscriber is one delta stream and what it has seen.
+type subscriber struct {
+	id    int
+	watch []int     // services
+	names []string  // their assignment names
+	pos   [][]int32 // by watch index, by endpoint: the index in the endpoint's log of the last change seen; -1: none
+	// Only the stream's goroutine touches these until the run is over.
+	deliveries         []delivery
+	shedW, shedA       int
+	admitted           time.Duration
+	ok                 bool
+	failedAfterAdmit   bool
+	receipts, resBytes int64
+}
+
+// ports is a decoded assignment: each endpoint's port in rotation, 0
+// when it is not.
+type ports []uint16
+
+// newDecoder decodes assignments into ports, once per name and version.
+func newDecoder(o options) *xdstest.Decoder[ports] {
+	return xdstest.NewDecoder(func(r *discoveryv3.Resource) (ports, error) {
+		cla, err := xdstest.DecodeAssignment(r)
+		if err != nil {
+			return nil, err
+		}
+		out := make(ports, o.endpoints)
+		for _, ap := range xdstest.InRotation(cla) {
+			b := ap.Addr().As4()
+			if ep := int(b[3]) - 1; ep >= 0 && ep < o.endpoints && ap.Addr().Is4() {
+				out[ep] = ap.Port()
+			}
+		}
+		return out, nil
+	})
+}
+
+// world is what the streams share.
+type world struct {
+	o        options
+	log      *changeLog
+	dec      *xdstest.Decoder[ports]
+	svcOf    map[string]int // assignment name → service
+	epoch    time.Time
+	streams  int64
+	admitted atomic.Int64
+	allIn    chan struct{} // closed when every stream has its first answer
+	// seen counts deliveries and sheds, for the wait after the changes.
+	seen atomic.Int64
+}
+
+func (w *world) now() time.Duration { return time.Since(w.epoch) }
+
+// run opens s's stream on cc (retrying, with jitter, until deadline) and
+// follows it until ctx is done.
+func (w *world) run(ctx context.Context, cc grpc.ClientConnInterface, s *subscriber, deadline time.Time) {
+	rng := rand.New(rand.NewPCG(uint64(s.id), 7))
+	node := &corev3.Node{Id: fmt.Sprintf("xdsload-%d", s.id), Locality: &corev3.Locality{Region: "eu", Zone: "eu-1a"}}
+	var (
+		st   *xdstest.Stream
+		resp *discoveryv3.DeltaDiscoveryResponse
+	)
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		sctx, cancel := context.WithCancel(ctx)
+		var err error
+		st, err = xdstest.Open(sctx, cc, xdstest.Options{Node: node})
+		if err == nil {
+			err = st.Subscribe(xdstest.EndpointType, s.names, nil)
+		}
+		if err == nil {
+			resp, err = st.Recv()
+		}
+		if err == nil {
+			defer cancel()
+			break
+		}
+		cancel()
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return
+		}
+		// A retry's backoff (full jitter), as a client's.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(rng.Int64N(int64(wait)) + 1)):
+		}
+	}
+	s.admitted, s.ok = w.now(), true
+	if w.admitted.Add(1) == w.streams {
+		close(w.allIn)
+	}
+	for {
+		s.observe(w, resp, w.now())
+		if err := st.Ack(resp); err != nil {
+			s.failedAfterAdmit = ctx.Err() == nil
+			return
+		}
+		var err error
+		if resp, err = st.Recv(); err != nil {
+			s.failedAfterAdmit = ctx.Err() == nil
+			return
+		}
+	}
+}
+
+// observe matches a response received at `at` against the changes of
+// the endpoints it shows.
+func (s *subscriber) observe(w *world, resp *discoveryv3.DeltaDiscoveryResponse, at time.Duration) {
+	s.receipts++
+	for _, r := range resp.Resources {
+		svc, ok := w.svcOf[r.Name]
+		if !ok {
+			continue
+		}
+		wi := -1
+		for i, v := range s.watch {
+			if v == svc {
+				wi = i
+				break
+			}
+		}
+		if wi < 0 {
+			continue
+		}
+		got, err := w.dec.Decode(r)
+		if err != nil {
+			continue
+		}
+		for ep, port := range got {
+			ids := w.log.of(svc, ep)
+			p := s.pos[wi][ep]
+			if int(p)+1 >= len(ids) {
+				continue // nothing pending
+			}
+			if port != 0 {
+				// In rotation on port: the admission that used it, and
+				// every earlier pending change it overtook.
+				for j := int(p) + 1; j < len(ids); j++ {
+					if w.log.changes[ids[j]].port != port {
+						continue
+					}
+					for i := int(p) + 1; i < j; i++ {
+						s.shed(w, ids[i])
+					}
+					s.deliveries = append(s.deliveries, delivery{id: ids[j], at: at})
+					w.seen.Add(1)
+					s.pos[wi][ep] = int32(j)
+					break
+				}
+				continue
+			}
+			// Out of rotation, last seen in: the next change, a
+			// withdrawal, is delivered (a later one, after an
+			// admission this subscriber never saw, cannot be told
+			// from it and stays pending).
+			if p >= 0 && w.log.changes[ids[p]].port == 0 {
+				continue
+			}
+			if next := ids[p+1]; w.log.changes[next].port == 0 {
+				s.deliveries = append(s.deliveries, delivery{id: next, at: at})
+				w.seen.Add(1)
+				s.pos[wi][ep] = p + 1
+			}
+		}
+	}
+}
+
+func (s *subscriber) shed(w *world, id int32) {
+	if w.log.changes[id].port == 0 {
+		s.shedW++
+	} else {
+		s.shedA++
+	}
+	w.seen.Add(1)
+}
+
+// newSubscribers picks each subscriber's services, and returns them with
+// the subscribers watching each service.
+func newSubscribers(o options, rng *rand.Rand) ([]*subscriber, [][]int) {
+	subs := make([]*subscriber, o.streams)
+	watchers := make([][]int, o.services)
+	for i := range subs {
+		s := &subscriber{id: i}
+		for _, svc := range rng.Perm(o.services)[:o.watch] {
+			s.watch = append(s.watch, svc)
+			s.names = append(s.names, resourceName(svc))
+			p := make([]int32, o.endpoints)
+			for e := range p {
+				p[e] = -1
+			}
+			s.pos = append(s.pos, p)
+			watchers[svc] = append(watchers[svc], i)
+		}
+		subs[i] = s
+	}
+	return subs, watchers
+}

@@ -1,0 +1,334 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cairn-sd/cairn/client"
+	"github.com/cairn-sd/cairn/integration"
+	"github.com/cairn-sd/cairn/wire"
+)
+
+const (
+	namespace = "bench"
+	portName  = "grpc"
+	// basePort is every endpoint's port at the start; admission g of an
+	// endpoint (g ≥ 1) uses basePort+g.
+	basePort = 20000
+)
+
+func serviceName(svc int) string { return fmt.Sprintf("svc-%d", svc) }
+
+// resourceName is the cluster and assignment name of service svc.
+func resourceName(svc int) string { return fmt.Sprintf("svc-%d.%s:%s", svc, namespace, portName) }
+
+// endpointAddr is endpoint ep of service svc's address.
+func endpointAddr(svc, ep int) string { return fmt.Sprintf("10.%d.%d.%d", svc>>8, svc&255, ep+1) }
+
+// process is a target's server process.
+type process struct {
+	cmd     *exec.Cmd
+	logPath string
+	exited  chan struct{}
+}
+
+// start starts bin with args, its output in logPath.
+func start(bin string, args []string, logPath string) (*process, error) {
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	p := &process{cmd: exec.Command(bin, args...), logPath: logPath, exited: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
+	p.cmd.SysProcAttr = integration.SysProcAttr()
+	if err := p.cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("starting %s: %w", bin, err)
+	}
+	go func() {
+		p.cmd.Wait()
+		logf.Close()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// waitReady polls url until it answers 200, the process exits or d
+// passes.
+func (p *process) waitReady(ctx context.Context, hc *http.Client, url string, d time.Duration) error {
+	return poll(ctx, d, 50*time.Millisecond, func() error {
+		select {
+		case <-p.exited:
+			return errors.New("the server exited")
+		default:
+		}
+		resp, err := hc.Get(url)
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: %s", url, resp.Status)
+		}
+		return nil
+	})
+}
+
+// stop sends SIGTERM, and kills the process if it has not exited within
+// 10 s.
+func (p *process) stop() {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.exited
+	}
+}
+
+// tail returns the end of the log, for error messages.
+func (p *process) tail() string {
+	b, _ := os.ReadFile(p.logPath)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
+
+// target is a server under load: where its xDS listens, its process,
+// and how to change one endpoint through its API.
+type target struct {
+	name     string
+	proc     *process
+	grpcAddr string
+	// change puts endpoint ep of svc in rotation on port, or (port 0)
+	// takes it out, and returns once the target has committed it.
+	// Changes of one endpoint never overlap.
+	change func(ctx context.Context, svc, ep int, port uint16) error
+	close  func()
+}
+
+// startCairn starts `cairn server --dev` in dir and registers the
+// layout through its API.
+func startCairn(ctx context.Context, o options, dir string) (*target, error) {
+	bin := o.bin
+	if bin == "" {
+		var err error
+		if bin, err = integration.Binary(); err != nil {
+			return nil, err
+		}
+	}
+	ports, err := integration.FreePorts(4)
+	if err != nil {
+		return nil, err
+	}
+	addr := func(p int) string { return fmt.Sprintf("127.0.0.1:%d", p) }
+	httpAddr, grpcAddr := addr(ports[0]), addr(ports[3])
+	p, err := start(bin, []string{"server", "--dev", "--data-dir", filepath.Join(dir, "data"),
+		"--http-addr", httpAddr, "--raft-addr", addr(ports[1]), "--dns-addr", addr(ports[2]),
+		"--grpc-addr", grpcAddr, "--log-level", "warn"}, filepath.Join(dir, "server.log"))
+	if err != nil {
+		return nil, err
+	}
+	hc := &http.Client{Timeout: 10 * time.Second}
+	if err := p.waitReady(ctx, hc, "http://"+httpAddr+"/readyz", 30*time.Second); err != nil {
+		p.stop()
+		return nil, fmt.Errorf("starting cairn: %w\n%s", err, p.tail())
+	}
+	cl, err := client.New(httpAddr, "")
+	if err != nil {
+		p.stop()
+		return nil, err
+	}
+	c := &cairn{o: o, cl: cl, inc: make([][]uint64, o.services)}
+	if err := c.setup(ctx); err != nil {
+		cl.Close()
+		p.stop()
+		return nil, fmt.Errorf("registering the layout in cairn: %w\n%s", err, p.tail())
+	}
+	return &target{name: "cairn", proc: p, grpcAddr: grpcAddr, change: c.change,
+		close: func() { cl.Close(); p.stop() }}, nil
+}
+
+// cairn changes endpoints through cairn's API.
+type cairn struct {
+	o   options
+	cl  *client.Client
+	inc [][]uint64 // each endpoint's current incarnation; one writer per endpoint at a time
+}
+
+// setup applies the services and registers their endpoints.
+func (c *cairn) setup(ctx context.Context) error {
+	const batch = 50
+	for i := 0; i < c.o.services; i += batch {
+		var b strings.Builder
+		for s := i; s < min(i+batch, c.o.services); s++ {
+			// No check: instances are in rotation once registered. No slow
+			// start and no flap limit: a change is one assignment update,
+			// and an endpoint may change often in a burst.
+			fmt.Fprintf(&b, "---\nnamespace: %s\nname: %s\nports: [{name: %s, number: %d, protocol: tcp}]\npolicy:\n  lease_ttl: 1h\n  slow_start: 0s\n  flap_limit: 0\n",
+				namespace, serviceName(s), portName, basePort)
+		}
+		if _, err := c.cl.Apply(ctx, []byte(b.String())); err != nil {
+			return err
+		}
+	}
+	for s := range c.o.services {
+		c.inc[s] = make([]uint64, c.o.endpoints)
+	}
+	return each(ctx, c.o.services*c.o.endpoints, 16, func(ctx context.Context, i int) error {
+		s, e := i/c.o.endpoints, i%c.o.endpoints
+		r, err := c.cl.Register(ctx, namespace, serviceName(s), wire.Registration{ID: fmt.Sprintf("ep-%d", e),
+			Addresses: []string{endpointAddr(s, e)}, Ports: map[string]int{portName: basePort}})
+		if err != nil {
+			return fmt.Errorf("registering endpoint %d of %s: %w", e, serviceName(s), err)
+		}
+		c.inc[s][e] = r.Incarnation
+		return nil
+	})
+}
+
+func (c *cairn) change(ctx context.Context, svc, ep int, port uint16) error {
+	k := wire.InstanceKey{Namespace: namespace, Service: serviceName(svc), ID: fmt.Sprintf("ep-%d", ep)}
+	if port == 0 {
+		var err error
+		if c.o.withdraw == "drain" {
+			_, err = c.cl.Drain(ctx, k, c.inc[svc][ep])
+		} else {
+			_, err = c.cl.Deregister(ctx, k, c.inc[svc][ep])
+		}
+		return err
+	}
+	// A registration id of its own, so that it is a new incarnation
+	// replacing the drained or deregistered one.
+	r, err := c.cl.Register(ctx, namespace, serviceName(svc), wire.Registration{ID: k.ID,
+		Addresses: []string{endpointAddr(svc, ep)}, Ports: map[string]int{portName: int(port)},
+		RegistrationID: fmt.Sprintf("p%d", port), Replaces: c.inc[svc][ep]})
+	if err != nil {
+		return err
+	}
+	c.inc[svc][ep] = r.Incarnation
+	return nil
+}
+
+// startPeer starts bench/cmd/xdspeer with the same layout.
+func startPeer(ctx context.Context, o options, dir string) (*target, error) {
+	bin := o.peerBin
+	if bin == "" {
+		bin = filepath.Join(dir, "xdspeer")
+		out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./bench/cmd/xdspeer").CombinedOutput()
+		if err != nil {
+			return nil, fmt.Errorf("building xdspeer (run from the module root): %w\n%s", err, out)
+		}
+	}
+	ports, err := integration.FreePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	httpAddr, grpcAddr := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
+	p, err := start(bin, []string{"-http-addr", httpAddr, "-grpc-addr", grpcAddr, "-services", strconv.Itoa(o.services),
+		"-endpoints", strconv.Itoa(o.endpoints), "-port", strconv.Itoa(basePort)}, filepath.Join(dir, "peer.log"))
+	if err != nil {
+		return nil, err
+	}
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+	if err := p.waitReady(ctx, hc, "http://"+httpAddr+"/readyz", 30*time.Second); err != nil {
+		p.stop()
+		return nil, fmt.Errorf("starting xdspeer: %w\n%s", err, p.tail())
+	}
+	change := func(ctx context.Context, svc, ep int, port uint16) error {
+		u := fmt.Sprintf("http://%s/change?%s", httpAddr, url.Values{"svc": {strconv.Itoa(svc)}, "ep": {strconv.Itoa(ep)},
+			"port": {strconv.Itoa(int(port))}}.Encode())
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNoContent {
+			return fmt.Errorf("xdspeer /change: %s: %s", resp.Status, b)
+		}
+		return nil
+	}
+	return &target{name: "linearcache", proc: p, grpcAddr: grpcAddr, change: change,
+		close: func() { hc.CloseIdleConnections(); p.stop() }}, nil
+}
+
+// poll calls f every interval until it returns nil, d has passed or ctx
+// is done; it returns f's last error.
+func poll(ctx context.Context, d, interval time.Duration, f func() error) error {
+	deadline := time.Now().Add(d)
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(interval):
+		}
+	}
+}
+
+// each calls f for every index below n from conc workers, and stops at
+// the first error, which it returns (or ctx's).
+func each(ctx context.Context, n, conc int, f func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	idx := make(chan int)
+	errc := make(chan error, conc)
+	var wg sync.WaitGroup
+	for range conc {
+		wg.Go(func() {
+			for i := range idx {
+				if err := f(ctx, i); err != nil {
+					errc <- err
+					cancel()
+					return
+				}
+			}
+		})
+	}
+feed:
+	for i := range n {
+		select {
+		case idx <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(idx)
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return ctx.Err()
+	}
+}
