@@ -85,8 +85,8 @@ func main() {
 	flag.IntVar(&o.watch, "watch", 10, "services each subscriber watches")
 	flag.Float64Var(&o.rate, "rate", 0, "changes a minute (default: the mode's)")
 	flag.DurationVar(&o.duration, "duration", 0, "time the changes are made for (default: steady 60s, burst 30s)")
-	flag.IntVar(&o.workers, "workers", 0, "concurrent API callers making the changes (default: steady 4, burst 64)")
-	flag.IntVar(&o.out, "out", 8, "endpoints out of rotation before withdrawals and admissions alternate")
+	flag.IntVar(&o.workers, "workers", 0, "concurrent API callers making the changes (default: steady 4, burst 128)")
+	flag.IntVar(&o.out, "out", 0, "endpoints out of rotation (or being taken out) before withdrawals and admissions alternate (default: 2 × -workers, so that the callers always have an endpoint to change, and at most half the endpoints)")
 	flag.DurationVar(&o.admitTimeout, "admit-timeout", 5*time.Minute, "most time for every stream to get its first answer")
 	flag.DurationVar(&o.linger, "linger", 40*time.Second, "most time to wait for the last deliveries after the last change")
 	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "upper bound on the whole run")
@@ -130,7 +130,7 @@ func (o *options) applyMode() error {
 		}
 	case "burst":
 		set(&o.services, 40)
-		set(&o.workers, 64)
+		set(&o.workers, 128)
 		if o.rate == 0 {
 			o.rate = 40_000
 		}
@@ -141,6 +141,7 @@ func (o *options) applyMode() error {
 		return fmt.Errorf("-mode %q: want steady or burst", o.mode)
 	}
 	set(&o.conns, min(max(o.streams/100, 20), 600))
+	set(&o.out, max(1, min(2*o.workers, o.services*o.endpoints/2)))
 	switch {
 	case o.target != "cairn" && o.target != "linearcache":
 		return fmt.Errorf("-target %q: want cairn or linearcache", o.target)

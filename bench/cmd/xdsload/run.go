@@ -90,7 +90,7 @@ func run(ctx context.Context, o options) error {
 	cpuG0 := selfCPU()
 	d := newDriver(o, rng, w.log, tgt)
 	changesStart := w.now()
-	issued := d.drive(ctx, w)
+	issued, skipped := d.drive(ctx, w)
 	changesEnd := w.now()
 	// The last deliveries: until every expected delivery is seen or
 	// shed, or -linger has passed.
@@ -103,12 +103,23 @@ func run(ctx context.Context, o options) error {
 		}
 		return n
 	}
+	// A subscriber whose view of an endpoint is out of rotation, where
+	// the endpoint's shed admission was followed by a withdrawal, never
+	// sees anything more of it: the wait also ends once nothing has
+	// arrived for 5 s (settle then closes those accounts).
 	want := expected()
+	last, lastAt := w.seen.Load(), time.Now()
 	lingerErr := poll(ctx, o.linger, 100*time.Millisecond, func() error {
-		if got := w.seen.Load(); got < want {
-			return fmt.Errorf("%d of %d deliveries seen", got, want)
+		got := w.seen.Load()
+		if got >= want {
+			return nil
 		}
-		return nil
+		if got != last {
+			last, lastAt = got, time.Now()
+		} else if time.Since(lastAt) > 5*time.Second {
+			return nil
+		}
+		return fmt.Errorf("%d of %d deliveries seen", got, want)
 	})
 	lingered := w.now() - changesEnd
 	cpuS1, err := procCPU(pid)
@@ -125,15 +136,19 @@ func run(ctx context.Context, o options) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	for _, s := range subs {
+		s.settle(w)
+	}
 
 	r := summarize(o, w, subs, watchers, want)
 	r.Target, r.Mode = tgt.name, o.mode
 	r.Rev = revision(ctx, o)
+	r.Skipped = skipped
 	r.Issued, r.APIErrors, r.FirstAPIError = issued, int(d.errors.Load()), d.firstError()
 	r.ChangeSeconds = (changesEnd - changesStart).Seconds()
 	r.AchievedPerMinute = float64(issued) / r.ChangeSeconds * 60
 	r.LingerSeconds = lingered.Seconds()
-	r.LingerComplete = lingerErr == nil
+	r.LingerComplete = lingerErr == nil && w.seen.Load() >= want
 	r.AdmitAllSeconds = admitAll.Seconds()
 	r.ServerCPUSeconds = (cpuS1 - cpuS0).Seconds()
 	r.ServerCPUPercent = 100 * r.ServerCPUSeconds / (changesEnd - changesStart + lingered).Seconds()
@@ -305,9 +320,10 @@ func (d *driver) done(svc, ep int, port uint16, err error) {
 }
 
 // drive makes changes at the rate for the duration, and returns how
-// many it made. Changes wait for a free worker: when the target's API
-// cannot keep up, fewer are made (the report gives the achieved rate).
-func (d *driver) drive(ctx context.Context, w *world) int {
+// many it made, and how many ticks found no endpoint to change. Changes
+// wait for a free worker: when the target's API cannot keep up, fewer
+// are made (the report gives the achieved rate).
+func (d *driver) drive(ctx context.Context, w *world) (issued, skipped int) {
 	type job struct {
 		id   int32
 		svc  int
@@ -332,7 +348,6 @@ func (d *driver) drive(ctx context.Context, w *world) int {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	end := time.Now().Add(d.o.duration)
-	issued := 0
 loop:
 	for time.Now().Before(end) {
 		select {
@@ -342,6 +357,7 @@ loop:
 		}
 		svc, ep, port, ok := d.next()
 		if !ok {
+			skipped++
 			continue
 		}
 		id, ok := d.log.add(svc, ep, port)
@@ -359,5 +375,5 @@ loop:
 	}
 	close(jobs)
 	wg.Wait()
-	return issued
+	return issued, skipped
 }

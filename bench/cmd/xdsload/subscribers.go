@@ -63,11 +63,21 @@ func (l *changeLog) of(svc, ep int) []int32 {
 }
 
 // delivery is one change seen by one subscriber, at a time since the
-// run's epoch.
+// run's epoch, or one it never saw: shed or moot.
 type delivery struct {
 	id int32
 	at time.Duration
 }
+
+const (
+	// shed: a later change of the endpoint overtook this one before the
+	// subscriber saw it.
+	shed time.Duration = -1
+	// moot: a withdrawal of an admission the subscriber never saw (shed):
+	// its view never had the endpoint back, so there was nothing to
+	// withdraw from it.
+	moot time.Duration = -2
+)
 
 // subscriber is one delta stream and what it has seen.
 type subscriber struct {
@@ -77,7 +87,6 @@ type subscriber struct {
 	pos   [][]int32 // by watch index, by endpoint: the index in the endpoint's log of the last change seen; -1: none
 	// Only the stream's goroutine touches these until the run is over.
 	deliveries         []delivery
-	shedW, shedA       int
 	admitted           time.Duration
 	ok                 bool
 	failedAfterAdmit   bool
@@ -210,9 +219,7 @@ func (s *subscriber) observe(w *world, resp *discoveryv3.DeltaDiscoveryResponse,
 					if w.log.changes[ids[j]].port != port {
 						continue
 					}
-					for i := int(p) + 1; i < j; i++ {
-						s.shed(w, ids[i])
-					}
+					s.skip(w, ids, int(p), j)
 					s.deliveries = append(s.deliveries, delivery{id: ids[j], at: at})
 					w.seen.Add(1)
 					s.pos[wi][ep] = int32(j)
@@ -236,13 +243,44 @@ func (s *subscriber) observe(w *world, resp *discoveryv3.DeltaDiscoveryResponse,
 	}
 }
 
-func (s *subscriber) shed(w *world, id int32) {
-	if w.log.changes[id].port == 0 {
-		s.shedW++
-	} else {
-		s.shedA++
+// skip records that the subscriber never saw the changes of one
+// endpoint between the last it saw (index p in the endpoint's log ids)
+// and the one at j: each was shed, or, a withdrawal after a shed
+// admission, moot.
+func (s *subscriber) skip(w *world, ids []int32, p, j int) {
+	prevShedAdmission := false
+	for i := p + 1; i < j; i++ {
+		at := shed
+		if w.log.changes[ids[i]].port == 0 && prevShedAdmission {
+			at = moot
+		}
+		prevShedAdmission = w.log.changes[ids[i]].port != 0
+		s.deliveries = append(s.deliveries, delivery{id: ids[i], at: at})
+		w.seen.Add(1)
 	}
-	w.seen.Add(1)
+}
+
+// settle closes the accounts of a subscriber whose stream has ended:
+// where it last saw an endpoint out of rotation and the endpoint's last
+// change was a withdrawal, the admissions since were shed and the
+// withdrawals after them moot (its view matches the endpoint's state).
+// Other pending changes stay never delivered.
+func (s *subscriber) settle(w *world) {
+	for wi, svc := range s.watch {
+		for ep := range s.pos[wi] {
+			ids := w.log.of(svc, ep)
+			p := int(s.pos[wi][ep])
+			if p+1 >= len(ids) || p < 0 || w.log.changes[ids[p]].port != 0 {
+				continue
+			}
+			last := len(ids) - 1
+			if c := w.log.changes[ids[last]]; c.port != 0 || c.failed {
+				continue
+			}
+			s.skip(w, ids, p, last+1)
+			s.pos[wi][ep] = int32(last)
+		}
+	}
 }
 
 // newSubscribers picks each subscriber's services, and returns them with

@@ -153,25 +153,36 @@ func startCairn(ctx context.Context, o options, dir string) (*target, error) {
 		p.stop()
 		return nil, fmt.Errorf("starting cairn: %w\n%s", err, p.tail())
 	}
-	cl, err := client.New(httpAddr, "")
-	if err != nil {
-		p.stop()
-		return nil, err
+	// A client keeps 64 idle connections: one per 48 callers, so that
+	// the callers do not open a connection per call.
+	c := &cairn{o: o, inc: make([][]uint64, o.services)}
+	closeAll := func() {
+		for _, cl := range c.cls {
+			cl.Close()
+		}
 	}
-	c := &cairn{o: o, cl: cl, inc: make([][]uint64, o.services)}
+	for range (max(o.workers, 16) + 47) / 48 {
+		cl, err := client.New(httpAddr, "")
+		if err != nil {
+			closeAll()
+			p.stop()
+			return nil, err
+		}
+		c.cls = append(c.cls, cl)
+	}
 	if err := c.setup(ctx); err != nil {
-		cl.Close()
+		closeAll()
 		p.stop()
 		return nil, fmt.Errorf("registering the layout in cairn: %w\n%s", err, p.tail())
 	}
 	return &target{name: "cairn", proc: p, grpcAddr: grpcAddr, change: c.change,
-		close: func() { cl.Close(); p.stop() }}, nil
+		close: func() { closeAll(); p.stop() }}, nil
 }
 
 // cairn changes endpoints through cairn's API.
 type cairn struct {
 	o   options
-	cl  *client.Client
+	cls []*client.Client
 	inc [][]uint64 // each endpoint's current incarnation; one writer per endpoint at a time
 }
 
@@ -187,7 +198,7 @@ func (c *cairn) setup(ctx context.Context) error {
 			fmt.Fprintf(&b, "---\nnamespace: %s\nname: %s\nports: [{name: %s, number: %d, protocol: tcp}]\npolicy:\n  lease_ttl: 1h\n  slow_start: 0s\n  flap_limit: 0\n",
 				namespace, serviceName(s), portName, basePort)
 		}
-		if _, err := c.cl.Apply(ctx, []byte(b.String())); err != nil {
+		if _, err := c.cls[0].Apply(ctx, []byte(b.String())); err != nil {
 			return err
 		}
 	}
@@ -196,7 +207,7 @@ func (c *cairn) setup(ctx context.Context) error {
 	}
 	return each(ctx, c.o.services*c.o.endpoints, 16, func(ctx context.Context, i int) error {
 		s, e := i/c.o.endpoints, i%c.o.endpoints
-		r, err := c.cl.Register(ctx, namespace, serviceName(s), wire.Registration{ID: fmt.Sprintf("ep-%d", e),
+		r, err := c.cls[0].Register(ctx, namespace, serviceName(s), wire.Registration{ID: fmt.Sprintf("ep-%d", e),
 			Addresses: []string{endpointAddr(s, e)}, Ports: map[string]int{portName: basePort}})
 		if err != nil {
 			return fmt.Errorf("registering endpoint %d of %s: %w", e, serviceName(s), err)
@@ -207,19 +218,20 @@ func (c *cairn) setup(ctx context.Context) error {
 }
 
 func (c *cairn) change(ctx context.Context, svc, ep int, port uint16) error {
+	cl := c.cls[(svc*c.o.endpoints+ep)%len(c.cls)]
 	k := wire.InstanceKey{Namespace: namespace, Service: serviceName(svc), ID: fmt.Sprintf("ep-%d", ep)}
 	if port == 0 {
 		var err error
 		if c.o.withdraw == "drain" {
-			_, err = c.cl.Drain(ctx, k, c.inc[svc][ep])
+			_, err = cl.Drain(ctx, k, c.inc[svc][ep])
 		} else {
-			_, err = c.cl.Deregister(ctx, k, c.inc[svc][ep])
+			_, err = cl.Deregister(ctx, k, c.inc[svc][ep])
 		}
 		return err
 	}
 	// A registration id of its own, so that it is a new incarnation
 	// replacing the drained or deregistered one.
-	r, err := c.cl.Register(ctx, namespace, serviceName(svc), wire.Registration{ID: k.ID,
+	r, err := cl.Register(ctx, namespace, serviceName(svc), wire.Registration{ID: k.ID,
 		Addresses: []string{endpointAddr(svc, ep)}, Ports: map[string]int{portName: int(port)},
 		RegistrationID: fmt.Sprintf("p%d", port), Replaces: c.inc[svc][ep]})
 	if err != nil {
