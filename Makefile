@@ -2,8 +2,11 @@
 GO        ?= go
 FUZZTIME  ?= 30s
 STATICCHECK_VERSION ?= v0.8.2
+# LOCK prefixes every bench-xds build and run, e.g. LOCK="flock /tmp/cairn-bench.lock"
+# on a machine where benches must not overlap.
+LOCK      ?=
 
-.PHONY: help build run test integration bench bench-dns fuzz lint fmt tidy
+.PHONY: help build run test integration bench bench-dns bench-xds bench-xds-inprocess fuzz lint fmt tidy
 help:        ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
 
@@ -35,7 +38,19 @@ bench-dns: build ## DNS vs CoreDNS and Knot (QPS, p50/p99/p99.9, RSS), then cair
 	MODE=flip FLIP_STYLE=today bench/dns/run.sh
 	bench/dns/summarize.sh main flip
 
-bench-xds:   ## xDS: delta subscriptions admitted, withdrawals delivered, memory per stream, at 2,000, 20,000 and 60,000 streams (bench/cmd/xdsbench)
+bench-xds:   ## xDS, server in its own process, cairn beside go-control-plane's LinearCache: steady at 2,000, 10,000 and 60,000 subscriptions, burst at 2,000; ~25 min; results in bench/results/ (bench/cmd/xdsload)
+	mkdir -p bench/results
+	$(LOCK) $(GO) build -o bin/cairn ./cmd/cairn
+	$(LOCK) $(GO) build -o bin/xdspeer ./bench/cmd/xdspeer
+	$(LOCK) $(GO) build -o bin/xdsload ./bench/cmd/xdsload
+	for n in 2000 10000 60000; do for t in cairn linearcache; do \
+		$(LOCK) bin/xdsload -bin bin/cairn -peer-bin bin/xdspeer -target $$t -mode steady -streams $$n > bench/results/xdsload-$$t-steady-$$n.txt || exit 1; cat bench/results/xdsload-$$t-steady-$$n.txt; \
+	done; done
+	for t in cairn linearcache; do \
+		$(LOCK) bin/xdsload -bin bin/cairn -peer-bin bin/xdspeer -target $$t -mode burst -streams 2000 > bench/results/xdsload-$$t-burst-2000.txt || exit 1; cat bench/results/xdsload-$$t-burst-2000.txt; \
+	done
+
+bench-xds-inprocess: ## the older xDS bench: server and subscribers in one process, changes published as status tables (bench/cmd/xdsbench)
 	$(GO) run ./bench/cmd/xdsbench -streams 2000 -conns 100
 	$(GO) run ./bench/cmd/xdsbench -streams 20000 -conns 200
 	$(GO) run ./bench/cmd/xdsbench -streams 60000 -conns 600

@@ -68,7 +68,7 @@ type options struct {
 	out                                                 int
 	rate                                                float64 // changes a minute
 	duration, admitTimeout, linger, timeout             time.Duration
-	bin, peerBin                                        string
+	bin, peerBin, perf                                  string
 	seed                                                uint64
 	keep                                                bool
 }
@@ -93,6 +93,7 @@ func main() {
 	flag.StringVar(&o.bin, "bin", "", "cairn binary (default: build one from the working tree)")
 	flag.StringVar(&o.peerBin, "peer-bin", "", "xdspeer binary (default: build one from the working tree)")
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of the subscriptions and the changes")
+	flag.StringVar(&o.perf, "perf", "", "record the server's CPU profile with `perf record -g` during the changes into this file (perf report -i FILE)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the target's folder (data dir and log; printed on stderr)")
 	flag.Parse()
 	if err := o.applyMode(); err != nil {

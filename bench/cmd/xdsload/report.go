@@ -284,18 +284,18 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// revision names what was measured: the working tree's commit when the
-// server was built from it.
+// revision names what was measured: the working tree's commit, and the
+// binary when one was given (built from that tree by `make bench-xds`).
 func revision(ctx context.Context, o options) string {
+	rev := "unknown"
+	if out, err := exec.CommandContext(ctx, "git", "describe", "--always", "--dirty").Output(); err == nil {
+		rev = strings.TrimSpace(string(out))
+	}
 	if o.target == "cairn" && o.bin != "" {
-		return "-bin " + o.bin
+		rev += " (-bin " + o.bin + ")"
 	}
 	if o.target == "linearcache" && o.peerBin != "" {
-		return "-peer-bin " + o.peerBin
+		rev += " (-peer-bin " + o.peerBin + ")"
 	}
-	out, err := exec.CommandContext(ctx, "git", "describe", "--always", "--dirty").Output()
-	if err != nil {
-		return "unknown"
-	}
-	return strings.TrimSpace(string(out))
+	return rev
 }

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,6 +91,13 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	cpuG0 := selfCPU()
+	var prof *profiler
+	if o.perf != "" {
+		if prof, err = startPerf(pid, o.perf); err != nil {
+			return err
+		}
+		defer prof.stop()
+	}
 	d := newDriver(o, rng, w.log, tgt)
 	changesStart := w.now()
 	issued, skipped := d.drive(ctx, w)
@@ -127,6 +137,11 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	cpuG1 := selfCPU()
+	if prof != nil {
+		if err := prof.stop(); err != nil {
+			return err
+		}
+	}
 	rssAfter, err := rss(pid)
 	if err != nil {
 		return err
@@ -376,4 +391,42 @@ loop:
 	close(jobs)
 	wg.Wait()
 	return issued, skipped
+}
+
+// profiler is a `perf record` of the server.
+type profiler struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+	err    error
+	once   sync.Once
+}
+
+// startPerf records pid's on-CPU stacks into path until stop.
+func startPerf(pid int, path string) (*profiler, error) {
+	p := &profiler{cmd: exec.Command("perf", "record", "-F", "199", "-g", "-p", strconv.Itoa(pid), "-o", path),
+		exited: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = io.Discard, os.Stderr
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting perf record: %w", err)
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.exited) }()
+	return p, nil
+}
+
+// stop ends the recording (SIGINT, as perf expects), killing perf if it
+// has not written its file within 30 s.
+func (p *profiler) stop() error {
+	var err error
+	p.once.Do(func() {
+		p.cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-p.exited:
+			err = p.err
+		case <-time.After(30 * time.Second):
+			p.cmd.Process.Kill()
+			<-p.exited
+			err = errors.New("perf record did not stop within 30 s")
+		}
+	})
+	return err
 }
