@@ -34,9 +34,12 @@ type kindStats struct {
 	// From the API call's start rather than its return: the two differ
 	// by how much of the propagation a target does before it answers.
 	FromCallP99ms float64 `json:"p99_from_call_ms"`
-	APIP50ms      float64 `json:"api_p50_ms"`
-	APIP99ms      float64 `json:"api_p99_ms"`
-	Subscribed    int64   `json:"-"`
+	// CDF is the delivery time at each of cdfPercentiles, for plots
+	// (bench/cmd/xdsplot).
+	CDF        []float64 `json:"cdf_ms"`
+	APIP50ms   float64   `json:"api_p50_ms"`
+	APIP99ms   float64   `json:"api_p99_ms"`
+	Subscribed int64     `json:"-"`
 }
 
 type report struct {
@@ -71,6 +74,7 @@ type report struct {
 	KiBPerSubAdmitted   float64   `json:"kib_per_subscription_admitted"`
 	KiBPerSubAfter      float64   `json:"kib_per_subscription_after"`
 	Decodes             int64     `json:"decodes"`
+	CDFPercentiles      []float64 `json:"cdf_percentiles"` // of each kind's cdf_ms
 	DecodeHits          int64     `json:"decode_hits"`
 	Go                  string    `json:"go"`
 	CPUs                int       `json:"cpus"`
@@ -79,7 +83,7 @@ type report struct {
 // summarize computes the per-kind figures from every subscriber's
 // deliveries.
 func summarize(o options, w *world, subs []*subscriber, watchers [][]int, _ int64) report {
-	r := report{Streams: o.streams, Conns: o.conns, Services: o.services, Endpoints: o.endpoints, Watch: o.watch,
+	r := report{CDFPercentiles: cdfPercentiles(), Streams: o.streams, Conns: o.conns, Services: o.services, Endpoints: o.endpoints, Watch: o.watch,
 		RatePerMinute: o.rate, Go: runtime.Version(), CPUs: runtime.NumCPU()}
 	if o.target == "cairn" {
 		r.Withdraw = o.withdraw
@@ -173,8 +177,24 @@ func summarize(o options, w *world, subs []*subscriber, watchers [][]int, _ int6
 		st.P50ms, st.P99ms, st.MaxMs = ms(pct(all[k], 50)), ms(pct(all[k], 99)), ms(pct(all[k], 100))
 		st.T99P50ms, st.T99P99ms, st.T99MaxMs = ms(pct(t99[k], 50)), ms(pct(t99[k], 99)), ms(pct(t99[k], 100))
 		st.APIP50ms, st.APIP99ms = ms(pct(api[k], 50)), ms(pct(api[k], 99))
+		if len(all[k]) > 0 {
+			for _, q := range r.CDFPercentiles {
+				i := min(int(q/100*float64(len(all[k]))), len(all[k])-1)
+				st.CDF = append(st.CDF, ms(all[k][i]))
+			}
+		}
 	}
 	return r
+}
+
+// cdfPercentiles returns the points of a kind's CDF: every percent,
+// then the tail in finer steps.
+func cdfPercentiles() []float64 {
+	var ps []float64
+	for p := range 99 {
+		ps = append(ps, float64(p))
+	}
+	return append(ps, 99, 99.5, 99.9, 99.99, 100)
 }
 
 func kindOf(c change) int {
