@@ -64,9 +64,8 @@ func run(ctx context.Context, o options) error {
 		defer conns[i].Close()
 	}
 	sctx, stopStreams := context.WithCancel(ctx)
-	defer stopStreams()
 	var wg sync.WaitGroup
-	defer wg.Wait() // after stopStreams (defers run last first)
+	defer func() { stopStreams(); wg.Wait() }()
 	admitStart := w.now()
 	deadline := time.Now().Add(o.admitTimeout)
 	for i, s := range subs {
@@ -421,7 +420,11 @@ func (p *profiler) stop() error {
 		p.cmd.Process.Signal(os.Interrupt)
 		select {
 		case <-p.exited:
-			err = p.err
+			// perf exits with a status of its own when interrupted;
+			// it has written its file if it says so on stderr.
+			if ee := (*exec.ExitError)(nil); !errors.As(p.err, &ee) {
+				err = p.err
+			}
 		case <-time.After(30 * time.Second):
 			p.cmd.Process.Kill()
 			<-p.exited
