@@ -82,7 +82,7 @@ type report struct {
 
 // summarize computes the per-kind figures from every subscriber's
 // deliveries.
-func summarize(o options, w *world, subs []*subscriber, watchers [][]int, _ int64) report {
+func summarize(o options, w *world, subs []*subscriber, watchers [][]int) report {
 	r := report{CDFPercentiles: cdfPercentiles(), Streams: o.streams, Conns: o.conns, Services: o.services, Endpoints: o.endpoints, Watch: o.watch,
 		RatePerMinute: o.rate, Go: runtime.Version(), CPUs: runtime.NumCPU()}
 	if o.target == "cairn" {

@@ -154,7 +154,7 @@ func run(ctx context.Context, o options) error {
 		s.settle(w)
 	}
 
-	r := summarize(o, w, subs, watchers, want)
+	r := summarize(o, w, subs, watchers)
 	r.Target, r.Mode = tgt.name, o.mode
 	r.Rev = revision(ctx, o)
 	r.Skipped = skipped

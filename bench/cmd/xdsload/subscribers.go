@@ -86,11 +86,10 @@ type subscriber struct {
 	names []string  // their assignment names
 	pos   [][]int32 // by watch index, by endpoint: the index in the endpoint's log of the last change seen; -1: none
 	// Only the stream's goroutine touches these until the run is over.
-	deliveries         []delivery
-	admitted           time.Duration
-	ok                 bool
-	failedAfterAdmit   bool
-	receipts, resBytes int64
+	deliveries       []delivery
+	admitted         time.Duration
+	ok               bool
+	failedAfterAdmit bool
 }
 
 // ports is a decoded assignment: each endpoint's port in rotation, 0
@@ -186,7 +185,6 @@ func (w *world) run(ctx context.Context, cc grpc.ClientConnInterface, s *subscri
 // observe matches a response received at `at` against the changes of
 // the endpoints it shows.
 func (s *subscriber) observe(w *world, resp *discoveryv3.DeltaDiscoveryResponse, at time.Duration) {
-	s.receipts++
 	for _, r := range resp.Resources {
 		svc, ok := w.svcOf[r.Name]
 		if !ok {
