@@ -38,7 +38,7 @@ bench-dns: build ## DNS vs CoreDNS and Knot (QPS, p50/p99/p99.9, RSS), then cair
 	MODE=flip FLIP_STYLE=today bench/dns/run.sh
 	bench/dns/summarize.sh main flip
 
-bench-xds:   ## xDS, server in its own process, cairn beside go-control-plane's LinearCache: steady at 2,000, 10,000 and 60,000 subscriptions, burst at 2,000; ~25 min; results in bench/results/ (bench/cmd/xdsload)
+bench-xds:   ## xDS, server in its own process, cairn beside go-control-plane's LinearCache: steady at 2,000, 10,000 and 60,000 subscriptions, burst at 2,000; ~15 min of runs (a 60,000 run ~3 min); results in bench/results/ (bench/cmd/xdsload)
 	mkdir -p bench/results
 	$(LOCK) $(GO) build -o bin/cairn ./cmd/cairn
 	$(LOCK) $(GO) build -o bin/xdspeer ./bench/cmd/xdspeer
