@@ -33,6 +33,7 @@ type deltaSub struct {
 	open     bool
 	wildcard bool
 	names    map[string]bool   // explicit subscriptions
+	sorted   []string          // names, sorted; nil when to be sorted again
 	has      map[string]string // what the client holds, by name: its version
 	// rot is the endpoints in rotation of what the client holds, by
 	// name, to tell a withdrawal from an admission; absent when unknown
@@ -117,6 +118,9 @@ func (st *deltaStream) request(req *discoveryv3.DeltaDiscoveryRequest) error {
 	// holds its version (the protocol's rule; field notes X2), except on
 	// a reconnection, where initial_resource_versions is the point.
 	force := map[string]bool{}
+	if len(req.ResourceNamesSubscribe) > 0 || len(req.ResourceNamesUnsubscribe) > 0 {
+		sub.sorted = nil
+	}
 	for _, n := range req.ResourceNamesSubscribe {
 		if n == wildcardName {
 			sub.wildcard = true
@@ -201,8 +205,9 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
 	}
 	sub := &st.subs[i]
 	all := v.res[i]
-	consider := maps.Clone(sub.names)
+	var names []string
 	if sub.wildcard {
+		consider := maps.Clone(sub.names)
 		if consider == nil {
 			consider = map[string]bool{}
 		}
@@ -212,8 +217,15 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
 		for n := range sub.has {
 			consider[n] = true
 		}
+		names = slices.Sorted(maps.Keys(consider))
+	} else {
+		// Named subscriptions change rarely and wake-ups often: their
+		// sorted names are kept until they change.
+		if sub.sorted == nil {
+			sub.sorted = slices.Sorted(maps.Keys(sub.names))
+		}
+		names = sub.sorted
 	}
-	names := slices.Sorted(maps.Keys(consider))
 	resp := &discoveryv3.DeltaDiscoveryResponse{TypeUrl: typeURLs[i], SystemVersionInfo: strconv.FormatUint(v.table, 10)}
 	ch := map[string]change{}
 	pr := pendingResp{changes: ch, since: sub.since}
