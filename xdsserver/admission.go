@@ -106,6 +106,7 @@ func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { s.hub.run(ctx) })
+	wg.Go(func() { s.gate.run(ctx, s.cfg.Now) })
 	if s.cfg.Outcomes != nil {
 		wg.Go(func() { s.forwardOutcomes(ctx) })
 	}

@@ -146,7 +146,8 @@ func (st *deltaStream) request(req *discoveryv3.DeltaDiscoveryRequest) error {
 	if first || len(req.ResourceNamesSubscribe) > 0 || len(req.ResourceNamesUnsubscribe) > 0 {
 		st.s.hub.subscribe(st.place, st.sig, i, sub.wildcard, sub.names)
 		if i == endpointIdx {
-			st.book.watch(sub.names)
+			sub.sorted = slices.Sorted(maps.Keys(sub.names))
+			st.book.watch(sub.sorted)
 		}
 	}
 	if first || len(force) > 0 {

@@ -1,7 +1,7 @@
 package xdsserver
 
 import (
-	"math/rand/v2"
+	"context"
 	"sync"
 	"time"
 )
@@ -17,45 +17,106 @@ const (
 	// DefaultAdmissionRate is how many admission responses a second the
 	// server sends over all its streams; beyond it they wait, and
 	// coalesce, while withdrawals go on.
-	DefaultAdmissionRate = 5000
+	DefaultAdmissionRate = 10000
 	// DefaultMaxAdmissionDelay is how long an admission may be held back
 	// at most, whatever the load: within the 30 s budget with room for
 	// the sending.
 	DefaultMaxAdmissionDelay = 20 * time.Second
 )
 
-// gate is the token bucket every stream's admissions draw from.
+// gate is the token bucket every stream's admissions draw from. A
+// stream that finds it empty joins a queue, and the gate hands tokens to
+// the queue's streams, oldest first, as they accrue (run), waking each:
+// waiting streams cost nothing until their turn, however many wait.
 type gate struct {
 	rate  float64 // tokens a second; 0 or less: no limit
 	burst float64
+	kick  chan struct{} // the queue has a stream again
 
 	mu     sync.Mutex
 	tokens float64
 	last   time.Time
+	queue  []*peer // waiting for a token, oldest first; each once (peer.queued)
 }
 
 func newGate(rate float64) *gate {
-	return &gate{rate: rate, burst: max(1, rate), tokens: max(1, rate)}
+	return &gate{rate: rate, burst: max(1, rate), tokens: max(1, rate), kick: make(chan struct{}, 1)}
 }
 
-// take takes a token at now, or says how long until one is there.
-func (g *gate) take(now time.Time) (bool, time.Duration) {
-	if g.rate <= 0 {
-		return true, 0
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
+// refill adds the tokens accrued since the last refill. g.mu is held.
+func (g *gate) refill(now time.Time) {
 	if now.After(g.last) {
 		if !g.last.IsZero() {
 			g.tokens = min(g.burst, g.tokens+now.Sub(g.last).Seconds()*g.rate)
 		}
 		g.last = now
 	}
-	if g.tokens >= 1 {
-		g.tokens--
-		return true, 0
+}
+
+// take takes a token for pe at now, unless others wait before it: then
+// pe joins the queue (once), and run hands it a token in its turn.
+func (g *gate) take(now time.Time, pe *peer) bool {
+	if g.rate <= 0 {
+		return true
 	}
-	return false, time.Duration((1 - g.tokens) / g.rate * float64(time.Second))
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.refill(now)
+	if len(g.queue) == 0 && g.tokens >= 1 {
+		g.tokens--
+		return true
+	}
+	if !pe.queued {
+		pe.queued = true
+		g.queue = append(g.queue, pe)
+		if len(g.queue) == 1 {
+			select {
+			case g.kick <- struct{}{}:
+			default:
+			}
+		}
+	}
+	return false
+}
+
+// grantEvery is how often run hands out the tokens accrued.
+const grantEvery = 10 * time.Millisecond
+
+// run hands tokens to the queued streams as they accrue, until ctx is
+// done; it sleeps while no stream waits.
+func (g *gate) run(ctx context.Context, now func() time.Time) {
+	if g.rate <= 0 {
+		return
+	}
+	t := time.NewTicker(grantEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-g.kick:
+		}
+		for waiting := true; waiting; {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			g.mu.Lock()
+			g.refill(now())
+			for g.tokens >= 1 && len(g.queue) > 0 {
+				pe := g.queue[0]
+				g.queue[0] = nil
+				g.queue = g.queue[1:]
+				pe.queued = false
+				pe.granted.Store(true)
+				pe.sig.wake()
+				g.tokens--
+			}
+			waiting = len(g.queue) > 0
+			g.mu.Unlock()
+		}
+	}
 }
 
 // lane is one stream's admission lane: when it last sent admissions,
@@ -89,14 +150,11 @@ func (pe *peer) admitNow(now time.Time) bool {
 		}
 		return false
 	}
-	ok, wait := s.gate.take(now)
-	if ok {
+	if pe.granted.Swap(false) || s.gate.take(now, pe) {
 		return true
 	}
-	// Spread the retries, so that streams refused together do not come
-	// back together.
-	wait = max(wait, 10*time.Millisecond)
-	l.due = earliest(now.Add(wait+rand.N(wait)), latest)
+	// Its turn comes with a token (a wake-up), or at the latest.
+	l.due = latest
 	if first {
 		s.m.deferred.WithLabelValues("shed").Inc()
 	}

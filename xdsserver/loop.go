@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -90,8 +91,12 @@ type peer struct {
 	joined bool    // registered with the hub (at its first request)
 	book   *ackBook
 	// lane holds back admissions of assignments (endpoints added,
-	// weights changed) while withdrawals go at once.
-	lane lane
+	// weights changed) while withdrawals go at once. queued (under the
+	// gate's lock) says the stream waits in the gate's queue; granted
+	// that the gate handed it a token.
+	lane    lane
+	queued  bool
+	granted atomic.Bool
 	// allow says which services' resources the stream's token may see:
 	// those of others are, to it, resources that do not exist.
 	allow allowFunc

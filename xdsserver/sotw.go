@@ -1,6 +1,7 @@
 package xdsserver
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -84,7 +85,7 @@ func (st *sotwStream) request(req *discoveryv3.DiscoveryRequest) error {
 	if first || changed {
 		st.s.hub.subscribe(st.place, st.sig, i, sub.wildcard, sub.names)
 		if i == endpointIdx {
-			st.book.watch(sub.names)
+			st.book.watch(slices.Sorted(maps.Keys(sub.names)))
 		}
 		// The first request of a type is always answered, whatever
 		// version it names (a client reconnecting at a version may not

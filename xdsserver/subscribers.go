@@ -2,7 +2,6 @@ package xdsserver
 
 import (
 	"cmp"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -24,15 +23,17 @@ type ackBook struct {
 	place place
 	mu    sync.Mutex
 	held  map[string]held // by assignment name
-	// watching is the assignments the subscriber named: one it holds
-	// nothing of yet is behind, at revision 0.
-	watching map[string]bool
+	// watching is the assignments the subscriber named, shared with the
+	// stream, never modified: one it holds nothing of yet is behind, at
+	// revision 0.
+	watching []string
 }
 
-// watch records the assignments the subscriber names.
-func (b *ackBook) watch(names map[string]bool) {
+// watch records the assignments the subscriber names; the book keeps
+// names, which its caller must not modify.
+func (b *ackBook) watch(names []string) {
 	b.mu.Lock()
-	b.watching = maps.Clone(names)
+	b.watching = names
 	b.mu.Unlock()
 }
 
@@ -123,7 +124,7 @@ func (s *Server) Subscribers(ns, svc string) wire.XDSSubscribers {
 				count(h.rev, v == nil || v.res[endpointIdx][name].version != h.version)
 			}
 		}
-		for name := range b.watching {
+		for _, name := range b.watching {
 			if _, ok := b.held[name]; ok || !ofService(name, ns, svc) {
 				continue
 			}
