@@ -12,44 +12,39 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 
 	cstatus "github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/xdsserver"
+	"github.com/cairn-sd/cairn/xdsserver/xdstest"
 )
 
-// deltaClient is a raw incremental ADS client, as adsClient is for state
-// of the world: no delta client exists in grpc-go (it speaks state of the
-// world only) or go-control-plane, and Envoy cannot run here, so the
-// tests speak the protocol themselves, one message at a time.
+// deltaClient is the protocol tests' incremental ADS client: no delta
+// client exists in grpc-go (it speaks state of the world only) or
+// go-control-plane, and Envoy cannot run here, so the tests speak the
+// protocol themselves, one message at a time, through xdstest's client
+// (the one the bench's load generator uses), failing the test on error.
 type deltaClient struct {
-	t      *testing.T
-	stream grpc.BidiStreamingClient[discoveryv3.DeltaDiscoveryRequest, discoveryv3.DeltaDiscoveryResponse]
-	node   *corev3.Node
+	t *testing.T
+	s *xdstest.Stream
 }
 
 func newDeltaClient(t *testing.T, ctx context.Context, addr string) *deltaClient {
 	t.Helper()
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := xdstest.Dial(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
+	s, err := xdstest.Open(ctx, cc, xdstest.Options{Node: &corev3.Node{Id: "delta", Locality: &corev3.Locality{Region: "eu", Zone: "eu-1a"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &deltaClient{t: t, stream: stream,
-		node: &corev3.Node{Id: "delta", Locality: &corev3.Locality{Region: "eu", Zone: "eu-1a"}}}
+	return &deltaClient{t: t, s: s}
 }
 
 func (c *deltaClient) send(req *discoveryv3.DeltaDiscoveryRequest) {
 	c.t.Helper()
-	req.Node = c.node
-	if err := c.stream.Send(req); err != nil {
+	if err := c.s.Send(req); err != nil {
 		c.t.Fatalf("send: %v", err)
 	}
 }
@@ -57,17 +52,21 @@ func (c *deltaClient) send(req *discoveryv3.DeltaDiscoveryRequest) {
 // ack acknowledges resp (or, with nack, refuses it).
 func (c *deltaClient) ack(resp *discoveryv3.DeltaDiscoveryResponse, nack bool) {
 	c.t.Helper()
-	req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resp.TypeUrl, ResponseNonce: resp.Nonce}
+	var err error
 	if nack {
-		req.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: "refused by the test"}
+		err = c.s.Nack(resp, "refused by the test")
+	} else {
+		err = c.s.Ack(resp)
 	}
-	c.send(req)
+	if err != nil {
+		c.t.Fatalf("ack: %v", err)
+	}
 }
 
 // recv returns the next response; it must be of type url.
 func (c *deltaClient) recv(url string) *discoveryv3.DeltaDiscoveryResponse {
 	c.t.Helper()
-	resp, err := c.stream.Recv()
+	resp, err := c.s.Recv()
 	if err != nil {
 		c.t.Fatalf("recv: %v", err)
 	}
@@ -282,7 +281,7 @@ func TestDeltaRequestDoesNotSwallowTableChange(t *testing.T) {
 		}
 		seen := map[string]bool{}
 		for len(seen) < 2 {
-			resp, err := c.stream.Recv()
+			resp, err := c.s.Recv()
 			if err != nil {
 				t.Fatalf("round %d: %v (responses so far: %v)", i, err, seen)
 			}
