@@ -47,6 +47,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cairn-sd/cairn/bench/benchproc"
 	"github.com/cairn-sd/cairn/client"
 	"github.com/cairn-sd/cairn/integration"
 	"github.com/cairn-sd/cairn/wire"
@@ -155,7 +156,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	defer srv.stop()
+	defer srv.Stop()
 
 	cl, err := client.New(srv.httpAddr, "")
 	if err != nil {
@@ -165,22 +166,22 @@ func run(ctx context.Context, o options) error {
 
 	idle, _, err := srv.settle(ctx, o, 0)
 	if err != nil {
-		return fmt.Errorf("settling before registering: %w\n%s", err, srv.tail())
+		return fmt.Errorf("settling before registering: %w\n%s", err, srv.Tail())
 	}
 
 	services := (o.n + o.perService - 1) / o.perService
 	if err := applyServices(ctx, cl, services); err != nil {
-		return fmt.Errorf("applying %d services: %w\n%s", services, err, srv.tail())
+		return fmt.Errorf("applying %d services: %w\n%s", services, err, srv.Tail())
 	}
 	start := time.Now()
 	incs, err := register(ctx, cl, o, services)
 	regTime := time.Since(start)
 	if err != nil {
-		return fmt.Errorf("registering: %w\n%s", err, srv.tail())
+		return fmt.Errorf("registering: %w\n%s", err, srv.Tail())
 	}
 	if o.renew {
 		if err := renew(ctx, cl, o, services, incs); err != nil {
-			return fmt.Errorf("renewing: %w\n%s", err, srv.tail())
+			return fmt.Errorf("renewing: %w\n%s", err, srv.Tail())
 		}
 	}
 	st, err := cl.Status(ctx)
@@ -189,7 +190,7 @@ func run(ctx context.Context, o options) error {
 	}
 	after, settled, err := srv.settle(ctx, o, st.Revision)
 	if err != nil {
-		return fmt.Errorf("settling after registering: %w\n%s", err, srv.tail())
+		return fmt.Errorf("settling after registering: %w\n%s", err, srv.Tail())
 	}
 
 	// The revision of the working tree says what was measured only when
@@ -219,10 +220,10 @@ func run(ctx context.Context, o options) error {
 	fmt.Println(string(line))
 
 	if o.hold > 0 {
-		fmt.Fprintf(os.Stderr, "membench: server pid %d at http://%s for %s\n", srv.cmd.Process.Pid, srv.httpAddr, o.hold)
+		fmt.Fprintf(os.Stderr, "membench: server pid %d at http://%s for %s\n", srv.Pid(), srv.httpAddr, o.hold)
 		select {
 		case <-ctx.Done():
-		case <-srv.exited:
+		case <-srv.Exited():
 		case <-time.After(o.hold):
 		}
 	}
@@ -231,10 +232,8 @@ func run(ctx context.Context, o options) error {
 
 // server is the cairn process under measurement.
 type server struct {
-	cmd      *exec.Cmd
+	*benchproc.Process
 	httpAddr string
-	logPath  string
-	exited   chan struct{}
 	hc       *http.Client
 }
 
@@ -246,80 +245,24 @@ func startServer(ctx context.Context, bin, dir string, extra []string) (*server,
 		return nil, err
 	}
 	addr := func(p int) string { return fmt.Sprintf("127.0.0.1:%d", p) }
-	s := &server{httpAddr: addr(ports[0]), logPath: filepath.Join(dir, "server.log"),
-		exited: make(chan struct{}), hc: &http.Client{Timeout: 10 * time.Second}}
-	logf, err := os.Create(s.logPath)
-	if err != nil {
-		return nil, err
-	}
+	s := &server{httpAddr: addr(ports[0]), hc: &http.Client{Timeout: 10 * time.Second}}
 	args := append([]string{"server", "--dev", "--data-dir", filepath.Join(dir, "data"),
 		"--http-addr", s.httpAddr, "--raft-addr", addr(ports[1]), "--dns-addr", addr(ports[2]),
 		"--grpc-addr", addr(ports[3]), "--log-level", "warn"}, extra...)
-	s.cmd = exec.Command(bin, args...)
-	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	s.cmd.SysProcAttr = integration.SysProcAttr()
-	if err := s.cmd.Start(); err != nil {
-		logf.Close()
+	if s.Process, err = benchproc.Start(bin, args, filepath.Join(dir, "server.log")); err != nil {
 		return nil, err
 	}
-	go func() {
-		s.cmd.Wait()
-		logf.Close()
-		close(s.exited)
-	}()
-	err = poll(ctx, 30*time.Second, 50*time.Millisecond, func() error {
-		select {
-		case <-s.exited:
-			return errors.New("the server exited")
-		default:
-		}
-		resp, err := s.hc.Get("http://" + s.httpAddr + "/readyz")
-		if err != nil {
-			return err
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("/readyz: %s", resp.Status)
-		}
-		return nil
-	})
-	if err != nil {
-		s.stop()
-		return nil, fmt.Errorf("starting the server: %w\n%s", err, s.tail())
+	if err := s.WaitReady(ctx, s.hc, "http://"+s.httpAddr+"/readyz", 30*time.Second); err != nil {
+		s.Stop()
+		return nil, fmt.Errorf("starting the server: %w\n%s", err, s.Tail())
 	}
 	return s, nil
-}
-
-// stop asks the server to stop, and kills it if it has not within 10 s.
-func (s *server) stop() {
-	select {
-	case <-s.exited:
-		return
-	default:
-	}
-	s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.exited:
-	case <-time.After(10 * time.Second):
-		s.cmd.Process.Kill()
-		<-s.exited
-	}
-}
-
-// tail returns the end of the server's log, for error messages.
-func (s *server) tail() string {
-	b, _ := os.ReadFile(s.logPath)
-	if len(b) > 2000 {
-		b = b[len(b)-2000:]
-	}
-	return string(b)
 }
 
 // read samples the server's memory.
 func (s *server) read(ctx context.Context) (sample, error) {
 	var out sample
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.Pid()))
 	if err != nil {
 		return out, fmt.Errorf("reading the server's VmRSS: %w", err)
 	}
@@ -386,7 +329,7 @@ func (s *server) settle(ctx context.Context, o options, rev uint64) (sample, tim
 		case <-ctx.Done():
 			return last, 0, fmt.Errorf("not settled in %s (last: RSS %s, heap in use %s, %d tables built, %d collections): %w",
 				o.settle, mib(last.RSS), mib(last.HeapInuse), last.Builds-first.Builds, last.GCs-first.GCs, ctx.Err())
-		case <-s.exited:
+		case <-s.Exited():
 			return last, 0, errors.New("the server exited")
 		case <-tick.C:
 		}
@@ -597,26 +540,6 @@ func each(ctx context.Context, n, conc int, f func(ctx context.Context, i int) e
 		return firstErr
 	}
 	return ctx.Err()
-}
-
-// poll calls f every interval until it returns nil, d has passed or ctx
-// is done; it returns f's last error.
-func poll(ctx context.Context, d, interval time.Duration, f func() error) error {
-	deadline := time.Now().Add(d)
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return errors.Join(err, ctx.Err())
-		case <-time.After(interval):
-		}
-	}
 }
 
 func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }

@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/cairn-sd/cairn/bench/benchproc"
 	"github.com/cairn-sd/cairn/xdsserver/xdstest"
 )
 
@@ -38,7 +39,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer tgt.close()
-	pid := tgt.proc.cmd.Process.Pid
+	pid := tgt.proc.Pid()
 
 	rng := rand.New(rand.NewPCG(o.seed, 1))
 	subs, watchers := newSubscribers(o, rng)
@@ -49,7 +50,7 @@ func run(ctx context.Context, o options) error {
 		w.svcOf[resourceName(s)] = s
 	}
 	if err := waitLayout(ctx, tgt, o, w); err != nil {
-		return fmt.Errorf("waiting for the layout over xDS: %w\n%s", err, tgt.proc.tail())
+		return fmt.Errorf("waiting for the layout over xDS: %w\n%s", err, tgt.proc.Tail())
 	}
 	rssIdle, err := rss(pid)
 	if err != nil {
@@ -118,7 +119,7 @@ func run(ctx context.Context, o options) error {
 	// arrived for 5 s (settle then closes those accounts).
 	want := expected()
 	last, lastAt := w.seen.Load(), time.Now()
-	lingerErr := poll(ctx, o.linger, 100*time.Millisecond, func() error {
+	lingerErr := benchproc.Poll(ctx, o.linger, 100*time.Millisecond, func() error {
 		got := w.seen.Load()
 		if got >= want {
 			return nil
@@ -199,7 +200,7 @@ func waitLayout(ctx context.Context, tgt *target, o options, w *world) error {
 		names = append(names, resourceName(s))
 	}
 	full := map[string]bool{}
-	return poll(ctx, 2*time.Minute, 200*time.Millisecond, func() error {
+	return benchproc.Poll(ctx, 2*time.Minute, 200*time.Millisecond, func() error {
 		st, err := xdstest.Open(ctx, cc, xdstest.Options{})
 		if err == nil {
 			err = st.Subscribe(xdstest.EndpointType, names, nil)

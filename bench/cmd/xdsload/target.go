@@ -2,20 +2,18 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/cairn-sd/cairn/bench/benchproc"
 	"github.com/cairn-sd/cairn/client"
 	"github.com/cairn-sd/cairn/integration"
 	"github.com/cairn-sd/cairn/wire"
@@ -37,87 +35,11 @@ func resourceName(svc int) string { return fmt.Sprintf("svc-%d.%s:%s", svc, name
 // endpointAddr is endpoint ep of service svc's address.
 func endpointAddr(svc, ep int) string { return fmt.Sprintf("10.%d.%d.%d", svc>>8, svc&255, ep+1) }
 
-// process is a target's server process.
-type process struct {
-	cmd     *exec.Cmd
-	logPath string
-	exited  chan struct{}
-}
-
-// start starts bin with args, its output in logPath.
-func start(bin string, args []string, logPath string) (*process, error) {
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return nil, err
-	}
-	p := &process{cmd: exec.Command(bin, args...), logPath: logPath, exited: make(chan struct{})}
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	p.cmd.SysProcAttr = integration.SysProcAttr()
-	if err := p.cmd.Start(); err != nil {
-		logf.Close()
-		return nil, fmt.Errorf("starting %s: %w", bin, err)
-	}
-	go func() {
-		p.cmd.Wait()
-		logf.Close()
-		close(p.exited)
-	}()
-	return p, nil
-}
-
-// waitReady polls url until it answers 200, the process exits or d
-// passes.
-func (p *process) waitReady(ctx context.Context, hc *http.Client, url string, d time.Duration) error {
-	return poll(ctx, d, 50*time.Millisecond, func() error {
-		select {
-		case <-p.exited:
-			return errors.New("the server exited")
-		default:
-		}
-		resp, err := hc.Get(url)
-		if err != nil {
-			return err
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s: %s", url, resp.Status)
-		}
-		return nil
-	})
-}
-
-// stop sends SIGTERM, and kills the process if it has not exited within
-// 10 s.
-func (p *process) stop() {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(10 * time.Second):
-		p.cmd.Process.Kill()
-		<-p.exited
-	}
-}
-
-// tail returns the end of the log, for error messages.
-func (p *process) tail() string {
-	b, _ := os.ReadFile(p.logPath)
-	if len(b) > 2000 {
-		b = b[len(b)-2000:]
-	}
-	return string(b)
-}
-
 // target is a server under load: where its xDS listens, its process,
 // and how to change one endpoint through its API.
 type target struct {
 	name     string
-	proc     *process
+	proc     *benchproc.Process
 	grpcAddr string
 	// change puts endpoint ep of svc in rotation on port, or (port 0)
 	// takes it out, and returns once the target has committed it.
@@ -142,16 +64,16 @@ func startCairn(ctx context.Context, o options, dir string) (*target, error) {
 	}
 	addr := func(p int) string { return fmt.Sprintf("127.0.0.1:%d", p) }
 	httpAddr, grpcAddr := addr(ports[0]), addr(ports[3])
-	p, err := start(bin, []string{"server", "--dev", "--data-dir", filepath.Join(dir, "data"),
+	p, err := benchproc.Start(bin, []string{"server", "--dev", "--data-dir", filepath.Join(dir, "data"),
 		"--http-addr", httpAddr, "--raft-addr", addr(ports[1]), "--dns-addr", addr(ports[2]),
 		"--grpc-addr", grpcAddr, "--log-level", "warn"}, filepath.Join(dir, "server.log"))
 	if err != nil {
 		return nil, err
 	}
 	hc := &http.Client{Timeout: 10 * time.Second}
-	if err := p.waitReady(ctx, hc, "http://"+httpAddr+"/readyz", 30*time.Second); err != nil {
-		p.stop()
-		return nil, fmt.Errorf("starting cairn: %w\n%s", err, p.tail())
+	if err := p.WaitReady(ctx, hc, "http://"+httpAddr+"/readyz", 30*time.Second); err != nil {
+		p.Stop()
+		return nil, fmt.Errorf("starting cairn: %w\n%s", err, p.Tail())
 	}
 	// A client keeps 64 idle connections: one per 48 callers, so that
 	// the callers do not open a connection per call.
@@ -165,18 +87,18 @@ func startCairn(ctx context.Context, o options, dir string) (*target, error) {
 		cl, err := client.New(httpAddr, "")
 		if err != nil {
 			closeAll()
-			p.stop()
+			p.Stop()
 			return nil, err
 		}
 		c.cls = append(c.cls, cl)
 	}
 	if err := c.setup(ctx); err != nil {
 		closeAll()
-		p.stop()
-		return nil, fmt.Errorf("registering the layout in cairn: %w\n%s", err, p.tail())
+		p.Stop()
+		return nil, fmt.Errorf("registering the layout in cairn: %w\n%s", err, p.Tail())
 	}
 	return &target{name: "cairn", proc: p, grpcAddr: grpcAddr, change: c.change,
-		close: func() { closeAll(); p.stop() }}, nil
+		close: func() { closeAll(); p.Stop() }}, nil
 }
 
 // cairn changes endpoints through cairn's API.
@@ -256,15 +178,15 @@ func startPeer(ctx context.Context, o options, dir string) (*target, error) {
 		return nil, err
 	}
 	httpAddr, grpcAddr := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
-	p, err := start(bin, []string{"-http-addr", httpAddr, "-grpc-addr", grpcAddr, "-services", strconv.Itoa(o.services),
+	p, err := benchproc.Start(bin, []string{"-http-addr", httpAddr, "-grpc-addr", grpcAddr, "-services", strconv.Itoa(o.services),
 		"-endpoints", strconv.Itoa(o.endpoints), "-port", strconv.Itoa(basePort)}, filepath.Join(dir, "peer.log"))
 	if err != nil {
 		return nil, err
 	}
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
-	if err := p.waitReady(ctx, hc, "http://"+httpAddr+"/readyz", 30*time.Second); err != nil {
-		p.stop()
-		return nil, fmt.Errorf("starting xdspeer: %w\n%s", err, p.tail())
+	if err := p.WaitReady(ctx, hc, "http://"+httpAddr+"/readyz", 30*time.Second); err != nil {
+		p.Stop()
+		return nil, fmt.Errorf("starting xdspeer: %w\n%s", err, p.Tail())
 	}
 	change := func(ctx context.Context, svc, ep int, port uint16) error {
 		u := fmt.Sprintf("http://%s/change?%s", httpAddr, url.Values{"svc": {strconv.Itoa(svc)}, "ep": {strconv.Itoa(ep)},
@@ -285,27 +207,7 @@ func startPeer(ctx context.Context, o options, dir string) (*target, error) {
 		return nil
 	}
 	return &target{name: "linearcache", proc: p, grpcAddr: grpcAddr, change: change,
-		close: func() { hc.CloseIdleConnections(); p.stop() }}, nil
-}
-
-// poll calls f every interval until it returns nil, d has passed or ctx
-// is done; it returns f's last error.
-func poll(ctx context.Context, d, interval time.Duration, f func() error) error {
-	deadline := time.Now().Add(d)
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return errors.Join(err, ctx.Err())
-		case <-time.After(interval):
-		}
-	}
+		close: func() { hc.CloseIdleConnections(); p.Stop() }}, nil
 }
 
 // each calls f for every index below n from conc workers, and stops at
