@@ -75,8 +75,9 @@ type File struct {
 // Identity is an authenticated caller: what its token allows, and a name
 // fit for logs and the audit trail.
 type Identity struct {
-	// Name is the scope and the first 8 hex digits of the secret's
-	// SHA-256: enough to tell tokens apart, useless to forge one.
+	// Name is the scope and the token's accessor ("reader:t0123abcd…",
+	// AccessorOf its digest): enough to tell tokens apart, useless to
+	// forge one.
 	Name       string
 	Scope      Scope
 	Namespaces []string
