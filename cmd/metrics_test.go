@@ -19,7 +19,9 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	lrsv3 "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
@@ -97,6 +99,8 @@ func TestMetricNames(t *testing.T) {
 	_, _ = r.LookupHost(ctx, "web.demo.svc.cairn.internal.")
 	// An xDS subscription, answered, then refused.
 	xdsRoundTrip(t, ctx, leader.grpc)
+	// A load report about a cluster the server does not serve.
+	lrsReport(t, ctx, leader.grpc)
 
 	wantSeries := []string{
 		"cairn_api_requests_total",
@@ -107,6 +111,7 @@ func TestMetricNames(t *testing.T) {
 		"cairn_health_probe_pushes_total",
 		"cairn_xds_responses_total",
 		"cairn_xds_nacks_total",
+		"cairn_xds_load_stats_total",
 	}
 	var scrapes [][]byte
 	var types map[string]string // family → type, over both servers
@@ -166,6 +171,32 @@ func TestMetricNames(t *testing.T) {
 		}
 	}
 	t.Logf("linted %d families, %d of them cairn_", len(types), ours)
+}
+
+// lrsReport sends the server at addr one load report, about a cluster
+// it does not serve, over LRS.
+func lrsReport(t *testing.T, ctx context.Context, addr string) {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := lrsv3.NewLoadReportingServiceClient(cc).StreamLoadStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&lrsv3.LoadStatsRequest{Node: &corev3.Node{Id: "metrics-test"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil { // the reporting interval: the first request was taken
+		t.Fatal(err)
+	}
+	if err := stream.Send(&lrsv3.LoadStatsRequest{ClusterStats: []*endpointv3.ClusterStats{{ClusterName: "nobody.demo:http"}}}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // server is a `cairn server` running in this process.
