@@ -1,6 +1,7 @@
 package tablefile
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -209,16 +210,19 @@ func TestKeeper(t *testing.T) {
 }
 
 // TestEncodeIsMarshal: the paced encoding, pausing after every element,
-// decodes into what json.Marshal's would, with entries and without.
+// decodes into what json.Marshal's would, with entries and without, and
+// into one buffer reused from the larger body to the smaller (as the
+// Keeper reuses its own).
 func TestEncodeIsMarshal(t *testing.T) {
 	pub := publish(t)
 	tbl := pub.Acquire()
 	defer tbl.Release()
 	full := Take(tbl, t0, t0.Add(time.Second))
 	empty := &Snapshot{Revision: 1, Synced: t0, Saved: t0, Capacity: 8}
+	var buf bytes.Buffer
 	for _, s := range []*Snapshot{full, empty} {
 		p := pace.New(time.Nanosecond, 0, nil) // due at every check
-		body, err := encode(s, p)
+		body, err := encode(s, p, &buf)
 		if err != nil {
 			t.Fatal(err)
 		}
