@@ -228,8 +228,8 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
 		names = sub.sorted
 	}
 	resp := &discoveryv3.DeltaDiscoveryResponse{TypeUrl: typeURLs[i], SystemVersionInfo: strconv.FormatUint(v.table, 10)}
-	ch := map[string]change{}
-	pr := pendingResp{changes: ch, since: sub.since}
+	var ch map[string]change // made at the first change: most wake-ups of a stream change nothing of one type
+	pr := pendingResp{since: sub.since}
 	// Assignments travel in two lanes: what takes an endpoint out of
 	// rotation for this client goes at once; what only adds endpoints or
 	// changes weights may be held back (coalesced, or shed under load),
@@ -260,11 +260,17 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
 				admitting = true
 			}
 			resp.Resources = append(resp.Resources, &discoveryv3.Resource{Name: n, Version: r.version, Resource: r.body})
+			if ch == nil {
+				ch = map[string]change{}
+			}
 			ch[n] = change{prev: prev, prevRot: rot, hadPrev: held, sent: r.version, res: r}
 			sub.has[n], sub.rot[n] = r.version, r.rotation
 			pr.note(r.changed, w)
 		case held || force[n]:
 			resp.RemovedResources = append(resp.RemovedResources, n)
+			if ch == nil {
+				ch = map[string]change{}
+			}
 			ch[n] = change{prev: prev, prevRot: sub.rot[n], hadPrev: held}
 			delete(sub.has, n)
 			delete(sub.rot, n)
@@ -280,6 +286,7 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
 	if len(ch) == 0 && !always {
 		return nil
 	}
+	pr.changes = ch
 	resp.Nonce = st.nextNonce()
 	if err := st.stream.Send(resp); err != nil {
 		return err

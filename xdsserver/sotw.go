@@ -127,13 +127,6 @@ func (sub *subscription) update(i int, names []string, first bool) bool {
 	return changed
 }
 
-// withdraws reports whether sending names of v to the subscription's
-// client takes an endpoint out of rotation for it, from what it was last
-// sent.
-func (st *sotwStream) withdraws(sub *subscription, v *view, names []string) bool {
-	return st.withdrawsFrom(sub.sentView, sub.sentNames, v, names)
-}
-
 // fills reports whether sending names of v brings the client an
 // assignment it did not have (a new cluster's, which it may be waiting
 // for), or the first endpoints in rotation to one that had none: either
@@ -201,7 +194,7 @@ func (st *sotwStream) send(i int, force bool) error {
 	// or changes weights may be held back.
 	withdrawal, laned := true, false
 	if i == endpointIdx && !force && sub.sentView != nil {
-		withdrawal = st.withdraws(sub, v, names)
+		withdrawal = st.withdrawsFrom(sub.sentView, sub.sentNames, v, names)
 		if laned = !withdrawal && !st.fills(sub, v, names); laned && !st.admitNow(st.s.cfg.Now()) {
 			return nil
 		}

@@ -3,7 +3,6 @@ package xdsserver
 import (
 	"cmp"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/cairn-sd/cairn/wire"
@@ -125,7 +124,10 @@ func (s *Server) Subscribers(ns, svc string) wire.XDSSubscribers {
 			}
 		}
 		for _, name := range b.watching {
-			if _, ok := b.held[name]; ok || !ofService(name, ns, svc) {
+			if _, ok := b.held[name]; ok {
+				continue
+			}
+			if s, n, _, ok := parseClusterName(name); !ok || s != svc || n != ns {
 				continue
 			}
 			if v != nil {
@@ -155,15 +157,4 @@ func (s *Server) Subscribers(ns, svc string) wire.XDSSubscribers {
 	}
 	slices.SortFunc(out.Revisions, func(a, b wire.XDSRevision) int { return cmp.Compare(b.Revision, a.Revision) })
 	return out
-}
-
-// ofService reports whether an assignment's name, "<svc>.<ns>:<port>",
-// is one of ns/svc's (labels hold no dots or colons).
-func ofService(name, ns, svc string) bool {
-	rest, ok := strings.CutPrefix(name, svc+".")
-	if !ok {
-		return false
-	}
-	n, _, ok := strings.Cut(rest, ":")
-	return ok && n == ns
 }
