@@ -157,17 +157,18 @@ func Load(path string) (*Snapshot, error) {
 // Save writes s to path atomically and durably (package durable), so
 // that a crash leaves either the old file or the new one.
 func Save(path string, s *Snapshot) error {
-	return save(path, s, nil, nil)
+	_, err := save(path, s, nil, 0)
+	return err
 }
 
 // save is Save, pausing whenever p says so: a table of many instances
 // takes milliseconds to encode and hash, which a server on one core must
-// not spend in one go (see package pace). It encodes into buf when given
-// one (nil: a new one).
-func save(path string, s *Snapshot, p *pace.Pacer, buf *bytes.Buffer) error {
-	body, err := encode(s, p, buf)
+// not spend in one go (see package pace). sizeHint is the size the body
+// is expected to have (the last one's; 0: unknown); it returns the body's.
+func save(path string, s *Snapshot, p *pace.Pacer, sizeHint int) (int, error) {
+	body, err := encode(s, p, sizeHint)
 	if err != nil {
-		return fmt.Errorf("tablefile: encoding: %w", err)
+		return 0, fmt.Errorf("tablefile: encoding: %w", err)
 	}
 	h := sha256.New()
 	for rest := body; len(rest) > 0; {
@@ -188,9 +189,9 @@ func save(path string, s *Snapshot, p *pace.Pacer, buf *bytes.Buffer) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("tablefile: %w", err)
+		return 0, fmt.Errorf("tablefile: %w", err)
 	}
-	return nil
+	return len(body), nil
 }
 
 // headTail is how the JSON of a Snapshot without entries and service
@@ -198,9 +199,10 @@ func save(path string, s *Snapshot, p *pace.Pacer, buf *bytes.Buffer) error {
 const headTail = `"entries":null,"service_infos":null}`
 
 // encode is json.Marshal(s), with a step between elements of the long
-// lists, written into buf (emptied first; nil: a new one), whose bytes
-// it returns. The body it writes decodes into the same Snapshot.
-func encode(s *Snapshot, p *pace.Pacer, buf *bytes.Buffer) ([]byte, error) {
+// lists, into a buffer made sizeHint bytes large (so that a body of the
+// expected size is written without growing it). The body it writes
+// decodes into the same Snapshot.
+func encode(s *Snapshot, p *pace.Pacer, sizeHint int) ([]byte, error) {
 	head := *s
 	head.Entries, head.ServiceInfos = nil, nil
 	b, err := json.Marshal(head)
@@ -211,10 +213,7 @@ func encode(s *Snapshot, p *pace.Pacer, buf *bytes.Buffer) ([]byte, error) {
 		// Snapshot's fields changed order: encode must follow.
 		return nil, errors.New("tablefile: the snapshot's JSON does not end with its entries and service infos")
 	}
-	if buf == nil {
-		buf = new(bytes.Buffer)
-	}
-	buf.Reset()
+	buf := bytes.NewBuffer(make([]byte, 0, max(sizeHint, len(b))))
 	buf.Write(b[:len(b)-len(headTail)])
 	enc := json.NewEncoder(buf) // one value and a newline per call
 	list := func(name string, n int, elem func(i int) any) error {
@@ -267,11 +266,12 @@ type Keeper struct {
 	cfg   Config
 	pacer *pace.Pacer
 	saved uint64 // the version last written
-	// buf is where each save encodes: a table's megabytes of JSON,
-	// grown once rather than at every save (it was most of what a
-	// server at 10,000 queries a second allocated, and so of its
-	// collections on the core that answers DNS).
-	buf bytes.Buffer
+	// size is the last body's: the next is encoded into a buffer that
+	// large, made once per save rather than grown by doubling (the
+	// growth was most of what a server at 10,000 queries a second
+	// allocated). Kept between saves, the buffer would hold a table's
+	// megabytes for good.
+	size int
 }
 
 // NewKeeper validates cfg.
@@ -330,9 +330,11 @@ func (k *Keeper) SaveNow() {
 	s := Take(t, k.cfg.Synced(), k.cfg.Now())
 	t.Release()
 	k.pacer.Begin()
-	if err := save(k.cfg.Path, s, k.pacer, &k.buf); err != nil {
+	n, err := save(k.cfg.Path, s, k.pacer, k.size+k.size/16)
+	if err != nil {
 		k.cfg.Logger.Warn("keeping the status table on disk", "err", err)
 		return
 	}
+	k.size = n
 	k.saved = v
 }
