@@ -294,10 +294,17 @@ func (s *Server) any(m *msg, q *query) int {
 }
 
 // negative adds the SOA for a negative answer, its TTL the negative TTL.
+// The record is packed once per serial and TTL, not once per answer: a
+// record a query made would be garbage the collector has to chase on the
+// one core the queries are answered on.
 func (s *Server) negative(m *msg, q *query, t *status.Table, rcode int) int {
-	soa := s.cfg.Zone.SOA(serial(t))
-	soa.Hdr.Ttl = q.ttl(s.cfg.Zone.NegativeTTL())
-	if !m.rr(soa) {
+	sn, ttl := serial(t), q.ttl(s.cfg.Zone.NegativeTTL())
+	soa := s.soa.Load()
+	if soa == nil || soa.serial != sn || soa.ttl != ttl {
+		soa = s.packSOA(sn, ttl)
+		s.soa.Store(soa)
+	}
+	if !m.raw(soa.b) {
 		// A negative answer without its SOA cannot be cached for the
 		// negative TTL (RFC 2308): truncated, so that the resolver asks
 		// over TCP, rather than silently short.
@@ -306,6 +313,29 @@ func (s *Server) negative(m *msg, q *query, t *status.Table, rcode int) int {
 	}
 	m.ns++
 	return rcode
+}
+
+// soaWire is the zone's SOA record packed (uncompressed, so it can go
+// anywhere in a message) for one serial and TTL.
+type soaWire struct {
+	serial, ttl uint32
+	b           []byte
+}
+
+func (s *Server) packSOA(serial, ttl uint32) *soaWire {
+	rr := s.cfg.Zone.SOA(serial)
+	rr.Hdr.Ttl = ttl
+	// Two names of at most 255 octets and 20 of fields, after the
+	// header: 1 KiB holds any SOA.
+	b := make([]byte, 1024)
+	n, err := dns.PackRR(rr, b, 0, nil, false)
+	if err != nil {
+		// Not for names the zone accepted; were it to happen, negative
+		// answers go truncated rather than without their SOA.
+		s.log.Error("packing the zone's SOA record", "err", err)
+		n = 0
+	}
+	return &soaWire{serial: serial, ttl: ttl, b: b[:n:n]}
 }
 
 func (s *Server) nodata(m *msg, q *query, t *status.Table) int {

@@ -43,8 +43,12 @@
 //	            Run serves until its context is done, then shuts both down
 //	config.go   Config, its defaults and their validation
 //	udp.go      the UDP loop: batched reads and writes, the allocation-free
-//	            parser of the common query (parseQuery), answers sent from
-//	            the address that was asked
+//	            parser of the common query (parseQuery)
+//	udpio_linux.go  recvmmsg and sendmmsg through the socket's RawConn,
+//	            senders kept in the kernel's form (udpio_other.go: one
+//	            datagram a call elsewhere)
+//	pktinfo_linux.go  answers sent from the address that was asked: the
+//	            packet info control messages, read and built by hand
 //	tcpcap.go   the cap on open TCP connections (TCP is miekg/dns's server)
 //	request.go  ServeDNS (TCP) and requestOf turn a query miekg/dns parsed
 //	            into a request; the client subnet option (ecs) and the
@@ -65,7 +69,8 @@
 // Both transports answer with the same code: a request (parseQuery on the
 // UDP fast path, requestOf otherwise) goes to answer, which writes the
 // whole response into the caller's buffer. The path allocates nothing for
-// A, AAAA and SRV answers; the figures in BENCHMARKS.md measure it.
+// A, AAAA, SRV and negative answers, socket to socket (alloc_test.go); the
+// figures in BENCHMARKS.md measure it.
 //
 // # What it reads
 //

@@ -16,7 +16,15 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	start := time.Now()
 	bp := s.bufs.Get().(*[]byte)
 	defer s.bufs.Put(bp)
-	req := requestOf(r, w.RemoteAddr())
+	var remote netip.Addr
+	var tcp bool
+	switch a := w.RemoteAddr().(type) {
+	case *net.TCPAddr:
+		remote, tcp = a.AddrPort().Addr(), true
+	case *net.UDPAddr:
+		remote = a.AddrPort().Addr()
+	}
+	req := requestOf(r, remote.Unmap(), tcp)
 	out, rcode, qtype := s.answer(&req, *bp)
 	if _, err := w.Write(out); err != nil {
 		s.log.Debug("writing DNS answer", "err", err)
@@ -47,17 +55,10 @@ type request struct {
 	tcp       bool
 }
 
-// requestOf takes what answering needs from a parsed query.
-func requestOf(r *dns.Msg, remote net.Addr) request {
-	req := request{id: r.Id, opcode: r.Opcode}
-	switch a := remote.(type) {
-	case *net.TCPAddr:
-		req.tcp = true
-		req.remote, _ = netip.AddrFromSlice(a.IP)
-	case *net.UDPAddr:
-		req.remote, _ = netip.AddrFromSlice(a.IP)
-	}
-	req.remote = req.remote.Unmap()
+// requestOf takes what answering needs from a query parsed by miekg/dns,
+// sent from remote (unmapped) over TCP or UDP.
+func requestOf(r *dns.Msg, remote netip.Addr, tcp bool) request {
+	req := request{id: r.Id, opcode: r.Opcode, remote: remote, tcp: tcp}
 	if r.RecursionDesired {
 		req.qflags |= flagRD
 	}

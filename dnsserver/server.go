@@ -24,6 +24,10 @@ type Server struct {
 	bufs  sync.Pool // *[]byte of maxMsg
 	cands sync.Pool // *[]candidate
 
+	// soa is the last negative answers' SOA record in wire form, copied
+	// into them until the serial or the TTL changes (see negative).
+	soa atomic.Pointer[soaWire]
+
 	mu      sync.Mutex
 	tcp     *dns.Server
 	pc      net.PacketConn

@@ -137,6 +137,15 @@ func (m *msg) rr(r dns.RR) bool {
 	return true
 }
 
+// raw appends a record already packed (uncompressed).
+func (m *msg) raw(b []byte) bool {
+	if len(b) == 0 || m.off+len(b) > m.limit-m.reserve {
+		return false
+	}
+	m.off += copy(m.buf[m.off:], b)
+	return true
+}
+
 // truncate drops every record and sets TC.
 func (m *msg) truncate() {
 	m.off = m.qend
