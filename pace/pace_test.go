@@ -79,3 +79,14 @@ func TestPauseBlocks(t *testing.T) {
 		t.Fatalf("Pause returned after %v, want at least the 200µs pause", d)
 	}
 }
+
+// The rule of the package comment: a pause outlasts the slices of the
+// other two paced goroutines of a server, so that the processor idles
+// (and the network is polled) between rounds of slices.
+func TestPauseOutlastsTheOtherSlices(t *testing.T) {
+	const others = 2 // of the three: store housekeeping, health loop, table file
+	if DefaultPause <= others*DefaultSlice {
+		t.Fatalf("DefaultPause %v ≤ %d × DefaultSlice %v: paced goroutines can keep the processor busy between them",
+			DefaultPause, others, DefaultSlice)
+	}
+}
