@@ -396,6 +396,22 @@ func (x *index) del(r *record) {
 
 func (x *index) len() int { return x.n }
 
+// services appends the key of every service that has records to buf.
+func (x *index) services(buf []wire.ServiceKey) []wire.ServiceKey {
+	for k := range x.svcs {
+		buf = append(buf, k)
+	}
+	return buf
+}
+
+// appendService appends the records of service k to buf.
+func (x *index) appendService(buf []*record, k wire.ServiceKey) []*record {
+	for _, r := range x.svcs[k] {
+		buf = append(buf, r)
+	}
+	return buf
+}
+
 // all yields every record, in no order.
 func (x *index) all(yield func(*record) bool) {
 	for _, m := range x.svcs {

@@ -61,6 +61,7 @@ type Store struct {
 	// buffer and the pacer are its.
 	hkMu    sync.Mutex
 	hkRecs  []*record
+	hkSvcs  []wire.ServiceKey
 	hkPacer *pace.Pacer
 
 	leaseMu sync.Mutex
