@@ -67,6 +67,14 @@ type SlotEntry struct {
 // Take copies t into a Snapshot; synced is when the table was last known
 // current.
 func Take(t *status.Table, synced, now time.Time) *Snapshot {
+	return take(t, synced, now, nil, 0)
+}
+
+// take is Take, stepping p between slots (a table of 8,000 instances
+// takes a millisecond or more to copy: see package pace), with room
+// for n entries made at once. The table stays acquired through the
+// pauses, as a query holds it: a build meanwhile writes into another.
+func take(t *status.Table, synced, now time.Time, p *pace.Pacer, n int) *Snapshot {
 	s := &Snapshot{Revision: t.StoreRevision(), Synced: synced, Saved: now, Capacity: t.Capacity()}
 	names := func(n *status.Names) []string {
 		out := make([]string, 0, n.Len())
@@ -80,7 +88,9 @@ func Take(t *status.Table, synced, now time.Time) *Snapshot {
 	if d != nil {
 		s.ServiceInfos = d.Services
 	}
+	s.Entries = make([]SlotEntry, 0, n)
 	for slot := range t.Capacity() {
+		p.Step()
 		e := t.Entry(slot)
 		if !e.Used() {
 			continue
@@ -170,12 +180,17 @@ func save(path string, s *Snapshot, p *pace.Pacer, sizeHint int) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("tablefile: encoding: %w", err)
 	}
+	// A 16 KiB chunk hashes in some tens of microseconds: the clock is
+	// read after each (Step's one read in 32 calls would let a slice run
+	// for a megabyte, milliseconds).
 	h := sha256.New()
 	for rest := body; len(rest) > 0; {
-		k := min(len(rest), 32<<10)
+		k := min(len(rest), 16<<10)
 		h.Write(rest[:k])
 		rest = rest[k:]
-		p.Step()
+		if p.Due() {
+			p.Pause()
+		}
 	}
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
@@ -185,8 +200,19 @@ func save(path string, s *Snapshot, p *pace.Pacer, sizeHint int) (int, error) {
 		if _, err := fmt.Fprintf(w, "%s %d %d %s\n", magic, FormatVersion, len(body), hex.EncodeToString(sum[:])); err != nil {
 			return err
 		}
-		_, err := w.Write(body)
-		return err
+		// In chunks, pausing between them: one write of megabytes
+		// holds the processor for a millisecond or so.
+		for rest := body; len(rest) > 0; {
+			k := min(len(rest), 64<<10)
+			if _, err := w.Write(rest[:k]); err != nil {
+				return err
+			}
+			rest = rest[k:]
+			if p.Due() {
+				p.Pause()
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return 0, fmt.Errorf("tablefile: %w", err)
@@ -266,6 +292,9 @@ type Keeper struct {
 	cfg   Config
 	pacer *pace.Pacer
 	saved uint64 // the version last written
+	// entries is the last snapshot's count, the room the next is made
+	// with.
+	entries int
 	// size is the last body's: the next is encoded into a buffer that
 	// large, made once per save rather than grown by doubling (the
 	// growth was most of what a server at 10,000 queries a second
@@ -327,9 +356,10 @@ func (k *Keeper) SaveNow() {
 		t.Release()
 		return
 	}
-	s := Take(t, k.cfg.Synced(), k.cfg.Now())
-	t.Release()
 	k.pacer.Begin()
+	s := take(t, k.cfg.Synced(), k.cfg.Now(), k.pacer, k.entries)
+	t.Release()
+	k.entries = len(s.Entries)
 	n, err := save(k.cfg.Path, s, k.pacer, k.size+k.size/16)
 	if err != nil {
 		k.cfg.Logger.Warn("keeping the status table on disk", "err", err)
