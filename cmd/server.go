@@ -393,10 +393,12 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 	lrsPush.st = st
 	defer push.close()
 	tablePath := filepath.Join(cfg.DataDir, TableFile)
-	kept, err := tablefile.Load(tablePath)
-	if err != nil {
+	kept, err := tablefile.LoadKept(tablePath)
+	switch {
+	case err != nil && kept != nil:
+		log.Warn("serving the previous copy of the table kept on disk", "err", err)
+	case err != nil:
 		log.Warn("not serving the table kept on disk", "err", err)
-		kept = nil
 	}
 	hn, err = health.New(health.Config{Store: st, Table: table, Prober: prober, Push: push.send,
 		Interval: cfg.EvalInterval, Restore: kept, Logger: log, Registerer: reg})

@@ -164,6 +164,56 @@ func Load(path string) (*Snapshot, error) {
 	return &s, nil
 }
 
+// PreviousSuffix names the previous copy a Keeper keeps beside the file:
+// the table it replaced, for LoadKept to fall back on when the file
+// itself cannot be read.
+const PreviousSuffix = ".prev"
+
+// LoadKept is Load, falling back on the previous copy a Keeper keeps
+// (path + PreviousSuffix) when path is missing, unreadable or corrupt.
+// The error reports what was wrong with path, for the caller to log, also
+// when the previous copy served (a non-nil snapshot with an error); the
+// previous copy's own problem is joined to it when neither served. A
+// node that never wrote either gets (nil, nil).
+func LoadKept(path string) (*Snapshot, error) {
+	s, err := Load(path)
+	if s != nil && err == nil {
+		return s, nil
+	}
+	prev := path + PreviousSuffix
+	ps, perr := Load(prev)
+	switch {
+	case ps != nil && perr == nil && err == nil:
+		return ps, fmt.Errorf("tablefile: %s is missing; read the previous copy %s", path, prev)
+	case ps != nil && perr == nil:
+		return ps, fmt.Errorf("%w; read the previous copy %s", err, prev)
+	case err == nil && perr == nil:
+		return nil, nil // neither exists
+	}
+	return nil, errors.Join(err, perr)
+}
+
+// keepPrevious makes the previous copy (path + PreviousSuffix) the file
+// now at path, if there is one, before a save replaces it: a hard link
+// renamed over the previous copy, so that every step leaves a whole
+// file at each name. A crash after it leaves the same table under both
+// names, which LoadKept reads either way.
+func keepPrevious(path string) error {
+	if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	link := path + PreviousSuffix + ".link"
+	_ = os.Remove(link) // a crash's leftover
+	if err := os.Link(path, link); err != nil {
+		return fmt.Errorf("tablefile: keeping the previous copy of %s: %w", path, err)
+	}
+	if err := os.Rename(link, path+PreviousSuffix); err != nil {
+		_ = os.Remove(link)
+		return fmt.Errorf("tablefile: keeping the previous copy of %s: %w", path, err)
+	}
+	return nil
+}
+
 // Save writes s to path atomically and durably (package durable), so
 // that a crash leaves either the old file or the new one.
 func Save(path string, s *Snapshot) error {
@@ -271,6 +321,13 @@ func encode(s *Snapshot, p *pace.Pacer, sizeHint int) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// goodAtStart reports whether the file a keeper found at its path reads
+// back whole (read once, before the keeper's first save).
+func (k *Keeper) goodAtStart() bool {
+	s, err := Load(k.cfg.Path)
+	return s != nil && err == nil
+}
+
 // Config configures a Keeper.
 type Config struct {
 	// Path is the file. Required.
@@ -355,6 +412,16 @@ func (k *Keeper) SaveNow() {
 	if v == k.saved {
 		t.Release()
 		return
+	}
+	// The file becomes the previous copy if this keeper wrote it, or,
+	// before its first save, if it reads back whole: a corrupt file
+	// must not replace a good previous copy.
+	if k.size > 0 || k.goodAtStart() {
+		if err := keepPrevious(k.cfg.Path); err != nil {
+			// The save goes on: the previous copy is a second chance,
+			// not a condition of writing the file.
+			k.cfg.Logger.Warn("keeping the previous status table on disk", "err", err)
+		}
 	}
 	k.pacer.Begin()
 	s := take(t, k.cfg.Synced(), k.cfg.Now(), k.pacer, k.entries)

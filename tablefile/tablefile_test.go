@@ -234,3 +234,91 @@ func TestEncodeIsMarshal(t *testing.T) {
 		}
 	}
 }
+
+// TestPreviousCopy: each save keeps the table it replaces beside the
+// file; LoadKept falls back on it when the file is corrupt or missing,
+// and says why; a keeper that starts over a corrupt file does not make
+// that file the previous copy.
+func TestPreviousCopy(t *testing.T) {
+	pub := publish(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "table.cairn")
+	prev := path + PreviousSuffix
+	newKeeper := func() *Keeper {
+		k, err := NewKeeper(Config{Path: path, Table: pub, Synced: func() time.Time { return t0 }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	rev := func(p string) uint64 {
+		t.Helper()
+		s, err := Load(p)
+		if err != nil || s == nil {
+			t.Fatalf("%s: %v, %v", p, s, err)
+		}
+		return s.Revision
+	}
+	build := func(r uint64) {
+		t.Helper()
+		if _, err := pub.Build(func(b *status.Builder) error { b.SetStoreRevision(r); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := newKeeper()
+	k.SaveNow()
+	if _, err := os.Stat(prev); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a previous copy after the first save: %v", err)
+	}
+	build(43)
+	k.SaveNow()
+	if rev(path) != 43 || rev(prev) != 42 {
+		t.Fatalf("file %d, previous %d; want 43, 42", rev(path), rev(prev))
+	}
+
+	// The file rots: the previous copy serves, and the error says why.
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, good[:len(good)-5], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := LoadKept(path)
+	if s == nil || s.Revision != 42 || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), prev) {
+		t.Fatalf("LoadKept over a corrupt file: %v, %v; want revision 42 and ErrCorrupt naming %s", s, err, prev)
+	}
+
+	// A new keeper over the corrupt file keeps the good previous copy.
+	build(44)
+	newKeeper().SaveNow()
+	if rev(path) != 44 || rev(prev) != 42 {
+		t.Fatalf("after a save over a corrupt file: file %d, previous %d; want 44, 42", rev(path), rev(prev))
+	}
+
+	// The file gone: the previous copy serves.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := LoadKept(path); s == nil || s.Revision != 42 || err == nil {
+		t.Fatalf("LoadKept without the file: %v, %v; want revision 42 and an error", s, err)
+	}
+	// Both unreadable: nothing, and both reasons.
+	for _, p := range []string{path, prev} {
+		if err := os.WriteFile(p, []byte("cairn-table 1 3 x\nabc"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s, err := LoadKept(path); s != nil || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), path+":") || !strings.Contains(err.Error(), prev+":") {
+		t.Fatalf("LoadKept with both corrupt: %v, %v; want nil and both named", s, err)
+	}
+	// Neither there: a node that never saved.
+	os.Remove(path)
+	os.Remove(prev)
+	if s, err := LoadKept(path); s != nil || err != nil {
+		t.Fatalf("LoadKept with neither: %v, %v; want nil, nil", s, err)
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "*.link")); len(m) != 0 {
+		t.Errorf("links left: %v", m)
+	}
+}
