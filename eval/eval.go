@@ -68,13 +68,12 @@ type Evaluator struct {
 	results []InstanceResult
 	samples []Sample
 	reasons []string
-	// spare holds the Instances maps of recycled States, cleared;
-	// observers and flaps their instances' lists, emptied; states,
-	// classes and reports their instances' states.
-	spare     []map[string]*InstanceState
+	// spare holds the Instances lists of recycled States, emptied;
+	// observers and flaps their instances' lists, emptied; classes and
+	// reports their instances' class and report states.
+	spare     [][]InstanceState
 	observers [][]ObserverState
 	flaps     [][]time.Time
-	states    []*InstanceState
 	classes   []*ClassState
 	reports   []*ReportState
 }
@@ -86,10 +85,8 @@ const maxSpare = 1 << 16
 // service's previous State, once the next one has replaced it), so that
 // a later call reuses its memory. The State must not be used afterwards.
 func (e *Evaluator) Recycle(s State) {
-	if s.Instances == nil || len(e.spare) >= 64 {
-		return
-	}
-	for _, st := range s.Instances {
+	for i := range s.Instances {
+		st := &s.Instances[i]
 		if cap(st.Observers) > 0 && len(e.observers) < maxSpare {
 			e.observers = append(e.observers, st.Observers[:0])
 		}
@@ -104,13 +101,48 @@ func (e *Evaluator) Recycle(s State) {
 		if st.Report != nil && len(e.reports) < maxSpare {
 			e.reports = append(e.reports, st.Report)
 		}
-		if len(e.states) < maxSpare {
-			*st = InstanceState{}
-			e.states = append(e.states, st)
-		}
+	}
+	if cap(s.Instances) == 0 {
+		return
 	}
 	clear(s.Instances)
-	e.spare = append(e.spare, s.Instances)
+	if len(e.spare) >= maxSpareLists {
+		// The oldest goes: the lists kept follow the sizes of the
+		// services evaluated last.
+		copy(e.spare, e.spare[1:])
+		e.spare = e.spare[:len(e.spare)-1]
+	}
+	e.spare = append(e.spare, s.Instances[:0])
+}
+
+// maxSpareLists bounds the Instances lists an Evaluator keeps for reuse.
+const maxSpareLists = 64
+
+// instances returns an empty list for n states: the smallest of the
+// spare lists that holds n with little room to spare (an eighth), or a
+// new one of n. A State keeps its list for as long as it lives, so room
+// it does not use is memory an instance: a list is never handed to a
+// State smaller than it was made for, and lists sized by a large service,
+// or by a service that has since shrunk, do not pile up in the States of
+// small ones.
+func (e *Evaluator) instances(n int) []InstanceState {
+	if n == 0 {
+		return nil
+	}
+	best := -1
+	for i, l := range e.spare {
+		if c := cap(l); c >= n && c <= n+n/8 && (best < 0 || c < cap(e.spare[best])) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return make([]InstanceState, 0, n)
+	}
+	l := e.spare[best]
+	last := len(e.spare) - 1
+	e.spare[best], e.spare[last] = e.spare[last], nil
+	e.spare = e.spare[:last]
+	return l
 }
 
 // take returns a pointer to a copy of v: one of free's, or a new one.
@@ -144,11 +176,6 @@ func (e *Evaluator) Evaluate(p Policy, instances []Instance, evidence map[string
 	p = p.WithDefaults()
 	res := Result{At: now, Instances: e.results[:0]}
 	next := State{Shrink: prev.Shrink}
-	if k := len(e.spare); k > 0 {
-		next.Instances, e.spare = e.spare[k-1], e.spare[:k-1]
-	} else {
-		next.Instances = make(map[string]*InstanceState, len(instances))
-	}
 
 	// Instances in id order; of duplicates, the highest incarnation wins.
 	ins := append(e.ins[:0], instances...)
@@ -157,6 +184,7 @@ func (e *Evaluator) Evaluate(p Policy, instances []Instance, evidence map[string
 	})
 	ins = slices.CompactFunc(ins, func(a, b Instance) bool { return a.ID == b.ID })
 	e.ins = ins
+	next.Instances = e.instances(len(ins))
 
 	if e.known == nil {
 		e.known = make(map[string]bool, len(ins))
@@ -168,16 +196,21 @@ func (e *Evaluator) Evaluate(p Policy, instances []Instance, evidence map[string
 	}
 	works := e.works[:len(ins)]
 	ws := e.ptrs[:0]
+	j := 0 // prev.Instances[j] is the first state whose id is not below in's
 	for i, in := range ins {
 		known[in.ID] = true
 		w := &works[i]
 		*w = work{in: in, withdraw: w.withdraw[:0], notes: w.notes[:0]}
-		if st, ok := prev.Instances[in.ID]; ok && st.Incarnation == in.Incarnation {
-			w.prev = *st
+		for j < len(prev.Instances) && prev.Instances[j].ID < in.ID {
+			j++
+		}
+		if j < len(prev.Instances) && prev.Instances[j].ID == in.ID && prev.Instances[j].Incarnation == in.Incarnation {
+			w.prev = prev.Instances[j]
 		} else {
 			w.prev = InstanceState{Incarnation: in.Incarnation}
 		}
 		w.st = w.prev
+		w.st.ID = in.ID
 		w.st.Classes, w.st.Report = [numSampleClasses]*ClassState{}, nil
 		for c := range w.cls {
 			w.cls[c] = w.prev.Class(Class(c))
@@ -280,7 +313,7 @@ func (e *Evaluator) Evaluate(p Policy, instances []Instance, evidence map[string
 			}
 			return 1
 		}
-		return cmp.Or(a.st.FailingSince.Compare(b.st.FailingSince), cmp.Compare(a.in.ID, b.in.ID))
+		return cmp.Or(cmp.Compare(a.st.FailingSince, b.st.FailingSince), cmp.Compare(a.in.ID, b.in.ID))
 	})
 	// The cap counts net loss (SPEC §2): the view may not fall below its
 	// floor, Base less max(1, ⌊ShrinkCap × Base⌋), so an instance that
@@ -324,13 +357,7 @@ func (e *Evaluator) Evaluate(p Policy, instances []Instance, evidence map[string
 				Reason: transitionReason(r), Evidence: r.Evidence, At: now,
 			})
 		}
-		var st *InstanceState
-		if k := len(e.states); k > 0 {
-			st, e.states = e.states[k-1], e.states[:k-1]
-		} else {
-			st = new(InstanceState)
-		}
-		*st = w.st
+		st := w.st
 		for c, cs := range w.cls {
 			if cs != (ClassState{}) {
 				st.Classes[c] = take(&e.classes, cs)
@@ -339,7 +366,7 @@ func (e *Evaluator) Evaluate(p Policy, instances []Instance, evidence map[string
 		if w.rep != (ReportState{}) {
 			st.Report = take(&e.reports, w.rep)
 		}
-		next.Instances[w.in.ID] = st
+		next.Instances = append(next.Instances, st)
 	}
 	e.cands = candidates[:0]
 	e.results = res.Instances
@@ -720,7 +747,7 @@ func judge(p Policy, w *work, now time.Time) {
 		}
 	}
 
-	quarantined := now.Before(st.QuarantineUntil)
+	quarantined := now.Before(st.QuarantineUntil.Time())
 	switch {
 	case quarantined:
 		w.verdict = status.Quarantined
@@ -753,7 +780,7 @@ func flap(p Policy, w *work, now time.Time, res *Result) {
 			d *= 2
 		}
 		d = min(d, p.QuarantineMax)
-		st.QuarantineUntil = now.Add(d)
+		st.QuarantineUntil = NanosOf(now.Add(d))
 		st.Flaps = nil
 		w.verdict, st.Verdict = status.Quarantined, status.Quarantined
 		res.Events = append(res.Events, Event{Kind: EventQuarantined, ID: w.in.ID, At: now,
@@ -762,7 +789,7 @@ func flap(p Policy, w *work, now time.Time, res *Result) {
 		healthy = false
 	}
 	if !healthy && (w.prev.HealthEligible || !w.prev.Seen) {
-		st.FailingSince = now
+		st.FailingSince = NanosOf(now)
 	}
 	st.HealthEligible = healthy
 	st.Seen = true
@@ -797,7 +824,7 @@ func finish(p Policy, w *work, now time.Time, arena *[]string) InstanceResult {
 		reasons = append(reasons, "lifecycle "+w.in.Lifecycle.String())
 	}
 	if w.verdict == status.Quarantined {
-		reasons = append(reasons, "quarantined until "+st.QuarantineUntil.UTC().Format(time.RFC3339))
+		reasons = append(reasons, "quarantined until "+st.QuarantineUntil.Time().Format(time.RFC3339))
 	}
 	reasons = append(reasons, w.withdraw...)
 	reasons = append(reasons, w.notes...)
@@ -806,10 +833,10 @@ func finish(p Policy, w *work, now time.Time, arena *[]string) InstanceResult {
 	}
 	if w.pub {
 		if !w.prev.Published {
-			st.EligibleSince = now
+			st.EligibleSince = NanosOf(now)
 		}
 		var slow bool
-		r.Weight, slow = Weight(p, w.in.BaseWeight, st.EligibleSince, flags, now)
+		r.Weight, slow = Weight(p, w.in.BaseWeight, st.EligibleSince.Time(), flags, now)
 		if slow {
 			flags |= status.SlowStart
 			reasons = append(reasons, "slow start")

@@ -95,12 +95,11 @@ func genFleet(t *rapid.T) ([]Instance, map[string]bool) {
 func cloneState(st State) State {
 	out := st
 	if st.Instances != nil {
-		out.Instances = make(map[string]*InstanceState, len(st.Instances))
-		for k, p := range st.Instances {
-			v := *p
+		out.Instances = slices.Clone(st.Instances)
+		for i := range out.Instances {
+			v := &out.Instances[i]
 			v.Flaps = slices.Clone(v.Flaps)
 			v.Observers = slices.Clone(v.Observers)
-			out.Instances[k] = &v
 		}
 	}
 	return out
@@ -181,7 +180,7 @@ func TestPropertiesOfEvaluate(t *testing.T) {
 				}
 				// Disagreeing probers keep an instance in rotation; they
 				// never bring one back without the re-admission run.
-				if b, ok := before.Instances[r.ID]; ok && b.Seen && !b.HealthEligible && r.Eligible &&
+				if b := before.Instance(r.ID); b != nil && b.Seen && !b.HealthEligible && r.Eligible &&
 					!r.Flags.Has(status.HealthDisregarded) && hasReasonPrefix(r, "probers disagree") {
 					t.Fatalf("step %d: %s came back on disagreeing probers: %+v", i, r.ID, r)
 				}

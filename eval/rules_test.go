@@ -513,23 +513,23 @@ func TestRuleFlapQuarantine(t *testing.T) {
 		}
 	}
 	// That was four more transitions plus the re-admission at q+1m: five.
-	q2 := m.st.Instances["i0"].QuarantineUntil
+	q2 := m.st.Instance("i0").QuarantineUntil.Time()
 	if got := m.inst("i0").Verdict; got != status.Quarantined {
 		t.Fatalf("second bout: verdict %v; want quarantined", got)
 	}
 	if d := q2.Sub(at(end)); d != 2*time.Minute {
 		t.Errorf("second quarantine lasts %v; want 2m", d)
 	}
-	if lvl := m.st.Instances["i0"].QuarantineLevel; lvl != 2 {
+	if lvl := m.st.Instance("i0").QuarantineLevel; lvl != 2 {
 		t.Errorf("level %d; want 2", lvl)
 	}
 
 	t.Run("capped at QuarantineMax", func(t *testing.T) {
-		st := InstanceState{Incarnation: 1, Seen: true, Lifecycle: Ready, HealthEligible: true, Published: true, QuarantineLevel: 9,
+		st := InstanceState{ID: "i0", Incarnation: 1, Seen: true, Lifecycle: Ready, HealthEligible: true, Published: true, QuarantineLevel: 9,
 			Flaps: []time.Time{at(0), at(1 * s), at(2 * s), at(3 * s)}}
-		prev := State{Instances: map[string]*InstanceState{"i0": &st}}
+		prev := State{Instances: []InstanceState{st}}
 		res, next := Evaluate(Policy{ShrinkCap: 1}, fleet(4), map[string][]Sample{"i0": {hard("i0", 4*s).s}}, prev, at(4*s))
-		if got := next.Instances["i0"].QuarantineUntil.Sub(at(4 * s)); got != 30*time.Minute {
+		if got := next.Instance("i0").QuarantineUntil.Time().Sub(at(4 * s)); got != 30*time.Minute {
 			t.Errorf("quarantine %v; want 30m", got)
 		}
 		if res.Instances[0].Verdict != status.Quarantined {

@@ -2,6 +2,8 @@ package eval
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -13,16 +15,46 @@ import (
 // A State is not safe for concurrent mutation, but may be read
 // concurrently.
 type State struct {
-	// Instances holds each instance's state by id. The states are
-	// pointers so that an Evaluator can reuse them (a map stores a value
-	// this large out of line, one allocation per insert); Evaluate
-	// neither modifies them nor keeps them in the State it returns.
-	Instances map[string]*InstanceState
+	// Instances holds each instance's state, sorted by ID, at most one
+	// per ID. Evaluate returns them in the order of its Result's: the
+	// state of Result.Instances[i] is Instances[i]. They are values in
+	// one slice, not a map of pointers: an evaluator keeps one per
+	// instance for as long as it lives. Read one with Instance; build a
+	// State by hand with Set.
+	Instances []InstanceState
 	// Shrink is the shrink cap's current window.
 	Shrink ShrinkState
 	// HealthDisregarded records whether the last evaluation disregarded
 	// health, to raise an event when that changes.
 	HealthDisregarded bool
+}
+
+// Instance returns the state of instance id, nil when s holds none. The
+// pointer is into s: it is valid for as long as s is.
+func (s State) Instance(id string) *InstanceState {
+	i, ok := slices.BinarySearchFunc(s.Instances, id, func(st InstanceState, id string) int { return strings.Compare(st.ID, id) })
+	if !ok {
+		return nil
+	}
+	return &s.Instances[i]
+}
+
+// Set makes st the state of instance st.ID, in place of any it had,
+// keeping Instances sorted. It takes constant time when st.ID sorts
+// after every ID s holds (states set in ID order), linear time
+// otherwise.
+func (s *State) Set(st InstanceState) {
+	n := len(s.Instances)
+	if n == 0 || s.Instances[n-1].ID < st.ID {
+		s.Instances = append(s.Instances, st)
+		return
+	}
+	i, ok := slices.BinarySearchFunc(s.Instances, st.ID, func(x InstanceState, id string) int { return strings.Compare(x.ID, id) })
+	if ok {
+		s.Instances[i] = st
+		return
+	}
+	s.Instances = slices.Insert(s.Instances, i, st)
 }
 
 // ShrinkState is the shrink cap's window: between Start and Start +
@@ -73,12 +105,15 @@ func (c ClassState) Score() float64 {
 //
 // Its class and report states are pointers, nil while they are the zero
 // value, as they are for most instances (one with probes has a probe
-// class only): an evaluator keeps one InstanceState per instance, and
-// the two ClassStates and the ReportState were three quarters of it. Read
-// and write them with Class, SetClass and ReportState; the ClassStates
+// class only), and its times are Nanos: an evaluator keeps one
+// InstanceState per instance, and the two ClassStates and the
+// ReportState were three quarters of it. Read and write them with
+// Class, SetClass and ReportState; the ClassStates
 // and ReportState a State holds are its own, shared with no other State,
 // and never modified in place.
 type InstanceState struct {
+	// ID is the instance's id (Instance.ID).
+	ID          string
 	Incarnation uint64
 	// Seen is false until the instance's first evaluation.
 	Seen      bool
@@ -92,15 +127,15 @@ type InstanceState struct {
 	// QuarantineLevel counts this incarnation's quarantines;
 	// QuarantineUntil is when the current one ends.
 	QuarantineLevel int
-	QuarantineUntil time.Time
+	QuarantineUntil Nanos
+	// EligibleSince is when Published last became true (slow start).
+	EligibleSince Nanos
+	// FailingSince is when HealthEligible last became false (the shrink
+	// cap's order).
+	FailingSince Nanos
 	// Classes holds each evidence class's state, nil for the zero
 	// ClassState.
 	Classes [numSampleClasses]*ClassState
-	// EligibleSince is when Published last became true (slow start).
-	EligibleSince time.Time
-	// FailingSince is when HealthEligible last became false (the shrink
-	// cap's order).
-	FailingSince time.Time
 	// Flaps are the times of HealthEligible changes within FlapWindow.
 	Flaps []time.Time
 	// Observers is the latest sample of each observer in each class,
@@ -111,6 +146,29 @@ type InstanceState struct {
 	// Report is the self-report's hysteresis, nil for the zero
 	// ReportState.
 	Report *ReportState
+}
+
+// Nanos is a time as unix nanoseconds, 0 for the zero time: 8 bytes
+// where a time.Time takes 24, for the times an InstanceState keeps. It
+// holds no location and no monotonic reading; the times it stands for
+// are compared and committed by their instant only.
+type Nanos int64
+
+// NanosOf returns t as Nanos (0 for the zero time). t must lie between
+// the years 1678 and 2262, as time.Time.UnixNano requires.
+func NanosOf(t time.Time) Nanos {
+	if t.IsZero() {
+		return 0
+	}
+	return Nanos(t.UnixNano())
+}
+
+// Time returns the time n stands for, in UTC (the zero time for 0).
+func (n Nanos) Time() time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, int64(n)).UTC()
 }
 
 // Class returns the state of class c (the zero ClassState when it has

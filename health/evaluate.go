@@ -82,13 +82,11 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 			in, id := &cs.instances[i], cs.instanceID(i)
 			ins = append(ins, n.evalInstance(&cs, i, &n.reportBuf[i]))
 			stored[id] = in.health
-			if _, ok := prev.Instances[id]; !ok && in.health != nil && in.health.Incarnation() == in.incarnation {
-				// A new term: resume from the committed verdict.
-				if prev.Instances == nil {
-					prev.Instances = map[string]*eval.InstanceState{}
-				}
-				seeded := seed(in.health.Health(), cs.record(i), now)
-				prev.Instances[id] = &seeded
+			if in.health != nil && in.health.Incarnation() == in.incarnation && prev.Instance(id) == nil {
+				// A new term: resume from the committed verdict. The
+				// instances come in id order, so on a fresh State this
+				// appends.
+				prev.Set(seed(in.health.Health(), cs.record(i), now))
 				if status.Flags(in.health.Flags()).Has(status.HealthDisregarded) {
 					prev.HealthDisregarded = true
 				}
@@ -113,8 +111,8 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 		for _, t := range res.Transitions {
 			trans[t.ID] = t
 		}
-		for _, r := range res.Instances {
-			st := next.Instances[r.ID]
+		for i, r := range res.Instances {
+			st := &next.Instances[i] // the state of r (eval.State)
 			if old := stored[r.ID]; old != nil && old.Incarnation() == r.Incarnation && unchanged(old.Health(), r, *st) {
 				continue // the common case: nothing to build, nothing to commit
 			}
@@ -137,7 +135,7 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 				se.Kind = wire.EventHealthRestored
 			case eval.EventQuarantined:
 				se.Kind = wire.EventQuarantined
-				if st, ok := next.Instances[e.ID]; ok {
+				if st := next.Instance(e.ID); st != nil {
 					se.Incarnation = st.Incarnation
 				}
 			}
@@ -228,14 +226,14 @@ func (n *Node) evalInstance(cs *catService, i int, rep *eval.Report) eval.Instan
 // healthOf is the committed form of one instance's result.
 func healthOf(r eval.InstanceResult, st eval.InstanceState, now time.Time) wire.Health {
 	h := wire.Health{Incarnation: r.Incarnation, Verdict: r.Verdict.String(), Eligible: r.Eligible,
-		HealthEligible: st.HealthEligible, Flags: uint8(r.Flags), FailingSince: st.FailingSince,
-		QuarantineLevel: st.QuarantineLevel, QuarantineUntil: st.QuarantineUntil,
+		HealthEligible: st.HealthEligible, Flags: uint8(r.Flags), FailingSince: st.FailingSince.Time(),
+		QuarantineLevel: st.QuarantineLevel, QuarantineUntil: st.QuarantineUntil.Time(),
 		Reasons: withoutSlowStart(r.Reasons), At: now}
 	// Slow start is the table builders' to compute, from EligibleSince:
 	// its end is not worth a commit.
 	h.Flags &^= uint8(status.SlowStart)
 	if r.Eligible {
-		h.EligibleSince = st.EligibleSince
+		h.EligibleSince = st.EligibleSince.Time()
 	}
 	for i, c := range st.Classes {
 		if c != nil && c.Failing {
@@ -261,12 +259,12 @@ func unchanged(old wire.Health, r eval.InstanceResult, st eval.InstanceState) bo
 	const slow = uint8(status.SlowStart)
 	eligibleSince := time.Time{}
 	if r.Eligible {
-		eligibleSince = st.EligibleSince
+		eligibleSince = st.EligibleSince.Time()
 	}
 	if old.Verdict != r.Verdict.String() || old.Eligible != r.Eligible || old.HealthEligible != st.HealthEligible ||
 		old.Flags&^slow != uint8(r.Flags)&^slow || !old.EligibleSince.Equal(eligibleSince) ||
-		!old.FailingSince.Equal(st.FailingSince) ||
-		old.QuarantineLevel != st.QuarantineLevel || !old.QuarantineUntil.Equal(st.QuarantineUntil) {
+		!old.FailingSince.Equal(st.FailingSince.Time()) ||
+		old.QuarantineLevel != st.QuarantineLevel || !old.QuarantineUntil.Equal(st.QuarantineUntil.Time()) {
 		return false
 	}
 	i := 0
@@ -332,10 +330,10 @@ func withoutSlowStart(rs []string) []string {
 // callers' silence ends it no earlier than one outcome window after the
 // takeover.
 func seed(h wire.Health, in wire.Instance, now time.Time) eval.InstanceState {
-	st := eval.InstanceState{Incarnation: h.Incarnation, Seen: true, Lifecycle: lifecycleOf(in.Lifecycle),
+	st := eval.InstanceState{ID: in.ID, Incarnation: h.Incarnation, Seen: true, Lifecycle: lifecycleOf(in.Lifecycle),
 		HealthEligible: h.HealthEligible, Published: h.Eligible, Verdict: parseVerdict(h.Verdict),
-		EligibleSince: h.EligibleSince, FailingSince: h.FailingSince,
-		QuarantineLevel: h.QuarantineLevel, QuarantineUntil: h.QuarantineUntil}
+		EligibleSince: eval.NanosOf(h.EligibleSince), FailingSince: eval.NanosOf(h.FailingSince),
+		QuarantineLevel: h.QuarantineLevel, QuarantineUntil: eval.NanosOf(h.QuarantineUntil)}
 	for _, f := range h.Failing {
 		if f.Class == eval.ClassReport.String() {
 			// Re-admission still waits for the ready report's run.

@@ -174,12 +174,12 @@ func TestSeedResumesCommittedState(t *testing.T) {
 			r = x
 		}
 	}
-	h := healthOf(r, *st.Instances["a"], at(3))
+	h := healthOf(r, *st.Instance("a"), at(3))
 	if len(h.Failing) != 2 || h.Eligible {
 		t.Fatalf("committed %+v, want withdrawn with both classes failing", h)
 	}
 	seeded := seed(h, wire.Instance{ID: "a", Incarnation: 1, Lifecycle: wire.Ready}, at(3))
-	orig := st.Instances["a"]
+	orig := st.Instance("a")
 	if seeded.Published != orig.Published || seeded.HealthEligible != orig.HealthEligible || seeded.Verdict != orig.Verdict ||
 		!seeded.Seen || seeded.Incarnation != 1 {
 		t.Errorf("seeded %+v, want the position of %+v", seeded, orig)
@@ -191,19 +191,18 @@ func TestSeedResumesCommittedState(t *testing.T) {
 		}
 	}
 	// From the seeded state, with no evidence, nothing changes.
-	fresh := eval.State{Instances: map[string]*eval.InstanceState{"a": &seeded}}
+	fresh := eval.State{Instances: []eval.InstanceState{seeded}}
 	for _, id := range []string{"b", "c"} {
-		hb := healthOf(eval.InstanceResult{ID: id, Incarnation: 1, Verdict: status.Unknown, Eligible: true}, *st.Instances[id], at(4))
-		sb := seed(hb, wire.Instance{ID: id, Incarnation: 1, Lifecycle: wire.Ready}, at(4))
-		fresh.Instances[id] = &sb
+		hb := healthOf(eval.InstanceResult{ID: id, Incarnation: 1, Verdict: status.Unknown, Eligible: true}, *st.Instance(id), at(4))
+		fresh.Set(seed(hb, wire.Instance{ID: id, Incarnation: 1, Lifecycle: wire.Ready}, at(4)))
 	}
 	res2, st2 := eval.Evaluate(p, ins, nil, fresh, at(5))
 	if len(res2.Transitions) != 0 || len(res2.Events) != 0 {
 		t.Errorf("a seeded state evaluates to transitions %v, events %v; want none", res2.Transitions, res2.Events)
 	}
-	for _, x := range res2.Instances {
-		if x.ID == "a" && !unchanged(h, x, *st2.Instances[x.ID]) {
-			t.Errorf("a's verdict from the seeded state\n%+v\ndiffers from the committed\n%+v", healthOf(x, *st2.Instances[x.ID], at(5)), h)
+	for i, x := range res2.Instances {
+		if x.ID == "a" && !unchanged(h, x, st2.Instances[i]) {
+			t.Errorf("a's verdict from the seeded state\n%+v\ndiffers from the committed\n%+v", healthOf(x, st2.Instances[i], at(5)), h)
 		}
 	}
 }
@@ -266,7 +265,7 @@ func TestUnchangedAgreesWithHealthOf(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	base := eval.InstanceResult{ID: "a", Incarnation: 3, Verdict: status.Unhealthy, Flags: 0,
 		Reasons: []string{"probe failing: hard failure (connection refused)"}}
-	st := eval.InstanceState{Incarnation: 3, FailingSince: now.Add(-time.Minute)}
+	st := eval.InstanceState{ID: "a", Incarnation: 3, FailingSince: eval.NanosOf(now.Add(-time.Minute))}
 	st.SetClass(eval.ClassProbe, eval.ClassState{Failing: true, Hard: true, FailingSince: now.Add(-time.Minute)})
 	committed := healthOf(base, st, now)
 	if !unchanged(committed, base, st) {
@@ -325,7 +324,7 @@ func TestSeedAfterFailover(t *testing.T) {
 	evalAt := func(h wire.Health, now time.Time) eval.InstanceResult {
 		t.Helper()
 		sa := seed(h, in, now)
-		st := eval.State{Instances: map[string]*eval.InstanceState{"a": &sa}}
+		st := eval.State{Instances: []eval.InstanceState{sa}}
 		res, _ := eval.Evaluate(p, ins, nil, st, now)
 		return res.Instances[0]
 	}
