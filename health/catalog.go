@@ -212,10 +212,7 @@ func (n *Node) refresh() {
 	}
 	n.locs = intern(n.locs, locs)
 
-	// Slots: keep every live instance's, free the others'. The key → slot
-	// map is made anew only when a key or its slot changed.
-	oldSlots := *n.slotOf.Load()
-	assigned, moved := 0, false
+	// Slots: keep every live instance's, free the others'.
 	for si := range c.services {
 		cs := &c.services[si]
 		cs.id, _ = n.svcs.ID(cs.key.String())
@@ -234,10 +231,6 @@ func (n *Node) refresh() {
 				n.served[slot].Store(0)
 			}
 			c.bySlot[slot] = slotRef{int32(si), int32(ii)}
-			if s, ok := oldSlots[k]; !ok || s != slot {
-				moved = true
-			}
-			assigned++
 		}
 	}
 	for slot, ref := range c.bySlot {
@@ -248,15 +241,6 @@ func (n *Node) refresh() {
 			n.slotInc[slot] = 0
 			n.served[slot].Store(0)
 		}
-	}
-	if moved || assigned != len(oldSlots) {
-		slotOf := make(map[string]int, assigned)
-		for slot, ref := range c.bySlot {
-			if ref.svc >= 0 {
-				slotOf[c.services[ref.svc].instances[ref.inst].key] = slot
-			}
-		}
-		n.slotOf.Store(&slotOf)
 	}
 	c.dir = n.directory(c)
 	if ms, err := st.Members(); err == nil {

@@ -193,7 +193,7 @@ func eligibility(e bool) string {
 // currentInc reports the current incarnation of a live instance, for
 // pruning evidence.
 func (n *Node) currentInc(key string) (uint64, bool) {
-	slot, ok := (*n.slotOf.Load())[key]
+	slot, ok := n.slots.Lookup(key)
 	if !ok {
 		return 0, false
 	}

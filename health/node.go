@@ -34,9 +34,6 @@ type Node struct {
 	// the last round set aside: an event marks each change.
 	aside map[wire.ServiceKey]map[asideKey]bool
 
-	// slotOf is the loop's key → slot map, published for the API's
-	// handlers (immutable once published).
-	slotOf atomic.Pointer[map[string]int]
 	// members is the ids of the cluster's members, sorted (immutable
 	// once published).
 	members atomic.Pointer[[]string]
@@ -106,8 +103,6 @@ func New(cfg Config) (*Node, error) {
 		nudge:    make(chan struct{}, 1),
 		pacer:    pace.New(cfg.Slice, pace.DefaultPause, cfg.Now),
 	}
-	empty := map[string]int{}
-	n.slotOf.Store(&empty)
 	if s := cfg.Restore; s != nil {
 		var dropped int
 		if _, err := cfg.Table.Build(func(b *status.Builder) error { dropped = s.Fill(b); return nil }); err != nil {
@@ -394,18 +389,20 @@ func (n *Node) Status(key string, inc uint64) (status.Entry, bool) {
 	return status.Entry{}, false
 }
 
-// publication is one look at what this node publishes: the current table
-// (nil before the first build) and the key → slot map. Release it.
+// publication is one look at what this node publishes: the current table,
+// nil before the first build and while the table is the one kept on disk
+// (its slots are not this node's yet). Release it.
 type publication struct {
-	t      *status.Table
-	slotOf map[string]int
+	t *status.Table
 }
 
-// published takes the current table, then the slot map: the first build
-// follows the first publication of the map, so a key the map lacks was
-// never in a table.
+// published takes the current table. A key is looked up in the table's
+// own Directory, so the slot and the entry found are of one build.
 func (n *Node) published() publication {
-	return publication{t: n.cfg.Table.Acquire(), slotOf: *n.slotOf.Load()}
+	if n.restored.Load() {
+		return publication{}
+	}
+	return publication{t: n.cfg.Table.Acquire()}
 }
 
 func (p publication) release() {
@@ -415,18 +412,23 @@ func (p publication) release() {
 }
 
 // lookup returns key's slot and entry, whatever its incarnation; false
-// when the table does not hold key (a slot reused by another key fails
-// the key hash check).
+// when the table does not hold key. The table's Directory indexes its
+// instances by name (status.Directory.SlotOfKey); the loop no longer
+// publishes a key → slot map of its own beside it, which was a map entry
+// an instance and a new map whenever an instance came or went.
 func (p publication) lookup(key string) (int, status.Entry, bool) {
-	slot, ok := p.slotOf[key]
-	if !ok || p.t == nil {
+	if p.t == nil {
 		return 0, status.Entry{}, false
 	}
-	e := p.t.Entry(slot)
-	if e.Key != status.KeyHash(key) {
+	slot, ok := p.t.Directory().SlotOfKey(key)
+	if !ok {
 		return 0, status.Entry{}, false
 	}
-	return slot, e, true
+	e, ok := p.t.Lookup(int(slot), status.KeyHash(key))
+	if !ok {
+		return 0, status.Entry{}, false
+	}
+	return int(slot), e, true
 }
 
 // zoneOf returns a member's "region/zone" as the membership records it.

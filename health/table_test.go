@@ -18,8 +18,7 @@ import (
 )
 
 func (h *harness) slotOf(in wire.Instance) (int, bool) {
-	slot, ok := (*h.n.slotOf.Load())[in.Key().String()]
-	return slot, ok
+	return h.n.slots.Lookup(in.Key().String())
 }
 
 // wantSlot checks that the current table holds in, in its slot, and

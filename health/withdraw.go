@@ -43,7 +43,6 @@ func (n *Node) publishWithdrawals(ctx context.Context) {
 	if rev <= base {
 		return // the current table was built from a replica that had them
 	}
-	slotOf := *n.slotOf.Load()
 	withdrawn := 0
 	_, err := n.cfg.Table.Build(func(b *status.Builder) error {
 		es := b.Entries()
@@ -55,7 +54,7 @@ func (n *Node) publishWithdrawals(ctx context.Context) {
 				continue
 			}
 			k := w.Key.String()
-			slot, ok := slotOf[k]
+			slot, ok := n.slots.Lookup(k)
 			if !ok || slot >= len(es) {
 				continue // never published
 			}

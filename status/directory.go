@@ -200,3 +200,40 @@ func (d *Directory) SlotOf(name string) (uint32, bool) {
 	slot, ok := d.names.slots[name]
 	return slot, ok
 }
+
+// SlotOfKey returns the slot of the instance whose store key
+// ("namespace/service/id", as KeyHash takes it) is key: SlotOf of its
+// name, "id.service.namespace" in lower case. It does not allocate. The
+// slot may since hold another instance in a table built with a later
+// Directory: check the entry's Key against KeyHash(key).
+func (d *Directory) SlotOfKey(key string) (uint32, bool) {
+	if d == nil || d.names == nil {
+		return 0, false
+	}
+	ns, rest, ok1 := strings.Cut(key, "/")
+	svc, id, ok2 := strings.Cut(rest, "/")
+	// Three labels and two dots: a longer key names no instance.
+	var buf [3*maxLabel + 2]byte
+	if !ok1 || !ok2 || len(ns)+len(svc)+len(id)+2 > len(buf) {
+		return 0, false
+	}
+	b := buf[:0]
+	for i, part := range [...]string{id, svc, ns} {
+		if i > 0 {
+			b = append(b, '.')
+		}
+		for j := 0; j < len(part); j++ {
+			c := part[j]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			b = append(b, c)
+		}
+	}
+	slot, ok := d.names.slots[string(b)]
+	return slot, ok
+}
+
+// maxLabel is the longest DNS label (RFC 1035 §2.3.4), which each part of
+// an instance key is.
+const maxLabel = 63

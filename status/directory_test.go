@@ -66,3 +66,28 @@ func TestDirectoryIndex(t *testing.T) {
 		t.Error("an unindexed Directory found a name")
 	}
 }
+
+// TestSlotOfKey: an instance is found by its store key as by its name,
+// without an allocation; what is not a key of three parts is not.
+func TestSlotOfKey(t *testing.T) {
+	d := &Directory{Services: []ServiceInfo{{}, {Namespace: "shop", Name: "cart"}},
+		Instances: []*InstanceInfo{nil, {ID: "web-1", Incarnation: 3}}}
+	d.Index(func(slot int) uint32 { return 1 }, nil)
+	if slot, ok := d.SlotOfKey("shop/cart/web-1"); !ok || slot != 1 {
+		t.Errorf("SlotOfKey(shop/cart/web-1) = %d, %v; want 1, true", slot, ok)
+	}
+	long := strings.Repeat("a", 64)
+	for _, key := range []string{"", "shop/cart", "shop/cart/web-2", "cart/shop/web-1", "shop/cart/web-1/x",
+		"web-1.cart.shop", long + "/" + long + "/" + long} {
+		if slot, ok := d.SlotOfKey(key); ok {
+			t.Errorf("SlotOfKey(%q) = %d, true; want none", key, slot)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { d.SlotOfKey("shop/cart/web-1") }); n != 0 {
+		t.Errorf("SlotOfKey allocates %v times, want 0", n)
+	}
+	var none *Directory
+	if _, ok := none.SlotOfKey("shop/cart/web-1"); ok {
+		t.Error("a nil Directory found a key")
+	}
+}
