@@ -159,24 +159,41 @@ func TestDirectorySharesPorts(t *testing.T) {
 	}
 }
 
-// TestRefreshReusesBySlot: the catalog's slot index, a slice the size of
-// the whole table, alternates between two arrays instead of being made
-// anew at every store revision.
+// TestRefreshReusesBySlot: a refresh writes the catalog over the
+// previous one, its slot index (a slice the size of the whole table) and
+// each service's instances alike, instead of making them anew at every
+// store revision beside the previous catalog; what it writes is the
+// store's current state.
 func TestRefreshReusesBySlot(t *testing.T) {
 	h := newHarness(t, nil, 256, nil)
 	svc := tcpService("shop", "web")
 	h.apply(svc)
-	h.fleet(svc, "i", 3)
-	arrays := map[*slotRef]bool{}
+	fleet := h.fleet(svc, "i", 3)
+	slotArrays, instArrays := map[*slotRef]bool{}, map[*catInstance]bool{}
 	for range 6 {
 		h.n.cat.rev = 0 // as if the store had moved on
 		h.n.refresh()
-		arrays[&h.n.cat.bySlot[0]] = true
+		slotArrays[&h.n.cat.bySlot[0]] = true
+		instArrays[&h.n.cat.services[0].instances[0]] = true
 		if got := len(h.n.cat.services[0].instances); got != 3 {
 			t.Fatalf("catalog holds %d instances, want 3", got)
 		}
 	}
-	if len(arrays) != 2 {
-		t.Errorf("six refreshes used %d slot arrays, want 2", len(arrays))
+	if len(slotArrays) != 1 || len(instArrays) != 1 {
+		t.Errorf("six refreshes used %d slot arrays and %d instance arrays, want 1 of each", len(slotArrays), len(instArrays))
+	}
+	if _, err := h.st.Deregister(t.Context(), "admin", fleet[1].Key(), fleet[1].Incarnation); err != nil {
+		t.Fatal(err)
+	}
+	h.n.refresh()
+	cs := h.n.cat.services[0]
+	if len(cs.instances) != 2 || cs.instanceID(0) != fleet[0].ID || cs.instanceID(1) != fleet[2].ID {
+		t.Errorf("after a deregistration the catalog holds %+v, want %s and %s", cs.instances, fleet[0].ID, fleet[2].ID)
+	}
+	for i := range cs.instances {
+		slot, ok := h.n.slots.Lookup(cs.instances[i].key)
+		if ref := h.n.cat.bySlot[slot]; !ok || ref != (slotRef{0, int32(i)}) {
+			t.Errorf("%s: slot %d (%v) refers to %v, want instance %d", cs.instances[i].key, slot, ok, ref, i)
+		}
 	}
 }

@@ -119,11 +119,16 @@ type slotRef struct{ svc, inst int32 }
 // instances, members, slots and the interned names.
 //
 // It reads the instances' records in place (store.EachInstance), copying
-// only catInstance's fields, each service's into a slice the size of its
-// last count, and reuses the previous catalog's key strings: a refresh
-// makes one catInstance per live instance and little else, where a copy
-// of every record (AllInstances) and a new key each made several times
-// that in garbage at every store revision.
+// only catInstance's fields, and reuses the key strings the slots hold: a
+// copy of every record (AllInstances) and a new key each made several
+// times the catalog in garbage at every store revision.
+//
+// The new catalog is written over the previous one: each service's
+// instances into the slice it had, the slot index into the same array.
+// Only the loop reads a catalog, and none reads the previous one once a
+// refresh has begun, so the loop never holds two catalogs: a collection
+// that marks during a refresh counts one (112 bytes an instance), not
+// both.
 func (n *Node) refresh() {
 	st := n.cfg.Store
 	rev := st.Revision()
@@ -132,13 +137,9 @@ func (n *Node) refresh() {
 	}
 	n.pacer.Begin()
 	svcs := st.Services()
-	// bySlot spans the whole table: the previous catalog's but one is
-	// reused (nothing keeps a catalog's bySlot past the next refresh).
-	bySlot := n.spareBySlot
-	n.spareBySlot = nil
-	if capacity := n.slots.Capacity(); cap(bySlot) >= capacity {
-		bySlot = bySlot[:capacity]
-	} else {
+	// bySlot spans the whole table.
+	bySlot := n.cat.bySlot
+	if capacity := n.slots.Capacity(); len(bySlot) != capacity {
 		bySlot = make([]slotRef, capacity)
 	}
 	c := catalog{rev: rev, services: make([]catService, 0, len(svcs)), bySlot: bySlot}
@@ -156,7 +157,7 @@ func (n *Node) refresh() {
 		idx[k] = len(c.services)
 		cs := catService{svc: s, key: k, policy: policyOf(s), idOffset: len(k.Namespace) + len(k.Name) + 2}
 		if o := old[k]; o != nil {
-			cs.instances = make([]catInstance, 0, len(o.instances))
+			cs.instances = o.instances[:0] // written over (see above)
 		}
 		c.services = append(c.services, cs)
 		names = append(names, k.String())
@@ -183,25 +184,25 @@ func (n *Node) refresh() {
 	for si := range c.services {
 		cs := &c.services[si]
 		slices.SortFunc(cs.instances, func(a, b catInstance) int { return strings.Compare(a.key, b.key) })
-		// The keys: the previous catalog's where it had the instance
-		// (both are sorted by id), else new ones.
-		var prev []catInstance
-		if o := old[cs.key]; o != nil {
-			prev = o.instances
+		if l := len(cs.instances); cap(cs.instances) > l+l/8+4 {
+			// The service grew (append doubles a slice's room) or shrank:
+			// the catalog keeps its slices until the next refresh and
+			// beyond, so it gives back the room it does not use.
+			cs.instances = slices.Clone(cs.instances)
 		}
-		prefix := cs.key.String() + "/"
-		j := 0
+		// The keys: the one its slot holds for an instance that has a
+		// slot, else a new one.
+		kb := append(append(append(append(n.keyBuf[:0], cs.key.Namespace...), '/'), cs.key.Name...), '/')
 		for ii := range cs.instances {
 			n.pacer.Step()
 			in := &cs.instances[ii]
-			for j < len(prev) && prev[j].key[cs.idOffset:] < in.key {
-				j++
-			}
-			if j < len(prev) && prev[j].key[cs.idOffset:] == in.key {
-				in.key = prev[j].key
+			kb = append(kb[:cs.idOffset], in.key...)
+			if slot, ok := n.slots.LookupBytes(kb); ok {
+				in.key, _, _ = n.slots.Key(slot)
 			} else {
-				in.key = prefix + in.key
+				in.key = string(kb)
 			}
+			n.keyBuf = kb
 			for _, l := range [...]string{in.loc.region, in.loc.zone} {
 				if !seen[l] {
 					seen[l] = true
@@ -254,7 +255,6 @@ func (n *Node) refresh() {
 		n.members.Store(&ids)
 		n.zones.Store(&zones)
 	}
-	n.spareBySlot = n.cat.bySlot
 	n.cat = c
 }
 

@@ -57,17 +57,15 @@ type Node struct {
 
 	// Owned by the loop.
 	cat catalog
-	// spareBySlot is the bySlot of the catalog before cat, for the next
-	// refresh to fill: a new slice the size of the table at every store
-	// revision was most of the loop's garbage.
-	spareBySlot []slotRef
-	slots       *status.Slots
-	slotInc     []uint64 // incarnation last written to each slot
-	states      map[wire.ServiceKey]*eval.State
-	targets     []probe.Target
-	svcs        *status.Names
-	locs        *status.Names
-	localities  map[locality]*locality // see locality
+	// keyBuf is where refresh spells an instance's key to look it up.
+	keyBuf     []byte
+	slots      *status.Slots
+	slotInc    []uint64 // incarnation last written to each slot
+	states     map[wire.ServiceKey]*eval.State
+	targets    []probe.Target
+	svcs       *status.Names
+	locs       *status.Names
+	localities map[locality]*locality // see locality
 
 	// The round's working memory, reused so that a round allocates
 	// nothing per instance (see evaluate).

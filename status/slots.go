@@ -83,6 +83,14 @@ func (s *Slots) Lookup(key string) (int, bool) {
 	return int(slot), ok
 }
 
+// LookupBytes is Lookup of a key spelled in a byte slice, without making
+// a string of it: with Key, it finds the string a slot holds for those
+// bytes.
+func (s *Slots) LookupBytes(key []byte) (int, bool) {
+	slot, ok := s.byKey[string(key)]
+	return int(slot), ok
+}
+
 // Key returns the key holding slot and its KeyHash, the Entry.Key to
 // write there; ok is false for a free slot or one out of range.
 func (s *Slots) Key(slot int) (key string, hash uint64, ok bool) {

@@ -184,3 +184,24 @@ func TestKeyHash(t *testing.T) {
 		t.Errorf("KeyHash allocates %v times", allocs)
 	}
 }
+
+// TestSlotsLookupBytes: a key spelled in bytes finds the slot, and with
+// Key the string the slot holds, without an allocation.
+func TestSlotsLookupBytes(t *testing.T) {
+	s := NewSlots(4)
+	want, err := s.Assign("shop/cart/web-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := []byte("shop/cart/web-1")
+	slot, ok := s.LookupBytes(b)
+	if k, _, _ := s.Key(slot); !ok || slot != want || k != "shop/cart/web-1" {
+		t.Errorf("LookupBytes = %d, %v (key %q); want %d, true", slot, ok, k, want)
+	}
+	if _, ok := s.LookupBytes([]byte("shop/cart/web-2")); ok {
+		t.Error("LookupBytes found a key that holds no slot")
+	}
+	if n := testing.AllocsPerRun(100, func() { s.LookupBytes(b) }); n != 0 {
+		t.Errorf("LookupBytes allocates %v times, want 0", n)
+	}
+}
