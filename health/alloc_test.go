@@ -68,6 +68,20 @@ func TestRoundAllocations(t *testing.T) {
 		t.Errorf("a round allocates %.3f times per instance (%.0f with %d instances, %.0f with %d); want none",
 			perInstance, small, n1, large, n2)
 	}
+	// Between rounds the loop holds one evaluator state an instance: the
+	// States the last round replaced hold none.
+	held := 0
+	for _, st := range h.n.states {
+		held += len(st.Instances)
+	}
+	for k, st := range h.n.spareStates {
+		if st.Instances != nil {
+			t.Errorf("%s: the previous round's State still holds %d states", k, cap(st.Instances))
+		}
+	}
+	if held != len(all) {
+		t.Errorf("the current States hold %d instances' states, want %d", held, len(all))
+	}
 }
 
 // TestRefreshAllocations: re-reading the store at a new revision with no

@@ -101,6 +101,10 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 		n.insBuf, n.sampleBuf = ins[:0], buf[:0]
 		res, next := n.ev.Evaluate(cs.policy, ins, samples, *prev, now)
 		n.ev.Recycle(*prev)
+		// The replaced State stays in the previous round's map until
+		// the next round clears it: it must not keep its list, or the
+		// loop holds two rounds of states.
+		*prev = eval.State{}
 		states[cs.key] = &next
 		if res.HealthDisregarded {
 			disregarded++
