@@ -14,9 +14,10 @@ import (
 type work struct {
 	in       Instance
 	prev     InstanceState // as carried in (zero for a new incarnation)
-	st       InstanceState // being built; its Classes and Report are in cls and rep
+	st       InstanceState // being built; its Classes, Report and Recent are in cls, rep and rec
 	cls      [numSampleClasses]ClassState
 	rep      ReportState
+	rec      Recent
 	fresh    bool     // any fresh evidence
 	withdraw []string // reasons the evidence withdraws it
 	notes    []string // other reasons (degraded, lease, …)
@@ -69,13 +70,15 @@ type Evaluator struct {
 	samples []Sample
 	reasons []string
 	// spare holds the Instances lists of recycled States, emptied;
-	// observers and flaps their instances' lists, emptied; classes and
-	// reports their instances' class and report states.
+	// observers and flaps their instances' lists, emptied; classes,
+	// reports and recents their instances' class, report and recent
+	// states.
 	spare     [][]InstanceState
 	observers [][]ObserverState
 	flaps     [][]time.Time
 	classes   []*ClassState
 	reports   []*ReportState
+	recents   []*Recent
 }
 
 // maxSpare bounds each of an Evaluator's lists of recycled memory.
@@ -87,11 +90,17 @@ const maxSpare = 1 << 16
 func (e *Evaluator) Recycle(s State) {
 	for i := range s.Instances {
 		st := &s.Instances[i]
-		if cap(st.Observers) > 0 && len(e.observers) < maxSpare {
-			e.observers = append(e.observers, st.Observers[:0])
-		}
-		if cap(st.Flaps) > 0 && len(e.flaps) < maxSpare {
-			e.flaps = append(e.flaps, st.Flaps[:0])
+		if r := st.Recent; r != nil {
+			if cap(r.Observers) > 0 && len(e.observers) < maxSpare {
+				e.observers = append(e.observers, r.Observers[:0])
+			}
+			if cap(r.Flaps) > 0 && len(e.flaps) < maxSpare {
+				e.flaps = append(e.flaps, r.Flaps[:0])
+			}
+			if len(e.recents) < maxSpare {
+				*r = Recent{}
+				e.recents = append(e.recents, r)
+			}
 		}
 		for _, c := range st.Classes {
 			if c != nil && len(e.classes) < maxSpare {
@@ -113,6 +122,16 @@ func (e *Evaluator) Recycle(s State) {
 		e.spare = e.spare[:len(e.spare)-1]
 	}
 	e.spare = append(e.spare, s.Instances[:0])
+}
+
+// giveBack keeps r's lists, which no State holds, for reuse.
+func (e *Evaluator) giveBack(r Recent) {
+	if cap(r.Observers) > 0 && len(e.observers) < maxSpare {
+		e.observers = append(e.observers, r.Observers[:0])
+	}
+	if cap(r.Flaps) > 0 && len(e.flaps) < maxSpare {
+		e.flaps = append(e.flaps, r.Flaps[:0])
+	}
 }
 
 // maxSpareLists bounds the Instances lists an Evaluator keeps for reuse.
@@ -211,14 +230,13 @@ func (e *Evaluator) Evaluate(p Policy, instances []Instance, evidence map[string
 		}
 		w.st = w.prev
 		w.st.ID = in.ID
-		w.st.Classes, w.st.Report = [numSampleClasses]*ClassState{}, nil
+		w.st.Classes, w.st.Report, w.st.Recent = [numSampleClasses]*ClassState{}, nil, nil
 		for c := range w.cls {
 			w.cls[c] = w.prev.Class(Class(c))
 		}
 		w.rep = w.prev.ReportState()
-		w.st.Flaps = cloneInto(&e.flaps, w.prev.Flaps)
-		w.st.Observers = cloneInto(&e.observers, w.prev.Observers)
-		res.Discarded += consume(p, &w.st, &w.cls, in, evidence[in.ID], now, &e.samples)
+		w.rec = Recent{Flaps: cloneInto(&e.flaps, w.prev.Flaps()), Observers: cloneInto(&e.observers, w.prev.Observers())}
+		res.Discarded += consume(p, &w.rec, &w.cls, in, evidence[in.ID], now, &e.samples)
 		judge(p, w, now)
 		ws = append(ws, w)
 	}
@@ -366,6 +384,12 @@ func (e *Evaluator) Evaluate(p Policy, instances []Instance, evidence map[string
 		if w.rep != (ReportState{}) {
 			st.Report = take(&e.reports, w.rep)
 		}
+		if len(w.rec.Flaps) > 0 || len(w.rec.Observers) > 0 {
+			st.Recent = take(&e.recents, w.rec)
+		} else {
+			// Empty, but perhaps with room: the next evaluation's lists.
+			e.giveBack(w.rec)
+		}
 		next.Instances = append(next.Instances, st)
 	}
 	e.cands = candidates[:0]
@@ -377,7 +401,7 @@ func (e *Evaluator) Evaluate(p Policy, instances []Instance, evidence map[string
 // consume feeds an instance's new samples, in a fixed order, into its
 // class states, and returns how many it discarded.
 // cls holds st's class states.
-func consume(p Policy, st *InstanceState, cls *[numSampleClasses]ClassState, in Instance, samples []Sample, now time.Time, buf *[]Sample) int {
+func consume(p Policy, st *Recent, cls *[numSampleClasses]ClassState, in Instance, samples []Sample, now time.Time, buf *[]Sample) int {
 	discarded := 0
 	ss := (*buf)[:0]
 	defer func() { *buf = ss[:0] }()
@@ -432,7 +456,7 @@ func consume(p Policy, st *InstanceState, cls *[numSampleClasses]ClassState, in 
 // observeSample records s as its observer's latest, if it is, and
 // returns whether it passed (a probe) or counts at all (an outcome window
 // with calls).
-func observeSample(p Policy, st *InstanceState, s Sample) bool {
+func observeSample(p Policy, st *Recent, s Sample) bool {
 	if s.Class == ClassOutcome {
 		n := s.Successes + s.Failures + s.Timeouts
 		if n <= 0 {
@@ -447,12 +471,12 @@ func observeSample(p Policy, st *InstanceState, s Sample) bool {
 	return ok
 }
 
-// maxObservers bounds InstanceState.Observers: the callers and probers
+// maxObservers bounds Recent.Observers: the callers and probers
 // heard from within the windows, the stalest dropped first.
 const maxObservers = 32
 
 // observe records o as its observer's latest sample in its class.
-func observe(st *InstanceState, o ObserverState) {
+func observe(st *Recent, o ObserverState) {
 	for i := range st.Observers {
 		x := &st.Observers[i]
 		if x.Class == o.Class && x.Observer == o.Observer {
@@ -479,7 +503,7 @@ func observe(st *InstanceState, o ObserverState) {
 // newest fresh failure of another observer (SPEC §2: two probers that
 // disagree degrade the instance, they do not withdraw it), with that
 // failing observer; empty strings when the probers agree.
-func disagreement(p Policy, st *InstanceState, now time.Time) (passed, failed string) {
+func disagreement(p Policy, st *Recent, now time.Time) (passed, failed string) {
 	var newest ObserverState
 	for _, o := range st.Observers {
 		if o.Class == ClassProbe && !o.OK && now.Sub(o.At) <= p.Freshness && o.At.After(newest.At) {
@@ -501,7 +525,7 @@ func disagreement(p Policy, st *InstanceState, now time.Time) (passed, failed st
 // outcomeQuorum counts the callers whose latest outcome window within
 // OutcomeWindow reports the instance failing, and all those that
 // reported on it there.
-func outcomeQuorum(p Policy, st *InstanceState, now time.Time) (failing, reporting int) {
+func outcomeQuorum(p Policy, st *Recent, now time.Time) (failing, reporting int) {
 	for _, o := range st.Observers {
 		if o.Class == ClassOutcome && now.Sub(o.At) <= p.OutcomeWindow {
 			reporting++
@@ -628,7 +652,7 @@ func judge(p Policy, w *work, now time.Time) {
 			}
 		}
 		if Class(i) == ClassOutcome {
-			failing, reporting := outcomeQuorum(p, st, now)
+			failing, reporting := outcomeQuorum(p, &w.rec, now)
 			switch {
 			case c.Failing && now.Sub(c.Last.At) > p.OutcomeWindow:
 				// A withdrawn instance is not called, so its callers
@@ -654,7 +678,7 @@ func judge(p Policy, w *work, now time.Time) {
 		// degrade an instance in rotation; one that is out comes back
 		// through the run, however many probers pass it.
 		if Class(i) == ClassProbe && (!w.prev.Seen || w.prev.HealthEligible) {
-			if passed, failed := disagreement(p, st, now); passed != "" {
+			if passed, failed := disagreement(p, &w.rec, now); passed != "" {
 				w.degraded = true
 				w.notes = append(w.notes, fmt.Sprintf("probers disagree: %s failed (%s), %s passed", failed, c.Why, passed))
 				continue
@@ -769,11 +793,12 @@ func flap(p Policy, w *work, now time.Time, res *Result) {
 	st := &w.st
 	healthy := w.in.Lifecycle == status.Ready && len(w.withdraw) == 0 && w.verdict != status.Quarantined
 	counted := w.prev.Seen && w.prev.Lifecycle == status.Ready && w.in.Lifecycle == status.Ready
+	rec := &w.rec
 	if counted && healthy != w.prev.HealthEligible {
-		st.Flaps = append(st.Flaps, now)
+		rec.Flaps = append(rec.Flaps, now)
 	}
-	st.Flaps = slices.DeleteFunc(st.Flaps, func(t time.Time) bool { return !t.After(now.Add(-p.FlapWindow)) })
-	if len(st.Flaps) > p.FlapLimit && w.verdict != status.Quarantined {
+	rec.Flaps = slices.DeleteFunc(rec.Flaps, func(t time.Time) bool { return !t.After(now.Add(-p.FlapWindow)) })
+	if len(rec.Flaps) > p.FlapLimit && w.verdict != status.Quarantined {
 		st.QuarantineLevel++
 		d := p.QuarantineBase
 		for i := 1; i < st.QuarantineLevel && d < p.QuarantineMax; i++ {
@@ -781,7 +806,7 @@ func flap(p Policy, w *work, now time.Time, res *Result) {
 		}
 		d = min(d, p.QuarantineMax)
 		st.QuarantineUntil = NanosOf(now.Add(d))
-		st.Flaps = nil
+		rec.Flaps = nil
 		w.verdict, st.Verdict = status.Quarantined, status.Quarantined
 		res.Events = append(res.Events, Event{Kind: EventQuarantined, ID: w.in.ID, At: now,
 			Detail: fmt.Sprintf("more than %d eligibility transitions in %v: quarantined for %v (level %d)",

@@ -97,9 +97,12 @@ func cloneState(st State) State {
 	if st.Instances != nil {
 		out.Instances = slices.Clone(st.Instances)
 		for i := range out.Instances {
-			v := &out.Instances[i]
-			v.Flaps = slices.Clone(v.Flaps)
-			v.Observers = slices.Clone(v.Observers)
+			if v := &out.Instances[i]; v.Recent != nil {
+				r := *v.Recent
+				r.Flaps = slices.Clone(r.Flaps)
+				r.Observers = slices.Clone(r.Observers)
+				v.Recent = &r
+			}
 		}
 	}
 	return out

@@ -526,7 +526,7 @@ func TestRuleFlapQuarantine(t *testing.T) {
 
 	t.Run("capped at QuarantineMax", func(t *testing.T) {
 		st := InstanceState{ID: "i0", Incarnation: 1, Seen: true, Lifecycle: Ready, HealthEligible: true, Published: true, QuarantineLevel: 9,
-			Flaps: []time.Time{at(0), at(1 * s), at(2 * s), at(3 * s)}}
+			Recent: &Recent{Flaps: []time.Time{at(0), at(1 * s), at(2 * s), at(3 * s)}}}
 		prev := State{Instances: []InstanceState{st}}
 		res, next := Evaluate(Policy{ShrinkCap: 1}, fleet(4), map[string][]Sample{"i0": {hard("i0", 4*s).s}}, prev, at(4*s))
 		if got := next.Instance("i0").QuarantineUntil.Time().Sub(at(4 * s)); got != 30*time.Minute {

@@ -105,10 +105,10 @@ func (c ClassState) Score() float64 {
 //
 // Its class and report states are pointers, nil while they are the zero
 // value, as they are for most instances (one with probes has a probe
-// class only), and its times are Nanos: an evaluator keeps one
-// InstanceState per instance, and the two ClassStates and the
-// ReportState were three quarters of it. Read and write them with
-// Class, SetClass and ReportState; the ClassStates
+// class only), as are its recent flaps and observers, and its times are
+// Nanos: an evaluator keeps one InstanceState per instance, and the two
+// ClassStates and the ReportState were three quarters of it. Read and
+// write them with Class, SetClass and ReportState; the ClassStates
 // and ReportState a State holds are its own, shared with no other State,
 // and never modified in place.
 type InstanceState struct {
@@ -136,6 +136,21 @@ type InstanceState struct {
 	// Classes holds each evidence class's state, nil for the zero
 	// ClassState.
 	Classes [numSampleClasses]*ClassState
+	// Report is the self-report's hysteresis, nil for the zero
+	// ReportState.
+	Report *ReportState
+	// Recent is the instance's recent flaps and observers, nil when it
+	// has neither.
+	Recent *Recent
+}
+
+// Recent is what an instance's state keeps of its recent past. An
+// InstanceState holds it behind a pointer, nil while both lists are
+// empty, as they are for an instance that nobody probes or calls: the
+// two lists' headers were a third of an InstanceState. Like the class
+// states, the Recent a State holds is its own and never modified in
+// place.
+type Recent struct {
 	// Flaps are the times of HealthEligible changes within FlapWindow.
 	Flaps []time.Time
 	// Observers is the latest sample of each observer in each class,
@@ -143,9 +158,6 @@ type InstanceState struct {
 	// OutcomeWindow for outcomes): whether probers disagree and whether
 	// callers reach their quorum is judged from it.
 	Observers []ObserverState
-	// Report is the self-report's hysteresis, nil for the zero
-	// ReportState.
-	Report *ReportState
 }
 
 // Nanos is a time as unix nanoseconds, 0 for the zero time: 8 bytes
@@ -187,6 +199,23 @@ func (s *InstanceState) SetClass(c Class, cs ClassState) {
 	if cs != (ClassState{}) {
 		s.Classes[c] = &cs
 	}
+}
+
+// Flaps returns the instance's recent flaps (see Recent).
+func (s *InstanceState) Flaps() []time.Time {
+	if s.Recent == nil {
+		return nil
+	}
+	return s.Recent.Flaps
+}
+
+// Observers returns the instance's observers' latest samples (see
+// Recent).
+func (s *InstanceState) Observers() []ObserverState {
+	if s.Recent == nil {
+		return nil
+	}
+	return s.Recent.Observers
 }
 
 // ReportState returns the self-report's state (the zero ReportState when

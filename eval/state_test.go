@@ -9,16 +9,16 @@ import (
 
 // TestStateIsCompact: an evaluator keeps one InstanceState per instance
 // for as long as the instance lives, so its size is guarded (its times
-// are Nanos, its id is the caller's string), and a class or a
-// self-report without state takes no memory beyond a nil pointer. A
-// State's ClassStates are its own: the next evaluation's never share the
-// previous one's, which its Evaluator may recycle.
+// are Nanos, its id is the caller's string), and a class, a self-report
+// or a recent past without state takes no memory beyond a nil pointer. A
+// State's ClassStates and Recents are its own: the next evaluation's
+// never share the previous one's, which its Evaluator may recycle.
 func TestStateIsCompact(t *testing.T) {
 	for _, c := range []struct {
 		name       string
 		got, limit uintptr
 	}{
-		{"InstanceState", unsafe.Sizeof(InstanceState{}), 136},
+		{"InstanceState", unsafe.Sizeof(InstanceState{}), 96},
 		{"ObserverState", unsafe.Sizeof(ObserverState{}), 48},
 	} {
 		if c.got > c.limit {
@@ -34,17 +34,27 @@ func TestStateIsCompact(t *testing.T) {
 	}
 	_, st := e.Evaluate(p, ins, probe(at(0), false), State{}, at(time.Second))
 	quiet, probed := st.Instance("quiet"), st.Instance("probed")
-	if quiet.Classes != [numSampleClasses]*ClassState{} || quiet.Report != nil {
-		t.Errorf("an instance without evidence holds class states %v and report %v, want none", quiet.Classes, quiet.Report)
+	if quiet.Classes != [numSampleClasses]*ClassState{} || quiet.Report != nil || quiet.Recent != nil {
+		t.Errorf("an instance without evidence holds class states %v, report %v and recent %v, want none",
+			quiet.Classes, quiet.Report, quiet.Recent)
+	}
+	if obs := probed.Observers(); len(obs) != 1 || obs[0].Observer != "n1" || len(probed.Flaps()) != 0 {
+		t.Errorf("a probed instance's observers %v and flaps %v, want n1's sample and none", obs, probed.Flaps())
 	}
 	if probed.Classes[ClassProbe] == nil || probed.Classes[ClassOutcome] != nil || probed.Class(ClassProbe).ConsecutiveFail != 1 {
 		t.Fatalf("a probed instance holds class states %v, want the probe class's only, one failure", probed.Classes)
 	}
-	first := probed.Classes[ClassProbe]
+	first, firstRecent := probed.Classes[ClassProbe], probed.Recent
+	firstAt := firstRecent.Observers[0].At
 	_, st2 := e.Evaluate(p, ins, probe(at(2*time.Second), false), st, at(3*time.Second))
-	if got := st2.Instance("probed").Classes[ClassProbe]; got == first || first.ConsecutiveFail != 1 || got.ConsecutiveFail != 2 {
+	next := st2.Instance("probed")
+	if got := next.Classes[ClassProbe]; got == first || first.ConsecutiveFail != 1 || got.ConsecutiveFail != 2 {
 		t.Errorf("the next State's probe class %p (%d failures) after %p (now %d failures): want a copy, the first unchanged",
 			got, got.ConsecutiveFail, first, first.ConsecutiveFail)
+	}
+	if next.Recent == firstRecent || &next.Recent.Observers[0] == &firstRecent.Observers[0] ||
+		!firstRecent.Observers[0].At.Equal(firstAt) || !next.Observers()[0].At.Equal(at(2*time.Second)) {
+		t.Errorf("the next State's recent %p after %p: want a copy with the new sample, the first unchanged", next.Recent, firstRecent)
 	}
 }
 
