@@ -18,7 +18,7 @@ run: build   ## single-node server on loopback, data in .cairn/, demo service an
 
 test:        ## every test (unit, property, fuzz seeds, API, real-process integration) with -race, then the allocation tests without it
 	$(GO) test -race -count=1 -timeout 15m ./...
-	$(GO) test -count=1 -run 'Allocations' ./dnsserver/ ./health/
+	$(GO) test -count=1 -run 'Allocations' ./dnsserver/ ./health/ ./tablefile/
 
 integration: ## only the real-process tests
 	$(GO) test -race -count=1 -timeout 15m ./integration/...

@@ -393,19 +393,20 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 	lrsPush.st = st
 	defer push.close()
 	tablePath := filepath.Join(cfg.DataDir, TableFile)
-	kept, err := tablefile.LoadKept(tablePath)
+	kept, keptErr := tablefile.LoadKept(tablePath)
 	switch {
-	case err != nil && kept != nil:
-		log.Warn("serving the previous copy of the table kept on disk", "err", err)
-	case err != nil:
-		log.Warn("not serving the table kept on disk", "err", err)
+	case keptErr != nil && kept != nil:
+		log.Warn("serving the previous copy of the table kept on disk", "err", keptErr)
+	case keptErr != nil:
+		log.Warn("not serving the table kept on disk", "err", keptErr)
 	}
 	hn, err = health.New(health.Config{Store: st, Table: table, Prober: prober, Push: push.send,
 		Interval: cfg.EvalInterval, Restore: kept, Logger: log, Registerer: reg})
 	if err != nil {
 		return err
 	}
-	keeper, err := tablefile.NewKeeper(tablefile.Config{Path: tablePath, Table: table, Synced: hn.Synced, Logger: log})
+	keeper, err := tablefile.NewKeeper(tablefile.Config{Path: tablePath, Table: table, Synced: hn.Synced, Logger: log,
+		PathGood: kept != nil && keptErr == nil})
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@
 package tablefile
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -217,115 +218,122 @@ func keepPrevious(path string) error {
 // Save writes s to path atomically and durably (package durable), so
 // that a crash leaves either the old file or the new one.
 func Save(path string, s *Snapshot) error {
-	_, err := save(path, s, nil, 0)
-	return err
+	return save(path, s, nil)
 }
 
 // save is Save, pausing whenever p says so: a table of many instances
 // takes milliseconds to encode and hash, which a server on one core must
-// not spend in one go (see package pace). sizeHint is the size the body
-// is expected to have (the last one's; 0: unknown); it returns the body's.
-func save(path string, s *Snapshot, p *pace.Pacer, sizeHint int) (int, error) {
-	body, err := encode(s, p, sizeHint)
-	if err != nil {
-		return 0, fmt.Errorf("tablefile: encoding: %w", err)
-	}
-	// A 16 KiB chunk hashes in some tens of microseconds: the clock is
-	// read after each (Step's one read in 32 calls would let a slice run
-	// for a megabyte, milliseconds).
+// not spend in one go (see package pace).
+//
+// The header carries the body's length and SHA-256, so it can be
+// written only once the whole body has been encoded. The body is some
+// 250 bytes an instance, tens of megabytes, and used to be encoded into
+// a buffer to be written after its header: a collection that marked
+// while a save held it (one every Interval) counted it, and set the next
+// goal twice that much higher. save encodes the body twice instead, into
+// the hash and then into the file, and holds none of it: the Snapshot is
+// not modified and its JSON is deterministic (encoding/json sorts map
+// keys), so both are the same bytes.
+func save(path string, s *Snapshot, p *pace.Pacer) error {
 	h := sha256.New()
-	for rest := body; len(rest) > 0; {
-		k := min(len(rest), 16<<10)
-		h.Write(rest[:k])
-		rest = rest[k:]
-		if p.Due() {
-			p.Pause()
-		}
+	hashed := &counter{w: h}
+	if err := encode(hashed, s, p); err != nil {
+		return fmt.Errorf("tablefile: encoding: %w", err)
 	}
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
-	// Header and body go into the file as they are, so the body (which
-	// may be megabytes) is not copied to put the header in front.
-	err = durable.Write(path, 0o600, func(w io.Writer) error {
-		if _, err := fmt.Fprintf(w, "%s %d %d %s\n", magic, FormatVersion, len(body), hex.EncodeToString(sum[:])); err != nil {
+	err := durable.Write(path, 0o600, func(w io.Writer) error {
+		bw := bufio.NewWriterSize(w, 64<<10)
+		if _, err := fmt.Fprintf(bw, "%s %d %d %s\n", magic, FormatVersion, hashed.n, hex.EncodeToString(sum[:])); err != nil {
 			return err
 		}
-		// In chunks, pausing between them: one write of megabytes
-		// holds the processor for a millisecond or so.
-		for rest := body; len(rest) > 0; {
-			k := min(len(rest), 64<<10)
-			if _, err := w.Write(rest[:k]); err != nil {
-				return err
-			}
-			rest = rest[k:]
-			if p.Due() {
-				p.Pause()
-			}
+		written := &counter{w: bw}
+		if err := encode(written, s, p); err != nil {
+			return err
 		}
-		return nil
+		if written.n != hashed.n {
+			return fmt.Errorf("the body came to %d bytes, then to %d", hashed.n, written.n)
+		}
+		return bw.Flush()
 	})
 	if err != nil {
-		return 0, fmt.Errorf("tablefile: %w", err)
+		return fmt.Errorf("tablefile: %w", err)
 	}
-	return len(body), nil
+	return nil
+}
+
+// counter counts the bytes written through it.
+type counter struct {
+	w io.Writer
+	n int
+}
+
+func (c *counter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n += n
+	return n, err
 }
 
 // headTail is how the JSON of a Snapshot without entries and service
 // infos ends; encode writes those two lists itself, one element at a time.
 const headTail = `"entries":null,"service_infos":null}`
 
-// encode is json.Marshal(s), with a step between elements of the long
-// lists, into a buffer made sizeHint bytes large (so that a body of the
-// expected size is written without growing it). The body it writes
-// decodes into the same Snapshot.
-func encode(s *Snapshot, p *pace.Pacer, sizeHint int) ([]byte, error) {
+// encode writes json.Marshal(s) into w, with a step between elements of
+// the long lists, one element at a time: the body it writes decodes into
+// the same Snapshot. w should buffer small writes.
+func encode(w io.Writer, s *Snapshot, p *pace.Pacer) error {
 	head := *s
 	head.Entries, head.ServiceInfos = nil, nil
 	b, err := json.Marshal(head)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if !bytes.HasSuffix(b, []byte(headTail)) {
 		// Snapshot's fields changed order: encode must follow.
-		return nil, errors.New("tablefile: the snapshot's JSON does not end with its entries and service infos")
+		return errors.New("tablefile: the snapshot's JSON does not end with its entries and service infos")
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, max(sizeHint, len(b))))
-	buf.Write(b[:len(b)-len(headTail)])
-	enc := json.NewEncoder(buf) // one value and a newline per call
+	// The first write error is kept and returned; the writes after it
+	// are skipped.
+	var werr error
+	write := func(b []byte) {
+		if werr == nil {
+			_, werr = w.Write(b)
+		}
+	}
+	write(b[:len(b)-len(headTail)])
+	punct := []byte(",]}")
+	comma, closeList, closeObject := punct[0:1], punct[1:2], punct[2:3]
+	enc := json.NewEncoder(w) // one value and a newline per call
 	list := func(name string, n int, elem func(i int) any) error {
 		if n == 0 {
-			buf.WriteString(`"` + name + `":null`) // as json.Marshal writes a nil list
-			return nil
+			write([]byte(`"` + name + `":null`)) // as json.Marshal writes a nil list
+			return werr
 		}
-		buf.WriteString(`"` + name + `":[`)
+		write([]byte(`"` + name + `":[`))
 		for i := range n {
 			if i > 0 {
-				buf.WriteByte(',')
+				write(comma)
+			}
+			if werr != nil {
+				return werr
 			}
 			if err := enc.Encode(elem(i)); err != nil {
 				return err
 			}
 			p.Step()
 		}
-		buf.WriteByte(']')
-		return nil
+		write(closeList)
+		return werr
 	}
 	if err := list("entries", len(s.Entries), func(i int) any { return &s.Entries[i] }); err != nil {
-		return nil, err
+		return err
 	}
-	buf.WriteByte(',')
+	write(comma)
 	if err := list("service_infos", len(s.ServiceInfos), func(i int) any { return &s.ServiceInfos[i] }); err != nil {
-		return nil, err
+		return err
 	}
-	buf.WriteByte('}')
-	return buf.Bytes(), nil
-}
-
-// goodAtStart reports whether the file a keeper found at its path reads
-// back whole (read once, before the keeper's first save).
-func (k *Keeper) goodAtStart() bool {
-	s, err := Load(k.cfg.Path)
-	return s != nil && err == nil
+	write(closeObject)
+	return werr
 }
 
 // Config configures a Keeper.
@@ -339,6 +347,12 @@ type Config struct {
 	Synced func() time.Time
 	// Interval is the least time between two writes. Defaults to 5s.
 	Interval time.Duration
+	// PathGood says that the file at Path read back whole at start
+	// (LoadKept without an error): only then does the keeper's first
+	// save make it the previous copy. A file that failed its checks, or
+	// was not read, never displaces the previous copy; after its first
+	// save the keeper trusts the files it wrote.
+	PathGood bool
 	Now      func() time.Time
 	Logger   *slog.Logger
 }
@@ -352,12 +366,8 @@ type Keeper struct {
 	// entries is the last snapshot's count, the room the next is made
 	// with.
 	entries int
-	// size is the last body's: the next is encoded into a buffer that
-	// large, made once per save rather than grown by doubling (the
-	// growth was most of what a server at 10,000 queries a second
-	// allocated). Kept between saves, the buffer would hold a table's
-	// megabytes for good.
-	size int
+	// wrote is whether this keeper has written the file.
+	wrote bool
 }
 
 // NewKeeper validates cfg.
@@ -413,10 +423,10 @@ func (k *Keeper) SaveNow() {
 		t.Release()
 		return
 	}
-	// The file becomes the previous copy if this keeper wrote it, or,
-	// before its first save, if it reads back whole: a corrupt file
-	// must not replace a good previous copy.
-	if k.size > 0 || k.goodAtStart() {
+	// The file becomes the previous copy if this keeper wrote it, or if
+	// it read back whole at start: a corrupt file must not replace a
+	// good previous copy.
+	if k.wrote || k.cfg.PathGood {
 		if err := keepPrevious(k.cfg.Path); err != nil {
 			// The save goes on: the previous copy is a second chance,
 			// not a condition of writing the file.
@@ -427,11 +437,10 @@ func (k *Keeper) SaveNow() {
 	s := take(t, k.cfg.Synced(), k.cfg.Now(), k.pacer, k.entries)
 	t.Release()
 	k.entries = len(s.Entries)
-	n, err := save(k.cfg.Path, s, k.pacer, k.size+k.size/16)
-	if err != nil {
+	if err := save(k.cfg.Path, s, k.pacer); err != nil {
 		k.cfg.Logger.Warn("keeping the status table on disk", "err", err)
 		return
 	}
-	k.size = n
 	k.saved = v
+	k.wrote = true
 }

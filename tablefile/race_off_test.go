@@ -1,0 +1,5 @@
+//go:build !race
+
+package tablefile
+
+const raceEnabled = false
