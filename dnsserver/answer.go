@@ -206,18 +206,18 @@ func (s *Server) resolve(m *msg, q *query, name zones.Name, t *status.Table) int
 	var kb [300]byte
 	switch name.Kind {
 	case zones.Namespace:
-		if !d.HasNamespace(key(kb[:], name.Namespace)) {
+		if !d.HasNamespace(status.NameKey(kb[:], name.Namespace)) {
 			return s.nxdomain(m, q, t)
 		}
 		return s.nodata(m, q, t)
 	case zones.Instance:
-		slot, ok := d.SlotOf(key(kb[:], name.Instance, name.Service, name.Namespace))
+		slot, ok := d.SlotOf(status.NameKey(kb[:], name.Instance, name.Service, name.Namespace))
 		if !ok {
 			return s.nxdomain(m, q, t)
 		}
 		return s.instance(m, q, t, d, slot)
 	}
-	id, ok := d.ServiceID(key(kb[:], name.Service, name.Namespace))
+	id, ok := d.ServiceID(status.NameKey(kb[:], name.Service, name.Namespace))
 	if !ok {
 		return s.nxdomain(m, q, t)
 	}

@@ -63,7 +63,6 @@
 //	            sampling without replacement
 //	wire.go     the answer written in wire format into a pooled buffer,
 //	            the OPT record and its EDEs, truncation
-//	names.go    keys for the directory's name index
 //	metrics.go  the cairn_dns_* metrics
 //
 // Both transports answer with the same code: a request (parseQuery on the

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+	"unsafe"
 )
 
 // Directory is what readers need beside the entries to answer a query:
@@ -217,21 +218,32 @@ func (d *Directory) SlotOfKey(key string) (uint32, bool) {
 	if !ok1 || !ok2 || len(ns)+len(svc)+len(id)+2 > len(buf) {
 		return 0, false
 	}
+	return d.SlotOf(NameKey(buf[:], id, svc, ns))
+}
+
+// NameKey writes labels, lower-cased and joined by dots, into buf and
+// returns them as a string that shares buf's memory: the form the name
+// index is looked up by (SlotOf, ServiceID, HasNamespace), without
+// allocating. The string is valid until buf is written again, and the
+// index keeps none it is asked for.
+func NameKey(buf []byte, labels ...string) string {
 	b := buf[:0]
-	for i, part := range [...]string{id, svc, ns} {
+	for i, l := range labels {
 		if i > 0 {
 			b = append(b, '.')
 		}
-		for j := 0; j < len(part); j++ {
-			c := part[j]
+		for j := 0; j < len(l); j++ {
+			c := l[j]
 			if 'A' <= c && c <= 'Z' {
 				c += 'a' - 'A'
 			}
 			b = append(b, c)
 		}
 	}
-	slot, ok := d.names.slots[string(b)]
-	return slot, ok
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
 }
 
 // maxLabel is the longest DNS label (RFC 1035 §2.3.4), which each part of
