@@ -64,6 +64,8 @@ type Store struct {
 	hkSvcs  []wire.ServiceKey
 	hkPacer *pace.Pacer
 
+	gather gatherer // self-reports' group commits
+
 	leaseMu sync.Mutex
 	leases  map[wire.InstanceKey]leaseUpdate // renewals held by the leader, until replicated
 	dirty   map[wire.InstanceKey]bool        // renewals not yet replicated
@@ -150,6 +152,13 @@ func Open(cfg Config) (*Store, error) {
 	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
 	rc.ElectionTimeout = cfg.ElectionTimeout
 	rc.LeaderLeaseTimeout = cfg.LeaderLease
+	// A buffered apply queue, so that a group of self-reports enters it
+	// at once and shares one commit (gather.go). raft checks an Apply's
+	// timeout only while the entry waits to enter the queue, so an entry
+	// may now sit in it past that timeout; the leader loop empties the
+	// queue at every commit.
+	rc.BatchApplyCh = true
+	rc.MaxAppendEntries = gatherMax
 	if cfg.SnapshotThreshold > 0 {
 		rc.SnapshotThreshold = cfg.SnapshotThreshold
 	}
@@ -236,6 +245,8 @@ func Open(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("store: starting raft: %w", err)
 	}
 	s.raft = r
+	s.gather.apply = r.Apply
+	s.gather.wait = func() { time.Sleep(gatherWindow) }
 	return s, nil
 }
 
@@ -381,7 +392,12 @@ func (s *Store) propose(ctx context.Context, c command) (result, error) {
 		timeout = time.Until(dl)
 	}
 	start := time.Now()
-	f := s.raft.Apply(b, timeout)
+	var f raft.ApplyFuture
+	if c.Op == opReport {
+		f = s.gather.add(b, timeout) // see gatherWindow
+	} else {
+		f = s.raft.Apply(b, timeout)
+	}
 	if err := f.Error(); err != nil {
 		return result{}, fmt.Errorf("store: applying %s: %w", c.Op, s.raftErr(err))
 	}
