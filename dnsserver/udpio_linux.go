@@ -143,35 +143,38 @@ func (c *mmsgConn) point(i int, m *udpMsg, read bool) {
 }
 
 func (c *mmsgConn) readBatch(ms []udpMsg) (int, error) {
-	for i := range ms {
-		c.point(i, &ms[i], true)
-	}
-	c.n = len(ms)
-	if err := c.rc.Read(c.readFn); err != nil {
-		return 0, err
-	}
-	if c.errno != nil {
-		return 0, os.NewSyscallError("recvmmsg", c.errno)
-	}
-	for i := range ms[:c.n] {
+	n, err := c.call(ms, true)
+	for i := range ms[:n] {
 		h := &c.hdrs[i]
 		ms[i].buf = ms[i].buf[:h.len]
 		ms[i].oob = ms[i].oob[:h.hdr.Controllen]
 		ms[i].peer.n = h.hdr.Namelen
 	}
-	return c.n, nil
+	return n, err
 }
 
-func (c *mmsgConn) writeBatch(ms []udpMsg) (int, error) {
+func (c *mmsgConn) writeBatch(ms []udpMsg) (int, error) { return c.call(ms, false) }
+
+// call points the headers at ms and makes one recvmmsg (read) or
+// sendmmsg through the RawConn, which parks the goroutine until the
+// socket is ready.
+func (c *mmsgConn) call(ms []udpMsg, read bool) (int, error) {
 	for i := range ms {
-		c.point(i, &ms[i], false)
+		c.point(i, &ms[i], read)
 	}
 	c.n = len(ms)
-	if err := c.rc.Write(c.writeFn); err != nil {
+	var err error
+	name := "sendmmsg"
+	if read {
+		name, err = "recvmmsg", c.rc.Read(c.readFn)
+	} else {
+		err = c.rc.Write(c.writeFn)
+	}
+	if err != nil {
 		return 0, err
 	}
 	if c.errno != nil {
-		return 0, os.NewSyscallError("sendmmsg", c.errno)
+		return 0, os.NewSyscallError(name, c.errno)
 	}
 	return c.n, nil
 }
