@@ -1,6 +1,7 @@
 package status
 
 import (
+	"hash/maphash"
 	"net/netip"
 	"strings"
 	"time"
@@ -65,38 +66,27 @@ type InstanceInfo struct {
 	// Ports maps a port name of the service to this instance's number.
 	// Instances with the same numbers may share one map: read-only.
 	Ports map[string]uint16
-
-	// name is the instance's lower-case "id.name.namespace", made by
-	// Directory.Index the first time it indexes this InstanceInfo (and
-	// again should its service's names not be the ones it was made of).
-	// Only the writer touches it.
-	name string
 }
 
-// namedIn reports whether in.name is what Index makes of in's id in
-// service s, without making it: a check the 32 bytes of the names it
-// was made of, kept in every InstanceInfo, used to do. It compares
-// ASCII alone, which is what names are (SPEC §1); anything else it
-// reports as not named, to be made again.
-func (in *InstanceInfo) namedIn(s ServiceInfo) bool {
-	n := in.name
-	if len(n) != len(in.ID)+1+len(s.Name)+1+len(s.Namespace) {
+// isNamed reports whether name, in lower case, is in's
+// "id.name.namespace" in service s, without making that name: the check
+// the name index makes of each candidate its hash finds. It folds ASCII
+// alone, which is what names are (SPEC §1).
+func (in *InstanceInfo) isNamed(name string, s ServiceInfo) bool {
+	if len(name) != len(in.ID)+1+len(s.Name)+1+len(s.Namespace) {
 		return false
 	}
 	for _, part := range [...]string{in.ID, ".", s.Name, ".", s.Namespace} {
 		for i := 0; i < len(part); i++ {
 			c := part[i]
-			if c >= 0x80 {
-				return false
-			}
 			if 'A' <= c && c <= 'Z' {
 				c += 'a' - 'A'
 			}
-			if n[i] != c {
+			if name[i] != c {
 				return false
 			}
 		}
-		n = n[len(part):]
+		name = name[len(part):]
 	}
 	return true
 }
@@ -126,11 +116,23 @@ func (d *Directory) Instance(slot int) *InstanceInfo {
 // names indexes a Directory by the lower-case names readers look things
 // up by: "name.namespace" for a service, "id.name.namespace" for an
 // instance.
+//
+// Instances are found through an open-addressed table of slots keyed by
+// a hash of the name, not a map of names: a name is made only to be
+// hashed, on a stack buffer, and each candidate the hash finds is checked
+// against its InstanceInfo and service. The table costs 8 bytes a cell
+// at a load of at most a half, where a map of strings kept each
+// instance's name as well.
 type names struct {
 	services   map[string]uint32
 	namespaces map[string]struct{}
-	slots      map[string]uint32
+	seed       maphash.Seed
+	cells      []cell // len a power of two; mask = len-1
 }
+
+// cell is one place in the instance table: slot+1 (0: empty) and the
+// slot's service id.
+type cell struct{ slot1, svc uint32 }
 
 // Index builds the Directory's name index, which ServiceID, HasNamespace
 // and SlotOf read. The writer calls it once, before the Directory is
@@ -139,12 +141,9 @@ type names struct {
 // directory changes. serviceOf reports the service id of the instance in
 // a slot (the slot's Entry.Service). step, if not nil, is called between
 // instances, for a writer that paces its work.
-//
-// An instance's name is kept in its InstanceInfo, so a Directory that
-// reuses the InstanceInfo (the same incarnation) does not make it again.
 func (d *Directory) Index(serviceOf func(slot int) uint32, step func()) {
 	ix := &names{services: make(map[string]uint32, len(d.Services)), namespaces: map[string]struct{}{},
-		slots: make(map[string]uint32, len(d.Services)*4)}
+		seed: maphash.MakeSeed()}
 	for id := 1; id < len(d.Services); id++ {
 		s := d.Services[id]
 		if s.Name == "" {
@@ -153,6 +152,18 @@ func (d *Directory) Index(serviceOf func(slot int) uint32, step func()) {
 		ix.services[strings.ToLower(s.Name+"."+s.Namespace)] = uint32(id)
 		ix.namespaces[strings.ToLower(s.Namespace)] = struct{}{}
 	}
+	n := 0
+	for _, in := range d.Instances {
+		if in != nil {
+			n++
+		}
+	}
+	size := 8
+	for size < 2*n {
+		size *= 2
+	}
+	ix.cells = make([]cell, size)
+	var buf [3*maxLabel + 2]byte
 	for slot, in := range d.Instances {
 		if step != nil {
 			step()
@@ -160,16 +171,23 @@ func (d *Directory) Index(serviceOf func(slot int) uint32, step func()) {
 		if in == nil {
 			continue
 		}
-		s, ok := d.Service(serviceOf(slot))
+		svc := serviceOf(slot)
+		s, ok := d.Service(svc)
 		if !ok {
 			continue
 		}
-		if !in.namedIn(s) {
-			in.name = strings.ToLower(in.ID + "." + s.Name + "." + s.Namespace)
+		i := ix.first(NameKey(buf[:], in.ID, s.Name, s.Namespace))
+		for ix.cells[i].slot1 != 0 {
+			i = (i + 1) & (len(ix.cells) - 1)
 		}
-		ix.slots[in.name] = uint32(slot)
+		ix.cells[i] = cell{slot1: uint32(slot) + 1, svc: svc}
 	}
 	d.names = ix
+}
+
+// first returns the cell a probe for name starts at.
+func (ix *names) first(name string) int {
+	return int(maphash.String(ix.seed, name) & uint64(len(ix.cells)-1))
 }
 
 // ServiceID returns the id of the service whose lower-case
@@ -198,8 +216,16 @@ func (d *Directory) SlotOf(name string) (uint32, bool) {
 	if d == nil || d.names == nil {
 		return 0, false
 	}
-	slot, ok := d.names.slots[name]
-	return slot, ok
+	ix := d.names
+	for i := ix.first(name); ; i = (i + 1) & (len(ix.cells) - 1) {
+		c := ix.cells[i]
+		if c.slot1 == 0 {
+			return 0, false
+		}
+		if in := d.Instances[c.slot1-1]; in.isNamed(name, d.Services[c.svc]) {
+			return c.slot1 - 1, true
+		}
+	}
 }
 
 // SlotOfKey returns the slot of the instance whose store key

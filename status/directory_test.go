@@ -1,9 +1,9 @@
 package status
 
 import (
+	"strconv"
 	"strings"
 	"testing"
-	"unsafe"
 )
 
 // TestDirectoryIndex: the writer's index finds services, namespaces and
@@ -33,7 +33,6 @@ func TestDirectoryIndex(t *testing.T) {
 		t.Error("an instance whose service is unknown was indexed")
 	}
 
-	name := cart.name
 	d2 := &Directory{Services: d.Services, Instances: []*InstanceInfo{nil, nil, nil, cart}}
 	steps := 0
 	d2.Index(func(slot int) uint32 { return 1 }, func() { steps++ })
@@ -43,18 +42,20 @@ func TestDirectoryIndex(t *testing.T) {
 	if steps != 4 {
 		t.Errorf("step called %d times, want once per slot (4)", steps)
 	}
-	if unsafe.StringData(cart.name) != unsafe.StringData(name) {
-		t.Error("re-indexing an InstanceInfo made its name again")
-	}
 
-	// Under another service's names (the same length, another case), the
-	// name is made again.
-	for _, svc := range []ServiceInfo{{Namespace: "Shop", Name: "Cars"}, {Namespace: "SHOP", Name: "CART"}, {Namespace: "Shop", Name: "Cärt"}} {
+	// The same InstanceInfo under another service's names (the same
+	// length, another case) is found by those names only.
+	for _, svc := range []ServiceInfo{{Namespace: "Shop", Name: "Cars"}, {Namespace: "SHOP", Name: "CART"}} {
 		d3 := &Directory{Services: []ServiceInfo{{}, svc}, Instances: []*InstanceInfo{cart}}
 		d3.Index(func(slot int) uint32 { return 1 }, nil)
 		want := strings.ToLower("web-1." + svc.Name + "." + svc.Namespace)
-		if slot, ok := d3.SlotOf(want); !ok || slot != 0 || cart.name != want {
-			t.Errorf("in %s.%s: SlotOf(%s) = %d, %v, name %q; want 0, true, %q", svc.Name, svc.Namespace, want, slot, ok, cart.name, want)
+		if slot, ok := d3.SlotOf(want); !ok || slot != 0 {
+			t.Errorf("in %s.%s: SlotOf(%s) = %d, %v; want 0, true", svc.Name, svc.Namespace, want, slot, ok)
+		}
+		if want != "web-1.cart.shop" {
+			if _, ok := d3.SlotOf("web-1.cart.shop"); ok {
+				t.Errorf("in %s.%s: found under web-1.cart.shop", svc.Name, svc.Namespace)
+			}
 		}
 	}
 
@@ -89,5 +90,44 @@ func TestSlotOfKey(t *testing.T) {
 	var none *Directory
 	if _, ok := none.SlotOfKey("shop/cart/web-1"); ok {
 		t.Error("a nil Directory found a key")
+	}
+}
+
+// TestDirectoryIndexFull: every instance of a directory of thousands, in
+// services whose names share prefixes and lengths, is found at its own
+// slot, however the hash places them; names that differ by one character
+// from one that is there, or name no instance, are not found; and a
+// lookup does not allocate.
+func TestDirectoryIndexFull(t *testing.T) {
+	const services, per = 50, 100
+	d := &Directory{Services: make([]ServiceInfo, services+1), Instances: make([]*InstanceInfo, 0, services*per+services)}
+	svcOf := []uint32{}
+	for s := 1; s <= services; s++ {
+		d.Services[s] = ServiceInfo{Namespace: "ns" + strconv.Itoa(s%3), Name: "svc-" + strconv.Itoa(s)}
+		for i := 0; i < per; i++ {
+			if i%7 == 0 {
+				d.Instances, svcOf = append(d.Instances, nil), append(svcOf, 0) // free slots between
+			}
+			d.Instances, svcOf = append(d.Instances, &InstanceInfo{ID: "I-" + strconv.Itoa(i)}), append(svcOf, uint32(s))
+		}
+	}
+	d.Index(func(slot int) uint32 { return svcOf[slot] }, nil)
+	for slot, in := range d.Instances {
+		if in == nil {
+			continue
+		}
+		s := d.Services[svcOf[slot]]
+		name := strings.ToLower(in.ID + "." + s.Name + "." + s.Namespace)
+		if got, ok := d.SlotOf(name); !ok || int(got) != slot {
+			t.Fatalf("SlotOf(%s) = %d, %v; want %d, true", name, got, ok, slot)
+		}
+		for _, miss := range []string{name + "x", "x" + name, strings.Replace(name, "i-", "j-", 1), strings.ToUpper(name)} {
+			if got, ok := d.SlotOf(miss); ok {
+				t.Fatalf("SlotOf(%s) = %d, true; want none", miss, got)
+			}
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { d.SlotOf("i-5.svc-7.ns1") }); n != 0 {
+		t.Errorf("SlotOf allocates %v times, want 0", n)
 	}
 }
