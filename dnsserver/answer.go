@@ -213,13 +213,13 @@ func (s *Server) resolve(m *msg, q *query, name zones.Name, t *status.Table) int
 	case zones.Instance:
 		slot, ok := d.SlotOf(status.NameKey(kb[:], name.Instance, name.Service, name.Namespace))
 		if !ok {
-			return s.nxdomain(m, q, t)
+			return s.unheld(m, q, t, d, name)
 		}
 		return s.instance(m, q, t, d, slot)
 	}
 	id, ok := d.ServiceID(status.NameKey(kb[:], name.Service, name.Namespace))
 	if !ok {
-		return s.nxdomain(m, q, t)
+		return s.unheld(m, q, t, d, name)
 	}
 	svc := d.Services[id]
 	switch name.Kind {
@@ -344,4 +344,20 @@ func (s *Server) nodata(m *msg, q *query, t *status.Table) int {
 
 func (s *Server) nxdomain(m *msg, q *query, t *status.Table) int {
 	return s.negative(m, q, t, dns.RcodeNameError)
+}
+
+// unheld answers a name under a service the table has not found: NXDOMAIN,
+// unless the table holds only some services (Config.Unheld) and this one
+// may yet come, which is SERVFAIL with EDE 14 (Not Ready) — never a
+// denial the resolver would cache for a name that exists.
+func (s *Server) unheld(m *msg, q *query, t *status.Table, d *status.Directory, name zones.Name) int {
+	if s.cfg.Unheld != nil {
+		var kb [2*63 + 1]byte
+		if _, held := d.ServiceID(status.NameKey(kb[:], name.Service, name.Namespace)); !held &&
+			s.cfg.Unheld(strings.ToLower(name.Namespace), strings.ToLower(name.Service)) {
+			q.addEDE(m, dns.ExtendedErrorCodeNotReady, "view not held yet")
+			return dns.RcodeServerFailure
+		}
+	}
+	return s.nxdomain(m, q, t)
 }

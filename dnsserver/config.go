@@ -48,6 +48,13 @@ type Config struct {
 	// and the store has not caught up since: every answer is then stale
 	// (EDE 3), whatever the table's age (SPEC §7). nil: never.
 	Restored func() bool
+	// Unheld, if set, is asked about a service the table does not hold,
+	// for a table that holds only some of them (an agent's, which holds
+	// the views it subscribed to): it reports whether the service may yet
+	// come (its view is being fetched), and the answer is then SERVFAIL
+	// with EDE 14 (Not Ready) instead of NXDOMAIN. The strings are valid
+	// only during the call. nil: the table holds every service.
+	Unheld func(namespace, service string) bool
 	// UDPSize is the EDNS UDP payload size advertised and the most a UDP
 	// answer may be. Defaults to 1232.
 	UDPSize uint16

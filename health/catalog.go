@@ -272,7 +272,7 @@ func (n *Node) directory(c catalog) *status.Directory {
 		p := cs.svc.Policy
 		info := status.ServiceInfo{Namespace: cs.key.Namespace, Name: cs.key.Name, DNSTTL: p.DNSTTL.D(),
 			ARecordLimit: p.ARecordLimit, MinHealthyFraction: cs.policy.MinHealthyFraction,
-			MaxEjectionPercent: wire.DefaultMaxEjectionPercent}
+			MaxEjectionPercent: wire.DefaultMaxEjectionPercent, ShrinkCap: cs.policy.ShrinkCap, ShrinkWindow: cs.policy.ShrinkWindow}
 		if p.MaxEjectionPercent != nil {
 			info.MaxEjectionPercent = *p.MaxEjectionPercent
 		}
@@ -374,7 +374,8 @@ func (n *Node) sameInstances(c catalog, old *status.Directory) bool {
 
 func sameService(a, b status.ServiceInfo) bool {
 	return a.Namespace == b.Namespace && a.Name == b.Name && a.DNSTTL == b.DNSTTL && a.ARecordLimit == b.ARecordLimit &&
-		a.MinHealthyFraction == b.MinHealthyFraction && a.MaxEjectionPercent == b.MaxEjectionPercent && slices.Equal(a.Ports, b.Ports)
+		a.MinHealthyFraction == b.MinHealthyFraction && a.MaxEjectionPercent == b.MaxEjectionPercent && a.ShrinkCap == b.ShrinkCap && a.ShrinkWindow == b.ShrinkWindow &&
+		slices.Equal(a.Ports, b.Ports)
 }
 
 // extend returns names with the new ones appended (ids stay stable), or

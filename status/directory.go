@@ -47,6 +47,11 @@ type ServiceInfo struct {
 	// caller's outlier detection may eject (the policy's
 	// max_ejection_percent; 0: never eject), for xDS clusters.
 	MaxEjectionPercent int
+	// ShrinkCap is the fraction (0–1] of its eligible endpoints a view
+	// may lose per ShrinkWindow (SPEC §2), for readers that bound a
+	// view's shrinking themselves: the agent.
+	ShrinkCap    float64
+	ShrinkWindow time.Duration
 }
 
 // Port is a named service port.

@@ -52,9 +52,23 @@ type Snapshot struct {
 	Capacity   int      `json:"capacity"`
 	Services   []string `json:"services"`   // names by id, from 1
 	Localities []string `json:"localities"` // names by id, from 1
+	// Views is what an agent keeps of each view its table was filled
+	// from (package agent); a server's file has none.
+	Views []View `json:"views,omitempty"`
 	// Entries are the used slots.
 	Entries      []SlotEntry          `json:"entries"`
 	ServiceInfos []status.ServiceInfo `json:"service_infos"`
+}
+
+// View is one service's view as an agent holds it: its resource name
+// ("<svc>.<ns>"), revision and version, when it came and when the agent
+// last knew it current.
+type View struct {
+	Name      string    `json:"name"`
+	Revision  uint64    `json:"revision"`
+	Version   string    `json:"version"`
+	Received  time.Time `json:"received"`
+	Refreshed time.Time `json:"refreshed"`
 }
 
 // SlotEntry is one used slot: its entry and what readers need of its
@@ -194,12 +208,12 @@ func LoadKept(path string) (*Snapshot, error) {
 	return nil, errors.Join(err, perr)
 }
 
-// keepPrevious makes the previous copy (path + PreviousSuffix) the file
+// keepPreviousCopy makes the previous copy (path + PreviousSuffix) the file
 // now at path, if there is one, before a save replaces it: a hard link
 // renamed over the previous copy, so that every step leaves a whole
 // file at each name. A crash after it leaves the same table under both
 // names, which LoadKept reads either way.
-func keepPrevious(path string) error {
+func keepPreviousCopy(path string) error {
 	if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -219,6 +233,18 @@ func keepPrevious(path string) error {
 // that a crash leaves either the old file or the new one.
 func Save(path string, s *Snapshot) error {
 	return save(path, s, nil)
+}
+
+// Replace is Save, making the file it replaces the previous copy first
+// when keepPrevious says that file is whole (it read back whole, or the
+// caller wrote it), as a Keeper does. A failure to keep the previous
+// copy does not stop the save; it is returned with the save's own.
+func Replace(path string, s *Snapshot, keepPrevious bool) error {
+	var kerr error
+	if keepPrevious {
+		kerr = keepPreviousCopy(path)
+	}
+	return errors.Join(kerr, save(path, s, nil))
 }
 
 // save is Save, pausing whenever p says so: a table of many instances
@@ -427,7 +453,7 @@ func (k *Keeper) SaveNow() {
 	// it read back whole at start: a corrupt file must not replace a
 	// good previous copy.
 	if k.wrote || k.cfg.PathGood {
-		if err := keepPrevious(k.cfg.Path); err != nil {
+		if err := keepPreviousCopy(k.cfg.Path); err != nil {
 			// The save goes on: the previous copy is a second chance,
 			// not a condition of writing the file.
 			k.cfg.Logger.Warn("keeping the previous status table on disk", "err", err)

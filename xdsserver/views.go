@@ -13,6 +13,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/cairn-sd/cairn/agentview"
+
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -65,8 +67,12 @@ type resource struct {
 	// shows a subscriber holds.
 	rev uint64
 	// rotation lists an assignment's endpoints in rotation (HEALTHY or
-	// UNKNOWN), sorted, to tell the next change's lane.
+	// UNKNOWN), sorted, to tell the next change's lane; for an agent's
+	// view, the ids of the instances in rotation.
 	rotation []string
+	// content is an agent view's version before its revision was
+	// stamped in (see putView).
+	content string
 }
 
 // place is a subscriber's node locality, by name: the key of a view.
@@ -139,13 +145,18 @@ type hub struct {
 	mu     sync.Mutex
 	table  uint64
 	common map[uint32]svcCommon // by service id
+	// views are the agents' views (package agentview), by service id:
+	// the same from every place, so built once per change of the
+	// service's members, whichever place's refresh comes first.
+	views map[uint32]svcView
 	// clusters and listeners of the current table, shared by every place
 	clusters, listeners map[string]resource
 	places              map[place]*placeState
 }
 
 func newHub(pub *status.Publisher, m *metrics) *hub {
-	return &hub{pub: pub, m: m, seed: maphash.MakeSeed(), common: map[uint32]svcCommon{}, places: map[place]*placeState{}}
+	return &hub{pub: pub, m: m, seed: maphash.MakeSeed(), common: map[uint32]svcCommon{}, views: map[uint32]svcView{},
+		places: map[place]*placeState{}}
 }
 
 // join registers a stream of place p and returns its current view.
@@ -317,6 +328,11 @@ func (h *hub) refreshCommon(t *status.Table) (changed [numTypes]map[string]bool)
 		h.common[id] = c
 		return nil
 	})
+	for id := range h.views {
+		if !seen[id] {
+			delete(h.views, id)
+		}
+	}
 	for id := range h.common {
 		if !seen[id] {
 			delete(h.common, id)
@@ -377,6 +393,9 @@ func (h *hub) refreshPlace(t *status.Table, ps *placeState, common [numTypes]map
 				}
 				a.res[cla.ClusterName] = r
 			}
+			if err = h.putView(a.res, t, id, fp); err != nil {
+				return err
+			}
 			ps.assign[id] = a
 		}
 		return nil
@@ -423,6 +442,54 @@ func (h *hub) refreshPlace(t *status.Table, ps *placeState, common [numTypes]map
 		}
 	}
 	return nil
+}
+
+// putView files the agent's view of service id ("<svc>.<ns>", package
+// agentview) in m; fp is the service's membersFP. The view is stamped with the store revision of the
+// table its content last changed in: while the content is the one old
+// holds, so is the resource (the same revision, version and change), so
+// that a view's revision orders views across servers — a server behind
+// stamps an older content with a lower revision — without changing the
+// version at every store write.
+func (h *hub) putView(m map[string]resource, t *status.Table, id uint32, fp uint64) error {
+	prev, had := h.views[id]
+	if had && prev.fp == fp {
+		m[prev.name] = prev.res
+		return nil
+	}
+	v, err := agentview.Of(t, id)
+	if err != nil {
+		return err
+	}
+	content, err := Version(v.Encode())
+	if err != nil {
+		return err
+	}
+	name := agentview.Name(v.Service.Namespace, v.Service.Name)
+	had = had && prev.name == name
+	if had && prev.res.content == content {
+		h.views[id] = svcView{fp: fp, name: name, res: prev.res}
+		m[name] = prev.res
+		return nil
+	}
+	v.Revision = t.StoreRevision()
+	if err := put(m, v.Service, name, v.Encode()); err != nil {
+		return err
+	}
+	r := m[name]
+	r.content, r.changed, r.rev, r.rotation = content, t.Built(), t.StoreRevision(), v.InRotation()
+	r.withdraws = had && !subset(prev.res.rotation, r.rotation)
+	m[name] = r
+	h.views[id] = svcView{fp: fp, name: name, res: r}
+	return nil
+}
+
+// svcView is one service's agent view, kept while its members are
+// unchanged (fp is membersFP's).
+type svcView struct {
+	fp   uint64
+	name string
+	res  resource
 }
 
 // stamp sets when the resources of m changed.
@@ -487,6 +554,13 @@ func (h *hub) serviceFP(svc status.ServiceInfo) uint64 {
 	mh.WriteString(svc.Name)
 	mh.WriteByte(0)
 	maphash.WriteComparable(&mh, svc.MaxEjectionPercent)
+	// The answer policy is not in the clusters, but it is in the agents'
+	// views, which membersFP covers with this.
+	maphash.WriteComparable(&mh, svc.DNSTTL)
+	maphash.WriteComparable(&mh, svc.ARecordLimit)
+	maphash.WriteComparable(&mh, svc.MinHealthyFraction)
+	maphash.WriteComparable(&mh, svc.ShrinkCap)
+	maphash.WriteComparable(&mh, svc.ShrinkWindow)
 	for _, p := range svc.Ports {
 		mh.WriteString(p.Name)
 		mh.WriteByte(0)
