@@ -80,6 +80,7 @@ func App(stdout, stderr io.Writer) *cli.App {
 			joinCommand(),
 			leaveCommand(),
 			xdsBootstrapCommand(),
+			agentCommand(),
 		},
 	}
 }

@@ -1,0 +1,220 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+
+	"github.com/cairn-sd/cairn/agent"
+	"github.com/cairn-sd/cairn/backoff"
+	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/xdsserver"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// server is a real xDS server on loopback, serving the tables a test
+// publishes.
+type server struct {
+	pub  *status.Publisher
+	addr string
+	stop func()
+}
+
+func startServer(t *testing.T) *server {
+	t.Helper()
+	pub, err := status.New(status.Config{Capacity: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := xdsserver.New(xdsserver.Config{Table: pub, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	srv.Register(gs)
+	go gs.Serve(ln)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Run(ctx) }()
+	var once sync.Once
+	s := &server{pub: pub, addr: ln.Addr().String(), stop: func() { once.Do(func() { gs.Stop(); cancel(); <-done }) }}
+	t.Cleanup(s.stop)
+	return s
+}
+
+// publish builds the server's next table at store revision rev: service
+// shop/cart (port http) with n instances i0..i<n-1>, the first up
+// eligible.
+func (s *server) publish(t *testing.T, rev uint64, n, up int) {
+	t.Helper()
+	svcs := []status.ServiceInfo{{}, {Namespace: "shop", Name: "cart", Ports: []status.Port{{Name: "http", Number: 80, Protocol: "tcp"}},
+		DNSTTL: 5 * time.Second, ARecordLimit: 8, MinHealthyFraction: -1, ShrinkCap: 0.33, ShrinkWindow: 10 * time.Second}}
+	dir := &status.Directory{Revision: rev, Services: svcs, Instances: make([]*status.InstanceInfo, s.pub.Capacity())}
+	_, err := s.pub.Build(func(b *status.Builder) error {
+		b.SetStoreRevision(rev)
+		b.SetServices(status.NewNames("shop/cart"))
+		b.SetLocalities(status.NewNames("eu", "eu-1a"))
+		es := b.Entries()
+		clear(es)
+		for i := range n {
+			id := fmt.Sprintf("i%d", i)
+			dir.Instances[i] = &status.InstanceInfo{ID: id, Incarnation: 1, Addrs: []netip.Addr{netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)})},
+				Ports: map[string]uint16{"http": 8080}}
+			e := status.Entry{Key: status.KeyHash("shop/cart/" + id), Incarnation: 1, Service: 1, Region: 1, Zone: 2,
+				Verdict: status.Unhealthy, Lifecycle: status.Ready, BaseWeight: 100}
+			if i < up {
+				e.Verdict, e.Flags, e.Weight = status.Healthy, status.Eligible, 100
+			}
+			es[i] = e
+		}
+		dir.Index(func(slot int) uint32 { return es[slot].Service }, nil)
+		b.SetDirectory(dir)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+type fixture struct {
+	t     *testing.T
+	pub   *status.Publisher
+	a     *agent.Agent
+	clock *clock
+	reg   *prometheus.Registry
+	stop  func()
+}
+
+// metric returns the value of the agent's metric name (one series).
+func (f *fixture) metric(name string) float64 {
+	f.t.Helper()
+	mfs, err := f.reg.Gather()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			m := mf.GetMetric()[0]
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	f.t.Fatalf("no metric %s", name)
+	return 0
+}
+
+// clock is the agent's injected clock.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// startAgent runs an agent of the servers given, keeping its views at
+// path, subscribed to shop/cart.
+func startAgent(t *testing.T, path string, servers ...string) *fixture {
+	t.Helper()
+	pub, err := status.New(status.Config{Capacity: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &clock{now: time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)}
+	reg := prometheus.NewRegistry()
+	a, err := agent.New(agent.Config{Servers: servers, Services: []string{"shop/cart"}, NodeID: "agent-test", Region: "eu", Zone: "eu-1a",
+		Path: path, Table: pub, Backoff: backoff.Config{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond},
+		SaveInterval: time.Millisecond, Now: c.Now, Registerer: reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx) }()
+	var once sync.Once
+	f := &fixture{t: t, pub: pub, a: a, clock: c, reg: reg, stop: func() { once.Do(func() { cancel(); <-done }) }}
+	t.Cleanup(f.stop)
+	return f
+}
+
+// eligible counts shop/cart's instances in rotation in the agent's
+// table, and returns the table's store revision.
+func (f *fixture) eligible() (n int, rev uint64) {
+	t := f.pub.Acquire()
+	if t == nil {
+		return -1, 0
+	}
+	defer t.Release()
+	id, ok := t.Directory().ServiceID("cart.shop")
+	if !ok {
+		return -1, t.StoreRevision()
+	}
+	for _, slot := range t.Members(id) {
+		if t.Entry(int(slot)).Flags.Has(status.Eligible) {
+			n++
+		}
+	}
+	return n, t.StoreRevision()
+}
+
+// waitFor polls cond until it holds, or fails the test after 10 s.
+func (f *fixture) waitFor(what string, cond func() bool) {
+	f.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			n, rev := f.eligible()
+			f.t.Fatalf("timed out waiting for %s (eligible %d at revision %d; status %+v)", what, n, rev, f.a.Status(5*time.Second))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (f *fixture) has(n int, rev uint64) func() bool {
+	return func() bool { m, r := f.eligible(); return m == n && r == rev }
+}
+
+// TestAgentFollowsAndFailsOver: the agent holds the view its server
+// publishes, follows its changes, and when the server goes, fails over
+// to the next one; a server behind (an older revision) is refused, and
+// the agent keeps the newer view it holds until the server catches up.
+func TestAgentFollowsAndFailsOver(t *testing.T) {
+	s1, s2 := startServer(t), startServer(t)
+	s1.publish(t, 100, 4, 4)
+	s2.publish(t, 90, 4, 1) // behind: an older view
+	f := startAgent(t, filepath.Join(t.TempDir(), "views.cairn"), s1.addr, s2.addr)
+	f.waitFor("the first view", f.has(4, 100))
+	s1.publish(t, 101, 4, 3)
+	f.waitFor("a withdrawal", f.has(3, 101))
+
+	s1.stop()
+	// s2 serves revision 90: refused, whatever it says.
+	f.waitFor("the refusal of the older view", func() bool { return f.metric("cairn_agent_nacks_total") >= 1 })
+	if n, rev := f.eligible(); n != 3 || rev != 101 {
+		t.Fatalf("after failing over to a server behind: %d eligible at revision %d, want the 3 at 101 held", n, rev)
+	}
+	s2.publish(t, 102, 4, 4)
+	f.waitFor("the caught-up server's view", f.has(4, 102))
+}

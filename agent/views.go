@@ -1,0 +1,225 @@
+package agent
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cairn-sd/cairn/agentview"
+	"github.com/cairn-sd/cairn/status"
+)
+
+// view is one service as the agent holds it: the last view the server
+// sent and accepted (got), what the agent serves of it (served: got,
+// with the withdrawals the client-side shrink cap defers put back), and
+// when it came.
+type view struct {
+	name    string // "<svc>.<ns>", the resource name
+	version string // the resource version got came in, for a resumed stream
+	got     *agentview.View
+	served  []agentview.Instance
+	// received is when got came; refreshed when the agent last knew got
+	// to be the server's current view (a stream open and answered).
+	received, refreshed time.Time
+	// The shrink cap's window: when it opened, and the eligible
+	// instances served then (its base).
+	windowStart time.Time
+	windowBase  int
+	deferred    int // withdrawals held back by the cap in served
+}
+
+// ErrOlder is what applying a view older than the one held returns.
+var ErrOlder = fmt.Errorf("agent: an older revision than the view held")
+
+// accept checks that got may replace what v holds: a lower revision
+// never replaces a higher one (SPEC §5), whichever server sent it.
+func (v *view) accept(got *agentview.View) error {
+	if v.got != nil && got.Revision < v.got.Revision {
+		return fmt.Errorf("%w: %s at revision %d, holding %d", ErrOlder, v.name, got.Revision, v.got.Revision)
+	}
+	return nil
+}
+
+// serve recomputes what v serves of got at now: got itself, unless that
+// would shrink the set in rotation below what the shrink cap allows in
+// the current window, in which case enough of the instances withdrawn
+// (or gone) since stay in rotation, marked WithdrawalDeferred, with the
+// entry they had, until a later window lets them go. Instances the view
+// shows draining or terminated are never held back: drains are not
+// capped (SPEC §2). It reports whether anything it serves changed.
+func (v *view) serve(now time.Time) bool {
+	got := v.got
+	capFrac, window := got.Service.ShrinkCap, got.Service.ShrinkWindow
+	if capFrac <= 0 || capFrac > 1 {
+		capFrac = 0.33 // SPEC §2's default, for a view that names none
+	}
+	if window <= 0 {
+		window = 10 * time.Second
+	}
+	if v.windowStart.IsZero() || now.Sub(v.windowStart) >= window {
+		v.windowStart, v.windowBase = now, eligible(v.served)
+	}
+	floor := 0
+	if base := v.windowBase; base > 0 {
+		floor = base - max(1, int(math.Floor(capFrac*float64(base))))
+	}
+	next := slices.Clone(got.Instances)
+	if n := eligible(next); n < floor && v.served != nil {
+		// Those in rotation now that the view takes out, by id; each
+		// keeps its served entry (its weight), marked deferred.
+		byID := make(map[string]int, len(next))
+		for i, in := range next {
+			byID[in.ID] = i
+		}
+		need := floor - n
+		for _, old := range v.served {
+			if need == 0 {
+				break
+			}
+			if !old.Eligible() {
+				continue
+			}
+			i, present := byID[old.ID]
+			if present && (next[i].Eligible() || next[i].Lifecycle >= status.Draining || next[i].Incarnation != old.Incarnation) {
+				continue // still in, drained, or a new incarnation
+			}
+			keep := old
+			keep.Flags |= status.WithdrawalDeferred
+			if present {
+				next[i] = keep
+			} else {
+				next = append(next, keep)
+			}
+			need--
+		}
+		slices.SortFunc(next, func(a, b agentview.Instance) int { return strings.Compare(a.ID, b.ID) })
+	}
+	changed := !slices.EqualFunc(next, v.served, sameInstance)
+	v.served = next
+	v.deferred = 0
+	for _, in := range next {
+		if in.Flags.Has(status.WithdrawalDeferred) && !gotHas(got, in) {
+			v.deferred++
+		}
+	}
+	return changed
+}
+
+// gotHas reports whether got itself has in, as it is (not deferred by
+// the agent).
+func gotHas(got *agentview.View, in agentview.Instance) bool {
+	i, ok := slices.BinarySearchFunc(got.Instances, in.ID, func(a agentview.Instance, id string) int { return strings.Compare(a.ID, id) })
+	return ok && got.Instances[i].Flags == in.Flags && got.Instances[i].Weight == in.Weight
+}
+
+// eligible counts the instances in rotation.
+func eligible(ins []agentview.Instance) int {
+	n := 0
+	for i := range ins {
+		if ins[i].Eligible() {
+			n++
+		}
+	}
+	return n
+}
+
+func sameInstance(a, b agentview.Instance) bool {
+	return a.ID == b.ID && a.Incarnation == b.Incarnation && a.Region == b.Region && a.Zone == b.Zone &&
+		a.Verdict == b.Verdict && a.Lifecycle == b.Lifecycle && a.Flags == b.Flags && a.Weight == b.Weight &&
+		a.BaseWeight == b.BaseWeight && slices.Equal(a.Addrs, b.Addrs) && samePorts(a.Ports, b.Ports)
+}
+
+func samePorts(a, b map[string]uint16) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, n := range a {
+		if m, ok := b[k]; !ok || m != n {
+			return false
+		}
+	}
+	return true
+}
+
+// builder fills the agent's status table from its views. It keeps the
+// slots (status.Slots) and the InstanceInfos across builds, as the
+// server's writer does, so that the DNS server's per-slot caches stay
+// valid while an instance is unchanged.
+type builder struct {
+	slots *status.Slots
+	infos map[string]*status.InstanceInfo // by key "ns/svc/id"
+}
+
+func newBuilder(capacity int) *builder {
+	return &builder{slots: status.NewSlots(capacity), infos: map[string]*status.InstanceInfo{}}
+}
+
+// build publishes a table of views (sorted by name) to pub. Instances
+// past the table's capacity are left out and counted.
+func (bd *builder) build(pub *status.Publisher, views []*view, revision uint64) (dropped int, err error) {
+	svcNames := make([]string, 0, len(views))
+	locNames := []string{}
+	services := make([]status.ServiceInfo, 1, len(views)+1)
+	for _, v := range views {
+		s := v.got.Service
+		svcNames = append(svcNames, s.Namespace+"/"+s.Name)
+		services = append(services, s)
+		for _, in := range v.served {
+			locNames = append(locNames, in.Region, in.Zone)
+		}
+	}
+	names, locs := status.NewNames(svcNames...), status.NewNames(locNames...)
+	type placed struct {
+		slot int
+		e    status.Entry
+		info *status.InstanceInfo
+	}
+	var all []placed
+	live := map[string]bool{}
+	for id, v := range views {
+		s := v.got.Service
+		for _, in := range v.served {
+			key := s.Namespace + "/" + s.Name + "/" + in.ID
+			slot, err := bd.slots.Assign(key)
+			if err != nil {
+				dropped++
+				continue
+			}
+			live[key] = true
+			info := bd.infos[key]
+			if info == nil || info.Incarnation != in.Incarnation || !slices.Equal(info.Addrs, in.Addrs) || !samePorts(info.Ports, in.Ports) {
+				c := in.InstanceInfo
+				info = &c
+				bd.infos[key] = info
+			}
+			region, _ := locs.ID(in.Region)
+			zone, _ := locs.ID(in.Zone)
+			all = append(all, placed{slot, in.Entry(s.Namespace, s.Name, uint32(id+1), uint16(region), uint16(zone)), info})
+		}
+	}
+	for key := range bd.infos {
+		if !live[key] {
+			bd.slots.Free(key)
+			delete(bd.infos, key)
+		}
+	}
+	_, err = pub.Build(func(b *status.Builder) error {
+		es := b.Entries()
+		clear(es)
+		d := &status.Directory{Revision: revision, Services: services, Instances: make([]*status.InstanceInfo, len(es))}
+		for _, p := range all {
+			es[p.slot] = p.e
+			d.Instances[p.slot] = p.info
+		}
+		d.Index(func(slot int) uint32 { return es[slot].Service }, nil)
+		b.SetStoreRevision(revision)
+		b.SetServices(names)
+		b.SetLocalities(locs)
+		b.SetDirectory(d)
+		return nil
+	})
+	bd.slots.Recycle()
+	return dropped, err
+}

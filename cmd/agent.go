@@ -1,0 +1,199 @@
+package cmd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/cairn-sd/cairn/agent"
+	"github.com/cairn-sd/cairn/dnsserver"
+	"github.com/cairn-sd/cairn/durable"
+	"github.com/cairn-sd/cairn/nodeid"
+	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/wire"
+	"github.com/cairn-sd/cairn/zones"
+)
+
+// Files in the agent's data dir.
+const (
+	AgentViewsFile = "views.cairn"
+	AgentAddrsFile = "agent-addrs.json"
+)
+
+func agentCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "agent",
+		Usage: "run the client-side agent: views of the services this machine asks about, kept on disk, served over DNS",
+		Flags: []cli.Flag{
+			&cli.StringSliceFlag{Name: "server", Required: true, Usage: "xDS address (HOST:PORT) of a cairn server, its --grpc-addr (repeatable: tried in turn)"},
+			&cli.StringFlag{Name: "dns-addr", Value: "127.0.0.1:8054", Usage: "DNS (UDP and TCP)"},
+			&cli.StringFlag{Name: "http-addr", Value: "127.0.0.1:8490", Usage: "/v1/agent/status, /metrics, /healthz, /readyz"},
+			&cli.StringFlag{Name: "data-dir", EnvVars: []string{"CAIRN_AGENT_DATA_DIR"}, Usage: "views kept on disk and node id (required without --dev)"},
+			&cli.BoolFlag{Name: "dev", Usage: "data in a temporary folder"},
+			&cli.StringFlag{Name: "domain", Value: "cairn.internal.", Usage: "DNS zone, the servers'"},
+			&cli.StringFlag{Name: "region", Usage: "this node's region"},
+			&cli.StringFlag{Name: "zone", Usage: "this node's zone"},
+			&cli.StringFlag{Name: "node-id", Usage: "xDS node id (default: a random id kept in the data dir)"},
+			&cli.StringSliceFlag{Name: "service", Usage: "NS/SVC to subscribe to from the start (repeatable); others are subscribed on their first query"},
+			&cli.DurationFlag{Name: "stale-after", Value: 5 * time.Second, Usage: "answers are marked stale when the views are older (no server stream)"},
+			&cli.DurationFlag{Name: "max-stale", Value: 24 * time.Hour, Usage: "past this, DNS answers SERVFAIL"},
+			&cli.IntFlag{Name: "table-capacity", Value: 1 << 16, Usage: "status table slots: most instances the agent holds"},
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
+		},
+		Action: func(c *cli.Context) error {
+			cfg, err := agentConfigFromFlags(c)
+			if err != nil {
+				return cli.Exit(err, exitUsage)
+			}
+			if err := runAgent(c.Context, cfg, c.App.ErrWriter); err != nil {
+				return cli.Exit(err, exitError)
+			}
+			return nil
+		},
+	}
+}
+
+type agentConfig struct {
+	Servers              []string
+	DNSAddr, HTTPAddr    string
+	DataDir              string
+	Dev                  bool
+	Domain, Region, Zone string
+	NodeID, Token        string
+	Services             []string
+	StaleAfter, MaxStale time.Duration
+	TableCapacity        int
+	LogLevel             slog.Level
+}
+
+// agentConfigFromFlags parses and checks the flags; it touches nothing.
+func agentConfigFromFlags(c *cli.Context) (agentConfig, error) {
+	cfg := agentConfig{Servers: c.StringSlice("server"), DNSAddr: c.String("dns-addr"), HTTPAddr: c.String("http-addr"),
+		DataDir: c.String("data-dir"), Dev: c.Bool("dev"), Domain: c.String("domain"), Region: c.String("region"),
+		Zone: c.String("zone"), NodeID: c.String("node-id"), Token: c.String("token"), Services: c.StringSlice("service"),
+		StaleAfter: c.Duration("stale-after"), MaxStale: c.Duration("max-stale"), TableCapacity: c.Int("table-capacity")}
+	if cfg.DataDir == "" && !cfg.Dev {
+		return cfg, errors.New("--data-dir is required (or --dev, for a temporary one)")
+	}
+	for _, f := range []struct{ name, v string }{{"dns-addr", cfg.DNSAddr}, {"http-addr", cfg.HTTPAddr}} {
+		if _, _, err := net.SplitHostPort(f.v); err != nil {
+			return cfg, fmt.Errorf("--%s: %q is not HOST:PORT", f.name, f.v)
+		}
+	}
+	for _, s := range cfg.Servers {
+		if _, _, err := net.SplitHostPort(s); err != nil {
+			return cfg, fmt.Errorf("--server: %q is not HOST:PORT", s)
+		}
+	}
+	for _, f := range []struct{ name, v string }{{"region", cfg.Region}, {"zone", cfg.Zone}} {
+		if f.v != "" {
+			if err := wire.CheckLabel("--"+f.name, f.v); err != nil {
+				return cfg, err
+			}
+		}
+	}
+	if cfg.StaleAfter <= 0 || cfg.MaxStale < cfg.StaleAfter {
+		return cfg, fmt.Errorf("--stale-after (%s) must be positive and at most --max-stale (%s)", cfg.StaleAfter, cfg.MaxStale)
+	}
+	if cfg.TableCapacity < 1 || cfg.TableCapacity > status.MaxCapacity {
+		return cfg, fmt.Errorf("--table-capacity: %d is out of range [1, %d]", cfg.TableCapacity, status.MaxCapacity)
+	}
+	if err := cfg.LogLevel.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+		return cfg, fmt.Errorf("--log-level: %w", err)
+	}
+	return cfg, nil
+}
+
+// runAgent wires the agent: its status table, the agent that fills it,
+// the DNS server that reads it, and the HTTP API.
+func runAgent(ctx context.Context, cfg agentConfig, logw interface{ Write([]byte) (int, error) }) error {
+	log := slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	if cfg.DataDir == "" {
+		dir, err := os.MkdirTemp("", "cairn-agent-dev-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		cfg.DataDir = dir
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return err
+	}
+	if cfg.NodeID == "" {
+		id, err := nodeid.LoadOrCreate(cfg.DataDir)
+		if err != nil {
+			return err
+		}
+		cfg.NodeID = id
+	}
+	log = log.With("node", cfg.NodeID)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listening for HTTP on %q: %w", cfg.HTTPAddr, err)
+	}
+	defer ln.Close()
+	table, err := status.New(status.Config{Capacity: cfg.TableCapacity})
+	if err != nil {
+		return err
+	}
+	ag, err := agent.New(agent.Config{Servers: cfg.Servers, Services: cfg.Services, NodeID: cfg.NodeID,
+		Region: cfg.Region, Zone: cfg.Zone, Token: cfg.Token, Path: filepath.Join(cfg.DataDir, AgentViewsFile),
+		Table: table, StaleAfter: cfg.StaleAfter, Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	zone, err := zones.New(zones.Config{Domain: cfg.Domain})
+	if err != nil {
+		return fmt.Errorf("DNS zone: %w", err)
+	}
+	ds, err := dnsserver.New(dnsserver.Config{Zone: zone, Table: table, Addr: cfg.DNSAddr,
+		Own: dnsserver.Place{Region: cfg.Region, Zone: cfg.Zone}, StaleAfter: cfg.StaleAfter, MaxStale: cfg.MaxStale,
+		LastSync: ag.LastSync, Restored: ag.Restored, Unheld: ag.Unheld, Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	if err := ds.Listen(); err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: ag.Handler(reg), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	dnsUDP, _ := ds.Addrs()
+	addrs, _ := json.Marshal(map[string]string{"node_id": cfg.NodeID, "http": ln.Addr().String(), "dns": dnsUDP.String()})
+	if err := durable.WriteFile(filepath.Join(cfg.DataDir, AgentAddrsFile), addrs, 0o600); err != nil {
+		return err
+	}
+	log.Info("cairn agent started", "http", ln.Addr().String(), "dns", dnsUDP.String(), "servers", cfg.Servers,
+		"data_dir", cfg.DataDir, "restored", ag.Restored())
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return ag.Run(gctx) })
+	g.Go(func() error { return ds.Run(gctx) })
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serving HTTP: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	})
+	return g.Wait()
+}
