@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -217,4 +218,87 @@ func TestAgentFollowsAndFailsOver(t *testing.T) {
 	}
 	s2.publish(t, 102, 4, 4)
 	f.waitFor("the caught-up server's view", f.has(4, 102))
+}
+
+// TestAgentStartsFromDisk: an agent restarted with its servers down
+// publishes the views it kept before any server answers, says they are
+// restored and stale, and keeps serving them through a long outage (its
+// clock moved on two hours), its status reporting their age; once a
+// server answers, they are fresh again.
+func TestAgentStartsFromDisk(t *testing.T) {
+	s1 := startServer(t)
+	s1.publish(t, 100, 4, 3)
+	path := filepath.Join(t.TempDir(), "views.cairn")
+	f := startAgent(t, path, s1.addr)
+	f.waitFor("the first view", f.has(3, 100))
+	f.waitFor("the view on disk", func() bool { _, err := os.Stat(path); return err == nil })
+	f.stop()
+	s1.stop()
+
+	dead := s1.addr // nothing listens there now
+	g := startAgent(t, path, dead)
+	if n, rev := g.eligible(); n != 3 || rev != 100 {
+		t.Fatalf("restarted from disk: %d eligible at revision %d, want 3 at 100 at once", n, rev)
+	}
+	if !g.a.Restored() {
+		t.Error("a start from disk is not reported restored")
+	}
+	g.clock.add(2 * time.Hour)
+	st := g.a.Status(5 * time.Second)
+	if len(st.Views) != 1 || !st.Views[0].Stale || st.Views[0].AgeSeconds < 7200 || st.Connected {
+		t.Fatalf("two hours into the outage: %+v", st)
+	}
+	if n, _ := g.eligible(); n != 3 {
+		t.Errorf("two hours into the outage: %d eligible, want the 3 kept", n)
+	}
+	if g.a.LastSync().After(g.clock.Now().Add(-2 * time.Hour)) {
+		t.Errorf("LastSync %v moved during the outage", g.a.LastSync())
+	}
+}
+
+// TestAgentCorruptFile: a views file that fails its checks is reported
+// and set aside: the agent starts from the previous copy when that is
+// whole, else from nothing, and takes its views from a server again.
+func TestAgentCorruptFile(t *testing.T) {
+	s1 := startServer(t)
+	s1.publish(t, 100, 4, 4)
+	path := filepath.Join(t.TempDir(), "views.cairn")
+	f := startAgent(t, path, s1.addr)
+	f.waitFor("the first view", f.has(4, 100))
+	s1.publish(t, 101, 4, 3)
+	f.waitFor("the second view", f.has(3, 101))
+	f.waitFor("a previous copy on disk", func() bool { _, err := os.Stat(path + ".prev"); return err == nil })
+	f.stop()
+
+	flip := func(p string) {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[len(b)-10] ^= 0xff
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flip(path)
+	g := startAgent(t, path, s1.addr)
+	if g.a.LoadError() == nil {
+		t.Error("a corrupt file was not reported")
+	}
+	if n, rev := g.eligible(); n < 3 || (rev != 100 && rev != 101) {
+		t.Errorf("from the previous copy: %d eligible at revision %d; want a view kept", n, rev)
+	}
+	g.waitFor("the server's view after the previous copy", g.has(3, 101))
+	g.stop()
+
+	flip(path)
+	flip(path + ".prev")
+	h := startAgent(t, path, s1.addr)
+	if h.a.LoadError() == nil {
+		t.Error("two corrupt files were not reported")
+	}
+	h.waitFor("the view from the server", h.has(3, 101))
+	if h.metric("cairn_agent_file_load_errors_total") < 1 {
+		t.Error("the load error was not counted")
+	}
 }

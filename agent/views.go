@@ -58,7 +58,9 @@ func (v *view) serve(now time.Time) bool {
 	if window <= 0 {
 		window = 10 * time.Second
 	}
-	if v.windowStart.IsZero() || now.Sub(v.windowStart) >= window {
+	// A window opens on what is served: the first view has nothing to
+	// shrink from.
+	if v.served != nil && (v.windowStart.IsZero() || now.Sub(v.windowStart) >= window) {
 		v.windowStart, v.windowBase = now, eligible(v.served)
 	}
 	floor := 0
