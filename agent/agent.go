@@ -52,6 +52,10 @@ type Config struct {
 	// dnsserver to read. Required.
 	Table *status.Publisher
 	// Backoff times reconnections (full jitter; package backoff).
+	// Defaults to waits below 1s at first, doubling up to 30s: when a
+	// server goes, its agents come back spread over a second rather
+	// than at once (field notes A7), and a long outage is asked about
+	// twice a minute.
 	Backoff backoff.Config
 	// StaleAfter is the DNS server's threshold, which the status and
 	// metrics report staleness by. Defaults to 5s.
@@ -82,6 +86,9 @@ type Agent struct {
 	views map[string]*view // by resource name
 	// absent holds the names a server said do not exist, and when.
 	absent map[string]time.Time
+	// arrive holds, per name queried but not held, a channel closed when
+	// its view comes or a server says it does not exist (Unheld).
+	arrive map[string]chan struct{}
 	// want is every name subscribed to; fresh those a session has not
 	// subscribed to yet.
 	want, fresh map[string]bool
@@ -115,6 +122,12 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Table == nil {
 		return nil, errors.New("agent: Table is required")
 	}
+	if cfg.Backoff.Min <= 0 {
+		cfg.Backoff.Min = time.Second
+	}
+	if cfg.Backoff.Max <= 0 {
+		cfg.Backoff.Max = 30 * time.Second
+	}
 	if cfg.StaleAfter <= 0 {
 		cfg.StaleAfter = 5 * time.Second
 	}
@@ -130,7 +143,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	a := &Agent{cfg: cfg, views: map[string]*view{}, absent: map[string]time.Time{}, want: map[string]bool{},
+	a := &Agent{cfg: cfg, views: map[string]*view{}, absent: map[string]time.Time{}, arrive: map[string]chan struct{}{}, want: map[string]bool{},
 		fresh: map[string]bool{}, bd: newBuilder(cfg.Table.Capacity()),
 		wake: make(chan struct{}, 1), dirty: make(chan struct{}, 1)}
 	for _, s := range cfg.Services {
@@ -187,19 +200,23 @@ func (a *Agent) load() {
 func (a *Agent) LoadError() error { return a.loadErr }
 
 // Unheld is dnsserver.Config.Unheld: a service the agent's table does
-// not hold is subscribed to, and reported as coming, unless a server said
-// it does not exist (NXDOMAIN then) or the agent already subscribes to
-// MaxViews names (Not Ready, without a subscription).
-func (a *Agent) Unheld(ns, svc string) bool {
+// not hold is subscribed to, and a channel returned that is closed when
+// its view comes or a server says it does not exist — unless one has
+// said so already (nil: NXDOMAIN). Past MaxViews names subscribed to, a
+// new name gets a closed channel and no subscription: Not Ready.
+func (a *Agent) Unheld(ns, svc string) <-chan struct{} {
 	name := agentview.Name(ns, svc)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if _, gone := a.absent[name]; gone {
-		return false
+		return nil
+	}
+	if _, held := a.views[name]; held {
+		return closed // came since the query looked
 	}
 	if !a.want[name] {
 		if len(a.want) >= a.cfg.MaxViews {
-			return true
+			return closed
 		}
 		a.want[name], a.fresh[name] = true, true
 		select {
@@ -207,7 +224,23 @@ func (a *Agent) Unheld(ns, svc string) bool {
 		default:
 		}
 	}
-	return true
+	ch := a.arrive[name]
+	if ch == nil {
+		ch = make(chan struct{})
+		a.arrive[name] = ch
+	}
+	return ch
+}
+
+// closed is a closed channel: Unheld's "nothing to wait for".
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// arrivedLocked closes the channel queries waiting for name wait on.
+func (a *Agent) arrivedLocked(name string) {
+	if ch := a.arrive[name]; ch != nil {
+		close(ch)
+		delete(a.arrive, name)
+	}
 }
 
 // LastSync returns when the agent last knew its views to be the
@@ -443,7 +476,15 @@ func (a *Agent) apply(resp *discoveryv3.DeltaDiscoveryResponse) error {
 		a.m.connected.Set(1)
 	}
 	a.m.applied.Inc()
-	return a.publishLocked()
+	err := a.publishLocked()
+	// After the table: a query that waited finds the view in it.
+	for _, g := range gots {
+		a.arrivedLocked(g.name)
+	}
+	for _, name := range resp.RemovedResources {
+		a.arrivedLocked(name)
+	}
+	return err
 }
 
 // reserve moves the shrink cap's windows on: withdrawals a window

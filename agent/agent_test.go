@@ -302,3 +302,21 @@ func TestAgentCorruptFile(t *testing.T) {
 		t.Error("the load error was not counted")
 	}
 }
+
+// TestAgentCapsADrop: a server that publishes a 90% drop in one step
+// (a bug, a bad deploy) reaches the agent's answers no faster than the
+// shrink cap: a third of the base goes at once, the next third only
+// when the agent's clock has moved a window on.
+func TestAgentCapsADrop(t *testing.T) {
+	s1 := startServer(t)
+	s1.publish(t, 100, 20, 20)
+	f := startAgent(t, filepath.Join(t.TempDir(), "views.cairn"), s1.addr)
+	f.waitFor("the first view", f.has(20, 100))
+	s1.publish(t, 101, 20, 2)
+	f.waitFor("the drop, capped", f.has(14, 101))
+	if st := f.a.Status(5 * time.Second); st.Views[0].Deferred != 12 {
+		t.Errorf("deferred %d, want 12", st.Views[0].Deferred)
+	}
+	f.clock.add(11 * time.Second)
+	f.waitFor("the next window", f.has(10, 101)) // the agent's 1 s tick
+}

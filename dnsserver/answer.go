@@ -21,7 +21,15 @@ type query struct {
 	// ecsUsed: the client subnet came from a trusted source and places
 	// the caller.
 	ecsUsed bool
+	// mayWait: the query may wait for an unheld service (it has not
+	// waited yet); wait is what it would wait for (see Config.Unheld).
+	mayWait bool
+	wait    <-chan struct{}
 }
+
+// rcodeWait is answer's rcode for a query that waits for an unheld
+// service (request.wait): nothing is sent yet.
+const rcodeWait = -1
 
 // addEDE adds an Extended DNS Error to the answer (when the query has
 // EDNS: without it there is nowhere to put one) and keeps room for it:
@@ -55,7 +63,7 @@ func (q *query) ttl(t uint32) uint32 {
 
 // answer builds the response to req in buf.
 func (s *Server) answer(req *request, buf []byte) ([]byte, int, uint16) {
-	q := query{tcp: req.tcp, remote: req.remote}
+	q := query{tcp: req.tcp, remote: req.remote, mayWait: !req.waited}
 	qflags := req.qflags
 	var m msg
 
@@ -141,6 +149,10 @@ func (s *Server) answer(req *request, buf []byte) ([]byte, int, uint16) {
 	}
 	defer t.Release()
 	rcode := s.resolve(&m, &q, name, t)
+	if rcode == rcodeWait {
+		req.wait = q.wait
+		return nil, rcodeWait, q.qtype
+	}
 	if q.stale {
 		if rcode == dns.RcodeNameError && q.o.nede > 0 {
 			q.o.edes[0].code = dns.ExtendedErrorCodeStaleNXDOMAINAnswer // same size as 3
@@ -348,15 +360,21 @@ func (s *Server) nxdomain(m *msg, q *query, t *status.Table) int {
 
 // unheld answers a name under a service the table has not found: NXDOMAIN,
 // unless the table holds only some services (Config.Unheld) and this one
-// may yet come, which is SERVFAIL with EDE 14 (Not Ready) — never a
-// denial the resolver would cache for a name that exists.
+// may yet come: the query then waits for it (rcodeWait), or, having
+// waited, is SERVFAIL with EDE 14 (Not Ready) — never a denial the
+// resolver would cache for a name that exists.
 func (s *Server) unheld(m *msg, q *query, t *status.Table, d *status.Directory, name zones.Name) int {
 	if s.cfg.Unheld != nil {
 		var kb [2*63 + 1]byte
-		if _, held := d.ServiceID(status.NameKey(kb[:], name.Service, name.Namespace)); !held &&
-			s.cfg.Unheld(strings.ToLower(name.Namespace), strings.ToLower(name.Service)) {
-			q.addEDE(m, dns.ExtendedErrorCodeNotReady, "view not held yet")
-			return dns.RcodeServerFailure
+		if _, held := d.ServiceID(status.NameKey(kb[:], name.Service, name.Namespace)); !held {
+			if ch := s.cfg.Unheld(strings.ToLower(name.Namespace), strings.ToLower(name.Service)); ch != nil {
+				if q.mayWait {
+					q.wait = ch
+					return rcodeWait
+				}
+				q.addEDE(m, dns.ExtendedErrorCodeNotReady, "view not held yet")
+				return dns.RcodeServerFailure
+			}
 		}
 	}
 	return s.nxdomain(m, q, t)

@@ -50,11 +50,18 @@ type Config struct {
 	Restored func() bool
 	// Unheld, if set, is asked about a service the table does not hold,
 	// for a table that holds only some of them (an agent's, which holds
-	// the views it subscribed to): it reports whether the service may yet
-	// come (its view is being fetched), and the answer is then SERVFAIL
-	// with EDE 14 (Not Ready) instead of NXDOMAIN. The strings are valid
-	// only during the call. nil: the table holds every service.
-	Unheld func(namespace, service string) bool
+	// the views it subscribed to). It returns nil when the service will
+	// not come (the answer is NXDOMAIN), else a channel closed when it
+	// has come or will not: the query waits for it, at most UnheldWait,
+	// and is answered then from the table of that moment — SERVFAIL with
+	// EDE 14 (Not Ready), never a cached denial, if the service is still
+	// not there. The strings are valid only during the call. nil: the
+	// table holds every service.
+	Unheld func(namespace, service string) <-chan struct{}
+	// UnheldWait bounds a query's wait for an unheld service. Defaults
+	// to 1s; at most MaxUnheldWaiting queries wait at once, the others
+	// are answered at once.
+	UnheldWait time.Duration
 	// UDPSize is the EDNS UDP payload size advertised and the most a UDP
 	// answer may be. Defaults to 1232.
 	UDPSize uint16
@@ -109,6 +116,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.UDPSize == 0 {
 		c.UDPSize = DefaultUDPSize
+	}
+	if c.UnheldWait <= 0 {
+		c.UnheldWait = time.Second
 	}
 	if c.TCPIdleTimeout == 0 {
 		c.TCPIdleTimeout = DefaultTCPIdleTimeout

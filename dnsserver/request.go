@@ -26,6 +26,12 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	}
 	req := requestOf(r, remote.Unmap(), tcp)
 	out, rcode, qtype := s.answer(&req, *bp)
+	if rcode == rcodeWait {
+		// A connection's own goroutine: it may wait here.
+		s.waitUnheld(req.wait, s.parked.stop)
+		req.waited = true
+		out, rcode, qtype = s.answer(&req, *bp)
+	}
 	if _, err := w.Write(out); err != nil {
 		s.log.Debug("writing DNS answer", "err", err)
 	}
@@ -53,6 +59,11 @@ type request struct {
 	ecsAddr   [16]byte
 	remote    netip.Addr
 	tcp       bool
+	// waited: the query has waited for an unheld service, and is
+	// answered from the table as it is. wait is set by answer when it
+	// returns rcodeWait: what the query waits for.
+	waited bool
+	wait   <-chan struct{}
 }
 
 // requestOf takes what answering needs from a query parsed by miekg/dns,

@@ -21,6 +21,8 @@ type Server struct {
 	m       *metrics
 	subnets []Subnet // longest prefix first
 
+	parked parking // UDP queries waiting for an unheld service
+
 	bufs  sync.Pool // *[]byte of maxMsg
 	cands sync.Pool // *[]candidate
 
@@ -48,7 +50,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "dns"), m: newMetrics(cfg.Registerer),
-		subnets: slices.Clone(cfg.Subnets), ready: make(chan struct{}), started: cfg.Now()}
+		subnets: slices.Clone(cfg.Subnets), ready: make(chan struct{}), started: cfg.Now(),
+		parked: parking{stop: make(chan struct{})}}
 	slices.SortStableFunc(s.subnets, func(a, b Subnet) int { return b.Prefix.Bits() - a.Prefix.Bits() })
 	s.bufs.New = func() any { b := make([]byte, maxMsg); return &b }
 	s.cands.New = func() any { c := make([]candidate, 0, 64); return &c }
@@ -134,6 +137,7 @@ func (s *Server) Run(ctx context.Context) error {
 	defer cancel()
 	pc.Close() // ends the UDP readers
 	_ = tcp.ShutdownContext(sctx)
+	s.stopParking()
 	for range 2 - btoi(first != nil) {
 		<-errc
 	}

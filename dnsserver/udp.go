@@ -50,7 +50,7 @@ func (s *Server) serveUDP(pc net.PacketConn) error {
 	n := max(runtime.GOMAXPROCS(0), 1)
 	errc := make(chan error, n)
 	for range n {
-		go func() { errc <- s.udpReader(newIO(), pktinfo) }()
+		go func() { errc <- s.udpReader(newIO(), newIO, pktinfo) }()
 	}
 	var first error
 	for range n {
@@ -64,7 +64,7 @@ func (s *Server) serveUDP(pc net.PacketConn) error {
 // udpReader is one reader's loop. With pktinfo, each query's control
 // messages are read and each answer is sent with one naming its source:
 // the query's destination.
-func (s *Server) udpReader(io udpIO, pktinfo bool) error {
+func (s *Server) udpReader(io udpIO, newIO func() udpIO, pktinfo bool) error {
 	in := make([]udpMsg, udpBatch)
 	out := make([]udpMsg, udpBatch)
 	for i := range in {
@@ -130,11 +130,20 @@ func (s *Server) udpReader(io udpIO, pktinfo bool) error {
 				req = requestOf(&r, remote, false)
 				resp, rcode, qtype = s.answer(&req, buf)
 			}
+			var oob []byte
+			if pktinfo {
+				oob = replySource(out[k].oob[:cap(out[k].oob)], in[i].oob)
+			}
+			if rcode == rcodeWait {
+				if s.parkUDP(newIO, pkt, in[i].peer, oob, req.wait) {
+					continue // answered when it has waited
+				}
+				req.waited = true
+				resp, rcode, qtype = s.answer(&req, buf)
+			}
 			out[k].buf = resp
 			out[k].peer = in[i].peer
-			if pktinfo {
-				out[k].oob = replySource(out[k].oob[:cap(out[k].oob)], in[i].oob)
-			}
+			out[k].oob = oob
 			k++
 			s.m.observe(qtype, rcode, time.Since(start))
 		}
