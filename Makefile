@@ -6,7 +6,7 @@ STATICCHECK_VERSION ?= v0.8.2
 # on a machine where benches must not overlap.
 LOCK      ?=
 
-.PHONY: help build run test integration bench bench-dns bench-xds bench-xds-inprocess fuzz lint fmt tidy
+.PHONY: help build run test integration bench bench-dns bench-xds bench-xds-inprocess soak fuzz lint fmt tidy
 help:        ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
 
@@ -49,6 +49,9 @@ bench-xds:   ## xDS, server in its own process, cairn beside go-control-plane's 
 	for t in cairn linearcache; do \
 		$(LOCK) bin/xdsload -bin bin/cairn -peer-bin bin/xdspeer -target $$t -mode burst -streams 2000 > bench/results/xdsload-$$t-burst-2000.txt || exit 1; cat bench/results/xdsload-$$t-burst-2000.txt; \
 	done
+
+soak: build ## the agent through a 60-minute control-plane outage (issue 12): queries answered, errors, stale age, agent RSS; ~62 min (bench/cmd/soak)
+	$(GO) run ./bench/cmd/soak -bin bin/cairn
 
 bench-xds-inprocess: ## the older xDS bench: server and subscribers in one process, changes published as status tables (bench/cmd/xdsbench)
 	$(GO) run ./bench/cmd/xdsbench -streams 2000 -conns 100

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
@@ -157,7 +158,10 @@ func runAgent(ctx context.Context, cfg agentConfig, logw interface{ Write([]byte
 	if err != nil {
 		return err
 	}
-	zone, err := zones.New(zones.Config{Domain: cfg.Domain})
+	// The zone's name server is the agent itself, for the machine it
+	// serves: its DNS listener's address (127.0.0.1 when wildcard).
+	zone, err := zones.New(zones.Config{Domain: cfg.Domain,
+		NSAddrs: map[string][]netip.Addr{"ns." + cfg.Domain: {nsAddr(cfg.DNSAddr, "")}}})
 	if err != nil {
 		return fmt.Errorf("DNS zone: %w", err)
 	}
