@@ -9,18 +9,22 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/miekg/dns"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 
 	"github.com/cairn-sd/cairn/agent"
 	"github.com/cairn-sd/cairn/backoff"
+	"github.com/cairn-sd/cairn/dnsserver"
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/xdsserver"
+	"github.com/cairn-sd/cairn/zones"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -319,4 +323,98 @@ func TestAgentCapsADrop(t *testing.T) {
 	}
 	f.clock.add(11 * time.Second)
 	f.waitFor("the next window", f.has(10, 101)) // the agent's 1 s tick
+}
+
+// TestAgentAnswersFromItsPlace: the agent's DNS server (dnsserver, over
+// the agent's table) ranks tiers from the agent's own place, as the
+// server's does for a caller there: an agent in eu-1a answers the
+// eu-1a instances, one in eu-1b the eu-1b ones; and a query for a
+// service it has not subscribed to waits for the view and is answered.
+func TestAgentAnswersFromItsPlace(t *testing.T) {
+	s1 := startServer(t)
+	// Four instances, two in eu-1a (10.0.0.1-2), two in eu-1b (10.0.0.3-4).
+	_, err := s1.pub.Build(func(b *status.Builder) error {
+		svcs := []status.ServiceInfo{{}, {Namespace: "shop", Name: "cart", Ports: []status.Port{{Name: "http", Number: 80, Protocol: "tcp"}},
+			DNSTTL: 5 * time.Second, ARecordLimit: 8, MinHealthyFraction: 0.5, ShrinkCap: 0.33, ShrinkWindow: 10 * time.Second}}
+		dir := &status.Directory{Revision: 7, Services: svcs, Instances: make([]*status.InstanceInfo, s1.pub.Capacity())}
+		b.SetStoreRevision(7)
+		b.SetServices(status.NewNames("shop/cart"))
+		b.SetLocalities(status.NewNames("eu", "eu-1a", "eu-1b"))
+		es := b.Entries()
+		clear(es)
+		for i := range 4 {
+			id := fmt.Sprintf("i%d", i)
+			dir.Instances[i] = &status.InstanceInfo{ID: id, Incarnation: 1, Addrs: []netip.Addr{netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)})},
+				Ports: map[string]uint16{"http": 8080}}
+			es[i] = status.Entry{Key: status.KeyHash("shop/cart/" + id), Incarnation: 1, Service: 1, Region: 1, Zone: uint16(2 + i/2),
+				Verdict: status.Healthy, Lifecycle: status.Ready, Flags: status.Eligible, Weight: 100, BaseWeight: 100}
+		}
+		dir.Index(func(slot int) uint32 { return es[slot].Service }, nil)
+		b.SetDirectory(dir)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for zone, want := range map[string][]string{"eu-1a": {"10.0.0.1", "10.0.0.2"}, "eu-1b": {"10.0.0.3", "10.0.0.4"}} {
+		t.Run(zone, func(t *testing.T) {
+			pub, err := status.New(status.Config{Capacity: 64})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := agent.New(agent.Config{Servers: []string{s1.addr}, NodeID: "agent-" + zone, Region: "eu", Zone: zone, Table: pub,
+				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := serveDNS(t, a, pub, "eu", zone)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); _ = a.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+
+			// Not subscribed yet: the first query waits for the view.
+			q := new(dns.Msg)
+			q.SetQuestion("cart.shop.svc.cairn.internal.", dns.TypeA)
+			q.SetEdns0(1232, false)
+			r, _, err := (&dns.Client{Timeout: 5 * time.Second}).Exchange(q, addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, rr := range r.Answer {
+				got = append(got, rr.(*dns.A).A.String())
+			}
+			slices.Sort(got)
+			if r.Rcode != dns.RcodeSuccess || !slices.Equal(got, want) {
+				t.Errorf("agent in %s: rcode %s, answers %v; want %v", zone, dns.RcodeToString[r.Rcode], got, want)
+			}
+		})
+	}
+}
+
+// serveDNS runs a DNS server of the agent's table, placed at region and
+// zone, until the test ends, and returns its address.
+func serveDNS(t *testing.T, a *agent.Agent, pub *status.Publisher, region, zone string) string {
+	t.Helper()
+	z, err := zones.New(zones.Config{Domain: "cairn.internal.", NSAddrs: map[string][]netip.Addr{"ns.cairn.internal.": {netip.MustParseAddr("127.0.0.1")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := dnsserver.New(dnsserver.Config{Zone: z, Table: pub, Addr: "127.0.0.1:0", Own: dnsserver.Place{Region: region, Zone: zone},
+		LastSync: a.LastSync, Restored: a.Restored, Unheld: a.Unheld, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = ds.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-ds.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the DNS server did not start")
+	}
+	u, _ := ds.Addrs()
+	return u.String()
 }

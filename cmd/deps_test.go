@@ -53,7 +53,9 @@ var importRules = []struct {
 // the evaluator, a query could see state that no published table holds,
 // and an answer would no longer be a function of one table version; its
 // tests would also need raft and bolt. The xDS server is held to the
-// same rule, and to speaking no DNS; the agent will be when it lands.
+// same rule, and to speaking no DNS. The agent sits after both: it
+// knows the servers only by what they send (agentview), never the store,
+// the health loop, the evaluator or the servers' own packages.
 // (raft needs no row: importRules keeps it to the store, which is banned
 // here.)
 var graphRules = []struct {
@@ -68,6 +70,13 @@ var graphRules = []struct {
 	{"xdsserver", "github.com/cairn-sd/cairn/health", "the xDS server reads only the published status table, never the health loop"},
 	{"xdsserver", "github.com/cairn-sd/cairn/eval", "the xDS server reads only the published status table, never the evaluator"},
 	{"xdsserver", "github.com/miekg/dns", "the xDS server speaks no DNS"},
+	{"agent", "github.com/cairn-sd/cairn/store", "the agent knows the store only by the views the servers send"},
+	{"agent", "github.com/cairn-sd/cairn/health", "the agent knows health only by the views the servers send"},
+	{"agent", "github.com/cairn-sd/cairn/eval", "the agent knows health only by the views the servers send"},
+	{"agent", "github.com/cairn-sd/cairn/xdsserver", "the agent is a client of the xDS server, not a part of it"},
+	{"agent", "github.com/cairn-sd/cairn/dnsserver", "cmd wires the agent's table to a DNS server; the agent only fills the table"},
+	{"agentview", "github.com/cairn-sd/cairn/store", "a view is made from the published status table, never the store"},
+	{"agentview", "github.com/cairn-sd/cairn/health", "a view is made from the published status table, never the health loop"},
 }
 
 // allowed lists the packages a rule does not apply to.
