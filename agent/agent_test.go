@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -17,13 +16,13 @@ import (
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
-	"google.golang.org/grpc"
 
 	"github.com/cairn-sd/cairn/agent"
 	"github.com/cairn-sd/cairn/backoff"
 	"github.com/cairn-sd/cairn/dnsserver"
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/xdsserver"
+	"github.com/cairn-sd/cairn/xdsserver/xdstest"
 	"github.com/cairn-sd/cairn/zones"
 )
 
@@ -47,18 +46,11 @@ func startServer(t *testing.T) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, stop, err := xdstest.Serve(srv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
-	srv.Register(gs)
-	go gs.Serve(ln)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Run(ctx) }()
-	var once sync.Once
-	s := &server{pub: pub, addr: ln.Addr().String(), stop: func() { once.Do(func() { gs.Stop(); cancel(); <-done }) }}
+	s := &server{pub: pub, addr: addr, stop: stop}
 	t.Cleanup(s.stop)
 	return s
 }

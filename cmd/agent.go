@@ -13,15 +13,12 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cairn-sd/cairn/agent"
 	"github.com/cairn-sd/cairn/dnsserver"
 	"github.com/cairn-sd/cairn/durable"
-	"github.com/cairn-sd/cairn/nodeid"
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 	"github.com/cairn-sd/cairn/zones"
@@ -121,27 +118,20 @@ func agentConfigFromFlags(c *cli.Context) (agentConfig, error) {
 // the DNS server that reads it, and the HTTP API.
 func runAgent(ctx context.Context, cfg agentConfig, logw interface{ Write([]byte) (int, error) }) error {
 	log := slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: cfg.LogLevel}))
-	if cfg.DataDir == "" {
-		dir, err := os.MkdirTemp("", "cairn-agent-dev-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		cfg.DataDir = dir
+	dir, cleanup, err := dataDir(cfg.DataDir, "cairn-agent-dev-")
+	if err != nil {
+		return err
 	}
+	defer cleanup()
+	cfg.DataDir = dir
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return err
 	}
-	if cfg.NodeID == "" {
-		id, err := nodeid.LoadOrCreate(cfg.DataDir)
-		if err != nil {
-			return err
-		}
-		cfg.NodeID = id
+	if cfg.NodeID, err = identity(cfg.NodeID, cfg.DataDir); err != nil {
+		return err
 	}
 	log = log.With("node", cfg.NodeID)
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := newRegistry()
 
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
@@ -174,8 +164,7 @@ func runAgent(ctx context.Context, cfg agentConfig, logw interface{ Write([]byte
 	if err := ds.Listen(); err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: ag.Handler(reg), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
-		IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	srv := newHTTPServer(ag.Handler(reg), log)
 	dnsUDP, _ := ds.Addrs()
 	addrs, _ := json.Marshal(map[string]string{"node_id": cfg.NodeID, "http": ln.Addr().String(), "dns": dnsUDP.String()})
 	if err := durable.WriteFile(filepath.Join(cfg.DataDir, AgentAddrsFile), addrs, 0o600); err != nil {

@@ -9,14 +9,11 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
@@ -29,7 +26,6 @@ import (
 	"github.com/cairn-sd/cairn/dnsserver"
 	"github.com/cairn-sd/cairn/durable"
 	"github.com/cairn-sd/cairn/health"
-	"github.com/cairn-sd/cairn/nodeid"
 	"github.com/cairn-sd/cairn/probe"
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
@@ -265,21 +261,15 @@ func advertised(bound, raftAddr string) string {
 // not ready, lame duck, HTTP, store.
 func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) (int, error) }) error {
 	log := slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: cfg.LogLevel}))
-	if cfg.DataDir == "" {
-		dir, err := os.MkdirTemp("", "cairn-dev-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		cfg.DataDir = dir
+	dir, cleanup, err := dataDir(cfg.DataDir, "cairn-dev-")
+	if err != nil {
+		return err
 	}
-	nodeID := cfg.NodeID
-	if nodeID == "" {
-		id, err := nodeid.LoadOrCreate(cfg.DataDir)
-		if err != nil {
-			return err
-		}
-		nodeID = id
+	defer cleanup()
+	cfg.DataDir = dir
+	nodeID, err := identity(cfg.NodeID, cfg.DataDir)
+	if err != nil {
+		return err
 	}
 	log = log.With("node", nodeID)
 	authz, err := acl.New(acl.Config{Enabled: len(cfg.Tokens) > 0, Tokens: cfg.Tokens})
@@ -299,8 +289,7 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 	defer ln.Close()
 	httpAddr := advertised(ln.Addr().String(), cfg.RaftAddr)
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := newRegistry()
 
 	// Every listener is bound before the store opens (and may bootstrap
 	// a cluster on this raft address): a port in use fails the start
@@ -419,8 +408,7 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 		return err
 	}
 	defer a.Close()
-	srv := &http.Server{Handler: a, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
-		IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	srv := newHTTPServer(a, log)
 
 	dnsUDP, _ := ds.Addrs()
 	addrs, _ := json.Marshal(map[string]string{"node_id": nodeID, "http": httpAddr, "raft": st.RaftAddr(), "dns": dnsUDP.String(),

@@ -18,6 +18,7 @@ import (
 
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/xdsserver"
+	"github.com/cairn-sd/cairn/xdsserver/xdstest"
 )
 
 // backend is a real gRPC server on loopback that answers health checks.
@@ -115,18 +116,12 @@ func startXDS(t *testing.T, pub *status.Publisher) string {
 // published tables), until the test ends.
 func serve(t *testing.T, srv *xdsserver.Server) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, stop, err := xdstest.Serve(srv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
-	srv.Register(gs)
-	go gs.Serve(ln)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Run(ctx) }()
-	t.Cleanup(func() { gs.Stop(); cancel(); <-done })
-	return ln.Addr().String()
+	t.Cleanup(stop)
+	return addr
 }
 
 // dial returns a grpc-go client of target resolved through cairn's xDS
