@@ -68,6 +68,12 @@ type Config struct {
 	// SaveInterval is the least time between two writes of the file.
 	// Defaults to 250ms.
 	SaveInterval time.Duration
+	// TouchInterval is how often, while a stream is open and no view
+	// changes, the file is written again to record that its views are
+	// still current: an agent restarted while no server answers takes
+	// the age of its views from the file, and that age counts against
+	// the DNS server's max-stale. Defaults to 1m.
+	TouchInterval time.Duration
 	// DialOptions are added to the gRPC dial options (tests).
 	DialOptions []grpc.DialOption
 
@@ -136,6 +142,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.SaveInterval <= 0 {
 		cfg.SaveInterval = 250 * time.Millisecond
+	}
+	if cfg.TouchInterval <= 0 {
+		cfg.TouchInterval = time.Minute
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -296,13 +305,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// disconnected marks the views no longer refreshed.
+// disconnected marks the views no longer refreshed, and wakes the
+// writer to record when they last were.
 func (a *Agent) disconnected() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.connected {
 		a.connected, a.lastGood = false, a.cfg.Now()
 		a.m.connected.Set(0)
+		select {
+		case a.dirty <- struct{}{}:
+		default:
+		}
 	}
 }
 

@@ -135,15 +135,26 @@ func (c *clock) add(d time.Duration) {
 // path, subscribed to shop/cart.
 func startAgent(t *testing.T, path string, servers ...string) *fixture {
 	t.Helper()
+	return startAgentWith(t, nil, path, servers...)
+}
+
+// startAgentWith is startAgent with edit, if set, changing the agent's
+// Config first.
+func startAgentWith(t *testing.T, edit func(*agent.Config), path string, servers ...string) *fixture {
+	t.Helper()
 	pub, err := status.New(status.Config{Capacity: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := &clock{now: time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)}
 	reg := prometheus.NewRegistry()
-	a, err := agent.New(agent.Config{Servers: servers, Services: []string{"shop/cart"}, NodeID: "agent-test", Region: "eu", Zone: "eu-1a",
+	cfg := agent.Config{Servers: servers, Services: []string{"shop/cart"}, NodeID: "agent-test", Region: "eu", Zone: "eu-1a",
 		Path: path, Table: pub, Backoff: backoff.Config{Min: 10 * time.Millisecond, Max: 50 * time.Millisecond},
-		SaveInterval: time.Millisecond, Now: c.Now, Registerer: reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		SaveInterval: time.Millisecond, Now: c.Now, Registerer: reg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if edit != nil {
+		edit(&cfg)
+	}
+	a, err := agent.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,54 +15,74 @@ import (
 
 // keep writes the agent's table and views to cfg.Path after each change,
 // at most once per SaveInterval, off the serving path, until ctx is
-// done; then once more. A failed write is logged and counted: the agent
-// serves from memory, the file is only for its next start.
+// done; then once more. Views that do not change are written again when
+// the stream that kept them current ends, and every TouchInterval while
+// it is open, so that the file says how old they are. A failed write is
+// logged and counted: the agent serves from memory, the file is only for
+// its next start.
 func (a *Agent) keep(ctx context.Context) {
 	if a.cfg.Path == "" {
 		return
 	}
-	var saved uint64
+	var k kept
+	touch := time.NewTicker(a.cfg.TouchInterval)
+	defer touch.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			a.save(&saved)
+			a.save(&k, true)
 			return
 		case <-a.dirty:
+		case <-touch.C:
 		}
-		a.save(&saved)
+		a.save(&k, false)
 		select {
 		case <-ctx.Done():
-			a.save(&saved)
+			a.save(&k, true)
 			return
 		case <-time.After(a.cfg.SaveInterval):
 		}
 	}
 }
 
-// save writes the current table with its views, if it is newer than the
-// last written.
-func (a *Agent) save(saved *uint64) {
+// kept is what the file holds: the version of the table written, and
+// when its views were last known current then.
+type kept struct {
+	version uint64
+	synced  time.Time
+}
+
+// save writes the current table with its views if it is newer than the
+// one the file holds, or if the file's time of last refresh is behind:
+// the stream has ended since, TouchInterval has passed, or the agent is
+// stopping (final).
+func (a *Agent) save(k *kept, final bool) {
 	a.mu.Lock()
 	t := a.cfg.Table.Acquire()
-	if t == nil || t.Version() == *saved {
+	if t == nil {
 		a.mu.Unlock()
-		if t != nil {
-			t.Release()
-		}
+		return
+	}
+	now := a.cfg.Now()
+	synced := a.lastGood
+	if a.connected {
+		synced = now
+	}
+	// While connected, the ticker paces the writes of a later time; half
+	// its period keeps a write just after another from repeating it.
+	behind := synced.After(k.synced) && (final || !a.connected || synced.Sub(k.synced) >= a.cfg.TouchInterval/2)
+	if t.Version() == k.version && !behind {
+		a.mu.Unlock()
+		t.Release()
 		return
 	}
 	// The table is the views' (publishLocked builds it under the lock),
 	// so the two are taken together.
-	now := a.cfg.Now()
 	views := make([]tablefile.View, 0, len(a.views))
 	for _, name := range slices.Sorted(maps.Keys(a.views)) {
 		v := a.views[name]
 		views = append(views, tablefile.View{Name: name, Revision: v.got.Revision, Version: v.version,
 			Received: v.received, Refreshed: a.refreshedLocked(v, now)})
-	}
-	synced := a.lastGood
-	if a.connected {
-		synced = now
 	}
 	keepPrev := a.wrote || a.fileGood
 	a.mu.Unlock()
@@ -79,7 +99,7 @@ func (a *Agent) save(saved *uint64) {
 		a.cfg.Logger.Error("writing the agent's views to disk", "path", a.cfg.Path, "err", err)
 		return
 	}
-	*saved = v
+	k.version, k.synced = v, synced
 	a.mu.Lock()
 	a.wrote = true
 	a.mu.Unlock()
