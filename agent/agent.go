@@ -592,7 +592,9 @@ func (a *Agent) Status(staleAfter time.Duration) Status {
 			AgeSeconds: age.Seconds(), Stale: a.restored || age > staleAfter, Instances: len(v.got.Instances),
 			Eligible: eligible(v.served), Deferred: v.deferred})
 	}
-	st.Absent = slices.Sorted(maps.Keys(a.absent))
+	if len(a.absent) > 0 {
+		st.Absent = slices.Sorted(maps.Keys(a.absent)) // nil for none, which JSON would show as null
+	}
 	return st
 }
 

@@ -2,9 +2,12 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -420,4 +423,35 @@ func serveDNS(t *testing.T, a *agent.Agent, pub *status.Publisher, region, zone 
 	}
 	u, _ := ds.Addrs()
 	return u.String()
+}
+
+// TestAgentStatusLists: GET /v1/agent/status lists views and absent
+// names as JSON arrays, empty ones included (never null), and a name
+// the server says does not exist is listed absent.
+func TestAgentStatusLists(t *testing.T) {
+	s := startServer(t)
+	s.publish(t, 100, 4, 4)
+	f := startAgentWith(t, func(c *agent.Config) { c.Services = nil }, "", s.addr)
+	get := func() map[string]json.RawMessage {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		f.a.Handler(nil).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/agent/status", nil))
+		var st map[string]json.RawMessage
+		if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil {
+			t.Fatalf("GET /v1/agent/status: %d %q: %v", rec.Code, rec.Body, err)
+		}
+		return st
+	}
+	f.waitFor("a server's answer", func() bool { return f.a.Status(time.Second).Connected })
+	if st := get(); string(st["views"]) != "[]" || string(st["absent"]) != "[]" {
+		t.Errorf("status of an agent asked for nothing: views %s, absent %s; want [] and []", st["views"], st["absent"])
+	}
+	// A name asked about that the server does not have.
+	if f.a.Unheld("shop", "nope") == nil {
+		t.Fatal("Unheld(shop, nope) = nil (will not come) before any server said anything of it")
+	}
+	f.waitFor("nope.shop absent", func() bool { return len(f.a.Status(time.Second).Absent) == 1 })
+	if st := get(); string(st["absent"]) != `["nope.shop"]` {
+		t.Errorf("status: absent %s; want [\"nope.shop\"]", st["absent"])
+	}
 }
