@@ -23,7 +23,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -133,7 +132,6 @@ type Node struct {
 	Index    int
 	ID       string
 	DataDir  string
-	LogPath  string
 	HTTPAddr string
 	RaftAddr string
 	// DNSAddr is the node's DNS address, UDP and TCP (--dns-addr); the
@@ -144,11 +142,10 @@ type Node struct {
 	c      *Cluster
 	client *client.Client
 
-	mu      sync.Mutex
-	cmd     *exec.Cmd     // nil when not started
-	done    chan struct{} // closed when cmd has exited
-	exitErr error
-	started bool // has been ready once: its ports are its identity from then on
+	// proc is the server process: its log (LogPath), Running, Kill,
+	// Stop, Pause, Resume and Tail.
+	proc
+	started bool // guarded by proc.mu; has been ready once: its ports are its identity from then on
 }
 
 // New prepares a cluster: it picks free loopback ports and lays out the
@@ -179,12 +176,13 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	c := &Cluster{cfg: cfg}
 	for i := range cfg.Nodes {
+		id := fmt.Sprintf("n%d", i+1)
 		n := &Node{
 			Index:   i + 1,
-			ID:      fmt.Sprintf("n%d", i+1),
-			DataDir: filepath.Join(cfg.Dir, fmt.Sprintf("n%d", i+1)),
-			LogPath: filepath.Join(cfg.Dir, fmt.Sprintf("n%d.log", i+1)),
+			ID:      id,
+			DataDir: filepath.Join(cfg.Dir, id),
 			c:       c,
+			proc:    proc{name: id, LogPath: filepath.Join(cfg.Dir, id+".log"), logf: cfg.Logf},
 		}
 		if err := n.setPorts(ports[4*i : 4*i+4]); err != nil {
 			return nil, err
@@ -443,43 +441,6 @@ func (n *Node) Client() *client.Client { return n.client }
 // URL returns the node's API base URL.
 func (n *Node) URL() string { return "http://" + n.HTTPAddr }
 
-// Running reports whether the node's process runs (or is paused).
-func (n *Node) Running() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.cmd == nil {
-		return false
-	}
-	select {
-	case <-n.done:
-		return false
-	default:
-		return true
-	}
-}
-
-func (n *Node) state() string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	switch {
-	case n.cmd == nil:
-		return "never started"
-	case isClosed(n.done):
-		return fmt.Sprintf("exited: %v", n.exitErr)
-	default:
-		return fmt.Sprintf("running, pid %d", n.cmd.Process.Pid)
-	}
-}
-
-func isClosed(ch chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
 // args returns the server's command line. Node 1 bootstraps (and resumes
 // its state on a restart); any other node joins through a live node,
 // node 1 if none other runs.
@@ -543,11 +504,9 @@ func (n *Node) Start() error {
 func (n *Node) Restart() error { return n.Start() }
 
 func (n *Node) spawn() error {
-	args := n.args() // before locking n: args looks at the other nodes
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.cmd != nil && !isClosed(n.done) {
-		return fmt.Errorf("integration: %s runs already (pid %d)", n.ID, n.cmd.Process.Pid)
+	args := n.args()
+	if n.Running() {
+		return fmt.Errorf("integration: %s runs already (%s)", n.ID, n.state())
 	}
 	if err := os.MkdirAll(n.DataDir, 0o700); err != nil {
 		return err
@@ -557,42 +516,7 @@ func (n *Node) spawn() error {
 	if err := os.Remove(filepath.Join(n.DataDir, addrsFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	logf, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	defer logf.Close() // the child has its own descriptor
-	fmt.Fprintf(logf, "=== harness %s: %s %s\n", time.Now().Format(time.RFC3339Nano), n.c.cfg.Bin, strings.Join(args, " "))
-	cmd := exec.Command(n.c.cfg.Bin, args...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = childEnv()
-	cmd.SysProcAttr = SysProcAttr()
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("integration: starting %s: %w", n.ID, err)
-	}
-	done := make(chan struct{})
-	n.cmd, n.done, n.exitErr = cmd, done, nil
-	go func() {
-		err := cmd.Wait()
-		n.mu.Lock()
-		n.exitErr = err
-		n.mu.Unlock()
-		close(done)
-	}()
-	n.c.cfg.Logf("started %s (pid %d): http %s, raft %s", n.ID, cmd.Process.Pid, n.HTTPAddr, n.RaftAddr)
-	return nil
-}
-
-// childEnv is the test's environment without CAIRN_* variables, so that
-// a developer's CAIRN_TOKEN or CAIRN_DATA_DIR cannot change the servers.
-func childEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "CAIRN_") {
-			env = append(env, kv)
-		}
-	}
-	return env
+	return n.start(n.c.cfg.Bin, args, fmt.Sprintf("http %s, raft %s", n.HTTPAddr, n.RaftAddr))
 }
 
 // WaitReady polls until the node has written addrs.json naming its own
@@ -643,95 +567,6 @@ func (n *Node) WaitReady(timeout time.Duration) error {
 		return fmt.Errorf("integration: %s not ready: %w\n%s", n.ID, err, n.Tail(30))
 	}
 	return nil
-}
-
-// Kill sends SIGKILL and waits for the process to exit.
-func (n *Node) Kill() error {
-	if err := n.signal(syscall.SIGKILL); err != nil {
-		return err
-	}
-	n.wait(0)
-	n.c.cfg.Logf("killed %s", n.ID)
-	return nil
-}
-
-// Stop sends SIGTERM and waits up to 15s for a clean exit; a node that
-// does not exit by then is killed and Stop fails. A non-zero exit status
-// is an error too.
-func (n *Node) Stop() error {
-	if err := n.signal(syscall.SIGTERM); err != nil {
-		return err
-	}
-	if !n.wait(15 * time.Second) {
-		n.Kill()
-		return fmt.Errorf("integration: %s did not exit within 15s of SIGTERM; killed", n.ID)
-	}
-	n.mu.Lock()
-	err := n.exitErr
-	n.mu.Unlock()
-	n.c.cfg.Logf("stopped %s: %v", n.ID, err)
-	if err != nil {
-		return fmt.Errorf("integration: %s exited after SIGTERM with %w", n.ID, err)
-	}
-	return nil
-}
-
-// Pause stops the process (SIGSTOP) without killing it; Resume continues
-// it.
-func (n *Node) Pause() error { return n.signal(syscall.SIGSTOP) }
-
-// Resume continues a paused process (SIGCONT).
-func (n *Node) Resume() error { return n.signal(syscall.SIGCONT) }
-
-func (n *Node) signal(sig syscall.Signal) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.cmd == nil || isClosed(n.done) {
-		return fmt.Errorf("integration: %s does not run", n.ID)
-	}
-	if err := n.cmd.Process.Signal(sig); err != nil {
-		return fmt.Errorf("integration: signalling %s: %w", n.ID, err)
-	}
-	return nil
-}
-
-// wait waits for the process to exit, at most d (0: no limit), and
-// reports whether it did.
-func (n *Node) wait(d time.Duration) bool {
-	n.mu.Lock()
-	done := n.done
-	n.mu.Unlock()
-	if d == 0 {
-		<-done
-		return true
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-done:
-		return true
-	case <-t.C:
-		return false
-	}
-}
-
-// Tail returns the last lines of the node's log.
-func (n *Node) Tail(lines int) string {
-	f, err := os.Open(n.LogPath)
-	if err != nil {
-		return fmt.Sprintf("(no log: %v)", err)
-	}
-	defer f.Close()
-	const max = 64 << 10
-	if st, err := f.Stat(); err == nil && st.Size() > max {
-		f.Seek(st.Size()-max, io.SeekStart)
-	}
-	b, _ := io.ReadAll(f)
-	ls := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(ls) > lines {
-		ls = ls[len(ls)-lines:]
-	}
-	return strings.Join(ls, "\n")
 }
 
 // leaderID asks the node for the membership and returns the id it names

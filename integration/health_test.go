@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -393,28 +392,7 @@ func eventLines(evs []wire.Event) string {
 
 // metricValue reads an unlabelled sample from n's /metrics.
 func metricValue(ctx context.Context, n *Node, name string) (float64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.URL()+"/metrics", nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("%s /metrics: %w", n.ID, err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return 0, fmt.Errorf("%s /metrics: %q: %v", n.ID, sc.Text(), err)
-			}
-			return f, nil
-		}
-	}
-	return 0, fmt.Errorf("%s /metrics has no sample %s (%v)", n.ID, name, sc.Err())
+	return scrapeMetric(ctx, n.URL(), n.ID, name)
 }
 
 // runCLI runs the cairn binary as a client of node n and returns its
