@@ -36,14 +36,7 @@ func staleAnswer(n *Node, name string) (addrs []string, minTTL uint32, edes []ui
 		}
 	}
 	slices.Sort(addrs)
-	if o := r.IsEdns0(); o != nil {
-		for _, op := range o.Option {
-			if e, ok := op.(*dns.EDNS0_EDE); ok {
-				edes = append(edes, e.InfoCode)
-			}
-		}
-	}
-	return addrs, minTTL, edes, r.Rcode, nil
+	return addrs, minTTL, edeCodes(r), r.Rcode, nil
 }
 
 // With two of three servers killed, the survivor has no leader: it keeps
