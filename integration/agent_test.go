@@ -600,3 +600,43 @@ func lastRunLog(t *testing.T, a *Agent) string {
 	}
 	return s
 }
+
+// TestAgentThroughCoreDNS: CoreDNS with the forward plugin, configured
+// by deploy/coredns/Corefile and forwarding to an agent instead of a
+// server, passes on the agent's answers as TestDNSThroughCoreDNS checks
+// it passes on the server's.
+func TestAgentThroughCoreDNS(t *testing.T) {
+	needProcesses(t)
+	t.Parallel()
+	bin := corednsBinary(t)
+	fx := startDNSFixture(t)
+	a := StartAgent(t, []string{fx.node.GRPCAddr}, "--service", "shop/web", "--service", "shop/empty")
+	// The agent holds what the checks ask for: web and empty, and the
+	// server's word that nope does not exist (its first query subscribes
+	// to it).
+	Eventually(t, 30*time.Second, func() error {
+		r, err := ask(a.DNSAddr, webName, dns.TypeA)
+		if err != nil {
+			return err
+		}
+		if got := addrSet(r.Answer); r.Rcode != dns.RcodeSuccess || !slices.Equal(got, fx.webA) || len(edeCodes(r)) != 0 {
+			return fmt.Errorf("agent: %s A: %v; want NOERROR %v", webName, replyOf(r), fx.webA)
+		}
+		r, err = ask(a.DNSAddr, webSRV, dns.TypeSRV)
+		if err != nil {
+			return err
+		}
+		if got := srvSet(r.Answer); !slices.Equal(got, fx.webSRV) {
+			return fmt.Errorf("agent: %s SRV %v; want the server's %v", webSRV, got, fx.webSRV)
+		}
+		r, err = ask(a.DNSAddr, nopeName, dns.TypeA)
+		if err != nil {
+			return err
+		}
+		if r.Rcode != dns.RcodeNameError {
+			return fmt.Errorf("agent: %s A: %v; want NXDOMAIN once the server said it does not exist", nopeName, replyOf(r))
+		}
+		return nil
+	})
+	fx.checkThrough(t, startCoreDNS(t, bin, a.DNSAddr))
+}

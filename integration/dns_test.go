@@ -465,7 +465,15 @@ func TestDNSThroughCoreDNS(t *testing.T) {
 	t.Parallel()
 	bin := corednsBinary(t)
 	fx := startDNSFixture(t)
-	corefile := readSnippet(t, "coredns/Corefile", dnsDefaultAddr, fx.addr)
+	fx.checkThrough(t, startCoreDNS(t, bin, fx.addr))
+}
+
+// startCoreDNS runs CoreDNS bin with deploy/coredns/Corefile, forwarding
+// to upstream instead of the address the snippet names, on a free
+// loopback port, and returns that address once it answers the apex SOA.
+func startCoreDNS(t *testing.T, bin, upstream string) string {
+	t.Helper()
+	corefile := readSnippet(t, "coredns/Corefile", dnsDefaultAddr, upstream)
 	// The test's one addition: listen on loopback only (the snippet
 	// leaves the listening address to the deployment).
 	const block = "cairn.internal {"
@@ -473,7 +481,7 @@ func TestDNSThroughCoreDNS(t *testing.T) {
 		t.Fatalf("deploy/coredns/Corefile: want one server block opened by %q", block)
 	}
 	corefile = strings.Replace(corefile, block, block+"\n    bind 127.0.0.1", 1)
-	addr := startResolver(t, "coredns", func(port int) (*daemon, error) {
+	return startResolver(t, "coredns", func(port int) (*daemon, error) {
 		dir := t.TempDir()
 		conf := filepath.Join(dir, "Corefile")
 		if err := os.WriteFile(conf, []byte(corefile), 0o600); err != nil {
@@ -481,7 +489,6 @@ func TestDNSThroughCoreDNS(t *testing.T) {
 		}
 		return startDaemon(t, "coredns", filepath.Join(dir, "coredns.log"), bin, "-conf", conf, "-dns.port", strconv.Itoa(port))
 	})
-	fx.checkThrough(t, addr)
 }
 
 // corednsBinary returns a CoreDNS binary of corednsVersion, built with `go
