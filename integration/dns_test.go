@@ -737,18 +737,25 @@ func TestDNSConformanceDig(t *testing.T) {
 // binary's.
 func TestDNSDefaultsMatchBinary(t *testing.T) {
 	needProcesses(t)
+	checkDefaults(t, "server", map[string]string{"dns-addr": dnsDefaultAddr, "domain": dnsZone})
+}
+
+// checkDefaults checks the defaults `cairn COMMAND --help` prints for
+// the flags of want.
+func checkDefaults(t *testing.T, command string, want map[string]string) {
+	t.Helper()
 	bin, err := Binary()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(bin, "server", "--help").CombinedOutput()
+	out, err := exec.Command(bin, command, "--help").CombinedOutput()
 	if err != nil {
-		t.Fatalf("cairn server --help: %v\n%s", err, out)
+		t.Fatalf("cairn %s --help: %v\n%s", command, err, out)
 	}
-	for flag, want := range map[string]string{"dns-addr": dnsDefaultAddr, "domain": dnsZone} {
+	for flag, want := range want {
 		m := regexp.MustCompile(`--` + flag + ` value .*\(default: "([^"]*)"\)`).FindSubmatch(out)
 		if m == nil || string(m[1]) != want {
-			t.Errorf("cairn server --help: --%s default %q; the deploy snippets and tests assume %q", flag, m, want)
+			t.Errorf("cairn %s --help: --%s default %q; the deploy files and tests assume %q", command, flag, m, want)
 		}
 	}
 }
@@ -756,11 +763,18 @@ func TestDNSDefaultsMatchBinary(t *testing.T) {
 // TestDNSSystemdResolvedSnippet is a STATIC check of
 // deploy/systemd-resolved/cairn.conf: systemd-resolved needs systemd as
 // PID 1 and D-Bus, and installing it here would take over the machine's
-// /etc/resolv.conf, so it is not run. The check parses the drop-in as
-// resolved.conf(5) does and checks that it sends cairn.internal, and only
-// it, to cairn's default DNS address and changes no other global setting.
+// /etc/resolv.conf, so it is not run. checkResolvedDropIn says what is
+// checked.
 func TestDNSSystemdResolvedSnippet(t *testing.T) {
-	b, err := os.ReadFile("../deploy/systemd-resolved/cairn.conf")
+	checkResolvedDropIn(t, "systemd-resolved/cairn.conf", dnsDefaultAddr)
+}
+
+// checkResolvedDropIn parses the drop-in deploy/PATH as resolved.conf(5)
+// does and checks that it sends cairn.internal, and only it, to dnsAddr
+// and changes no other global setting.
+func checkResolvedDropIn(t *testing.T, path, dnsAddr string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "deploy", path))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -775,25 +789,25 @@ func TestDNSSystemdResolvedSnippet(t *testing.T) {
 		default:
 			k, v, ok := strings.Cut(line, "=")
 			if !ok {
-				t.Fatalf("line %d: %q is neither a section, a comment nor KEY=VALUE", i+1, raw)
+				t.Fatalf("%s line %d: %q is neither a section, a comment nor KEY=VALUE", path, i+1, raw)
 			}
 			if section != "Resolve" {
-				t.Fatalf("line %d: %q is in section [%s]; resolved.conf has only [Resolve]", i+1, raw, section)
+				t.Fatalf("%s line %d: %q is in section [%s]; resolved.conf has only [Resolve]", path, i+1, raw, section)
 			}
 			values[strings.TrimSpace(k)] = append(values[strings.TrimSpace(k)], strings.Fields(v)...)
 		}
 	}
 	for k := range values {
 		if k != "DNS" && k != "Domains" {
-			t.Errorf("the drop-in sets %s=; it must set only DNS= and Domains= (any other key overrides the host's global setting)", k)
+			t.Errorf("%s sets %s=; it must set only DNS= and Domains= (any other key overrides the host's global setting)", path, k)
 		}
 	}
-	if got := values["DNS"]; !slices.Equal(got, []string{dnsDefaultAddr}) {
-		t.Errorf("DNS=%v; want cairn's default DNS address, %s (IP:PORT, systemd ≥ 246)", got, dnsDefaultAddr)
+	if got := values["DNS"]; !slices.Equal(got, []string{dnsAddr}) {
+		t.Errorf("%s: DNS=%v; want %s (IP:PORT, systemd ≥ 246)", path, got, dnsAddr)
 	}
 	// "~" makes the domain route-only: queries for it go to cairn, and
 	// it is not a search domain appended to single-label names.
 	if got, want := values["Domains"], []string{"~" + strings.TrimSuffix(dnsZone, ".")}; !slices.Equal(got, want) {
-		t.Errorf("Domains=%v; want %v", got, want)
+		t.Errorf("%s: Domains=%v; want %v", path, got, want)
 	}
 }
