@@ -60,6 +60,12 @@ type Config struct {
 	// StaleAfter is the DNS server's threshold, which the status and
 	// metrics report staleness by. Defaults to 5s.
 	StaleAfter time.Duration
+	// AbsentTTL is how long a server's word that a service does not
+	// exist is taken (NXDOMAIN meanwhile) for a name asked about over
+	// DNS: the name is unsubscribed, and its next query after AbsentTTL
+	// subscribes again. Names of Services stay subscribed, and come as
+	// soon as they exist. Defaults to 30s.
+	AbsentTTL time.Duration
 	// MaxViews caps the views subscribed to: names asked about past it
 	// are answered Not Ready without a subscription (field notes A4: a
 	// flood of names that do not exist must not grow the agent).
@@ -96,8 +102,13 @@ type Agent struct {
 	// its view comes or a server says it does not exist (Unheld).
 	arrive map[string]chan struct{}
 	// want is every name subscribed to; fresh those a session has not
-	// subscribed to yet.
-	want, fresh map[string]bool
+	// subscribed to yet, dropped those it must unsubscribe from; pinned
+	// the names of Config.Services, which stay subscribed.
+	want, fresh, dropped, pinned map[string]bool
+	// serial is the table's store revision, the zone's SOA serial: the
+	// highest revision of any view held since the start, so that it
+	// never goes back when a view goes.
+	serial uint64
 	bd          *builder
 	// connected is whether a stream is open and has answered; lastGood
 	// when the agent last knew its views current (now while connected).
@@ -137,6 +148,9 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.StaleAfter <= 0 {
 		cfg.StaleAfter = 5 * time.Second
 	}
+	if cfg.AbsentTTL <= 0 {
+		cfg.AbsentTTL = 30 * time.Second
+	}
 	if cfg.MaxViews <= 0 {
 		cfg.MaxViews = 4096
 	}
@@ -153,14 +167,14 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Logger = slog.Default()
 	}
 	a := &Agent{cfg: cfg, views: map[string]*view{}, absent: map[string]time.Time{}, arrive: map[string]chan struct{}{}, want: map[string]bool{},
-		fresh: map[string]bool{}, bd: newBuilder(cfg.Table.Capacity()),
+		fresh: map[string]bool{}, dropped: map[string]bool{}, pinned: map[string]bool{}, bd: newBuilder(cfg.Table.Capacity()),
 		wake: make(chan struct{}, 1), dirty: make(chan struct{}, 1)}
 	for _, s := range cfg.Services {
 		ns, svc, ok := splitService(s)
 		if !ok {
 			return nil, fmt.Errorf("agent: service %q is not NAMESPACE/SERVICE (two DNS labels)", s)
 		}
-		a.want[agentview.Name(ns, svc)] = true
+		a.want[agentview.Name(ns, svc)], a.pinned[agentview.Name(ns, svc)] = true, true
 	}
 	m, err := newMetrics(cfg.Registerer, a)
 	if err != nil {
@@ -217,8 +231,11 @@ func (a *Agent) Unheld(ns, svc string) <-chan struct{} {
 	name := agentview.Name(ns, svc)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if _, gone := a.absent[name]; gone {
-		return nil
+	if at, gone := a.absent[name]; gone {
+		if a.pinned[name] || a.cfg.Now().Sub(at) < a.cfg.AbsentTTL {
+			return nil
+		}
+		delete(a.absent, name) // ask again
 	}
 	if _, held := a.views[name]; held {
 		return closed // came since the query looked
@@ -228,10 +245,8 @@ func (a *Agent) Unheld(ns, svc string) <-chan struct{} {
 			return closed
 		}
 		a.want[name], a.fresh[name] = true, true
-		select {
-		case a.wake <- struct{}{}:
-		default:
-		}
+		delete(a.dropped, name)
+		a.wakeLocked()
 	}
 	ch := a.arrive[name]
 	if ch == nil {
@@ -239,6 +254,15 @@ func (a *Agent) Unheld(ns, svc string) <-chan struct{} {
 		a.arrive[name] = ch
 	}
 	return ch
+}
+
+// wakeLocked tells the open stream it has names to subscribe to or
+// unsubscribe from.
+func (a *Agent) wakeLocked() {
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
 }
 
 // closed is a closed channel: Unheld's "nothing to wait for".
@@ -284,6 +308,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 	defer wg.Wait()
 	bo := backoff.New(a.cfg.Backoff)
+	failing := false // the last attempts got no answer
 	for i := 0; ctx.Err() == nil; i++ {
 		addr := a.cfg.Servers[i%len(a.cfg.Servers)]
 		answered, err := a.session(ctx, addr)
@@ -296,7 +321,18 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		a.m.reconnects.Inc()
 		wait := bo.Next()
-		a.cfg.Logger.Warn("xDS stream ended; reconnecting", "server", addr, "err", err, "after", wait)
+		// One warning per outage, not one per attempt: a long one would
+		// otherwise log twice a minute for as long as it lasts.
+		switch {
+		case answered:
+			a.cfg.Logger.Warn("xDS stream ended; reconnecting", "server", addr, "err", err, "after", wait)
+			failing = false
+		case !failing:
+			a.cfg.Logger.Warn("no xDS server answers; serving the views held, retrying with backoff", "server", addr, "err", err, "after", wait)
+			failing = true
+		default:
+			a.cfg.Logger.Debug("xDS server unreachable; retrying", "server", addr, "err", err, "after", wait)
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(wait):
@@ -393,8 +429,9 @@ func (a *Agent) session(ctx context.Context, addr string) (answered bool, err er
 				return answered, err
 			}
 		case <-a.wake:
-			if names := a.takeFresh(); len(names) > 0 {
-				if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResourceNamesSubscribe: names}); err != nil {
+			if sub, unsub := a.takeChanges(); len(sub)+len(unsub) > 0 {
+				if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: EndpointType,
+					ResourceNamesSubscribe: sub, ResourceNamesUnsubscribe: unsub}); err != nil {
 					return answered, err
 				}
 			}
@@ -413,6 +450,7 @@ func (a *Agent) subscription() (names []string, held map[string]string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	clear(a.fresh)
+	clear(a.dropped)
 	held = map[string]string{}
 	for name, v := range a.views {
 		if v.version != "" {
@@ -422,14 +460,15 @@ func (a *Agent) subscription() (names []string, held map[string]string) {
 	return slices.Sorted(maps.Keys(a.want)), held
 }
 
-// takeFresh returns the names wanted that the open stream has not
-// subscribed to.
-func (a *Agent) takeFresh() []string {
+// takeChanges returns the names wanted that the open stream has not
+// subscribed to, and those it must unsubscribe from.
+func (a *Agent) takeChanges() (sub, unsub []string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	names := slices.Sorted(maps.Keys(a.fresh))
+	sub, unsub = slices.Sorted(maps.Keys(a.fresh)), slices.Sorted(maps.Keys(a.dropped))
 	clear(a.fresh)
-	return names
+	clear(a.dropped)
+	return sub, unsub
 }
 
 // apply applies one response, all of it or none of it: a response with
@@ -482,6 +521,21 @@ func (a *Agent) apply(resp *discoveryv3.DeltaDiscoveryResponse) error {
 		if a.views[name] != nil || a.want[name] {
 			delete(a.views, name)
 			a.absent[name] = now
+			if !a.pinned[name] {
+				// Unsubscribed: the names a flood of queries asks about
+				// never pile up in want (field notes A4).
+				delete(a.want, name)
+				delete(a.fresh, name)
+				a.dropped[name] = true
+				a.wakeLocked()
+			}
+		}
+	}
+	if len(a.absent) > a.cfg.MaxViews {
+		for name, at := range a.absent {
+			if !a.pinned[name] && now.Sub(at) >= a.cfg.AbsentTTL {
+				delete(a.absent, name)
+			}
 		}
 	}
 	a.restored = false
@@ -522,11 +576,10 @@ func (a *Agent) reserve() {
 // publishLocked builds the table from the views and wakes the writer.
 func (a *Agent) publishLocked() error {
 	views := slices.SortedFunc(maps.Values(a.views), func(x, y *view) int { return cmpString(x.name, y.name) })
-	var rev uint64
 	for _, v := range views {
-		rev = max(rev, v.got.Revision)
+		a.serial = max(a.serial, v.got.Revision)
 	}
-	dropped, err := a.bd.build(a.cfg.Table, views, rev)
+	dropped, err := a.bd.build(a.cfg.Table, views, a.serial)
 	if err != nil {
 		return fmt.Errorf("agent: building the table: %w", err)
 	}
@@ -576,6 +629,10 @@ type Status struct {
 	Views     []ViewStatus `json:"views"`
 	// Absent are names a server said do not exist.
 	Absent []string `json:"absent"`
+	// LoadError is what was wrong with the views file at start, if
+	// anything (the agent started from the previous copy, or from
+	// nothing).
+	LoadError string `json:"load_error,omitempty"`
 }
 
 // Status reports each view; staleAfter is the DNS server's threshold.
@@ -594,6 +651,9 @@ func (a *Agent) Status(staleAfter time.Duration) Status {
 	}
 	if len(a.absent) > 0 {
 		st.Absent = slices.Sorted(maps.Keys(a.absent)) // nil for none, which JSON would show as null
+	}
+	if a.loadErr != nil {
+		st.LoadError = a.loadErr.Error()
 	}
 	return st
 }

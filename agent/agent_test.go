@@ -455,3 +455,65 @@ func TestAgentStatusLists(t *testing.T) {
 		t.Errorf("status: absent %s; want [\"nope.shop\"]", st["absent"])
 	}
 }
+
+// TestAgentForgetsAbsentNames: a flood of names the server says do not
+// exist never fills the agent's subscriptions: each is unsubscribed once
+// the server has said so, answered NXDOMAIN (nil) for AbsentTTL, then
+// asked again; with MaxViews at 2, a real service asked after five junk
+// names is still subscribed and comes. The zone's serial (the table's
+// store revision) never goes back when a view goes.
+func TestAgentForgetsAbsentNames(t *testing.T) {
+	s := startServer(t)
+	s.publish(t, 100, 2, 2)
+	f := startAgentWith(t, func(c *agent.Config) { c.Services, c.MaxViews, c.AbsentTTL = nil, 2, time.Minute }, "", s.addr)
+	f.waitFor("a server's answer", func() bool { return f.a.Status(time.Second).Connected })
+
+	wait := func(ch <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the server's word never came", what)
+		}
+	}
+	for i := range 5 {
+		name := fmt.Sprintf("junk%d", i)
+		ch := f.a.Unheld("shop", name)
+		if ch == nil {
+			t.Fatalf("%s: nil before the server said anything", name)
+		}
+		wait(ch, name)
+		if f.a.Unheld("shop", name) != nil {
+			t.Fatalf("%s: the server said it does not exist, yet it is not NXDOMAIN", name)
+		}
+	}
+	ch := f.a.Unheld("shop", "cart")
+	if ch == nil {
+		t.Fatal("cart: nil")
+	}
+	wait(ch, "cart")
+	f.waitFor("cart's view", f.has(2, 100))
+
+	// Past AbsentTTL a junk name is asked about again.
+	f.clock.add(2 * time.Minute)
+	if f.a.Unheld("shop", "junk0") == nil {
+		t.Error("junk0 past AbsentTTL: still NXDOMAIN without asking")
+	}
+
+	// cart goes (a table without it, at a lower revision than a view
+	// held before would give): the serial stays.
+	_, err := s.pub.Build(func(b *status.Builder) error {
+		clear(b.Entries())
+		b.SetStoreRevision(101)
+		b.SetServices(status.NewNames())
+		b.SetDirectory(&status.Directory{Revision: 101, Services: []status.ServiceInfo{{}}, Instances: make([]*status.InstanceInfo, s.pub.Capacity())})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("cart gone", func() bool { n, _ := f.eligible(); return n == -1 })
+	if _, rev := f.eligible(); rev != 100 {
+		t.Errorf("after the last view went, the serial is %d; want 100 kept", rev)
+	}
+}

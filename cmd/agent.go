@@ -102,8 +102,8 @@ func agentConfigFromFlags(c *cli.Context) (agentConfig, error) {
 			}
 		}
 	}
-	if cfg.StaleAfter <= 0 || cfg.MaxStale < cfg.StaleAfter {
-		return cfg, fmt.Errorf("--stale-after (%s) must be positive and at most --max-stale (%s)", cfg.StaleAfter, cfg.MaxStale)
+	if cfg.StaleAfter <= 0 || cfg.MaxStale <= cfg.StaleAfter {
+		return cfg, fmt.Errorf("--stale-after (%s) must be positive and below --max-stale (%s)", cfg.StaleAfter, cfg.MaxStale)
 	}
 	if cfg.TableCapacity < 1 || cfg.TableCapacity > status.MaxCapacity {
 		return cfg, fmt.Errorf("--table-capacity: %d is out of range [1, %d]", cfg.TableCapacity, status.MaxCapacity)
