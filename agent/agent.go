@@ -109,7 +109,7 @@ type Agent struct {
 	// highest revision of any view held since the start, so that it
 	// never goes back when a view goes.
 	serial uint64
-	bd          *builder
+	bd     *builder
 	// connected is whether a stream is open and has answered; lastGood
 	// when the agent last knew its views current (now while connected).
 	connected bool
