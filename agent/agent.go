@@ -62,9 +62,10 @@ type Config struct {
 	StaleAfter time.Duration
 	// AbsentTTL is how long a server's word that a service does not
 	// exist is taken (NXDOMAIN meanwhile) for a name asked about over
-	// DNS: the name is unsubscribed, and its next query after AbsentTTL
-	// subscribes again. Names of Services stay subscribed, and come as
-	// soon as they exist. Defaults to 30s.
+	// DNS whose view the agent never held: the name is unsubscribed, and
+	// its next query after AbsentTTL subscribes again. The names of
+	// Services, and of views that went, stay subscribed and come back
+	// as soon as their service does. Defaults to 30s.
 	AbsentTTL time.Duration
 	// MaxViews caps the views subscribed to: names asked about past it
 	// are answered Not Ready without a subscription (field notes A4: a
@@ -232,7 +233,7 @@ func (a *Agent) Unheld(ns, svc string) <-chan struct{} {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if at, gone := a.absent[name]; gone {
-		if a.pinned[name] || a.cfg.Now().Sub(at) < a.cfg.AbsentTTL {
+		if a.want[name] || a.cfg.Now().Sub(at) < a.cfg.AbsentTTL {
 			return nil
 		}
 		delete(a.absent, name) // ask again
@@ -519,11 +520,14 @@ func (a *Agent) apply(resp *discoveryv3.DeltaDiscoveryResponse) error {
 	}
 	for _, name := range resp.RemovedResources {
 		if a.views[name] != nil || a.want[name] {
+			_, held := a.views[name]
 			delete(a.views, name)
 			a.absent[name] = now
-			if !a.pinned[name] {
-				// Unsubscribed: the names a flood of queries asks about
-				// never pile up in want (field notes A4).
+			if !a.pinned[name] && !held {
+				// Never held: unsubscribed, so that the names a flood of
+				// queries asks about never pile up in want (field notes
+				// A4). A view that went stays subscribed, and comes back
+				// as soon as its service does.
 				delete(a.want, name)
 				delete(a.fresh, name)
 				a.dropped[name] = true
@@ -533,7 +537,7 @@ func (a *Agent) apply(resp *discoveryv3.DeltaDiscoveryResponse) error {
 	}
 	if len(a.absent) > a.cfg.MaxViews {
 		for name, at := range a.absent {
-			if !a.pinned[name] && now.Sub(at) >= a.cfg.AbsentTTL {
+			if !a.want[name] && now.Sub(at) >= a.cfg.AbsentTTL {
 				delete(a.absent, name)
 			}
 		}

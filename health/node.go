@@ -101,7 +101,13 @@ func New(cfg Config) (*Node, error) {
 		nudge:    make(chan struct{}, 1),
 		pacer:    pace.New(cfg.Slice, pace.DefaultPause, cfg.Now),
 	}
-	if s := cfg.Restore; s != nil {
+	if s := cfg.Restore; s != nil && s.Revision == 0 {
+		// Built before the store had applied anything (the node stopped
+		// within its first save interval): it knows of no service, and
+		// served, it would tell every DNS and xDS client that none
+		// exists. Nothing is served until the store catches up.
+		n.log.Warn("not serving the table kept on disk: it was built before the store had applied anything")
+	} else if s != nil {
 		var dropped int
 		if _, err := cfg.Table.Build(func(b *status.Builder) error { dropped = s.Fill(b); return nil }); err != nil {
 			return nil, fmt.Errorf("health: publishing the table kept on disk: %w", err)

@@ -443,3 +443,22 @@ func TestWaitPublishedWaits(t *testing.T) {
 		t.Fatal("WaitPublished did not return once the table had the revision")
 	}
 }
+
+// TestRestoreSkipsAnEmptyTable: a table kept before the store had
+// applied anything (revision 0: the node stopped within its first save
+// interval) knows of no service; served, it would tell every DNS and xDS
+// client that none exists. The node neither publishes it nor reports
+// itself restored.
+func TestRestoreSkipsAnEmptyTable(t *testing.T) {
+	h := newHarness(t, nil, 0, nil)
+	snap := &tablefile.Snapshot{Revision: 0, Synced: h.clk.Now(), Saved: h.clk.Now(), Capacity: 8}
+	lone := storetest.Lone(t, store.Config{NodeID: "n9", Now: h.clk.Now})
+	n := newNode(t, lone.Store, h.clk, 0, func(c *Config) { c.Restore = snap })
+	if n.Restored() {
+		t.Error("a kept table of revision 0 is reported restored")
+	}
+	if tbl := n.cfg.Table.Acquire(); tbl != nil {
+		tbl.Release()
+		t.Error("a kept table of revision 0 is published")
+	}
+}
