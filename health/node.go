@@ -174,12 +174,17 @@ func (n *Node) Run(ctx context.Context) error {
 // (never concurrently with Run).
 func (n *Node) Tick(ctx context.Context) {
 	now := n.cfg.Now()
+	if !n.cfg.Store.CaughtUp() {
+		// The replica may hold only its latest raft snapshot, or
+		// nothing yet (a restarted node replays its log once it hears
+		// from a leader): a table built from it would deny services
+		// that exist, to DNS and xDS clients alike. Keep the table from
+		// disk, if there is one, else publish nothing (DNS answers Not
+		// Ready, xDS refuses streams) until it has caught up. CaughtUp
+		// latches: a replica that falls behind later is served stale.
+		return
+	}
 	if n.restored.Load() {
-		if !n.cfg.Store.CaughtUp() {
-			// The replica may hold only its latest raft snapshot: keep
-			// the table from disk rather than publish less than it.
-			return
-		}
 		n.restored.Store(false)
 		n.log.Info("store caught up: serving tables built from it")
 	}

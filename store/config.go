@@ -50,7 +50,7 @@ type Config struct {
 
 	// LeaderRevision asks the leader, at its HTTP address, for its
 	// revision; a follower is CaughtUp once it has applied as much. Nil
-	// leaves followers never CaughtUp (tests that do not need it).
+	// (tests) makes a follower CaughtUp once it has heard from a leader.
 	LeaderRevision func(ctx context.Context, httpAddr string) (uint64, error)
 
 	// Transport replaces the TCP transport (tests use raft's in-memory

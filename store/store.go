@@ -298,13 +298,16 @@ func (s *Store) LastContact() time.Time {
 // CaughtUp reports whether this node's replica has, at least once since
 // it started, applied everything the leader had applied when asked (on
 // the leader: taken over). Followers ask through Config.LeaderRevision,
-// in Run. It latches: a node that later loses its leader keeps serving
-// what it has, marked stale by its readers.
+// in Run; without it (a store in tests) a follower counts as caught up
+// once it has heard from a leader. It latches: a node that later loses
+// its leader keeps serving what it has, marked stale by its readers.
 func (s *Store) CaughtUp() bool {
 	if s.caughtUp.Load() {
 		return true
 	}
-	if target := s.catchUpTo.Load(); s.LeaderReady() || target > 0 && s.Revision() >= target {
+	target := s.catchUpTo.Load()
+	heard := s.cfg.LeaderRevision == nil && !s.IsLeader() && !s.raft.LastContact().IsZero()
+	if s.LeaderReady() || target > 0 && s.Revision() >= target || heard {
 		s.caughtUp.Store(true)
 		return true
 	}
