@@ -44,7 +44,8 @@ func (v *view) accept(got *agentview.View) error {
 
 // serve recomputes what v serves of got at now: got itself, unless that
 // would shrink the set in rotation below what the shrink cap allows in
-// the current window, in which case enough of the instances withdrawn
+// the current window (counted from the most in rotation since it
+// opened), in which case enough of the instances withdrawn
 // (or gone) since stay in rotation, marked WithdrawalDeferred, with the
 // entry they had, until a later window lets them go. Instances the view
 // shows draining or terminated are never held back: drains are not
@@ -63,6 +64,12 @@ func (v *view) serve(now time.Time) bool {
 	if v.served != nil && (v.windowStart.IsZero() || now.Sub(v.windowStart) >= window) {
 		v.windowStart, v.windowBase = now, eligible(v.served)
 	}
+	// The base is the most in rotation since the window opened, not
+	// only at its start: a view that grew from 2 to 10 within a window
+	// (instances registered one by one) and then lost 9 in one step must
+	// not lose them all at once. A rolling replacement (one out, one in)
+	// never falls below the floor, so it is not held back.
+	v.windowBase = max(v.windowBase, eligible(v.served))
 	floor := 0
 	if base := v.windowBase; base > 0 {
 		floor = base - max(1, int(math.Floor(capFrac*float64(base))))

@@ -102,3 +102,35 @@ func TestOlderRevisionRefused(t *testing.T) {
 		t.Errorf("a newer revision: %v", err)
 	}
 }
+
+// TestShrinkCapCountsFromTheMost: a view that grows within a window
+// (instances registered one by one) and then loses nearly all of them in
+// one step is capped from the most it had in the window, not from what
+// it had when the window opened; a rolling replacement, one out and one
+// in, is never held back.
+func TestShrinkCapCountsFromTheMost(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	v := &view{name: "cart.shop", got: viewOf(1, 10, 1)}
+	v.serve(t0)
+	for up := 2; up <= 10; up++ {
+		v.got = viewOf(uint64(up), 10, up)
+		v.serve(t0.Add(time.Duration(up) * 100 * time.Millisecond))
+	}
+	v.got = viewOf(20, 10, 1)
+	v.serve(t0.Add(2 * time.Second))
+	if n := eligible(v.served); n != 7 {
+		t.Fatalf("10 → 1 within the window it grew in: %d eligible, want 7", n)
+	}
+
+	r := &view{name: "cart.shop", got: viewOf(1, 11, 10)}
+	r.serve(t0)
+	for i := range 10 { // instance i out, instance 10 (then i) in
+		next := viewOf(uint64(i+2), 11, 11)
+		next.Instances[i].Flags, next.Instances[i].Weight = 0, 0
+		r.got = next
+		r.serve(t0.Add(time.Duration(i+1) * 100 * time.Millisecond))
+		if n := eligible(r.served); n != 10 || r.deferred != 0 {
+			t.Fatalf("rolling step %d: %d eligible, %d deferred; want 10 and none", i, n, r.deferred)
+		}
+	}
+}
