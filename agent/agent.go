@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -72,6 +73,10 @@ type Config struct {
 	// flood of names that do not exist must not grow the agent).
 	// Defaults to 4096.
 	MaxViews int
+	// AnswerTimeout bounds the wait for a server's first answer on a new
+	// stream: past it the agent moves to the next server. Defaults to
+	// 10s.
+	AnswerTimeout time.Duration
 	// SaveInterval is the least time between two writes of the file.
 	// Defaults to 250ms.
 	SaveInterval time.Duration
@@ -154,6 +159,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.MaxViews <= 0 {
 		cfg.MaxViews = 4096
+	}
+	if cfg.AnswerTimeout <= 0 {
+		cfg.AnswerTimeout = 10 * time.Second
 	}
 	if cfg.SaveInterval <= 0 {
 		cfg.SaveInterval = 250 * time.Millisecond
@@ -373,14 +381,22 @@ func (a *Agent) session(ctx context.Context, addr string) (answered bool, err er
 		return false, err
 	}
 	defer cc.Close()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	// A server must answer the first request of a type, even with
+	// nothing (the protocol's rule): one that has not within
+	// AnswerTimeout — its stream never opened, or its hub is stuck — is
+	// left for the next (field notes A6).
+	silent := time.AfterFunc(a.cfg.AnswerTimeout, func() {
+		cancel(fmt.Errorf("agent: no answer from %s within %s", addr, a.cfg.AnswerTimeout))
+	})
+	defer silent.Stop()
 	if a.cfg.Token != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+a.cfg.Token)
 	}
 	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
 	if err != nil {
-		return false, err
+		return false, cmp.Or(context.Cause(ctx), err)
 	}
 	node := &corev3.Node{Id: a.cfg.NodeID, Locality: &corev3.Locality{Region: a.cfg.Region, Zone: a.cfg.Zone}}
 	names, held := a.subscription()
@@ -414,12 +430,13 @@ func (a *Agent) session(ctx context.Context, addr string) (answered bool, err er
 	for {
 		select {
 		case <-ctx.Done():
-			return answered, ctx.Err()
+			return answered, context.Cause(ctx)
 		case r := <-in:
 			if r.err != nil {
-				return answered, r.err
+				return answered, cmp.Or(context.Cause(ctx), r.err)
 			}
 			answered = true
+			silent.Stop()
 			req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResponseNonce: r.resp.Nonce}
 			if err := a.apply(r.resp); err != nil {
 				a.m.nacks.Inc()

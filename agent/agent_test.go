@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -516,4 +517,31 @@ func TestAgentForgetsAbsentNames(t *testing.T) {
 	if _, rev := f.eligible(); rev != 100 {
 		t.Errorf("after the last view went, the serial is %d; want 100 kept", rev)
 	}
+}
+
+// TestAgentLeavesASilentServer: a server that accepts the connection and
+// never answers (a hung process, a proxy that swallows the stream) is
+// left after AnswerTimeout for the next one in the list.
+func TestAgentLeavesASilentServer(t *testing.T) {
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns sync.WaitGroup
+	done := make(chan struct{})
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() { defer conns.Done(); <-done; c.Close() }() // accepted, never read
+		}
+	}()
+	t.Cleanup(func() { silent.Close(); close(done); conns.Wait() })
+	s := startServer(t)
+	s.publish(t, 100, 3, 3)
+	f := startAgentWith(t, func(c *agent.Config) { c.AnswerTimeout = 200 * time.Millisecond }, "", silent.Addr().String(), s.addr)
+	f.waitFor("the view from the second server", f.has(3, 100))
 }
