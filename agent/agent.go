@@ -531,11 +531,25 @@ func (a *Agent) apply(resp *discoveryv3.DeltaDiscoveryResponse) error {
 			held = &view{name: g.name}
 			a.views[g.name] = held
 		}
-		held.got, held.version, held.received = g.v, g.version, now
+		held.got, held.version, held.received, held.removed = g.v, g.version, now, false
 		held.serve(now)
 		delete(a.absent, g.name)
 	}
 	for _, name := range resp.RemovedResources {
+		if v := a.views[name]; v != nil && eligible(v.served) > 0 {
+			// A view in rotation that the server removes shrinks as any
+			// other, under the cap, to nothing: a server that says a
+			// service with instances in rotation does not exist (a
+			// cluster rebuilt from nothing, a table not caught up) is
+			// the large drop the cap is for. It goes once it serves
+			// nothing (reserve); until then it answers as held.
+			v.got = &agentview.View{Revision: v.got.Revision, Service: v.got.Service}
+			v.removed = true
+			v.serve(now)
+			if len(v.served) > 0 {
+				continue
+			}
+		}
 		if a.views[name] != nil || a.want[name] {
 			_, held := a.views[name]
 			delete(a.views, name)
@@ -582,8 +596,13 @@ func (a *Agent) reserve() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now, changed := a.cfg.Now(), false
-	for _, v := range a.views {
+	for name, v := range a.views {
 		if v.deferred > 0 && v.serve(now) {
+			changed = true
+		}
+		if v.removed && len(v.served) == 0 {
+			delete(a.views, name) // a removed view, let go to the end
+			a.absent[name] = now
 			changed = true
 		}
 	}

@@ -28,6 +28,9 @@ type view struct {
 	windowStart time.Time
 	windowBase  int
 	deferred    int // withdrawals held back by the cap in served
+	// removed: the server removed the view; got is then empty, and the
+	// view goes once the cap has let every instance go.
+	removed bool
 }
 
 // ErrOlder is what applying a view older than the one held returns.
