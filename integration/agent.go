@@ -222,7 +222,9 @@ func (a *Agent) waitHTTP(timeout time.Duration, path string) error {
 	return nil
 }
 
-// AgentStatus is GET /v1/agent/status, as a client reads it.
+// AgentStatus is GET /v1/agent/status, as a client reads it: declared
+// here rather than taken from package agent, so that a change of the
+// JSON's names breaks these tests as it would break its readers.
 type AgentStatus struct {
 	Server    string            `json:"server"`
 	Connected bool              `json:"connected"`

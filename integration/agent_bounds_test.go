@@ -63,16 +63,7 @@ func TestAgentRefusesAnOlderView(t *testing.T) {
 	}
 	ag := StartAgent(t, []string{a.Nodes[0].GRPCAddr, b.Nodes[0].GRPCAddr}, "--service", "shop/front", "--stale-after", "1s")
 	want := []string{"127.0.0.51", "127.0.0.52", "127.0.0.53"}
-	Eventually(t, 30*time.Second, func() error {
-		got, r, err := frontAddrs(ag.DNSAddr)
-		if err != nil {
-			return err
-		}
-		if !slices.Equal(got, want) || len(edeCodes(r)) != 0 {
-			return fmt.Errorf("agent: %s SRV targets %v, EDEs %v; want A's %v, fresh", frontSRV, got, edeCodes(r), want)
-		}
-		return nil
-	})
+	waitFresh(t, ag, "A's", want)
 	st, err := ag.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -116,14 +107,20 @@ func TestAgentRefusesAnOlderView(t *testing.T) {
 	// B moves past A's revision and changes front: taken.
 	pad(ctx, t, b, 60)
 	registerFront(ctx, t, b, 4)
-	want = []string{"127.0.0.51", "127.0.0.52", "127.0.0.54"}
+	waitFresh(t, ag, "B's", []string{"127.0.0.51", "127.0.0.52", "127.0.0.54"})
+}
+
+// waitFresh waits until the agent answers front's SRV with the targets
+// at want (whose, for the message), fresh (no EDE).
+func waitFresh(t *testing.T, ag *Agent, whose string, want []string) {
+	t.Helper()
 	Eventually(t, 30*time.Second, func() error {
 		got, r, err := frontAddrs(ag.DNSAddr)
 		if err != nil {
 			return err
 		}
 		if !slices.Equal(got, want) || len(edeCodes(r)) != 0 {
-			return fmt.Errorf("agent: %s SRV targets %v, EDEs %v; want B's %v, fresh", frontSRV, got, edeCodes(r), want)
+			return fmt.Errorf("agent: %s SRV targets %v, EDEs %v; want %s %v, fresh", frontSRV, got, edeCodes(r), whose, want)
 		}
 		return nil
 	})
@@ -162,16 +159,7 @@ func TestAgentCapsADropFromServer(t *testing.T) {
 	pad(ctx, t, b, 60)
 	registerFront(ctx, t, b, 1)
 	ag := StartAgent(t, []string{a.Nodes[0].GRPCAddr, b.Nodes[0].GRPCAddr}, "--service", "shop/front")
-	Eventually(t, 30*time.Second, func() error {
-		got, _, err := frontAddrs(ag.DNSAddr)
-		if err != nil {
-			return err
-		}
-		if !slices.Equal(got, all) {
-			return fmt.Errorf("agent: %s SRV targets %v; want A's ten", frontSRV, got)
-		}
-		return nil
-	})
+	waitFresh(t, ag, "A's ten", all)
 
 	if err := a.Nodes[0].Kill(); err != nil {
 		t.Fatal(err)
