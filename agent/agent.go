@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -615,7 +616,7 @@ func (a *Agent) reserve() {
 
 // publishLocked builds the table from the views and wakes the writer.
 func (a *Agent) publishLocked() error {
-	views := slices.SortedFunc(maps.Values(a.views), func(x, y *view) int { return cmpString(x.name, y.name) })
+	views := slices.SortedFunc(maps.Values(a.views), func(x, y *view) int { return strings.Compare(x.name, y.name) })
 	for _, v := range views {
 		a.serial = max(a.serial, v.got.Revision)
 	}
@@ -632,16 +633,6 @@ func (a *Agent) publishLocked() error {
 	default:
 	}
 	return nil
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // ViewStatus is one view as GET /v1/agent/status reports it.

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -140,19 +141,7 @@ func eligible(ins []agentview.Instance) int {
 func sameInstance(a, b agentview.Instance) bool {
 	return a.ID == b.ID && a.Incarnation == b.Incarnation && a.Region == b.Region && a.Zone == b.Zone &&
 		a.Verdict == b.Verdict && a.Lifecycle == b.Lifecycle && a.Flags == b.Flags && a.Weight == b.Weight &&
-		a.BaseWeight == b.BaseWeight && slices.Equal(a.Addrs, b.Addrs) && samePorts(a.Ports, b.Ports)
-}
-
-func samePorts(a, b map[string]uint16) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, n := range a {
-		if m, ok := b[k]; !ok || m != n {
-			return false
-		}
-	}
-	return true
+		a.BaseWeight == b.BaseWeight && slices.Equal(a.Addrs, b.Addrs) && maps.Equal(a.Ports, b.Ports)
 }
 
 // builder fills the agent's status table from its views. It keeps the
@@ -201,7 +190,7 @@ func (bd *builder) build(pub *status.Publisher, views []*view, revision uint64) 
 			}
 			live[key] = true
 			info := bd.infos[key]
-			if info == nil || info.Incarnation != in.Incarnation || !slices.Equal(info.Addrs, in.Addrs) || !samePorts(info.Ports, in.Ports) {
+			if info == nil || info.Incarnation != in.Incarnation || !slices.Equal(info.Addrs, in.Addrs) || !maps.Equal(info.Ports, in.Ports) {
 				c := in.InstanceInfo
 				info = &c
 				bd.infos[key] = info

@@ -28,6 +28,7 @@
 package agentview
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -158,7 +159,7 @@ func (v *View) Encode() *endpointv3.ClusterLoadAssignment {
 	}
 	ins := slices.Clone(v.Instances)
 	slices.SortFunc(ins, func(a, b Instance) int {
-		return cmpStrings(a.Region, b.Region, a.Zone, b.Zone, a.ID, b.ID)
+		return cmp.Or(strings.Compare(a.Region, b.Region), strings.Compare(a.Zone, b.Zone), strings.Compare(a.ID, b.ID))
 	})
 	var cur *endpointv3.LocalityLbEndpoints
 	for i := range ins {
@@ -170,15 +171,6 @@ func (v *View) Encode() *endpointv3.ClusterLoadAssignment {
 		cur.LbEndpoints = append(cur.LbEndpoints, in.encode(svc))
 	}
 	return cla
-}
-
-func cmpStrings(pairs ...string) int {
-	for i := 0; i+1 < len(pairs); i += 2 {
-		if c := strings.Compare(pairs[i], pairs[i+1]); c != 0 {
-			return c
-		}
-	}
-	return 0
 }
 
 func (in *Instance) encode(svc status.ServiceInfo) *endpointv3.LbEndpoint {

@@ -48,10 +48,7 @@ func TestAgentRefusesAnOlderView(t *testing.T) {
 	needProcesses(t)
 	t.Parallel()
 	ctx := ctxT(t, 3*time.Minute)
-	a, b := StartCluster(t, 1, "--dev"), StartCluster(t, 1, "--dev")
-	for _, c := range []*Cluster{a, b} {
-		applyDefinition(ctx, t, c, agentServices)
-	}
+	a, b := twoClusters(ctx, t)
 	// A: front's three instances after 40 other writes; B: two of them,
 	// at once. B's view of front is stamped lower than A's.
 	pad(ctx, t, a, 40)
@@ -126,6 +123,18 @@ func waitFresh(t *testing.T, ag *Agent, whose string, want []string) {
 	})
 }
 
+// twoClusters starts two independent one-node --dev clusters, A and B,
+// each with agentServices applied: their store revisions, and so the
+// revisions of their views, are unrelated.
+func twoClusters(ctx context.Context, t *testing.T) (a, b *Cluster) {
+	t.Helper()
+	a, b = StartCluster(t, 1, "--dev"), StartCluster(t, 1, "--dev")
+	for _, c := range []*Cluster{a, b} {
+		applyDefinition(ctx, t, c, agentServices)
+	}
+	return a, b
+}
+
 // registerFront registers front-i at 127.0.0.(50+i) on c.
 func registerFront(ctx context.Context, t *testing.T, c *Cluster, i int) wire.Registered {
 	t.Helper()
@@ -146,10 +155,7 @@ func TestAgentCapsADropFromServer(t *testing.T) {
 	needProcesses(t)
 	t.Parallel()
 	ctx := ctxT(t, 3*time.Minute)
-	a, b := StartCluster(t, 1, "--dev"), StartCluster(t, 1, "--dev")
-	for _, c := range []*Cluster{a, b} {
-		applyDefinition(ctx, t, c, agentServices)
-	}
+	a, b := twoClusters(ctx, t)
 	var all []string
 	for i := 1; i <= 10; i++ {
 		registerFront(ctx, t, a, i)
