@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -93,6 +94,17 @@ func agentConfigFromFlags(c *cli.Context) (agentConfig, error) {
 	for _, s := range cfg.Servers {
 		if _, _, err := net.SplitHostPort(s); err != nil {
 			return cfg, fmt.Errorf("--server: %q is not HOST:PORT", s)
+		}
+	}
+	for _, s := range cfg.Services {
+		ns, svc, ok := strings.Cut(s, "/")
+		if !ok {
+			return cfg, fmt.Errorf("--service: %q is not NAMESPACE/SERVICE", s)
+		}
+		for _, l := range []string{ns, svc} {
+			if err := wire.CheckLabel("--service", l); err != nil {
+				return cfg, err
+			}
 		}
 	}
 	for _, f := range []struct{ name, v string }{{"region", cfg.Region}, {"zone", cfg.Zone}} {

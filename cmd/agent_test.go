@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,5 +84,25 @@ func TestAgentStartsWithDefaults(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the agent still runs 30s after it was stopped")
+	}
+}
+
+// TestAgentFlagErrors: bad flags are usage errors (exit 2) that name
+// the flag and the rule, before anything is opened.
+func TestAgentFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--service", "shop"}, `--service: "shop" is not NAMESPACE/SERVICE`},
+		{[]string{"--service", "shop/Not A Label"}, "--service"},
+		{[]string{"--stale-after", "24h"}, "--stale-after"},
+		{[]string{"--dns-addr", "nowhere"}, "--dns-addr"},
+	} {
+		args := append([]string{"agent", "--dev", "--server", "127.0.0.1:1"}, tc.args...)
+		code, _, stderr := run(t, args...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("cairn %v: exit %d, %q; want %d naming %q", args, code, stderr, exitUsage, tc.want)
+		}
 	}
 }
