@@ -64,10 +64,11 @@ type Config struct {
 	StaleAfter time.Duration
 	// AbsentTTL is how long a server's word that a service does not
 	// exist is taken (NXDOMAIN meanwhile) for a name asked about over
-	// DNS whose view the agent never held: the name is unsubscribed, and
-	// its next query after AbsentTTL subscribes again. The names of
-	// Services, and of views that went, stay subscribed and come back
-	// as soon as their service does. Defaults to 30s.
+	// DNS whose view the agent never held, once that name has been
+	// unsubscribed (past MaxViews/2 such names, the oldest are): its
+	// next query after AbsentTTL subscribes again. Names still
+	// subscribed (those of Services, of views that went, and the newest
+	// unknown ones) come as soon as their service does. Defaults to 30s.
 	AbsentTTL time.Duration
 	// MaxViews caps the views subscribed to: names asked about past it
 	// are answered Not Ready without a subscription (field notes A4: a
@@ -108,6 +109,9 @@ type Agent struct {
 	// arrive holds, per name queried but not held, a channel closed when
 	// its view comes or a server says it does not exist (Unheld).
 	arrive map[string]chan struct{}
+	// unknown holds the names subscribed to, never held, that a server
+	// said do not exist, and when: the ones a flood of junk names fills.
+	unknown map[string]time.Time
 	// want is every name subscribed to; fresh those a session has not
 	// subscribed to yet, dropped those it must unsubscribe from; pinned
 	// the names of Config.Services, which stay subscribed.
@@ -176,7 +180,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	a := &Agent{cfg: cfg, views: map[string]*view{}, absent: map[string]time.Time{}, arrive: map[string]chan struct{}{}, want: map[string]bool{},
+	a := &Agent{cfg: cfg, views: map[string]*view{}, absent: map[string]time.Time{}, arrive: map[string]chan struct{}{}, unknown: map[string]time.Time{}, want: map[string]bool{},
 		fresh: map[string]bool{}, dropped: map[string]bool{}, pinned: map[string]bool{}, bd: newBuilder(cfg.Table.Capacity()),
 		wake: make(chan struct{}, 1), dirty: make(chan struct{}, 1)}
 	for _, s := range cfg.Services {
@@ -533,6 +537,7 @@ func (a *Agent) apply(resp *discoveryv3.DeltaDiscoveryResponse) error {
 			a.views[g.name] = held
 		}
 		held.got, held.version, held.received, held.removed = g.v, g.version, now, false
+		delete(a.unknown, g.name)
 		held.serve(now)
 		delete(a.absent, g.name)
 	}
@@ -556,16 +561,28 @@ func (a *Agent) apply(resp *discoveryv3.DeltaDiscoveryResponse) error {
 			delete(a.views, name)
 			a.absent[name] = now
 			if !a.pinned[name] && !held {
-				// Never held: unsubscribed, so that the names a flood of
-				// queries asks about never pile up in want (field notes
-				// A4). A view that went stays subscribed, and comes back
-				// as soon as its service does.
-				delete(a.want, name)
-				delete(a.fresh, name)
-				a.dropped[name] = true
-				a.wakeLocked()
+				a.unknown[name] = now
 			}
 		}
+	}
+	// Names never held that a server said do not exist stay subscribed,
+	// so that one that comes a moment later (a server restarted from an
+	// older table, still catching up) comes at once; past half of
+	// MaxViews of them the oldest are unsubscribed, so that the names a
+	// flood of queries asks about never fill want (field notes A4). An
+	// unsubscribed name is asked about again after AbsentTTL.
+	for len(a.unknown) > a.cfg.MaxViews/2 {
+		oldest, at := "", time.Time{}
+		for name, t := range a.unknown {
+			if oldest == "" || t.Before(at) || t.Equal(at) && name < oldest {
+				oldest, at = name, t
+			}
+		}
+		delete(a.unknown, oldest)
+		delete(a.want, oldest)
+		delete(a.fresh, oldest)
+		a.dropped[oldest] = true
+		a.wakeLocked()
 	}
 	if len(a.absent) > a.cfg.MaxViews {
 		for name, at := range a.absent {
