@@ -7,6 +7,7 @@ package api
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -28,6 +29,16 @@ import (
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/wire"
 )
+
+// peerRoute reports whether route is a write only servers make
+// (Config.Peer).
+func peerRoute(route string) bool {
+	switch route {
+	case "join", "probe_results", "forwarded_outcomes":
+		return true
+	}
+	return false
+}
 
 // forwardedHeader marks a request a follower forwarded, so that it is never
 // forwarded twice.
@@ -58,6 +69,15 @@ type Config struct {
 	// Ready reports whether the node serves; /readyz answers 503 while it
 	// returns false. Defaults to "a leader is known".
 	Ready func() bool
+	// Peer, when set, must accept the caller of every server-to-server
+	// call (join, probe results, forwarded outcomes) and of every request
+	// a follower forwards, before anything else is done with it: with
+	// TLS, the caller presented a server certificate of the cluster's CA.
+	// nil: any caller with a token of the right scope (plaintext).
+	Peer func(*http.Request) error
+	// ForwardTLS, when set, is the TLS config writes are forwarded to
+	// the leader with, over https: it presents this server's certificate.
+	ForwardTLS *tls.Config
 	// Health is the node's health evaluation: the status table the
 	// endpoints view reads, and the sink of outcomes and probe results.
 	// nil: no evaluator runs (the view counts ready instances eligible,
@@ -125,6 +145,8 @@ func New(cfg Config) (*Server, error) {
 			ResponseHeaderTimeout: cfg.WriteTimeout + 5*time.Second,
 			MaxIdleConnsPerHost:   64,
 			IdleConnTimeout:       90 * time.Second,
+			TLSClientConfig:       cfg.ForwardTLS,
+			ForceAttemptHTTP2:     cfg.ForwardTLS != nil,
 		}}
 	s.metrics = newMetrics(cfg.Registerer)
 	s.routes()
@@ -231,7 +253,15 @@ func (s *Server) writeLimit(route string, limit int64, h handler) http.HandlerFu
 	if limit == 0 {
 		limit = s.cfg.MaxBodyBytes
 	}
+	peerOnly := peerRoute(route)
 	return func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Peer != nil && (peerOnly || r.Header.Get(forwardedHeader) != "") {
+			if err := s.cfg.Peer(r); err != nil {
+				s.log.Warn("refused a server-to-server call", "route", route, "remote", r.RemoteAddr, "err", err)
+				s.writeError(w, r, route, fmt.Errorf("%s is a call between servers, and %v: %w", route, err, acl.ErrDenied))
+				return
+			}
+		}
 		id, err := s.authenticate(r)
 		if !s.cfg.Store.IsLeader() && (err == nil || errors.Is(err, acl.ErrUnknownToken)) {
 			// A token this follower does not know yet (created moments ago
@@ -278,6 +308,9 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, route string) {
 		return
 	}
 	target := &url.URL{Scheme: "http", Host: addr}
+	if s.cfg.ForwardTLS != nil {
+		target.Scheme = "https"
+	}
 	p := &httputil.ReverseProxy{
 		Transport: s.forwarder,
 		Rewrite: func(pr *httputil.ProxyRequest) {

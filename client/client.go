@@ -5,6 +5,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -68,19 +69,32 @@ type Client struct {
 
 // New returns a client for the server at addr ("http://host:port" or
 // "host:port"). An empty token sends none.
-func New(addr, token string) (*Client, error) {
+func New(addr, token string) (*Client, error) { return NewTLS(addr, token, nil) }
+
+// NewTLS returns a client that speaks https with tc ("https://host:port"
+// or "host:port"), or, for a nil tc, what addr's scheme says (plain http
+// for "host:port", https with the system's roots for "https://").
+func NewTLS(addr, token string, tc *tls.Config) (*Client, error) {
 	if !strings.Contains(addr, "://") {
-		addr = "http://" + addr
+		if tc != nil {
+			addr = "https://" + addr
+		} else {
+			addr = "http://" + addr
+		}
 	}
 	u, err := url.Parse(addr)
-	if err != nil || u.Host == "" {
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("address %q is not a URL such as http://127.0.0.1:8480", addr)
+	}
+	if u.Scheme == "http" && tc != nil {
+		return nil, fmt.Errorf("address %q is plain http, but TLS is configured: use https://", addr)
 	}
 	// A transport of its own, keeping enough idle connections for many
 	// concurrent callers (http.DefaultTransport keeps 2 a host, so a busy
 	// caller would open a connection a request).
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 64
+	tr.TLSClientConfig = tc
 	return &Client{base: u, token: token, hc: &http.Client{Timeout: 30 * time.Second, Transport: tr},
 		retryWait: backoff.Config{Min: retryMin, Max: retryMax}}, nil
 }
@@ -169,6 +183,10 @@ func (c *Client) once(ctx context.Context, method, path, ctype string, body []by
 	req.Header["Idempotency-Key"] = nil
 	resp, err := c.hc.Do(req)
 	if err != nil {
+		var rh tls.RecordHeaderError
+		if errors.As(err, &rh) {
+			return fmt.Errorf("%s does not speak TLS (is it an http:// address?): %w", c.base.Host, err)
+		}
 		return err
 	}
 	defer resp.Body.Close()
@@ -178,6 +196,10 @@ func (c *Client) once(ctx context.Context, method, path, ctype string, body []by
 	}
 	if resp.StatusCode >= 300 {
 		var e wire.Error
+		if resp.StatusCode == http.StatusBadRequest && bytes.Contains(b, []byte("HTTP request to an HTTPS server")) {
+			return &Error{Status: resp.StatusCode, Code: "tls_required",
+				Message: fmt.Sprintf("%s speaks https only: use an https:// address and the CA that signed its certificate (--ca-file)", c.base.Host)}
+		}
 		if json.Unmarshal(b, &e) != nil || e.Code == "" {
 			return &Error{Status: resp.StatusCode, Code: "unknown", Message: strings.TrimSpace(string(b))}
 		}
@@ -356,6 +378,19 @@ func IsRetryable(err error) bool {
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
+		return false
+	}
+	// A certificate refused, by either side, or a server that does not
+	// speak TLS: the next attempt would meet the same.
+	var (
+		alert tls.AlertError
+		rh    tls.RecordHeaderError
+		cv    *tls.CertificateVerificationError
+	)
+	if errors.As(err, &alert) || errors.As(err, &rh) || errors.As(err, &cv) || strings.Contains(err.Error(), "certificate refused") {
+		return false
+	}
+	if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "remote error" { // a TLS alert from the peer
 		return false
 	}
 	// A connection that could not be made or broke: refused, reset,

@@ -16,8 +16,11 @@ import (
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/cairn-sd/cairn/agent"
+	"github.com/cairn-sd/cairn/certs"
 	"github.com/cairn-sd/cairn/dnsserver"
 	"github.com/cairn-sd/cairn/durable"
 	"github.com/cairn-sd/cairn/status"
@@ -50,6 +53,9 @@ func agentCommand() *cli.Command {
 			&cli.DurationFlag{Name: "max-stale", Value: 24 * time.Hour, Usage: "past this, DNS answers SERVFAIL"},
 			&cli.IntFlag{Name: "table-capacity", Value: 1 << 16, Usage: "status table slots: most instances the agent holds"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
+			&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"CAIRN_TLS_CA"}, Usage: "TLS to the servers: the CA bundle their certificates are verified with (they must name the --server host)"},
+			&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"CAIRN_TLS_CERT"}, Usage: "the certificate the agent presents (cairn tls cert create --client)"},
+			&cli.StringFlag{Name: "tls-key", EnvVars: []string{"CAIRN_TLS_KEY"}, Usage: "the certificate's key"},
 		},
 		Action: func(c *cli.Context) error {
 			cfg, err := agentConfigFromFlags(c)
@@ -75,6 +81,7 @@ type agentConfig struct {
 	StaleAfter, MaxStale time.Duration
 	TableCapacity        int
 	LogLevel             slog.Level
+	TLS                  tlsFiles
 }
 
 // agentConfigFromFlags parses and checks the flags; it touches nothing.
@@ -82,7 +89,8 @@ func agentConfigFromFlags(c *cli.Context) (agentConfig, error) {
 	cfg := agentConfig{Servers: c.StringSlice("server"), DNSAddr: c.String("dns-addr"), HTTPAddr: c.String("http-addr"),
 		DataDir: c.String("data-dir"), Dev: c.Bool("dev"), Domain: c.String("domain"), Region: c.String("region"),
 		Zone: c.String("zone"), NodeID: c.String("node-id"), Token: c.String("token"), Services: c.StringSlice("service"),
-		StaleAfter: c.Duration("stale-after"), MaxStale: c.Duration("max-stale"), TableCapacity: c.Int("table-capacity")}
+		StaleAfter: c.Duration("stale-after"), MaxStale: c.Duration("max-stale"), TableCapacity: c.Int("table-capacity"),
+		TLS: tlsFiles{Cert: c.String("tls-cert"), Key: c.String("tls-key"), CA: c.String("tls-ca")}}
 	if cfg.DataDir == "" && !cfg.Dev {
 		return cfg, errors.New("--data-dir is required (or --dev, for a temporary one)")
 	}
@@ -123,6 +131,11 @@ func agentConfigFromFlags(c *cli.Context) (agentConfig, error) {
 	if err := cfg.LogLevel.UnmarshalText([]byte(c.String("log-level"))); err != nil {
 		return cfg, fmt.Errorf("--log-level: %w", err)
 	}
+	if cfg.TLS.on() {
+		if _, err := cfg.TLS.load(nil, nil); err != nil {
+			return cfg, err
+		}
+	}
 	return cfg, nil
 }
 
@@ -154,9 +167,19 @@ func runAgent(ctx context.Context, cfg agentConfig, logw interface{ Write([]byte
 	if err != nil {
 		return err
 	}
+	var (
+		tlsf *certs.Files
+		dial []grpc.DialOption
+	)
+	if cfg.TLS.on() {
+		if tlsf, err = cfg.TLS.load(log, reg); err != nil {
+			return err
+		}
+		dial = append(dial, grpc.WithTransportCredentials(credentials.NewTLS(tlsf.ClientConfig(""))))
+	}
 	ag, err := agent.New(agent.Config{Servers: cfg.Servers, Services: cfg.Services, NodeID: cfg.NodeID,
 		Region: cfg.Region, Zone: cfg.Zone, Token: cfg.Token, Path: filepath.Join(cfg.DataDir, AgentViewsFile),
-		Table: table, StaleAfter: cfg.StaleAfter, Logger: log, Registerer: reg})
+		Table: table, StaleAfter: cfg.StaleAfter, Logger: log, Registerer: reg, DialOptions: dial})
 	if err != nil {
 		return err
 	}
@@ -187,6 +210,10 @@ func runAgent(ctx context.Context, cfg agentConfig, logw interface{ Write([]byte
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ag.Run(gctx) })
+	if tlsf != nil {
+		g.Go(func() error { return tlsf.Run(gctx) })
+		g.Go(func() error { return reloadOnHUP(gctx, tlsf, log) })
+	}
 	g.Go(func() error { return ds.Run(gctx) })
 	g.Go(func() error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {

@@ -5,12 +5,15 @@ package cmd
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/cairn-sd/cairn/certs"
 	"github.com/cairn-sd/cairn/client"
 )
 
@@ -51,6 +54,10 @@ func App(stdout, stderr io.Writer) *cli.App {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "addr", Value: "http://127.0.0.1:8480", EnvVars: []string{"CAIRN_ADDR"}, Usage: "API address of a cairn server"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"CAIRN_TOKEN"}, Usage: "bearer token"},
+			&cli.StringFlag{Name: "ca-file", EnvVars: []string{"CAIRN_CACERT"}, Usage: "CA bundle to verify the server's certificate with (https; an --addr without a scheme then means https)"},
+			&cli.StringFlag{Name: "client-cert", EnvVars: []string{"CAIRN_CLIENT_CERT"}, Usage: "certificate to present to the server (needed for cairn join: a server's)"},
+			&cli.StringFlag{Name: "client-key", EnvVars: []string{"CAIRN_CLIENT_KEY"}, Usage: "the client certificate's key"},
+			&cli.StringFlag{Name: "tls-server-name", EnvVars: []string{"CAIRN_TLS_SERVER_NAME"}, Usage: "name to verify the server's certificate for (default: --addr's host)"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "table", Usage: "table or json"},
 		},
 		Action: func(c *cli.Context) error {
@@ -81,13 +88,28 @@ func App(stdout, stderr io.Writer) *cli.App {
 			leaveCommand(),
 			xdsBootstrapCommand(),
 			agentCommand(),
+			tlsCommand(),
 		},
 	}
 }
 
-// apiClient returns a client for the global --addr and --token.
+// apiClient returns a client for the global --addr and --token, over
+// TLS with --ca-file (and --client-cert, --client-key).
 func apiClient(c *cli.Context) (*client.Client, error) {
-	cl, err := client.New(c.String("addr"), c.String("token"))
+	var tc *tls.Config
+	if ca := c.String("ca-file"); ca != "" || c.String("client-cert") != "" {
+		f, err := certs.Load(certs.Config{CAFile: ca, CertFile: c.String("client-cert"), KeyFile: c.String("client-key"),
+			CAFlag: "--ca-file", CertFlag: "--client-cert", KeyFlag: "--client-key"})
+		if err != nil {
+			return nil, cli.Exit(err.Error(), exitUsage)
+		}
+		tc = f.ClientConfig(c.String("tls-server-name"))
+	}
+	addr := c.String("addr")
+	if tc != nil && !c.IsSet("addr") {
+		addr = strings.Replace(addr, "http://", "https://", 1)
+	}
+	cl, err := client.NewTLS(addr, c.String("token"), tc)
 	if err != nil {
 		return nil, cli.Exit("--addr: "+err.Error(), exitUsage)
 	}

@@ -40,6 +40,9 @@ var importRules = []struct {
 	{"wire", "github.com/cairn-sd/cairn/", "wire is what clients link: the API's types and rules, with no server code behind them (only the label rule)",
 		[]string{"github.com/cairn-sd/cairn/dnsname"}},
 	{"api", "github.com/cairn-sd/cairn/cmd", "only cmd wires", nil},
+	{"certs", "github.com/cairn-sd/cairn/", "certs is a leaf: every listener and client reads its certificates from it, so it knows none of them", nil},
+	{"pki", "github.com/cairn-sd/cairn/", "pki makes certificates for the CLI; it needs only the servers' name from certs",
+		[]string{"github.com/cairn-sd/cairn/certs"}},
 	{"client", "github.com/cairn-sd/cairn/", "client links no server code: it speaks the API with wire's types (client's TestLean checks its whole graph)",
 		[]string{"github.com/cairn-sd/cairn/wire", "github.com/cairn-sd/cairn/backoff"}},
 }

@@ -1,14 +1,18 @@
 package cmd
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/cairn-sd/cairn/certs"
 	"github.com/cairn-sd/cairn/nodeid"
 )
 
@@ -49,4 +53,37 @@ func newRegistry() *prometheus.Registry {
 func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
 		IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+}
+
+// tlsFiles is what --tls-cert, --tls-key and --tls-ca name.
+type tlsFiles struct{ Cert, Key, CA string }
+
+// on reports whether TLS was asked for.
+func (t tlsFiles) on() bool { return t != tlsFiles{} }
+
+// load reads and checks the files (see certs.Load); log and reg may be
+// nil when only checking them.
+func (t tlsFiles) load(log *slog.Logger, reg prometheus.Registerer) (*certs.Files, error) {
+	return certs.Load(certs.Config{CertFile: t.Cert, KeyFile: t.Key, CAFile: t.CA,
+		CertFlag: "--tls-cert", KeyFlag: "--tls-key", CAFlag: "--tls-ca", Logger: log, Registerer: reg})
+}
+
+// reloadOnHUP re-reads f on every SIGHUP until ctx is done (besides its
+// own polling of the files, run by the caller).
+func reloadOnHUP(ctx context.Context, f *certs.Files, log *slog.Logger) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-hup:
+			if err := f.Reload(); err != nil {
+				log.Error("SIGHUP: reloading certificates: still using the previous ones", "err", err)
+			} else {
+				log.Info("SIGHUP: certificates checked", "not_after", f.NotAfter().UTC().Format(time.RFC3339))
+			}
+		}
+	}
 }

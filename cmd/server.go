@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,11 +18,13 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/cairn-sd/cairn/acl"
 	"github.com/cairn-sd/cairn/addrpolicy"
 	"github.com/cairn-sd/cairn/api"
+	"github.com/cairn-sd/cairn/certs"
 	"github.com/cairn-sd/cairn/client"
 	"github.com/cairn-sd/cairn/dnsserver"
 	"github.com/cairn-sd/cairn/durable"
@@ -75,6 +78,8 @@ type serverConfig struct {
 	TableCapacity  int
 	EvalInterval   time.Duration
 	ZoneFile       string
+	TLS            tlsFiles
+	Plaintext      bool // --insecure-plaintext
 }
 
 func serverCommand() *cli.Command {
@@ -109,6 +114,10 @@ func serverCommand() *cli.Command {
 			&cli.IntFlag{Name: "probe-capacity", Value: probe.DefaultCapacity, Usage: "most probe targets this node takes (its batch size)"},
 			&cli.IntFlag{Name: "table-capacity", Value: status.DefaultCapacity, Usage: "status table slots: most instances this node publishes"},
 			&cli.DurationFlag{Name: "eval-interval", Value: health.DefaultInterval, Usage: "health evaluation and status table cadence"},
+			&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"CAIRN_TLS_CERT"}, Usage: "this server's certificate (cairn tls cert create --server): TLS on the API and gRPC, mutual TLS on raft and between servers"},
+			&cli.StringFlag{Name: "tls-key", EnvVars: []string{"CAIRN_TLS_KEY"}, Usage: "the certificate's key"},
+			&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"CAIRN_TLS_CA"}, Usage: "the CA bundle peers' certificates are verified with (old and new CA during a rotation); re-read on SIGHUP and when changed, with the certificate and key"},
+			&cli.BoolFlag{Name: "insecure-plaintext", Usage: "allow listeners beyond loopback without TLS: tokens and raft cross the network in the clear"},
 		},
 		Action: func(c *cli.Context) error {
 			cfg, err := serverConfigFromFlags(c)
@@ -135,6 +144,8 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 		ProbeWorkers:  c.Int("probe-workers"), ProbeCapacity: c.Int("probe-capacity"),
 		TableCapacity: c.Int("table-capacity"), EvalInterval: c.Duration("eval-interval"), ZoneFile: c.String("zone-file"),
 		NamespaceCIDRs: map[string][]netip.Prefix{}, Subnets: map[netip.Prefix]string{},
+		TLS:       tlsFiles{Cert: c.String("tls-cert"), Key: c.String("tls-key"), CA: c.String("tls-ca")},
+		Plaintext: c.Bool("insecure-plaintext"),
 	}
 	if cfg.DataDir == "" && !cfg.Dev {
 		return cfg, errors.New("--data-dir is required (or --dev for a throw-away node)")
@@ -223,6 +234,23 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 	if err := cfg.LogLevel.UnmarshalText([]byte(c.String("log-level"))); err != nil {
 		return cfg, fmt.Errorf("--log-level: %w", err)
 	}
+	if cfg.TLS.on() {
+		if cfg.TLS.Cert == "" || cfg.TLS.Key == "" || cfg.TLS.CA == "" {
+			return cfg, errors.New("--tls-cert, --tls-key and --tls-ca: give all three or none")
+		}
+		if _, err := cfg.TLS.load(nil, nil); err != nil {
+			return cfg, err
+		}
+		if cfg.Plaintext {
+			return cfg, errors.New("--insecure-plaintext and --tls-cert: choose one")
+		}
+	} else if !cfg.Plaintext {
+		for _, f := range []struct{ name, v string }{{"http-addr", cfg.HTTPAddr}, {"grpc-addr", cfg.GRPCAddr}, {"raft-addr", cfg.RaftAddr}} {
+			if !isLoopback(f.v) {
+				return cfg, fmt.Errorf("--%s %s is reachable beyond this host, so TLS must be on: pass --tls-cert, --tls-key and --tls-ca (cairn tls --help), or --insecure-plaintext to send tokens and raft in the clear", f.name, f.v)
+			}
+		}
+	}
 	if len(cfg.Tokens) == 0 && !cfg.Dev && !isLoopback(cfg.HTTPAddr) {
 		return cfg, fmt.Errorf("--http-addr %s is reachable beyond this host, so ACLs must be on: pass --acl-file or --acl-bootstrap-token (or --dev for a throw-away node)", cfg.HTTPAddr)
 	}
@@ -290,6 +318,39 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 	httpAddr := advertised(ln.Addr().String(), cfg.RaftAddr)
 
 	reg := newRegistry()
+	// With TLS: every listener's config reads the certificates of the
+	// moment; calls between servers present this server's certificate and
+	// verify the peer's as a server's, whatever address they dial.
+	var (
+		tlsf      *certs.Files
+		peerTLS   *tls.Config // calls to other servers
+		newClient = client.New
+		peerCheck func(*http.Request) error
+		grpcCreds []grpc.ServerOption
+		raftTLS   *store.RaftTLS
+		serveHTTP = func(srv *http.Server) error { return srv.Serve(ln) }
+	)
+	if cfg.TLS.on() {
+		tlsf, err = cfg.TLS.load(log, reg)
+		if err != nil {
+			return err
+		}
+		peerTLS = tlsf.ClientConfig(certs.ServerName)
+		newClient = func(addr, token string) (*client.Client, error) { return client.NewTLS(addr, token, peerTLS) }
+		peerCheck = func(r *http.Request) error { return certs.PeerIsServer(r.TLS) }
+		grpcCreds = []grpc.ServerOption{grpc.Creds(credentials.NewTLS(tlsf.ServerConfig(certs.VerifyIfGiven))),
+			// A stream keeps the credentials of its handshake: cycling
+			// connections makes a revoked certificate or a retired CA
+			// stop working within the hour (field notes T4).
+			grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: time.Hour, MaxConnectionAgeGrace: time.Minute})}
+		raftTLS = &store.RaftTLS{Server: tlsf.ServerConfig(certs.RequireServer), Client: peerTLS}
+		serveHTTP = func(srv *http.Server) error {
+			srv.TLSConfig = tlsf.ServerConfig(certs.VerifyIfGiven)
+			return srv.ServeTLS(ln, "", "")
+		}
+	} else if !isLoopback(cfg.HTTPAddr) || !isLoopback(cfg.GRPCAddr) || !isLoopback(cfg.RaftAddr) {
+		log.Warn("PLAINTEXT BEYOND LOOPBACK (--insecure-plaintext): tokens, writes and raft cross the network in the clear, and anyone who reaches the raft port can join the log")
+	}
 
 	// Every listener is bound before the store opens (and may bootstrap
 	// a cluster on this raft address): a port in use fails the start
@@ -300,7 +361,7 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 		a  *api.Server // the xDS server's streams read its tokens once they come, after it is made
 		// lrsPush hands the leader what xDS subscribers report, once the
 		// store it finds the leader in is open.
-		lrsPush = &leaderPush{token: cfg.ProbeToken}
+		lrsPush = &leaderPush{token: cfg.ProbeToken, newClient: newClient}
 	)
 	defer lrsPush.close()
 	table, err := status.New(status.Config{Capacity: cfg.TableCapacity})
@@ -342,16 +403,16 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 		return fmt.Errorf("listening for gRPC on %q: %w", cfg.GRPCAddr, err)
 	}
 	defer grpcLn.Close()
-	gs := grpc.NewServer(grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+	gs := grpc.NewServer(append(grpcCreds, grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 		// Subscribers keep idle streams alive with pings; the default
 		// policy (one ping per 5 minutes, none without a stream) closes
 		// connections whose clients ping more often (field notes X11).
 		MinTime: 10 * time.Second, PermitWithoutStream: true,
-	}))
+	}))...)
 	xs.Register(gs)
 	st, err = store.Open(store.Config{NodeID: nodeID, RaftAddr: cfg.RaftAddr, HTTPAddr: httpAddr,
 		Region: cfg.Region, Zone: cfg.Zone, DataDir: cfg.DataDir, Bootstrap: cfg.Join == "", Logger: log, Registerer: reg,
-		LeaderRevision: leaderRevision})
+		LeaderRevision: leaderRevision(newClient), RaftTLS: raftTLS})
 	if err != nil {
 		return err
 	}
@@ -378,7 +439,7 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 			return err
 		}
 	}
-	push := &leaderPush{st: st, token: cfg.ProbeToken}
+	push := &leaderPush{st: st, token: cfg.ProbeToken, newClient: newClient}
 	lrsPush.st = st
 	defer push.close()
 	tablePath := filepath.Join(cfg.DataDir, TableFile)
@@ -403,7 +464,7 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 	var joined, stopping atomic.Bool
 	joined.Store(cfg.Join == "")
 	a, err = api.New(api.Config{Store: st, ACL: authz, Addrs: pol, Health: hn, XDSSubscribers: xs.Subscribers, Gatherer: reg, Registerer: reg, Logger: log,
-		Ready: func() bool { return st.CaughtUp() && joined.Load() && !stopping.Load() }})
+		Ready: func() bool { return st.CaughtUp() && joined.Load() && !stopping.Load() }, Peer: peerCheck, ForwardTLS: peerTLS})
 	if err != nil {
 		return err
 	}
@@ -435,8 +496,12 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 		}
 		return nil
 	})
+	if tlsf != nil {
+		g.Go(func() error { return tlsf.Run(runCtx) })
+		g.Go(func() error { return reloadOnHUP(runCtx, tlsf, log) })
+	}
 	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		if err := serveHTTP(srv); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serving HTTP: %w", err)
 		}
 		return nil
@@ -469,7 +534,7 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 	})
 	if cfg.Join != "" {
 		g.Go(func() error {
-			cl, err := client.New(cfg.Join, cfg.Token)
+			cl, err := newClient(cfg.Join, cfg.Token)
 			if err != nil {
 				return fmt.Errorf("--join: %w", err)
 			}
@@ -526,10 +591,11 @@ func checkProbeToken(authz *acl.Authorizer, token, nodeID string) error {
 
 // leaderPush sends this node's probe results to the current leader.
 type leaderPush struct {
-	st    *store.Store
-	token string
-	addr  string
-	cl    *client.Client
+	st        *store.Store
+	token     string
+	newClient func(addr, token string) (*client.Client, error)
+	addr      string
+	cl        *client.Client
 }
 
 // send is health.Config.Push; the health loop calls it from one
@@ -568,7 +634,7 @@ func (p *leaderPush) leader() (*client.Client, error) {
 	}
 	if addr != p.addr || p.cl == nil {
 		p.close()
-		cl, err := client.New(addr, p.token)
+		cl, err := p.newClient(addr, p.token)
 		if err != nil {
 			return nil, err
 		}
@@ -586,15 +652,17 @@ func (p *leaderPush) close() {
 }
 
 // leaderRevision reads the leader's revision from its /v1/status.
-func leaderRevision(ctx context.Context, httpAddr string) (uint64, error) {
-	cl, err := client.New(httpAddr, "")
-	if err != nil {
-		return 0, err
+func leaderRevision(newClient func(addr, token string) (*client.Client, error)) func(ctx context.Context, httpAddr string) (uint64, error) {
+	return func(ctx context.Context, httpAddr string) (uint64, error) {
+		cl, err := newClient(httpAddr, "")
+		if err != nil {
+			return 0, err
+		}
+		defer cl.Close()
+		cl.RetryFor = -1 // asked again on the store's next tick
+		st, err := cl.Status(ctx)
+		return st.Revision, err
 	}
-	defer cl.Close()
-	cl.RetryFor = -1 // asked again on the store's next tick
-	st, err := cl.Status(ctx)
-	return st.Revision, err
 }
 
 // ownAddrs returns the servers' own addresses: every member's raft and HTTP

@@ -12,6 +12,7 @@ package integration
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,7 +27,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-sd/cairn/certs"
 	"github.com/cairn-sd/cairn/client"
+	"github.com/cairn-sd/cairn/pki"
 )
 
 // Environment variables the harness reads.
@@ -117,12 +120,91 @@ type Config struct {
 	// Token is the bearer token of the nodes' clients, for servers run
 	// with ACLs (--acl-file in Args); empty: none.
 	Token string
+	// TLS runs every node with --tls-cert, --tls-key and --tls-ca, from a
+	// private CA the harness makes in Dir (Cluster.TLS), and its clients
+	// over https with a client certificate of that CA.
+	TLS bool
+}
+
+// TLS is a cluster's private CA and the files made from it.
+type TLS struct {
+	Dir    string  // where the files are
+	CA     pki.PEM // the CA, to sign more certificates with
+	CAFile string  // the bundle every node trusts (--tls-ca)
+	// ClientCert and ClientKey are a client certificate of the CA (the
+	// harness's, and the CLI's in runCLI).
+	ClientCert, ClientKey string
+	// Client is the harness clients' TLS config.
+	Client *tls.Config
+}
+
+// WriteCert signs a certificate with the cluster's CA and writes it as
+// name.pem and name-key.pem in Dir.
+func (t *TLS) WriteCert(name string, req pki.Request) (cert, key string, err error) {
+	return WriteCert(t.Dir, name, t.CA, req)
+}
+
+// WriteCert signs a certificate with ca and writes it as name.pem and
+// name-key.pem in dir. A zero validity is an hour.
+func WriteCert(dir, name string, ca pki.PEM, req pki.Request) (cert, key string, err error) {
+	if req.Validity == 0 {
+		req.Validity = time.Hour
+	}
+	if req.CommonName == "" {
+		req.CommonName = name
+	}
+	p, err := pki.NewCert(ca, req, time.Now())
+	if err != nil {
+		return "", "", err
+	}
+	cert, key = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
+	// The key first, then the certificate: each file whole (a rename), so
+	// that a server re-reading them sees the old pair, a mismatched one
+	// it refuses, or the new pair.
+	if err := writeAtomic(key, p.Key); err != nil {
+		return "", "", err
+	}
+	return cert, key, writeAtomic(cert, p.Cert)
+}
+
+func writeAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// NewTLS makes a private CA in dir, with a client certificate.
+func NewTLS(dir string) (*TLS, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	ca, err := pki.NewCA("cairn integration CA", 24*time.Hour, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	t := &TLS{Dir: dir, CA: ca, CAFile: filepath.Join(dir, "ca.pem")}
+	if err := writeAtomic(t.CAFile, ca.Cert); err != nil {
+		return nil, err
+	}
+	if t.ClientCert, t.ClientKey, err = t.WriteCert("client", pki.Request{}); err != nil {
+		return nil, err
+	}
+	f, err := certs.Load(certs.Config{CAFile: t.CAFile, CertFile: t.ClientCert, KeyFile: t.ClientKey})
+	if err != nil {
+		return nil, err
+	}
+	t.Client = f.ClientConfig("")
+	return t, nil
 }
 
 // Cluster is a set of cairn server processes on loopback.
 type Cluster struct {
 	cfg   Config
 	Nodes []*Node
+	// TLS is the cluster's CA and files when Config.TLS is set.
+	TLS *TLS
 }
 
 // Node is one server. Its ports and data dir stay the same across
@@ -138,6 +220,9 @@ type Node struct {
 	// node has confirmed it in addrs.json once it is ready.
 	DNSAddr  string
 	GRPCAddr string
+	// CertFile and KeyFile are the node's --tls-cert and --tls-key when
+	// the cluster runs TLS; rewrite them to rotate.
+	CertFile, KeyFile string
 
 	c      *Cluster
 	client *client.Client
@@ -175,6 +260,11 @@ func New(cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{cfg: cfg}
+	if cfg.TLS {
+		if c.TLS, err = NewTLS(filepath.Join(cfg.Dir, "tls")); err != nil {
+			return nil, err
+		}
+	}
 	for i := range cfg.Nodes {
 		id := fmt.Sprintf("n%d", i+1)
 		n := &Node{
@@ -186,6 +276,11 @@ func New(cfg Config) (*Cluster, error) {
 		}
 		if err := n.setPorts(ports[4*i : 4*i+4]); err != nil {
 			return nil, err
+		}
+		if c.TLS != nil {
+			if n.CertFile, n.KeyFile, err = c.TLS.WriteCert(id, pki.Request{Server: true}); err != nil {
+				return nil, err
+			}
 		}
 		c.Nodes = append(c.Nodes, n)
 	}
@@ -199,7 +294,7 @@ func (n *Node) setPorts(p []int) error {
 	n.RaftAddr = fmt.Sprintf("127.0.0.1:%d", p[1])
 	n.DNSAddr = fmt.Sprintf("127.0.0.1:%d", p[2])
 	n.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", p[3])
-	cl, err := client.New(n.HTTPAddr, n.c.cfg.Token)
+	cl, err := client.NewTLS(n.URL(), n.c.cfg.Token, n.c.clientTLS())
 	if err != nil {
 		return err
 	}
@@ -439,7 +534,37 @@ func (c *Cluster) CopyLogs(dir string) error {
 func (n *Node) Client() *client.Client { return n.client }
 
 // URL returns the node's API base URL.
-func (n *Node) URL() string { return "http://" + n.HTTPAddr }
+func (n *Node) URL() string {
+	if n.c.TLS != nil {
+		return "https://" + n.HTTPAddr
+	}
+	return "http://" + n.HTTPAddr
+}
+
+// clientTLS is the harness clients' TLS config, nil without TLS.
+func (c *Cluster) clientTLS() *tls.Config {
+	if c.TLS == nil {
+		return nil
+	}
+	return c.TLS.Client
+}
+
+// cliTLSArgs are the CLI's global flags for the cluster's TLS (none
+// without).
+func (c *Cluster) cliTLSArgs() []string {
+	if c.TLS == nil {
+		return nil
+	}
+	return []string{"--ca-file", c.TLS.CAFile, "--client-cert", c.TLS.ClientCert, "--client-key", c.TLS.ClientKey}
+}
+
+// HTTPClient returns a plain HTTP client for the nodes' APIs (with the
+// harness's TLS config when the cluster runs TLS).
+func (c *Cluster) HTTPClient(timeout time.Duration) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = c.clientTLS()
+	return &http.Client{Timeout: timeout, Transport: tr}
+}
 
 // args returns the server's command line. Node 1 bootstraps (and resumes
 // its state on a restart); any other node joins through a live node,
@@ -459,6 +584,9 @@ func (n *Node) args() []string {
 			}
 		}
 		args = append(args, "--join", join)
+	}
+	if n.c.TLS != nil {
+		args = append(args, "--tls-cert", n.CertFile, "--tls-key", n.KeyFile, "--tls-ca", n.c.TLS.CAFile)
 	}
 	return append(args, n.c.cfg.Args...)
 }
@@ -530,7 +658,7 @@ func (n *Node) WaitReady(timeout time.Duration) error {
 	if done == nil {
 		return fmt.Errorf("integration: %s was never started", n.ID)
 	}
-	hc := &http.Client{Timeout: time.Second}
+	hc := n.c.HTTPClient(time.Second)
 	defer hc.CloseIdleConnections()
 	err := Poll(timeout, 50*time.Millisecond, func() error {
 		if isClosed(done) {
@@ -625,11 +753,27 @@ func StartCluster(t testing.TB, nodes int, args ...string) *Cluster {
 // StartClusterAs is StartCluster with the nodes' clients sending token.
 func StartClusterAs(t testing.TB, token string, nodes int, args ...string) *Cluster {
 	t.Helper()
+	return StartClusterWith(t, Config{Nodes: nodes, Args: args, Token: token})
+}
+
+// StartTLSCluster is StartCluster with TLS on every listener and mutual
+// TLS between the servers (Config.TLS).
+func StartTLSCluster(t testing.TB, nodes int, args ...string) *Cluster {
+	t.Helper()
+	return StartClusterWith(t, Config{Nodes: nodes, Args: args, TLS: true})
+}
+
+// StartClusterWith starts the cluster cfg describes (Dir and Logf are the
+// test's) and stops it when the test ends.
+func StartClusterWith(t testing.TB, cfg Config) *Cluster {
+	t.Helper()
+	nodes := cfg.Nodes
 	// Timestamps as in the servers' logs, to line the two up.
 	logf := func(format string, args ...any) {
 		t.Logf("%s harness: %s", time.Now().UTC().Format("15:04:05.000"), fmt.Sprintf(format, args...))
 	}
-	c, err := New(Config{Nodes: nodes, Dir: t.TempDir(), Args: args, Logf: logf, Token: token})
+	cfg.Dir, cfg.Logf = t.TempDir(), logf
+	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -405,7 +405,7 @@ func runCLI(ctx context.Context, t *testing.T, n *Node, args ...string) []byte {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	args = append([]string{"--addr", n.URL()}, args...)
+	args = append(append([]string{"--addr", n.URL()}, n.c.cliTLSArgs()...), args...)
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = childEnv()
 	var stdout, stderr bytes.Buffer

@@ -53,6 +53,11 @@ type Config struct {
 	// (tests) makes a follower CaughtUp once it has heard from a leader.
 	LeaderRevision func(ctx context.Context, httpAddr string) (uint64, error)
 
+	// RaftTLS, when set, runs raft over mutual TLS: Server is the
+	// listener's config (it must require and verify the peer's
+	// certificate), Client the dialler's (it presents this node's).
+	RaftTLS *RaftTLS
+
 	// Transport replaces the TCP transport (tests use raft's in-memory
 	// one).
 	Transport raft.Transport

@@ -215,7 +215,16 @@ func Open(cfg Config) (*Store, error) {
 			s.close()
 			return nil, fmt.Errorf("store: raft address %q must name the host peers reach it on", cfg.RaftAddr)
 		}
-		tt, err := raft.NewTCPTransportWithLogger(cfg.RaftAddr, addr, 3, 5*time.Second, rc.Logger)
+		var tt *raft.NetworkTransport
+		if cfg.RaftTLS != nil {
+			var stream *tlsStream
+			stream, err = newTLSStream(cfg.RaftAddr, addr, cfg.RaftTLS)
+			if err == nil {
+				tt = raft.NewNetworkTransportWithLogger(stream, 3, 5*time.Second, rc.Logger)
+			}
+		} else {
+			tt, err = raft.NewTCPTransportWithLogger(cfg.RaftAddr, addr, 3, 5*time.Second, rc.Logger)
+		}
 		if err != nil {
 			s.close()
 			return nil, fmt.Errorf("store: listening for raft on %q: %w", cfg.RaftAddr, err)

@@ -16,6 +16,12 @@ type BootstrapConfig struct {
 	// Region and Zone place the client: its assignments put the
 	// endpoints of its zone first, then of its region (SPEC §3's tiers).
 	Region, Zone string
+	// CAFile, when set, makes the channel TLS (gRFC A65's "tls"
+	// channel credentials): the server's certificate is verified with
+	// this CA bundle, for the host of Server. CertFile and KeyFile, when
+	// set, are the client's certificate and key. grpc-go re-reads the
+	// files as they change. Paths as the client sees them.
+	CAFile, CertFile, KeyFile string
 }
 
 // Bootstrap returns the JSON bootstrap a grpc-go client reads (from the
@@ -30,8 +36,21 @@ func Bootstrap(c BootstrapConfig) ([]byte, error) {
 	if c.NodeID == "" {
 		return nil, errors.New("xdsserver: bootstrap: node id is required")
 	}
+	type tlsFiles struct {
+		CA   string `json:"ca_certificate_file"`
+		Cert string `json:"certificate_file,omitempty"`
+		Key  string `json:"private_key_file,omitempty"`
+	}
 	type creds struct {
-		Type string `json:"type"`
+		Type   string    `json:"type"`
+		Config *tlsFiles `json:"config,omitempty"`
+	}
+	if (c.CertFile == "") != (c.KeyFile == "") || (c.CertFile != "" && c.CAFile == "") {
+		return nil, errors.New("xdsserver: bootstrap: a client certificate needs its key and the CA file")
+	}
+	ch := creds{Type: "insecure"}
+	if c.CAFile != "" {
+		ch = creds{Type: "tls", Config: &tlsFiles{CA: c.CAFile, Cert: c.CertFile, Key: c.KeyFile}}
 	}
 	type server struct {
 		URI      string   `json:"server_uri"`
@@ -50,7 +69,7 @@ func Bootstrap(c BootstrapConfig) ([]byte, error) {
 		Servers []server `json:"xds_servers"`
 		Node    node     `json:"node"`
 	}{
-		Servers: []server{{URI: c.Server, Creds: []creds{{Type: "insecure"}}, Features: []string{"xds_v3", "ignore_resource_deletion"}}},
+		Servers: []server{{URI: c.Server, Creds: []creds{ch}, Features: []string{"xds_v3", "ignore_resource_deletion"}}},
 		Node:    node{ID: c.NodeID, Locality: locality{Region: c.Region, Zone: c.Zone}},
 	}
 	return json.MarshalIndent(doc, "", "  ")

@@ -1,0 +1,91 @@
+package cmd
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestTLSCommands: the two commands of the README make a CA and
+// certificates a server loads; they never overwrite a file.
+func TestTLSCommands(t *testing.T) {
+	dir := t.TempDir()
+	if code, _, stderr := run(t, "tls", "ca", "create", "--dir", dir); code != exitOK {
+		t.Fatalf("ca create: %d %s", code, stderr)
+	}
+	ca, caKey := filepath.Join(dir, caCertFile), filepath.Join(dir, caKeyFile)
+	if code, _, stderr := run(t, "tls", "ca", "create", "--dir", dir); code != exitError || !strings.Contains(stderr, "exists: not replaced") {
+		t.Fatalf("second ca create: %d %s", code, stderr)
+	}
+	certArgs := []string{"tls", "cert", "create", "--dir", dir, "--ca", ca, "--ca-key", caKey}
+	for i := range 2 {
+		code, out, stderr := run(t, append(certArgs, "--server", "--ip", "10.1.2.3", "--dns", "cairn-1.example")...)
+		if code != exitOK || !strings.Contains(out, filepath.Join(dir, "server-cairn-"+string(rune('0'+i))+".pem")) {
+			t.Fatalf("server cert %d: %d %q %s", i, code, out, stderr)
+		}
+	}
+	if code, _, stderr := run(t, append(certArgs, "--client", "--name", "ops")...); code != exitOK {
+		t.Fatalf("client cert: %d %s", code, stderr)
+	}
+	if k, err := os.Stat(filepath.Join(dir, "ops-key.pem")); err != nil || k.Mode().Perm() != 0o600 {
+		t.Fatalf("client key: %v %v", k, err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--server", "--client"}, "give one of --server or --client"},
+		{[]string{}, "give one of --server or --client"},
+		{[]string{"--server", "--ip", "ten"}, `--ip: "ten" is not an IP address`},
+		{[]string{"--client", "--dns", "server.cairn"}, "may not carry it"},
+		{[]string{"--server", "--validity", "87600h"}, "the CA expires"},
+	} {
+		if code, _, stderr := run(t, append(certArgs, tc.args...)...); code != exitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("cert create %v: %d %q, want %q", tc.args, code, stderr, tc.want)
+		}
+	}
+	if code, _, stderr := run(t, "tls", "cert", "create", "--server", "--dir", dir, "--ca", filepath.Join(dir, "none.pem")); code != exitUsage || !strings.Contains(stderr, "--ca: open") {
+		t.Errorf("missing CA: %d %q", code, stderr)
+	}
+
+	// What the server says about its TLS flags, before it opens anything.
+	srv := filepath.Join(dir, "server-cairn-0.pem")
+	srvKey := filepath.Join(dir, "server-cairn-0-key.pem")
+	otherKey := filepath.Join(dir, "server-cairn-1-key.pem")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tls-cert", srv, "--tls-key", srvKey}, "give all three or none"},
+		{[]string{"--tls-cert", srv, "--tls-key", otherKey, "--tls-ca", ca}, "--tls-cert " + srv + " and --tls-key " + otherKey + ": not a certificate and its key"},
+		{[]string{"--tls-cert", srv, "--tls-key", srvKey, "--tls-ca", ca, "--insecure-plaintext"}, "choose one"},
+		{[]string{"--http-addr", "0.0.0.0:0", "--acl-bootstrap-token", "0123456789abcdef0123"}, "--http-addr 0.0.0.0:0 is reachable beyond this host, so TLS must be on"},
+		{[]string{"--raft-addr", "10.1.2.3:0"}, "--raft-addr 10.1.2.3:0 is reachable beyond this host, so TLS must be on"},
+		{[]string{"--grpc-addr", ":8481"}, "--grpc-addr :8481 is reachable beyond this host"},
+	} {
+		data := filepath.Join(t.TempDir(), "data")
+		args := append([]string{"server", "--data-dir", data}, tc.args...)
+		if code, _, stderr := run(t, args...); code != exitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("cairn %v: %d %q, want %q", args, code, stderr, tc.want)
+		}
+		if _, err := os.Stat(data); err == nil {
+			t.Errorf("cairn %v wrote its data dir", args)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tls-cert", srv, "--tls-key", srvKey}, "--tls-ca: required"},
+		{[]string{"--tls-cert", srv, "--tls-ca", ca}, "give both or neither"},
+	} {
+		args := append([]string{"agent", "--dev", "--server", "127.0.0.1:1"}, tc.args...)
+		if code, _, stderr := run(t, args...); code != exitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("cairn %v: %d %q, want %q", args, code, stderr, tc.want)
+		}
+	}
+	if code, _, stderr := run(t, "--ca-file", filepath.Join(dir, "none.pem"), "services"); code != exitUsage || !strings.Contains(stderr, "--ca-file: open") {
+		t.Errorf("CLI with a missing CA: %d %q", code, stderr)
+	}
+}
