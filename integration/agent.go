@@ -282,19 +282,19 @@ func (a *Agent) Status(ctx context.Context) (AgentStatus, error) {
 
 // Metric reads an unlabelled sample from the agent's /metrics.
 func (a *Agent) Metric(ctx context.Context, name string) (float64, error) {
-	return scrapeMetric(ctx, a.URL(), a.name, name)
+	return scrapeMetric(ctx, http.DefaultClient, a.URL(), a.name, name)
 }
 
-// scrapeMetric reads an unlabelled sample from base's /metrics; who
-// names the process in errors.
-func scrapeMetric(ctx context.Context, base, who, name string) (float64, error) {
+// scrapeMetric reads an unlabelled sample from base's /metrics with hc;
+// who names the process in errors.
+func scrapeMetric(ctx context.Context, hc *http.Client, base, who, name string) (float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
 	if err != nil {
 		return 0, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return 0, fmt.Errorf("%s /metrics: %w", who, err)
 	}

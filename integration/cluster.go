@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -134,9 +135,15 @@ type TLS struct {
 	// ClientCert and ClientKey are a client certificate of the CA (the
 	// harness's, and the CLI's in runCLI).
 	ClientCert, ClientKey string
-	// Client is the harness clients' TLS config.
+	// Client is the harness clients' TLS config: it follows the files
+	// on Reload.
 	Client *tls.Config
+	files  *certs.Files
 }
+
+// Reload makes the harness's clients re-read the CA bundle and their
+// certificate (after a test rewrote them).
+func (t *TLS) Reload() error { return t.files.Reload() }
 
 // WriteCert signs a certificate with the cluster's CA and writes it as
 // name.pem and name-key.pem in Dir.
@@ -191,11 +198,11 @@ func NewTLS(dir string) (*TLS, error) {
 	if t.ClientCert, t.ClientKey, err = t.WriteCert("client", pki.Request{}); err != nil {
 		return nil, err
 	}
-	f, err := certs.Load(certs.Config{CAFile: t.CAFile, CertFile: t.ClientCert, KeyFile: t.ClientKey})
+	f, err := certs.Load(certs.Config{CAFile: t.CAFile, CertFile: t.ClientCert, KeyFile: t.ClientKey, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return nil, err
 	}
-	t.Client = f.ClientConfig("")
+	t.Client, t.files = f.ClientConfig(""), f
 	return t, nil
 }
 
@@ -547,6 +554,13 @@ func (c *Cluster) clientTLS() *tls.Config {
 		return nil
 	}
 	return c.TLS.Client
+}
+
+// Metric reads an unlabelled sample from the node's /metrics.
+func (n *Node) Metric(ctx context.Context, name string) (float64, error) {
+	hc := n.c.HTTPClient(3 * time.Second)
+	defer hc.CloseIdleConnections()
+	return scrapeMetric(ctx, hc, n.URL(), n.ID, name)
 }
 
 // cliTLSArgs are the CLI's global flags for the cluster's TLS (none

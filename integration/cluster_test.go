@@ -1,16 +1,12 @@
 package integration
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
 	"os/exec"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -77,23 +73,11 @@ func TestWriteToFollowerIsForwarded(t *testing.T) {
 // /metrics.
 func forwardedWrites(t *testing.T, n *Node) float64 {
 	t.Helper()
-	resp, err := http.Get(n.URL() + "/metrics")
+	v, err := n.Metric(t.Context(), "cairn_api_forwarded_writes_total")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "cairn_api_forwarded_writes_total "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("%s /metrics: %q: %v", n.ID, sc.Text(), err)
-			}
-			return f
-		}
-	}
-	t.Fatalf("%s /metrics has no cairn_api_forwarded_writes_total (%v)", n.ID, sc.Err())
-	return 0
+	return v
 }
 
 // TestMembersCLIJSON: `cairn --output json members`, run as the real

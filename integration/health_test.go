@@ -390,11 +390,6 @@ func eventLines(evs []wire.Event) string {
 	return b.String()
 }
 
-// metricValue reads an unlabelled sample from n's /metrics.
-func metricValue(ctx context.Context, n *Node, name string) (float64, error) {
-	return scrapeMetric(ctx, n.URL(), n.ID, name)
-}
-
 // runCLI runs the cairn binary as a client of node n and returns its
 // standard output.
 func runCLI(ctx context.Context, t *testing.T, n *Node, args ...string) []byte {
@@ -637,7 +632,7 @@ func TestHealthGuardDisregardsHealth(t *testing.T) {
 		t.Errorf("health_disregarded event reason %q; want it to say 1 of 4 ready instances are healthy", ev.Reason)
 	}
 	Eventually(t, 10*time.Second, func() error {
-		v, err := metricValue(ctx, n, "cairn_health_disregarded_services")
+		v, err := n.Metric(ctx, "cairn_health_disregarded_services")
 		if err != nil || v != 1 {
 			return fmt.Errorf("cairn_health_disregarded_services = %v (%v); want 1", v, err)
 		}
@@ -666,7 +661,7 @@ func TestHealthGuardDisregardsHealth(t *testing.T) {
 				return fmt.Errorf("%s; want the flag gone", describe(e))
 			}
 		}
-		v, err := metricValue(ctx, n, "cairn_health_disregarded_services")
+		v, err := n.Metric(ctx, "cairn_health_disregarded_services")
 		if err != nil || v != 0 {
 			return fmt.Errorf("cairn_health_disregarded_services = %v (%v); want 0", v, err)
 		}
@@ -951,7 +946,7 @@ func TestHealthFailoverKeepsWithdrawn(t *testing.T) {
 	evaluations := func() float64 {
 		sum := 0.0
 		for _, n := range survivors {
-			v, err := metricValue(ctx, n, "cairn_health_evaluations_total")
+			v, err := n.Metric(ctx, "cairn_health_evaluations_total")
 			if err != nil {
 				t.Fatal(err)
 			}

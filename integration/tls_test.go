@@ -119,32 +119,14 @@ func TestTLSCluster(t *testing.T) {
 	if err := os.WriteFile(bundle, append(append([]byte{}, other.Cert...), caPEM...), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	dialRaft := func(cert, key string) error {
-		files := certs.Config{CAFile: c.TLS.CAFile, CertFile: cert, KeyFile: key}
+	dial := func(cert, key string) error {
+		ca := c.TLS.CAFile
 		if cert == foreignCert {
-			files.CAFile = bundle
+			ca = bundle
 		}
-		f, err := certs.Load(files)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := f.ClientConfig(certs.ServerName)
-		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		conn, err := (&tls.Dialer{Config: cfg}).DialContext(dctx, "tcp", leader.RaftAddr)
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		// TLS 1.3: a refused client certificate shows on the first read.
-		conn.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
-		_, err = conn.Read(make([]byte, 1))
-		if ne, ok := err.(net.Error); ok && ne.Timeout() {
-			return nil // accepted: raft waits for the dialler to speak
-		}
-		return err
+		return dialRaft(ctx, t, leader.RaftAddr, ca, cert, key)
 	}
-	if err := dialRaft(spareCert, spareKey); err != nil {
+	if err := dial(spareCert, spareKey); err != nil {
 		t.Fatalf("a server certificate of the cluster's CA at the raft port: %v", err)
 	}
 	for _, tc := range []struct{ name, cert, key string }{
@@ -152,7 +134,7 @@ func TestTLSCluster(t *testing.T) {
 		{"client certificate", clientOnlyCert, clientOnlyKey},
 		{"no certificate", "", ""},
 	} {
-		if err := dialRaft(tc.cert, tc.key); err == nil {
+		if err := dial(tc.cert, tc.key); err == nil {
 			t.Errorf("%s at the raft port: accepted", tc.name)
 		} else {
 			t.Logf("%s at the raft port: %v", tc.name, err)
@@ -229,4 +211,29 @@ func TestTLSCluster(t *testing.T) {
 			return err
 		})
 	}
+}
+
+// dialRaft opens a TLS connection to a raft port as a server would, with
+// cert and key (none when empty) and the bundle ca, and returns nil if
+// the server kept it open.
+func dialRaft(ctx context.Context, t *testing.T, addr, ca, cert, key string) error {
+	t.Helper()
+	f, err := certs.Load(certs.Config{CAFile: ca, CertFile: cert, KeyFile: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := (&tls.Dialer{Config: f.ClientConfig(certs.ServerName)}).DialContext(dctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	// TLS 1.3: a refused client certificate shows on the first read.
+	conn.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	_, err = conn.Read(make([]byte, 1))
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		return nil // accepted: raft waits for the dialler to speak
+	}
+	return err
 }

@@ -160,6 +160,7 @@ func (s *Server) opened() (closed func()) {
 		}
 	}
 	s.m.streams.Inc()
+	s.m.opened.Inc()
 	return func() {
 		s.open.Add(-1)
 		s.m.streams.Dec()

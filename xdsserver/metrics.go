@@ -6,6 +6,7 @@ import (
 
 type metrics struct {
 	streams   prometheus.Gauge
+	opened    prometheus.Counter
 	refused   *prometheus.CounterVec // by reason
 	responses *prometheus.CounterVec // by type
 	nacks     *prometheus.CounterVec // by type
@@ -23,6 +24,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		streams: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_xds_streams",
 			Help: "Open xDS streams."}),
+		opened: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_xds_streams_opened_total",
+			Help: "xDS streams admitted since the server started: a rise with cairn_xds_streams flat is subscribers reconnecting."}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_xds_streams_refused_total",
 			Help: "xDS streams refused: with UNAVAILABLE, the status table not loaded yet (not_ready) or the admission cap after a restart (admission_cap); with UNAUTHENTICATED, no token or an unknown one (unauthenticated)."}, []string{"reason"}),
 		responses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_xds_responses_total",
@@ -42,7 +45,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Endpoints left out of the latest assignments because another instance of their service has their address and port."}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.streams, m.refused, m.responses, m.nacks, m.dropped, m.refreshes, m.delivery, m.deferred, m.loads} {
+		for _, c := range []prometheus.Collector{m.streams, m.opened, m.refused, m.responses, m.nacks, m.dropped, m.refreshes, m.delivery, m.deferred, m.loads} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
