@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
+
 	"github.com/cairn-sd/cairn/certs"
 	"github.com/cairn-sd/cairn/client"
 	"github.com/cairn-sd/cairn/pki"
@@ -236,4 +238,40 @@ func dialRaft(ctx context.Context, t *testing.T, addr, ca, cert, key string) err
 		return nil // accepted: raft waits for the dialler to speak
 	}
 	return err
+}
+
+// TestAgentOverTLS: an agent given the CA and a client certificate
+// follows a TLS server's views and answers from them; its status names
+// the server it is connected to.
+func TestAgentOverTLS(t *testing.T) {
+	needProcesses(t)
+	t.Parallel()
+	c := StartClusterWith(t, Config{Nodes: 1, Args: []string{"--dev"}, TLS: true})
+	srv := c.Nodes[0]
+	ctx := ctxT(t, time.Minute)
+	applyDefinition(ctx, t, c, agentServices)
+	fx := &agentFixture{c: c, srv: srv}
+	fx.register(ctx, t, 1)
+	a := StartAgent(t, []string{srv.GRPCAddr}, "--service", "shop/front",
+		"--tls-ca", c.TLS.CAFile, "--tls-cert", c.TLS.ClientCert, "--tls-key", c.TLS.ClientKey)
+	if err := a.WaitReady(20 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 10*time.Second, func() error {
+		got, _, r, err := frontAnswer(a.DNSAddr)
+		if err != nil {
+			return err
+		}
+		if r.Rcode != dns.RcodeSuccess || len(got) != 1 || got[0] != "127.0.0.51" {
+			return fmt.Errorf("agent: %s A: %v", frontName, replyOf(r))
+		}
+		return nil
+	})
+	st, err := a.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Connected || st.Server != srv.GRPCAddr {
+		t.Errorf("agent status %+v; want connected to %s", st, srv.GRPCAddr)
+	}
 }
