@@ -15,11 +15,8 @@ import (
 
 	"github.com/miekg/dns"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/xds"
 
 	"github.com/cairn-sd/cairn/certs"
 	"github.com/cairn-sd/cairn/pki"
@@ -66,33 +63,7 @@ func TestTLSRotationUnderLoad(t *testing.T) {
 	// follower.
 	bootstrap := runCLI(ctx, t, follower, "xds-bootstrap", "--xds-addr", follower.GRPCAddr, "--node-id", "rotation-test",
 		"--tls-ca", c.TLS.CAFile, "--tls-cert", c.TLS.ClientCert, "--tls-key", c.TLS.ClientKey)
-	rb, err := xds.NewXDSResolverWithConfigForTesting(bootstrap)
-	if err != nil {
-		t.Fatalf("grpc-go refuses the bootstrap: %v\n%s", err, bootstrap)
-	}
-	// The backends themselves are plaintext: the xDS channel is what runs
-	// over TLS here.
-	cc, err := grpc.NewClient("xds:///"+svc+"."+healthNS, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(rb))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	calls := func(n int) map[string]int {
-		out := map[string]int{}
-		hc := healthpb.NewHealthClient(cc)
-		for range n {
-			var p peer.Peer
-			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_, err := hc.Check(cctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p), grpc.WaitForReady(true))
-			cancel()
-			if err != nil {
-				t.Fatalf("Check through xDS over TLS: %v", err)
-			}
-			host, _, _ := net.SplitHostPort(p.Addr.String())
-			out[host]++
-		}
-		return out
-	}
+	calls := xdsCaller(ctx, t, bootstrap, svc)
 	Eventually(t, 30*time.Second, func() error {
 		if got := calls(30); got[addrs[0]] == 0 || got[addrs[1]] == 0 || got[addrs[2]] == 0 {
 			return fmt.Errorf("30 calls reached %v, want all three instances", got)

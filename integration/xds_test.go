@@ -65,32 +65,7 @@ func TestXDSGRPCClient(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	bootstrap := runCLI(ctx, t, follower, "xds-bootstrap", "--xds-addr", follower.GRPCAddr, "--node-id", "xds-test")
-	rb, err := xds.NewXDSResolverWithConfigForTesting(bootstrap)
-	if err != nil {
-		t.Fatalf("grpc-go refuses the bootstrap `cairn xds-bootstrap` printed: %v\n%s", err, bootstrap)
-	}
-	cc, err := grpc.NewClient("xds:///"+svc+"."+healthNS, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(rb))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	calls := func(n int) map[string]int {
-		out := map[string]int{}
-		hc := healthpb.NewHealthClient(cc)
-		for range n {
-			var p peer.Peer
-			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_, err := hc.Check(cctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p), grpc.WaitForReady(true))
-			cancel()
-			if err != nil {
-				t.Fatalf("Check through xDS: %v", err)
-			}
-			host, _, _ := net.SplitHostPort(p.Addr.String())
-			out[host]++
-		}
-		return out
-	}
+	calls := xdsCaller(ctx, t, runCLI(ctx, t, follower, "xds-bootstrap", "--xds-addr", follower.GRPCAddr, "--node-id", "xds-test"), svc)
 	Eventually(t, 30*time.Second, func() error {
 		if got := calls(30); got[addrs[0]] == 0 || got[addrs[1]] == 0 || got[addrs[2]] == 0 {
 			return fmt.Errorf("30 calls reached %v, want all three instances", got)
@@ -154,4 +129,37 @@ func TestXDSGRPCClient(t *testing.T) {
 		}
 		return fmt.Errorf("the leader holds no passing outcome evidence about g-0 from xds:xds-test: %+v", es["g-0"].Evidence)
 	})
+}
+
+// xdsCaller makes a grpc-go client of xds:///svc.shop from the bootstrap
+// (closed when the test ends) and returns calls: n health checks
+// through it, counted by the address of the instance that answered.
+func xdsCaller(ctx context.Context, t *testing.T, bootstrap []byte, svc string) (calls func(n int) map[string]int) {
+	t.Helper()
+	rb, err := xds.NewXDSResolverWithConfigForTesting(bootstrap)
+	if err != nil {
+		t.Fatalf("grpc-go refuses the bootstrap `cairn xds-bootstrap` printed: %v\n%s", err, bootstrap)
+	}
+	// The instances speak plaintext; the xDS channel is the bootstrap's.
+	cc, err := grpc.NewClient("xds:///"+svc+"."+healthNS, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(rb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return func(n int) map[string]int {
+		out := map[string]int{}
+		hc := healthpb.NewHealthClient(cc)
+		for range n {
+			var p peer.Peer
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err := hc.Check(cctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p), grpc.WaitForReady(true))
+			cancel()
+			if err != nil {
+				t.Fatalf("Check through xDS: %v", err)
+			}
+			host, _, _ := net.SplitHostPort(p.Addr.String())
+			out[host]++
+		}
+		return out
+	}
 }
