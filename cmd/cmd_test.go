@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -179,6 +180,39 @@ func TestXDSBootstrap(t *testing.T) {
 	}
 	if len(b.Servers) != 1 || b.Servers[0].URI != "10.0.0.1:8481" || b.Node.ID != "n1" || b.Node.Locality["zone"] != "eu-1a" {
 		t.Errorf("bootstrap %+v", b)
+	}
+}
+
+// TestXDSBootstrapTLS: with a CA (its own flag, or the CLI's
+// --ca-file), the bootstrap's channel credentials are grpc-go's "tls",
+// naming the files.
+func TestXDSBootstrapTLS(t *testing.T) {
+	for _, args := range [][]string{
+		{"xds-bootstrap", "--node-id", "n1", "--tls-ca", "/etc/cairn/ca.pem", "--tls-cert", "/etc/cairn/c.pem", "--tls-key", "/etc/cairn/k.pem"},
+		{"--ca-file", "/etc/cairn/ca.pem", "--client-cert", "/etc/cairn/c.pem", "--client-key", "/etc/cairn/k.pem", "xds-bootstrap", "--node-id", "n1"},
+	} {
+		code, out, errs := run(t, args...)
+		if code != 0 {
+			t.Fatalf("%v: %d %q", args, code, errs)
+		}
+		var b struct {
+			Servers []struct {
+				Creds []struct {
+					Type   string            `json:"type"`
+					Config map[string]string `json:"config"`
+				} `json:"channel_creds"`
+			} `json:"xds_servers"`
+		}
+		if err := json.Unmarshal([]byte(out), &b); err != nil {
+			t.Fatalf("not JSON: %v\n%s", err, out)
+		}
+		want := map[string]string{"ca_certificate_file": "/etc/cairn/ca.pem", "certificate_file": "/etc/cairn/c.pem", "private_key_file": "/etc/cairn/k.pem"}
+		if len(b.Servers) != 1 || len(b.Servers[0].Creds) != 1 || b.Servers[0].Creds[0].Type != "tls" || !maps.Equal(b.Servers[0].Creds[0].Config, want) {
+			t.Errorf("%v: bootstrap %s", args, out)
+		}
+	}
+	if code, _, errs := run(t, "xds-bootstrap", "--node-id", "n1", "--tls-cert", "c.pem"); code != exitUsage || !strings.Contains(errs, "needs its key and the CA file") {
+		t.Errorf("a certificate alone: %d %q", code, errs)
 	}
 }
 

@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -503,9 +504,9 @@ func xdsBootstrapCommand() *cli.Command {
 			&cli.StringFlag{Name: "node-id", Usage: "the client's node id (default: this host's name)"},
 			&cli.StringFlag{Name: "region", Usage: "the client's region"},
 			&cli.StringFlag{Name: "zone", Usage: "the client's zone"},
-			&cli.StringFlag{Name: "tls-ca", Usage: "TLS: the CA bundle the client verifies the server with (a path on the client's host); the server's certificate must name --xds-addr's host"},
-			&cli.StringFlag{Name: "tls-cert", Usage: "TLS: the client's certificate (cairn tls cert create --client)"},
-			&cli.StringFlag{Name: "tls-key", Usage: "TLS: the client certificate's key"},
+			&cli.StringFlag{Name: "tls-ca", Usage: "TLS: the CA bundle the client verifies the server with (a path on the client's host; default: the CLI's --ca-file); the server's certificate must name --xds-addr's host"},
+			&cli.StringFlag{Name: "tls-cert", Usage: "TLS: the client's certificate (cairn tls cert create --client; default: the CLI's --client-cert)"},
+			&cli.StringFlag{Name: "tls-key", Usage: "TLS: the client certificate's key (default: the CLI's --client-key)"},
 		},
 		Action: func(c *cli.Context) error {
 			node := c.String("node-id")
@@ -520,7 +521,11 @@ func xdsBootstrapCommand() *cli.Command {
 				return cli.Exit(fmt.Sprintf("--xds-addr: %q is not HOST:PORT", c.String("xds-addr")), exitUsage)
 			}
 			b, err := xdsserver.Bootstrap(xdsserver.BootstrapConfig{Server: c.String("xds-addr"), NodeID: node,
-				Region: c.String("region"), Zone: c.String("zone"), CAFile: c.String("tls-ca"), CertFile: c.String("tls-cert"), KeyFile: c.String("tls-key")})
+				Region: c.String("region"), Zone: c.String("zone"),
+				// A CLI that speaks TLS to the servers (CAIRN_CACERT) prints a
+				// bootstrap that does too.
+				CAFile: cmp.Or(c.String("tls-ca"), c.String("ca-file")), CertFile: cmp.Or(c.String("tls-cert"), c.String("client-cert")),
+				KeyFile: cmp.Or(c.String("tls-key"), c.String("client-key"))})
 			if err != nil {
 				return cli.Exit(err.Error(), exitUsage)
 			}
