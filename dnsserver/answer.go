@@ -78,19 +78,17 @@ func (s *Server) answer(req *request, buf []byte) ([]byte, int, uint16) {
 		return buf[:headerLen], dns.RcodeFormatError, 0
 	}
 	q.name, q.qtype = req.name, req.qtype
-	limit := 512
-	if req.hasOPT {
-		q.o = opt{present: true, udpSize: s.cfg.UDPSize, do: req.do}
-		limit = int(min(max(req.udpSize, 512), s.cfg.UDPSize))
-		if req.version > 0 {
-			// BADVERS (16): the low 4 bits in the header, the rest in OPT.
-			if !m.start(buf, req, qflags, limit) {
-				return s.formerr(buf, req.id, qflags)
-			}
-			m.flags &^= flagAA
-			m.reserve = q.o.size()
-			return m.finish(dns.RcodeBadVers, &q.o), dns.RcodeBadVers, q.qtype
+	limit, badCookie := s.edns(req, &q)
+	if req.hasOPT && req.version > 0 {
+		// BADVERS (16): the low 4 bits in the header, the rest in OPT.
+		if !m.start(buf, req, qflags, limit) {
+			return s.formerr(buf, req.id, qflags)
 		}
+		m.flags &^= flagAA
+		m.reserve = q.o.size()
+		return m.finish(dns.RcodeBadVers, &q.o), dns.RcodeBadVers, q.qtype
+	}
+	if req.hasOPT && !badCookie {
 		q.ecs(req, s)
 	}
 	if q.tcp {
@@ -100,6 +98,11 @@ func (s *Server) answer(req *request, buf []byte) ([]byte, int, uint16) {
 		return s.formerr(buf, req.id, qflags)
 	}
 	m.reserve = q.o.size()
+	if badCookie {
+		// RFC 7873 §5.2.2: FORMERR, the question echoed, no cookie.
+		m.flags &^= flagAA
+		return s.finish(&m, &q, dns.RcodeFormatError)
+	}
 	if req.qclass != dns.ClassINET && req.qclass != dns.ClassANY {
 		m.flags &^= flagAA
 		return s.finish(&m, &q, dns.RcodeRefused)
@@ -160,6 +163,53 @@ func (s *Server) answer(req *request, buf []byte) ([]byte, int, uint16) {
 		s.m.staleAnswers.Inc()
 	}
 	return s.finish(&m, &q, rcode)
+}
+
+// edns sets up the answer's OPT record from the query's, when it has
+// one (the size, DO, and for EDNS version 0 the answer to its cookie),
+// and returns the UDP size limit. badCookie reports a malformed COOKIE
+// option, which is answered FORMERR.
+func (s *Server) edns(req *request, q *query) (limit int, badCookie bool) {
+	if !req.hasOPT {
+		return 512, false
+	}
+	q.o = opt{present: true, udpSize: s.cfg.UDPSize, do: req.do}
+	limit = int(min(max(req.udpSize, 512), s.cfg.UDPSize))
+	if req.version > 0 || !req.hasCookie || s.cookies == nil {
+		return limit, false
+	}
+	if req.cookieVerdict == cookieUnchecked {
+		s.checkCookie(req, s.cfg.Now())
+	}
+	if req.cookieVerdict == cookieMalformed {
+		return limit, true
+	}
+	s.cookies.cookieOpt(req, &q.o)
+	return limit, false
+}
+
+// truncated is the answer response-rate limiting slips through (rrl.go):
+// the question with TC set and no records, so that the client asks again
+// over TCP; the OPT record (with the cookie answered) when the query had
+// one. A query answered without its question (NOTIMP, FORMERR) or without
+// records anyway (BADVERS, a malformed cookie) gets that answer: it is no
+// bigger.
+func (s *Server) truncated(req *request, buf []byte) ([]byte, int, uint16) {
+	if req.opcode != dns.OpcodeQuery || req.bad || req.hasOPT && req.version > 0 {
+		return s.answer(req, buf)
+	}
+	q := query{tcp: req.tcp, remote: req.remote, name: req.name, qtype: req.qtype}
+	limit, badCookie := s.edns(req, &q)
+	if badCookie {
+		return s.answer(req, buf)
+	}
+	var m msg
+	if !m.start(buf, req, req.qflags, limit) {
+		return s.formerr(buf, req.id, req.qflags)
+	}
+	m.flags &^= flagAA // no data: nothing to be authoritative about
+	m.truncate()
+	return s.finish(&m, &q, dns.RcodeSuccess)
 }
 
 func (s *Server) formerr(buf []byte, id, qflags uint16) ([]byte, int, uint16) {

@@ -24,6 +24,12 @@ type metrics struct {
 	sendErrors                  prometheus.Counter
 	tcpRejected                 prometheus.Counter
 	tcpFDWaits                  prometheus.Counter
+	rrlSlipped, rrlDropped      prometheus.Counter
+	rrlEnabled, cookiesEnabled  prometheus.Gauge
+	cookieVec                   *prometheus.CounterVec
+	// cookies are cookieVec's series by verdict, resolved once (the
+	// unchecked verdict's is never counted).
+	cookies [cookieRenew + 1]prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -47,11 +53,27 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "TCP connections closed on accept: the cap on open connections was reached."}),
 		tcpFDWaits: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_dns_tcp_accept_fd_waits_total",
 			Help: "Back-offs of the TCP accept loop for lack of file descriptors."}),
+		rrlSlipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_dns_rrl_slipped_total",
+			Help: "UDP answers response-rate limiting sent truncated (TC, the question only) instead."}),
+		rrlDropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_dns_rrl_dropped_total",
+			Help: "UDP answers response-rate limiting did not send."}),
+		rrlEnabled: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_dns_rrl_enabled",
+			Help: "1 when UDP answers are rate-limited per source prefix."}),
+		cookiesEnabled: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_dns_cookies_enabled",
+			Help: "1 when EDNS cookies are answered."}),
+		cookieVec: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_dns_cookies_total",
+			Help: "Queries with an EDNS cookie, by what it was: client_only, valid (its server cookie verified), invalid (it did not: a fresh one was sent), malformed (FORMERR)."},
+			[]string{"result"}),
 	}
 	m.staleAnswers, m.staleServfail = m.stale.WithLabelValues("stale"), m.stale.WithLabelValues("servfail")
+	m.cookies[cookieMalformed] = m.cookieVec.WithLabelValues("malformed")
+	m.cookies[cookieClientOnly] = m.cookieVec.WithLabelValues("client_only")
+	m.cookies[cookieInvalid] = m.cookieVec.WithLabelValues("invalid")
+	m.cookies[cookieValid] = m.cookieVec.WithLabelValues("valid")
+	m.cookies[cookieRenew] = m.cookies[cookieValid]
 	if reg != nil {
 		reg.MustRegister(m.queries, m.latency, m.stale, m.disregarded, m.dropped, m.readErrors, m.sendErrors,
-			m.tcpRejected, m.tcpFDWaits)
+			m.tcpRejected, m.tcpFDWaits, m.rrlSlipped, m.rrlDropped, m.rrlEnabled, m.cookiesEnabled, m.cookieVec)
 	}
 	return m
 }

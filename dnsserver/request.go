@@ -25,7 +25,23 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 		remote = a.AddrPort().Addr()
 	}
 	req := requestOf(r, remote.Unmap(), tcp)
-	out, rcode, qtype := s.answer(&req, *bp)
+	verdict := rrlPass
+	if !tcp && s.rrl != nil {
+		// Over UDP only: cairn's own loop (udp.go) serves UDP, but a
+		// caller may hand this handler a UDP writer; TCP is never limited.
+		verdict = s.limit(&req, true, req.remote)
+	}
+	var out []byte
+	var rcode int
+	var qtype uint16
+	switch verdict {
+	case rrlDrop:
+		return
+	case rrlSlip:
+		out, rcode, qtype = s.truncated(&req, *bp)
+	default:
+		out, rcode, qtype = s.answer(&req, *bp)
+	}
 	if rcode == rcodeWait {
 		// A connection's own goroutine: it may wait here.
 		s.waitUnheld(req.wait, s.parked.stop)
@@ -57,8 +73,18 @@ type request struct {
 	ecsFamily uint16
 	ecsSource uint8
 	ecsAddr   [16]byte
-	remote    netip.Addr
-	tcp       bool
+	// The first COOKIE option (RFC 7873), when hasCookie: cookieLen
+	// octets, the first maxCookieLen of them in cookie (a longer one is
+	// malformed anyway).
+	hasCookie bool
+	cookieLen int
+	cookie    [maxCookieLen]byte
+	// cookieVerdict is what checking the cookie found, and cookieNow the
+	// time (in seconds, as cookies count it) it was checked at (cookie.go).
+	cookieVerdict cookieVerdict
+	cookieNow     uint32
+	remote        netip.Addr
+	tcp           bool
 	// waited: the query has waited for an unheld service, and is
 	// answered from the table as it is. wait is set by answer when it
 	// returns rcodeWait: what the query waits for.
@@ -83,8 +109,14 @@ func requestOf(r *dns.Msg, remote netip.Addr, tcp bool) request {
 	}
 	if o := r.IsEdns0(); o != nil {
 		req.hasOPT, req.udpSize, req.version, req.do = true, o.UDPSize(), o.Version(), o.Do()
+		ecs := false
 		for _, op := range o.Option {
-			if e, ok := op.(*dns.EDNS0_SUBNET); ok {
+			switch e := op.(type) {
+			case *dns.EDNS0_SUBNET:
+				if ecs {
+					continue // the first one is used
+				}
+				ecs = true
 				req.ecsFamily, req.ecsSource = e.Family, e.SourceNetmask
 				switch e.Family {
 				case 1:
@@ -92,11 +124,38 @@ func requestOf(r *dns.Msg, remote netip.Addr, tcp bool) request {
 				case 2:
 					copy(req.ecsAddr[:], e.Address.To16())
 				}
-				break
+			case *dns.EDNS0_COOKIE:
+				if !req.hasCookie { // only the first one counts (RFC 7873 §5.2)
+					req.hasCookie = true
+					req.cookieLen = unhex(req.cookie[:], e.Cookie)
+				}
 			}
 		}
 	}
 	return req
+}
+
+// unhex decodes the hex string miekg/dns keeps a cookie option's octets
+// in into dst, as far as it goes, and returns the octets' number, without
+// allocating. (It is always even, lower-case hex: miekg/dns made it.)
+func unhex(dst []byte, s string) int {
+	n := len(s) / 2
+	for i := range min(n, len(dst)) {
+		dst[i] = nibble(s[2*i])<<4 | nibble(s[2*i+1])
+	}
+	return n
+}
+
+func nibble(c byte) byte {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0'
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10
+	}
+	return 0
 }
 
 func countOPT(rrs []dns.RR) int {

@@ -23,6 +23,11 @@ type Server struct {
 
 	parked parking // UDP queries waiting for an unheld service
 
+	// rrl limits UDP responses per source prefix (rrl.go), cookies makes
+	// and checks server cookies (cookie.go); nil when off.
+	rrl     *rrl
+	cookies *cookieKeys
+
 	bufs  sync.Pool // *[]byte of maxMsg
 	cands sync.Pool // *[]candidate
 
@@ -52,6 +57,14 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "dns"), m: newMetrics(cfg.Registerer),
 		subnets: slices.Clone(cfg.Subnets), ready: make(chan struct{}), started: cfg.Now(),
 		parked: parking{stop: make(chan struct{})}}
+	if cfg.RRL.Mode.enabled(cfg.Addr) {
+		s.rrl = newRRL(cfg.RRL, s.started)
+		s.m.rrlEnabled.Set(1)
+	}
+	if cfg.Cookies.Mode.enabled(cfg.Addr) {
+		s.cookies = newCookieKeys(cfg.Cookies)
+		s.m.cookiesEnabled.Set(1)
+	}
 	slices.SortStableFunc(s.subnets, func(a, b Subnet) int { return b.Prefix.Bits() - a.Prefix.Bits() })
 	s.bufs.New = func() any { b := make([]byte, maxMsg); return &b }
 	s.cands.New = func() any { c := make([]candidate, 0, 64); return &c }
@@ -120,7 +133,8 @@ func (s *Server) Run(ctx context.Context) error {
 	select {
 	case <-startedc:
 		close(s.ready)
-		s.log.Info("DNS listening", "udp", pc.LocalAddr(), "tcp", ln.Addr(), "zone", s.cfg.Zone.Domain())
+		s.log.Info("DNS listening", "udp", pc.LocalAddr(), "tcp", ln.Addr(), "zone", s.cfg.Zone.Domain(),
+			"rrl", s.rrl != nil, "cookies", s.cookies != nil)
 	case err := <-errc:
 		// One failed before both started: stop the other and give up.
 		pc.Close()

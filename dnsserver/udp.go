@@ -103,31 +103,34 @@ func (s *Server) udpReader(io udpIO, newIO func() udpIO, pktinfo bool) error {
 			var resp []byte
 			var rcode int
 			var qtype uint16
-			switch {
-			case ok:
-				resp, rcode, qtype = s.answer(&req, buf)
-			case len(pkt) < headerLen || pkt[2]&0x80 != 0:
-				// No header to answer, or a response: never answer.
-				s.m.dropped.Inc()
-				continue
-			default:
+			if !ok {
+				if len(pkt) < headerLen || pkt[2]&0x80 != 0 {
+					// No header to answer, or a response: never answer.
+					s.m.dropped.Inc()
+					continue
+				}
 				// Not the common shape: miekg/dns parses it. What it
 				// cannot parse gets a header-only FORMERR (NOTIMP for
 				// an opcode we do not serve), as RFC 8906 asks.
 				var r dns.Msg
 				if err := r.Unpack(pkt); err != nil {
-					id, flags := binary.BigEndian.Uint16(pkt), binary.BigEndian.Uint16(pkt[2:])
-					rcode = dns.RcodeFormatError
-					if op := int(flags>>11) & 0xF; op != dns.OpcodeQuery {
-						binaryHeader(buf, id, flagQR|uint16(op)<<11|dns.RcodeNotImplemented)
-						rcode = dns.RcodeNotImplemented
-					} else {
-						binaryHeader(buf, id, flagQR|flags&flagRD|dns.RcodeFormatError)
-					}
-					resp = buf[:headerLen]
-					break
+					resp, rcode = unparseable(pkt, buf)
+				} else {
+					req, ok = requestOf(&r, remote, false), true
 				}
-				req = requestOf(&r, remote, false)
+			}
+			verdict := rrlPass
+			if s.rrl != nil {
+				verdict = s.limit(&req, ok, remote)
+			}
+			switch {
+			case verdict == rrlDrop:
+				continue
+			case !ok:
+				// Its header-only answer, slipped or not: nothing smaller.
+			case verdict == rrlSlip:
+				resp, rcode, qtype = s.truncated(&req, buf)
+			default:
 				resp, rcode, qtype = s.answer(&req, buf)
 			}
 			var oob []byte
@@ -163,6 +166,19 @@ func (s *Server) udpReader(io udpIO, newIO func() udpIO, pktinfo bool) error {
 			sent += m
 		}
 	}
+}
+
+// unparseable writes into buf the header-only answer to a query pkt
+// miekg/dns cannot parse: FORMERR, or NOTIMP for an opcode other than
+// QUERY (echoed, and no other flag: RFC 8906).
+func unparseable(pkt, buf []byte) ([]byte, int) {
+	id, flags := binary.BigEndian.Uint16(pkt), binary.BigEndian.Uint16(pkt[2:])
+	if op := int(flags>>11) & 0xF; op != dns.OpcodeQuery {
+		binaryHeader(buf, id, flagQR|uint16(op)<<11|dns.RcodeNotImplemented)
+		return buf[:headerLen], dns.RcodeNotImplemented
+	}
+	binaryHeader(buf, id, flagQR|flags&flagRD|dns.RcodeFormatError)
+	return buf[:headerLen], dns.RcodeFormatError
 }
 
 // parseQuery parses the common query without allocating: header, one
@@ -255,6 +271,10 @@ func parseQuery(b []byte, scratch []byte, remote netip.Addr) (request, bool) {
 		case dns.EDNS0NSID, dns.EDNS0COOKIE, dns.EDNS0PADDING, dns.EDNS0SUBNET:
 		default:
 			return req, false // miekg/dns knows its form, or that it is unknown
+		}
+		if code == dns.EDNS0COOKIE && !req.hasCookie {
+			req.hasCookie, req.cookieLen = true, l
+			copy(req.cookie[:], b[off:off+l])
 		}
 		if code == dns.EDNS0SUBNET {
 			if l < 4 || req.ecsFamily != 0 {

@@ -166,6 +166,10 @@ type opt struct {
 	ecsSource uint8
 	ecsScope  uint8
 	ecsAddr   netip.Addr
+	// cookie is the COOKIE option (RFC 7873), when hasCookie: the
+	// client cookie, then the server cookie (cookie.go).
+	hasCookie bool
+	cookie    [clientCookieLen + serverCookieLen]byte
 }
 
 // ede is one Extended DNS Error.
@@ -184,6 +188,9 @@ func (o *opt) size() int {
 	}
 	if o.ecsFamily != 0 {
 		n += 4 + 4 + (int(o.ecsSource)+7)/8
+	}
+	if o.hasCookie {
+		n += 4 + len(o.cookie)
 	}
 	return n
 }
@@ -218,6 +225,11 @@ func (m *msg) finish(rcode int, o *opt) []byte {
 			a := o.ecsAddr.AsSlice()
 			copy(b[p+8:p+8+n], a)
 			p += 8 + n
+		}
+		if o.hasCookie {
+			binary.BigEndian.PutUint16(b[p:], dns.EDNS0COOKIE)
+			binary.BigEndian.PutUint16(b[p+2:], uint16(len(o.cookie)))
+			p += 4 + copy(b[p+4:], o.cookie[:])
 		}
 		binary.BigEndian.PutUint16(b[9:], uint16(p-11))
 		m.off += p
