@@ -64,6 +64,14 @@ type fixture struct {
 func (f *fixture) lastSync() time.Time { f.mu.Lock(); defer f.mu.Unlock(); return f.sync }
 func (f *fixture) clock() time.Time    { f.mu.Lock(); defer f.mu.Unlock(); return f.now }
 
+// advance moves the server's clock (Config.Now) d on; the store view
+// stays as old as it was.
+func (f *fixture) advance(d time.Duration) {
+	f.mu.Lock()
+	f.now, f.sync = f.now.Add(d), f.sync.Add(d)
+	f.mu.Unlock()
+}
+
 // age makes the node's store view d old.
 func (f *fixture) age(d time.Duration) { f.mu.Lock(); f.sync = f.now.Add(-d); f.mu.Unlock() }
 
