@@ -176,7 +176,7 @@ type RRLConfig struct {
 	// Defaults to 2000 (DefaultRRLRate). At most 1e9.
 	Rate int
 	// Burst is the responses a prefix may get at once, after a quiet
-	// spell, above the rate. Defaults to 2 × Rate.
+	// spell, above the rate. Defaults to 2 × Rate. At most 2e9.
 	Burst int
 	// Slip: every Slip-th limited response is sent truncated, the others
 	// are dropped. Defaults to 2 (DefaultRRLSlip); 1 truncates every
@@ -338,8 +338,8 @@ func (r *RRLConfig) validate() error {
 		return fmt.Errorf("dnsserver: RRL.Mode %v", r.Mode)
 	case r.Rate < 1 || r.Rate > maxRRLRate:
 		return fmt.Errorf("dnsserver: RRL.Rate %d is out of range 1-%d", r.Rate, maxRRLRate)
-	case r.Burst < 1 || r.Burst > maxRRLRate:
-		return fmt.Errorf("dnsserver: RRL.Burst %d is out of range 1-%d", r.Burst, maxRRLRate)
+	case r.Burst < 1 || r.Burst > 2*maxRRLRate:
+		return fmt.Errorf("dnsserver: RRL.Burst %d is out of range 1-%d", r.Burst, 2*maxRRLRate)
 	case r.Slip != NoSlip && (r.Slip < 1 || r.Slip > maxRRLSlip):
 		return fmt.Errorf("dnsserver: RRL.Slip %d is out of range 1-%d (or NoSlip)", r.Slip, maxRRLSlip)
 	case r.IPv4Prefix < 1 || r.IPv4Prefix > 32:

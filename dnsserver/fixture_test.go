@@ -95,7 +95,7 @@ func start(t testing.TB, svcs []svc, tweak func(*dnsserver.Config)) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	now := fixtureNow
 	f := &fixture{t: t, pub: pub, now: now, sync: now, reg: prometheus.NewRegistry(),
 		zone: newZone(t, "www 300 A 192.0.2.80\nwww 300 TXT \"hello\"\na.b.deep 300 A 192.0.2.81\n"),
 		rnd:  rand.New(rand.NewPCG(1, 2))}

@@ -1,6 +1,8 @@
 package dnsserver_test
 
 import (
+	"bytes"
+	"encoding/hex"
 	"net"
 	"net/netip"
 	"sync"
@@ -14,11 +16,68 @@ import (
 
 // fuzzConfig places the fixture server in r1/a, maps 10.9/16 to r2/c and
 // trusts the client subnet option of loopback sources (the sinks'), so
-// that the ECS code is fuzzed too.
+// that the ECS code is fuzzed too; and turns cookies (the tests' secret)
+// and RRL on, at a rate no input reaches: every response is accounted,
+// every query answered.
 func fuzzConfig(c *dnsserver.Config) {
 	own(c)
 	c.Subnets = []dnsserver.Subnet{{Prefix: netip.MustParsePrefix("10.9.0.0/16"), Place: dnsserver.Place{Region: "r2", Zone: "c"}}}
 	c.ECSTrusted = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	c.Cookies = dnsserver.CookieConfig{Mode: dnsserver.ModeOn, Secret: testSecret}
+	c.RRL = dnsserver.RRLConfig{Mode: dnsserver.ModeOn, Rate: 1_000_000_000}
+}
+
+// fixtureNow is the clock of every fixture (start).
+var fixtureNow = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+// cookieSeeds are queries with COOKIE options of every kind: a client
+// cookie, a valid server cookie (for 127.0.0.1 at fixtureNow, or at
+// now), an invalid one, malformed lengths, two cookies, a cookie beside
+// ECS and other options, and with EDNS version 1 or another opcode.
+func cookieSeeds(now time.Time) [][]byte {
+	valid := append(append([]byte(nil), clientCookie...),
+		dnsserver.ServerCookie(testSecret, clientCookie, uint32(now.Unix()), loopback)...)
+	expired := append(append([]byte(nil), clientCookie...),
+		dnsserver.ServerCookie(testSecret, clientCookie, uint32(now.Add(-2*time.Hour).Unix()), loopback)...)
+	const web = "web.shop.svc.cairn.internal."
+	cq := func(name string, qtype uint16, cs ...[]byte) *dns.Msg {
+		q := query(name, qtype, true)
+		for _, c := range cs {
+			withCookie(q, c)
+		}
+		return q
+	}
+	ecs := func(q *dns.Msg) *dns.Msg {
+		o := q.IsEdns0()
+		o.Option = append([]dns.EDNS0{&dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: 1, SourceNetmask: 24,
+			Address: net.IPv4(10, 9, 1, 0).To4()}}, o.Option...)
+		o.Option = append(o.Option, &dns.EDNS0_NSID{Code: dns.EDNS0NSID}, &dns.EDNS0_PADDING{Padding: make([]byte, 8)})
+		return q
+	}
+	v1 := cq(web, dns.TypeA, clientCookie)
+	v1.IsEdns0().SetVersion(1)
+	notify := cq("cairn.internal.", dns.TypeSOA, clientCookie)
+	notify.Opcode = dns.OpcodeNotify
+	var out [][]byte
+	for _, q := range []*dns.Msg{
+		cq(web, dns.TypeA, clientCookie),
+		cq(web, dns.TypeA, valid),
+		cq("_http._tcp.web.shop.svc.cairn.internal.", dns.TypeSRV, expired),
+		cq("nope.shop.svc.cairn.internal.", dns.TypeA, append(append([]byte(nil), clientCookie...), 0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 0)),
+		cq(web, dns.TypeA, clientCookie[:7]),
+		cq(web, dns.TypeA, make([]byte, 41)),
+		cq(web, dns.TypeA, valid, clientCookie[:3]),
+		ecs(cq(web, dns.TypeAAAA, clientCookie)),
+		v1,
+		notify,
+	} {
+		b, err := q.Pack()
+		if err != nil {
+			panic(err)
+		}
+		out = append(out, b)
+	}
+	return out
 }
 
 // FuzzQuery feeds arbitrary wire messages to the handler in process, over
@@ -41,6 +100,9 @@ func FuzzQuery(f *testing.F) {
 	)
 	udp := &sink{remote: &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5353}}
 	tcp := &sink{remote: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5353}}
+	for _, b := range cookieSeeds(fixtureNow) {
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, wire []byte) {
 		once.Do(func() { srv = start(t, append(shopServices(), bigService(50)), fuzzConfig).srv })
 		q := new(dns.Msg)
@@ -124,6 +186,47 @@ func checkAnswer(t *testing.T, q *dns.Msg, w *sink) {
 	if wellFormed && headerOnly && r.Rcode == dns.RcodeFormatError {
 		fail("FORMERR without the question for a well-formed query")
 	}
+	// Cookies (on in fuzzConfig; RFC 7873): none out without one in; a
+	// malformed one is FORMERR, without a cookie; a well-formed one in a
+	// query answered with EDNS gets the client cookie back with a server
+	// cookie of ours.
+	qc, hasQC := firstCookie(t, qopt)
+	rc := cookieOf(t, r)
+	switch n := len(qc); {
+	case !hasQC:
+		if rc != nil {
+			fail("COOKIE %x in the answer to a query without one", rc)
+		}
+	case n < 8 || n > 8 && n < 16 || n > 40:
+		if rc != nil {
+			fail("COOKIE %x in the answer to a malformed one, %x", rc, qc)
+		}
+		if wellFormed && q.Opcode == dns.OpcodeQuery && qopt.Version() == 0 && r.Rcode != dns.RcodeFormatError {
+			fail("%s for a malformed COOKIE %x; want FORMERR", dns.RcodeToString[r.Rcode], qc)
+		}
+	default:
+		if wellFormed && q.Opcode == dns.OpcodeQuery && qopt.Version() == 0 &&
+			(len(rc) != 24 || !bytes.Equal(rc[:8], qc[:8]) || rc[8] != 1) {
+			fail("COOKIE %x in the answer to %x; want the client cookie and a server cookie of version 1", rc, qc)
+		}
+	}
+}
+
+// firstCookie returns the octets of o's first COOKIE option, if any.
+func firstCookie(t *testing.T, o *dns.OPT) ([]byte, bool) {
+	if o == nil {
+		return nil, false
+	}
+	for _, op := range o.Option {
+		if c, ok := op.(*dns.EDNS0_COOKIE); ok {
+			b, err := hex.DecodeString(c.Cookie)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b, true
+		}
+	}
+	return nil, false
 }
 
 func countOPTs(rrs []dns.RR) int {
@@ -141,18 +244,33 @@ func countOPTs(rrs []dns.RR) int {
 // miekg/dns), then a well-formed query, and checks: every datagram that
 // comes back unpacks as a response (QR set) with the ID of one that was
 // sent; and the server still answers the well-formed query, after them,
-// within 5s (no panic, no reader stopped by a hostile batch). The input's
-// first byte splits the rest into 1 to 8 datagrams. Its seeds are the
-// f.Add calls (a query, a query glued to a runt, a response, runts).
+// within 5s, in full (no panic, no reader stopped by a hostile batch).
+// The input's first byte splits the rest into 1 to 8 datagrams. Its seeds
+// are the f.Add calls (a query, a query glued to a runt, a response,
+// runts, queries with cookies).
+//
+// The server limits responses as it would in production, but at 1,000 a
+// second with a burst of 100 from each address, on the real clock, so
+// that inputs reach the limiter's slip and drop; the well-formed query
+// carries a valid server cookie, which is never limited.
 func FuzzUDPLoop(f *testing.F) {
 	valid, _ := query("web.shop.svc.cairn.internal.", dns.TypeA, true).Pack()
 	f.Add(append([]byte{1}, valid...))
 	f.Add(append([]byte{3}, append(append(valid[:7:7], valid...), 0xff, 0xff)...))
 	f.Add([]byte{2, 0x12, 0x34, 0x81, 0x80, 0, 1, 0, 0, 0, 0, 0, 0}) // a response: dropped
 	f.Add([]byte{8, 1, 2, 3})                                        // runts
+	seeds := cookieSeeds(time.Now())
+	for i, b := range seeds {
+		f.Add(append([]byte{byte(i)}, b...))
+	}
+	f.Add(append([]byte{2}, append(append([]byte(nil), seeds[1]...), seeds[4]...)...))
 	// One server for every input, over its real sockets, stopped when
 	// the fuzzing ends.
-	addr := start(f, append(shopServices(), bigService(50)), fuzzConfig).addr
+	addr := start(f, append(shopServices(), bigService(50)), func(c *dnsserver.Config) {
+		fuzzConfig(c)
+		c.Now, c.LastSync = time.Now, nil
+		c.RRL = dnsserver.RRLConfig{Mode: dnsserver.ModeOn, Rate: 1000, Burst: 100, IPv4Prefix: 32}
+	}).addr
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if len(in) == 0 {
 			return
@@ -171,7 +289,8 @@ func FuzzUDPLoop(f *testing.F) {
 			}
 			_, _ = c.Write(d) // an empty datagram is sent too
 		}
-		probe := query("liveness.shop.svc.cairn.internal.", dns.TypeA, false)
+		probe := withCookie(query("liveness.shop.svc.cairn.internal.", dns.TypeA, true), append(append([]byte(nil), clientCookie...),
+			dnsserver.ServerCookie(testSecret, clientCookie, uint32(time.Now().Unix()), loopback)...))
 		probe.Id = 0xcafe
 		pw, _ := probe.Pack()
 		if _, err := c.Write(pw); err != nil {
@@ -197,6 +316,9 @@ func FuzzUDPLoop(f *testing.F) {
 				t.Fatalf("an answer without QR: %v", r)
 			}
 			if r.Id == probe.Id && len(r.Question) == 1 && r.Question[0].Name == probe.Question[0].Name {
+				if r.Truncated {
+					t.Fatalf("the well-formed query, with a valid cookie, was limited: %v", r)
+				}
 				return
 			}
 			if !ids[r.Id] {

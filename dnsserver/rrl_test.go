@@ -205,7 +205,9 @@ func TestRRLConfigValidation(t *testing.T) {
 	}{
 		{"defaults", RRLConfig{}, true},
 		{"a huge rate", RRLConfig{Rate: 100_000_000}, true},
+		{"the highest rate, its default burst", RRLConfig{Rate: 1_000_000_000}, true},
 		{"too huge", RRLConfig{Rate: 2_000_000_000}, false},
+		{"too big a burst", RRLConfig{Burst: 2_000_000_001}, false},
 		{"negative rate", RRLConfig{Rate: -1}, false},
 		{"slip 100", RRLConfig{Slip: 100}, true},
 		{"slip 101", RRLConfig{Slip: 101}, false},

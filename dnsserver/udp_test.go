@@ -1,9 +1,11 @@
 package dnsserver
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -35,6 +37,24 @@ func FuzzParseQuery(f *testing.F) {
 			m.Opcode = dns.OpcodeNotify
 			return m
 		},
+		// COOKIE options: a client cookie; a client and server cookie
+		// beside ECS (after it, then before it); a malformed one; two,
+		// of which the first counts.
+		func() *dns.Msg { return cookieQuery("0123456789abcdef") },
+		func() *dns.Msg {
+			m := cookieQuery("0123456789abcdef010000005cf79f111f8130c3eee29480")
+			o := m.IsEdns0()
+			o.Option = append([]dns.EDNS0{&dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: 1, SourceNetmask: 16, Address: net.IPv4(10, 9, 0, 0).To4()}}, o.Option...)
+			return m
+		},
+		func() *dns.Msg {
+			m := cookieQuery("0123456789abcdef0102")
+			o := m.IsEdns0()
+			o.Option = append(o.Option, &dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: 2, SourceNetmask: 56, Address: net.ParseIP("2001:db8::")})
+			return m
+		},
+		func() *dns.Msg { return cookieQuery("01234567") },
+		func() *dns.Msg { return cookieQuery("0123456789abcdef", "ab") },
 	} {
 		b, err := q().Pack()
 		if err != nil {
@@ -59,6 +79,48 @@ func FuzzParseQuery(f *testing.F) {
 			t.Fatalf("fast path %+v\nmiekg/dns %+v", got, want)
 		}
 	})
+}
+
+// cookieQuery is an A query with COOKIE options of the octets in hex cs.
+func cookieQuery(cs ...string) *dns.Msg {
+	m := new(dns.Msg)
+	m.SetQuestion("web.shop.svc.cairn.internal.", dns.TypeA)
+	m.SetEdns0(1232, false)
+	o := m.IsEdns0()
+	for _, c := range cs {
+		o.Option = append(o.Option, &dns.EDNS0_COOKIE{Code: dns.EDNS0COOKIE, Cookie: c})
+	}
+	return m
+}
+
+// Queries with cookies take the fast path, which reads the first COOKIE
+// option as miekg/dns's path does (FuzzParseQuery checks them alike).
+func TestParseQueryCookies(t *testing.T) {
+	for _, c := range []struct {
+		cs   []string
+		want string
+	}{
+		{[]string{"0123456789abcdef"}, "0123456789abcdef"},
+		{[]string{"0123456789abcdef010000005cf79f111f8130c3eee29480"}, "0123456789abcdef010000005cf79f111f8130c3eee29480"},
+		{[]string{"01"}, "01"},
+		{[]string{"0123456789abcdef", "ff"}, "0123456789abcdef"},
+	} {
+		b, _ := cookieQuery(c.cs...).Pack()
+		var scratch [256]byte
+		req, ok := parseQuery(b, scratch[:], netip.Addr{})
+		if !ok || !req.hasCookie || fmt.Sprintf("%x", req.cookie[:req.cookieLen]) != c.want {
+			t.Errorf("%v: fast path %v, cookie %x; want %s", c.cs, ok, req.cookie[:req.cookieLen], c.want)
+		}
+	}
+	// A cookie longer than kept is still measured: malformed.
+	b, _ := cookieQuery(strings.Repeat("ab", 60)).Pack()
+	var scratch [256]byte
+	req, ok := parseQuery(b, scratch[:], netip.Addr{})
+	var m dns.Msg
+	_ = m.Unpack(b)
+	if want := requestOf(&m, netip.Addr{}, false); !ok || req.cookieLen != 60 || want.cookieLen != 60 || req.cookie != want.cookie {
+		t.Errorf("a 60-octet cookie: fast path %v, length %d (miekg/dns's path %d)", ok, req.cookieLen, want.cookieLen)
+	}
 }
 
 // The common queries take the fast path, and allocate nothing there.
