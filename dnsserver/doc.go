@@ -37,6 +37,19 @@
 //     and past Config.MaxStale (EDE 22).
 //   - Nothing at all to a response (QR set).
 //
+// # What it will not be made to do
+//
+// On a listener that is not loopback (Config.RRL.Mode and
+// Config.Cookies.Mode: auto, on, off), UDP answers are rate-limited per
+// source prefix (rrl.go: 2,000 a second per /24 or /56, burst 4,000;
+// past that one in two is sent truncated, TC and the question only, and
+// the others dropped), so that a spoofed query cannot aim the server at a
+// victim; and EDNS cookies are answered (cookie.go: RFC 7873, with RFC
+// 9018 server cookies a shared secret makes and checks on every replica).
+// A query whose server cookie verifies has proven its address and is
+// never limited; TCP never is. A malformed COOKIE option is FORMERR;
+// BADCOOKIE is never sent.
+//
 // # Where each job lives
 //
 //	server.go   Server and New; Listen binds UDP and TCP on one port;
@@ -63,6 +76,11 @@
 //	            sampling without replacement
 //	wire.go     the answer written in wire format into a pooled buffer,
 //	            the OPT record and its EDEs, truncation
+//	rrl.go      response-rate limiting: a fixed table of GCRA cells, one
+//	            per source prefix, and the verdict (pass, slip, drop) on
+//	            each UDP answer
+//	cookie.go   EDNS cookies: checking a query's, making or echoing the
+//	            server cookie (siphash.go: SipHash-2-4)
 //	metrics.go  the cairn_dns_* metrics
 //
 // Both transports answer with the same code: a request (parseQuery on the
@@ -85,5 +103,6 @@
 // The package has no README of its own: its flags and metric names are in
 // the repository's README.md ("Operating"), and the reasons behind its
 // RFC choices in docs/decisions.md ("DNS server", "Serving path fit for
-// real networks", "The DNS tail on one core").
+// real networks", "The DNS tail on one core", "DNS response-rate
+// limiting and cookies").
 package dnsserver
