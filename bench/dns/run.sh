@@ -6,9 +6,10 @@
 # Usage (from anywhere; paths are relative to the repository root):
 #
 #   make build && bench/dns/install-peers.sh     # once: bin/cairn, dnsperf, knot, coredns
-#   bench/dns/run.sh                             # 3 rounds of cairn, coredns, knot
+#   bench/dns/run.sh                             # 3 rounds of cairn, cairn-rrl, coredns, knot
 #   ROUNDS=1 WARMUP=1 MEASURE=3 LAT_SECONDS=2 bench/dns/run.sh   # a quick check
 #   SERVERS="coredns knot" bench/dns/run.sh      # peers only
+#   SERVERS="cairn cairn-rrl" bench/dns/run.sh   # the cost of RRL and cookies only
 #   MODE=flip bench/dns/run.sh                   # cairn under 0/50/100% steady-eligible churn
 #   MODE=flip FLIP_STYLE=today bench/dns/run.sh  # the same with the first churn driver
 #   bench/dns/summarize.sh                       # medians, ratios, tables, plots
@@ -41,6 +42,20 @@
 # addresses. If it does not answer (the DNS server is not there yet), its row
 # is recorded as skipped and the peers still run.
 #
+# cairn-rrl is the same cairn with the UDP port's protections on, at a rate
+# that limits nothing, to measure what they cost on the hot path (issue 13;
+# docs/decisions.md, "DNS response-rate limiting and cookies"): it is
+# started with `--dns-rrl-rate 100000000 --dns-cookies on` (on loopback
+# both are off unless asked for), and dnsperf sends every query with an
+# EDNS client cookie (-E 10:$CLIENT_COOKIE), so that each answer costs one
+# rate-limit accounting and one server cookie made (SipHash). Before it is
+# measured, the run checks that both are really on (dig +cookie gets a
+# server cookie; /metrics says cairn_dns_rrl_enabled 1) and fails the row
+# otherwise; after it, the row's note has the answers the limiter slipped
+# or dropped (want 0) and the cookies it counted. Plain cairn's note says
+# whether either was on (want neither). summarize.sh shows both runs side
+# by side, with the ratios.
+#
 # MODE=flip runs cairn only, once per rate in FLIP_RATES (default 0 50 100)
 # per round, over a smaller data set (FLIP_N services, default 50, so that
 # the one-report-per-instance-per-second driver fits in the server's core)
@@ -71,7 +86,7 @@
 # share that differed from half the service.
 #
 # Environment (defaults in brackets):
-#   ROUNDS [3]  ROUND_BASE [0]  SERVERS [cairn coredns knot]  MODE [main|flip]
+#   ROUNDS [3]  ROUND_BASE [0]  SERVERS [cairn cairn-rrl coredns knot]  MODE [main|flip]
 #   TAG [main, or flip for MODE=flip]  N [1000]  SEED [1]
 #   WARMUP [3]  MEASURE [15]  LAT_SECONDS [15]  LAT_QPS [10000]  SETTLE [1]
 #   FLIP_RATES [0 50 100]  FLIP_N [50]  FLIP_STYLE [steady|today]
@@ -81,6 +96,7 @@
 #   PEERS_DIR [/tmp/cairn-bench-peers]  READY_TIMEOUT [30]  KEEP_WORK [0]
 #   COREDNS_PORT [15353]  KNOT_PORT [15354]  CAIRN_DNS_PORT [15355]
 #   CAIRN_HTTP_PORT [18480]  (raft and gRPC use the next two ports)
+#   CLIENT_COOKIE [0123456789abcdef]  (cairn-rrl's dnsperf -E 10:, 16 hex digits)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -97,7 +113,7 @@ flip) TAG=${TAG:-flip} ;;
 esac
 ROUNDS=${ROUNDS:-3}
 ROUND_BASE=${ROUND_BASE:-0}
-SERVERS=${SERVERS:-cairn coredns knot}
+SERVERS=${SERVERS:-cairn cairn-rrl coredns knot}
 N=${N:-1000}
 SEED=${SEED:-1}
 WARMUP=${WARMUP:-3}
@@ -135,6 +151,9 @@ COREDNS_PORT=${COREDNS_PORT:-15353}
 KNOT_PORT=${KNOT_PORT:-15354}
 CAIRN_DNS_PORT=${CAIRN_DNS_PORT:-15355}
 CAIRN_HTTP_PORT=${CAIRN_HTTP_PORT:-18480}
+CLIENT_COOKIE=${CLIENT_COOKIE:-0123456789abcdef}
+# cairn-rrl's flags: RRL and cookies on, at a rate that limits nothing.
+CAIRN_RRL_FLAGS=(--dns-rrl-rate 100000000 --dns-cookies on)
 DOMAIN=cairn.internal.
 NAMESPACE=bench
 RESULTS_DIR=$root/bench/results
@@ -148,6 +167,10 @@ for v in ROUNDS ROUND_BASE N WARMUP MEASURE LAT_SECONDS LAT_QPS SETTLE FLIP_N FL
 done
 if ((ROUNDS < 1 || ROUNDS > 20 || MEASURE < 1 || LAT_SECONDS < 1 || QUIET_TRIES > 120 || READY_TIMEOUT > 600 || FLIP_SETUP_TIMEOUT > 600)); then
 	echo "run.sh: want 1 <= ROUNDS <= 20, MEASURE >= 1, LAT_SECONDS >= 1, QUIET_TRIES <= 120, READY_TIMEOUT and FLIP_SETUP_TIMEOUT <= 600" >&2
+	exit 2
+fi
+if [[ ! $CLIENT_COOKIE =~ ^[0-9a-fA-F]{16}$ ]]; then
+	echo "run.sh: CLIENT_COOKIE=$CLIENT_COOKIE: want 16 hex digits (an 8-octet client cookie)" >&2
 	exit 2
 fi
 if (($(nproc) < 2)) || ((SERVER_CPU == CLIENT_CPU)); then
@@ -381,7 +404,7 @@ start_server() {
 		EOF
 		set -- "$KNOTD" -c "$dir/knot.conf"
 		;;
-	cairn)
+	cairn | cairn-rrl)
 		port=$CAIRN_DNS_PORT
 		version="cairn $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo -dirty)"
 		# The tree's commit says what bin/cairn was built from only if
@@ -396,10 +419,11 @@ start_server() {
 		# The steady churn driver sends one batch per evaluation round,
 		# so the rounds run at its tick (see FLIP_STYLE above).
 		[[ $MODE == flip ]] && set -- "$@" --eval-interval "$FLIP_INTERVAL"
+		[[ $name == cairn-rrl ]] && set -- "$@" "${CAIRN_RRL_FLAGS[@]}"
 		;;
 	esac
 	local p
-	for p in "$port" $([[ $name == cairn ]] && echo "$CAIRN_HTTP_PORT $((CAIRN_HTTP_PORT + 1)) $((CAIRN_HTTP_PORT + 2))"); do
+	for p in "$port" $([[ $name == cairn* ]] && echo "$CAIRN_HTTP_PORT $((CAIRN_HTTP_PORT + 1)) $((CAIRN_HTTP_PORT + 2))"); do
 		port_free "$p" || {
 			echo "run.sh: port $p is in use; set the *_PORT variables" >&2
 			return 1
@@ -415,9 +439,35 @@ stop_server() {
 	server_pid=
 }
 
-# load_cairn DATA_DIR: apply the definitions, register every instance.
+# metric NAME: the sum of a metric's series on the current cairn's
+# /metrics ("-" when it has none: a binary older than the metric).
+metric() {
+	curl -sf "http://127.0.0.1:$CAIRN_HTTP_PORT/metrics" 2>/dev/null |
+		awk -v m="$1" '$1 == m || index($1, m "{") == 1 { s += $2; n++ } END { if (n) printf "%.0f\n", s; else print "-" }'
+}
+
+# protection_state: "rrl=R cookies=C server_cookie=yes|no" of the current
+# cairn: its cairn_dns_rrl_enabled and cairn_dns_cookies_enabled gauges,
+# and whether dig +cookie gets a server cookie back (a COOKIE of 48 hex
+# digits: the client's 16 and the server's 32).
+protection_state() {
+	local sc=no
+	if dig +cookie +norec +time=1 +tries=1 -p "$port" @127.0.0.1 "$DOMAIN" SOA 2>/dev/null |
+		grep -qE '^; COOKIE: [0-9a-f]{48} '; then
+		sc=yes
+	fi
+	echo "rrl=$(metric cairn_dns_rrl_enabled) cookies=$(metric cairn_dns_cookies_enabled) server_cookie=$sc"
+}
+
+# protection_counts: the current cairn's answers slipped and dropped by
+# RRL and the cookies it counted, as note fields.
+protection_counts() {
+	echo "rrl_slipped=$(metric cairn_dns_rrl_slipped_total) rrl_dropped=$(metric cairn_dns_rrl_dropped_total) cookies=$(metric cairn_dns_cookies_total)"
+}
+
+# load_cairn DATA_DIR NAME: apply the definitions, register every instance.
 load_cairn() {
-	local data=$1 addr=http://127.0.0.1:$CAIRN_HTTP_PORT i
+	local data=$1 name=$2 addr=http://127.0.0.1:$CAIRN_HTTP_PORT i
 	for ((i = 0; i < 100; i++)); do
 		curl -sf -o /dev/null "$addr/readyz" && break
 		kill -0 "$server_pid" 2>/dev/null || return 1
@@ -432,7 +482,7 @@ load_cairn() {
 		return 1
 	}
 	taskset -c "$CLIENT_CPU" "$WORK/drive" load -addr "$addr" -f "$data/registrations.jsonl" \
-		-out "$data/instances.jsonl" >"$WORK/cairn/load.json" || {
+		-out "$data/instances.jsonl" >"$WORK/$name/load.json" || {
 		last_seen="registration failed"
 		return 1
 	}
@@ -486,9 +536,9 @@ run_one() {
 	# any answer will do. The driver's DNS check counts them.
 	[[ $MODE == flip ]] && want=any
 	start_server "$name" "$data" || return 1
-	if [[ $name == cairn ]]; then
-		if ! load_cairn "$data"; then
-			log "cairn: could not load the data ($last_seen), skipped; log: $(tail -n 3 "$WORK/cairn/log" | tr '\n' ' ')"
+	if [[ $name == cairn* ]]; then
+		if ! load_cairn "$data" "$name"; then
+			log "$name: could not load the data ($last_seen), skipped; log: $(tail -n 3 "$WORK/$name/log" | tr '\n' ' ')"
 			row "${common[@]}" version="$version" status=skipped note="load: $last_seen"
 			stop_server
 			return 0
@@ -528,6 +578,17 @@ run_one() {
 		return 0
 	fi
 	start_s=$(awk -v a="$start_t" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }')
+	# cairn-rrl must measure RRL and cookies on, plain cairn both off:
+	# a binary whose flags do not do what this script asks would
+	# otherwise measure the wrong thing and say nothing.
+	local protection=
+	if [[ $name == cairn* ]]; then
+		protection=$(protection_state)
+		if [[ $name == cairn-rrl && $protection != "rrl=1 cookies=1 server_cookie=yes" ]]; then
+			fail_run "$name" "RRL and cookies not both on ($protection): does $CAIRN_BIN take ${CAIRN_RRL_FLAGS[*]}?"
+			return 0
+		fi
+	fi
 	# Pin every thread, including any the server made with its own mask.
 	taskset -a -p -c "$SERVER_CPU" "$server_pid" >/dev/null
 	sleep "$SETTLE"
@@ -535,7 +596,10 @@ run_one() {
 	local rss_idle
 	rss_idle=$(status_kib "$server_pid" VmRSS)
 
-	local dnsperf_args=(-e -c 16 -q 200 -T 1 -t 2 -S 1)
+	local dnsperf_args=(-e -c 16 -q 200 -T 1 -t 2 -S 1) cookie_args=()
+	# cairn-rrl: every query with a client cookie (EDNS option 10).
+	[[ $name == cairn-rrl ]] && cookie_args=(-E "10:$CLIENT_COOKIE")
+	dnsperf_args+=("${cookie_args[@]}")
 	dnsperf_run "$WORK/warmup.out" "${dnsperf_args[@]}" -l "$WARMUP" >/dev/null
 
 	local s0 s1 b0 b1 d0=0 d1=0 t0 t1 dp
@@ -575,7 +639,7 @@ run_one() {
 	lb0=$(busy_ticks)
 	[[ -n $driver_pid ]] && ld0=$(cpu_ticks "$driver_pid")
 	lt0=$(now)
-	ldp=$(dnsperf_run "$WORK/latency.out" -e -c 16 -q 200 -T 1 -t 2 -Q "$LAT_QPS" -l "$LAT_SECONDS" -v)
+	ldp=$(dnsperf_run "$WORK/latency.out" -e -c 16 -q 200 -T 1 -t 2 "${cookie_args[@]}" -Q "$LAT_QPS" -l "$LAT_SECONDS" -v)
 	lt1=$(now)
 	l1=$(cpu_ticks "$server_pid" || echo "$l0")
 	lb1=$(busy_ticks)
@@ -587,11 +651,17 @@ run_one() {
 
 	local hwm flip_rps=- flip_change=- flip_q=- flip_def=- dns_min=- dns_max=- dns_off=- note=
 	hwm=$(status_kib "$server_pid" VmHWM)
+	if [[ $name == cairn* ]]; then
+		# What the protections did over the whole run: for cairn-rrl
+		# nothing limited and every query's cookie counted.
+		note="$protection $(protection_counts)"
+	fi
 	if [[ -n $driver_pid ]]; then
 		stop_pid "$driver_pid" # SIGTERM: it prints its result and exits
 		driver_pid=
 		if [[ -s $WORK/flip.json ]]; then
-			read -r flip_rps flip_change flip_q flip_def dns_min dns_max dns_off note < <(awk '
+			local flip_note
+			read -r flip_rps flip_change flip_q flip_def dns_min dns_max dns_off flip_note < <(awk '
 				# num KEY: the number after "KEY": in the one-line JSON object.
 				function num(k) { if (!match($0, "\"" k "\":-?[0-9.e+]+")) return "-"; return substr($0, RSTART + length(k) + 3, RLENGTH - length(k) - 3) }
 				{
@@ -601,8 +671,9 @@ run_one() {
 				printf "%.0f %.1f %s %s %s %s %s overruns=%s,failed_reports=%s,late_batches=%s,phase_locked=%s\n",
 					num("reports_per_s"), num("observed_change_per_s_pct"), num("observed_quarantined"), num("observed_deferred_max"),
 					m, x, d, o, f, l, p }' "$WORK/flip.json")
+			note+="${note:+; }$flip_note"
 		else
-			note="flip driver printed nothing: $(tr '\n' ' ' <"$WORK/flip.err")"
+			note+="${note:+; }flip driver printed nothing: $(tr '\n' ' ' <"$WORK/flip.err")"
 		fi
 		cp "$WORK/flip.json" "$RESULTS_DIR/dns-$TAG-r$round-flip$flip.json" 2>/dev/null || true
 	fi
@@ -657,7 +728,7 @@ queries=$data/queries.txt
 
 for name in $SERVERS; do
 	case $name in
-	cairn) [[ -x $CAIRN_BIN ]] || {
+	cairn | cairn-rrl) [[ -x $CAIRN_BIN ]] || {
 		echo "run.sh: $CAIRN_BIN missing: make build (or set CAIRN_BIN)" >&2
 		exit 1
 	} ;;
@@ -670,7 +741,7 @@ for name in $SERVERS; do
 		exit 1
 	} ;;
 	*)
-		echo "run.sh: unknown server $name: want cairn, coredns or knot" >&2
+		echo "run.sh: unknown server $name: want cairn, cairn-rrl, coredns or knot" >&2
 		exit 2
 		;;
 	esac

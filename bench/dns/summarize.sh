@@ -7,11 +7,14 @@
 # Reads bench/results/dns-TAG.tsv (bench/dns/run.sh), prints Markdown tables
 # ready for BENCHMARKS.md (medians of undisturbed runs, ×CoreDNS and ×Knot
 # ratios of median QPS and of QPS per server core-second, p50/p99/p99.9 and
-# max at the fixed rate, RSS; a MODE=flip table per churn style when there
-# are flip rows) and keeps a copy in bench/results/dns-summary.md. Draws
+# max at the fixed rate, RSS; when both cairn and cairn-rrl ran, the two side
+# by side with the ratios cairn-rrl / cairn of QPS, QPS per core-second and
+# latency: what RRL and cookies cost; a MODE=flip table per churn style when
+# there are flip rows) and keeps a copy in bench/results/dns-summary.md. Draws
 # with gnuplot, from the MODE=main rows:
 #
 #   bench/results/dns-bench.png    the QPS of each server, the ratios as labels
+#                                  (cairn-rrl's also × cairn)
 #   bench/results/dns-latency.png  p50, p99 and p99.9 at the fixed rate per
 #                                  server (Knot, cairn, CoreDNS), log scale,
 #                                  with SPEC §9's p99 target

@@ -12,7 +12,12 @@
 // Medians are over undisturbed runs: a run is disturbed when processes other
 // than the server, dnsperf and the flip driver used more than -disturbed %
 // of one core during the measured run (lat_foreign_pct for the latency
-// figures). A server with no undisturbed run is summarised over all its runs
+// figures).
+//
+// When the rows have both cairn and cairn-rrl (cairn with response-rate
+// limiting and EDNS cookies on, at a rate that limits nothing, dnsperf
+// sending a client cookie), a table sets them side by side with the
+// ratios cairn-rrl / cairn: what the protections cost. A server with no undisturbed run is summarised over all its runs
 // and marked. Rows with a status other than ok (skipped, failed) are counted
 // but not summarised.
 package main
@@ -298,7 +303,7 @@ func nanLow(v float64) float64 {
 	return v
 }
 
-var display = map[string]string{"cairn": "cairn", "coredns": "CoreDNS", "knot": "Knot"}
+var display = map[string]string{"cairn": "cairn", "cairn-rrl": "cairn, RRL+cookies", "coredns": "CoreDNS", "knot": "Knot"}
 
 func displayName(s string) string {
 	if d, ok := display[s]; ok {
@@ -440,6 +445,37 @@ func (s summary) writeMain(w io.Writer) {
 			fmt.Fprintln(w, n)
 		}
 	}
+	s.writeProtectionCost(w)
+}
+
+// writeProtectionCost sets cairn-rrl beside cairn, with the ratios, when
+// both were measured.
+func (s summary) writeProtectionCost(w io.Writer) {
+	plain, ok1 := s.find("cairn")
+	prot, ok2 := s.find("cairn-rrl")
+	if !ok1 || !ok2 {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "The cost of response-rate limiting and EDNS cookies: cairn-rrl is cairn started with `--dns-rrl-rate 100000000 --dns-cookies on` (every answer accounted, none limited) and asked by dnsperf with a client cookie in every query (one server cookie made per answer); the ratio is cairn-rrl / cairn, same runs.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| | cairn | cairn, RRL+cookies | ratio |")
+	fmt.Fprintln(w, "|---|---|---|---|")
+	for _, r := range []struct {
+		what string
+		a, b float64
+		cell func(float64) string
+	}{
+		{"QPS median", plain.qps, prot.qps, thousands},
+		{"QPS per server core-s", plain.perCore, prot.perCore, thousands},
+		{"avg latency at saturation, ms", plain.avgLat, prot.avgLat, func(v float64) string { return fixed(v, 3) }},
+		{"p50 at fixed rate, ms", plain.p50, prot.p50, func(v float64) string { return fixed(v, 3) }},
+		{"p99 at fixed rate, ms", plain.p99, prot.p99, func(v float64) string { return fixed(v, 3) }},
+		{"p99.9 at fixed rate, ms", plain.p999, prot.p999, func(v float64) string { return fixed(v, 3) }},
+		{"avg response, B", plain.respB, prot.respB, func(v float64) string { return fixed(v, 0) }},
+	} {
+		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", r.what, r.cell(r.a), r.cell(r.b), fixed(r.b/r.a, 3))
+	}
 }
 
 // writeFlip writes the table of one churn style's rates.
@@ -543,6 +579,9 @@ func (s summary) writePlot(path string) error {
 		if hasKnot && f.name != "knot" {
 			label = append(label, "×"+fixed(f.qps/knot.qps, 2)+" Knot")
 		}
+		if plain, ok := s.find("cairn"); ok && f.name == "cairn-rrl" {
+			label = append(label, "×"+fixed(f.qps/plain.qps, 2)+" cairn")
+		}
 		fmt.Fprintf(&b, "%d %q %.0f %.0f %.0f %.0f %q\n", i, displayName(f.name), f.qps, f.qpsMin, f.qpsMax,
 			f.perCore, strings.Join(label, "\n"))
 		i++
@@ -556,7 +595,7 @@ func (s summary) writePlot(path string) error {
 
 // latencyOrder is the order of the latency plot's groups: the reference
 // first, cairn in the middle, then the slower peer, then any other.
-var latencyOrder = []string{"knot", "cairn", "coredns"}
+var latencyOrder = []string{"knot", "cairn", "cairn-rrl", "coredns"}
 
 // writeLatencyPlot writes one line per server with latency figures, in
 // latencyOrder: index, name, median p50, p99, p99.9, and the p99's range

@@ -81,3 +81,40 @@ func TestReadsEveryHarnessVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestProtectionCost: with cairn and cairn-rrl rows, the summary sets
+// them side by side with the ratios; without cairn-rrl it does not.
+func TestProtectionCost(t *testing.T) {
+	lines := []string{
+		newHeader,
+		"t1\tx\t1\tmain\t-\tcairn\tv2\t200000\t0\t0.1\t0.4\t0.8\t2\t0\t300\t-\t-\t-\t-\t-\t-\tok",
+		"t2\tx\t1\tmain\t-\tcairn-rrl\tv2\t180000\t0\t0.1\t0.5\t0.9\t2\t0\t328\t-\t-\t-\t-\t-\t-\tok",
+		"t3\tx\t1\tmain\t-\tknot\tk\t400000\t0\t0.05\t0.2\t0.3\t1\t0\t300\t-\t-\t-\t-\t-\t-\tok",
+	}
+	path := filepath.Join(t.TempDir(), "dns-x.tsv")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := readTSV(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	summarize(rows, 25).write(&out)
+	for _, want := range []string{
+		"| cairn, RRL+cookies | 1 | 180,000 (180,000-180,000)",
+		"| | cairn | cairn, RRL+cookies | ratio |",
+		"| QPS median | 200,000 | 180,000 | 0.900 |",
+		"| p99 at fixed rate, ms | 0.400 | 0.500 | 1.250 |",
+		"| avg response, B | 300 | 328 | 1.093 |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the summary lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	summarize(rows[:1], 25).write(&out)
+	if strings.Contains(out.String(), "RRL+cookies") {
+		t.Errorf("a cost table without cairn-rrl rows:\n%s", out.String())
+	}
+}
