@@ -3,6 +3,7 @@ package cmd
 import (
 	"context"
 	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -80,6 +82,8 @@ type serverConfig struct {
 	ZoneFile       string
 	TLS            tlsFiles
 	Plaintext      bool // --insecure-plaintext
+	DNSRRL         dnsserver.RRLConfig
+	DNSCookies     dnsserver.CookieConfig
 }
 
 func serverCommand() *cli.Command {
@@ -118,6 +122,12 @@ func serverCommand() *cli.Command {
 			&cli.StringFlag{Name: "tls-key", EnvVars: []string{"CAIRN_TLS_KEY"}, Usage: "the certificate's key"},
 			&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"CAIRN_TLS_CA"}, Usage: "the CA bundle peers' certificates are verified with (old and new CA during a rotation); re-read on SIGHUP and when changed, with the certificate and key"},
 			&cli.BoolFlag{Name: "insecure-plaintext", Usage: "allow listeners beyond loopback without TLS: tokens and raft cross the network in the clear"},
+			&cli.StringFlag{Name: "dns-rrl", Value: "auto", Usage: "DNS response-rate limiting per source prefix: auto (on unless --dns-addr is loopback), on or off"},
+			&cli.IntFlag{Name: "dns-rrl-rate", Usage: fmt.Sprintf("UDP responses a second per source prefix (default %d; giving it turns --dns-rrl on)", dnsserver.DefaultRRLRate)},
+			&cli.IntFlag{Name: "dns-rrl-slip", Value: dnsserver.DefaultRRLSlip, Usage: "every Nth limited response is sent truncated (TC: the client retries over TCP), the others dropped; 0 drops them all"},
+			&cli.StringSliceFlag{Name: "dns-rrl-exempt", Usage: "CIDR never rate-limited, e.g. your resolvers (repeatable)"},
+			&cli.StringFlag{Name: "dns-cookies", Value: "auto", Usage: "DNS cookies (RFC 7873; a valid one exempts from rate limiting): auto (on unless --dns-addr is loopback), on or off"},
+			&cli.StringFlag{Name: "dns-cookie-secret-file", Usage: "file of the server-cookie secret, 32 hex digits, and optionally the previous one on a second line (share it across servers; default: a random secret per process)"},
 		},
 		Action: func(c *cli.Context) error {
 			cfg, err := serverConfigFromFlags(c)
@@ -234,6 +244,9 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 	if err := cfg.LogLevel.UnmarshalText([]byte(c.String("log-level"))); err != nil {
 		return cfg, fmt.Errorf("--log-level: %w", err)
 	}
+	if err := dnsProtection(c, &cfg); err != nil {
+		return cfg, err
+	}
 	if cfg.TLS.on() {
 		if cfg.TLS.Cert == "" || cfg.TLS.Key == "" || cfg.TLS.CA == "" {
 			return cfg, errors.New("--tls-cert, --tls-key and --tls-ca: give all three or none")
@@ -255,6 +268,65 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 		return cfg, fmt.Errorf("--http-addr %s is reachable beyond this host, so ACLs must be on: pass --acl-file or --acl-bootstrap-token (or --dev for a throw-away node)", cfg.HTTPAddr)
 	}
 	return cfg, nil
+}
+
+// dnsProtection reads the --dns-rrl* and --dns-cookie* flags. A rate
+// given turns rate limiting on, even on loopback, unless --dns-rrl says
+// otherwise.
+func dnsProtection(c *cli.Context, cfg *serverConfig) error {
+	var err error
+	if cfg.DNSRRL.Mode, err = dnsserver.ParseMode(c.String("dns-rrl")); err != nil {
+		return fmt.Errorf("--dns-rrl: %q is not auto, on or off", c.String("dns-rrl"))
+	}
+	if cfg.DNSCookies.Mode, err = dnsserver.ParseMode(c.String("dns-cookies")); err != nil {
+		return fmt.Errorf("--dns-cookies: %q is not auto, on or off", c.String("dns-cookies"))
+	}
+	if c.IsSet("dns-rrl-rate") {
+		if r := c.Int("dns-rrl-rate"); r < 1 || r > 1_000_000_000 {
+			return fmt.Errorf("--dns-rrl-rate: %d is not between 1 and 1000000000", r)
+		}
+		cfg.DNSRRL.Rate = c.Int("dns-rrl-rate")
+		if !c.IsSet("dns-rrl") {
+			cfg.DNSRRL.Mode = dnsserver.ModeOn
+		}
+	}
+	switch slip := c.Int("dns-rrl-slip"); {
+	case slip < 0 || slip > 100:
+		return fmt.Errorf("--dns-rrl-slip: %d is not between 0 and 100", slip)
+	case slip == 0:
+		cfg.DNSRRL.Slip = dnsserver.NoSlip
+	default:
+		cfg.DNSRRL.Slip = slip
+	}
+	for _, v := range c.StringSlice("dns-rrl-exempt") {
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			return fmt.Errorf("--dns-rrl-exempt: %q is not a CIDR", v)
+		}
+		cfg.DNSRRL.Exempt = append(cfg.DNSRRL.Exempt, p.Masked())
+	}
+	if f := c.String("dns-cookie-secret-file"); f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("--dns-cookie-secret-file: %w", err)
+		}
+		lines := strings.Fields(string(b))
+		if len(lines) < 1 || len(lines) > 2 {
+			return fmt.Errorf("--dns-cookie-secret-file %s: want one secret, or the current and the previous, one a line", f)
+		}
+		for i, l := range lines {
+			k, err := hex.DecodeString(l)
+			if err != nil || len(k) != 16 {
+				return fmt.Errorf("--dns-cookie-secret-file %s: line %d is not 32 hex digits", f, i+1)
+			}
+			if i == 0 {
+				cfg.DNSCookies.Secret = k
+			} else {
+				cfg.DNSCookies.PreviousSecret = k
+			}
+		}
+	}
+	return nil
 }
 
 // isLoopback reports whether hostport listens on loopback only.
@@ -380,7 +452,8 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 	}
 	ds, err := dnsserver.New(dnsserver.Config{Zone: zone, Table: table, Addr: cfg.DNSAddr,
 		Own: dnsserver.Place{Region: cfg.Region, Zone: cfg.Zone}, Subnets: subnets, ECSTrusted: cfg.ECSTrusted,
-		StaleAfter: cfg.StaleAfter, MaxStale: cfg.MaxStale, LastSync: func() time.Time { return hn.Synced() }, Restored: func() bool { return hn.Restored() }, Logger: log, Registerer: reg})
+		StaleAfter: cfg.StaleAfter, MaxStale: cfg.MaxStale, LastSync: func() time.Time { return hn.Synced() }, Restored: func() bool { return hn.Restored() },
+		RRL: cfg.DNSRRL, Cookies: cfg.DNSCookies, Logger: log, Registerer: reg})
 	if err != nil {
 		return err
 	}

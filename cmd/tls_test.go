@@ -89,3 +89,34 @@ func TestTLSCommands(t *testing.T) {
 		t.Errorf("CLI with a missing CA: %d %q", code, stderr)
 	}
 }
+
+// TestDNSProtectionFlags: what the server says about its DNS
+// rate-limiting and cookie flags, before it opens anything.
+func TestDNSProtectionFlags(t *testing.T) {
+	dir := t.TempDir()
+	secrets := filepath.Join(dir, "secrets")
+	if err := os.WriteFile(secrets, []byte("00112233445566778899aabbccddeeff\nnot-hex\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--dns-rrl", "sometimes"}, `--dns-rrl: "sometimes" is not auto, on or off`},
+		{[]string{"--dns-cookies", "yes"}, `--dns-cookies: "yes" is not auto, on or off`},
+		{[]string{"--dns-rrl-rate", "0"}, "--dns-rrl-rate: 0 is not between 1 and 1000000000"},
+		{[]string{"--dns-rrl-slip", "-1"}, "--dns-rrl-slip: -1 is not between 0 and 100"},
+		{[]string{"--dns-rrl-exempt", "10.0.0.0"}, `--dns-rrl-exempt: "10.0.0.0" is not a CIDR`},
+		{[]string{"--dns-cookie-secret-file", secrets}, "line 2 is not 32 hex digits"},
+		{[]string{"--dns-cookie-secret-file", filepath.Join(dir, "none")}, "--dns-cookie-secret-file: open"},
+	} {
+		data := filepath.Join(t.TempDir(), "data")
+		args := append([]string{"server", "--data-dir", data}, tc.args...)
+		if code, _, stderr := run(t, args...); code != exitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("cairn %v: %d %q, want %q", args, code, stderr, tc.want)
+		}
+		if _, err := os.Stat(data); err == nil {
+			t.Errorf("cairn %v wrote its data dir", args)
+		}
+	}
+}
