@@ -134,7 +134,7 @@ func (s *Server) answer(req *request, buf []byte) ([]byte, int, uint16) {
 			// during an outage): stale since then, from its own data.
 			last = s.started
 		}
-		age := s.cfg.Now().Sub(last)
+		age := s.now(req).Sub(last)
 		switch {
 		case age > s.cfg.MaxStale:
 			q.addEDE(&m, dns.ExtendedErrorCodeNoReachableAuthority, "store view older than max-stale")
@@ -179,7 +179,7 @@ func (s *Server) edns(req *request, q *query) (limit int, badCookie bool) {
 		return limit, false
 	}
 	if req.cookieVerdict == cookieUnchecked {
-		s.checkCookie(req, s.cfg.Now())
+		s.checkCookie(req, s.now(req))
 	}
 	if req.cookieVerdict == cookieMalformed {
 		return limit, true

@@ -57,6 +57,9 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 // request is what answering needs of a query, whether miekg/dns parsed it
 // (requestOf) or the UDP fast path did (parseQuery).
 type request struct {
+	// now is when the query came, read once for all it needs (serve-stale,
+	// RRL, cookies); zero: ask Config.Now (see Server.now).
+	now     time.Time
 	id      uint16
 	opcode  int
 	qflags  uint16 // the query's RD and CD bits

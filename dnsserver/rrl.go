@@ -154,7 +154,7 @@ func (r *rrl) hash(a netip.Addr) uint64 {
 // server cookie verifies is never limited, any other is counted against
 // its source prefix. The cookie is checked here, once, for the answer.
 func (s *Server) limit(req *request, parsed bool, remote netip.Addr) rrlVerdict {
-	now := s.cfg.Now()
+	now := s.now(req)
 	if parsed && req.hasCookie && req.hasOPT && req.version == 0 && s.cookies != nil {
 		s.checkCookie(req, now)
 		if req.cookieVerdict.verified() {

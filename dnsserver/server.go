@@ -44,17 +44,29 @@ type Server struct {
 	ready   chan struct{}
 	started time.Time
 	running atomic.Bool
+	// realClock: Config.Now is time.Now, so the time the UDP loop reads
+	// for its metrics is the query's time too (one clock read a query).
+	realClock bool
+}
+
+// now is req's time: the one read when it came, or Config.Now's.
+func (s *Server) now(req *request) time.Time {
+	if !req.now.IsZero() {
+		return req.now
+	}
+	return s.cfg.Now()
 }
 
 const maxMsg = dns.MaxMsgSize
 
 // New validates cfg and returns a Server; Run serves.
 func New(cfg Config) (*Server, error) {
+	realClock := cfg.Now == nil
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "dns"), m: newMetrics(cfg.Registerer),
+	s := &Server{cfg: cfg, realClock: realClock, log: cfg.Logger.With("component", "dns"), m: newMetrics(cfg.Registerer),
 		subnets: slices.Clone(cfg.Subnets), ready: make(chan struct{}), started: cfg.Now(),
 		parked: parking{stop: make(chan struct{})}}
 	if cfg.RRL.Mode.enabled(cfg.Addr) {

@@ -119,6 +119,9 @@ func (s *Server) udpReader(io udpIO, newIO func() udpIO, pktinfo bool) error {
 					req, ok = requestOf(&r, remote, false), true
 				}
 			}
+			if s.realClock {
+				req.now = start
+			}
 			verdict := rrlPass
 			if s.rrl != nil {
 				verdict = s.limit(&req, ok, remote)
