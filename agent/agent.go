@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -495,12 +496,17 @@ func (a *Agent) takeChanges() (sub, unsub []string) {
 }
 
 // apply applies one response, all of it or none of it: a response with
-// one view that cannot be read, or that is older than the view held, is
-// refused whole, and the agent keeps what it holds.
+// one view that cannot be read, or that is older than the view held, or
+// that removes a view held from a table older than it, is refused whole,
+// and the agent keeps what it holds.
 func (a *Agent) apply(resp *discoveryv3.DeltaDiscoveryResponse) error {
 	if resp.TypeUrl != "" && resp.TypeUrl != EndpointType {
 		return fmt.Errorf("agent: response of type %s, not %s", resp.TypeUrl, EndpointType)
 	}
+	// The store revision of the table the response is built from: what a
+	// removal, which carries no version, is judged by. A server that
+	// does not name one is taken at its word, under the shrink cap.
+	tableRev, revErr := strconv.ParseUint(resp.SystemVersionInfo, 10, 64)
 	type got struct {
 		name, version string
 		v             *agentview.View
@@ -526,6 +532,15 @@ func (a *Agent) apply(resp *discoveryv3.DeltaDiscoveryResponse) error {
 		if held := a.views[g.name]; held != nil {
 			if err := held.accept(g.v); err != nil {
 				return err
+			}
+		}
+	}
+	if revErr == nil {
+		for _, name := range resp.RemovedResources {
+			if held := a.views[name]; held != nil {
+				if err := held.acceptRemoval(tableRev); err != nil {
+					return err
+				}
 			}
 		}
 	}

@@ -94,6 +94,23 @@ func (s *server) publish(t *testing.T, rev uint64, n, up int) {
 	}
 }
 
+// publishNone builds the server's next table at store revision rev,
+// without shop/cart: a server whose table predates the service (behind,
+// or not yet rebuilt since it was defined), or one it was deleted from.
+func (s *server) publishNone(t *testing.T, rev uint64) {
+	t.Helper()
+	_, err := s.pub.Build(func(b *status.Builder) error {
+		clear(b.Entries())
+		b.SetStoreRevision(rev)
+		b.SetServices(status.NewNames())
+		b.SetDirectory(&status.Directory{Revision: rev, Services: []status.ServiceInfo{{}}, Instances: make([]*status.InstanceInfo, s.pub.Capacity())})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 type fixture struct {
 	t     *testing.T
 	pub   *status.Publisher
@@ -230,6 +247,39 @@ func TestAgentFollowsAndFailsOver(t *testing.T) {
 	}
 	s2.publish(t, 102, 4, 4)
 	f.waitFor("the caught-up server's view", f.has(4, 102))
+}
+
+// TestAgentRefusesARemovalFromBehind: a server whose table is older than
+// the view held — one behind, or one that has not built a table since
+// the service was defined — says the service does not exist. That word
+// is as old as its table, and is refused as an older view is: the agent
+// keeps every instance it holds, rather than letting a third of them go
+// under the shrink cap, and refuses the server's older view that comes
+// next. Once the server's table is past the view held, its word that the
+// service does not exist is taken (under the cap).
+func TestAgentRefusesARemovalFromBehind(t *testing.T) {
+	s1, s2 := startServer(t), startServer(t)
+	s1.publish(t, 100, 3, 3)
+	s2.publishNone(t, 6)
+	f := startAgent(t, filepath.Join(t.TempDir(), "views.cairn"), s1.addr, s2.addr)
+	f.waitFor("the first view", f.has(3, 100))
+
+	s1.stop()
+	f.waitFor("the refusal of the removal", func() bool { return f.metric("cairn_agent_nacks_total") >= 1 })
+	if n, rev := f.eligible(); n != 3 || rev != 100 {
+		t.Fatalf("after a removal from a table at revision 6: %d eligible at revision %d, want the 3 at 100 held", n, rev)
+	}
+	if st := f.a.Status(5 * time.Second); st.Connected || len(st.Views) != 1 || st.Views[0].Deferred != 0 || st.Views[0].Revision != 100 {
+		t.Fatalf("after a removal from a table at revision 6: %+v; want not connected, the view at 100 with nothing deferred", st)
+	}
+	s2.publish(t, 90, 3, 2) // the service comes, older than the view held
+	f.waitFor("the refusal of the older view", func() bool { return f.metric("cairn_agent_nacks_total") >= 2 })
+	if n, rev := f.eligible(); n != 3 || rev != 100 {
+		t.Fatalf("after the older view: %d eligible at revision %d, want the 3 at 100 held", n, rev)
+	}
+
+	s2.publishNone(t, 101) // caught up, and the service is gone
+	f.waitFor("the removal, capped", func() bool { n, _ := f.eligible(); return n == 2 })
 }
 
 // TestAgentStartsFromDisk: an agent restarted with its servers down

@@ -46,6 +46,19 @@ func (v *view) accept(got *agentview.View) error {
 	return nil
 }
 
+// acceptRemoval checks that a server's word that v does not exist, said
+// from a table at store revision rev, may replace what v holds. A removal
+// carries no version: it is as old as the table it comes from, and a
+// table older than the view held predates it (a server behind, or one
+// that has not built a table since the service was defined), so its word
+// is refused as an older view is.
+func (v *view) acceptRemoval(rev uint64) error {
+	if v.got != nil && rev < v.got.Revision {
+		return fmt.Errorf("%w: %s removed by a table at revision %d, holding %d", ErrOlder, v.name, rev, v.got.Revision)
+	}
+	return nil
+}
+
 // serve recomputes what v serves of got at now: got itself, unless that
 // would shrink the set in rotation below what the shrink cap allows in
 // the current window (counted from the most in rotation since it

@@ -71,3 +71,33 @@ func TestAgentViews(t *testing.T) {
 		t.Error("the view changed but its version did not")
 	}
 }
+
+// TestDeltaResponsesNameTheirRevision: every delta response names, in
+// system_version_info, the store revision of the table it is built
+// from — a removal too, which carries no version of its own: an agent
+// holding a view from a newer table than a server's refuses that
+// server's word that the view does not exist.
+func TestDeltaResponsesNameTheirRevision(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
+	twoServices(t, pub, false, []cstatus.Entry{inRotation, inRotation}) // revision 1001
+	c := newDeltaClient(t, ctx, startXDS(t, pub))
+
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop"}})
+	r1 := c.recv(xdsserver.EndpointType)
+	expect(t, "first subscription", r1, []string{"pay.shop"}, nil)
+	c.ack(r1, false)
+	if r1.SystemVersionInfo != "1001" {
+		t.Errorf("first response: system_version_info %q, want the table's store revision 1001", r1.SystemVersionInfo)
+	}
+
+	// Revision 1002 has no pay: its removal names 1002.
+	publishServices(t, pub, []cstatus.ServiceInfo{{}}, nil, nil)
+	r2 := c.recv(xdsserver.EndpointType)
+	expect(t, "pay deleted", r2, nil, []string{"pay.shop"})
+	c.ack(r2, false)
+	if r2.SystemVersionInfo != "1002" {
+		t.Errorf("removal: system_version_info %q, want the table's store revision 1002", r2.SystemVersionInfo)
+	}
+}

@@ -227,7 +227,11 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
 		}
 		names = sub.sorted
 	}
-	resp := &discoveryv3.DeltaDiscoveryResponse{TypeUrl: typeURLs[i], SystemVersionInfo: strconv.FormatUint(v.table, 10)}
+	// system_version_info is the store revision of the table the response
+	// is built from: a removal carries no version, and an agent judges by
+	// it whether a server's word that a view does not exist is older than
+	// the view it holds.
+	resp := &discoveryv3.DeltaDiscoveryResponse{TypeUrl: typeURLs[i], SystemVersionInfo: strconv.FormatUint(v.rev, 10)}
 	var ch map[string]change // made at the first change: most wake-ups of a stream change nothing of one type
 	pr := pendingResp{since: sub.since}
 	// Assignments travel in two lanes: what takes an endpoint out of

@@ -82,7 +82,12 @@ type place struct{ region, zone string }
 // the assignments' priorities depend on the place, the rest does not.
 // It is immutable once made, and shared by every stream of that place.
 type view struct {
-	table uint64
+	table uint64 // the table's version
+	// rev is the store revision of the table the view was built from:
+	// every delta response names it (system_version_info), so that an
+	// agent can tell a server's word that a view does not exist from an
+	// older table than the view it holds.
+	rev   uint64
 	built time.Time // when the table was built: the origin of removals
 	res   [numTypes]map[string]resource
 }
@@ -424,7 +429,7 @@ func (h *hub) refreshPlace(t *status.Table, ps *placeState, common [numTypes]map
 		// No service's assignment changed for this place: the map stands.
 		eds, dropped = ps.view.res[endpointIdx], ps.dropped
 	}
-	v := &view{table: t.Version(), built: t.Built()}
+	v := &view{table: t.Version(), rev: t.StoreRevision(), built: t.Built()}
 	v.res[clusterIdx], v.res[listenerIdx], v.res[endpointIdx], v.res[routeIdx] = h.clusters, h.listeners, eds, map[string]resource{}
 	ps.view, ps.dropped = v, dropped
 	h.m.dropped.Set(float64(dropped))

@@ -15,9 +15,10 @@
 // withdrawing or restoring one endpoint of one service, and reports, for
 // every stream watching the changed service, the time from the table's
 // publication to the stream's receipt of the assignment built from it
-// (each response names its table version in system_version_info). The
-// subscribers record names and versions only, never decoding the
-// resources, and acknowledge every response.
+// (each response names its table's store revision in
+// system_version_info; the bench stamps each table with its version as
+// its revision). The subscribers record names and versions only, never
+// decoding the resources, and acknowledge every response.
 //
 // It prints one Markdown row and one JSON line. Every wait has a
 // deadline and the whole run -timeout; everything it starts stops with
@@ -115,6 +116,10 @@ func newWorld(o options) (*world, error) {
 // publish builds the next table from eligible and returns its version.
 func (w *world) publish() (uint64, error) {
 	return w.pub.Build(func(b *status.Builder) error {
+		// Responses name the store revision of their table: the
+		// table's version stands for it, so that a response says
+		// which change it carries.
+		b.SetStoreRevision(b.Version())
 		b.SetServices(w.names)
 		b.SetLocalities(status.NewNames("eu", "eu-1a"))
 		b.SetDirectory(w.dir)
