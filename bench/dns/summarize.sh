@@ -99,7 +99,8 @@ if [[ -s $tmp/lat.dat ]]; then
 	png=$results/dns-latency.png
 	# The y range in whole decades around every figure and the 1 ms
 	# target: gnuplot's own would start at the shortest bar, hiding it.
-	read -r ylo yhi < <(awk '!/^#/ { for (i = 3; i <= 7; i++) if ($i != "NaN" && $i > 0) {
+	# (The quoted name may hold spaces: it is replaced by one word first.)
+	read -r ylo yhi < <(awk '!/^#/ { sub(/"[^"]*"/, "name"); for (i = 3; i <= 7; i++) if ($i != "NaN" && $i > 0) {
 			if (lo == "" || $i < lo) lo = $i; if ($i > hi) hi = $i } }
 		END { if (hi < 1) hi = 1; e = log(lo) / log(10); f = int(e); if (f > e) f--
 			g = log(hi * 3) / log(10); h = int(g); if (h < g) h++
