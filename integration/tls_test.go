@@ -5,7 +5,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,8 +26,9 @@ import (
 // to a follower are forwarded to the leader, every node's probe results
 // reach the leader, and the cluster fails over. A fourth node with a
 // certificate of another CA is refused at join and at the raft port; one
-// with the cluster CA's client certificate (not a server's) cannot join;
-// plaintext clients get an error that says what to do.
+// with the cluster CA's client certificate (not a server's) cannot join
+// or pass a write off as forwarded; plaintext clients get an error that
+// says what to do.
 func TestTLSCluster(t *testing.T) {
 	needProcesses(t)
 	t.Parallel()
@@ -92,6 +95,25 @@ func TestTLSCluster(t *testing.T) {
 	untrusting.RetryFor = -1
 	if _, err := untrusting.Members(ctx); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("a client without the CA: %v; want a certificate error", err)
+	}
+
+	// A forwarded write is a call between servers: one marked forwarded
+	// by a client certificate is refused before anything else.
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, leader.URL()+"/v1/services/"+healthNS+"/"+svc+"/instances",
+		strings.NewReader(`{"id": "smuggled", "addresses": ["127.0.0.1"], "ports": {"http": 1}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Cairn-Forwarded-By", "n9")
+	hc := c.HTTPClient(5 * time.Second)
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(body), "call between servers") {
+		t.Errorf("a write marked forwarded, from a client certificate: %d %s; want 403, a call between servers", resp.StatusCode, body)
 	}
 
 	// The raft port takes servers of the cluster's CA only.
