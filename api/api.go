@@ -145,7 +145,7 @@ func New(cfg Config) (*Server, error) {
 			ResponseHeaderTimeout: cfg.WriteTimeout + 5*time.Second,
 			MaxIdleConnsPerHost:   64,
 			IdleConnTimeout:       90 * time.Second,
-			TLSClientConfig:       cfg.ForwardTLS,
+			TLSClientConfig:       cfg.ForwardTLS.Clone(), // a Transport writes its ALPN protocols into it
 			ForceAttemptHTTP2:     cfg.ForwardTLS != nil,
 		}}
 	s.metrics = newMetrics(cfg.Registerer)

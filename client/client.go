@@ -94,7 +94,9 @@ func NewTLS(addr, token string, tc *tls.Config) (*Client, error) {
 	// caller would open a connection a request).
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 64
-	tr.TLSClientConfig = tc
+	// A copy: a Transport writes its ALPN protocols into its config, and
+	// callers share theirs between clients.
+	tr.TLSClientConfig = tc.Clone()
 	return &Client{base: u, token: token, hc: &http.Client{Timeout: 30 * time.Second, Transport: tr},
 		retryWait: backoff.Config{Min: retryMin, Max: retryMax}}, nil
 }

@@ -556,3 +556,32 @@ func TestRegisterBody(t *testing.T) {
 		})
 	}
 }
+
+// TestTLSConfigShared: clients made from one *tls.Config (as a server
+// makes its calls to other servers) may run at once: each transport
+// writes its ALPN protocols into its own copy (run under -race).
+func TestTLSConfigShared(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) }))
+	defer srv.Close()
+	tc := srv.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+	tc.NextProtos = nil
+	var wg sync.WaitGroup
+	for range 4 {
+		cl, err := client.NewTLS(srv.URL, "", tc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer cl.Close()
+			if !cl.Ready(t.Context()) {
+				t.Error("not ready over TLS")
+			}
+		}()
+	}
+	wg.Wait()
+	if len(tc.NextProtos) != 0 {
+		t.Errorf("the caller's config was written to: NextProtos %v", tc.NextProtos)
+	}
+}

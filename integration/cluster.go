@@ -576,7 +576,7 @@ func (c *Cluster) cliTLSArgs() []string {
 // harness's TLS config when the cluster runs TLS).
 func (c *Cluster) HTTPClient(timeout time.Duration) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.TLSClientConfig = c.clientTLS()
+	tr.TLSClientConfig = c.clientTLS().Clone() // a Transport writes its ALPN protocols into it
 	return &http.Client{Timeout: timeout, Transport: tr}
 }
 
