@@ -87,6 +87,10 @@ type Config struct {
 	// subscribers hold of a service's assignments; nil: no xDS server
 	// (the route answers with no subscribers).
 	XDSSubscribers func(ns, svc string) wire.XDSSubscribers
+	// UI, when set, serves the web dashboard: GET /ui/ and below, and
+	// GET /ui (its redirect). It is served without a token, as it holds
+	// only static files; the pages call the API with the caller's token.
+	UI http.Handler
 	// Gatherer serves /metrics; nil serves no metrics.
 	Gatherer prometheus.Gatherer
 	// Registerer receives the API's metrics; may be nil.
@@ -196,6 +200,10 @@ func (s *Server) routes() {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
+	if s.cfg.UI != nil {
+		m.Handle("GET /ui", s.cfg.UI)
+		m.Handle("GET /ui/", s.cfg.UI)
+	}
 	if s.cfg.Gatherer != nil {
 		m.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
 	}

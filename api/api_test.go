@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/cairn-sd/cairn/acl"
 	"github.com/cairn-sd/cairn/store/storetest"
 	"github.com/cairn-sd/cairn/wire"
 )
@@ -626,4 +627,22 @@ func TestDefinitionReadBackApplies(t *testing.T) {
 	wantStatus(t, r, http.StatusOK)
 	detail := decodeAs[wire.ServiceDetail](t, r)
 	wantStatus(t, e.call(t, http.MethodPost, "/v1/apply", "", mustJSON(detail.Definition)), http.StatusOK)
+}
+
+// TestUIMount: with Config.UI set, the API hands GET /ui and /ui/... to
+// it without a token (even with ACLs on), and other methods get the API's
+// JSON 405.
+func TestUIMount(t *testing.T) {
+	ui := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ui:"+r.URL.Path) })
+	e := newEnv(t, options{ui: ui, acl: acl.Config{Enabled: true, Tokens: scopeTokens()}})
+	for _, p := range []string{"/ui", "/ui/", "/ui/service.html"} {
+		r := e.call(t, http.MethodGet, p, "", "")
+		if r.Status != http.StatusOK || string(r.Body) != "ui:"+p {
+			t.Errorf("GET %s: %s, want the UI's answer", p, r)
+		}
+	}
+	wantError(t, e.call(t, http.MethodPost, "/ui/", "", ""), http.StatusMethodNotAllowed, wire.CodeMethod, "/ui/")
+	wantError(t, e.call(t, http.MethodGet, "/v1/services", "", ""), http.StatusUnauthorized, wire.CodeUnauthenticated)
+	// Without it, /ui/ is an unknown route.
+	wantError(t, newEnv(t, options{}).call(t, http.MethodGet, "/ui/", "", ""), http.StatusNotFound, wire.CodeNotFound, "/ui/")
 }

@@ -76,6 +76,7 @@ type options struct {
 	now           func() time.Time
 	ready         func() bool
 	noMetrics     bool
+	ui            http.Handler
 	// health runs a health.Node (no prober) that the test drives with
 	// env.tick, on clock when set.
 	health bool
@@ -171,7 +172,7 @@ func newEnv(t *testing.T, o options) *env {
 	}
 	cfg := api.Config{Store: node.Store, ACL: authz, Addrs: policyFor(node.Store, o.dev),
 		MaxBodyBytes: o.maxBody, AuditRefusals: o.auditRefusals, Ready: o.ready,
-		Registerer: reg, Logger: logger, Now: o.now}
+		Registerer: reg, Logger: logger, Now: o.now, UI: o.ui}
 	if !o.noMetrics {
 		cfg.Gatherer = reg
 	}

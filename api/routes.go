@@ -86,14 +86,15 @@ func (s *Server) published(e *wire.Endpoint, in wire.Instance) {
 	}
 }
 
-// eligible says whether the status table publishes in (without an
-// evaluator: whether it is ready).
-func (s *Server) eligible(in wire.Instance) bool {
+// publishedFlags reports whether the status table publishes in (without an
+// evaluator: whether it is ready), and whether only because its health is
+// disregarded (the flag the endpoints view shows).
+func (s *Server) publishedFlags(in wire.Instance) (eligible, disregarded bool) {
 	if s.cfg.Health == nil {
-		return in.Lifecycle == wire.Ready
+		return in.Lifecycle == wire.Ready, false
 	}
 	e, ok := s.cfg.Health.Status(in.Key().String(), in.Incarnation)
-	return ok && e.Flags.Has(cstatus.Eligible)
+	return ok && e.Flags.Has(cstatus.Eligible), ok && e.Flags.Has(cstatus.HealthDisregarded)
 }
 
 func flagNames(f cstatus.Flags) []string {
@@ -123,16 +124,22 @@ func (s *Server) view(ns, svc string, all bool) wire.View {
 
 func (s *Server) listServices(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
 	// One pass over every instance, not one scan per service.
-	counts := map[wire.ServiceKey][2]int{} // instances, eligible
+	type count struct {
+		instances, eligible int
+		disregarded         bool
+	}
+	counts := map[wire.ServiceKey]count{}
 	for _, in := range s.cfg.Store.AllInstances() {
 		if in.Lifecycle == wire.Terminated {
 			continue
 		}
 		c := counts[in.Key().ServiceKey()]
-		c[0]++
-		if s.eligible(in) {
-			c[1]++
+		c.instances++
+		elig, dis := s.publishedFlags(in)
+		if elig {
+			c.eligible++
 		}
+		c.disregarded = c.disregarded || dis
 		counts[in.Key().ServiceKey()] = c
 	}
 	out := []wire.ServiceSummary{}
@@ -142,7 +149,7 @@ func (s *Server) listServices(w http.ResponseWriter, r *http.Request, id acl.Ide
 		}
 		c := counts[svc.Key()]
 		out = append(out, wire.ServiceSummary{Namespace: svc.Namespace, Name: svc.Name, Ports: len(svc.Ports),
-			Revision: svc.Revision, Instances: c[0], Eligible: c[1]})
+			Revision: svc.Revision, Instances: c.instances, Eligible: c.eligible, HealthDisregarded: c.disregarded})
 	}
 	return http.StatusOK, out, nil
 }

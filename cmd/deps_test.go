@@ -40,6 +40,8 @@ var importRules = []struct {
 	{"wire", "github.com/cairn-sd/cairn/", "wire is what clients link: the API's types and rules, with no server code behind them (only the label rule)",
 		[]string{"github.com/cairn-sd/cairn/dnsname"}},
 	{"api", "github.com/cairn-sd/cairn/cmd", "only cmd wires", nil},
+	{"api", "github.com/cairn-sd/cairn/ui", "cmd hands the dashboard's handler to the API (Config.UI): the API serves it, knows nothing of it", nil},
+	{"ui", "github.com/cairn-sd/cairn/", "ui is the dashboard's static files: its pages speak the JSON API from the browser, so it imports no cairn package", nil},
 	{"certs", "github.com/cairn-sd/cairn/", "certs is a leaf: every listener and client reads its certificates from it, so it knows none of them", nil},
 	{"pki", "github.com/cairn-sd/cairn/", "pki makes certificates for the CLI; it needs only the servers' name from certs",
 		[]string{"github.com/cairn-sd/cairn/certs"}},

@@ -617,6 +617,21 @@ func TestHealthGuardDisregardsHealth(t *testing.T) {
 		return nil
 	})
 	t.Logf("3 of 4 failing: health disregarded after %s", time.Since(failedAt).Round(time.Millisecond))
+	// The services list flags the service too (the dashboard shows it).
+	Eventually(t, 5*time.Second, func() error {
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		ss, err := n.Client().Services(cctx)
+		if err != nil {
+			return err
+		}
+		for _, s := range ss {
+			if s.Namespace == healthNS && s.Name == svc && s.HealthDisregarded {
+				return nil
+			}
+		}
+		return fmt.Errorf("services %+v: want %s/%s flagged health_disregarded", ss, healthNS, svc)
+	})
 	// GET .../endpoints says the same as the view.
 	es, err := endpointsOn(ctx, n, svc)
 	if err != nil {

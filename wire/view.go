@@ -31,6 +31,10 @@ type ServiceSummary struct {
 	Instances int    `json:"instances"`
 	Eligible  int    `json:"eligible"`
 	Revision  uint64 `json:"revision"`
+	// HealthDisregarded: an instance of the service is published only
+	// because the guard disregards health (the view's flag of the same
+	// name).
+	HealthDisregarded bool `json:"health_disregarded"`
 }
 
 // Endpoint is one instance as GET .../endpoints shows it.

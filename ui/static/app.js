@@ -1,0 +1,141 @@
+// Shared by every page: calls to the JSON API with the session's token,
+// the token prompt, and following the node's revision.
+'use strict';
+
+const cairn = (() => {
+  const tokenKey = 'cairn.token';
+  const $ = (id) => document.getElementById(id);
+
+  // AuthError is a 401 or 403 from the API: the page asks for a token.
+  class AuthError extends Error {}
+
+  function token() {
+    return sessionStorage.getItem(tokenKey) || '';
+  }
+
+  // get fetches an API path (relative to /v1/) with the session's token
+  // as a bearer token, never in the URL, and returns the decoded JSON.
+  async function get(path) {
+    const headers = { Accept: 'application/json' };
+    const t = token();
+    if (t) headers.Authorization = 'Bearer ' + t;
+    const resp = await fetch('../v1/' + path, { headers, cache: 'no-store', credentials: 'omit' });
+    let body = null;
+    try {
+      body = await resp.json();
+    } catch (e) {
+      body = null;
+    }
+    const msg = (body && body.error) || (resp.status + ' ' + resp.statusText);
+    if (resp.status === 401 || resp.status === 403) throw new AuthError(msg);
+    if (!resp.ok) throw new Error(msg);
+    return body;
+  }
+
+  // el builds an element; children are nodes or strings (text, never HTML).
+  function el(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === 'class') e.className = v;
+      else if (k === 'text') e.textContent = v;
+      else e.setAttribute(k, v);
+    }
+    for (const c of children) {
+      if (c === null || c === undefined) continue;
+      e.append(typeof c === 'string' ? document.createTextNode(c) : c);
+    }
+    return e;
+  }
+
+  function showError(msg) {
+    const b = $('error');
+    b.textContent = msg;
+    b.hidden = !msg;
+  }
+
+  // flagList renders status-table flags; health_disregarded is loud.
+  function flagList(flags) {
+    const span = el('span', { class: 'flags' });
+    for (const f of flags || []) {
+      if (f === 'eligible') continue; // its own column says it
+      span.append(el('span', { class: 'flag' + (f === 'health_disregarded' ? ' loud' : ''), text: f }));
+    }
+    return span;
+  }
+
+  // follow calls load once, then again whenever the node's revision
+  // (GET /v1/status, which needs no token) changes: one small request a
+  // second per open page, and a reload only when something was written.
+  // While the page is hidden it does not poll.
+  function follow(load) {
+    let seen = null;
+    let needToken = false;
+    const form = $('token-form');
+    const forget = $('forget-token');
+    forget.hidden = !token();
+
+    function askToken(msg) {
+      needToken = true;
+      $('token-message').textContent = token()
+        ? 'The API refused this token: ' + msg
+        : 'The API needs a token: ' + msg;
+      form.hidden = false;
+    }
+    form.addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const input = $('token-input');
+      sessionStorage.setItem(tokenKey, input.value.trim());
+      input.value = '';
+      form.hidden = true;
+      forget.hidden = false;
+      needToken = false;
+      seen = null;
+      tick();
+    });
+    forget.addEventListener('click', () => {
+      sessionStorage.removeItem(tokenKey);
+      forget.hidden = true;
+      seen = null;
+      tick();
+    });
+
+    let timer = null;
+    let running = false;
+    async function refresh() {
+      const st = await get('status');
+      $('node-status').textContent = 'node ' + st.node_id + ' (' + st.state + '), leader ' +
+        (st.leader_id || 'unknown') + ', revision ' + st.revision;
+      if (needToken || st.revision === seen) return;
+      try {
+        await load();
+        seen = st.revision;
+      } catch (e) {
+        if (e instanceof AuthError) askToken(e.message);
+        else throw e;
+      }
+    }
+    async function tick() {
+      clearTimeout(timer);
+      if (running) return;
+      running = true;
+      try {
+        if (!document.hidden) {
+          await refresh();
+          showError('');
+        }
+      } catch (e) {
+        showError('Cannot reach the API: ' + e.message);
+        seen = null;
+      } finally {
+        running = false;
+        timer = setTimeout(tick, 1000);
+      }
+    }
+    document.addEventListener('visibilitychange', () => {
+      if (!document.hidden) tick();
+    });
+    tick();
+  }
+
+  return { $, get, el, flagList, follow };
+})();
