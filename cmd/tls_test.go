@@ -64,14 +64,7 @@ func TestTLSCommands(t *testing.T) {
 		{[]string{"--raft-addr", "10.1.2.3:0"}, "--raft-addr 10.1.2.3:0 is reachable beyond this host, so TLS must be on"},
 		{[]string{"--grpc-addr", ":8481"}, "--grpc-addr :8481 is reachable beyond this host"},
 	} {
-		data := filepath.Join(t.TempDir(), "data")
-		args := append([]string{"server", "--data-dir", data}, tc.args...)
-		if code, _, stderr := run(t, args...); code != exitUsage || !strings.Contains(stderr, tc.want) {
-			t.Errorf("cairn %v: %d %q, want %q", args, code, stderr, tc.want)
-		}
-		if _, err := os.Stat(data); err == nil {
-			t.Errorf("cairn %v wrote its data dir", args)
-		}
+		wantServerUsage(t, tc.args, tc.want)
 	}
 	for _, tc := range []struct {
 		args []string
@@ -110,13 +103,20 @@ func TestDNSProtectionFlags(t *testing.T) {
 		{[]string{"--dns-cookie-secret-file", secrets}, "line 2 is not 32 hex digits"},
 		{[]string{"--dns-cookie-secret-file", filepath.Join(dir, "none")}, "--dns-cookie-secret-file: open"},
 	} {
-		data := filepath.Join(t.TempDir(), "data")
-		args := append([]string{"server", "--data-dir", data}, tc.args...)
-		if code, _, stderr := run(t, args...); code != exitUsage || !strings.Contains(stderr, tc.want) {
-			t.Errorf("cairn %v: %d %q, want %q", args, code, stderr, tc.want)
-		}
-		if _, err := os.Stat(data); err == nil {
-			t.Errorf("cairn %v wrote its data dir", args)
-		}
+		wantServerUsage(t, tc.args, tc.want)
+	}
+}
+
+// wantServerUsage runs cairn server with args and wants a usage error
+// saying want, and nothing written to its data dir.
+func wantServerUsage(t *testing.T, args []string, want string) {
+	t.Helper()
+	data := filepath.Join(t.TempDir(), "data")
+	args = append([]string{"server", "--data-dir", data}, args...)
+	if code, _, stderr := run(t, args...); code != exitUsage || !strings.Contains(stderr, want) {
+		t.Errorf("cairn %v: %d %q, want %q", args, code, stderr, want)
+	}
+	if _, err := os.Stat(data); err == nil {
+		t.Errorf("cairn %v wrote its data dir", args)
 	}
 }

@@ -33,14 +33,7 @@ func TestReadsEveryHarnessVersion(t *testing.T) {
 		"t6\tx\t2\tflip\t50\tcairn\tv2\t94000\t0\t0.1\t2.1\t3\t4\t0\t231\tsteady\t500ms\t49.5\t4\t4\t0.0\tok",
 		"t7\tx\t2\tflip\t50\tcairn\tv2\t70000\t0\t0.1\t4\t5\t6\t0\t360\ttoday\t1s\t40.0\t3\t8\t60.0\tok",
 	}
-	path := filepath.Join(t.TempDir(), "dns-x.tsv")
-	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	rows, err := readTSV(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rows := rowsOf(t, lines)
 	s := summarize(rows, 25)
 
 	cairn, ok := s.find("cairn")
@@ -91,14 +84,7 @@ func TestProtectionCost(t *testing.T) {
 		"t2\tx\t1\tmain\t-\tcairn-rrl\tv2\t180000\t0\t0.1\t0.5\t0.9\t2\t0\t328\t-\t-\t-\t-\t-\t-\tok",
 		"t3\tx\t1\tmain\t-\tknot\tk\t400000\t0\t0.05\t0.2\t0.3\t1\t0\t300\t-\t-\t-\t-\t-\t-\tok",
 	}
-	path := filepath.Join(t.TempDir(), "dns-x.tsv")
-	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	rows, err := readTSV(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rows := rowsOf(t, lines)
 	var out bytes.Buffer
 	summarize(rows, 25).write(&out)
 	for _, want := range []string{
@@ -117,4 +103,18 @@ func TestProtectionCost(t *testing.T) {
 	if strings.Contains(out.String(), "RRL+cookies") {
 		t.Errorf("a cost table without cairn-rrl rows:\n%s", out.String())
 	}
+}
+
+// rowsOf writes lines as a results file and reads it back.
+func rowsOf(t *testing.T, lines []string) []row {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "dns-x.tsv")
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := readTSV(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
 }
