@@ -9,6 +9,7 @@
   const svc = q.get('svc') || '';
   document.title = 'cairn · ' + ns + '/' + svc;
   $('title').textContent = ns + '/' + svc;
+  $('events-link').href = 'events.html?' + new URLSearchParams({ ns, svc });
 
   // lease is what `cairn endpoints` shows: the time to the deadline of
   // the last renewal, or "expired".
@@ -30,6 +31,49 @@
     return el('span', { class: 'weight' }, m, el('span', { class: 'w', text: e.weight + ' / ' + e.base_weight }));
   }
 
+  // age is how long ago an instant was, as "4s", "3m" or "2h"; the
+  // cells holding one keep the instant (data-at) and are redrawn every
+  // second, without a request.
+  function age(at) {
+    const s = Math.max(0, Math.round((Date.now() - Date.parse(at)) / 1000));
+    if (s < 120) return s + 's';
+    if (s < 7200) return Math.floor(s / 60) + 'm';
+    return Math.floor(s / 3600) + 'h';
+  }
+  setInterval(() => {
+    for (const a of document.querySelectorAll('.age[data-at]')) a.textContent = age(a.dataset.at);
+  }, 1000);
+
+  // evidence shows the endpoint's latest evidence per class and observer
+  // as the API lists it (freshest first within each class), compactly:
+  // "probe ✓ n1 2s, ✓ n2 1s; outcome ✗ xds:foo 5s". A probe's status or
+  // error and an outcome window's counts are each item's title. Only the
+  // leader holds evidence: a follower's answer has none.
+  function evidence(e) {
+    const list = e.evidence || [];
+    if (list.length === 0) return el('span', { class: 'muted', text: '-' });
+    const byClass = new Map();
+    for (const c of list) {
+      if (!byClass.has(c.class)) byClass.set(c.class, []);
+      byClass.get(c.class).push(c);
+    }
+    const out = el('span', { class: 'evidence-list' });
+    let first = true;
+    for (const [cls, items] of byClass) {
+      if (!first) out.append('; ');
+      first = false;
+      const group = el('span', { class: 'ev-group', 'data-class': cls }, el('span', { class: 'ev-class', text: cls }), ' ');
+      items.forEach((c, i) => {
+        if (i > 0) group.append(', ');
+        group.append(el('span', { class: 'ev ' + (c.ok ? 'ok' : 'bad'), 'data-observer': c.observer, title: (c.detail ? c.detail + ' · ' : '') + c.at },
+          el('span', { class: 'mark', text: c.ok ? '✓' : '✗' }), ' ' + c.observer + ' ',
+          el('span', { class: 'age', 'data-at': c.at, text: age(c.at) })));
+      });
+      out.append(group);
+    }
+    return out;
+  }
+
   function render(d) {
     const v = d.view;
     const rows = v.endpoints.map((e) => el('tr', { 'data-instance': e.instance_id, class: 'lc-' + e.lifecycle },
@@ -43,7 +87,9 @@
       el('td', { class: 'weight-cell' }, weight(e)),
       el('td', { class: 'lease', title: e.lease_deadline, text: lease(e) }),
       el('td', { class: 'flags-cell' }, flagList(e.flags)),
-      el('td', { class: 'reasons', text: (e.reasons || []).join('; ') || '-' })));
+      el('td', { class: 'reasons', text: (e.reasons || []).join('; ') || '-' }),
+      el('td', { class: 'evidence' }, evidence(e)),
+      el('td', { class: 'events' }, el('a', { href: 'events.html?' + new URLSearchParams({ ns, svc, instance: e.instance_id }), text: 'events' }))));
     $('endpoints').tBodies[0].replaceChildren(...rows);
     $('empty').hidden = rows.length > 0;
     $('disregarded').hidden = !v.health_disregarded;
