@@ -1,0 +1,132 @@
+package integration
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/cairn-sd/cairn/wire"
+)
+
+// More dashboard tests, on the helpers of ui_test.go: the guard flag
+// shown live, a scoped reader, the time to render a large services page,
+// and the cluster page.
+
+// TestUIGuardFlagLive: with the services page open in one tab and the
+// service page in another, three of four instances' listeners closing
+// puts the service below min_healthy_fraction (0.5), and both pages show
+// health disregarded without a reload.
+func TestUIGuardFlagLive(t *testing.T) {
+	needProcesses(t)
+	needTool(t, "chromium", "chromium")
+	t.Parallel()
+	c := StartCluster(t, 1, healthArgs...)
+	n := c.Nodes[0]
+	ctx := ctxT(t, 2*time.Minute)
+	const svc = "uiguard"
+	applyDefinition(ctx, t, c, healthService(svc, "{type: tcp, port: http, interval: 1s, timeout: 500ms}",
+		"{min_healthy_fraction: 0.5, admit_after: 4, admit_min: 3s, lease_ttl: 10m}"))
+	var bs []*backend
+	var ids []string
+	for i := range 4 {
+		b := newBackend(t, nil)
+		id := fmt.Sprintf("ug-%d", i)
+		registerLoopback(ctx, t, c, svc, id, b.port, func(r *wire.Registration) { r.Region, r.Zone = "r-1", "z-a" })
+		bs, ids = append(bs, b), append(ids, id)
+	}
+	waitAllHealthy(ctx, t, c.Nodes, svc, ids...)
+
+	list, page := newBrowser(t, ctx), newBrowser(t, ctx)
+	row := fmt.Sprintf(`tr[data-service="%s/%s"]`, healthNS, svc)
+	list.do(t, "open the services page", 15*time.Second, chromedp.Navigate(n.URL()+"/ui/"), chromedp.WaitVisible(row))
+	list.waitJS(t, "4 of 4 eligible, no flag", fmt.Sprintf(`document.querySelector('%s td.eligible')?.textContent === "4" && !document.querySelector('%s').classList.contains('disregarded') && document.getElementById('disregarded').hidden`, row, row), 10*time.Second)
+	page.do(t, "open the service page", 15*time.Second, chromedp.Navigate(n.URL()+"/ui/service.html?ns="+healthNS+"&svc="+svc),
+		chromedp.WaitVisible(`tr[data-instance="ug-3"]`))
+	if !eval[bool](t, page, `document.getElementById('disregarded').hidden`) {
+		t.Fatal("the service page shows health disregarded before any listener closed")
+	}
+	for _, b := range []*browser{list, page} {
+		eval[bool](t, b, `window.cairnTestMarker = true`)
+	}
+
+	closed := time.Now()
+	for _, b := range bs[:3] {
+		b.Close()
+	}
+	list.waitJS(t, "the services page flags the service and shows the banner", fmt.Sprintf(
+		`document.querySelector('%s')?.classList.contains('disregarded') && document.querySelector('%s .flag.loud')?.textContent === "health_disregarded" && !document.getElementById('disregarded').hidden && document.getElementById('disregarded').textContent.includes('%s/%s')`,
+		row, row, healthNS, svc), 30*time.Second)
+	t.Logf("services page: health disregarded shown %s after 3 of 4 listeners closed", time.Since(closed).Round(time.Millisecond))
+	page.waitJS(t, "the service page shows the banner and flags the failing instances", fmt.Sprintf(
+		`!document.getElementById('disregarded').hidden && [0,1,2].every(i => document.querySelector('tr[data-instance="ug-'+i+'"] td.flags-cell')?.textContent.includes('health_disregarded')) && document.querySelector('tr[data-instance="ug-0"] td.eligible')?.textContent === "yes"`),
+		10*time.Second)
+	t.Logf("service page: banner shown %s after the listeners closed", time.Since(closed).Round(time.Millisecond))
+	for name, b := range map[string]*browser{"services": list, "service": page} {
+		if !eval[bool](t, b, `window.cairnTestMarker === true`) {
+			t.Errorf("the %s page reloaded to show the guard", name)
+		}
+	}
+	list.screenshot(t, "services-guard.png")
+	page.screenshot(t, "service-guard.png")
+}
+
+// TestUIScopedReader: a reader token scoped to one namespace sees that
+// namespace's services on the services page and nothing of another; the
+// service page of the other namespace shows the token prompt with the
+// refusal, not the service.
+func TestUIScopedReader(t *testing.T) {
+	needProcesses(t)
+	needTool(t, "chromium", "chromium")
+	t.Parallel()
+	const admin, reader = "admin-0123456789abcdefghijklmn", "reader-0123456789abcdefghijklm"
+	const otherNS, otherSvc, otherID = "billing", "ledger", "secret-ledger-0"
+	aclFile := filepath.Join(t.TempDir(), "acl.yaml")
+	if err := os.WriteFile(aclFile, []byte(fmt.Sprintf("tokens:\n- {secret: %s, scope: admin}\n- {secret: %s, scope: reader, namespaces: [%s]}\n",
+		admin, reader, healthNS)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := StartClusterAs(t, admin, 1, append(slices.Clone(healthArgs), "--acl-file", aclFile)...)
+	n := c.Nodes[0]
+	ctx := ctxT(t, time.Minute)
+	applyDefinition(ctx, t, c, healthService("visible", "", "{lease_ttl: 10m}")+"---\n"+
+		strings.Replace(healthService(otherSvc, "", "{lease_ttl: 10m}"), "namespace: "+healthNS, "namespace: "+otherNS, 1))
+	registerLoopback(ctx, t, c, "visible", "vis-0", 8080, nil)
+	onAnyNode(t, c, "register "+otherID, func(n *Node) error {
+		_, err := n.Client().Register(ctx, otherNS, otherSvc, wire.Registration{ID: otherID, Addresses: []string{"127.0.0.1"}, Ports: map[string]int{"http": 8080}})
+		return err
+	})
+
+	b := newBrowser(t, ctx)
+	b.do(t, "open the services page", 15*time.Second, chromedp.Navigate(n.URL()+"/ui/"), chromedp.WaitVisible("#token-form"))
+	b.do(t, "enter the reader token", 5*time.Second, chromedp.SendKeys("#token-input", reader),
+		chromedp.Click(`#token-form button[type="submit"]`))
+	b.waitJS(t, "the reader sees its namespace's service", fmt.Sprintf(`document.querySelector('tr[data-service="%s/visible"] td.instances')?.textContent === "1"`, healthNS), 10*time.Second)
+	if got := eval[[]string](t, b, `[...document.querySelectorAll('#services tbody tr')].map(r => r.dataset.service)`); !slices.Equal(got, []string{healthNS + "/visible"}) {
+		t.Errorf("services page rows %q; want only %s/visible", got, healthNS)
+	}
+	if got := eval[[]string](t, b, `[...document.getElementById('ns-filter').options].map(o => o.value)`); slices.Contains(got, otherNS) {
+		t.Errorf("namespace filter offers %q to a reader of %s", got, healthNS)
+	}
+	if got := eval[string](t, b, `document.body.innerText`); strings.Contains(got, otherNS) || strings.Contains(got, otherSvc) {
+		t.Errorf("the services page shows something of %s to a reader of %s:\n%s", otherNS, healthNS, got)
+	}
+	b.screenshot(t, "services-reader.png")
+
+	// The other namespace's service page: refused, the prompt says so.
+	b.do(t, "open the other namespace's service page", 15*time.Second,
+		chromedp.Navigate(n.URL()+"/ui/service.html?ns="+otherNS+"&svc="+otherSvc), chromedp.WaitVisible("#token-form"))
+	b.waitJS(t, "the prompt says the token was refused", `document.getElementById('token-message').textContent.startsWith('The API refused this token')`, 5*time.Second)
+	if got := eval[int](t, b, `document.querySelectorAll('#endpoints tbody tr').length`); got != 0 {
+		t.Errorf("the refused service page lists %d endpoints", got)
+	}
+	if got := eval[string](t, b, `document.body.innerText`); strings.Contains(got, otherID) || strings.Contains(got, "127.0.0.1") {
+		t.Errorf("the refused service page shows the service's data:\n%s", got)
+	}
+	b.screenshot(t, "service-refused.png")
+}
