@@ -256,3 +256,71 @@ func TestUIRenderLarge(t *testing.T) {
 	t.Logf("filter to %d services: %.0f ms", renderPerNS, eval[float64](t, b, `performance.now()`)-filterAt)
 	b.screenshot(t, "services-1000.png")
 }
+
+// TestUIClusterPage: the cluster page of a follower of a 3-node cluster
+// lists the members as GET /v1/members does, with the leader marked, and
+// the node's raft state and revision; reached from the services page's
+// nav. When the leader is killed, the page shows the new leader without
+// a reload.
+func TestUIClusterPage(t *testing.T) {
+	needProcesses(t)
+	needTool(t, "chromium", "chromium")
+	t.Parallel()
+	c := StartCluster(t, 3)
+	ctx := ctxT(t, 2*time.Minute)
+	leader, follower, err := c.LeaderAndFollower(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBrowser(t, ctx)
+	b.do(t, "open the services page", 15*time.Second, chromedp.Navigate(follower.URL()+"/ui/"), chromedp.WaitVisible("#empty"))
+	b.do(t, "follow the Cluster link", 15*time.Second, chromedp.Click(`nav a[href="cluster.html"]`),
+		chromedp.WaitVisible(`#members tbody tr[data-node]`))
+	b.waitJS(t, "three members, the leader marked", fmt.Sprintf(
+		`document.querySelectorAll('#members tbody tr').length === 3 && document.querySelector('tr[data-node="%s"] td.role')?.textContent === "leader"`, leader.ID), 10*time.Second)
+	ms, err := follower.Client().Members(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		row := fmt.Sprintf(`document.querySelector('tr[data-node="%s"] td.%%s')?.textContent`, m.NodeID)
+		role := map[bool]string{true: "leader", false: "follower"}[m.Leader]
+		for class, want := range map[string]string{"role": role, "http-addr": m.HTTPAddr, "raft-addr": m.RaftAddr,
+			"voter": map[bool]string{true: "yes", false: "no"}[m.Voter]} {
+			if got := eval[string](t, b, fmt.Sprintf(row, class)); got != want {
+				t.Errorf("member %s: %s cell %q, API %q", m.NodeID, class, got, want)
+			}
+		}
+	}
+	st, err := follower.Client().Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]string{"st-node": follower.ID, "st-state": st.State, "st-leader": leader.ID, "st-caught-up": "yes"} {
+		if got := eval[string](t, b, `document.getElementById('`+id+`').textContent`); got != want {
+			t.Errorf("#%s %q, want %q", id, got, want)
+		}
+	}
+	if got := eval[string](t, b, `document.getElementById('st-revision').textContent`); got == "" || got == "0" {
+		t.Errorf("revision %q", got)
+	}
+	if !eval[bool](t, b, `document.getElementById('no-leader').hidden && document.getElementById('behind').hidden`) {
+		t.Error("a banner shows on a healthy cluster")
+	}
+	b.screenshot(t, "cluster.png")
+
+	// The leader dies: another is elected, and the page says so live.
+	eval[bool](t, b, `window.cairnTestMarker = true`)
+	if err := leader.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	b.waitJS(t, "another leader shown", fmt.Sprintf(
+		`(l => l !== "" && l !== "unknown" && l !== "%s")(document.getElementById('st-leader').textContent) && document.querySelector('tr[data-node="%s"] td.role')?.textContent === "follower"`,
+		leader.ID, leader.ID), 30*time.Second)
+	t.Logf("new leader %s shown %s after the leader was killed", eval[string](t, b, `document.getElementById('st-leader').textContent`),
+		time.Since(killed).Round(time.Millisecond))
+	if !eval[bool](t, b, `window.cairnTestMarker === true`) {
+		t.Error("the cluster page reloaded to show the new leader")
+	}
+}

@@ -19,6 +19,7 @@ func TestHandler(t *testing.T) {
 		{"index", "GET", "/ui/", 200, "", "text/html", "<title>cairn · services</title>"},
 		{"service page", "GET", "/ui/service.html", 200, "", "text/html", `<table id="endpoints">`},
 		{"events page", "GET", "/ui/events.html", 200, "", "text/html", `<table id="events">`},
+		{"cluster page", "GET", "/ui/cluster.html", 200, "", "text/html", `<table id="members">`},
 		{"script", "GET", "/ui/app.js", 200, "", "text/javascript", "const cairn"},
 		{"style", "GET", "/ui/app.css", 200, "", "text/css", ":root"},
 		{"head", "HEAD", "/ui/", 200, "", "text/html", ""},
