@@ -65,8 +65,8 @@ func TestUIGuardFlagLive(t *testing.T) {
 		`document.querySelector('%s')?.classList.contains('disregarded') && document.querySelector('%s .flag.loud')?.textContent === "health_disregarded" && !document.getElementById('disregarded').hidden && document.getElementById('disregarded').textContent.includes('%s/%s')`,
 		row, row, healthNS, svc), 30*time.Second)
 	t.Logf("services page: health disregarded shown %s after 3 of 4 listeners closed", time.Since(closed).Round(time.Millisecond))
-	page.waitJS(t, "the service page shows the banner and flags the failing instances", fmt.Sprintf(
-		`!document.getElementById('disregarded').hidden && [0,1,2].every(i => document.querySelector('tr[data-instance="ug-'+i+'"] td.flags-cell')?.textContent.includes('health_disregarded')) && document.querySelector('tr[data-instance="ug-0"] td.eligible')?.textContent === "yes"`),
+	page.waitJS(t, "the service page shows the banner and flags the failing instances",
+		`!document.getElementById('disregarded').hidden && [0,1,2].every(i => document.querySelector('tr[data-instance="ug-'+i+'"] td.flags-cell')?.textContent.includes('health_disregarded')) && document.querySelector('tr[data-instance="ug-0"] td.eligible')?.textContent === "yes"`,
 		10*time.Second)
 	t.Logf("service page: banner shown %s after the listeners closed", time.Since(closed).Round(time.Millisecond))
 	for name, b := range map[string]*browser{"services": list, "service": page} {
