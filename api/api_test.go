@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -196,6 +197,52 @@ func TestApplyJSONObject(t *testing.T) {
 	}
 }
 
+// TestServicesZones: GET /v1/services counts instances and eligible ones
+// per zone, in the same pass and from the same source as the totals; an
+// instance without a zone counts under "", a terminated one nowhere.
+func TestServicesZones(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, options{})
+	e.apply(t, "", webYAML, cartYAML)
+	reg := func(id, addr, zone string) wire.Registered {
+		t.Helper()
+		r := e.call(t, http.MethodPost, "/v1/services/shop/web/instances", "",
+			mustJSON(map[string]any{"instance_id": id, "addresses": []string{addr}, "ports": map[string]int{"http": 8080}, "zone": zone}))
+		if r.Status != http.StatusCreated {
+			t.Fatalf("register %s: %d %s", id, r.Status, r.Body)
+		}
+		return decodeAs[wire.Registered](t, r)
+	}
+	reg("a-1", "10.0.0.1", "a")
+	reg("a-2", "10.0.0.2", "a")
+	b1 := reg("b-1", "10.0.0.3", "b")
+	reg("b-2", "10.0.0.4", "b")
+	reg("n-1", "10.0.0.5", "")
+	gone := reg("g-1", "10.0.0.6", "c")
+	wantStatus(t, e.call(t, http.MethodPost, instPath("shop", "web", "b-1", "drain"), "", incBody(b1.Incarnation)), http.StatusOK)
+	wantStatus(t, e.call(t, http.MethodPost, instPath("shop", "web", "g-1", "deregister"), "", incBody(gone.Incarnation)), http.StatusOK)
+
+	list := decodeAs[[]wire.ServiceSummary](t, e.call(t, http.MethodGet, "/v1/services", "", ""))
+	if len(list) != 2 {
+		t.Fatalf("services: %+v", list)
+	}
+	if list[0].Name != "cart" || list[0].Zones == nil || len(list[0].Zones) != 0 {
+		t.Errorf("cart, without instances: zones %#v, want []", list[0].Zones)
+	}
+	web := list[1]
+	want := []wire.ZoneCount{{Zone: "", Instances: 1, Eligible: 1}, {Zone: "a", Instances: 2, Eligible: 2}, {Zone: "b", Instances: 2, Eligible: 1}}
+	if web.Name != "web" || web.Instances != 5 || web.Eligible != 4 || !reflect.DeepEqual(web.Zones, want) {
+		t.Fatalf("web: %+v; want 5 instances, 4 eligible, zones %+v", web, want)
+	}
+	// The raw JSON: an empty list, never null, and the zone's own name.
+	r := e.call(t, http.MethodGet, "/v1/services", "", "")
+	for _, key := range []string{`"zones":[]`, `{"zone":"b","instances":2,"eligible":1}`, `{"zone":"","instances":1,"eligible":1}`} {
+		if !strings.Contains(strings.Join(strings.Fields(string(r.Body)), ""), key) {
+			t.Errorf("GET /v1/services lacks %s: %s", key, r.Body)
+		}
+	}
+}
+
 func TestApplyNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, options{})
@@ -219,10 +266,11 @@ func TestServicesAndServiceDetail(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []wire.ServiceSummary{
-		{Namespace: "shop", Name: "cart", Ports: 1, Revision: list[0].Revision},
-		{Namespace: "shop", Name: "web", Ports: 2, Instances: 2, Eligible: 2, Revision: list[1].Revision},
+		{Namespace: "shop", Name: "cart", Ports: 1, Revision: list[0].Revision, Zones: []wire.ZoneCount{}},
+		{Namespace: "shop", Name: "web", Ports: 2, Instances: 2, Eligible: 2, Revision: list[1].Revision,
+			Zones: []wire.ZoneCount{{Zone: "", Instances: 2, Eligible: 2}}},
 	}
-	if len(list) != 2 || list[0] != want[0] || list[1] != want[1] || list[0].Revision == 0 {
+	if !reflect.DeepEqual(list, want) || list[0].Revision == 0 {
 		t.Fatalf("services: %+v; want %+v", list, want)
 	}
 

@@ -127,29 +127,48 @@ func (s *Server) listServices(w http.ResponseWriter, r *http.Request, id acl.Ide
 	type count struct {
 		instances, eligible int
 		disregarded         bool
+		zones               map[string]*wire.ZoneCount
 	}
-	counts := map[wire.ServiceKey]count{}
+	counts := map[wire.ServiceKey]*count{}
 	for _, in := range s.cfg.Store.AllInstances() {
 		if in.Lifecycle == wire.Terminated {
 			continue
 		}
-		c := counts[in.Key().ServiceKey()]
+		k := in.Key().ServiceKey()
+		c := counts[k]
+		if c == nil {
+			c = &count{zones: map[string]*wire.ZoneCount{}}
+			counts[k] = c
+		}
+		z := c.zones[in.Zone]
+		if z == nil {
+			z = &wire.ZoneCount{Zone: in.Zone}
+			c.zones[in.Zone] = z
+		}
 		c.instances++
+		z.Instances++
 		elig, dis := s.publishedFlags(in)
 		if elig {
 			c.eligible++
+			z.Eligible++
 		}
 		c.disregarded = c.disregarded || dis
-		counts[in.Key().ServiceKey()] = c
 	}
 	out := []wire.ServiceSummary{}
 	for _, svc := range s.cfg.Store.Services() {
 		if !id.Allows(acl.Read, svc.Namespace, svc.Name, "") {
 			continue
 		}
-		c := counts[svc.Key()]
-		out = append(out, wire.ServiceSummary{Namespace: svc.Namespace, Name: svc.Name, Ports: len(svc.Ports),
-			Revision: svc.Revision, Instances: c.instances, Eligible: c.eligible, HealthDisregarded: c.disregarded})
+		sum := wire.ServiceSummary{Namespace: svc.Namespace, Name: svc.Name, Ports: len(svc.Ports),
+			Revision: svc.Revision, Zones: []wire.ZoneCount{}}
+		if c := counts[svc.Key()]; c != nil {
+			sum.Instances, sum.Eligible, sum.HealthDisregarded = c.instances, c.eligible, c.disregarded
+			for _, z := range c.zones {
+				sum.Zones = append(sum.Zones, *z)
+			}
+			slices.SortFunc(sum.Zones, func(a, b wire.ZoneCount) int { return strings.Compare(a.Zone, b.Zone) })
+		}
+		out = append(out, sum)
 	}
 	return http.StatusOK, out, nil
 }

@@ -35,6 +35,17 @@ type ServiceSummary struct {
 	// because the guard disregards health (the view's flag of the same
 	// name).
 	HealthDisregarded bool `json:"health_disregarded"`
+	// Zones counts Instances and Eligible per zone, by zone name (an
+	// instance without a zone counts under ""); only zones with an
+	// instance, never null.
+	Zones []ZoneCount `json:"zones"`
+}
+
+// ZoneCount is one zone's share of a ServiceSummary's counts.
+type ZoneCount struct {
+	Zone      string `json:"zone"`
+	Instances int    `json:"instances"`
+	Eligible  int    `json:"eligible"`
 }
 
 // Endpoint is one instance as GET .../endpoints shows it.

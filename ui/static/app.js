@@ -66,8 +66,10 @@ const cairn = (() => {
   // follow calls load once, then again whenever the node's revision
   // (GET /v1/status, which needs no token) changes: one small request a
   // second per open page, and a reload only when something was written.
-  // While the page is hidden it does not poll.
-  function follow(load) {
+  // While the page is hidden it does not poll. watch, if given, is told
+  // each poll's outcome: watch(status) after GET /v1/status and the load
+  // it may start succeed, watch(null, error) when either fails.
+  function follow(load, watch) {
     let seen = null;
     let needToken = false;
     const form = $('token-form');
@@ -105,7 +107,7 @@ const cairn = (() => {
       const st = await get('status');
       $('node-status').textContent = 'node ' + st.node_id + ' (' + st.state + '), leader ' +
         (st.leader_id || 'unknown') + ', revision ' + st.revision;
-      if (needToken || st.revision === seen) return;
+      if (needToken || st.revision === seen) return st;
       try {
         await load();
         seen = st.revision;
@@ -113,6 +115,7 @@ const cairn = (() => {
         if (e instanceof AuthError) askToken(e.message);
         else throw e;
       }
+      return st;
     }
     async function tick() {
       clearTimeout(timer);
@@ -120,12 +123,14 @@ const cairn = (() => {
       running = true;
       try {
         if (!document.hidden) {
-          await refresh();
+          const st = await refresh();
           showError('');
+          if (watch) watch(st, null);
         }
       } catch (e) {
         showError('Cannot reach the API: ' + e.message);
         seen = null;
+        if (watch) watch(null, e);
       } finally {
         running = false;
         timer = setTimeout(tick, 1000);

@@ -1,4 +1,6 @@
-// The services page: GET /v1/services, filtered by namespace.
+// The services page: GET /v1/services, filtered by namespace, sorted by
+// a column, with each service's counts per zone, and the node's revision:
+// how long since it last changed, and loudly whether the page is stale.
 'use strict';
 
 (() => {
@@ -6,8 +8,61 @@
   const filter = $('ns-filter');
   let services = [];
 
+  // Sortable columns: ?sort=KEY ascending, ?sort=-KEY descending. Ties,
+  // and the default, go by namespace then name.
+  const byName = (a, b) => a.namespace.localeCompare(b.namespace) || a.name.localeCompare(b.name);
+  const sorts = {
+    namespace: byName,
+    name: (a, b) => a.name.localeCompare(b.name) || a.namespace.localeCompare(b.namespace),
+    instances: (a, b) => a.instances - b.instances,
+    eligible: (a, b) => a.eligible - b.eligible,
+    revision: (a, b) => a.revision - b.revision,
+  };
+
+  function query() {
+    return new URLSearchParams(location.search);
+  }
+
   function selected() {
-    return new URLSearchParams(location.search).get('ns') || '';
+    return query().get('ns') || '';
+  }
+
+  // sortOrder is the URL's sort: its key (one of sorts) and direction.
+  function sortOrder() {
+    const v = query().get('sort') || '';
+    const desc = v.startsWith('-');
+    const key = desc ? v.slice(1) : v;
+    return sorts[key] ? { key, desc } : { key: '', desc: false };
+  }
+
+  function setQuery(q) {
+    history.replaceState(null, '', q.toString() ? '?' + q : location.pathname);
+  }
+
+  // zoneCell renders "a 3/3 · b 2/4": per zone, eligible / instances.
+  function zoneCell(s) {
+    const td = el('td', { class: 'zones' });
+    (s.zones || []).forEach((z, i) => {
+      if (i > 0) td.append(' · ');
+      const name = z.zone || '(no zone)';
+      td.append(el('span', {
+        class: 'zone' + (z.eligible < z.instances ? ' short' : ''),
+        'data-zone': z.zone,
+        title: name + ': ' + z.eligible + ' of ' + z.instances + ' instances eligible',
+        text: name + ' ' + z.eligible + '/' + z.instances,
+      }));
+    });
+    if (!td.childNodes.length) td.textContent = '-';
+    return td;
+  }
+
+  function renderHeaders() {
+    const { key, desc } = sortOrder();
+    for (const th of document.querySelectorAll('#services th[data-sort]')) {
+      const k = th.dataset.sort;
+      if (k === key) th.setAttribute('aria-sort', desc ? 'descending' : 'ascending');
+      else th.removeAttribute('aria-sort');
+    }
   }
 
   function render() {
@@ -18,7 +73,11 @@
       ...namespaces.map((n) => el('option', { value: n, text: n })));
     filter.value = ns;
 
-    const shown = services.filter((s) => !ns || s.namespace === ns);
+    const { key, desc } = sortOrder();
+    const cmp = sorts[key] || byName;
+    const shown = services.filter((s) => !ns || s.namespace === ns)
+      .sort((a, b) => (desc ? -cmp(a, b) : cmp(a, b)) || byName(a, b));
+    renderHeaders();
     const rows = shown.map((s) => {
       const href = 'service.html?' + new URLSearchParams({ ns: s.namespace, svc: s.name });
       const flags = s.health_disregarded ? ['health_disregarded'] : [];
@@ -27,6 +86,7 @@
         el('td', { class: 'name' }, el('a', { href, text: s.name })),
         el('td', { class: 'num instances', text: String(s.instances) }),
         el('td', { class: 'num eligible' + (s.eligible < s.instances ? ' short' : ''), text: String(s.eligible) }),
+        zoneCell(s),
         el('td', { class: 'num revision', text: String(s.revision) }),
         el('td', { class: 'flags-cell' }, flagList(flags)));
       if (s.health_disregarded) tr.classList.add('disregarded');
@@ -50,15 +110,79 @@
   }
 
   filter.addEventListener('change', () => {
-    const q = new URLSearchParams(location.search);
+    const q = query();
     if (filter.value) q.set('ns', filter.value);
     else q.delete('ns');
-    history.replaceState(null, '', q.toString() ? '?' + q : location.pathname);
+    setQuery(q);
     render();
   });
+
+  // A header click sorts by its column, ascending first, then toggles.
+  for (const th of document.querySelectorAll('#services th[data-sort]')) {
+    th.querySelector('button').addEventListener('click', () => {
+      const { key, desc } = sortOrder();
+      const k = th.dataset.sort;
+      const q = query();
+      q.set('sort', k === key && !desc ? '-' + k : k);
+      setQuery(q);
+      render();
+    });
+  }
+
+  // The view's revision: when the page last saw it change, and whether
+  // what it shows may be stale (the node is not caught up, or the last
+  // poll failed).
+  let revision = null;
+  let changedAt = null; // when the page saw revision change (or first saw it)
+  let firstSeen = true;
+  let lastStatus = null;
+  let failure = null;
+
+  function ago(ms) {
+    const s = Math.max(0, Math.round(ms / 1000));
+    if (s < 60) return s + ' s ago';
+    if (s < 3600) return Math.floor(s / 60) + ' min ' + (s % 60) + ' s ago';
+    return Math.floor(s / 3600) + ' h ' + Math.floor((s % 3600) / 60) + ' min ago';
+  }
+
+  function renderRevision() {
+    const rev = $('view-revision');
+    if (revision === null) {
+      rev.textContent = 'revision unknown';
+    } else {
+      rev.textContent = 'revision ' + revision + (firstSeen ? ', unchanged since the page opened ' : ', changed ') +
+        ago(Date.now() - changedAt);
+    }
+    const stale = failure !== null || (lastStatus !== null && !lastStatus.caught_up);
+    const banner = $('stale');
+    banner.hidden = !stale;
+    document.body.classList.toggle('stale', stale);
+    if (failure !== null) {
+      banner.textContent = 'STALE: the last poll of the node failed (' + failure + '); what is shown is from revision ' +
+        (revision === null ? 'unknown' : revision) + '.';
+    } else if (stale) {
+      banner.textContent = 'STALE: node ' + lastStatus.node_id + ' is not caught up with the leader (caught_up false); ' +
+        'its revision ' + lastStatus.revision + ' may be behind the cluster\'s.';
+    }
+  }
+
+  function watch(st, err) {
+    if (err) {
+      failure = err.message || String(err);
+    } else {
+      failure = null;
+      lastStatus = st;
+      if (st.revision !== revision) {
+        firstSeen = revision === null;
+        revision = st.revision;
+        changedAt = Date.now();
+      }
+    }
+    renderRevision();
+  }
 
   follow(async () => {
     services = await get('services');
     render();
-  });
+  }, watch);
 })();
