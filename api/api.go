@@ -87,6 +87,10 @@ type Config struct {
 	// subscribers hold of a service's assignments; nil: no xDS server
 	// (the route answers with no subscribers).
 	XDSSubscribers func(ns, svc string) wire.XDSSubscribers
+	// XDSSummary tells this server's xDS streams and their subscribers
+	// by revision over all services, for GET /v1/status; nil: no xDS
+	// server (the status has no xds).
+	XDSSummary func() wire.XDSSummary
 	// UI, when set, serves the web dashboard: GET /ui/ and below, and
 	// GET /ui (its redirect). It is served without a token, as it holds
 	// only static files; the pages call the API with the caller's token.

@@ -345,5 +345,7 @@ func TestTokenCreatedOnLeaderWorksOnFollower(t *testing.T) {
 	wantStatus(t, r, http.StatusOK)
 	if st := decodeAs[wire.Status](t, r); st.NodeID != follower.NodeID() || st.Revision == 0 || st.LeaderID != leader.NodeID() {
 		t.Errorf("status %+v", st)
+	} else if age := time.Since(st.LastContact); st.LastContact.IsZero() || age < -time.Second || age > 10*time.Second {
+		t.Errorf("follower's last contact with the leader %v (%v ago), want within seconds", st.LastContact, age)
 	}
 }

@@ -77,6 +77,7 @@ type options struct {
 	ready         func() bool
 	noMetrics     bool
 	ui            http.Handler
+	xdsSummary    func() wire.XDSSummary
 	// health runs a health.Node (no prober) that the test drives with
 	// env.tick, on clock when set.
 	health bool
@@ -172,7 +173,7 @@ func newEnv(t *testing.T, o options) *env {
 	}
 	cfg := api.Config{Store: node.Store, ACL: authz, Addrs: policyFor(node.Store, o.dev),
 		MaxBodyBytes: o.maxBody, AuditRefusals: o.auditRefusals, Ready: o.ready,
-		Registerer: reg, Logger: logger, Now: o.now, UI: o.ui}
+		Registerer: reg, Logger: logger, Now: o.now, UI: o.ui, XDSSummary: o.xdsSummary}
 	if !o.noMetrics {
 		cfg.Gatherer = reg
 	}

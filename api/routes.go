@@ -418,8 +418,13 @@ func (s *Server) mutate(act acl.Action) handler {
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request, _ acl.Identity) (int, any, error) {
 	lid, _ := s.cfg.Store.Leader()
-	return http.StatusOK, wire.Status{NodeID: s.cfg.Store.NodeID(), State: s.cfg.Store.State(), LeaderID: lid,
-		Revision: s.cfg.Store.Revision(), CaughtUp: s.cfg.Store.CaughtUp()}, nil
+	st := wire.Status{NodeID: s.cfg.Store.NodeID(), State: s.cfg.Store.State(), LeaderID: lid,
+		Revision: s.cfg.Store.Revision(), CaughtUp: s.cfg.Store.CaughtUp(), LastContact: s.cfg.Store.LastContact().UTC()}
+	if s.cfg.XDSSummary != nil {
+		x := s.cfg.XDSSummary()
+		st.XDS = &x
+	}
+	return http.StatusOK, st, nil
 }
 
 func (s *Server) members(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {

@@ -134,6 +134,23 @@ type Status struct {
 	// follower is caught up once its revision reaches the leader's.
 	Revision uint64 `json:"revision"`
 	CaughtUp bool   `json:"caught_up"`
+	// LastContact is when this node last heard from a leader, by its own
+	// clock; on the leader itself it is the time of the answer. Omitted
+	// while the node has never heard from one.
+	LastContact time.Time `json:"last_contact,omitzero"`
+	// XDS is this node's xDS subscribers over all services; omitted when
+	// the node runs no xDS server.
+	XDS *XDSSummary `json:"xds,omitempty"`
+}
+
+// XDSSummary is the xDS subscribers of one server over every service:
+// its open streams, and those streams' subscribers by the oldest store
+// revision they acknowledged of any endpoint assignment (XDSSubscribers
+// over all services; a subscriber counts once). A stream that named no
+// endpoint assignment counts in Streams alone.
+type XDSSummary struct {
+	Streams int `json:"streams"`
+	XDSSubscribers
 }
 
 // ClassEvidence is one observer's latest evidence about an instance in

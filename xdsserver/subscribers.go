@@ -93,6 +93,27 @@ func (bs *books) close(b *ackBook) {
 // Its cost is a pass over the open streams; it takes no lock a stream
 // waits on for longer than one stream's read.
 func (s *Server) Subscribers(ns, svc string) wire.XDSSubscribers {
+	out, _ := s.tally(func(n, v string) bool { return n == ns && v == svc })
+	return out
+}
+
+// SubscribersSummary is Subscribers over every service, with the count
+// of open streams, for this node's status (issue 14 item 7): a
+// subscriber holding or naming assignments of several services counts
+// once, at the oldest revision it holds of any, and behind when it is
+// behind on any. A stream that named no assignment yet (or only
+// listeners, routes and clusters) counts in Streams alone. Same cost as
+// Subscribers.
+func (s *Server) SubscribersSummary() wire.XDSSummary {
+	subs, streams := s.tally(func(string, string) bool { return true })
+	return wire.XDSSummary{Streams: streams, XDSSubscribers: subs}
+}
+
+// tally groups the open streams' subscribers of the services match
+// accepts by the oldest store revision they acknowledged of those
+// services' assignments, and returns them with the number of open
+// streams.
+func (s *Server) tally(match func(ns, svc string) bool) (wire.XDSSubscribers, int) {
 	s.books.mu.Lock()
 	all := make([]*ackBook, 0, len(s.books.all))
 	for b := range s.books.all {
@@ -119,7 +140,7 @@ func (s *Server) Subscribers(ns, svc string) wire.XDSSubscribers {
 		}
 		b.mu.Lock()
 		for name, h := range b.held {
-			if h.ns == ns && h.svc == svc {
+			if match(h.ns, h.svc) {
 				count(h.rev, v == nil || v.res[endpointIdx][name].version != h.version)
 			}
 		}
@@ -127,7 +148,7 @@ func (s *Server) Subscribers(ns, svc string) wire.XDSSubscribers {
 			if _, ok := b.held[name]; ok {
 				continue
 			}
-			if s, n, _, ok := parseClusterName(name); !ok || s != svc || n != ns {
+			if svc, ns, _, ok := parseClusterName(name); !ok || !match(ns, svc) {
 				continue
 			}
 			if v != nil {
@@ -156,5 +177,5 @@ func (s *Server) Subscribers(ns, svc string) wire.XDSSubscribers {
 		out.Revisions = append(out.Revisions, wire.XDSRevision{Revision: rev, Subscribers: g.n, Behind: g.behind})
 	}
 	slices.SortFunc(out.Revisions, func(a, b wire.XDSRevision) int { return cmp.Compare(b.Revision, a.Revision) })
-	return out
+	return out, len(all)
 }

@@ -96,3 +96,65 @@ func TestSubscribersByRevision(t *testing.T) {
 	waitSubscribers(t, srv, "shop", "pay", revs())
 	closeDelta()
 }
+
+// waitSummary polls srv.SubscribersSummary until it says want.
+func waitSummary(t *testing.T, srv *xdsserver.Server, want wire.XDSSummary) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	var got wire.XDSSummary
+	for time.Now().Before(deadline) {
+		if got = srv.SubscribersSummary(); reflect.DeepEqual(got, want) {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("subscribers summary: %+v, want %+v", got, want)
+}
+
+// TestSubscribersSummary: over every service, the server tells its open
+// streams and their subscribers by revision (issue 14 item 7): a
+// subscriber of two services counts once; one that named assignments
+// but acknowledged none is behind at revision 0; a stream asking only
+// for listeners counts as a stream alone.
+func TestSubscribersSummary(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
+	ports := []cstatus.Port{{Name: "grpc", Number: 8443, Protocol: "tcp"}}
+	publishServices(t, pub, []cstatus.ServiceInfo{{}, {Namespace: "shop", Name: "pay", Ports: ports}, {Namespace: "bank", Name: "vault", Ports: ports}},
+		fixedBackends(), []cstatus.Entry{inRotation, inRotation}) // store revision 1001
+	srv, err := xdsserver.New(xdsserver.Config{Table: pub, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, srv)
+	none := wire.XDSSummary{XDSSubscribers: revs()}
+	waitSummary(t, srv, none)
+
+	// Both services' assignments, acknowledged: one subscriber.
+	d := newDeltaClient(t, ctx, addr)
+	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc", "vault.bank:grpc"}})
+	d.ack(d.recv(xdsserver.EndpointType), false)
+	waitSubscribers(t, srv, "bank", "vault", revs(wire.XDSRevision{Revision: 1001, Subscribers: 1}))
+	waitSubscribers(t, srv, "shop", "pay", revs(wire.XDSRevision{Revision: 1001, Subscribers: 1}))
+	waitSummary(t, srv, wire.XDSSummary{Streams: 1, XDSSubscribers: revs(wire.XDSRevision{Revision: 1001, Subscribers: 1})})
+
+	// A listener only: a stream, no subscriber.
+	lctx, closeL := context.WithCancel(ctx)
+	l := newADSClient(t, lctx, addr)
+	l.send(xdsserver.ListenerType, []string{"pay.shop"}, nil, false)
+	l.recv(xdsserver.ListenerType)
+	waitSummary(t, srv, wire.XDSSummary{Streams: 2, XDSSubscribers: revs(wire.XDSRevision{Revision: 1001, Subscribers: 1})})
+
+	// Named, answered, not acknowledged: behind at revision 0.
+	sctx, closeS := context.WithCancel(ctx)
+	s := newADSClient(t, sctx, addr)
+	s.send(xdsserver.EndpointType, []string{"vault.bank:grpc"}, nil, false)
+	s.recv(xdsserver.EndpointType)
+	waitSummary(t, srv, wire.XDSSummary{Streams: 3, XDSSubscribers: revs(
+		wire.XDSRevision{Revision: 1001, Subscribers: 1}, wire.XDSRevision{Revision: 0, Subscribers: 1, Behind: 1})})
+
+	closeS()
+	closeL()
+	waitSummary(t, srv, wire.XDSSummary{Streams: 1, XDSSubscribers: revs(wire.XDSRevision{Revision: 1001, Subscribers: 1})})
+}

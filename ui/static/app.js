@@ -68,7 +68,8 @@ const cairn = (() => {
   // second per open page, and a reload only when something was written.
   // While the page is hidden it does not poll. watch, if given, is told
   // each poll's outcome: watch(status) after GET /v1/status and the load
-  // it may start succeed, watch(null, error) when either fails.
+  // it may start succeed, watch(null, error) when either fails; it is for
+  // what changes without a write (ages, last contact, subscribers).
   function follow(load, watch) {
     let seen = null;
     let needToken = false;

@@ -1,18 +1,49 @@
-// The cluster page: GET /v1/status (this node) and GET /v1/members (the
-// raft configuration, with the leader marked), as `cairn members` shows.
+// The cluster page: GET /v1/status (this node, its last contact with the
+// leader and its xDS subscribers) and GET /v1/members (the raft
+// configuration, with the leader marked), as `cairn members` shows.
 'use strict';
 
 (() => {
   const { $, get, el, follow } = cairn;
 
+  // since is how long ago an instant was, by this browser's clock, as
+  // "120 ms ago", "4.2 s ago" or "3 min ago".
+  function since(at) {
+    const ms = Math.max(0, Date.now() - Date.parse(at));
+    if (ms < 1000) return Math.round(ms) + ' ms ago';
+    if (ms < 60000) return (ms / 1000).toFixed(1) + ' s ago';
+    if (ms < 7200000) return Math.floor(ms / 60000) + ' min ago';
+    return Math.floor(ms / 3600000) + ' h ago';
+  }
+
+  // renderStatus runs on every status read (once a second), as the last
+  // contact and the subscribers change without a write.
   function renderStatus(st) {
     $('st-node').textContent = st.node_id;
     $('st-state').textContent = st.state;
     $('st-leader').textContent = st.leader_id || 'unknown';
     $('st-revision').textContent = String(st.revision);
     $('st-caught-up').textContent = st.caught_up ? 'yes' : 'no';
+    const lc = $('st-last-contact');
+    lc.textContent = st.last_contact
+      ? since(st.last_contact) + (st.state === 'Leader' ? ' (this node is the leader)' : '')
+      : 'never';
+    lc.title = st.last_contact || '';
     $('no-leader').hidden = Boolean(st.leader_id);
     $('behind').hidden = st.caught_up;
+    renderXDS(st.xds);
+  }
+
+  function renderXDS(x) {
+    const rows = x ? x.revisions.map((r) => el('tr', { 'data-revision': String(r.revision), class: r.behind ? 'behind' : '' },
+      el('td', { class: 'revision', text: r.revision ? String(r.revision) : '0 (none acknowledged)' }),
+      el('td', { class: 'subscribers', text: String(r.subscribers) }),
+      el('td', { class: 'behind', text: String(r.behind) }))) : [];
+    $('xds-revisions').tBodies[0].replaceChildren(...rows);
+    $('xds-revisions').hidden = rows.length === 0;
+    $('xds-summary').textContent = !x ? 'This node runs no xDS server.'
+      : x.subscribers + ' subscriber' + (x.subscribers === 1 ? '' : 's') + ', ' + x.behind + ' behind, on ' +
+        x.streams + ' stream' + (x.streams === 1 ? '' : 's');
   }
 
   function renderMembers(ms, self) {
@@ -33,7 +64,8 @@
 
   follow(async () => {
     const st = await get('status');
-    renderStatus(st);
     renderMembers(await get('members'), st.node_id);
+  }, (st) => {
+    if (st) renderStatus(st);
   });
 })();
