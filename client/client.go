@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -383,13 +384,18 @@ func IsRetryable(err error) bool {
 		return false
 	}
 	// A certificate refused, by either side, or a server that does not
-	// speak TLS: the next attempt would meet the same.
+	// speak TLS: the next attempt would meet the same. (A verification
+	// callback's own refusal wraps the x509 error it met.)
 	var (
-		alert tls.AlertError
-		rh    tls.RecordHeaderError
-		cv    *tls.CertificateVerificationError
+		alert    tls.AlertError
+		rh       tls.RecordHeaderError
+		cv       *tls.CertificateVerificationError
+		unknown  x509.UnknownAuthorityError
+		invalid  x509.CertificateInvalidError
+		hostname x509.HostnameError
 	)
-	if errors.As(err, &alert) || errors.As(err, &rh) || errors.As(err, &cv) || strings.Contains(err.Error(), "certificate refused") {
+	if errors.As(err, &alert) || errors.As(err, &rh) || errors.As(err, &cv) ||
+		errors.As(err, &unknown) || errors.As(err, &invalid) || errors.As(err, &hostname) {
 		return false
 	}
 	if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "remote error" { // a TLS alert from the peer

@@ -3,8 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -86,14 +84,8 @@ func TestUIScopedReader(t *testing.T) {
 	needProcesses(t)
 	needTool(t, "chromium", "chromium")
 	t.Parallel()
-	const admin, reader = "admin-0123456789abcdefghijklmn", "reader-0123456789abcdefghijklm"
 	const otherNS, otherSvc, otherID = "billing", "ledger", "secret-ledger-0"
-	aclFile := filepath.Join(t.TempDir(), "acl.yaml")
-	if err := os.WriteFile(aclFile, []byte(fmt.Sprintf("tokens:\n- {secret: %s, scope: admin}\n- {secret: %s, scope: reader, namespaces: [%s]}\n",
-		admin, reader, healthNS)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c := StartClusterAs(t, admin, 1, append(slices.Clone(healthArgs), "--acl-file", aclFile)...)
+	c, _, reader := startACLNode(t)
 	n := c.Nodes[0]
 	ctx := ctxT(t, time.Minute)
 	applyDefinition(ctx, t, c, healthService("visible", "", "{lease_ttl: 10m}")+"---\n"+

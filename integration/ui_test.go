@@ -162,13 +162,7 @@ func TestUIServicesAndDrain(t *testing.T) {
 	needProcesses(t)
 	needTool(t, "chromium", "chromium")
 	t.Parallel()
-	const admin, reader = "admin-0123456789abcdefghijklmn", "reader-0123456789abcdefghijklm"
-	aclFile := filepath.Join(t.TempDir(), "acl.yaml")
-	if err := os.WriteFile(aclFile, []byte(fmt.Sprintf("tokens:\n- {secret: %s, scope: admin}\n- {secret: %s, scope: reader, namespaces: [%s]}\n",
-		admin, reader, healthNS)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c := StartClusterAs(t, admin, 1, append(slices.Clone(healthArgs), "--acl-file", aclFile)...)
+	c, admin, reader := startACLNode(t)
 	n := c.Nodes[0]
 	ctx := ctxT(t, time.Minute)
 	const svc = "uiweb"
@@ -251,4 +245,17 @@ func TestUIServicesAndDrain(t *testing.T) {
 	}
 	b.screenshot(t, "service.png")
 	t.Logf("browser part: %s", time.Since(start).Round(time.Millisecond))
+}
+
+// startACLNode starts one server with ACLs: an admin token (the harness's
+// clients send it) and a reader token for healthNS only.
+func startACLNode(t *testing.T) (c *Cluster, admin, reader string) {
+	t.Helper()
+	admin, reader = "admin-0123456789abcdefghijklmn", "reader-0123456789abcdefghijklm"
+	aclFile := filepath.Join(t.TempDir(), "acl.yaml")
+	if err := os.WriteFile(aclFile, []byte(fmt.Sprintf("tokens:\n- {secret: %s, scope: admin}\n- {secret: %s, scope: reader, namespaces: [%s]}\n",
+		admin, reader, healthNS)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return StartClusterAs(t, admin, 1, append(slices.Clone(healthArgs), "--acl-file", aclFile)...), admin, reader
 }
