@@ -6,7 +6,7 @@ STATICCHECK_VERSION ?= v0.8.2
 # on a machine where benches must not overlap.
 LOCK      ?=
 
-.PHONY: help build run test integration bench bench-dns bench-xds bench-xds-inprocess soak fuzz lint fmt tidy
+.PHONY: help build run test integration bench bench-dns bench-xds bench-xds-inprocess bench-ui soak fuzz lint fmt tidy
 help:        ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
 
@@ -49,6 +49,16 @@ bench-xds:   ## xDS, server in its own process, cairn beside go-control-plane's 
 	for t in cairn linearcache; do \
 		$(LOCK) bin/xdsload -bin bin/cairn -peer-bin bin/xdspeer -target $$t -mode burst -streams 2000 > bench/results/xdsload-$$t-burst-2000.txt || exit 1; cat bench/results/xdsload-$$t-burst-2000.txt; \
 	done
+
+bench-ui:    ## what open dashboards cost the server: 0–200 simulated dashboards polling as the page does, 1,000 services and 8,000 instances, a write a second; BASE=<commit> measures that commit's server first, in the same run; ~4 min a binary; results in bench/results/ (bench/cmd/uiload)
+	mkdir -p bench/results
+	$(LOCK) $(GO) build -o bin/cairn ./cmd/cairn
+	$(LOCK) $(GO) build -o bin/uiload ./bench/cmd/uiload
+	@if [ -n "$(BASE)" ]; then \
+		rm -rf bin/base-src && git worktree add -q --detach bin/base-src $(BASE) && \
+		(cd bin/base-src && $(LOCK) $(GO) build -o ../cairn-base ./cmd/cairn); rc=$$?; \
+		git worktree remove --force bin/base-src; [ $$rc -eq 0 ] || exit $$rc; fi
+	$(LOCK) taskset -c 1 bin/uiload -bin bin/cairn $(if $(BASE),-base-bin bin/cairn-base) | tee bench/results/uiload.md
 
 soak: build ## the agent through a 60-minute control-plane outage (issue 12): queries answered, errors, stale age, agent RSS; ~62 min (bench/cmd/soak)
 	$(GO) run ./bench/cmd/soak -bin bin/cairn

@@ -115,6 +115,13 @@ type Server struct {
 	auth      atomic.Pointer[authCache]
 	forwarder *http.Transport
 
+	list   atomic.Pointer[serviceList]
+	listMu sync.Mutex // one build of the list at a time
+
+	xdsMu  sync.Mutex
+	xdsAt  time.Time // when xdsSum was taken
+	xdsSum wire.XDSSummary
+
 	auditMu     sync.Mutex
 	auditWindow time.Time
 	auditCount  int
@@ -299,6 +306,10 @@ func (s *Server) finish(w http.ResponseWriter, r *http.Request, route string, id
 		return
 	}
 	s.metrics.requests.WithLabelValues(route, fmt.Sprint(code)).Inc()
+	if b, ok := body.(encodedJSON); ok {
+		writeEncoded(w, r, code, b)
+		return
+	}
 	writeJSON(w, code, body)
 }
 

@@ -7,6 +7,9 @@ type metrics struct {
 	rejected  *prometheus.CounterVec
 	forwarded prometheus.Counter
 	unaudited prometheus.Counter
+	// listBuilds counts the services list built (serviceList): at most
+	// once per store revision and status table, whatever the readers.
+	listBuilds prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -27,9 +30,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "cairn", Subsystem: "api", Name: "unaudited_refusals_total",
 			Help: "Refusals logged but not written to the audit trail (rate limit or no leader).",
 		}),
+		listBuilds: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "cairn", Subsystem: "api", Name: "service_list_builds_total",
+			Help: "Times the services list (GET /v1/services) was counted and encoded: once per store revision and status table that a request asked for.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.rejected, m.forwarded, m.unaudited)
+		reg.MustRegister(m.requests, m.rejected, m.forwarded, m.unaudited, m.listBuilds)
 	}
 	return m
 }

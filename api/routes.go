@@ -123,7 +123,12 @@ func (s *Server) view(ns, svc string, all bool) wire.View {
 }
 
 func (s *Server) listServices(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
-	// One pass over every instance, not one scan per service.
+	return http.StatusOK, s.serviceList().body(id), nil
+}
+
+// summaries is every service's summary, in the store's order, counted
+// in one pass over every instance rather than one scan per service.
+func (s *Server) summaries() []wire.ServiceSummary {
 	type count struct {
 		instances, eligible int
 		disregarded         bool
@@ -156,9 +161,6 @@ func (s *Server) listServices(w http.ResponseWriter, r *http.Request, id acl.Ide
 	}
 	out := []wire.ServiceSummary{}
 	for _, svc := range s.cfg.Store.Services() {
-		if !id.Allows(acl.Read, svc.Namespace, svc.Name, "") {
-			continue
-		}
 		sum := wire.ServiceSummary{Namespace: svc.Namespace, Name: svc.Name, Ports: len(svc.Ports),
 			Revision: svc.Revision, Zones: []wire.ZoneCount{}}
 		if c := counts[svc.Key()]; c != nil {
@@ -170,7 +172,7 @@ func (s *Server) listServices(w http.ResponseWriter, r *http.Request, id acl.Ide
 		}
 		out = append(out, sum)
 	}
-	return http.StatusOK, out, nil
+	return out
 }
 
 // service returns the named service if id may read it.
@@ -421,10 +423,26 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, _ acl.Identity) 
 	st := wire.Status{NodeID: s.cfg.Store.NodeID(), State: s.cfg.Store.State(), LeaderID: lid,
 		Revision: s.cfg.Store.Revision(), CaughtUp: s.cfg.Store.CaughtUp(), LastContact: s.cfg.Store.LastContact().UTC()}
 	if s.cfg.XDSSummary != nil {
-		x := s.cfg.XDSSummary()
+		x := s.xdsSummary()
 		st.XDS = &x
 	}
 	return http.StatusOK, st, nil
+}
+
+// xdsSummaryEvery is how old the xds summary of GET /v1/status may be.
+const xdsSummaryEvery = time.Second
+
+// xdsSummary is Config.XDSSummary, taken at most once per xdsSummaryEvery:
+// it walks every open xDS stream, and every open dashboard polls
+// GET /v1/status once a second.
+func (s *Server) xdsSummary() wire.XDSSummary {
+	s.xdsMu.Lock()
+	defer s.xdsMu.Unlock()
+	now := s.cfg.Now()
+	if s.xdsAt.IsZero() || now.Sub(s.xdsAt) >= xdsSummaryEvery || now.Before(s.xdsAt) {
+		s.xdsSum, s.xdsAt = s.cfg.XDSSummary(), now
+	}
+	return s.xdsSum
 }
 
 func (s *Server) members(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {

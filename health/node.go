@@ -398,6 +398,19 @@ func (n *Node) Status(key string, inc uint64) (status.Entry, bool) {
 	return status.Entry{}, false
 }
 
+// TableVersion is the version of the status table this node publishes
+// (status.Table.Version); 0 before the first build and while it serves
+// the table kept on disk. A reader that derives something from the
+// table's entries can keep it until this moves.
+func (n *Node) TableVersion() uint64 {
+	pub := n.published()
+	defer pub.release()
+	if pub.t == nil {
+		return 0
+	}
+	return pub.t.Version()
+}
+
 // publication is one look at what this node publishes: the current table,
 // nil before the first build and while the table is the one kept on disk
 // (its slots are not this node's yet). Release it.
