@@ -91,6 +91,9 @@ type Config struct {
 	// by revision over all services, for GET /v1/status; nil: no xDS
 	// server (the status has no xds).
 	XDSSummary func() wire.XDSSummary
+	// StaleAfter is the age past which this node's views and status say
+	// stale, as its DNS answers do (--stale-after); defaults to 5s.
+	StaleAfter time.Duration
 	// UI, when set, serves the web dashboard: GET /ui/ and below, and
 	// GET /ui (its redirect). It is served without a token, as it holds
 	// only static files; the pages call the API with the caller's token.
@@ -114,6 +117,8 @@ type Server struct {
 
 	auth      atomic.Pointer[authCache]
 	forwarder *http.Transport
+
+	started time.Time // by Config.Now: a node never synced is stale since then
 
 	list   atomic.Pointer[serviceList]
 	listMu sync.Mutex // one build of the list at a time
@@ -139,6 +144,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.WriteTimeout == 0 {
 		cfg.WriteTimeout = 10 * time.Second
 	}
+	if cfg.StaleAfter == 0 {
+		cfg.StaleAfter = 5 * time.Second
+	}
 	if cfg.AuditRefusals == 0 {
 		cfg.AuditRefusals = 10
 	}
@@ -152,7 +160,7 @@ func New(cfg Config) (*Server, error) {
 		st := cfg.Store
 		cfg.Ready = func() bool { id, _ := st.Leader(); return id != "" }
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "api"), mux: http.NewServeMux(),
+	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "api"), mux: http.NewServeMux(), started: cfg.Now(),
 		// Forwarding goes straight to the leader: no proxy from the
 		// environment, bounded waits.
 		forwarder: &http.Transport{

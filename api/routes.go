@@ -105,9 +105,27 @@ func flagNames(f cstatus.Flags) []string {
 	return strings.Split(f.String(), "|")
 }
 
+// freshness is this node's wire.Freshness at now: the rule of its DNS
+// answers (dnsserver's serve-stale), so that a page and a dig agree.
+// Without an evaluator, the store's last contact stands for the table.
+func (s *Server) freshness(now time.Time) wire.Freshness {
+	var last time.Time
+	restored := false
+	if s.cfg.Health != nil {
+		last, restored = s.cfg.Health.Synced(), s.cfg.Health.Restored()
+	} else {
+		last = s.cfg.Store.LastContact()
+	}
+	if last.IsZero() {
+		last = s.started // never synced since it started: stale since then
+	}
+	age := max(now.Sub(last), 0)
+	return wire.Freshness{Stale: restored || age > s.cfg.StaleAfter, AgeSeconds: age.Seconds()}
+}
+
 func (s *Server) view(ns, svc string, all bool) wire.View {
 	now := s.cfg.Now()
-	v := wire.View{Revision: s.cfg.Store.Revision(), Endpoints: []wire.Endpoint{}}
+	v := wire.View{Revision: s.cfg.Store.Revision(), Freshness: s.freshness(now), Endpoints: []wire.Endpoint{}}
 	for _, in := range s.cfg.Store.Instances(ns, svc) {
 		if in.Lifecycle == wire.Terminated && !all {
 			continue
@@ -421,7 +439,8 @@ func (s *Server) mutate(act acl.Action) handler {
 func (s *Server) status(w http.ResponseWriter, r *http.Request, _ acl.Identity) (int, any, error) {
 	lid, _ := s.cfg.Store.Leader()
 	st := wire.Status{NodeID: s.cfg.Store.NodeID(), State: s.cfg.Store.State(), LeaderID: lid,
-		Revision: s.cfg.Store.Revision(), CaughtUp: s.cfg.Store.CaughtUp(), LastContact: s.cfg.Store.LastContact().UTC()}
+		Revision: s.cfg.Store.Revision(), CaughtUp: s.cfg.Store.CaughtUp(), LastContact: s.cfg.Store.LastContact().UTC(),
+		Freshness: s.freshness(s.cfg.Now())}
 	if s.cfg.XDSSummary != nil {
 		x := s.xdsSummary()
 		st.XDS = &x

@@ -58,3 +58,43 @@ func TestStatusLastContactAndXDS(t *testing.T) {
 		t.Errorf("status of a node with no xDS server %s has xds", r.Body)
 	}
 }
+
+// TestFreshness: GET /v1/status and a service's view say how old the
+// node's view is and whether that is stale, by the rule of its DNS
+// answers: the time since the older of its last contact with a leader and
+// its last status table, stale past StaleAfter (SPEC §1, §3).
+func TestFreshness(t *testing.T) {
+	clk := &clock{t: time.Unix(1_700_000_000, 0)}
+	e := newEnv(t, options{health: true, clock: clk, now: clk.Now})
+	e.apply(t, "", webYAML)
+	e.tick(t) // a table, built now by the test's clock
+	check := func(wantStale bool, wantAge float64) {
+		t.Helper()
+		st := decodeAs[wire.Status](t, e.call(t, http.MethodGet, "/v1/status", "", ""))
+		d := decodeAs[wire.ServiceDetail](t, e.call(t, http.MethodGet, svcPath("shop", "web"), "", ""))
+		for what, f := range map[string]wire.Freshness{"status": st.Freshness, "view": d.View.Freshness} {
+			if f.Stale != wantStale || f.AgeSeconds != wantAge {
+				t.Errorf("%s: stale %v, age %v s; want stale %v, age %v s", what, f.Stale, f.AgeSeconds, wantStale, wantAge)
+			}
+		}
+	}
+	check(false, 0)
+	clk.Advance(5 * time.Second) // StaleAfter's default, not past it
+	check(false, 5)
+	clk.Advance(time.Second)
+	check(true, 6)
+	e.tick(t) // a new table: fresh again
+	check(false, 0)
+
+	// The field names the page and the CLI read.
+	r := e.call(t, http.MethodGet, "/v1/status", "", "")
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(r.Body, &raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"stale", "age_seconds"} {
+		if _, ok := raw[k]; !ok {
+			t.Errorf("status %s lacks %q", r.Body, k)
+		}
+	}
+}

@@ -2,11 +2,14 @@ package integration
 
 import (
 	"fmt"
+	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/miekg/dns"
 
 	"github.com/cairn-sd/cairn/wire"
 )
@@ -116,4 +119,111 @@ func TestUIServicesZonesSortStale(t *testing.T) {
 	}
 	b.waitJS(t, "the page says it is stale once the node is gone", `!document.getElementById('stale').hidden && document.getElementById('stale').textContent.startsWith('STALE') && document.body.classList.contains('stale')`, 5*time.Second)
 	b.screenshot(t, "services-stale.png")
+}
+
+// TestUIStaleWithoutLeader: the dashboard says loudly that what it shows
+// may be stale by the rule the node's DNS answers follow (issue 14 item
+// 2, SPEC §1 and §3). A follower whose two peers are killed keeps
+// answering from what it has; once its view is older than --stale-after,
+// GET /v1/status and the service's view say stale with the age, its DNS
+// answers carry EDE 3, and the services, service and cluster pages say
+// STALE without a reload, although its revision no longer moves. Started
+// again alone, it has not caught up with any leader, and the page says
+// that instead.
+func TestUIStaleWithoutLeader(t *testing.T) {
+	needProcesses(t)
+	needTool(t, "chromium", "chromium")
+	t.Parallel()
+	const staleAfter = 3 * time.Second
+	c := StartCluster(t, 3, append([]string{"--stale-after", staleAfter.String()}, healthArgs...)...)
+	ctx := ctxT(t, 2*time.Minute)
+	const svc = "lonely"
+	applyDefinition(ctx, t, c, healthService(svc, "", "{lease_ttl: 10m}"))
+	registerLoopback(ctx, t, c, svc, "l-1", 8080, nil)
+	leader, err := c.WaitLeader(20 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f *Node
+	for _, n := range c.Nodes {
+		if n != leader {
+			f = n
+			break
+		}
+	}
+	name := svc + "." + healthNS + ".svc.cairn.internal."
+	Eventually(t, 20*time.Second, func() error {
+		got, _, edes, _, err := staleAnswer(f, name)
+		if err != nil || len(got) != 1 || len(edes) != 0 {
+			return fmt.Errorf("%s answers %v EDE %v (%v); want one address, fresh", f.ID, got, edes, err)
+		}
+		return nil
+	})
+
+	b := newBrowser(t, ctx)
+	row := fmt.Sprintf(`tr[data-service="%s/%s"]`, healthNS, svc)
+	b.do(t, "open the follower's services page", 15*time.Second, chromedp.Navigate(f.URL()+"/ui/?ns="+healthNS), chromedp.WaitVisible(row))
+	b.waitJS(t, "not stale while the cluster is whole", `document.getElementById('stale').hidden`, 10*time.Second)
+
+	for _, n := range c.Nodes {
+		if n != f {
+			if err := n.Kill(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	Eventually(t, 20*time.Second, func() error {
+		st, err := f.Client().Status(ctx)
+		if err != nil {
+			return err
+		}
+		if !st.Stale || st.AgeSeconds <= staleAfter.Seconds() {
+			return fmt.Errorf("%s status: stale %v, age %.1f s; want stale past %s", f.ID, st.Stale, st.AgeSeconds, staleAfter)
+		}
+		d, err := f.Client().Service(ctx, healthNS, svc)
+		if err != nil {
+			return err
+		}
+		if !d.View.Stale || d.View.AgeSeconds <= staleAfter.Seconds() {
+			return fmt.Errorf("%s view: stale %v, age %.1f s; want stale past %s", f.ID, d.View.Stale, d.View.AgeSeconds, staleAfter)
+		}
+		// The page and dig agree: the DNS answer is stale too.
+		if got, _, edes, _, err := staleAnswer(f, name); err != nil || len(got) != 1 || !slices.Contains(edes, dns.ExtendedErrorCodeStaleAnswer) {
+			return fmt.Errorf("%s answers %v EDE %v (%v); want the address, stale (EDE 3)", f.ID, got, edes, err)
+		}
+		return nil
+	})
+	stale := `((b) => !b.hidden && b.textContent.startsWith('STALE: node %s\'s view is ') && b.textContent.includes('DNS answers are marked stale') && document.body.classList.contains('stale'))(document.getElementById('stale'))`
+	b.waitJS(t, "the services page says stale, with the age", fmt.Sprintf(stale, f.ID), 10*time.Second)
+	if got := eval[int](t, b, `document.querySelectorAll('#services tbody tr').length`); got != 1 {
+		t.Errorf("stale services page lists %d rows; want the one service still shown", got)
+	}
+	b.screenshot(t, "services-stale-no-leader.png")
+
+	b.do(t, "open the follower's service page", 15*time.Second,
+		chromedp.Navigate(f.URL()+"/ui/service.html?"+url.Values{"ns": {healthNS}, "svc": {svc}}.Encode()),
+		chromedp.WaitVisible(`#endpoints tbody tr`))
+	b.waitJS(t, "the service page says stale", `((b) => !b.hidden && b.textContent.startsWith('STALE') && b.textContent.includes(' old'))(document.getElementById('stale'))`, 10*time.Second)
+	b.do(t, "open the follower's cluster page", 15*time.Second, chromedp.Navigate(f.URL()+"/ui/cluster.html"), chromedp.WaitVisible(`#st-node`))
+	b.waitJS(t, "the cluster page says stale", `document.getElementById('st-freshness').textContent.startsWith('STALE: its view is ')`, 10*time.Second)
+
+	// Started again alone: never caught up since it started.
+	if err := f.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.spawn(); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 20*time.Second, func() error {
+		st, err := f.Client().Status(ctx)
+		if err == nil && st.CaughtUp {
+			t.Fatalf("%s restarted alone says it is caught up", f.ID)
+		}
+		return err
+	})
+	// (Its replica may hold nothing yet: raft applies the log it kept
+	// only once a leader says what is committed.)
+	b.do(t, "open the restarted follower's services page", 15*time.Second, chromedp.Navigate(f.URL()+"/ui/?ns="+healthNS), chromedp.WaitVisible(`#view-revision`))
+	b.waitJS(t, "the page says the node has not caught up", fmt.Sprintf(
+		`((b) => !b.hidden && b.textContent.startsWith('STALE: node %s is not caught up'))(document.getElementById('stale'))`, f.ID), 20*time.Second)
 }

@@ -85,10 +85,22 @@ type Endpoint struct {
 
 // View is a service's current view (SPEC §1).
 type View struct {
-	Revision          uint64     `json:"revision"`
-	HealthDisregarded bool       `json:"health_disregarded"`
-	Stale             bool       `json:"stale"`
-	Endpoints         []Endpoint `json:"endpoints"`
+	Revision          uint64 `json:"revision"`
+	HealthDisregarded bool   `json:"health_disregarded"`
+	// Freshness is the answering node's, as its DNS answers have it.
+	Freshness
+	Endpoints []Endpoint `json:"endpoints"`
+}
+
+// Freshness is how current a node's published view is, by the rule its
+// DNS answers follow (SPEC §3, serve-stale): its age is the time since
+// the older of its last contact with a leader and its last status table,
+// and it is stale past the node's --stale-after, while it serves the
+// table kept on disk before its store caught up, and before its first
+// table (age 0 then).
+type Freshness struct {
+	Stale      bool    `json:"stale"`
+	AgeSeconds float64 `json:"age_seconds"`
 }
 
 // ServiceDetail is GET /v1/services/{ns}/{svc}.
@@ -138,6 +150,9 @@ type Status struct {
 	// clock; on the leader itself it is the time of the answer. Omitted
 	// while the node has never heard from one.
 	LastContact time.Time `json:"last_contact,omitzero"`
+	// Freshness is how current what this node serves is: its views, its
+	// DNS answers.
+	Freshness
 	// XDS is this node's xDS subscribers over all services; omitted when
 	// the node runs no xDS server.
 	XDS *XDSSummary `json:"xds,omitempty"`

@@ -143,5 +143,39 @@ const cairn = (() => {
     tick();
   }
 
-  return { $, get, el, flagList, follow };
+  // duration says seconds as "3.4 s", "12 s", "3 min 4 s" or "2 h 5 min".
+  function duration(seconds) {
+    if (seconds < 10) return Math.max(0, seconds).toFixed(1) + ' s';
+    const s = Math.round(seconds);
+    if (s < 60) return s + ' s';
+    if (s < 3600) return Math.floor(s / 60) + ' min ' + (s % 60) + ' s';
+    return Math.floor(s / 3600) + ' h ' + Math.floor((s % 3600) / 60) + ' min';
+  }
+
+  // staleness says why what a page shows may be stale, '' when nothing
+  // says so: the last poll failed (failure), or GET /v1/status (st) says
+  // the node has not caught up with a leader since it started, or that
+  // its view is stale (older than its --stale-after: what its DNS answers
+  // mark stale). revision is the one the page shows. Pages call it on
+  // every poll, as a node cut off from its leader stops changing its
+  // revision and so never triggers a reload.
+  function staleness(st, failure, revision) {
+    if (failure) {
+      return 'STALE: the last poll of the node failed (' + failure + '); what is shown is from revision ' +
+        (revision === null || revision === undefined ? 'unknown' : revision) + '.';
+    }
+    if (!st) return '';
+    if (!st.caught_up) {
+      return 'STALE: node ' + st.node_id + ' is not caught up with the leader (caught_up false); ' +
+        'its revision ' + st.revision + ' may be behind the cluster\'s.';
+    }
+    if (st.stale) {
+      return 'STALE: node ' + st.node_id + '\'s view is ' + duration(st.age_seconds) + ' old' +
+        (st.leader_id ? '' : ' and it knows no leader') + '; its DNS answers are marked stale, and revision ' +
+        st.revision + ' may be behind the cluster\'s.';
+    }
+    return '';
+  }
+
+  return { $, get, el, flagList, follow, duration, staleness };
 })();

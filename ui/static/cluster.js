@@ -4,7 +4,7 @@
 'use strict';
 
 (() => {
-  const { $, get, el, follow } = cairn;
+  const { $, get, el, follow, duration } = cairn;
 
   // since is how long ago an instant was, by this browser's clock, as
   // "120 ms ago", "4.2 s ago" or "3 min ago".
@@ -29,6 +29,10 @@
       ? since(st.last_contact) + (st.state === 'Leader' ? ' (this node is the leader)' : '')
       : 'never';
     lc.title = st.last_contact || '';
+    const fr = $('st-freshness');
+    fr.textContent = (st.stale ? 'STALE' : 'fresh') + ': its view is ' + duration(st.age_seconds) + ' old' +
+      (st.stale ? '; its DNS answers are marked stale' : '');
+    fr.className = st.stale ? 'loud' : '';
     $('no-leader').hidden = Boolean(st.leader_id);
     $('behind').hidden = st.caught_up;
     renderXDS(st.xds);

@@ -3,7 +3,7 @@
 'use strict';
 
 (() => {
-  const { $, get, el, flagList, follow } = cairn;
+  const { $, get, el, flagList, follow, duration, staleness } = cairn;
   const q = new URLSearchParams(location.search);
   const ns = q.get('ns') || '';
   const svc = q.get('svc') || '';
@@ -93,7 +93,8 @@
     $('endpoints').tBodies[0].replaceChildren(...rows);
     $('empty').hidden = rows.length > 0;
     $('disregarded').hidden = !v.health_disregarded;
-    $('stale').hidden = !v.stale;
+    shown = v.revision;
+    showStale(v.stale ? 'STALE: this node\'s view is ' + duration(v.age_seconds) + ' old; its DNS answers are marked stale.' : '');
     const elig = v.endpoints.filter((e) => e.eligible).length;
     $('summary').textContent = v.endpoints.length + ' instances, ' + elig + ' eligible; view revision ' + v.revision +
       ', definition revision ' + d.definition.revision + '; updated ' + new Date().toLocaleTimeString();
@@ -104,7 +105,16 @@
     $('error').hidden = false;
     return;
   }
+  // The banner follows every poll of the node's status, not only the
+  // view's loads: a node cut off from its leader no longer changes its
+  // revision, so the view would never be fetched again to say so.
+  let shown = null; // the revision of the view shown
+  function showStale(why) {
+    $('stale').hidden = !why;
+    $('stale').textContent = why;
+    document.body.classList.toggle('stale', !!why);
+  }
   follow(async () => {
     render(await get('services/' + encodeURIComponent(ns) + '/' + encodeURIComponent(svc)));
-  });
+  }, (st, err) => showStale(staleness(st, err ? err.message || String(err) : null, shown)));
 })();

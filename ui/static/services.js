@@ -4,7 +4,7 @@
 'use strict';
 
 (() => {
-  const { $, get, el, flagList, follow } = cairn;
+  const { $, get, el, flagList, follow, duration, staleness } = cairn;
   const filter = $('ns-filter');
   let services = [];
 
@@ -139,10 +139,7 @@
   let failure = null;
 
   function ago(ms) {
-    const s = Math.max(0, Math.round(ms / 1000));
-    if (s < 60) return s + ' s ago';
-    if (s < 3600) return Math.floor(s / 60) + ' min ' + (s % 60) + ' s ago';
-    return Math.floor(s / 3600) + ' h ' + Math.floor((s % 3600) / 60) + ' min ago';
+    return duration(ms / 1000) + ' ago';
   }
 
   function renderRevision() {
@@ -153,17 +150,11 @@
       rev.textContent = 'revision ' + revision + (firstSeen ? ', unchanged since the page opened ' : ', changed ') +
         ago(Date.now() - changedAt);
     }
-    const stale = failure !== null || (lastStatus !== null && !lastStatus.caught_up);
+    const why = staleness(lastStatus, failure, revision);
     const banner = $('stale');
-    banner.hidden = !stale;
-    document.body.classList.toggle('stale', stale);
-    if (failure !== null) {
-      banner.textContent = 'STALE: the last poll of the node failed (' + failure + '); what is shown is from revision ' +
-        (revision === null ? 'unknown' : revision) + '.';
-    } else if (stale) {
-      banner.textContent = 'STALE: node ' + lastStatus.node_id + ' is not caught up with the leader (caught_up false); ' +
-        'its revision ' + lastStatus.revision + ' may be behind the cluster\'s.';
-    }
+    banner.hidden = !why;
+    banner.textContent = why;
+    document.body.classList.toggle('stale', !!why);
   }
 
   function watch(st, err) {
