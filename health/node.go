@@ -189,12 +189,24 @@ func (n *Node) Tick(ctx context.Context) {
 		n.log.Info("store caught up: serving tables built from it")
 	}
 	n.refresh()
+	n.round(ctx, now)
+}
+
+// round is Tick once the catalog is refreshed: targets, evaluation (on
+// the leader), commit, and the table.
+func (n *Node) round(ctx context.Context, now time.Time) {
 	n.updateLive(now)
 	n.updateTargets()
 	if n.cfg.Store.LeaderReady() {
-		if n.evaluate(ctx, now) {
-			n.refresh() // build from what was just committed
-		}
+		n.evaluate(ctx, now)
+		// Build from the replica as it is now, not as the round found
+		// it: with what the round committed, and with what was applied
+		// while it ran. The round's pauses publish withdrawals
+		// (publishPending) in tables stamped with the newer revision; a
+		// table built from the older catalog would put the withdrawn
+		// back into rotation until the next round, and its revision
+		// would go backwards. refresh does nothing if nothing changed.
+		n.refresh()
 	} else {
 		// A new term starts from the committed verdicts, and with every
 		// member live for LiveTimeout. Reset both whatever the last

@@ -109,3 +109,45 @@ func TestRoundPublishesWithdrawalsInItsPauses(t *testing.T) {
 		t.Errorf("cairn_health_withdrawals_published_total = %v, want 1", got)
 	}
 }
+
+// TestRoundBuildsFromTheReplicaItPublished: a drain applied after a
+// round took its catalog is published from the round's pause; the table
+// the round then builds keeps it withdrawn and is stamped no older than
+// the revision already published. (The round once built from the
+// catalog it began with when it committed nothing itself: the drained
+// instance went back into rotation for a round, in a table whose store
+// revision went backwards.)
+func TestRoundBuildsFromTheReplicaItPublished(t *testing.T) {
+	clk := newClock()
+	var ticks time.Duration
+	h := newHarness(t, clk, 0, func(c *Config) {
+		c.Slice = time.Nanosecond // a pause after every service (see above)
+		c.Now = func() time.Time { ticks++; return clk.Now().Add(ticks) }
+	})
+	cart, pay := tcpService("shop", "cart"), tcpService("shop", "pay")
+	h.apply(cart, pay)
+	carts := h.fleet(cart, "c", 2)
+	h.fleet(pay, "p", 2)
+	h.tick(0)
+	if e := h.entry(carts[0]); !e.Flags.Has(status.Eligible) {
+		t.Fatalf("%s not eligible before the drain: %+v", carts[0].ID, e)
+	}
+	clk.Advance(time.Second)
+	h.n.refresh() // the round's catalog, taken before the drain
+	if _, err := h.st.Drain(t.Context(), "admin", carts[0].Key(), carts[0].Incarnation); err != nil {
+		t.Fatal(err)
+	}
+	drained := h.st.Revision()
+	h.n.round(t.Context(), h.n.cfg.Now())
+	if got := h.metric("cairn_health_withdrawals_published_total"); got != 1 {
+		t.Errorf("cairn_health_withdrawals_published_total = %v, want 1 (from the round's pause)", got)
+	}
+	tbl := h.n.cfg.Table.Acquire()
+	defer tbl.Release()
+	if got := tbl.StoreRevision(); got < drained {
+		t.Errorf("the round's table is stamped revision %d, older than the drain's %d it published before", got, drained)
+	}
+	if e := h.entry(carts[0]); e.Flags.Has(status.Eligible) || e.Lifecycle != status.Draining {
+		t.Errorf("drained %s after the round: %+v; want draining, not eligible", carts[0].ID, e)
+	}
+}
