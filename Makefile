@@ -58,7 +58,8 @@ bench-ui:    ## what open dashboards cost the server: 0–200 simulated dashboar
 		rm -rf bin/base-src && git worktree add -q --detach bin/base-src $(BASE) && \
 		(cd bin/base-src && $(LOCK) $(GO) build -o ../cairn-base ./cmd/cairn); rc=$$?; \
 		git worktree remove --force bin/base-src; [ $$rc -eq 0 ] || exit $$rc; fi
-	$(LOCK) taskset -c 1 bin/uiload -bin bin/cairn $(if $(BASE),-base-bin bin/cairn-base) | tee bench/results/uiload.md
+	$(LOCK) taskset -c 1 bin/uiload -bin bin/cairn $(if $(BASE),-base-bin bin/cairn-base) > bench/results/uiload.md
+	cat bench/results/uiload.md
 
 soak: build ## the agent through a 60-minute control-plane outage (issue 12): queries answered, errors, stale age, agent RSS; ~62 min (bench/cmd/soak)
 	$(GO) run ./bench/cmd/soak -bin bin/cairn
