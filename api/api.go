@@ -6,6 +6,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -94,6 +95,10 @@ type Config struct {
 	// StaleAfter is the age past which this node's views and status say
 	// stale, as its DNS answers do (--stale-after); defaults to 5s.
 	StaleAfter time.Duration
+	// Started is when a node that has never synced counts its age from:
+	// the DNS server's start (dnsserver.Server.Started), so that the two
+	// agree. Defaults to the time New is called.
+	Started time.Time
 	// UI, when set, serves the web dashboard: GET /ui/ and below, and
 	// GET /ui (its redirect). It is served without a token, as it holds
 	// only static files; the pages call the API with the caller's token.
@@ -160,7 +165,7 @@ func New(cfg Config) (*Server, error) {
 		st := cfg.Store
 		cfg.Ready = func() bool { id, _ := st.Leader(); return id != "" }
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "api"), mux: http.NewServeMux(), started: cfg.Now(),
+	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "api"), mux: http.NewServeMux(), started: cmp.Or(cfg.Started, cfg.Now()),
 		// Forwarding goes straight to the leader: no proxy from the
 		// environment, bounded waits.
 		forwarder: &http.Transport{

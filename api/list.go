@@ -3,10 +3,12 @@ package api
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cairn-sd/cairn/acl"
 )
@@ -19,7 +21,10 @@ import (
 // (docs/decisions.md, "What a dashboard costs the server").
 type serviceList struct {
 	rev, table uint64
-	rows       []listRow
+	// built is when, by the monotonic clock: listEvery paces the CPU
+	// builds take, not a time the API shows.
+	built time.Time
+	rows  []listRow
 	// all is every row: the body for a token that may read them all,
 	// gzipped too, as most such bodies go to browsers that take gzip.
 	all encodedJSON
@@ -53,15 +58,13 @@ func writeEncoded(w http.ResponseWriter, r *http.Request, code int, b encodedJSO
 	_, _ = w.Write(body) // the client went away; nothing to do
 }
 
-// acceptsGzip reports whether r's Accept-Encoding names gzip with a
-// quality above 0 (RFC 9110 §12.5.3).
+// acceptsGzip reports whether r's Accept-Encoding takes gzip: gzip, or
+// else "*", with a quality above 0 (RFC 9110 §12.5.3).
 func acceptsGzip(r *http.Request) bool {
+	gzipQ, starQ := -1.0, -1.0
 	for _, v := range r.Header.Values("Accept-Encoding") {
 		for part := range strings.SplitSeq(v, ",") {
 			coding, params, _ := strings.Cut(part, ";")
-			if !strings.EqualFold(strings.TrimSpace(coding), "gzip") {
-				continue
-			}
 			q := 1.0
 			for param := range strings.SplitSeq(params, ";") {
 				k, v, ok := strings.Cut(strings.TrimSpace(param), "=")
@@ -71,10 +74,18 @@ func acceptsGzip(r *http.Request) bool {
 					}
 				}
 			}
-			return q > 0
+			switch coding = strings.TrimSpace(coding); {
+			case strings.EqualFold(coding, "gzip"):
+				gzipQ = q
+			case coding == "*":
+				starQ = q
+			}
 		}
 	}
-	return false
+	if gzipQ >= 0 {
+		return gzipQ > 0
+	}
+	return starQ > 0
 }
 
 // gzipped is b compressed for speed: once per build of a list that
@@ -87,21 +98,47 @@ func gzipped(b []byte) []byte {
 	return buf.Bytes()
 }
 
-// serviceList returns the list of the current store revision and status
-// table, building it if no request has since they last moved. Both are
-// read before the data, so the list is at least as new as its stamp.
-func (s *Server) serviceList() *serviceList {
+// listEvery is the least time between two builds of the services list.
+// A build waits out the rest of it, so that however fast the store
+// changes, the list is built at most four times a second, and each
+// answer is still at least as new as the store was when it was asked.
+const listEvery = 250 * time.Millisecond
+
+// serviceList returns a list at least as new as the store revision and
+// status table of the moment it is called, building it if no request has
+// since they last moved. A build reads both stamps before the data, so a
+// list is never older than its stamp; requests that arrive during a build
+// wait for it; and builds are at least listEvery apart.
+func (s *Server) serviceList(ctx context.Context) (*serviceList, error) {
+	fresh := func(l *serviceList, rev, table uint64) bool {
+		return l != nil && l.rev >= rev && l.table >= table
+	}
 	rev, table := s.cfg.Store.Revision(), s.tableVersion()
-	if l := s.list.Load(); l != nil && l.rev == rev && l.table == table {
-		return l
+	if l := s.list.Load(); fresh(l, rev, table) {
+		return l, nil
 	}
 	s.listMu.Lock()
 	defer s.listMu.Unlock()
-	if l := s.list.Load(); l != nil && l.rev == rev && l.table == table {
-		return l // built while this request waited
+	l := s.list.Load()
+	if fresh(l, rev, table) {
+		return l, nil // built while this request waited
 	}
+	if l != nil {
+		if wait := listEvery - time.Since(l.built); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil, ctx.Err()
+			}
+		}
+	}
+	// What the store holds now: this build answers the requests queued
+	// behind it too.
+	rev, table = s.cfg.Store.Revision(), s.tableVersion()
 	sums := s.summaries()
-	l := &serviceList{rev: rev, table: table, rows: make([]listRow, len(sums))}
+	l = &serviceList{rev: rev, table: table, built: time.Now(), rows: make([]listRow, len(sums))}
 	parts := make([][]byte, len(sums))
 	for i, sum := range sums {
 		b, err := json.MarshalIndent(sum, "  ", "  ")
@@ -115,7 +152,7 @@ func (s *Server) serviceList() *serviceList {
 	l.all.gz = gzipped(l.all.plain)
 	s.list.Store(l)
 	s.metrics.listBuilds.Inc()
-	return l
+	return l, nil
 }
 
 // body is the list as id may read it: the rows of the services it may

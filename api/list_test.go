@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -31,7 +32,10 @@ func TestServiceListBuiltOncePerChange(t *testing.T) {
 		wantStatus(t, r, http.StatusOK)
 		return r.Body
 	}
-	first := fetch()
+	fetch()
+	// A write, and then readers at once: they all ask for the revision
+	// the write made, so one builds and the others wait for it.
+	e.register(t, "", "shop", "cart", "c-1", "10.0.1.1")
 	built := e.metric(t, listBuilds, nil)
 	const readers = 32
 	bodies := make([][]byte, readers)
@@ -53,13 +57,17 @@ func TestServiceListBuiltOncePerChange(t *testing.T) {
 		if errs[i] != nil {
 			t.Fatalf("reader %d: %v", i, errs[i])
 		}
-		if !bytes.Equal(b, first) {
-			t.Fatalf("reader %d got\n%s\nwant\n%s", i, b, first)
+		if !bytes.Equal(b, bodies[0]) {
+			t.Fatalf("reader %d got\n%s\nreader 0\n%s", i, b, bodies[0])
 		}
 	}
-	if got := e.metric(t, listBuilds, nil); got != built {
-		t.Errorf("%d readers at one revision built the list %v more times, want none", readers, got-built)
+	if cart := find(decodeAs[[]wire.ServiceSummary](t, reply{Status: http.StatusOK, Body: bodies[0]}), "shop", "cart"); cart == nil || cart.Instances != 1 {
+		t.Errorf("after registering c-1, the readers got shop/cart %+v, want 1 instance", cart)
 	}
+	if got := e.metric(t, listBuilds, nil); got != built+1 {
+		t.Errorf("%d readers at one new revision built the list %v times, want once", readers, got-built)
+	}
+	built++
 
 	// A write: the next request builds the list again, with it.
 	e.register(t, "", "shop", "web", "i-2", "10.0.0.2")
@@ -199,7 +207,7 @@ func TestServiceListGzip(t *testing.T) {
 	if ce := plain.Header.Get("Content-Encoding"); ce != "" {
 		t.Fatalf("Accept-Encoding identity: Content-Encoding %q", ce)
 	}
-	for _, accept := range []string{"gzip", "gzip, deflate, br, zstd", "br;q=1.0, GZIP;q=0.5"} {
+	for _, accept := range []string{"gzip", "gzip, deflate, br, zstd", "br;q=1.0, GZIP;q=0.5", "*"} {
 		r := get(adminSecret, accept)
 		if ce := r.Header.Get("Content-Encoding"); ce != "gzip" {
 			t.Errorf("Accept-Encoding %q: Content-Encoding %q, want gzip", accept, ce)
@@ -221,12 +229,41 @@ func TestServiceListGzip(t *testing.T) {
 	if r := get(adminSecret, ""); !bytes.Equal(r.Body, plain.Body) {
 		t.Errorf("Go's client read\n%s\nwant\n%s", r.Body, plain.Body)
 	}
-	for _, accept := range []string{"gzip;q=0", "deflate, gzip; q=0.000"} {
+	for _, accept := range []string{"gzip;q=0", "deflate, gzip; q=0.000", "*, gzip;q=0", "br"} {
 		if ce := get(adminSecret, accept).Header.Get("Content-Encoding"); ce != "" {
 			t.Errorf("Accept-Encoding %q: Content-Encoding %q, want none", accept, ce)
 		}
 	}
 	if ce := get(readerSecret, "gzip").Header.Get("Content-Encoding"); ce != "" {
 		t.Errorf("a list filtered for a reader: Content-Encoding %q, want none", ce)
+	}
+}
+
+// TestServiceListBuildsPaced: however fast the store changes and however
+// many read, builds of the list are at least listEvery (250 ms) apart, so
+// a busy store does not make every dashboard's fetch a build; and each
+// answer is at least as new as the store when it was asked.
+func TestServiceListBuildsPaced(t *testing.T) {
+	e := newEnv(t, options{})
+	e.apply(t, "", webYAML)
+	before := e.metric(t, listBuilds, nil)
+	start := time.Now()
+	for i := range 12 {
+		id := fmt.Sprintf("i-%d", i)
+		e.register(t, "", "shop", "web", id, fmt.Sprintf("10.0.2.%d", i+1))
+		list := decodeAs[[]wire.ServiceSummary](t, e.call(t, http.MethodGet, "/v1/services", "", ""))
+		if web := find(list, "shop", "web"); web == nil || web.Instances != i+1 {
+			t.Fatalf("after registering %s: shop/web %+v, want %d instances", id, web, i+1)
+		}
+	}
+	elapsed := time.Since(start)
+	builds := e.metric(t, listBuilds, nil) - before
+	// The first build may come at once; each later one waits out the
+	// rest of 250 ms since the one before.
+	if most := 1 + float64(elapsed/(250*time.Millisecond)); builds > most {
+		t.Errorf("%v builds in %v, want at most %v (one per 250 ms)", builds, elapsed, most)
+	}
+	if builds != 12 {
+		t.Errorf("%v builds for 12 writes each followed by a read, want 12", builds)
 	}
 }

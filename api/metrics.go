@@ -32,7 +32,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		listBuilds: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "cairn", Subsystem: "api", Name: "service_list_builds_total",
-			Help: "Times the services list (GET /v1/services) was counted and encoded: once per store revision and status table that a request asked for.",
+			Help: "Times the services list (GET /v1/services) was counted and encoded: once per store revision and status table that a request asked for, at most four times a second.",
 		}),
 	}
 	if reg != nil {

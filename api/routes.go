@@ -141,7 +141,11 @@ func (s *Server) view(ns, svc string, all bool) wire.View {
 }
 
 func (s *Server) listServices(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
-	return http.StatusOK, s.serviceList().body(id), nil
+	l, err := s.serviceList(r.Context())
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, l.body(id), nil
 }
 
 // summaries is every service's summary, in the store's order, counted

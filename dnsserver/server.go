@@ -86,6 +86,10 @@ func New(cfg Config) (*Server, error) {
 // Ready is closed once the server listens.
 func (s *Server) Ready() <-chan struct{} { return s.ready }
 
+// Started is when the server was made, by Config.Now: a node that has
+// never synced is stale since then (serve-stale, see answer).
+func (s *Server) Started() time.Time { return s.started }
+
 // Addrs returns the UDP and TCP addresses the server listens on (after
 // Ready).
 func (s *Server) Addrs() (udp, tcp net.Addr) {

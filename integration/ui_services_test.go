@@ -193,7 +193,7 @@ func TestUIStaleWithoutLeader(t *testing.T) {
 		}
 		return nil
 	})
-	stale := `((b) => !b.hidden && b.textContent.startsWith('STALE: node %s\'s view is ') && b.textContent.includes('DNS answers are marked stale') && document.body.classList.contains('stale'))(document.getElementById('stale'))`
+	stale := `((b) => !b.hidden && b.textContent.startsWith('STALE: node %s\'s view is ') && b.textContent.includes('DNS answers say so (EDE 3') && document.body.classList.contains('stale'))(document.getElementById('stale'))`
 	b.waitJS(t, "the services page says stale, with the age", fmt.Sprintf(stale, f.ID), 10*time.Second)
 	if got := eval[int](t, b, `document.querySelectorAll('#services tbody tr').length`); got != 1 {
 		t.Errorf("stale services page lists %d rows; want the one service still shown", got)

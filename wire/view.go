@@ -94,10 +94,10 @@ type View struct {
 
 // Freshness is how current a node's published view is, by the rule its
 // DNS answers follow (SPEC §3, serve-stale): its age is the time since
-// the older of its last contact with a leader and its last status table,
-// and it is stale past the node's --stale-after, while it serves the
-// table kept on disk before its store caught up, and before its first
-// table (age 0 then).
+// the older of its last contact with a leader and its last status table
+// (since the node started, when it has had neither), and it is stale
+// past the node's --stale-after, and while it serves the table kept on
+// disk before its store caught up.
 type Freshness struct {
 	Stale      bool    `json:"stale"`
 	AgeSeconds float64 `json:"age_seconds"`

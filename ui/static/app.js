@@ -171,7 +171,7 @@ const cairn = (() => {
     }
     if (st.stale) {
       return 'STALE: node ' + st.node_id + '\'s view is ' + duration(st.age_seconds) + ' old' +
-        (st.leader_id ? '' : ' and it knows no leader') + '; its DNS answers are marked stale, and revision ' +
+        (st.leader_id ? '' : ' and it knows no leader') + '; its DNS answers say so (EDE 3; SERVFAIL past --max-stale), and revision ' +
         st.revision + ' may be behind the cluster\'s.';
     }
     return '';

@@ -31,7 +31,7 @@
     lc.title = st.last_contact || '';
     const fr = $('st-freshness');
     fr.textContent = (st.stale ? 'STALE' : 'fresh') + ': its view is ' + duration(st.age_seconds) + ' old' +
-      (st.stale ? '; its DNS answers are marked stale' : '');
+      (st.stale ? '; its DNS answers say so (EDE 3; SERVFAIL past --max-stale)' : '');
     fr.className = st.stale ? 'loud' : '';
     $('no-leader').hidden = Boolean(st.leader_id);
     $('behind').hidden = st.caught_up;

@@ -94,7 +94,7 @@
     $('empty').hidden = rows.length > 0;
     $('disregarded').hidden = !v.health_disregarded;
     shown = v.revision;
-    showStale(v.stale ? 'STALE: this node\'s view is ' + duration(v.age_seconds) + ' old; its DNS answers are marked stale.' : '');
+    showStale(v.stale ? 'STALE: this node\'s view is ' + duration(v.age_seconds) + ' old; its DNS answers say so (EDE 3; SERVFAIL past --max-stale).' : '');
     const elig = v.endpoints.filter((e) => e.eligible).length;
     $('summary').textContent = v.endpoints.length + ' instances, ' + elig + ' eligible; view revision ' + v.revision +
       ', definition revision ' + d.definition.revision + '; updated ' + new Date().toLocaleTimeString();

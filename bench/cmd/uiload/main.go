@@ -4,9 +4,9 @@
 //
 // It starts one real `cairn server --dev` pinned to one core
 // (GOMAXPROCS=1, taskset -c -server-cpu), registers -services services
-// of -per-service instances, and makes one write a second (a self-report
-// that flips one instance's readiness, so that the store revision moves
-// every second, as on a busy day). Then, for each count in -dashboards,
+// of -per-service instances, and makes -writes writes a second (a
+// self-report that flips one instance's readiness, so that the store
+// revision moves each time, as on a busy day). Then, for each count in -dashboards,
 // it runs that many simulated dashboards for -window and reads the
 // server's CPU time from /proc. A simulated dashboard does what the
 // page's JavaScript does (ui/static/app.js follow()): GET /v1/status once
@@ -63,6 +63,7 @@ type options struct {
 	page         string
 	serverCPU    string
 	keep         bool
+	writes       int
 }
 
 func main() {
@@ -78,6 +79,7 @@ func main() {
 	flag.StringVar(&o.page, "page", "services", "what the dashboards show: services, service, events, cluster or mix")
 	flag.StringVar(&o.serverCPU, "server-cpu", "0", "the CPU the server is pinned to (taskset -c)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the data dir and log")
+	flag.IntVar(&o.writes, "writes", 1, "writes a second (1-200): how fast the store revision moves")
 	flag.Parse()
 	for _, f := range strings.Split(counts, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -86,6 +88,10 @@ func main() {
 			os.Exit(2)
 		}
 		o.dashboards = append(o.dashboards, n)
+	}
+	if o.writes < 1 || o.writes > 200 {
+		fmt.Fprintf(os.Stderr, "uiload: -writes: %d must be from 1 to 200\n", o.writes)
+		os.Exit(2)
 	}
 	switch o.page {
 	case "services", "service", "events", "cluster", "mix":
@@ -149,12 +155,12 @@ func run(ctx context.Context, o options, bin string) error {
 	if err := populate(ctx, cl, o); err != nil {
 		return fmt.Errorf("registering: %w\n%s", err, srv.Tail())
 	}
-	fmt.Fprintf(os.Stderr, "uiload: %s: %d services, %d instances registered in %s\n", bin, o.services, o.services*o.perService, time.Since(started).Round(time.Second))
+	fmt.Fprintf(os.Stderr, "uiload: %s: %d services, %d instances registered in %s; %d writes a second, page %s\n", bin, o.services, o.services*o.perService, time.Since(started).Round(time.Second), o.writes, o.page)
 
 	wctx, stopWrites := context.WithCancel(ctx)
 	defer stopWrites()
 	writes := make(chan error, 1)
-	go func() { writes <- writer(wctx, cl) }()
+	go func() { writes <- writer(wctx, cl, o.writes) }()
 
 	base := "http://" + addr(0) + "/v1/"
 	idle := -1.0 // the server's CPU with no dashboard, once measured
@@ -235,16 +241,16 @@ func serviceName(i int) (ns, name string) {
 	return fmt.Sprintf("ns%02d", i/100), fmt.Sprintf("svc-%04d", i)
 }
 
-// writer flips one instance's readiness once a second until ctx ends:
-// every second, a new store revision.
-func writer(ctx context.Context, cl *client.Client) error {
+// writer flips one instance's readiness perSecond times a second until
+// ctx ends: each time, a new store revision.
+func writer(ctx context.Context, cl *client.Client, perSecond int) error {
 	reg, err := cl.Register(ctx, "writes", "w", wire.Registration{ID: "w-0", Ports: map[string]int{"http": 8080},
 		Addresses: []string{"10.255.0.1"}})
 	if err != nil {
 		return err
 	}
 	key := reg.Key()
-	tick := time.NewTicker(time.Second)
+	tick := time.NewTicker(time.Second / time.Duration(perSecond))
 	defer tick.Stop()
 	for ready := false; ; ready = !ready {
 		select {
