@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // TestWithdrawalsPublishedOnCommit: a drain, a deregistration and a
@@ -80,23 +81,7 @@ func TestWithdrawalsPublishedOnCommit(t *testing.T) {
 // pause, not after the round (SPEC §2: within 100 ms; a round of many
 // instances lasts longer than that once paced).
 func TestRoundPublishesWithdrawalsInItsPauses(t *testing.T) {
-	clk := newClock()
-	var ticks time.Duration
-	h := newHarness(t, clk, 0, func(c *Config) {
-		// Every slice is spent at once: the round pauses after each
-		// service. The clock moves a nanosecond a read, so that the
-		// pacer sees time pass; the evaluation's seconds do not notice.
-		c.Slice = time.Nanosecond
-		c.Now = func() time.Time { ticks++; return clk.Now().Add(ticks) }
-	})
-	cart, pay := tcpService("shop", "cart"), tcpService("shop", "pay")
-	h.apply(cart, pay)
-	carts := h.fleet(cart, "c", 2)
-	h.fleet(pay, "p", 2)
-	h.tick(0)
-	if e := h.entry(carts[0]); !e.Flags.Has(status.Eligible) {
-		t.Fatalf("%s not eligible before the drain: %+v", carts[0].ID, e)
-	}
+	h, clk, carts := pacedFleet(t)
 	if _, err := h.st.Drain(t.Context(), "admin", carts[0].Key(), carts[0].Incarnation); err != nil {
 		t.Fatal(err)
 	}
@@ -118,20 +103,7 @@ func TestRoundPublishesWithdrawalsInItsPauses(t *testing.T) {
 // instance went back into rotation for a round, in a table whose store
 // revision went backwards.)
 func TestRoundBuildsFromTheReplicaItPublished(t *testing.T) {
-	clk := newClock()
-	var ticks time.Duration
-	h := newHarness(t, clk, 0, func(c *Config) {
-		c.Slice = time.Nanosecond // a pause after every service (see above)
-		c.Now = func() time.Time { ticks++; return clk.Now().Add(ticks) }
-	})
-	cart, pay := tcpService("shop", "cart"), tcpService("shop", "pay")
-	h.apply(cart, pay)
-	carts := h.fleet(cart, "c", 2)
-	h.fleet(pay, "p", 2)
-	h.tick(0)
-	if e := h.entry(carts[0]); !e.Flags.Has(status.Eligible) {
-		t.Fatalf("%s not eligible before the drain: %+v", carts[0].ID, e)
-	}
+	h, clk, carts := pacedFleet(t)
 	clk.Advance(time.Second)
 	h.n.refresh() // the round's catalog, taken before the drain
 	if _, err := h.st.Drain(t.Context(), "admin", carts[0].Key(), carts[0].Incarnation); err != nil {
@@ -150,4 +122,28 @@ func TestRoundBuildsFromTheReplicaItPublished(t *testing.T) {
 	if e := h.entry(carts[0]); e.Flags.Has(status.Eligible) || e.Lifecycle != status.Draining {
 		t.Errorf("drained %s after the round: %+v; want draining, not eligible", carts[0].ID, e)
 	}
+}
+
+// pacedFleet is a node whose rounds pause after every service, with two
+// services of two instances each, all eligible after a first round.
+// Every slice is spent at once; the clock moves a nanosecond a read, so
+// that the pacer sees time pass, and the evaluation's seconds do not
+// notice.
+func pacedFleet(t *testing.T) (*harness, *clock, []wire.Instance) {
+	t.Helper()
+	clk := newClock()
+	var ticks time.Duration
+	h := newHarness(t, clk, 0, func(c *Config) {
+		c.Slice = time.Nanosecond
+		c.Now = func() time.Time { ticks++; return clk.Now().Add(ticks) }
+	})
+	cart, pay := tcpService("shop", "cart"), tcpService("shop", "pay")
+	h.apply(cart, pay)
+	carts := h.fleet(cart, "c", 2)
+	h.fleet(pay, "p", 2)
+	h.tick(0)
+	if e := h.entry(carts[0]); !e.Flags.Has(status.Eligible) {
+		t.Fatalf("%s not eligible before the drain: %+v", carts[0].ID, e)
+	}
+	return h, clk, carts
 }

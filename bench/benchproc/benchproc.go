@@ -49,6 +49,21 @@ func Start(bin string, args []string, logPath string) (*Process, error) {
 	return p, nil
 }
 
+// TempDir makes a temporary folder for one benchmark named name (its
+// servers' data and logs). remove deletes it, unless keep is set: then
+// it says on stderr where the folder is and leaves it.
+func TempDir(name string, keep bool) (dir string, remove func(), err error) {
+	dir, err = os.MkdirTemp("", "cairn-"+name+"-")
+	if err != nil {
+		return "", nil, err
+	}
+	if keep {
+		fmt.Fprintln(os.Stderr, name+": data dirs and logs in", dir)
+		return dir, func() {}, nil
+	}
+	return dir, func() { os.RemoveAll(dir) }, nil
+}
+
 // Pid is the process's id.
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
 

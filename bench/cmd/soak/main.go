@@ -89,15 +89,11 @@ type result struct {
 }
 
 func run(ctx context.Context, o options) error {
-	dir, err := os.MkdirTemp("", "cairn-soak-")
+	dir, remove, err := benchproc.TempDir("soak", o.keep)
 	if err != nil {
 		return err
 	}
-	if o.keep {
-		fmt.Fprintln(os.Stderr, "soak: data dirs and logs in", dir)
-	} else {
-		defer os.RemoveAll(dir)
-	}
+	defer remove()
 	bin, rev := o.bin, "-bin "+o.bin
 	if bin == "" {
 		if bin, err = integration.Binary(); err != nil {

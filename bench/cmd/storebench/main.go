@@ -40,6 +40,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cairn-sd/cairn/bench/benchproc"
 	"github.com/cairn-sd/cairn/client"
 	"github.com/cairn-sd/cairn/integration"
 	"github.com/cairn-sd/cairn/wire"
@@ -105,15 +106,11 @@ func run(ctx context.Context, o options) error {
 		tr.MaxIdleConnsPerHost = max(64, 2*o.conc)
 		tr.MaxIdleConns = max(256, 4*o.conc)
 	}
-	dir, err := os.MkdirTemp("", "cairn-storebench-")
+	dir, remove, err := benchproc.TempDir("storebench", o.keep)
 	if err != nil {
 		return err
 	}
-	if o.keep {
-		fmt.Fprintln(os.Stderr, "storebench: data dirs and logs in", dir)
-	} else {
-		defer os.RemoveAll(dir)
-	}
+	defer remove()
 	bin, err := integration.Binary()
 	if err != nil {
 		return err

@@ -114,15 +114,11 @@ func main() {
 }
 
 func run(ctx context.Context, o options, bin string) error {
-	dir, err := os.MkdirTemp("", "cairn-uiload-")
+	dir, remove, err := benchproc.TempDir("uiload", o.keep)
 	if err != nil {
 		return err
 	}
-	if o.keep {
-		fmt.Fprintln(os.Stderr, "uiload: data dir and log in", dir)
-	} else {
-		defer os.RemoveAll(dir)
-	}
+	defer remove()
 	ports, err := integration.FreePorts(4)
 	if err != nil {
 		return err

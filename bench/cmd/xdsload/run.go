@@ -20,15 +20,11 @@ import (
 )
 
 func run(ctx context.Context, o options) error {
-	dir, err := os.MkdirTemp("", "cairn-xdsload-")
+	dir, remove, err := benchproc.TempDir("xdsload", o.keep)
 	if err != nil {
 		return err
 	}
-	if o.keep {
-		fmt.Fprintln(os.Stderr, "xdsload: data dir and log in", dir)
-	} else {
-		defer os.RemoveAll(dir)
-	}
+	defer remove()
 	var tgt *target
 	if o.target == "cairn" {
 		tgt, err = startCairn(ctx, o, dir)
