@@ -26,6 +26,7 @@ import (
 
 	"github.com/cairn-sd/cairn/acl"
 	"github.com/cairn-sd/cairn/addrpolicy"
+	"github.com/cairn-sd/cairn/certs"
 	"github.com/cairn-sd/cairn/health"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/wire"
@@ -99,6 +100,9 @@ type Config struct {
 	// the DNS server's start (dnsserver.Server.Started), so that the two
 	// agree. Defaults to the time New is called.
 	Started time.Time
+	// TLS, when set, is the node's certificates: GET /v1/status tells
+	// their state. nil: the node speaks plaintext.
+	TLS *certs.Files
 	// UI, when set, serves the web dashboard: GET /ui/ and below, and
 	// GET /ui (its redirect). It is served without a token, as it holds
 	// only static files; the pages call the API with the caller's token.

@@ -449,6 +449,11 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, _ acl.Identity) 
 		x := s.xdsSummary()
 		st.XDS = &x
 	}
+	if s.cfg.TLS != nil {
+		c := s.cfg.TLS.State()
+		st.TLS = &wire.TLSState{CertNotAfter: c.CertNotAfter.UTC(), CANotAfter: c.CANotAfter.UTC(),
+			RotateSoon: c.RotateSoon, ReloadFailing: c.ReloadFailing}
+	}
 	return http.StatusOK, st, nil
 }
 

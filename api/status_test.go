@@ -57,6 +57,9 @@ func TestStatusLastContactAndXDS(t *testing.T) {
 	if _, ok := raw["xds"]; ok {
 		t.Errorf("status of a node with no xDS server %s has xds", r.Body)
 	}
+	if _, ok := raw["tls"]; ok {
+		t.Errorf("status of a plaintext node %s has tls", r.Body)
+	}
 }
 
 // TestFreshness: GET /v1/status and a service's view say how old the

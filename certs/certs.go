@@ -74,9 +74,10 @@ type Files struct {
 	cur atomic.Pointer[set]
 	mu  sync.Mutex // serialises reloads
 
-	notAfter     *prometheus.GaugeVec
-	reloads      *prometheus.CounterVec
-	reloadFailed prometheus.Gauge
+	notAfter      *prometheus.GaugeVec
+	reloads       *prometheus.CounterVec
+	reloadFailed  prometheus.Gauge
+	reloadFailing atomic.Bool // what reloadFailed says, for State
 }
 
 // Load reads and validates the files. The error names the flag and file
@@ -209,9 +210,11 @@ func (f *Files) Reload() error {
 	if err != nil {
 		f.count("error")
 		f.reloadFailed.Set(1)
+		f.reloadFailing.Store(true)
 		return err
 	}
 	f.reloadFailed.Set(0)
+	f.reloadFailing.Store(false)
 	if s.hash == f.cur.Load().hash {
 		return nil
 	}
@@ -262,14 +265,45 @@ func earliestCA(s *set) time.Time {
 	return t
 }
 
+// State is what the set in use says of its own health, for a status
+// page (field notes T1, T2: a rotation that fails shows only in logs).
+type State struct {
+	// CertNotBefore and CertNotAfter bound the certificate in use; zero
+	// without one.
+	CertNotBefore, CertNotAfter time.Time
+	// CANotAfter is when the earliest CA of the bundle expires.
+	CANotAfter time.Time
+	// RotateSoon: the certificate has lived two thirds of its lifetime.
+	RotateSoon bool
+	// ReloadFailing: the files on disk cannot be loaded (the last reload
+	// failed), so the previous ones are still in use.
+	ReloadFailing bool
+}
+
+// State returns the state of the set in use.
+func (f *Files) State() State {
+	s := f.cur.Load()
+	st := State{CANotAfter: earliestCA(s), ReloadFailing: f.reloadFailing.Load()}
+	if s.leaf != nil {
+		st.CertNotBefore, st.CertNotAfter = s.leaf.NotBefore, s.leaf.NotAfter
+		st.RotateSoon = f.pastTwoThirds(s.leaf)
+	}
+	return st
+}
+
+// pastTwoThirds reports whether c has lived two thirds of its lifetime.
+func (f *Files) pastTwoThirds(c *x509.Certificate) bool {
+	life := c.NotAfter.Sub(c.NotBefore)
+	return f.cfg.Now().After(c.NotBefore.Add(life * 2 / 3))
+}
+
 // warnExpiry logs once per load when the certificate has lived two
 // thirds of its lifetime (field notes T1).
 func (f *Files) warnExpiry(s *set) {
 	if s.leaf == nil {
 		return
 	}
-	life := s.leaf.NotAfter.Sub(s.leaf.NotBefore)
-	if f.cfg.Now().After(s.leaf.NotBefore.Add(life * 2 / 3)) {
+	if f.pastTwoThirds(s.leaf) {
 		f.log.Warn("certificate is past two thirds of its lifetime: rotate it", "file", f.cfg.CertFile,
 			"not_after", s.leaf.NotAfter.UTC().Format(time.RFC3339))
 	}

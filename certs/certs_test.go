@@ -347,3 +347,52 @@ func metric(t *testing.T, reg *prometheus.Registry, name, label string) float64 
 	t.Fatalf("no metric %s", name)
 	return 0
 }
+
+// TestState: what a status page shows of the set in use. The bounds of
+// the certificate and the earliest CA; rotate_soon past two thirds of
+// the certificate's lifetime (by the Config clock); reload_failing from a
+// failed reload until one succeeds.
+func TestState(t *testing.T) {
+	dir := t.TempDir()
+	start := time.Now().Truncate(time.Second)
+	ca, caFile := newCA(t, dir, "ca")
+	cert, key := pair(t, dir, "srv", ca, pki.Request{Server: true, CommonName: "s", Validity: 3 * time.Hour}, start)
+	now := start
+	f, err := certs.Load(certs.Config{CertFile: cert, KeyFile: key, CAFile: caFile, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := f.State()
+	if !st.CertNotAfter.Equal(f.NotAfter()) || !st.CertNotBefore.Before(st.CertNotAfter) || st.CertNotAfter.Sub(st.CertNotBefore) < 3*time.Hour {
+		t.Errorf("certificate bounds %v – %v; want a 3 h lifetime ending at %v", st.CertNotBefore, st.CertNotAfter, f.NotAfter())
+	}
+	if st.CANotAfter.IsZero() || st.RotateSoon || st.ReloadFailing {
+		t.Errorf("a fresh set: %+v; want the CA's expiry, not rotate_soon, not reload_failing", st)
+	}
+	now = st.CertNotBefore.Add(st.CertNotAfter.Sub(st.CertNotBefore)*2/3 + time.Second)
+	if !f.State().RotateSoon {
+		t.Errorf("past two thirds of the lifetime: %+v; want rotate_soon", f.State())
+	}
+	write(t, cert, []byte("not a certificate"))
+	if err := f.Reload(); err == nil {
+		t.Fatal("a reload of a broken file succeeded")
+	}
+	if st := f.State(); !st.ReloadFailing || !st.CertNotAfter.Equal(f.NotAfter()) {
+		t.Errorf("after a failed reload: %+v; want reload_failing, the previous certificate still in use", st)
+	}
+	_, _ = pair(t, dir, "srv", ca, pki.Request{Server: true, CommonName: "s2", Validity: 3 * time.Hour}, start)
+	if err := f.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if f.State().ReloadFailing {
+		t.Error("reload_failing after a reload that succeeded")
+	}
+
+	client, err := certs.Load(certs.Config{CAFile: caFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := client.State(); !st.CertNotAfter.IsZero() || st.CANotAfter.IsZero() || st.RotateSoon {
+		t.Errorf("a CA-only set: %+v; want no certificate bounds, the CA's expiry", st)
+	}
+}

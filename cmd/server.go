@@ -537,7 +537,7 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 
 	var joined, stopping atomic.Bool
 	joined.Store(cfg.Join == "")
-	a, err = api.New(api.Config{Store: st, ACL: authz, Addrs: pol, Health: hn, XDSSubscribers: xs.Subscribers, XDSSummary: xs.SubscribersSummary, UI: ui.Handler(), StaleAfter: cfg.StaleAfter, Started: ds.Started(), Gatherer: reg, Registerer: reg, Logger: log,
+	a, err = api.New(api.Config{Store: st, ACL: authz, Addrs: pol, Health: hn, XDSSubscribers: xs.Subscribers, XDSSummary: xs.SubscribersSummary, UI: ui.Handler(), TLS: tlsf, StaleAfter: cfg.StaleAfter, Started: ds.Started(), Gatherer: reg, Registerer: reg, Logger: log,
 		Ready: func() bool { return st.CaughtUp() && joined.Load() && !stopping.Load() }, Peer: peerCheck, ForwardTLS: peerTLS})
 	if err != nil {
 		return err

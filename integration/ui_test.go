@@ -33,12 +33,14 @@ type browser struct {
 }
 
 // newBrowser starts Chromium (skipped when it is not installed, failed
-// under CI=true) with one tab, and stops it when the test ends.
-func newBrowser(t *testing.T, parent context.Context) *browser {
+// under CI=true) with one tab, and stops it when the test ends; extra
+// are more of its flags.
+func newBrowser(t *testing.T, parent context.Context, extra ...chromedp.ExecAllocatorOption) *browser {
 	t.Helper()
 	exe := needTool(t, "chromium", "chromium")
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.Headless,
 		chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 800))
+	opts = append(opts, extra...)
 	actx, cancelAlloc := chromedp.NewExecAllocator(parent, opts...)
 	tctx, cancelTab := chromedp.NewContext(actx)
 	b := &browser{ctx: tctx, shots: t.TempDir()}

@@ -156,6 +156,23 @@ type Status struct {
 	// XDS is this node's xDS subscribers over all services; omitted when
 	// the node runs no xDS server.
 	XDS *XDSSummary `json:"xds,omitempty"`
+	// TLS is the state of this node's certificates; omitted when it
+	// speaks plaintext.
+	TLS *TLSState `json:"tls,omitempty"`
+}
+
+// TLSState is what a node's certificates in use say of their own health
+// (field notes T1, T2): their expiry, a rotation due, a reload failing.
+type TLSState struct {
+	// CertNotAfter is when the node's certificate expires.
+	CertNotAfter time.Time `json:"cert_not_after"`
+	// CANotAfter is when the earliest CA the node trusts expires.
+	CANotAfter time.Time `json:"ca_not_after"`
+	// RotateSoon: the certificate has lived two thirds of its lifetime.
+	RotateSoon bool `json:"rotate_soon"`
+	// ReloadFailing: the files on disk cannot be loaded; the node still
+	// uses the ones it loaded last.
+	ReloadFailing bool `json:"reload_failing"`
 }
 
 // XDSSummary is the xDS subscribers of one server over every service:

@@ -143,13 +143,15 @@ const cairn = (() => {
     tick();
   }
 
-  // duration says seconds as "3.4 s", "12 s", "3 min 4 s" or "2 h 5 min".
+  // duration says seconds as "3.4 s", "12 s", "3 min 4 s", "2 h 5 min"
+  // or "12 d 3 h".
   function duration(seconds) {
     if (seconds < 10) return Math.max(0, seconds).toFixed(1) + ' s';
     const s = Math.round(seconds);
     if (s < 60) return s + ' s';
     if (s < 3600) return Math.floor(s / 60) + ' min ' + (s % 60) + ' s';
-    return Math.floor(s / 3600) + ' h ' + Math.floor((s % 3600) / 60) + ' min';
+    if (s < 172800) return Math.floor(s / 3600) + ' h ' + Math.floor((s % 3600) / 60) + ' min';
+    return Math.floor(s / 86400) + ' d ' + Math.floor((s % 86400) / 3600) + ' h';
   }
 
   // staleness says why what a page shows may be stale, '' when nothing

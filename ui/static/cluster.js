@@ -33,9 +33,31 @@
     fr.textContent = (st.stale ? 'STALE' : 'fresh') + ': its view is ' + duration(st.age_seconds) + ' old' +
       (st.stale ? '; its DNS answers say so (EDE 3; SERVFAIL past --max-stale)' : '');
     fr.className = st.stale ? 'loud' : '';
+    renderTLS(st.tls);
     $('no-leader').hidden = Boolean(st.leader_id);
     $('behind').hidden = st.caught_up;
     renderXDS(st.xds);
+  }
+
+  // renderTLS shows the node's certificates as GET /v1/status tells them:
+  // a rotation due and a reload failing are loud, as they otherwise show
+  // only in logs and metrics.
+  function renderTLS(x) {
+    const td = $('st-tls');
+    if (!x) {
+      td.textContent = 'plaintext';
+      td.className = '';
+      return;
+    }
+    const left = (Date.parse(x.cert_not_after) - Date.now()) / 1000;
+    const parts = [left > 0
+      ? 'certificate expires in ' + duration(left) + ' (' + x.cert_not_after + ')'
+      : 'certificate EXPIRED at ' + x.cert_not_after];
+    parts.push('CA expires ' + x.ca_not_after);
+    if (x.rotate_soon) parts.push('ROTATE: past two thirds of its lifetime');
+    if (x.reload_failing) parts.push('RELOAD FAILING: the files on disk cannot be loaded; the previous ones are in use');
+    td.textContent = parts.join('; ');
+    td.className = x.rotate_soon || x.reload_failing || left <= 0 ? 'loud' : '';
   }
 
   function renderXDS(x) {
