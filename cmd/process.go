@@ -71,6 +71,17 @@ func (t tlsFiles) load(log *slog.Logger, reg prometheus.Registerer) (*certs.File
 // reloadOnHUP re-reads f on every SIGHUP until ctx is done (besides its
 // own polling of the files, run by the caller).
 func reloadOnHUP(ctx context.Context, f *certs.Files, log *slog.Logger) error {
+	return onHUP(ctx, func() {
+		if err := f.Reload(); err != nil {
+			log.Error("SIGHUP: reloading certificates: still using the previous ones", "err", err)
+		} else {
+			log.Info("SIGHUP: certificates checked", "not_after", f.NotAfter().UTC().Format(time.RFC3339))
+		}
+	})
+}
+
+// onHUP calls reload on every SIGHUP until ctx is done.
+func onHUP(ctx context.Context, reload func()) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -79,11 +90,7 @@ func reloadOnHUP(ctx context.Context, f *certs.Files, log *slog.Logger) error {
 		case <-ctx.Done():
 			return nil
 		case <-hup:
-			if err := f.Reload(); err != nil {
-				log.Error("SIGHUP: reloading certificates: still using the previous ones", "err", err)
-			} else {
-				log.Info("SIGHUP: certificates checked", "not_after", f.NotAfter().UTC().Format(time.RFC3339))
-			}
+			reload()
 		}
 	}
 }

@@ -3,7 +3,6 @@ package cmd
 import (
 	"context"
 	"crypto/tls"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -85,6 +84,8 @@ type serverConfig struct {
 	Plaintext      bool // --insecure-plaintext
 	DNSRRL         dnsserver.RRLConfig
 	DNSCookies     dnsserver.CookieConfig
+	// DNSCookieSecretFile is --dns-cookie-secret-file, re-read on SIGHUP.
+	DNSCookieSecretFile string
 }
 
 func serverCommand() *cli.Command {
@@ -128,7 +129,7 @@ func serverCommand() *cli.Command {
 			&cli.IntFlag{Name: "dns-rrl-slip", Value: dnsserver.DefaultRRLSlip, Usage: "every Nth limited response is sent truncated (TC: the client retries over TCP), the others dropped; 0 drops them all"},
 			&cli.StringSliceFlag{Name: "dns-rrl-exempt", Usage: "CIDR never rate-limited, e.g. your resolvers (repeatable)"},
 			&cli.StringFlag{Name: "dns-cookies", Value: "auto", Usage: "DNS cookies (RFC 7873; a valid one exempts from rate limiting): auto (on unless --dns-addr is loopback), on or off"},
-			&cli.StringFlag{Name: "dns-cookie-secret-file", Usage: "file of the server-cookie secret, 32 hex digits, and optionally the previous one on a second line (share it across servers; default: a random secret per process)"},
+			&cli.StringFlag{Name: "dns-cookie-secret-file", Usage: "file of the server-cookie secret, 32 hex digits, and optionally the previous one on a second line (share it across servers; re-read on SIGHUP, to roll it; default: a random secret per process)"},
 		},
 		Action: func(c *cli.Context) error {
 			cfg, err := serverConfigFromFlags(c)
@@ -307,27 +308,28 @@ func dnsProtection(c *cli.Context, cfg *serverConfig) error {
 		cfg.DNSRRL.Exempt = append(cfg.DNSRRL.Exempt, p.Masked())
 	}
 	if f := c.String("dns-cookie-secret-file"); f != "" {
-		b, err := os.ReadFile(f)
+		cur, prev, err := readCookieSecrets(f)
 		if err != nil {
-			return fmt.Errorf("--dns-cookie-secret-file: %w", err)
+			return err
 		}
-		lines := strings.Fields(string(b))
-		if len(lines) < 1 || len(lines) > 2 {
-			return fmt.Errorf("--dns-cookie-secret-file %s: want one secret, or the current and the previous, one a line", f)
-		}
-		for i, l := range lines {
-			k, err := hex.DecodeString(l)
-			if err != nil || len(k) != 16 {
-				return fmt.Errorf("--dns-cookie-secret-file %s: line %d is not 32 hex digits", f, i+1)
-			}
-			if i == 0 {
-				cfg.DNSCookies.Secret = k
-			} else {
-				cfg.DNSCookies.PreviousSecret = k
-			}
-		}
+		cfg.DNSCookies.Secret, cfg.DNSCookies.PreviousSecret = cur, prev
+		cfg.DNSCookieSecretFile = f
 	}
 	return nil
+}
+
+// readCookieSecrets reads --dns-cookie-secret-file (see
+// dnsserver.ParseCookieSecrets); the error names the flag and the file.
+func readCookieSecrets(path string) (cur, prev []byte, err error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--dns-cookie-secret-file: %w", err)
+	}
+	cur, prev, err = dnsserver.ParseCookieSecrets(b)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--dns-cookie-secret-file %s: %w", path, err)
+	}
+	return cur, prev, nil
 }
 
 // isLoopback reports whether hostport listens on loopback only.
@@ -573,6 +575,21 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 	if tlsf != nil {
 		g.Go(func() error { return tlsf.Run(runCtx) })
 		g.Go(func() error { return reloadOnHUP(runCtx, tlsf, log) })
+	}
+	if f := cfg.DNSCookieSecretFile; f != "" {
+		g.Go(func() error {
+			return onHUP(runCtx, func() {
+				cur, prev, err := readCookieSecrets(f)
+				if err == nil {
+					err = ds.SetCookieSecrets(cur, prev)
+				}
+				if err != nil {
+					log.Error("SIGHUP: reloading the DNS cookie secrets: still using the previous ones", "err", err)
+					return
+				}
+				log.Info("SIGHUP: DNS cookie secrets reloaded", "file", f, "previous", prev != nil)
+			})
+		})
 	}
 	g.Go(func() error {
 		if err := serveHTTP(srv); !errors.Is(err, http.ErrServerClosed) {

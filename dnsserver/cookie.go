@@ -3,7 +3,12 @@ package dnsserver
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
 	"net/netip"
+	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -63,8 +68,15 @@ const (
 	cookieRenewAge = 1800
 )
 
-// cookieKeys are the secrets server cookies are made and checked with.
+// cookieKeys holds the secrets server cookies are made and checked
+// with, swapped whole when they are rolled (Server.SetCookieSecrets).
 type cookieKeys struct {
+	set atomic.Pointer[cookieSecrets]
+}
+
+// cookieSecrets is one set of secrets: the current one, and the previous
+// one, accepted but never used to make a cookie.
+type cookieSecrets struct {
 	cur     sipKey
 	prev    sipKey
 	hasPrev bool
@@ -72,22 +84,73 @@ type cookieKeys struct {
 
 func newCookieKeys(c CookieConfig) *cookieKeys {
 	var k cookieKeys
+	k.set.Store(newCookieSecrets(c.Secret, c.PreviousSecret))
+	return &k
+}
+
+// newCookieSecrets keys cur (nil: a random secret) and prev (nil: none).
+// Both are cookieSecretSize octets (validated by the caller).
+func newCookieSecrets(cur, prev []byte) *cookieSecrets {
+	var k cookieSecrets
 	var b [cookieSecretSize]byte
-	if c.Secret != nil {
-		copy(b[:], c.Secret)
+	if cur != nil {
+		copy(b[:], cur)
 	} else {
 		_, _ = rand.Read(b[:]) // never fails (crypto/rand, Go 1.24+)
 	}
 	k.cur = newSipKey(b)
-	if c.PreviousSecret != nil {
-		copy(b[:], c.PreviousSecret)
+	if prev != nil {
+		copy(b[:], prev)
 		k.prev, k.hasPrev = newSipKey(b), true
 	}
 	return &k
 }
 
+// SetCookieSecrets rolls the server-cookie secrets (RFC 9018 §5): from
+// the next query on, cookies are made with cur and accepted when made
+// with cur or prev (nil: none). To roll, give every replica the new
+// secret with the old one as prev, and an hour later the new one alone.
+// Each is 16 octets. It fails, changing nothing, when cookies are off.
+func (s *Server) SetCookieSecrets(cur, prev []byte) error {
+	if s.cookies == nil {
+		return errors.New("dnsserver: cookies are off")
+	}
+	c := CookieConfig{Mode: ModeOn, Secret: cur, PreviousSecret: prev}
+	if cur == nil {
+		return errors.New("dnsserver: a cookie secret is required")
+	}
+	if err := c.validate(); err != nil {
+		return err
+	}
+	s.cookies.set.Store(newCookieSecrets(cur, prev))
+	return nil
+}
+
+// ParseCookieSecrets reads a cookie-secret file: the current secret, and
+// optionally the previous one on a second line, each 32 hex digits. The
+// error names the line and the rule.
+func ParseCookieSecrets(b []byte) (cur, prev []byte, err error) {
+	lines := strings.Fields(string(b))
+	if len(lines) < 1 || len(lines) > 2 {
+		return nil, nil, errors.New("want one secret, or the current and the previous, one a line")
+	}
+	for i, l := range lines {
+		k, err := hex.DecodeString(l)
+		if err != nil || len(k) != cookieSecretSize {
+			return nil, nil, fmt.Errorf("line %d is not %d hex digits", i+1, 2*cookieSecretSize)
+		}
+		if i == 0 {
+			cur = k
+		} else {
+			prev = k
+		}
+	}
+	return cur, prev, nil
+}
+
 // check judges req's COOKIE option at now, for answer to act on.
 func (k *cookieKeys) check(req *request, now time.Time) {
+	set := k.set.Load()
 	req.cookieNow = uint32(now.Unix())
 	n := req.cookieLen
 	switch {
@@ -110,12 +173,12 @@ func (k *cookieKeys) check(req *request, now time.Time) {
 	}
 	mac := binary.BigEndian.Uint64(c[clientCookieLen+8:])
 	switch {
-	case cookieHash(k.cur, c[:clientCookieLen], c[clientCookieLen:clientCookieLen+8], req.remote) == mac:
+	case cookieHash(set.cur, c[:clientCookieLen], c[clientCookieLen:clientCookieLen+8], req.remote) == mac:
 		req.cookieVerdict = cookieValid
 		if age > cookieRenewAge {
 			req.cookieVerdict = cookieRenew
 		}
-	case k.hasPrev && cookieHash(k.prev, c[:clientCookieLen], c[clientCookieLen:clientCookieLen+8], req.remote) == mac:
+	case set.hasPrev && cookieHash(set.prev, c[:clientCookieLen], c[clientCookieLen:clientCookieLen+8], req.remote) == mac:
 		req.cookieVerdict = cookieRenew
 	}
 }
@@ -144,10 +207,11 @@ func cookieHash(k sipKey, client, head []byte, ip netip.Addr) uint64 {
 // mint writes into dst a fresh server cookie for client (8 octets) and
 // ip at ts, made with the current secret.
 func (k *cookieKeys) mint(dst []byte, client []byte, ts uint32, ip netip.Addr) {
+	set := k.set.Load()
 	dst[0] = cookieVersion
 	dst[1], dst[2], dst[3] = 0, 0, 0
 	binary.BigEndian.PutUint32(dst[4:], ts)
-	binary.BigEndian.PutUint64(dst[8:], cookieHash(k.cur, client, dst[:8], ip))
+	binary.BigEndian.PutUint64(dst[8:], cookieHash(set.cur, client, dst[:8], ip))
 }
 
 // cookieOpt puts the answer's COOKIE option in o: the client cookie and

@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -336,4 +338,90 @@ func needTool(t *testing.T, name, pkg string) string {
 	}
 	t.Skipf("%s is not installed (Debian package %s): skipped; `apt-get install %s` to run it", name, pkg, pkg)
 	return ""
+}
+
+// TestSetCookieSecrets: the secrets roll without a restart (RFC 9018 §5).
+// Given the new secret with the old one as previous, a cookie of the old
+// secret still verifies and is answered with a fresh one of the new; with
+// the old one dropped, it no longer verifies. Bad secrets, or cookies
+// off, are refused and change nothing.
+func TestSetCookieSecrets(t *testing.T) {
+	const name = "web.shop.svc.cairn.internal."
+	f := start(t, shopServices(), cookies)
+	client := []byte("cookie!!")
+	ask := func(c []byte) []byte {
+		t.Helper()
+		return cookieOf(t, f.ask("udp", withCookie(query(name, dns.TypeA, true), c)))
+	}
+	old := append(slices.Clone(client), f.serverCookie(testSecret, client)...)
+	if got := ask(old); !bytes.Equal(got, old) {
+		t.Fatalf("a cookie of the current secret: answered %x, want it echoed %x", got, old)
+	}
+	next := bytes.Repeat([]byte{0x5a}, 16)
+	fresh := append(slices.Clone(client), f.serverCookie(next, client)...)
+
+	if err := f.srv.SetCookieSecrets(next, testSecret); err != nil {
+		t.Fatal(err)
+	}
+	valid := counter(t, f, "cairn_dns_cookies_total", "valid")
+	if got := ask(old); !bytes.Equal(got, fresh) {
+		t.Errorf("rolled, the old secret previous: answered %x, want a fresh cookie of the new secret %x", got, fresh)
+	}
+	if n := counter(t, f, "cairn_dns_cookies_total", "valid"); n != valid+1 {
+		t.Errorf("the old secret's cookie counted valid %v times, want once", n-valid)
+	}
+
+	if err := f.srv.SetCookieSecrets(next, nil); err != nil {
+		t.Fatal(err)
+	}
+	invalid := counter(t, f, "cairn_dns_cookies_total", "invalid")
+	if got := ask(old); !bytes.Equal(got, fresh) {
+		t.Errorf("the old secret dropped: answered %x, want a fresh cookie %x", got, fresh)
+	}
+	if n := counter(t, f, "cairn_dns_cookies_total", "invalid"); n != invalid+1 {
+		t.Errorf("the dropped secret's cookie counted invalid %v times, want once", n-invalid)
+	}
+	if got := ask(fresh); !bytes.Equal(got, fresh) {
+		t.Errorf("a cookie of the new secret: answered %x, want it echoed", got)
+	}
+
+	for _, bad := range []struct{ cur, prev []byte }{{nil, nil}, {[]byte("short"), nil}, {next, []byte("short")}} {
+		if err := f.srv.SetCookieSecrets(bad.cur, bad.prev); err == nil {
+			t.Errorf("SetCookieSecrets(%x, %x) accepted", bad.cur, bad.prev)
+		}
+	}
+	if got := ask(fresh); !bytes.Equal(got, fresh) {
+		t.Errorf("after refused secrets: answered %x, want the new secret's cookie echoed", got)
+	}
+
+	off := start(t, shopServices(), own) // loopback: cookies off by default
+	if err := off.srv.SetCookieSecrets(next, nil); err == nil || !strings.Contains(err.Error(), "cookies are off") {
+		t.Errorf("cookies off: SetCookieSecrets: %v, want a refusal", err)
+	}
+}
+
+func TestParseCookieSecrets(t *testing.T) {
+	a, b := strings.Repeat("ab", 16), strings.Repeat("cd", 16)
+	for _, tc := range []struct {
+		in, err   string
+		cur, prev string
+	}{
+		{in: a + "\n", cur: a},
+		{in: a + "\n" + b + "\n", cur: a, prev: b},
+		{in: "", err: "want one secret"},
+		{in: a + "\n" + b + "\n" + a, err: "want one secret"},
+		{in: a[:30], err: "line 1 is not 32 hex digits"},
+		{in: a + "\nzz" + b[2:], err: "line 2 is not 32 hex digits"},
+	} {
+		cur, prev, err := dnsserver.ParseCookieSecrets([]byte(tc.in))
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: %v, want an error saying %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || hex.EncodeToString(cur) != tc.cur || hex.EncodeToString(prev) != tc.prev {
+			t.Errorf("%q: %x, %x, %v; want %s, %s", tc.in, cur, prev, err, tc.cur, tc.prev)
+		}
+	}
 }

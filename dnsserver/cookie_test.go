@@ -173,7 +173,7 @@ func TestCookieVerdicts(t *testing.T) {
 
 // A random secret is made when none is given, one per server.
 func TestCookieRandomSecret(t *testing.T) {
-	a, b := newCookieKeys(CookieConfig{}), newCookieKeys(CookieConfig{})
+	a, b := newCookieKeys(CookieConfig{}).set.Load(), newCookieKeys(CookieConfig{}).set.Load()
 	if a.cur == b.cur || a.cur == (sipKey{}) || a.hasPrev {
 		t.Fatalf("secrets %v and %v", a.cur, b.cur)
 	}
