@@ -206,7 +206,7 @@ func runAgent(ctx context.Context, cfg agentConfig, logw interface{ Write([]byte
 		return err
 	}
 	log.Info("cairn agent started", "http", ln.Addr().String(), "dns", dnsUDP.String(), "servers", cfg.Servers,
-		"data_dir", cfg.DataDir, "restored", ag.Restored())
+		"data_dir", cfg.DataDir, "restored", ag.Restored(), "open_files_limit", openFilesLimit())
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ag.Run(gctx) })

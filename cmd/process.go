@@ -48,6 +48,20 @@ func newRegistry() *prometheus.Registry {
 	return reg
 }
 
+// openFilesLimit is the process's open-files limit (RLIMIT_NOFILE, soft),
+// logged at start (field notes O5: every xDS stream, API connection and
+// TCP DNS connection holds a file; process_open_fds and process_max_fds
+// are on /metrics). The Go runtime raises the soft limit to the hard one
+// at start, so this is the hard limit the process was given. 0 if it
+// cannot be read.
+func openFilesLimit() uint64 {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return 0
+	}
+	return l.Cur
+}
+
 // newHTTPServer returns the HTTP server of h, with the timeouts every
 // cairn listener has, logging its own errors as warnings.
 func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {

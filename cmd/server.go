@@ -554,7 +554,7 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 		return err
 	}
 	log.Info("cairn server started", "http", httpAddr, "raft", st.RaftAddr(), "dns", dnsUDP.String(), "grpc", grpcLn.Addr().String(),
-		"data_dir", cfg.DataDir, "dev", cfg.Dev)
+		"data_dir", cfg.DataDir, "dev", cfg.Dev, "open_files_limit", openFilesLimit())
 
 	// The store's loop has a context of its own: it keeps checkpointing
 	// renewals and following leadership until HTTP has drained.
