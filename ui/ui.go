@@ -5,13 +5,51 @@
 package ui
 
 import (
+	"bytes"
 	"embed"
+	"html/template"
 	"io/fs"
 	"net/http"
+	"path"
+	"strings"
+	"time"
 )
 
+// static holds what is served as it is (scripts, style, icon); pages the
+// HTML pages, each rendered once into pages/layout.html, the frame they
+// share (see there). Rendering is Go's html/template at start: no build
+// step, and what is served is still what the repository holds.
+//
 //go:embed static
 var static embed.FS
+
+//go:embed pages
+var pages embed.FS
+
+// render returns every page of pages/ rendered into the layout, by file
+// name.
+func render() (map[string][]byte, error) {
+	names, err := fs.Glob(pages, "pages/*.html")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]byte{}
+	for _, name := range names {
+		if path.Base(name) == "layout.html" {
+			continue
+		}
+		t, err := template.ParseFS(pages, "pages/layout.html", name)
+		if err != nil {
+			return nil, err
+		}
+		var b bytes.Buffer
+		if err := t.ExecuteTemplate(&b, "layout.html", nil); err != nil {
+			return nil, err
+		}
+		out[path.Base(name)] = b.Bytes()
+	}
+	return out, nil
+}
 
 // Prefix is the path the dashboard is served under.
 const Prefix = "/ui/"
@@ -28,6 +66,10 @@ func Handler() http.Handler {
 	sub, err := fs.Sub(static, "static")
 	if err != nil {
 		panic(err) // the embedded tree always has it
+	}
+	rendered, err := render()
+	if err != nil {
+		panic(err) // the embedded templates parse (TestHandler)
 	}
 	files := http.StripPrefix(Prefix, http.FileServerFS(sub))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -51,6 +93,14 @@ func Handler() http.Handler {
 		// The files change with the binary, which has no build time to
 		// offer as Last-Modified: revalidate every time.
 		h.Set("Cache-Control", "no-cache")
+		name := strings.TrimPrefix(r.URL.Path, Prefix)
+		if name == "" {
+			name = "index.html"
+		}
+		if page, ok := rendered[name]; ok {
+			http.ServeContent(w, r, name, time.Time{}, bytes.NewReader(page))
+			return
+		}
 		files.ServeHTTP(w, r)
 	})
 }
