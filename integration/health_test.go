@@ -203,6 +203,22 @@ func applyDefinition(ctx context.Context, t *testing.T, c *Cluster, def string) 
 	})
 }
 
+// loopbackFleet starts n backends and registers each as an instance of
+// svc on 127.0.0.1, ids prefix-0 … prefix-(n-1), edit applied to each
+// registration (may be nil).
+func loopbackFleet(ctx context.Context, t *testing.T, c *Cluster, svc, prefix string, n int, edit func(*wire.Registration)) ([]*backend, []string) {
+	t.Helper()
+	var bs []*backend
+	var ids []string
+	for i := range n {
+		b := newBackend(t, nil)
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		registerLoopback(ctx, t, c, svc, id, b.port, edit)
+		bs, ids = append(bs, b), append(ids, id)
+	}
+	return bs, ids
+}
+
 // registerLoopback registers instance id of shop/svc at 127.0.0.1:port
 // (port "http"); edit, if set, changes the registration first.
 func registerLoopback(ctx context.Context, t *testing.T, c *Cluster, svc, id string, port int, edit func(*wire.Registration)) wire.Registered {
@@ -428,14 +444,7 @@ func TestHealthTCPCloseWithdraws(t *testing.T) {
 	ctx := ctxT(t, 2*time.Minute)
 	const svc = "tcp"
 	applyDefinition(ctx, t, c, healthService(svc, "{type: tcp, port: http, interval: 1s, timeout: 500ms}", "{lease_ttl: 10m}"))
-	var bs []*backend
-	var ids []string
-	for i := range 4 {
-		b := newBackend(t, nil)
-		id := fmt.Sprintf("t-%d", i)
-		registerLoopback(ctx, t, c, svc, id, b.port, nil)
-		bs, ids = append(bs, b), append(ids, id)
-	}
+	bs, ids := loopbackFleet(ctx, t, c, svc, "t", 4, nil)
 	leader, err := c.WaitLeader(10 * time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -931,14 +940,7 @@ func TestHealthFailoverKeepsWithdrawn(t *testing.T) {
 	)
 	applyDefinition(ctx, t, c, healthService(svc, "{type: tcp, port: http, interval: 1s, timeout: 500ms}",
 		fmt.Sprintf("{admit_after: 5, admit_min: %s, lease_ttl: 10m}", admitMin)))
-	var bs []*backend
-	var ids []string
-	for i := range 4 {
-		b := newBackend(t, nil)
-		id := fmt.Sprintf("f-%d", i)
-		registerLoopback(ctx, t, c, svc, id, b.port, nil)
-		bs, ids = append(bs, b), append(ids, id)
-	}
+	bs, ids := loopbackFleet(ctx, t, c, svc, "f", 4, nil)
 	waitAllHealthy(ctx, t, c.Nodes, svc, ids...)
 
 	closedAt := time.Now()

@@ -33,14 +33,7 @@ func TestUIEventsTimeline(t *testing.T) {
 	applyDefinition(ctx, t, c, healthService(svc, "{type: tcp, port: http, interval: 1s, timeout: 500ms}", "{lease_ttl: 10m}"))
 	// Four instances, so that withdrawing one leaves the guard's
 	// minimum healthy fraction met.
-	var bes []*backend
-	var ids []string
-	for i := range 4 {
-		be := newBackend(t, nil)
-		iid := fmt.Sprintf("ev-%d", i)
-		registerLoopback(ctx, t, c, svc, iid, be.port, nil)
-		bes, ids = append(bes, be), append(ids, iid)
-	}
+	bes, ids := loopbackFleet(ctx, t, c, svc, "ev", 4, nil)
 	id := ids[0]
 	waitAllHealthy(ctx, t, c.Nodes, svc, ids...)
 

@@ -32,14 +32,7 @@ func TestUIGuardFlagLive(t *testing.T) {
 	const svc = "uiguard"
 	applyDefinition(ctx, t, c, healthService(svc, "{type: tcp, port: http, interval: 1s, timeout: 500ms}",
 		"{min_healthy_fraction: 0.5, admit_after: 4, admit_min: 3s, lease_ttl: 10m}"))
-	var bs []*backend
-	var ids []string
-	for i := range 4 {
-		b := newBackend(t, nil)
-		id := fmt.Sprintf("ug-%d", i)
-		registerLoopback(ctx, t, c, svc, id, b.port, func(r *wire.Registration) { r.Region, r.Zone = "r-1", "z-a" })
-		bs, ids = append(bs, b), append(ids, id)
-	}
+	bs, ids := loopbackFleet(ctx, t, c, svc, "ug", 4, func(r *wire.Registration) { r.Region, r.Zone = "r-1", "z-a" })
 	waitAllHealthy(ctx, t, c.Nodes, svc, ids...)
 
 	list, page := newBrowser(t, ctx), newBrowser(t, ctx)
