@@ -66,6 +66,11 @@ type command struct {
 	// that a renewal applied in between wins.
 	Expire      []leaseUpdate `json:"expire,omitempty"`
 	PruneBefore time.Time     `json:"prune_before,omitzero"`
+	// SilentSince, on opLeader, is the time of the last entry the new
+	// leader's replica held when it took over: from then until the
+	// takeover the cluster may have had no leader, and no lease could be
+	// renewed (zero: not known).
+	SilentSince time.Time     `json:"silent_since,omitzero"`
 	Member      *wire.Member  `json:"member,omitempty"`
 	Event       *wire.Event   `json:"event,omitempty"`
 	Tokens      []TokenRecord `json:"tokens,omitempty"`
@@ -108,11 +113,19 @@ type fsm struct {
 	members   map[string]wire.Member
 	tokens    map[string]TokenRecord // by accessor
 	tokenRev  uint64                 // index of the last token change
-	// leaderSince is when the current leader took over: every lease's
-	// grace runs one TTL from it.
+	// leaderSince is when the current leader took over: every live
+	// lease's grace runs one TTL from it.
 	leaderSince time.Time
-	events      ring // at most AuditCapacity
-	refusals    ring // at most RefusalCapacity
+	// silentSince is the time of the last entry before the current
+	// leader's takeover (zero: not known): a lease whose hard expiry had
+	// not come by then was live when the control plane went quiet.
+	silentSince time.Time
+	// logTime is the latest time an applied entry carries; not part of
+	// the replicated state (a restore estimates it), only read by a new
+	// leader for its takeover entry.
+	logTime  time.Time
+	events   ring // at most AuditCapacity
+	refusals ring // at most RefusalCapacity
 
 	// These share what many records repeat (see intern.go and
 	// record.go): strings, service keys, per service the ports map of its
@@ -185,6 +198,9 @@ func (f *fsm) Apply(l *raft.Log) any {
 
 func (f *fsm) apply(index uint64, c command) result {
 	f.rev = index
+	if c.At.After(f.logTime) {
+		f.logTime = c.At
+	}
 	r := result{Rev: index}
 	switch c.Op {
 	case opApply:
@@ -210,7 +226,7 @@ func (f *fsm) apply(index uint64, c command) result {
 			f.record(*c.Event)
 		}
 	case opLeader:
-		f.leaderSince = c.At
+		f.leaderSince, f.silentSince = c.At, c.SilentSince
 	case opHealth:
 		f.commitHealth(c)
 	case opPutTokens:
@@ -638,6 +654,7 @@ type fsmState struct {
 	Tokens      []TokenRecord   `json:"tokens"`
 	TokenRev    uint64          `json:"token_rev"`
 	LeaderSince time.Time       `json:"leader_since"`
+	SilentSince time.Time       `json:"silent_since,omitzero"`
 	Events      []wire.Event    `json:"events"`
 	Refusals    []wire.Event    `json:"refusals"`
 }
@@ -666,7 +683,7 @@ func (f *fsm) copyStateLocked() (fsmState, []record) {
 	defer f.mu.RUnlock()
 	recs := listRecords(&f.instances, nil)
 	s := fsmState{Rev: f.rev, NextInc: f.nextInc, EventSeq: f.eventSeq,
-		TokenRev: f.tokenRev, LeaderSince: f.leaderSince,
+		TokenRev: f.tokenRev, LeaderSince: f.leaderSince, SilentSince: f.silentSince,
 		Events: f.events.list(), Refusals: f.refusals.list()}
 	for _, t := range f.tokens {
 		t.Namespaces = slices.Clone(t.Namespaces)
@@ -737,7 +754,14 @@ func (f *fsm) load(s fsmState) error {
 	for _, t := range s.Tokens {
 		f.tokens[t.Accessor] = t
 	}
-	f.tokenRev, f.leaderSince = s.TokenRev, s.LeaderSince
+	f.tokenRev, f.leaderSince, f.silentSince = s.TokenRev, s.LeaderSince, s.SilentSince
+	// The log's time is not in a snapshot: the latest time it shows.
+	f.logTime = s.LeaderSince
+	for _, e := range s.Events {
+		if e.At.After(f.logTime) {
+			f.logTime = e.At
+		}
+	}
 	f.events, f.refusals = newRing(AuditCapacity), newRing(RefusalCapacity)
 	for _, e := range s.Events {
 		f.internEvent(&e)
@@ -808,6 +832,13 @@ func writeState(w io.Writer, st *fsmState, n int, instance func(i int) wire.Inst
 		}
 		return bw.WriteByte(']')
 	}
+	// optTime writes a time that is left out when zero (omitzero).
+	optTime := func(name string, t time.Time) error {
+		if t.IsZero() {
+			return nil
+		}
+		return value(name, t)
+	}
 	// The fields in fsmState's order, under their JSON names; bufio's
 	// error is sticky, so the first one is the one returned.
 	for _, err := range []error{
@@ -820,6 +851,7 @@ func writeState(w io.Writer, st *fsmState, n int, instance func(i int) wire.Inst
 		value("tokens", st.Tokens),
 		value("token_rev", st.TokenRev),
 		value("leader_since", st.LeaderSince),
+		optTime("silent_since", st.SilentSince),
 		list("events", len(st.Events), st.Events == nil, func(i int) any { return &st.Events[i] }),
 		value("refusals", st.Refusals),
 	} {

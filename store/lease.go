@@ -58,8 +58,8 @@ func (s *Store) Renew(ctx context.Context, key wire.InstanceKey, inc uint64) (wi
 	d := now.Add(in.LeaseTTL.D())
 	if !now.Before(s.overlay(in).LeaseDeadline) {
 		// A renewal that brings an expired lease back is replicated before
-		// it is acknowledged: the election grace (LeaseExpiry) then only
-		// has to cover leases that were live shortly before it.
+		// it is acknowledged: a later leader then knows the lease is live
+		// (LeaseExpiry).
 		c := command{Op: opHousekeep, At: now, Actor: "node:" + s.cfg.NodeID,
 			Leases: []leaseUpdate{{fence: fence{key, inc}, Deadline: d}}}
 		if _, err := s.propose(ctx, c); err != nil {
@@ -108,23 +108,22 @@ func (s *Store) notReady() error {
 }
 
 // LeaseExpiry returns when in's lease runs out as this node can tell: its
-// recorded deadline, but, for a lease that was live shortly before the
-// current leader took over, never before one TTL after that (the new
-// leader cannot know of renewals the old one did not replicate, so it
-// extends those leases by one TTL from its election, as etcd does —
-// without rewriting the recorded deadline). A lease dead before the
-// election gets no grace: a renewal that revives an expired lease is
-// replicated before it is acknowledged, so any renewal the new leader may
-// have missed was made while the recorded deadline was still ahead, and no
-// earlier than GraceWindow before the takeover. A follower adds two
-// checkpoint intervals for renewals the leader holds but has not
-// replicated yet.
+// recorded deadline, but, for a lease that was live when the cluster last
+// had a leader acting, never before one TTL after the current leader took
+// over. Time without a leader never counts against a lease (SPEC §2):
+// nothing could renew while there was none, and the new leader cannot
+// know of renewals the old one did not replicate, so every live lease
+// starts over from the takeover, as Consul resets session TTLs on an
+// election — without rewriting the recorded deadline. Live means not past
+// its hard expiry at the last entry before the takeover: a registration
+// that was already over stays over. A follower adds two checkpoint
+// intervals for renewals the leader holds but has not replicated yet.
 func (s *Store) LeaseExpiry(in wire.Instance) time.Time {
 	in = s.overlay(in)
 	s.fsm.mu.RLock()
-	since := s.fsm.leaderSince
+	since, silent := s.fsm.leaderSince, s.fsm.silentSince
 	s.fsm.mu.RUnlock()
-	return s.leaseExpiry(in, since)
+	return s.leaseExpiry(in, since, silent)
 }
 
 // HardExpiry returns when in's registration is over, as this node can
@@ -141,24 +140,18 @@ func (s *Store) HardExpiry(in wire.Instance) time.Time {
 }
 
 // leaseExpiry is LeaseExpiry for in, already overlaid, with the leader's
-// takeover time since; it takes no lock of the FSM.
-func (s *Store) leaseExpiry(in wire.Instance, since time.Time) time.Time {
+// takeover time since and the time of the last entry before it, silent;
+// it takes no lock of the FSM.
+func (s *Store) leaseExpiry(in wire.Instance, since, silent time.Time) time.Time {
 	exp := in.LeaseDeadline
-	if g := since.Add(in.LeaseTTL.D()); !since.IsZero() && g.After(exp) && exp.After(since.Add(-s.graceWindow())) {
+	ttl := in.LeaseTTL.D()
+	if g := since.Add(ttl); !since.IsZero() && g.After(exp) && (silent.IsZero() || hardExpiry(exp, ttl).After(silent)) {
 		exp = g
 	}
 	if !s.LeaderReady() {
 		exp = exp.Add(2 * s.cfg.LeaseCheckpoint)
 	}
 	return exp
-}
-
-// graceWindow is how long before a takeover a renewal can have been
-// acknowledged by the old leader and not replicated: two checkpoint
-// intervals (the last one may have failed) plus the longest a dead leader
-// goes unnoticed and an election takes (about four election timeouts).
-func (s *Store) graceWindow() time.Duration {
-	return 2*s.cfg.LeaseCheckpoint + 4*s.cfg.ElectionTimeout
 }
 
 // overlay applies the leader's unreplicated renewal of in, if any.
@@ -273,7 +266,12 @@ func (s *Store) takeOver(ctx context.Context) error {
 	if err := s.raft.Barrier(timeoutOf(ctx)).Error(); err != nil {
 		return fmt.Errorf("barrier: %w", s.raftErr(err))
 	}
-	if _, err := s.propose(ctx, command{Op: opLeader, Actor: "node:" + s.cfg.NodeID}); err != nil {
+	// The replica now holds every committed entry: the last one's time is
+	// when the cluster last showed a leader at work.
+	s.fsm.mu.RLock()
+	silent := s.fsm.logTime
+	s.fsm.mu.RUnlock()
+	if _, err := s.propose(ctx, command{Op: opLeader, Actor: "node:" + s.cfg.NodeID, SilentSince: silent}); err != nil {
 		return fmt.Errorf("recording the lease grace: %w", err)
 	}
 	if s.raft.CurrentTerm() != term {
@@ -347,9 +345,10 @@ func (s *Store) housekeepOnce(ctx context.Context) (bool, error) {
 	// next.)
 	s.hkPacer.Begin()
 	s.fsm.mu.RLock()
-	since := s.fsm.leaderSince
+	since, silent := s.fsm.leaderSince, s.fsm.silentSince
 	svcs := s.fsm.instances.services(s.hkSvcs[:0])
 	recs := s.hkRecs[:0]
+	cands := s.hkCands[:0]
 	for i, k := range svcs {
 		if i%16 == 15 && s.hkPacer.Due() {
 			s.fsm.mu.RUnlock()
@@ -394,28 +393,36 @@ func (s *Store) housekeepOnce(ctx context.Context) (bool, error) {
 			// takes them in the other order.
 			exp := s.leaseExpiry(s.overlay(wire.Instance{Namespace: k.Namespace, Service: k.Service, ID: k.ID,
 				Incarnation: in.incarnation, Lifecycle: in.lifecycle.wire(), LeaseTTL: in.leaseTTL,
-				LeaseDeadline: fromNanos(in.leaseDeadline)}), since)
+				LeaseDeadline: fromNanos(in.leaseDeadline)}), since, silent)
 			if now.Before(hardExpiry(exp, in.leaseTTL.D())) {
 				continue
 			}
-			if len(c.Expire) == maxTerminationsPerEntry {
-				more = true
-				continue
-			}
-			c.Expire = append(c.Expire, leaseUpdate{fence: fence{k, in.incarnation}, Deadline: exp})
+			cands = append(cands, expiryCandidate{leaseUpdate{fence: fence{k, in.incarnation}, Deadline: exp}, k.ServiceKey()})
 		}
 	}
+	// Hard expiries are paced by each service's shrink cap: after a
+	// zone's power loss, its registrations end a window at a time.
+	var limited bool
+	c.Expire, limited = s.paceExpiries(now, cands, maxTerminationsPerEntry)
+	more = more || limited
+	clear(cands)
+	s.hkCands = cands[:0]
 	s.fsm.mu.RUnlock()
 	clear(recs) // keep no record alive past its instance
 	s.hkRecs = recs[:0]
 	if len(c.Leases) == 0 && len(c.Terminate) == 0 && len(c.Expire) == 0 && c.PruneBefore.IsZero() {
+		s.noteHeldExpiries(ctx)
 		return false, nil
 	}
 	// Map order is random; the log fixes the order for every replica, and
 	// sorting makes the audit trail read in a stable order too.
 	sortFences(c.Terminate)
 	sort.Slice(c.Expire, func(i, j int) bool { return c.Expire[i].Key.String() < c.Expire[j].Key.String() })
-	if _, err := s.propose(ctx, c); err != nil {
+	_, err := s.propose(ctx, c)
+	if err == nil {
+		s.noteHeldExpiries(ctx)
+	}
+	if err != nil {
 		// Put the renewals back so that the next tick retries them.
 		s.leaseMu.Lock()
 		for _, l := range c.Leases {

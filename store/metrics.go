@@ -11,6 +11,7 @@ type metrics struct {
 	renewals      prometheus.Counter
 	transitions   prometheus.Counter
 	hardExpiries  prometheus.Counter
+	expiriesHeld  prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, s *Store) *metrics {
@@ -36,6 +37,10 @@ func newMetrics(reg prometheus.Registerer, s *Store) *metrics {
 			Namespace: "cairn", Subsystem: "store", Name: "hard_expiries_total",
 			Help: "Registrations this node's replica ended because their lease was past its hard expiry (5 × lease_ttl).",
 		}),
+		expiriesHeld: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "cairn", Subsystem: "store", Name: "hard_expiries_held",
+			Help: "Registrations past their hard expiry that this leader holds back by their service's shrink cap, at its last housekeeping tick.",
+		}),
 	}
 	if reg == nil {
 		return m
@@ -54,7 +59,7 @@ func newMetrics(reg prometheus.Registerer, s *Store) *metrics {
 			return 0
 		}))
 	}
-	reg.MustRegister(m.applyDuration, m.registrations, m.renewals, m.transitions, m.hardExpiries,
+	reg.MustRegister(m.applyDuration, m.registrations, m.renewals, m.transitions, m.hardExpiries, m.expiriesHeld,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "cairn", Subsystem: "store", Name: "revision",
 			Help: "Raft index of the last entry applied to this node's replica.",

@@ -62,7 +62,10 @@ type Store struct {
 	hkMu    sync.Mutex
 	hkRecs  []*record
 	hkSvcs  []wire.ServiceKey
+	hkCands []expiryCandidate
 	hkPacer *pace.Pacer
+	// expiryWins paces hard expiries per service (expirypace.go).
+	expiryWins map[wire.ServiceKey]*expiryWindow
 
 	gather gatherer // self-reports' group commits
 

@@ -11,8 +11,9 @@ const (
 	EventRegistered   EventKind = "registered"
 	EventDrained      EventKind = "drained"
 	EventDeregistered EventKind = "deregistered"
-	EventTerminated   EventKind = "terminated" // drain window over
-	EventExpired      EventKind = "expired"    // lease past its hard expiry
+	EventTerminated   EventKind = "terminated"  // drain window over
+	EventExpired      EventKind = "expired"     // lease past its hard expiry
+	EventExpiryHeld   EventKind = "expiry_held" // hard expiries held back by the shrink cap
 	EventReported     EventKind = "reported"
 	EventRefused      EventKind = "refused"
 	EventTokenCreated EventKind = "token_created"
