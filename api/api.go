@@ -68,9 +68,10 @@ type Config struct {
 	// replicated audit trail; the rest are only counted and logged, so
 	// that a misbehaving token cannot flood the log. Defaults to 10.
 	AuditRefusals int
-	// Ready reports whether the node serves; /readyz answers 503 while it
-	// returns false. Defaults to "a leader is known".
-	Ready func() bool
+	// Ready reports whether the node serves: nil when it does, else why
+	// not; /readyz answers 503 with that reason meanwhile. Defaults to "a
+	// leader is known".
+	Ready func() error
 	// Peer, when set, must accept the caller of every server-to-server
 	// call (join, probe results, forwarded outcomes) and of every request
 	// a follower forwards, before anything else is done with it: with
@@ -167,7 +168,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Ready == nil {
 		st := cfg.Store
-		cfg.Ready = func() bool { id, _ := st.Leader(); return id != "" }
+		cfg.Ready = func() error {
+			if id, _ := st.Leader(); id == "" {
+				return errors.New("no leader known")
+			}
+			return nil
+		}
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "api"), mux: http.NewServeMux(), started: cmp.Or(cfg.Started, cfg.Now()),
 		// Forwarding goes straight to the leader: no proxy from the
@@ -222,8 +228,8 @@ func (s *Server) routes() {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	m.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if !s.cfg.Ready() {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready"})
+		if err := s.cfg.Ready(); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "reason": err.Error()})
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})

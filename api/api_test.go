@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"reflect"
@@ -39,11 +40,11 @@ func TestHealthzAndReadyz(t *testing.T) {
 
 func TestReadyzNotReady(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, options{ready: func() bool { return false }})
+	e := newEnv(t, options{ready: func() error { return errors.New("no status table yet") }})
 	r := e.call(t, http.MethodGet, "/readyz", "", "")
 	wantStatus(t, r, http.StatusServiceUnavailable)
-	if got := decodeAs[map[string]string](t, r)["status"]; got != "not ready" {
-		t.Errorf("/readyz status %q, want \"not ready\"", got)
+	if got := decodeAs[map[string]string](t, r); got["status"] != "not ready" || got["reason"] != "no status table yet" {
+		t.Errorf("/readyz says %v, want status \"not ready\" and the reason", got)
 	}
 	// A node that is not ready is still alive.
 	wantStatus(t, e.call(t, http.MethodGet, "/healthz", "", ""), http.StatusOK)

@@ -74,7 +74,7 @@ type options struct {
 	maxBody       int64
 	auditRefusals int
 	now           func() time.Time
-	ready         func() bool
+	ready         func() error
 	noMetrics     bool
 	ui            http.Handler
 	xdsSummary    func() wire.XDSSummary

@@ -468,7 +468,7 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 		SubscribersFile: filepath.Join(cfg.DataDir, XDSSubscribersFile),
 		// A table built from a synced store, or the one kept on disk: never
 		// a partial view, which a client would apply.
-		Ready:      func() bool { return !hn.Synced().IsZero() || hn.Restored() },
+		Ready:      func() bool { return hn.Serving() == nil },
 		Authorizer: func() *acl.Authorizer { return a.Authorizer() },
 		Outcomes:   func(ctx context.Context, b wire.OutcomeBatch) error { return lrsPush.outcomes(ctx, hn, b) }})
 	if err != nil {
@@ -537,10 +537,16 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 		return err
 	}
 
-	var joined, stopping atomic.Bool
-	joined.Store(cfg.Join == "")
+	var stopping atomic.Bool
 	a, err = api.New(api.Config{Store: st, ACL: authz, Addrs: pol, Health: hn, XDSSubscribers: xs.Subscribers, XDSSummary: xs.SubscribersSummary, UI: ui.Handler(), TLS: tlsf, StaleAfter: cfg.StaleAfter, Started: ds.Started(), Gatherer: reg, Registerer: reg, Logger: log,
-		Ready: func() bool { return st.CaughtUp() && joined.Load() && !stopping.Load() }, Peer: peerCheck, ForwardTLS: peerTLS})
+		// Ready means serving: DNS and xDS have a table to answer from
+		// (SPEC §6), fresh or kept on disk, until a SIGTERM's lame duck.
+		Ready: func() error {
+			if stopping.Load() {
+				return errors.New("shutting down")
+			}
+			return hn.Serving()
+		}, Peer: peerCheck, ForwardTLS: peerTLS})
 	if err != nil {
 		return err
 	}
@@ -637,7 +643,6 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 				}
 				return err
 			}
-			joined.Store(true)
 			log.Info("joined the cluster", "via", cfg.Join)
 			return nil
 		})

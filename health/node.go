@@ -2,6 +2,7 @@ package health
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -486,6 +487,22 @@ func (n *Node) Synced() time.Time {
 		return c
 	}
 	return built
+}
+
+// Serving reports whether this node's DNS and xDS servers have a status
+// table to answer from: one built from its caught-up store, or the one it
+// kept on disk (answered as stale). nil when they do; otherwise why not,
+// for /readyz. A table, once published, is never withdrawn: readers keep
+// the last one.
+func (n *Node) Serving() error {
+	if t := n.cfg.Table.Acquire(); t != nil {
+		t.Release() // the DNS server's own test
+		return nil
+	}
+	if !n.cfg.Store.CaughtUp() {
+		return errors.New("no status table yet: the store has not caught up with a leader, and no table is kept on disk")
+	}
+	return errors.New("no status table yet: the store has caught up and the first table is being built")
 }
 
 // Restored reports whether this node serves the table it kept on disk,
