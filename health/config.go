@@ -57,6 +57,11 @@ type Config struct {
 	// queries: see package pace. Defaults to pace.DefaultSlice; negative
 	// turns pacing off. It is timed with Now.
 	Slice time.Duration
+	// OnPhase, if set, is called on the loop's goroutine each time the
+	// loop enters another phase of its round (see Phase), before the
+	// phase's work: for benches and tests that time what happens in
+	// each. It must return at once. nil: nothing is called.
+	OnPhase func(Phase)
 
 	Now        func() time.Time
 	Logger     *slog.Logger

@@ -57,7 +57,8 @@ type Node struct {
 	restoredSynced time.Time
 
 	// Owned by the loop.
-	cat catalog
+	phase Phase // see enter
+	cat   catalog
 	// keyBuf is where refresh spells an instance's key to look it up.
 	keyBuf     []byte
 	slots      *status.Slots
@@ -189,6 +190,8 @@ func (n *Node) Tick(ctx context.Context) {
 		n.restored.Store(false)
 		n.log.Info("store caught up: serving tables built from it")
 	}
+	defer n.enter(PhaseIdle)
+	n.enter(PhaseRefresh)
 	n.refresh()
 	n.round(ctx, now)
 }
@@ -196,6 +199,7 @@ func (n *Node) Tick(ctx context.Context) {
 // round is Tick once the catalog is refreshed: targets, evaluation (on
 // the leader), commit, and the table.
 func (n *Node) round(ctx context.Context, now time.Time) {
+	n.enter(PhaseEvaluate)
 	n.updateLive(now)
 	n.updateTargets()
 	if n.cfg.Store.LeaderReady() {
@@ -207,6 +211,7 @@ func (n *Node) round(ctx context.Context, now time.Time) {
 		// table built from the older catalog would put the withdrawn
 		// back into rotation until the next round, and its revision
 		// would go backwards. refresh does nothing if nothing changed.
+		n.enter(PhaseRefresh)
 		n.refresh()
 	} else {
 		// A new term starts from the committed verdicts, and with every
@@ -218,6 +223,7 @@ func (n *Node) round(ctx context.Context, now time.Time) {
 		n.leading = time.Time{}
 		n.mu.Unlock()
 	}
+	n.enter(PhaseBuild)
 	n.build(now)
 }
 

@@ -29,8 +29,11 @@ func (n *Node) publishWithdrawals(ctx context.Context) {
 	if overflow {
 		// More than the feed holds: rebuild from the replica now (no
 		// evaluation: that keeps its cadence).
+		prev := n.enter(PhaseRefresh)
 		n.refresh()
+		n.enter(PhaseBuild)
 		n.build(n.cfg.Now())
+		n.enter(prev)
 		return
 	}
 	start := time.Now()
