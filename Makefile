@@ -29,7 +29,7 @@ bench:       ## store throughput and failover, memory per registered instance, s
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=2s -count=5 ./bench/status/
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=10x -count=3 -timeout=10m ./bench/probe/
 	$(GO) test -run='^$$' -bench=. -benchmem -count=3 ./bench/eval/
-	$(GO) test -run='^$$' -bench=. -benchtime=100x -count=3 ./bench/withdraw/
+	$(GO) test -run='^$$' -bench=. -benchtime=240x -count=3 -timeout=40m ./bench/withdraw/
 
 bench-dns: build ## DNS vs CoreDNS and Knot, cairn also with RRL and cookies on (QPS, p50/p99/p99.9, RSS), then cairn under churn, steady and as first driven; ~23 min; needs root for apt (bench/dns/run.sh)
 	bench/dns/install-peers.sh >/dev/null
