@@ -86,13 +86,17 @@ func (n *Node) publishWithdrawals(ctx context.Context) {
 	n.m.withdrawSeconds.Observe(time.Since(start).Seconds())
 }
 
-// publishPending publishes, from a pause of the evaluation round, the
-// withdrawals (and answers the WaitPublished nudge) that arrived since the
-// round began. Paced, a round of many instances lasts tens of
-// milliseconds or more, and a withdrawal is published on commit, not
-// after the round (SPEC §2: within 100 ms). Only the round calls it: the
-// catalog refresh and the table build are not at a point where a table
-// may be published.
+// publishPending publishes, from the leader's round, the withdrawals
+// (and answers the WaitPublished nudge) that arrived since the round
+// began or last published: after the first catalog refresh, at the
+// evaluation's pauses and after it. Paced, a round of many instances
+// lasts tens of milliseconds or more, and a withdrawal is published on
+// commit, not after the round (SPEC §2: within 100 ms). Only the round
+// calls it, and only where a refresh follows before the build: a table
+// built from a catalog read before a withdrawal published would put it
+// back. The refreshes and the build are not at a point where a table may
+// be published; what is applied during the second refresh and the
+// build waits for the build's end.
 func (n *Node) publishPending(ctx context.Context) {
 	select {
 	case <-n.cfg.Store.Withdrawn():
