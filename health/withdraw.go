@@ -58,6 +58,14 @@ func (n *Node) publishWithdrawals(ctx context.Context) {
 			}
 			k := w.Key.String()
 			slot, ok := n.slots.Lookup(k)
+			if !ok {
+				// A refresh that read the withdrawal before the loop
+				// took it (it landed as a round began) has freed the
+				// key's slot; the table still serves it where its own
+				// directory says.
+				s, found := cur.Directory().SlotOfKey(k)
+				slot, ok = int(s), found
+			}
 			if !ok || slot >= len(es) {
 				continue // never published
 			}

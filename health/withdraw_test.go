@@ -147,3 +147,37 @@ func pacedFleet(t *testing.T) (*harness, *clock, []wire.Instance) {
 	}
 	return h, clk, carts
 }
+
+// TestWithdrawalOfAnInstanceTheRefreshDropped: a deregistration the
+// catalog refresh read before the loop took it from the feed (it landed
+// as the round began) has no slot in the loop's map any more, but the
+// published table still serves it: the withdrawal is published through
+// the table's own directory. (It was skipped, in a table stamped with
+// its revision: WaitPublished returned while the node still served the
+// instance, until the build.)
+func TestWithdrawalOfAnInstanceTheRefreshDropped(t *testing.T) {
+	h := newHarness(t, nil, 0, nil)
+	svc := tcpService("shop", "cart")
+	h.apply(svc)
+	fleet := h.fleet(svc, "a", 2)
+	h.tick(0)
+	if _, err := h.st.Deregister(t.Context(), "admin", fleet[0].Key(), fleet[0].Incarnation); err != nil {
+		t.Fatal(err)
+	}
+	rev := h.st.Revision()
+	h.n.refresh() // the round's first refresh, before the loop took the withdrawal
+	if _, ok := h.n.slots.Lookup(fleet[0].Key().String()); ok {
+		t.Fatalf("the refresh kept %s's slot: the case is not made", fleet[0].ID)
+	}
+	h.n.publishWithdrawals(t.Context())
+	tbl := h.pub.Acquire()
+	got := tbl.StoreRevision()
+	tbl.Release()
+	if got < rev {
+		t.Fatalf("published revision %d, want at least the deregistration's %d", got, rev)
+	}
+	if e := h.entry(fleet[0]); e.Flags.Has(status.Eligible) {
+		t.Errorf("deregistered %s still eligible in a table of revision %d: %+v", fleet[0].ID, got, e)
+	}
+	h.wantEntry(fleet[1], status.Unknown, true)
+}
