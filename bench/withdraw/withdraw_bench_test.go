@@ -54,6 +54,7 @@ type transition struct {
 // phases records the loop's transitions (health.Config.OnPhase).
 type phases struct {
 	cur    atomic.Uint32 // the phase the loop is in
+	moves  atomic.Uint64 // transitions so far
 	moved  chan struct{} // signalled at each transition
 	mu     sync.Mutex
 	log    []transition
@@ -63,6 +64,7 @@ type phases struct {
 func (ph *phases) enter(p health.Phase) {
 	now := time.Now()
 	ph.cur.Store(uint32(p))
+	ph.moves.Add(1)
 	ph.mu.Lock()
 	ph.log = append(ph.log, transition{now, p})
 	ph.mu.Unlock()
@@ -197,13 +199,20 @@ func benchDrains(b *testing.B, services, per int) {
 	byPhase := map[health.Phase][]time.Duration{}
 	var full []time.Duration
 	var applied []time.Time
+	straddled := 0 // drains during which the loop changed phase
 	drain := func(in wire.Instance) {
 		b.Helper()
+		moves := ph.moves.Load()
 		if _, err := st.Drain(ctx, "bench", in.Key(), in.Incarnation); err != nil {
 			b.Fatal(err)
 		}
 		at := time.Now()
 		p := health.Phase(ph.cur.Load())
+		if ph.moves.Load() != moves {
+			// Applied in the phase before or in this one: counted in
+			// this one, as its wait starts now.
+			straddled++
+		}
 		rev := st.Revision()
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
@@ -290,4 +299,5 @@ func benchDrains(b *testing.B, services, per int) {
 	b.ReportMetric(q(all, 0.99), "all-p99-ms")
 	b.ReportMetric(q(all, 1), "all-max-ms")
 	b.ReportMetric(q(full, 0.5), "fullbuild-p50-ms")
+	b.ReportMetric(float64(straddled), "straddled-n")
 }
