@@ -606,10 +606,16 @@ func (a *Agent) apply(resp *discoveryv3.DeltaDiscoveryResponse) error {
 			}
 		}
 	}
-	a.restored = false
-	if !a.connected {
-		a.connected = true
-		a.m.connected.Set(1)
+	// A server whose table is older than a view held sends nothing
+	// older (it holds those views back until it catches up, and then
+	// says so with a response from a newer table): until then it does
+	// not keep the views current, and the agent is not connected.
+	if revErr != nil || tableRev >= a.serial {
+		a.restored = false
+		if !a.connected {
+			a.connected = true
+			a.m.connected.Set(1)
+		}
 	}
 	a.m.applied.Inc()
 	err := a.publishLocked()

@@ -40,6 +40,13 @@ type deltaSub struct {
 	// (a version the client held when it reconnected).
 	rot     map[string][]string
 	refused map[string]string // versions the client refused, by name: never sent again
+	// later is the names to answer (as in send's force) once the view is
+	// no older than what the stream was sent (peer.older). holding says
+	// the last pass held something back: the pass that holds nothing
+	// back answers even when nothing changed, so that the client learns
+	// (system_version_info) that the server has caught up with it.
+	later   map[string]bool
+	holding bool
 	pending map[string]pendingResp
 	order   []string  // pending's nonces, oldest first
 	since   time.Time // when the subscription opened: earlier changes are not its deliveries
@@ -106,9 +113,10 @@ func (st *deltaStream) request(req *discoveryv3.DeltaDiscoveryRequest) error {
 	if first {
 		sub.open, sub.since = true, st.s.cfg.Now()
 		sub.names, sub.has, sub.refused, sub.pending = map[string]bool{}, map[string]string{}, map[string]string{}, map[string]pendingResp{}
-		sub.rot = map[string][]string{}
+		sub.rot, sub.later = map[string][]string{}, map[string]bool{}
 		// A reconnecting client says what it holds: what has not changed
-		// since is not sent again, what is gone is removed.
+		// since is not sent again, what is gone is removed — unless the
+		// view is older than what it holds (send).
 		maps.Copy(sub.has, req.InitialResourceVersions)
 		if (i == listenerIdx || i == clusterIdx) && len(req.ResourceNamesSubscribe) == 0 {
 			sub.wildcard = true // the legacy wildcard: a first request naming nothing
@@ -139,6 +147,7 @@ func (st *deltaStream) request(req *discoveryv3.DeltaDiscoveryRequest) error {
 		delete(sub.names, n)
 		delete(sub.has, n) // so that a later subscription sends it again
 		delete(sub.rot, n)
+		delete(sub.later, n)
 		if i == endpointIdx {
 			st.book.drop(n)
 		}
@@ -194,20 +203,52 @@ func (st *deltaStream) tableChanged() error {
 
 // send sends what changed for the subscription of type i since the
 // client's versions: every resource subscribed to (or, under the
-// wildcard, every one) whose version differs from the client's and from
+// wildcard, every one) whose digest differs from the client's and from
 // any version it refused, or is in force; and in removed_resources every
 // name the client holds that no longer exists, and every name in force
 // that does not exist (so the client need not wait out its timer). With
 // always, a response goes out even when empty.
+//
+// Nothing goes from a view older than what the client holds: a resource
+// it holds at a higher store revision than the view's, with other
+// content or none, is neither sent nor removed, and the stream is woken
+// when a view passes that revision (holds). Nor does anything go from a
+// view older than one the stream already sent from (peer.older).
 func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
 	v := st.s.hub.view(st.place)
 	if v == nil {
 		return nil // not joined: nothing asked for yet
 	}
 	sub := &st.subs[i]
+	frozen := st.older(v.rev)
+	if frozen {
+		for n := range force {
+			sub.later[n] = true
+		}
+		sub.holding = true
+		if !always {
+			return nil
+		}
+		// The first answer goes all the same, empty, from the newest
+		// revision sent.
+		force, v = nil, &view{table: v.table, rev: st.sentRev, built: v.built}
+	} else if len(sub.later) > 0 {
+		force = maps.Clone(force)
+		if force == nil {
+			force = map[string]bool{}
+		}
+		for n := range sub.later {
+			if sub.names[n] {
+				force[n] = true
+			}
+		}
+		clear(sub.later)
+	}
 	all := v.res[i]
 	var names []string
-	if sub.wildcard {
+	switch {
+	case frozen:
+	case sub.wildcard:
 		consider := maps.Clone(sub.names)
 		if consider == nil {
 			consider = map[string]bool{}
@@ -219,7 +260,7 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
 			consider[n] = true
 		}
 		names = slices.Sorted(maps.Keys(consider))
-	} else {
+	default:
 		// Named subscriptions change rarely and wake-ups often: their
 		// sorted names are kept until they change.
 		if sub.sorted == nil {
@@ -242,12 +283,24 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
 	now := st.s.cfg.Now()
 	lanes := i == endpointIdx
 	asked, admit, admitting := false, false, false
+	var wait uint64 // the lowest revision a resource is held back for
 	for _, n := range names {
 		prev, held := sub.has[n]
 		r, exists := all[n]
 		exists = exists && st.allow.allows(r) // what the token may not see does not exist for it
+		if held {
+			if hold, rev := holds(prev, v.rev, r.version, exists); hold {
+				if wait == 0 || rev < wait {
+					wait = rev
+				}
+				continue
+			}
+		}
+		_, prevDigest := ParseVersion(prev)
+		refused, ok := sub.refused[n]
+		_, refusedDigest := ParseVersion(refused)
 		switch {
-		case exists && !force[n] && (held && prev == r.version || sub.refused[n] == r.version):
+		case exists && !force[n] && (held && prevDigest == r.version || ok && refusedDigest == r.version):
 			continue
 		case exists:
 			rot, known := sub.rot[n]
@@ -263,12 +316,16 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
 				}
 				admitting = true
 			}
-			resp.Resources = append(resp.Resources, &discoveryv3.Resource{Name: n, Version: r.version, Resource: r.body})
+			version := FormatVersion(v.rev, r.version)
+			if held && prevDigest == r.version {
+				version = prev // the content the client holds (sent again in force), as it names it
+			}
+			resp.Resources = append(resp.Resources, &discoveryv3.Resource{Name: n, Version: version, Resource: r.body})
 			if ch == nil {
 				ch = map[string]change{}
 			}
-			ch[n] = change{prev: prev, prevRot: rot, hadPrev: held, sent: r.version, res: r}
-			sub.has[n], sub.rot[n] = r.version, r.rotation
+			ch[n] = change{prev: prev, prevRot: rot, hadPrev: held, sent: version, res: r}
+			sub.has[n], sub.rot[n] = version, r.rotation
 			pr.note(r.changed, w)
 		case held || force[n]:
 			resp.RemovedResources = append(resp.RemovedResources, n)
@@ -287,9 +344,15 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
 	case lanes && !asked:
 		st.caughtUp()
 	}
-	if len(ch) == 0 && !always {
+	if wait > 0 {
+		st.waitRev(wait)
+	}
+	caught := sub.holding && wait == 0 && !frozen
+	sub.holding = sub.holding && !caught || wait > 0
+	if len(ch) == 0 && !always && !caught {
 		return nil
 	}
+	st.sentRev = max(st.sentRev, v.rev)
 	pr.changes = ch
 	resp.Nonce = st.nextNonce()
 	if err := st.stream.Send(resp); err != nil {

@@ -100,6 +100,10 @@ type peer struct {
 	// allow says which services' resources the stream's token may see:
 	// those of others are, to it, resources that do not exist.
 	allow allowFunc
+	// sentRev is the highest store revision of a table the stream sent
+	// anything from: it sends nothing from an older one (a view never
+	// goes back on one stream).
+	sentRev uint64
 }
 
 func newPeer(s *Server) peer { return peer{s: s, sig: newSignal()} }
@@ -136,6 +140,21 @@ func (pe *peer) leave() {
 		pe.s.books.close(pe.book)
 	}
 }
+
+// older reports whether a view of store revision rev is older than one
+// the stream already sent from; if so, the stream is woken once the
+// view passes it.
+func (pe *peer) older(rev uint64) bool {
+	if rev >= pe.sentRev {
+		return false
+	}
+	pe.waitRev(pe.sentRev)
+	return true
+}
+
+// waitRev has the stream woken once its place's view is built from a
+// table of store revision rev or later.
+func (pe *peer) waitRev(rev uint64) { pe.s.hub.waitRev(pe.place, pe.sig, rev) }
 
 // nextNonce returns the nonce of the stream's next response.
 func (pe *peer) nextNonce() string {

@@ -2,9 +2,6 @@ package xdsserver
 
 import (
 	"cmp"
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
 	"net/netip"
 	"slices"
 	"time"
@@ -16,7 +13,6 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -274,17 +270,4 @@ func lbEndpointOf(ep lbEndpoint) *endpointv3.LbEndpoint {
 		}}
 	}
 	return lb
-}
-
-// Version returns a resource's version: a digest of its deterministic
-// encoding. The same content has the same version on every server and
-// after every restart, which is what lets a reconnecting delta client's
-// initial_resource_versions spare it the resources it already holds.
-func Version(m proto.Message) (string, error) {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
-	if err != nil {
-		return "", fmt.Errorf("xdsserver: encoding %T: %w", m, err)
-	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:16]), nil
 }

@@ -272,14 +272,14 @@ func TestDefaultPort(t *testing.T) {
 	}
 }
 
-// TestVersionIsContent: equal content, equal version, whoever built it;
+// TestVersionIsContent: equal content, equal digest, whoever built it;
 // any change, a new one.
 func TestVersionIsContent(t *testing.T) {
 	tab, id, svc := table(t,
 		ep{id: "a", addrs: []string{"10.0.0.1"}, port: 8443, region: "eu", zone: "eu-1a", entry: healthy},
 		ep{id: "b", addrs: []string{"10.0.0.2"}, port: 8443, region: "eu", zone: "eu-1b", entry: healthy})
 	v := func(m proto.Message) string {
-		s, err := Version(m)
+		s, err := Digest(m)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,10 +15,14 @@ type subscription struct {
 	open     bool // a request of this type has been seen
 	wildcard bool
 	names    map[string]bool
-	// sent is the version of the last response, nonce its nonce;
-	// refused the last version the subscriber NACKed, never sent again
-	// unless the subscription changes.
+	// sent is the version of the last response (before the first, the
+	// version the subscriber said it holds), nonce its nonce; refused
+	// the last version the subscriber NACKed, never sent again unless
+	// the subscription changes.
 	sent, nonce, refused string
+	// later says a response is owed (send's force) once the view is no
+	// older than what the subscriber holds.
+	later bool
 	// origin and withdraw time and classify the last response, observed
 	// when it is acknowledged; acked is the newest change the subscriber
 	// acknowledged, so that the next response is timed from what is new.
@@ -79,6 +83,9 @@ func (st *sotwStream) request(req *discoveryv3.DiscoveryRequest) error {
 	if first {
 		// Changes made before the subscription are not its deliveries.
 		sub.acked, sub.newest = st.s.cfg.Now(), st.s.cfg.Now()
+		// A reconnecting subscriber names the version it holds: nothing
+		// older than it is sent (send).
+		sub.sent = req.VersionInfo
 	}
 	changed := sub.update(i, req.ResourceNames, first)
 	sub.open = true
@@ -173,20 +180,41 @@ func (st *sotwStream) tableChanged() error {
 }
 
 // send answers the subscription of type i from the current table: with
-// force, always; otherwise only when its version differs from the one
+// force, always; otherwise only when its digest differs from the one
 // last sent and from the one last refused.
+//
+// Nothing goes from a view older than what the subscriber holds (the
+// store revision of the version it last got, or named on its first
+// request) with other content: the response, forced or not, waits until
+// a view passes that revision (holds). Nor does anything go from a view
+// older than one the stream already sent from (peer.older).
 func (st *sotwStream) send(i int, force bool) error {
 	v := st.s.hub.view(st.place)
 	if v == nil {
 		return nil // not joined: nothing asked for yet
 	}
 	sub := &st.subs[i]
-	res, names, version := v.pick(i, sub.wildcard, sub.names, st.allow)
-	if !force && (version == sub.sent || version == sub.refused) {
+	res, names, digest := v.pick(i, sub.wildcard, sub.names, st.allow)
+	hold, rev := holds(sub.sent, v.rev, digest, true)
+	if hold || st.older(v.rev) {
+		if hold {
+			st.waitRev(rev)
+		}
+		sub.later = sub.later || force
+		return nil
+	}
+	force, sub.later = force || sub.later, false
+	sentRev, sentDigest := ParseVersion(sub.sent)
+	_, refusedDigest := ParseVersion(sub.refused)
+	if !force && (digest == sentDigest || sub.refused != "" && digest == refusedDigest) {
 		if i == endpointIdx {
 			st.caughtUp()
 		}
 		return nil
+	}
+	version := FormatVersion(v.rev, digest)
+	if digest == sentDigest && sentRev > v.rev {
+		version = sub.sent // the content the subscriber holds, as it names it
 	}
 	// Assignments travel in two lanes (see deltaStream.send): a response
 	// that takes an endpoint out of rotation for this client goes at
@@ -209,6 +237,7 @@ func (st *sotwStream) send(i int, force bool) error {
 	if err != nil {
 		return err
 	}
+	st.sentRev = max(st.sentRev, v.rev)
 	prevView, prevNames := sub.sentView, sub.sentNames
 	sub.sent, sub.nonce, sub.sentView, sub.sentNames = version, nonce, v, names
 	switch {

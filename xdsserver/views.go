@@ -52,6 +52,9 @@ func typeIndex(url string) (int, bool) {
 
 // resource is one resource as sent: encoded once per content.
 type resource struct {
+	// version is the content's digest (Digest): its identity. What goes
+	// on the wire is FormatVersion of it and the revision of the table it
+	// is sent from.
 	version string
 	body    *anypb.Any
 	// ns and svc name the service the resource belongs to: what a
@@ -70,9 +73,6 @@ type resource struct {
 	// UNKNOWN), sorted, to tell the next change's lane; for an agent's
 	// view, the ids of the instances in rotation.
 	rotation []string
-	// content is an agent view's version before its revision was
-	// stamped in (see putView).
-	content string
 }
 
 // place is a subscriber's node locality, by name: the key of a view.
@@ -133,6 +133,9 @@ type placeState struct {
 	// the streams subscribed to every name of the type.
 	watch [numTypes]map[string]map[*signal]struct{}
 	wild  [numTypes]map[*signal]struct{}
+	// revWait holds the streams holding something back until the view's
+	// store revision reaches the one given (see waitRev).
+	revWait map[*signal]uint64
 }
 
 // hub turns each published table into resources, once per place that
@@ -177,7 +180,7 @@ func (h *hub) join(p place, sig *signal) (*view, error) {
 	}
 	ps := h.places[p]
 	if ps == nil {
-		ps = &placeState{place: p, assign: map[uint32]svcAssign{}}
+		ps = &placeState{place: p, assign: map[uint32]svcAssign{}, revWait: map[*signal]uint64{}}
 		for i := range numTypes {
 			ps.watch[i], ps.wild[i] = map[string]map[*signal]struct{}{}, map[*signal]struct{}{}
 		}
@@ -207,6 +210,7 @@ func (h *hub) leave(p place, sig *signal) {
 			}
 		}
 	}
+	delete(ps.revWait, sig)
 	if ps.streams--; ps.streams <= 0 {
 		delete(h.places, p)
 	}
@@ -241,6 +245,25 @@ func (h *hub) subscribe(p place, sig *signal, i int, wildcard bool, names map[st
 			ps.watch[i][name] = set
 		}
 		set[sig] = struct{}{}
+	}
+}
+
+// waitRev wakes sig, a stream of place p, once p's view is built from a
+// table of store revision rev or later: at once if it is already. A
+// stream waiting for several revisions is woken at the lowest.
+func (h *hub) waitRev(p place, sig *signal, rev uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ps := h.places[p]
+	if ps == nil {
+		return
+	}
+	if ps.view != nil && ps.view.rev >= rev {
+		sig.wake()
+		return
+	}
+	if w, ok := ps.revWait[sig]; !ok || rev < w {
+		ps.revWait[sig] = rev
 	}
 }
 
@@ -433,6 +456,12 @@ func (h *hub) refreshPlace(t *status.Table, ps *placeState, common [numTypes]map
 	v.res[clusterIdx], v.res[listenerIdx], v.res[endpointIdx], v.res[routeIdx] = h.clusters, h.listeners, eds, map[string]resource{}
 	ps.view, ps.dropped = v, dropped
 	h.m.dropped.Set(float64(dropped))
+	for sig, rev := range ps.revWait {
+		if rev <= v.rev {
+			sig.wake()
+			delete(ps.revWait, sig)
+		}
+	}
 	for i, names := range changed {
 		if len(names) == 0 {
 			continue
@@ -466,13 +495,13 @@ func (h *hub) putView(m map[string]resource, t *status.Table, id uint32, fp uint
 	if err != nil {
 		return err
 	}
-	content, err := Version(v.Encode())
+	content, err := Digest(v.Encode())
 	if err != nil {
 		return err
 	}
 	name := agentview.Name(v.Service.Namespace, v.Service.Name)
 	had = had && prev.name == name
-	if had && prev.res.content == content {
+	if had && prev.res.version == content {
 		h.views[id] = svcView{fp: fp, name: name, res: prev.res}
 		m[name] = prev.res
 		return nil
@@ -482,7 +511,10 @@ func (h *hub) putView(m map[string]resource, t *status.Table, id uint32, fp uint
 		return err
 	}
 	r := m[name]
-	r.content, r.changed, r.rev, r.rotation = content, t.Built(), t.StoreRevision(), v.InRotation()
+	// The view's digest is of its content without the revision stamped
+	// in it: the same members from a server that stamped them at another
+	// revision are the same view, not sent again.
+	r.version, r.changed, r.rev, r.rotation = content, t.Built(), t.StoreRevision(), v.InRotation()
 	r.withdraws = had && !subset(prev.res.rotation, r.rotation)
 	m[name] = r
 	h.views[id] = svcView{fp: fp, name: name, res: r}
@@ -643,7 +675,7 @@ func buildCommon(svc status.ServiceInfo, lrs bool, clusters, listeners map[strin
 
 // put encodes msg, a resource of svc, and files it under name.
 func put(m map[string]resource, svc status.ServiceInfo, name string, msg proto.Message) error {
-	v, err := Version(msg)
+	v, err := Digest(msg)
 	if err != nil {
 		return err
 	}
@@ -656,9 +688,9 @@ func put(m map[string]resource, svc status.ServiceInfo, name string, msg proto.M
 }
 
 // pick returns the resources of type i a subscription asks for, in name
-// order, their names, and the version of that set: a digest of the names and their
-// versions, so that the same content gives the same version on every
-// server. A wildcard subscription gets every resource of the type that
+// order, their names, and the digest of that set: of the names and their
+// digests, so that the same content gives the same digest on every
+// server (the response's version is FormatVersion of it). A wildcard subscription gets every resource of the type that
 // allow permits; a name the view does not hold, or allow does not
 // permit, is left out (in state of the world, the client learns a
 // resource does not exist from its absence).
