@@ -59,19 +59,26 @@ func publishPorts(t *testing.T, pub *status.Publisher, ports []status.Port, back
 // backend's port.
 func publishServices(t *testing.T, pub *status.Publisher, svcs []status.ServiceInfo, backends []backend, entries []status.Entry) {
 	t.Helper()
-	dir := &status.Directory{Services: svcs, Instances: make([]*status.InstanceInfo, pub.Capacity())}
-	var names []string
-	for _, svc := range svcs[1:] {
-		names = append(names, svc.Namespace+"/"+svc.Name)
-	}
 	// The Nth table is built from store revision 1000+N.
 	next := uint64(1)
 	if cur := pub.Acquire(); cur != nil {
 		next = cur.Version() + 1
 		cur.Release()
 	}
+	publishServicesAt(t, pub, 1000+next, svcs, backends, entries)
+}
+
+// publishServicesAt is publishServices with the table's store revision
+// given.
+func publishServicesAt(t *testing.T, pub *status.Publisher, rev uint64, svcs []status.ServiceInfo, backends []backend, entries []status.Entry) {
+	t.Helper()
+	dir := &status.Directory{Services: svcs, Instances: make([]*status.InstanceInfo, pub.Capacity())}
+	var names []string
+	for _, svc := range svcs[1:] {
+		names = append(names, svc.Namespace+"/"+svc.Name)
+	}
 	_, err := pub.Build(func(b *status.Builder) error {
-		b.SetStoreRevision(1000 + next)
+		b.SetStoreRevision(rev)
 		b.SetServices(status.NewNames(names...))
 		b.SetLocalities(status.NewNames("eu", "eu-1a"))
 		b.SetDirectory(dir)

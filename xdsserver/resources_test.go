@@ -319,3 +319,49 @@ func TestBootstrapNeedsServerAndNode(t *testing.T) {
 		t.Errorf("a bootstrap with a server without a port: %v", err)
 	}
 }
+
+// TestVersionFormat: a wire version is the revision, then the digest;
+// what servers before this format sent (a bare digest), or anything
+// else a client names, is all digest at revision 0, which holds nothing
+// back.
+func TestVersionFormat(t *testing.T) {
+	if v := FormatVersion(1234, "9f86d081"); v != "1234-9f86d081" {
+		t.Fatalf("FormatVersion: %q", v)
+	}
+	for _, c := range []struct {
+		in     string
+		rev    uint64
+		digest string
+	}{
+		{"1234-9f86d081", 1234, "9f86d081"},
+		{"0-9f86d081", 0, "9f86d081"},
+		{"9f86d081884c7d659a2feaa0c55ad015", 0, "9f86d081884c7d659a2feaa0c55ad015"}, // before this format
+		{"an old version", 0, "an old version"},
+		{"x1-9f86", 0, "x1-9f86"},
+		{"-9f86", 0, "-9f86"},
+		{"", 0, ""},
+	} {
+		if rev, d := ParseVersion(c.in); rev != c.rev || d != c.digest {
+			t.Errorf("ParseVersion(%q) = %d, %q; want %d, %q", c.in, rev, d, c.rev, c.digest)
+		}
+	}
+	for _, c := range []struct {
+		what   string
+		held   string
+		rev    uint64
+		digest string
+		exists bool
+		hold   bool
+	}{
+		{"held newer, other content", "120-aa", 100, "bb", true, true},
+		{"held newer, none here", "120-aa", 100, "", false, true},
+		{"held newer, the same content", "120-aa", 100, "aa", true, false},
+		{"held at the table's revision", "100-aa", 100, "bb", true, false},
+		{"held older", "90-aa", 100, "bb", true, false},
+		{"held in the old format", "aa", 100, "bb", true, false},
+	} {
+		if hold, rev := holds(c.held, c.rev, c.digest, c.exists); hold != c.hold || hold && rev != 120 {
+			t.Errorf("%s: holds = %v, %d; want %v", c.what, hold, rev, c.hold)
+		}
+	}
+}
