@@ -4,7 +4,8 @@
 // stream (loop.go), and a hub (views.go) that follows the published
 // tables, rebuilds only the services that changed, per subscriber place,
 // and wakes only the streams watching a changed resource (resources.go
-// builds them). Load reports are to come.
+// builds them, content.go fingerprints, encodes and compares them,
+// version.go names their versions).
 //
 // Like the DNS server it reads only the published status table (package
 // status), never the store or the health loop, and its answers follow
@@ -22,6 +23,9 @@
 // the cluster, in the shapes grpc-go's xDS client accepts (it refuses a
 // whole assignment for one weight of 0 or two endpoints at one address,
 // ignores a locality of weight 0, and requires a terminal router filter).
-// Versions are digests of the deterministic encoding, stable across
-// servers and restarts.
+// A version is "<store revision>-<digest>" (version.go): the digest of
+// the deterministic encoding, stable across servers and restarts, is a
+// resource's identity; the revision of the table it was sent from lets
+// a reconnecting client name how new its view is, and a server whose
+// table is older sends it nothing older.
 package xdsserver
