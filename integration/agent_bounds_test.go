@@ -41,9 +41,11 @@ func pad(ctx context.Context, t *testing.T, c *Cluster, n int) {
 
 // TestAgentRefusesAnOlderView: an agent that holds server A's view of
 // front fails over, when A dies, to server B, whose view of front is
-// older (B's cluster stamped it at a lower store revision): B's view is
-// refused (NACK), and the agent keeps answering A's, marked stale; once
-// B's view is newer than the one held, it is taken.
+// older (B's cluster stamped it at a lower store revision): B does not
+// send it (the version the agent names carries a higher revision than
+// B's table), the agent keeps answering A's, not connected, marked
+// stale; once B's table passes the revision held, B's view is sent and
+// taken.
 func TestAgentRefusesAnOlderView(t *testing.T) {
 	needProcesses(t)
 	t.Parallel()
@@ -67,19 +69,29 @@ func TestAgentRefusesAnOlderView(t *testing.T) {
 	}
 	held, _ := st.View(frontView)
 
+	applied, err := ag.Metric(ctx, "cairn_agent_responses_applied_total")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := a.Nodes[0].Kill(); err != nil {
 		t.Fatal(err)
 	}
 	Eventually(t, 30*time.Second, func() error {
-		n, err := ag.Metric(ctx, "cairn_agent_nacks_total")
+		n, err := ag.Metric(ctx, "cairn_agent_responses_applied_total")
 		if err != nil {
 			return err
 		}
-		if n < 1 {
-			return fmt.Errorf("no view refused yet (server %s)", st.Server)
+		if st, err = ag.Status(ctx); err != nil {
+			return err
+		}
+		if n <= applied || st.Server != b.Nodes[0].GRPCAddr {
+			return fmt.Errorf("B has not answered yet (server %s)", st.Server)
 		}
 		return nil
 	})
+	if n, err := ag.Metric(ctx, "cairn_agent_nacks_total"); err != nil || n != 0 {
+		t.Fatalf("agent refused %v views (%v); want none: B sends nothing older than the view held", n, err)
+	}
 	// A's view, still; stale once --stale-after has passed.
 	Eventually(t, 30*time.Second, func() error {
 		got, r, err := frontAddrs(ag.DNSAddr)
