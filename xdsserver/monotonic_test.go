@@ -225,3 +225,30 @@ func startXDSAt(t *testing.T, rev uint64) string {
 	payCartAt(t, pub, rev, false, []cstatus.Entry{inRotation, inRotation})
 	return startXDS(t, pub)
 }
+
+// TestDeltaHoldEndsWithAnAnswer: when a server's table passes what a
+// client holds and its content is then what the client holds, nothing
+// is to be sent, but the server answers all the same, empty, naming the
+// newer revision: the client (an agent) learns the server caught up.
+func TestDeltaHoldEndsWithAnAnswer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	newer, _ := cstatus.New(cstatus.Config{Capacity: 8})
+	payCartAt(t, newer, 1002, false, []cstatus.Entry{inRotation, draining})
+	c := newDeltaClient(t, ctx, startXDS(t, newer))
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"}})
+	held := versions(c.recv(xdsserver.EndpointType))
+
+	restored, _ := cstatus.New(cstatus.Config{Capacity: 8})
+	payCartAt(t, restored, 900, false, []cstatus.Entry{inRotation, inRotation})
+	c2 := newDeltaClient(t, ctx, startXDS(t, restored))
+	c2.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"},
+		InitialResourceVersions: held})
+	if r := c2.recv(xdsserver.EndpointType); len(r.Resources)+len(r.RemovedResources) != 0 || r.SystemVersionInfo != "900" {
+		t.Fatalf("first answer: %v removed %v at %q; want empty, at 900", r.Resources, r.RemovedResources, r.SystemVersionInfo)
+	}
+	payCartAt(t, restored, 1100, false, []cstatus.Entry{inRotation, draining})
+	if r := c2.recv(xdsserver.EndpointType); len(r.Resources)+len(r.RemovedResources) != 0 || r.SystemVersionInfo != "1100" {
+		t.Fatalf("once caught up: %v removed %v at %q; want empty, at 1100", r.Resources, r.RemovedResources, r.SystemVersionInfo)
+	}
+}
