@@ -94,6 +94,9 @@ type Config struct {
 	// by revision over all services, for GET /v1/status; nil: no xDS
 	// server (the status has no xds).
 	XDSSummary func() wire.XDSSummary
+	// GRPCAddr is the address the node's xDS server listens on, for
+	// GET /v1/status (grpc_addr); empty: no xDS server.
+	GRPCAddr string
 	// StaleAfter is the age past which this node's views and status say
 	// stale, as its DNS answers do (--stale-after); defaults to 5s.
 	StaleAfter time.Duration

@@ -78,6 +78,7 @@ type options struct {
 	noMetrics     bool
 	ui            http.Handler
 	xdsSummary    func() wire.XDSSummary
+	grpcAddr      string
 	// health runs a health.Node (no prober) that the test drives with
 	// env.tick, on clock when set.
 	health bool
@@ -173,7 +174,7 @@ func newEnv(t *testing.T, o options) *env {
 	}
 	cfg := api.Config{Store: node.Store, ACL: authz, Addrs: policyFor(node.Store, o.dev),
 		MaxBodyBytes: o.maxBody, AuditRefusals: o.auditRefusals, Ready: o.ready,
-		Registerer: reg, Logger: logger, Now: o.now, UI: o.ui, XDSSummary: o.xdsSummary}
+		Registerer: reg, Logger: logger, Now: o.now, UI: o.ui, XDSSummary: o.xdsSummary, GRPCAddr: o.grpcAddr}
 	if !o.noMetrics {
 		cfg.Gatherer = reg
 	}

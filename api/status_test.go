@@ -13,18 +13,22 @@ import (
 // TestStatusLastContactAndXDS: GET /v1/status tells, without a token,
 // when this node last heard from a leader (on the leader, the time of
 // the answer) and this node's xDS streams and subscribers by revision
-// as the xDS server sums them (issue 14 item 7); with no xDS server it
-// has no xds at all.
+// as the xDS server sums them (issue 14 item 7), and the address its xDS
+// server listens on (grpc_addr, for cairn xds-bootstrap); with no xDS
+// server it has neither.
 func TestStatusLastContactAndXDS(t *testing.T) {
 	sum := wire.XDSSummary{Streams: 3, XDSSubscribers: wire.XDSSubscribers{Subscribers: 2, Behind: 1,
 		Revisions: []wire.XDSRevision{{Revision: 12, Subscribers: 1}, {Revision: 0, Subscribers: 1, Behind: 1}}}}
-	e := newEnv(t, options{xdsSummary: func() wire.XDSSummary { return sum }})
+	e := newEnv(t, options{xdsSummary: func() wire.XDSSummary { return sum }, grpcAddr: "127.0.0.1:19481"})
 	before := time.Now()
 	r := e.call(t, http.MethodGet, "/v1/status", "", "")
 	wantStatus(t, r, http.StatusOK)
 	st := decodeAs[wire.Status](t, r)
 	if st.LastContact.Before(before.Add(-time.Second)) || st.LastContact.After(time.Now().Add(time.Second)) {
 		t.Errorf("leader's last contact %v, want the time of the answer (%v)", st.LastContact, before)
+	}
+	if st.GRPCAddr != "127.0.0.1:19481" {
+		t.Errorf("grpc_addr %q, want the xDS server's 127.0.0.1:19481", st.GRPCAddr)
 	}
 	if st.XDS == nil || !reflect.DeepEqual(*st.XDS, sum) {
 		t.Errorf("xds %+v, want %+v", st.XDS, sum)
@@ -37,6 +41,9 @@ func TestStatusLastContactAndXDS(t *testing.T) {
 	var x map[string]any
 	if err := json.Unmarshal(raw["xds"], &x); err != nil {
 		t.Fatalf("xds %s: %v", raw["xds"], err)
+	}
+	if string(raw["grpc_addr"]) != `"127.0.0.1:19481"` {
+		t.Errorf("status %s: grpc_addr %s", r.Body, raw["grpc_addr"])
 	}
 	for _, k := range []string{"streams", "subscribers", "behind", "revisions"} {
 		if _, ok := x[k]; !ok {
@@ -56,6 +63,9 @@ func TestStatusLastContactAndXDS(t *testing.T) {
 	}
 	if _, ok := raw["xds"]; ok {
 		t.Errorf("status of a node with no xDS server %s has xds", r.Body)
+	}
+	if _, ok := raw["grpc_addr"]; ok {
+		t.Errorf("status of a node with no xDS server %s has grpc_addr", r.Body)
 	}
 	if _, ok := raw["tls"]; ok {
 		t.Errorf("status of a plaintext node %s has tls", r.Body)

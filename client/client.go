@@ -357,6 +357,9 @@ func (c *Client) Leave(ctx context.Context, nodeID string) error {
 	return c.json(ctx, http.MethodDelete, "/v1/members/"+url.PathEscape(nodeID), nil, nil)
 }
 
+// Hostname is the host of the server's address, without its port.
+func (c *Client) Hostname() string { return c.base.Hostname() }
+
 // Close releases the client's idle connections.
 func (c *Client) Close() { c.hc.CloseIdleConnections() }
 

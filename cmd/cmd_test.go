@@ -188,8 +188,8 @@ func TestXDSBootstrap(t *testing.T) {
 // naming the files.
 func TestXDSBootstrapTLS(t *testing.T) {
 	for _, args := range [][]string{
-		{"xds-bootstrap", "--node-id", "n1", "--tls-ca", "/etc/cairn/ca.pem", "--tls-cert", "/etc/cairn/c.pem", "--tls-key", "/etc/cairn/k.pem"},
-		{"--ca-file", "/etc/cairn/ca.pem", "--client-cert", "/etc/cairn/c.pem", "--client-key", "/etc/cairn/k.pem", "xds-bootstrap", "--node-id", "n1"},
+		{"xds-bootstrap", "--xds-addr", "10.0.0.1:8481", "--node-id", "n1", "--tls-ca", "/etc/cairn/ca.pem", "--tls-cert", "/etc/cairn/c.pem", "--tls-key", "/etc/cairn/k.pem"},
+		{"--ca-file", "/etc/cairn/ca.pem", "--client-cert", "/etc/cairn/c.pem", "--client-key", "/etc/cairn/k.pem", "xds-bootstrap", "--xds-addr", "10.0.0.1:8481", "--node-id", "n1"},
 	} {
 		code, out, errs := run(t, args...)
 		if code != 0 {
@@ -211,7 +211,7 @@ func TestXDSBootstrapTLS(t *testing.T) {
 			t.Errorf("%v: bootstrap %s", args, out)
 		}
 	}
-	if code, _, errs := run(t, "xds-bootstrap", "--node-id", "n1", "--tls-cert", "c.pem"); code != exitUsage || !strings.Contains(errs, "needs its key and the CA file") {
+	if code, _, errs := run(t, "xds-bootstrap", "--xds-addr", "10.0.0.1:8481", "--node-id", "n1", "--tls-cert", "c.pem"); code != exitUsage || !strings.Contains(errs, "needs its key and the CA file") {
 		t.Errorf("a certificate alone: %d %q", code, errs)
 	}
 }

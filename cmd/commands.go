@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -500,7 +501,7 @@ func xdsBootstrapCommand() *cli.Command {
 		Name:  "xds-bootstrap",
 		Usage: "print a gRPC xDS bootstrap: GRPC_XDS_BOOTSTRAP_CONFIG for a client that dials xds:///<svc>.<ns>",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "xds-addr", Value: "127.0.0.1:8481", Usage: "the server's --grpc-addr, as the client reaches it"},
+			&cli.StringFlag{Name: "xds-addr", Usage: "the server's --grpc-addr, as the client reaches it (default: the gRPC address the server at --addr reports)"},
 			&cli.StringFlag{Name: "node-id", Usage: "the client's node id (default: this host's name)"},
 			&cli.StringFlag{Name: "region", Usage: "the client's region"},
 			&cli.StringFlag{Name: "zone", Usage: "the client's zone"},
@@ -517,10 +518,11 @@ func xdsBootstrapCommand() *cli.Command {
 				}
 				node = h
 			}
-			if _, _, err := net.SplitHostPort(c.String("xds-addr")); err != nil {
-				return cli.Exit(fmt.Sprintf("--xds-addr: %q is not HOST:PORT", c.String("xds-addr")), exitUsage)
+			server, err := xdsAddr(c)
+			if err != nil {
+				return err
 			}
-			b, err := xdsserver.Bootstrap(xdsserver.BootstrapConfig{Server: c.String("xds-addr"), NodeID: node,
+			b, err := xdsserver.Bootstrap(xdsserver.BootstrapConfig{Server: server, NodeID: node,
 				Region: c.String("region"), Zone: c.String("zone"),
 				// A CLI that speaks TLS to the servers (CAIRN_CACERT) prints a
 				// bootstrap that does too.
@@ -533,4 +535,48 @@ func xdsBootstrapCommand() *cli.Command {
 			return err
 		},
 	}
+}
+
+// xdsAddrRetry bounds how long xds-bootstrap keeps asking a server that
+// refuses the connection for its gRPC address.
+const xdsAddrRetry = 2 * time.Second
+
+// xdsAddr is the xDS server a bootstrap points at: --xds-addr, or else
+// the gRPC address the server at --addr reports in GET /v1/status, with
+// its host when that address is a wildcard (0.0.0.0:8481 is reached at
+// the host the CLI reached). It says on stderr which it used and where
+// it came from, so that stdout stays a bootstrap.
+func xdsAddr(c *cli.Context) (string, error) {
+	if c.IsSet("xds-addr") {
+		a := c.String("xds-addr")
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return "", usage("--xds-addr: %q is not HOST:PORT", a)
+		}
+		fmt.Fprintf(c.App.ErrWriter, "xds-bootstrap: xDS server %s (--xds-addr)\n", a)
+		return a, nil
+	}
+	cl, err := apiClient(c)
+	if err != nil {
+		return "", err
+	}
+	defer cl.Close()
+	cl.RetryFor = xdsAddrRetry
+	hint := "; name the xDS server with --xds-addr HOST:PORT"
+	st, err := cl.Status(c.Context)
+	if err != nil {
+		return "", failed(fmt.Errorf("asking the server at --addr %s for its gRPC address: %w%s", c.String("addr"), err, hint))
+	}
+	host, port, err := net.SplitHostPort(st.GRPCAddr)
+	if err != nil {
+		return "", failed(fmt.Errorf("the server at --addr %s reports no gRPC address (grpc_addr %q in GET /v1/status)%s",
+			c.String("addr"), st.GRPCAddr, hint))
+	}
+	from := fmt.Sprintf("the gRPC address the server at --addr %s reports", c.String("addr"))
+	if ip, err := netip.ParseAddr(host); err == nil && ip.IsUnspecified() {
+		host = cl.Hostname()
+		from += fmt.Sprintf(" (%s: every interface, reached at --addr's host)", st.GRPCAddr)
+	}
+	a := net.JoinHostPort(host, port)
+	fmt.Fprintf(c.App.ErrWriter, "xds-bootstrap: xDS server %s, %s\n", a, from)
+	return a, nil
 }

@@ -2,9 +2,12 @@ package cmd
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -170,4 +173,82 @@ func TestEndpointsShowsSubscribers(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// bootstrapServer is the server_uri of the one xDS server a bootstrap
+// names.
+func bootstrapServer(t *testing.T, out string) string {
+	t.Helper()
+	var b struct {
+		Servers []struct {
+			URI string `json:"server_uri"`
+		} `json:"xds_servers"`
+	}
+	if err := json.Unmarshal([]byte(out), &b); err != nil || len(b.Servers) != 1 {
+		t.Fatalf("stdout is not a bootstrap naming one server (%v):\n%s", err, out)
+	}
+	return b.Servers[0].URI
+}
+
+// TestXDSBootstrapAsksTheServer: without --xds-addr, `cairn xds-bootstrap`
+// points its client at the gRPC address the server at --addr serves (a
+// port of its own here, not the default 8481), says so on stderr and
+// keeps stdout a bootstrap; --xds-addr still wins; a server that cannot
+// be reached is an error naming --addr and suggesting --xds-addr, with
+// nothing on stdout (issue 26 item 6).
+func TestXDSBootstrapAsksTheServer(t *testing.T) {
+	s := startServer(t, "--dev")
+	if strings.HasSuffix(s.grpc, ":8481") {
+		t.Fatalf("the server's gRPC address %s is the default port: the test cannot tell asked from defaulted", s.grpc)
+	}
+	code, out, errs := run(t, "--addr", s.http, "xds-bootstrap", "--node-id", "n1")
+	if code != 0 {
+		t.Fatalf("xds-bootstrap: exit %d, stderr %q", code, errs)
+	}
+	if got := bootstrapServer(t, out); got != s.grpc {
+		t.Errorf("bootstrap names %s; want the server's gRPC address %s", got, s.grpc)
+	}
+	if !strings.Contains(errs, s.grpc) || !strings.Contains(errs, "--addr "+s.http) {
+		t.Errorf("stderr %q; want it to name %s and where it came from (--addr %s)", errs, s.grpc, s.http)
+	}
+
+	code, out, errs = run(t, "--addr", s.http, "xds-bootstrap", "--node-id", "n1", "--xds-addr", "10.0.0.1:9000")
+	if got := bootstrapServer(t, out); code != 0 || got != "10.0.0.1:9000" || !strings.Contains(errs, "--xds-addr") {
+		t.Errorf("with --xds-addr: exit %d, bootstrap names %s, stderr %q; want 10.0.0.1:9000, from --xds-addr", code, got, errs)
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := "http://" + ln.Addr().String()
+	ln.Close()
+	code, out, errs = run(t, "--addr", gone, "xds-bootstrap", "--node-id", "n1")
+	if code != exitError || out != "" || !strings.Contains(errs, "--addr "+gone) || !strings.Contains(errs, "--xds-addr") {
+		t.Errorf("no server at --addr: exit %d, stdout %q, stderr %q; want exit %d, nothing on stdout, an error naming --addr %s and --xds-addr",
+			code, out, errs, exitError, gone)
+	}
+}
+
+// TestXDSBootstrapWildcardGRPCAddr: a server listening for gRPC on every
+// interface reports 0.0.0.0:PORT (or [::]:PORT); the bootstrap names the
+// host the CLI reached it at, with that port. The server here answers
+// GET /v1/status alone, as such a server would: a real one would have to
+// listen beyond loopback.
+func TestXDSBootstrapWildcardGRPCAddr(t *testing.T) {
+	for _, grpcAddr := range []string{"0.0.0.0:9481", "[::]:9481"} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/v1/status" {
+				http.NotFound(w, r)
+				return
+			}
+			fmt.Fprintf(w, `{"node_id": "n1", "grpc_addr": %q}`, grpcAddr)
+		}))
+		code, out, errs := run(t, "--addr", srv.URL, "xds-bootstrap", "--node-id", "n1")
+		srv.Close()
+		if got := bootstrapServer(t, out); code != 0 || got != "127.0.0.1:9481" || !strings.Contains(errs, grpcAddr) {
+			t.Errorf("server reporting %s: exit %d, bootstrap names %s, stderr %q; want 127.0.0.1:9481 and a word about %s",
+				grpcAddr, code, got, errs, grpcAddr)
+		}
+	}
 }

@@ -19,8 +19,9 @@ import (
 	"github.com/cairn-sd/cairn/wire"
 )
 
-// TestXDSGRPCClient: a gRPC client that only knows a follower's xDS
-// address and the bootstrap `cairn xds-bootstrap` prints resolves
+// TestXDSGRPCClient: a gRPC client given the bootstrap `cairn
+// xds-bootstrap` prints when asked through a follower's API (it names
+// that follower's own gRPC port) resolves
 // xds:///<svc>.<ns> through the whole path — registrations in the store,
 // probes, the follower's own status table, its xDS server — and calls
 // all three instances; a drained one gets no new calls within 5 s of
@@ -65,7 +66,7 @@ func TestXDSGRPCClient(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	calls := xdsCaller(ctx, t, runCLI(ctx, t, follower, "xds-bootstrap", "--xds-addr", follower.GRPCAddr, "--node-id", "xds-test"), svc)
+	calls := xdsCaller(ctx, t, runCLI(ctx, t, follower, "xds-bootstrap", "--node-id", "xds-test"), svc)
 	Eventually(t, 30*time.Second, func() error {
 		if got := calls(30); got[addrs[0]] == 0 || got[addrs[1]] == 0 || got[addrs[2]] == 0 {
 			return fmt.Errorf("30 calls reached %v, want all three instances", got)

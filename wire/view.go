@@ -153,6 +153,11 @@ type Status struct {
 	// Freshness is how current what this node serves is: its views, its
 	// DNS answers.
 	Freshness
+	// GRPCAddr is the address this node's xDS server (gRPC) listens on,
+	// as bound: HOST:PORT, the host possibly unspecified (0.0.0.0, ::)
+	// when it listens on every interface. cairn xds-bootstrap points its
+	// client there. Omitted when the node runs no xDS server.
+	GRPCAddr string `json:"grpc_addr,omitempty"`
 	// XDS is this node's xDS subscribers over all services; omitted when
 	// the node runs no xDS server.
 	XDS *XDSSummary `json:"xds,omitempty"`
