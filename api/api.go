@@ -28,6 +28,7 @@ import (
 	"github.com/cairn-sd/cairn/addrpolicy"
 	"github.com/cairn-sd/cairn/certs"
 	"github.com/cairn-sd/cairn/health"
+	cstatus "github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/wire"
 )
@@ -81,11 +82,19 @@ type Config struct {
 	// ForwardTLS, when set, is the TLS config writes are forwarded to
 	// the leader with, over https: it presents this server's certificate.
 	ForwardTLS *tls.Config
-	// Health is the node's health evaluation: the status table the
-	// endpoints view reads, and the sink of outcomes and probe results.
-	// nil: no evaluator runs (the view counts ready instances eligible,
-	// and those routes answer 503).
+	// Health is the node's health evaluation: the sink of outcomes and
+	// probe results, the evidence it holds and the freshness of its
+	// table. nil: no evaluator runs (those routes answer 503).
 	Health *health.Node
+	// Table is the status table this node's DNS and xDS servers answer
+	// from: the endpoints view, the services list and the dashboard show
+	// what it serves (verdict, eligibility, weight, tier). Required with
+	// Health. nil: the views count ready instances eligible.
+	Table *cstatus.Publisher
+	// Region and Zone are this node's locality (--region, --zone): the
+	// endpoints view's tiers are relative to it, as the DNS server's
+	// answers to a caller of unknown place are.
+	Region, Zone string
 	// XDSSubscribers tells which store revision this server's xDS
 	// subscribers hold of a service's assignments; nil: no xDS server
 	// (the route answers with no subscribers).
@@ -150,6 +159,9 @@ type Server struct {
 func New(cfg Config) (*Server, error) {
 	if cfg.Store == nil || cfg.ACL == nil || cfg.Addrs == nil {
 		return nil, errors.New("api: Store, ACL and Addrs are required")
+	}
+	if cfg.Health != nil && cfg.Table == nil {
+		return nil, errors.New("api: Table is required with Health: the views show what the table serves")
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = 1 << 20

@@ -27,6 +27,7 @@ import (
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
+	"github.com/cairn-sd/cairn/tablefile"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -79,10 +80,14 @@ type options struct {
 	ui            http.Handler
 	xdsSummary    func() wire.XDSSummary
 	grpcAddr      string
+	// region and zone are the node's locality (api.Config).
+	region, zone string
 	// health runs a health.Node (no prober) that the test drives with
 	// env.tick, on clock when set.
 	health bool
 	clock  *clock
+	// restore is the table kept on disk the evaluator starts serving.
+	restore *tablefile.Snapshot
 }
 
 // env is one API server, over a real HTTP listener, in front of a real
@@ -93,8 +98,10 @@ type env struct {
 	hc   *http.Client
 	logs *syncBuffer
 	reg  *prometheus.Registry
-	// health is the node's evaluator when options.health is set.
+	// health is the node's evaluator when options.health is set, and
+	// table the status table it publishes.
 	health *health.Node
+	table  *status.Publisher
 }
 
 // syncBuffer collects log output; slog and the test read it concurrently.
@@ -174,24 +181,28 @@ func newEnv(t *testing.T, o options) *env {
 	}
 	cfg := api.Config{Store: node.Store, ACL: authz, Addrs: policyFor(node.Store, o.dev),
 		MaxBodyBytes: o.maxBody, AuditRefusals: o.auditRefusals, Ready: o.ready,
-		Registerer: reg, Logger: logger, Now: o.now, UI: o.ui, XDSSummary: o.xdsSummary, GRPCAddr: o.grpcAddr}
+		Registerer: reg, Logger: logger, Now: o.now, UI: o.ui, XDSSummary: o.xdsSummary, GRPCAddr: o.grpcAddr,
+		Region: o.region, Zone: o.zone}
 	if !o.noMetrics {
 		cfg.Gatherer = reg
 	}
-	var hn *health.Node
+	var (
+		hn  *health.Node
+		tbl *status.Publisher
+	)
 	if o.health {
-		tbl, err := status.New(status.Config{Capacity: 64})
+		tbl, err = status.New(status.Config{Capacity: 64})
 		if err != nil {
 			t.Fatal(err)
 		}
-		hc := health.Config{Store: node.Store, Table: tbl, Logger: logger, Registerer: reg}
+		hc := health.Config{Store: node.Store, Table: tbl, Logger: logger, Registerer: reg, Restore: o.restore}
 		if o.clock != nil {
 			hc.Now = o.clock.Now
 		}
 		if hn, err = health.New(hc); err != nil {
 			t.Fatal(err)
 		}
-		cfg.Health = hn
+		cfg.Health, cfg.Table = hn, tbl
 	}
 	a, err := api.New(cfg)
 	if err != nil {
@@ -203,7 +214,7 @@ func newEnv(t *testing.T, o options) *env {
 		tr.CloseIdleConnections()
 		srv.Close()
 	})
-	return &env{node: node, url: srv.URL, hc: &http.Client{Transport: tr, Timeout: 20 * time.Second}, logs: logs, reg: reg, health: hn}
+	return &env{node: node, url: srv.URL, hc: &http.Client{Transport: tr, Timeout: 20 * time.Second}, logs: logs, reg: reg, health: hn, table: tbl}
 }
 
 // tick runs one round of the health loop: evaluate, commit, publish.

@@ -190,10 +190,10 @@ func joinRows(parts [][]byte) []byte {
 	return append(out, end...)
 }
 
-// tableVersion is the status table's version, 0 without an evaluator.
+// tableVersion is the version of the status table DNS and xDS answer
+// from, 0 without one.
 func (s *Server) tableVersion() uint64 {
-	if s.cfg.Health == nil {
-		return 0
-	}
-	return s.cfg.Health.TableVersion()
+	p := s.acquire()
+	defer p.release()
+	return p.version()
 }

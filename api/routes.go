@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/cairn-sd/cairn/acl"
-	cstatus "github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/wire"
 )
@@ -47,99 +46,6 @@ func endpointOf(in wire.Instance, now, leaseExpiry time.Time) wire.Endpoint {
 	return e
 }
 
-// published overlays what the status table publishes about in (verdict,
-// eligibility, weight, flags), the committed reasons, and the evidence
-// the leader holds.
-func (s *Server) published(e *wire.Endpoint, in wire.Instance) {
-	h := s.cfg.Health
-	ent, ok := h.Status(in.Key().String(), in.Incarnation)
-	if !ok {
-		return
-	}
-	e.Verdict = ent.Verdict.String()
-	e.Eligible = ent.Flags.Has(cstatus.Eligible)
-	e.Weight = int(ent.Weight)
-	e.Flags = flagNames(ent.Flags)
-	switch c := in.Health; {
-	case c != nil && c.Incarnation == in.Incarnation && c.Verdict == e.Verdict && c.Eligible == e.Eligible:
-		e.Reasons = slices.Clone(c.Reasons)
-		e.VerdictEvidence = c.Evidence
-		e.VerdictAt = c.At
-	case c != nil && c.Incarnation == in.Incarnation:
-		// Committed, not yet in this node's table (it is rebuilt every
-		// second): show what the table serves, and say so.
-		e.Reasons = []string{fmt.Sprintf("verdict %s committed, not yet published by this node", c)}
-	case in.Lifecycle == wire.Ready:
-		e.Reasons = []string{"no health evidence evaluated yet"}
-	}
-	if e.Reasons == nil {
-		e.Reasons = []string{}
-	}
-	if ent.Flags.Has(cstatus.SlowStart) {
-		e.Reasons = append(e.Reasons, "slow start")
-	}
-	if ev, leading := h.Evidence(in.Key().String(), in.Incarnation); leading {
-		e.Evidence = ev
-		if e.Evidence == nil {
-			e.Evidence = []wire.ClassEvidence{}
-		}
-	}
-}
-
-// publishedFlags reports whether the status table publishes in (without an
-// evaluator: whether it is ready), and whether only because its health is
-// disregarded (the flag the endpoints view shows).
-func (s *Server) publishedFlags(in wire.Instance) (eligible, disregarded bool) {
-	if s.cfg.Health == nil {
-		return in.Lifecycle == wire.Ready, false
-	}
-	e, ok := s.cfg.Health.Status(in.Key().String(), in.Incarnation)
-	return ok && e.Flags.Has(cstatus.Eligible), ok && e.Flags.Has(cstatus.HealthDisregarded)
-}
-
-func flagNames(f cstatus.Flags) []string {
-	out := []string{}
-	if f == 0 {
-		return out
-	}
-	return strings.Split(f.String(), "|")
-}
-
-// freshness is this node's wire.Freshness at now: the rule of its DNS
-// answers (dnsserver's serve-stale), so that a page and a dig agree.
-// Without an evaluator, the store's last contact stands for the table.
-func (s *Server) freshness(now time.Time) wire.Freshness {
-	var last time.Time
-	restored := false
-	if s.cfg.Health != nil {
-		last, restored = s.cfg.Health.Synced(), s.cfg.Health.Restored()
-	} else {
-		last = s.cfg.Store.LastContact()
-	}
-	if last.IsZero() {
-		last = s.started // never synced since it started: stale since then
-	}
-	age := max(now.Sub(last), 0)
-	return wire.Freshness{Stale: restored || age > s.cfg.StaleAfter, AgeSeconds: age.Seconds()}
-}
-
-func (s *Server) view(ns, svc string, all bool) wire.View {
-	now := s.cfg.Now()
-	v := wire.View{Revision: s.cfg.Store.Revision(), Freshness: s.freshness(now), Endpoints: []wire.Endpoint{}}
-	for _, in := range s.cfg.Store.Instances(ns, svc) {
-		if in.Lifecycle == wire.Terminated && !all {
-			continue
-		}
-		e := endpointOf(in, now, s.cfg.Store.LeaseExpiry(in))
-		if s.cfg.Health != nil {
-			s.published(&e, in)
-		}
-		v.HealthDisregarded = v.HealthDisregarded || slices.Contains(e.Flags, "health_disregarded")
-		v.Endpoints = append(v.Endpoints, e)
-	}
-	return v
-}
-
 func (s *Server) listServices(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
 	l, err := s.serviceList(r.Context())
 	if err != nil {
@@ -157,6 +63,8 @@ func (s *Server) summaries() []wire.ServiceSummary {
 		zones               map[string]*wire.ZoneCount
 	}
 	counts := map[wire.ServiceKey]*count{}
+	p := s.acquire()
+	defer p.release()
 	for _, in := range s.cfg.Store.AllInstances() {
 		if in.Lifecycle == wire.Terminated {
 			continue
@@ -174,7 +82,7 @@ func (s *Server) summaries() []wire.ServiceSummary {
 		}
 		c.instances++
 		z.Instances++
-		elig, dis := s.publishedFlags(in)
+		elig, dis := p.flags(in)
 		if elig {
 			c.eligible++
 			z.Eligible++
@@ -444,7 +352,7 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, _ acl.Identity) 
 	lid, _ := s.cfg.Store.Leader()
 	st := wire.Status{NodeID: s.cfg.Store.NodeID(), State: s.cfg.Store.State(), LeaderID: lid,
 		Revision: s.cfg.Store.Revision(), CaughtUp: s.cfg.Store.CaughtUp(), LastContact: s.cfg.Store.LastContact().UTC(),
-		Freshness: s.freshness(s.cfg.Now()), GRPCAddr: s.cfg.GRPCAddr}
+		Freshness: s.freshness(s.cfg.Now()), TableVersion: s.tableVersion(), GRPCAddr: s.cfg.GRPCAddr}
 	if s.cfg.XDSSummary != nil {
 		x := s.xdsSummary()
 		st.XDS = &x

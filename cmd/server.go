@@ -538,7 +538,7 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 	}
 
 	var stopping atomic.Bool
-	a, err = api.New(api.Config{Store: st, ACL: authz, Addrs: pol, Health: hn, XDSSubscribers: xs.Subscribers, XDSSummary: xs.SubscribersSummary, GRPCAddr: grpcLn.Addr().String(), UI: ui.Handler(), TLS: tlsf, StaleAfter: cfg.StaleAfter, Started: ds.Started(), Gatherer: reg, Registerer: reg, Logger: log,
+	a, err = api.New(api.Config{Store: st, ACL: authz, Addrs: pol, Health: hn, Table: table, Region: cfg.Region, Zone: cfg.Zone, XDSSubscribers: xs.Subscribers, XDSSummary: xs.SubscribersSummary, GRPCAddr: grpcLn.Addr().String(), UI: ui.Handler(), TLS: tlsf, StaleAfter: cfg.StaleAfter, Started: ds.Started(), Gatherer: reg, Registerer: reg, Logger: log,
 		// Ready means serving: DNS and xDS have a table to answer from
 		// (SPEC §6), fresh or kept on disk, until a SIGTERM's lame duck.
 		Ready: func() error {

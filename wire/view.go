@@ -49,6 +49,14 @@ type ZoneCount struct {
 }
 
 // Endpoint is one instance as GET .../endpoints shows it.
+//
+// Verdict, Eligible, Weight, Flags and Tier are what the answering
+// node's DNS and xDS servers serve: its status table's entry for this
+// incarnation, read from the table TableVersion names (InTable false:
+// the table does not hold it, and nothing is served: unknown, not
+// eligible, weight 0). Lifecycle, the lease and the report are the
+// store's; Evaluator is the evaluator's committed verdict beside what is
+// served.
 type Endpoint struct {
 	InstanceID  string         `json:"instance_id"`
 	Incarnation uint64         `json:"incarnation"`
@@ -81,12 +89,49 @@ type Endpoint struct {
 	// first within each class. Only the leader holds it: a follower's
 	// answer leaves it out.
 	Evidence []ClassEvidence `json:"evidence,omitzero"`
+	// Tier is the priority the endpoint has for a caller at the node's
+	// own locality (its --region/--zone): 0 same zone, 1 same region, 2
+	// another region, as the DNS server ranks it for a caller of unknown
+	// place and the xDS server for a subscriber in the node's zone.
+	// Omitted when the table does not hold the incarnation.
+	Tier *int `json:"tier,omitempty"`
+	// InTable: the table holds this incarnation.
+	InTable bool `json:"in_table"`
+	// TableVersion is the version of the status table the row was read
+	// from (status.Table.Version, which the node's xDS versions and logs
+	// carry), and TableRevision the store revision that table was built
+	// from; both 0 when the node has no table.
+	TableVersion  uint64 `json:"table_version"`
+	TableRevision uint64 `json:"table_revision"`
+	// Evaluator is the evaluator's last committed verdict about this
+	// incarnation (replicated: every node holds it), which the table
+	// serves from its next build on: it differs from Verdict and
+	// Eligible for up to a round. Omitted before the first verdict.
+	Evaluator *EvaluatorVerdict `json:"evaluator,omitempty"`
+}
+
+// EvaluatorVerdict is the evaluator's judgement of one incarnation as
+// committed to the store (Health), beside what the table serves.
+type EvaluatorVerdict struct {
+	Verdict string `json:"verdict"`
+	// Eligible is the eligibility the evaluator decided, after the guard
+	// and the shrink cap; HealthEligible its judgement of the evidence
+	// alone.
+	Eligible       bool      `json:"eligible"`
+	HealthEligible bool      `json:"health_eligible"`
+	Reasons        []string  `json:"reasons"`
+	Evidence       *Evidence `json:"evidence,omitempty"`
+	At             time.Time `json:"at"`
 }
 
 // View is a service's current view (SPEC §1).
 type View struct {
 	Revision          uint64 `json:"revision"`
 	HealthDisregarded bool   `json:"health_disregarded"`
+	// TableVersion and TableRevision name the status table every
+	// endpoint of the view was read from (Endpoint.TableVersion).
+	TableVersion  uint64 `json:"table_version"`
+	TableRevision uint64 `json:"table_revision"`
 	// Freshness is the answering node's, as its DNS answers have it.
 	Freshness
 	Endpoints []Endpoint `json:"endpoints"`
@@ -153,6 +198,11 @@ type Status struct {
 	// Freshness is how current what this node serves is: its views, its
 	// DNS answers.
 	Freshness
+	// TableVersion is the version of the status table this node's DNS
+	// and xDS servers answer from (0: none yet). It moves every
+	// evaluation round, writes or not: a page showing what is served
+	// (weights in slow start) reloads when it moves.
+	TableVersion uint64 `json:"table_version"`
 	// GRPCAddr is the address this node's xDS server (gRPC) listens on,
 	// as bound: HOST:PORT, the host possibly unspecified (0.0.0.0, ::)
 	// when it listens on every interface. cairn xds-bootstrap points its
