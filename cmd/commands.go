@@ -294,7 +294,7 @@ func servicesCommand() *cli.Command {
 func endpointsCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "endpoints",
-		Usage:     "endpoints of a service with verdict, eligibility and weight",
+		Usage:     "endpoints of a service: the verdict, eligibility, weight and tier DNS and xDS serve, the evaluator's verdict beside them",
 		ArgsUsage: "NS/SVC",
 		Action: func(c *cli.Context) error {
 			ns, svc, err := serviceArg(c)
@@ -313,17 +313,27 @@ func endpointsCommand() *cli.Command {
 				return printJSON(c.App.Writer, es)
 			}
 			var rows [][]string
+			var tableVersion, tableRevision uint64
 			for _, e := range es {
 				lease := "expired"
 				if !e.LeaseExpired {
 					lease = time.Until(e.LeaseDeadline).Round(time.Second).String()
 				}
+				tier := "-"
+				if e.Tier != nil {
+					tier = fmt.Sprint(*e.Tier)
+				}
 				rows = append(rows, []string{e.InstanceID, fmt.Sprint(e.Incarnation), strings.Join(e.Addresses, ","),
-					orDash(e.Zone), string(e.Lifecycle), e.Verdict, fmt.Sprint(e.Eligible), fmt.Sprint(e.Weight),
-					lease, orDash(evidenceSummary(e, time.Now())), orDash(strings.Join(e.Reasons, "; "))})
+					orDash(e.Zone), string(e.Lifecycle), e.Verdict, fmt.Sprint(e.Eligible), fmt.Sprint(e.Weight), tier,
+					evaluatorSummary(e), lease, orDash(evidenceSummary(e, time.Now())), orDash(strings.Join(e.Reasons, "; "))})
+				tableVersion, tableRevision = e.TableVersion, e.TableRevision
 			}
-			if err := table(c.App.Writer, "INSTANCE\tINCARNATION\tADDRESSES\tZONE\tLIFECYCLE\tVERDICT\tELIGIBLE\tWEIGHT\tLEASE\tEVIDENCE\tREASONS", rows); err != nil {
+			if err := table(c.App.Writer, "INSTANCE\tINCARNATION\tADDRESSES\tZONE\tLIFECYCLE\tVERDICT\tELIGIBLE\tWEIGHT\tTIER\tEVALUATOR\tLEASE\tEVIDENCE\tREASONS", rows); err != nil {
 				return err
+			}
+			if tableVersion > 0 {
+				fmt.Fprintf(c.App.Writer, "served by this server's DNS and xDS: status table version %d (store revision %d); tier from this server's locality\n",
+					tableVersion, tableRevision)
 			}
 			subs, err := cl.Subscribers(c.Context, ns, svc)
 			if err != nil {
@@ -333,6 +343,20 @@ func endpointsCommand() *cli.Command {
 			return err
 		},
 	}
+}
+
+// evaluatorSummary is the evaluator's committed verdict beside what is
+// served: "healthy, eligible", "unhealthy, withdrawn"; "-" before its
+// first verdict.
+func evaluatorSummary(e wire.Endpoint) string {
+	v := e.Evaluator
+	if v == nil {
+		return "-"
+	}
+	if v.Eligible {
+		return v.Verdict + ", eligible"
+	}
+	return v.Verdict + ", withdrawn"
 }
 
 // subscribersLine says which revisions the xDS subscribers of the

@@ -252,3 +252,41 @@ func TestXDSBootstrapWildcardGRPCAddr(t *testing.T) {
 		}
 	}
 }
+
+// TestEndpointsTable: `cairn endpoints` shows each endpoint's tier and
+// the evaluator's verdict beside what the table serves, and names the
+// status table its rows were read from.
+func TestEndpointsTable(t *testing.T) {
+	s := startServer(t, "--dev", "--region", "r1", "--zone", "z1")
+	f := filepath.Join(t.TempDir(), "svc.yaml")
+	if err := os.WriteFile(f, []byte("namespace: demo\nname: web\nports: [{name: http, number: 8080, protocol: tcp}]\ncapability: {readiness: none}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() error {
+		if code, _, errs := run(t, "--addr", s.http, "apply", "-f", f); code != 0 {
+			return fmt.Errorf("apply: %d %q", code, errs)
+		}
+		return nil
+	})
+	if code, out, errs := run(t, "--addr", s.http, "register", "--instance", "i-1", "--address", "127.0.0.1", "--port", "http=8080",
+		"--region", "r1", "--zone", "z2", "demo/web"); code != 0 {
+		t.Fatalf("register: %d %q %q", code, out, errs)
+	}
+	eventually(t, 30*time.Second, func() error {
+		code, out, errs := run(t, "--addr", s.http, "endpoints", "demo/web")
+		if code != 0 {
+			return fmt.Errorf("endpoints: exit %d %q", code, errs)
+		}
+		lines := strings.Split(out, "\n")
+		if len(lines) < 3 || !strings.Contains(lines[0], "WEIGHT  TIER  EVALUATOR") ||
+			!strings.Contains(out, "served by this server's DNS and xDS: status table version ") {
+			return fmt.Errorf("endpoints says\n%s", out)
+		}
+		// i-1 is in r1/z2, the server in r1/z1: tier 1, eligible
+		// (unknown, in rotation) by the evaluator's verdict too.
+		if f := strings.Fields(lines[1]); len(f) < 11 || f[0] != "i-1" || f[6] != "true" || f[8] != "1" || f[9] != "unknown," || f[10] != "eligible" {
+			return fmt.Errorf("row %q; want i-1 eligible, tier 1, evaluator unknown, eligible", lines[1])
+		}
+		return nil
+	})
+}
