@@ -70,7 +70,13 @@ const cairn = (() => {
   // each poll's outcome: watch(status) after GET /v1/status and the load
   // it may start succeed, watch(null, error) when either fails; it is for
   // what changes without a write (ages, last contact, subscribers).
-  function follow(load, watch) {
+  //
+  // With opts.table, the page also reloads when the status table's
+  // version moves (every evaluation round, about once a second): the
+  // service page shows the weights the table serves, which rise through
+  // slow start without a write.
+  function follow(load, watch, opts) {
+    const byTable = !!(opts && opts.table);
     let seen = null;
     let needToken = false;
     const form = $('token-form');
@@ -108,10 +114,11 @@ const cairn = (() => {
       const st = await get('status');
       $('node-status').textContent = 'node ' + st.node_id + ' (' + st.state + '), leader ' +
         (st.leader_id || 'unknown') + ', revision ' + st.revision;
-      if (needToken || st.revision === seen) return st;
+      const mark = byTable ? st.revision + '/' + st.table_version : st.revision;
+      if (needToken || mark === seen) return st;
       try {
         await load();
-        seen = st.revision;
+        seen = mark;
       } catch (e) {
         if (e instanceof AuthError) askToken(e.message);
         else throw e;

@@ -1,5 +1,7 @@
 // The service page: GET /v1/services/{ns}/{svc}, whose view is what
-// GET .../endpoints and `cairn endpoints` show.
+// GET .../endpoints and `cairn endpoints` show: what this node's status
+// table serves (verdict, eligibility, weight, tier), reloaded at every
+// table, with the evaluator's committed verdict beside it.
 'use strict';
 
 (() => {
@@ -74,6 +76,22 @@
     return out;
   }
 
+  // tier is the endpoint's priority for a caller at this node's place,
+  // as DNS and xDS serve it: 0 same zone, 1 same region, 2 elsewhere.
+  function tier(e) {
+    if (e.tier === undefined || e.tier === null) return el('td', { class: 'tier muted', text: '-' });
+    return el('td', { class: 'num tier', title: ['this zone', 'this region', 'another region'][e.tier] || '', text: String(e.tier) });
+  }
+
+  // evaluator is the evaluator's committed verdict, beside what the
+  // table serves; its reasons are the cell's title.
+  function evaluator(e) {
+    const v = e.evaluator;
+    if (!v) return el('td', { class: 'evaluator muted', text: '-' });
+    return el('td', { class: 'evaluator v-' + v.verdict, title: (v.reasons || []).join('; '),
+      text: v.verdict + (v.eligible ? ', eligible' : ', withdrawn') });
+  }
+
   function render(d) {
     const v = d.view;
     const rows = v.endpoints.map((e) => el('tr', { 'data-instance': e.instance_id, class: 'lc-' + e.lifecycle },
@@ -85,6 +103,8 @@
       el('td', { class: 'verdict v-' + e.verdict, text: e.verdict }),
       el('td', { class: 'eligible ' + (e.eligible ? 'yes' : 'no'), text: e.eligible ? 'yes' : 'no' }),
       el('td', { class: 'weight-cell' }, weight(e)),
+      tier(e),
+      evaluator(e),
       el('td', { class: 'lease', title: e.lease_deadline, text: lease(e) }),
       el('td', { class: 'flags-cell' }, flagList(e.flags)),
       el('td', { class: 'reasons', text: (e.reasons || []).join('; ') || '-' }),
@@ -97,7 +117,8 @@
     showStale(v.stale ? 'STALE: this node\'s view is ' + duration(v.age_seconds) + ' old; its DNS answers say so (EDE 3; SERVFAIL past --max-stale).' : '');
     const elig = v.endpoints.filter((e) => e.eligible).length;
     $('summary').textContent = v.endpoints.length + ' instances, ' + elig + ' eligible; view revision ' + v.revision +
-      ', definition revision ' + d.definition.revision + '; updated ' + new Date().toLocaleTimeString();
+      ', definition revision ' + d.definition.revision + '; served from status table ' + v.table_version +
+      ' (store revision ' + v.table_revision + '), tiers from this node\'s place; updated ' + new Date().toLocaleTimeString();
   }
 
   if (!ns || !svc) {
@@ -116,5 +137,5 @@
   }
   follow(async () => {
     render(await get('services/' + encodeURIComponent(ns) + '/' + encodeURIComponent(svc)));
-  }, (st, err) => showStale(staleness(st, err ? err.message || String(err) : null, shown)));
+  }, (st, err) => showStale(staleness(st, err ? err.message || String(err) : null, shown)), { table: true });
 })();
