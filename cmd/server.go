@@ -468,7 +468,7 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 		SubscribersFile: filepath.Join(cfg.DataDir, XDSSubscribersFile),
 		// A table built from a synced store, or the one kept on disk: never
 		// a partial view, which a client would apply.
-		Ready:      func() bool { return hn.Serving() == nil },
+		Ready:      func() bool { return hn.Serving(0) == nil },
 		Authorizer: func() *acl.Authorizer { return a.Authorizer() },
 		Outcomes:   func(ctx context.Context, b wire.OutcomeBatch) error { return lrsPush.outcomes(ctx, hn, b) }})
 	if err != nil {
@@ -545,7 +545,7 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 			if stopping.Load() {
 				return errors.New("shutting down")
 			}
-			return hn.Serving()
+			return hn.Serving(cfg.MaxStale)
 		}, Peer: peerCheck, ForwardTLS: peerTLS})
 	if err != nil {
 		return err

@@ -508,12 +508,17 @@ func (n *Node) Synced() time.Time {
 
 // Serving reports whether this node's DNS and xDS servers have a status
 // table to answer from: one built from its caught-up store, or the one it
-// kept on disk (answered as stale). nil when they do; otherwise why not,
+// kept on disk (answered as stale), not older than maxStale (0: any age),
+// past which DNS answers SERVFAIL. nil when they do; otherwise why not,
 // for /readyz. A table, once published, is never withdrawn: readers keep
 // the last one.
-func (n *Node) Serving() error {
+func (n *Node) Serving(maxStale time.Duration) error {
 	if t := n.cfg.Table.Acquire(); t != nil {
 		t.Release() // the DNS server's own test
+		if synced := n.Synced(); maxStale > 0 && !synced.IsZero() && n.cfg.Now().Sub(synced) > maxStale {
+			return fmt.Errorf("the status table is %s old, past --max-stale %s: DNS answers SERVFAIL",
+				n.cfg.Now().Sub(synced).Round(time.Second), maxStale)
+		}
 		return nil
 	}
 	if !n.cfg.Store.CaughtUp() {

@@ -468,7 +468,7 @@ func TestRestoreSkipsAnEmptyTable(t *testing.T) {
 // not before: the store not caught up, or the first table not built yet.
 func TestServing(t *testing.T) {
 	h := newHarness(t, nil, 0, nil)
-	err := h.n.Serving()
+	err := h.n.Serving(0)
 	if err == nil || !strings.Contains(err.Error(), "first table is being built") {
 		t.Fatalf("Serving before the first round, store caught up: %v; want the first table being built", err)
 	}
@@ -476,8 +476,17 @@ func TestServing(t *testing.T) {
 	h.apply(svc)
 	h.fleet(svc, "a", 1)
 	h.tick(0)
-	if err := h.n.Serving(); err != nil {
+	if err := h.n.Serving(0); err != nil {
 		t.Fatalf("Serving after the first round: %v", err)
+	}
+	// Past max-stale DNS answers SERVFAIL: not serving.
+	h.clk.Advance(time.Minute)
+	if err := h.n.Serving(time.Minute); err != nil {
+		t.Errorf("Serving a table a minute old, max-stale 1m: %v", err)
+	}
+	h.clk.Advance(time.Second)
+	if err := h.n.Serving(time.Minute); err == nil || !strings.Contains(err.Error(), "past --max-stale") {
+		t.Errorf("Serving a table 61s old, max-stale 1m: %v; want past max-stale", err)
 	}
 	kept := h.pub.Acquire()
 	snap := tablefile.Take(kept, h.clk.Now(), h.clk.Now())
@@ -488,11 +497,11 @@ func TestServing(t *testing.T) {
 	lone := storetest.Lone(t, store.Config{NodeID: "n9", Now: h.clk.Now})
 	bare := newNode(t, lone.Store, h.clk, 0, nil)
 	bare.Tick(t.Context())
-	if err := bare.Serving(); err == nil || !strings.Contains(err.Error(), "not caught up") {
+	if err := bare.Serving(0); err == nil || !strings.Contains(err.Error(), "not caught up") {
 		t.Errorf("Serving without a leader or a kept table: %v; want not caught up", err)
 	}
 	restored := newNode(t, lone.Store, h.clk, 0, func(c *Config) { c.Restore = snap })
-	if err := restored.Serving(); err != nil {
+	if err := restored.Serving(0); err != nil {
 		t.Errorf("Serving the kept table: %v", err)
 	}
 }

@@ -27,6 +27,11 @@ func (n *Node) publishWithdrawals(ctx context.Context) {
 	rev := n.cfg.Store.Revision()
 	_, ws, overflow := n.cfg.Store.TakeWithdrawals()
 	if overflow {
+		if !n.cfg.Store.CaughtUp() {
+			// A replica still catching up holds a partial state: the
+			// first round after it has caught up builds the table.
+			return
+		}
 		// More than the feed holds: rebuild from the replica now (no
 		// evaluation: that keeps its cadence).
 		prev := n.enter(PhaseRefresh)

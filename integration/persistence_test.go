@@ -68,8 +68,9 @@ func TestRestartKeepsState(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// /readyz says a leader is known; the restarted replica may still be
-	// applying its log for a moment, so poll until it shows everything.
+	// /readyz says DNS and xDS have a table (perhaps the one kept on
+	// disk); the restarted replica may still be applying its log for a
+	// moment, so poll until it shows everything.
 	var after []wire.Endpoint
 	Eventually(t, 10*time.Second, func() error {
 		after, err = cl.Endpoints(ctx, testNS, testSvc)

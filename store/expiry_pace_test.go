@@ -1,7 +1,9 @@
 package store_test
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -84,12 +86,30 @@ func TestHardExpiriesPacedByShrinkCap(t *testing.T) {
 	if g := gauge(t, reg, "cairn_store_hard_expiries_held"); g != 3 {
 		t.Errorf("cairn_store_hard_expiries_held = %g, want 3", g)
 	}
+	// A held registration is over all the same: its renewal is refused,
+	// and registering it again starts a new incarnation, never revives
+	// the old one.
+	held := ""
+	for _, id := range []string{"a", "b", "c", "d"} {
+		if !slices.Contains(allExpired(n.Store), id) {
+			held = id
+			break
+		}
+	}
+	old, _ := n.Instance(key(held))
+	if _, err := n.Renew(t.Context(), key(held), old.Incarnation); !errors.Is(err, store.ErrFenced) {
+		t.Errorf("renewing %s, held back past its hard expiry: %v, want ErrFenced", held, err)
+	}
+	again, created, err := n.Register(t.Context(), "registrar", registration(held, "10.0.0.1"))
+	if err != nil || !created || again.Incarnation <= old.Incarnation {
+		t.Fatalf("registering %s again: incarnation %d created %t err %v; want a new incarnation after %d", held, again.Incarnation, created, err, old.Incarnation)
+	}
 
-	// The next window ends one more.
+	// The next window ends one more (the registration ended another).
 	clk.Advance(store.ExpiryWindow)
 	storetest.WaitFor(t, wait, func() error {
-		if got := allExpired(n.Store); len(got) != 2 {
-			return fmt.Errorf("expired after the second window opened: %v, want two", got)
+		if got := allExpired(n.Store); len(got) != 3 {
+			return fmt.Errorf("expired after the second window opened: %v, want three", got)
 		}
 		if got := heldEvents(n.Store); len(got) != 2 {
 			return fmt.Errorf("%d expiry_held events, want one a window", len(got))
@@ -97,24 +117,17 @@ func TestHardExpiriesPacedByShrinkCap(t *testing.T) {
 		return nil
 	})
 
-	// The node stops and comes back much later: the two left were past
-	// their hard expiry before it went quiet, so they get no grace and
-	// end, still paced.
+	// The node stops and comes back much later: the one left was past
+	// its hard expiry before it went quiet, so it gets no grace and ends;
+	// the new incarnation, live when it went quiet, gets its grace.
 	if err := n.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(time.Hour)
 	n = storetest.Single(t, store.Config{DataDir: dir, Now: clk.Now})
 	storetest.WaitFor(t, wait, func() error {
-		if got := allExpired(n.Store); len(got) != 3 {
-			return fmt.Errorf("expired after the restart: %v, want three", got)
-		}
-		return nil
-	})
-	clk.Advance(store.ExpiryWindow)
-	storetest.WaitFor(t, wait, func() error {
 		if got := allExpired(n.Store); len(got) != 4 {
-			return fmt.Errorf("expired after the restart's second window: %v, want all four", got)
+			return fmt.Errorf("expired after the restart: %v, want four", got)
 		}
 		return nil
 	})
@@ -124,5 +137,8 @@ func TestHardExpiriesPacedByShrinkCap(t *testing.T) {
 	}
 	if len(seen) != 4 {
 		t.Errorf("expired %v, want each of a, b, c, d once", allExpired(n.Store))
+	}
+	if got, _ := n.Instance(key(held)); got.Incarnation != again.Incarnation || got.Lifecycle == wire.Terminated {
+		t.Errorf("%s re-registered before the outage: %+v; want incarnation %d live, with the takeover's grace", held, got, again.Incarnation)
 	}
 }

@@ -50,10 +50,16 @@ func (s *Store) paceExpiries(now time.Time, cands []expiryCandidate, limit int) 
 	// The longest past their hard expiry go first; then by key, so that
 	// every tick picks the same ones.
 	sort.Slice(cands, func(i, j int) bool {
-		if !cands[i].Deadline.Equal(cands[j].Deadline) {
-			return cands[i].Deadline.Before(cands[j].Deadline)
+		a, b := &cands[i], &cands[j]
+		switch {
+		case !a.Deadline.Equal(b.Deadline):
+			return a.Deadline.Before(b.Deadline)
+		case a.Key.Namespace != b.Key.Namespace:
+			return a.Key.Namespace < b.Key.Namespace
+		case a.Key.Service != b.Key.Service:
+			return a.Key.Service < b.Key.Service
 		}
-		return cands[i].Key.String() < cands[j].Key.String()
+		return a.Key.ID < b.Key.ID
 	})
 	var out []leaseUpdate
 	more := false
@@ -88,8 +94,19 @@ func (s *Store) paceExpiries(now time.Time, cands []expiryCandidate, limit int) 
 	for _, w := range s.expiryWins {
 		held += w.held
 	}
+	s.expiriesHeld = held
 	s.metrics.expiriesHeld.Set(float64(held))
 	return out, more
+}
+
+// unpace gives back the allowance of expiries whose entry did not
+// commit. Called with hkMu held.
+func (s *Store) unpace(expired []leaseUpdate) {
+	for _, l := range expired {
+		if w := s.expiryWins[l.Key.ServiceKey()]; w != nil && w.used > 0 {
+			w.used--
+		}
+	}
 }
 
 // expiryAllowance is how many hard expiries of svc one window may

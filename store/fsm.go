@@ -66,15 +66,20 @@ type command struct {
 	// that a renewal applied in between wins.
 	Expire      []leaseUpdate `json:"expire,omitempty"`
 	PruneBefore time.Time     `json:"prune_before,omitzero"`
-	// SilentSince, on opLeader, is the time of the last entry the new
-	// leader's replica held when it took over: from then until the
-	// takeover the cluster may have had no leader, and no lease could be
-	// renewed (zero: not known).
-	SilentSince time.Time     `json:"silent_since,omitzero"`
-	Member      *wire.Member  `json:"member,omitempty"`
-	Event       *wire.Event   `json:"event,omitempty"`
-	Tokens      []TokenRecord `json:"tokens,omitempty"`
-	Accessor    string        `json:"accessor,omitempty"`
+	// SilentSince, on opLeader, is the time of the last entry of an
+	// earlier term the new leader's replica held when it took over: the
+	// last moment the log shows a leader at work. From then until the
+	// takeover no lease could be renewed. Only with Grace.
+	SilentSince time.Time `json:"silent_since,omitzero"`
+	// Grace, on opLeader, makes every lease that was live at SilentSince
+	// (not past its hard expiry) run at least one TTL from the takeover,
+	// its recorded deadline rewritten. Entries written before it carry
+	// none, and replay as they were applied.
+	Grace    bool          `json:"grace,omitempty"`
+	Member   *wire.Member  `json:"member,omitempty"`
+	Event    *wire.Event   `json:"event,omitempty"`
+	Tokens   []TokenRecord `json:"tokens,omitempty"`
+	Accessor string        `json:"accessor,omitempty"`
 	// Health and ServiceEvents are the evaluator's commits.
 	Health        []HealthUpdate `json:"health,omitempty"`
 	ServiceEvents []ServiceEvent `json:"service_events,omitempty"`
@@ -113,19 +118,18 @@ type fsm struct {
 	members   map[string]wire.Member
 	tokens    map[string]TokenRecord // by accessor
 	tokenRev  uint64                 // index of the last token change
-	// leaderSince is when the current leader took over: every live
-	// lease's grace runs one TTL from it.
+	// leaderSince is when the current leader took over.
 	leaderSince time.Time
-	// silentSince is the time of the last entry before the current
-	// leader's takeover (zero: not known): a lease whose hard expiry had
-	// not come by then was live when the control plane went quiet.
-	silentSince time.Time
-	// logTime is the latest time an applied entry carries; not part of
-	// the replicated state (a restore estimates it), only read by a new
-	// leader for its takeover entry.
-	logTime  time.Time
-	events   ring // at most AuditCapacity
-	refusals ring // at most RefusalCapacity
+	events      ring // at most AuditCapacity
+	refusals    ring // at most RefusalCapacity
+
+	// The log's clock, for a new leader's takeover entry (silentSince);
+	// not part of the replicated state (a restore estimates it). logTime
+	// is the latest time a command entry carries, logTerm the raft term
+	// of the last one, and prevTermTime the latest time of the entries of
+	// terms before logTerm.
+	logTime, prevTermTime time.Time
+	logTerm               uint64
 
 	// These share what many records repeat (see intern.go and
 	// record.go): strings, service keys, per service the ports map of its
@@ -176,6 +180,9 @@ func (f *fsm) Apply(l *raft.Log) any {
 		return result{Err: fmt.Errorf("store: decoding log entry %d: %w", l.Index, err)}
 	}
 	f.mu.Lock()
+	if l.Term > f.logTerm {
+		f.prevTermTime, f.logTerm = f.logTime, l.Term
+	}
 	r := f.apply(l.Index, c)
 	if ws := f.withdrawn; len(ws) > 0 && f.onWithdraw != nil {
 		// Under the lock, so that a reader that sees this revision finds
@@ -226,7 +233,10 @@ func (f *fsm) apply(index uint64, c command) result {
 			f.record(*c.Event)
 		}
 	case opLeader:
-		f.leaderSince, f.silentSince = c.At, c.SilentSince
+		f.leaderSince = c.At
+		if c.Grace {
+			f.grace(c.At, c.SilentSince)
+		}
 	case opHealth:
 		f.commitHealth(c)
 	case opPutTokens:
@@ -376,8 +386,20 @@ func (f *fsm) register(index uint64, c command) (wire.Instance, bool, error) {
 	reg.Namespace, reg.Service = svc.Namespace, svc.Name
 	key := reg.Key()
 	old := f.instances.get(key)
-	if err := fenceRegistration(old, reg, ttlDefault); err != nil {
+	// A registration past its hard expiry is over, even while its end
+	// waits on the pacing of hard expiries: a new one is fenced as if it
+	// had ended, and starts a new incarnation, never revives it.
+	over, chk := overAt(old, c.At), old
+	if over {
+		ended := *old
+		ended.lifecycle = lcTerminated
+		chk = &ended
+	}
+	if err := fenceRegistration(chk, reg, ttlDefault); err != nil {
 		return wire.Instance{}, false, err
+	}
+	if over {
+		f.endAtHardExpiry(old, c.At, fromNanos(old.leaseDeadline), c.Actor, "; registered again")
 	}
 	if isRetry(old, reg, ttlDefault) {
 		// A retry of the committed registration: same incarnation. It
@@ -601,16 +623,8 @@ func (f *fsm) housekeep(c command) int {
 		if in.leaseDeadline > nanos(l.Deadline) || c.At.Before(hardExpiry(l.Deadline, in.leaseTTL.D())) {
 			continue
 		}
-		from := in.lifecycle.wire()
-		in.lifecycle = lcTerminated
-		in.change(func(m *recordMore) { m.terminatedAt = nanos(c.At) })
-		f.withdraw(in)
+		f.endAtHardExpiry(in, c.At, l.Deadline, c.Actor, "")
 		expired++
-		f.record(wire.Event{At: c.At, Kind: wire.EventExpired, Namespace: in.svc.Namespace, Service: in.svc.Name,
-			Instance: in.id, Incarnation: in.incarnation, From: string(from), To: string(wire.Terminated),
-			Reason: fmt.Sprintf("lease past its hard expiry (%d × lease_ttl %s since the last renewal; the lease ran out at %s)",
-				HardExpiryTTLs, in.leaseTTL, l.Deadline.Format(time.RFC3339Nano)),
-			Actor: c.Actor})
 	}
 	if !c.PruneBefore.IsZero() {
 		before := nanos(c.PruneBefore)
@@ -623,6 +637,31 @@ func (f *fsm) housekeep(c command) int {
 	return expired
 }
 
+// endAtHardExpiry terminates in, whose lease ran out at deadline and is
+// past its hard expiry at at, with an audit event "expired".
+func (f *fsm) endAtHardExpiry(in *record, at, deadline time.Time, actor, why string) {
+	from := in.lifecycle.wire()
+	in.lifecycle = lcTerminated
+	in.change(func(m *recordMore) { m.terminatedAt = nanos(at) })
+	f.withdraw(in)
+	f.record(wire.Event{At: at, Kind: wire.EventExpired, Namespace: in.svc.Namespace, Service: in.svc.Name,
+		Instance: in.id, Incarnation: in.incarnation, From: string(from), To: string(wire.Terminated),
+		Reason: fmt.Sprintf("lease past its hard expiry (%d × lease_ttl %s since the last renewal; the lease ran out at %s)%s",
+			HardExpiryTTLs, in.leaseTTL, deadline.Format(time.RFC3339Nano), why),
+		Actor: actor})
+}
+
+// overAt reports whether in, starting or ready, is past its hard expiry
+// at at, by its recorded deadline (which a takeover's grace has moved
+// already), whether or not housekeeping has ended it yet: a registration
+// held back by the pacing of hard expiries is over all the same. (A
+// draining one is on its way out, and replacing it still needs its
+// incarnation named.)
+func overAt(in *record, at time.Time) bool {
+	return in != nil && (in.lifecycle == lcStarting || in.lifecycle == lcReady) && in.leaseTTL > 0 &&
+		!at.Before(hardExpiry(fromNanos(in.leaseDeadline), in.leaseTTL.D()))
+}
+
 // HardExpiryTTLs is how many lease TTLs after its last renewal a
 // registration is over (SPEC §2: 5 × TTL): its lease has then been
 // expired for four TTLs.
@@ -632,6 +671,38 @@ const HardExpiryTTLs = 5
 // new leader's grace) is past its hard expiry.
 func hardExpiry(exp time.Time, ttl time.Duration) time.Time {
 	return exp.Add((HardExpiryTTLs - 1) * ttl)
+}
+
+// grace applies a takeover at since: every lease that was live at silent
+// (not past its hard expiry; zero silent: every lease) runs at least one
+// TTL from since. Nothing could renew while there was no leader, and the
+// new leader cannot know of renewals the old one did not replicate: time
+// without a leader never counts against a lease (SPEC §2). A registration
+// that was over by silent stays over. O(instances), once per takeover.
+func (f *fsm) grace(since, silent time.Time) {
+	for in := range f.instances.all {
+		if in.lifecycle == lcTerminated || in.leaseTTL <= 0 {
+			continue
+		}
+		ttl := in.leaseTTL.D()
+		d := fromNanos(in.leaseDeadline)
+		if !silent.IsZero() && !hardExpiry(d, ttl).After(silent) {
+			continue
+		}
+		if g := nanos(since.Add(ttl)); g > in.leaseDeadline {
+			in.leaseDeadline = g
+		}
+	}
+}
+
+// silentSince is the time of the last command entry of a term before
+// term: when, as this replica knows, a leader was last at work before
+// term's (zero: no such entry). Called with f.mu held.
+func (f *fsm) silentSince(term uint64) time.Time {
+	if f.logTerm < term {
+		return f.logTime
+	}
+	return f.prevTermTime
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -654,7 +725,6 @@ type fsmState struct {
 	Tokens      []TokenRecord   `json:"tokens"`
 	TokenRev    uint64          `json:"token_rev"`
 	LeaderSince time.Time       `json:"leader_since"`
-	SilentSince time.Time       `json:"silent_since,omitzero"`
 	Events      []wire.Event    `json:"events"`
 	Refusals    []wire.Event    `json:"refusals"`
 }
@@ -683,7 +753,7 @@ func (f *fsm) copyStateLocked() (fsmState, []record) {
 	defer f.mu.RUnlock()
 	recs := listRecords(&f.instances, nil)
 	s := fsmState{Rev: f.rev, NextInc: f.nextInc, EventSeq: f.eventSeq,
-		TokenRev: f.tokenRev, LeaderSince: f.leaderSince, SilentSince: f.silentSince,
+		TokenRev: f.tokenRev, LeaderSince: f.leaderSince,
 		Events: f.events.list(), Refusals: f.refusals.list()}
 	for _, t := range f.tokens {
 		t.Namespaces = slices.Clone(t.Namespaces)
@@ -754,9 +824,10 @@ func (f *fsm) load(s fsmState) error {
 	for _, t := range s.Tokens {
 		f.tokens[t.Accessor] = t
 	}
-	f.tokenRev, f.leaderSince, f.silentSince = s.TokenRev, s.LeaderSince, s.SilentSince
-	// The log's time is not in a snapshot: the latest time it shows.
-	f.logTime = s.LeaderSince
+	f.tokenRev, f.leaderSince = s.TokenRev, s.LeaderSince
+	// The log's clock is not in a snapshot: the latest time it shows
+	// (the newest audit event, or the last takeover), of no known term.
+	f.logTime, f.prevTermTime, f.logTerm = s.LeaderSince, time.Time{}, 0
 	for _, e := range s.Events {
 		if e.At.After(f.logTime) {
 			f.logTime = e.At
@@ -832,13 +903,6 @@ func writeState(w io.Writer, st *fsmState, n int, instance func(i int) wire.Inst
 		}
 		return bw.WriteByte(']')
 	}
-	// optTime writes a time that is left out when zero (omitzero).
-	optTime := func(name string, t time.Time) error {
-		if t.IsZero() {
-			return nil
-		}
-		return value(name, t)
-	}
 	// The fields in fsmState's order, under their JSON names; bufio's
 	// error is sticky, so the first one is the one returned.
 	for _, err := range []error{
@@ -851,7 +915,6 @@ func writeState(w io.Writer, st *fsmState, n int, instance func(i int) wire.Inst
 		value("tokens", st.Tokens),
 		value("token_rev", st.TokenRev),
 		value("leader_since", st.LeaderSince),
-		optTime("silent_since", st.SilentSince),
 		list("events", len(st.Events), st.Events == nil, func(i int) any { return &st.Events[i] }),
 		value("refusals", st.Refusals),
 	} {

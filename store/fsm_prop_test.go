@@ -232,7 +232,17 @@ func (m *fencingModel) register(t *rapid.T) {
 		reg.Lifecycle = wire.Ready
 	}
 	old := m.instances[id]
-	if why := registrationFenced(old, reg); why != "" {
+	// A starting or ready record past its hard expiry is over, ended or
+	// not yet: a registration is fenced as if it had ended, and ends it.
+	over := old != nil && (old.Lifecycle == wire.Starting || old.Lifecycle == wire.Ready) && old.LeaseTTL > 0 &&
+		!at.Before(old.LeaseDeadline.Add((HardExpiryTTLs-1)*old.LeaseTTL.D()))
+	against := old
+	if over {
+		ended := *old
+		ended.Lifecycle = wire.Terminated
+		against = &ended
+	}
+	if why := registrationFenced(against, reg); why != "" {
 		// Fenced: nothing changes, not even the audit trail.
 		if !errors.Is(r.Err, ErrFenced) {
 			t.Fatalf("registration of %s (%s, current %+v): %+v, %v; want ErrFenced", id, why, old, r.Instance, r.Err)
@@ -244,6 +254,10 @@ func (m *fencingModel) register(t *rapid.T) {
 	}
 	if r.Err != nil {
 		t.Fatalf("registration refused: %v", r.Err)
+	}
+	if over {
+		old.Lifecycle, old.TerminatedAt = wire.Terminated, at
+		m.events++ // expired
 	}
 	if old != nil && (old.Lifecycle == wire.Starting || old.Lifecycle == wire.Ready) && sameRegistration(reg, old) {
 		if r.Created || r.Instance.Incarnation != old.Incarnation {

@@ -108,22 +108,22 @@ func (s *Store) notReady() error {
 }
 
 // LeaseExpiry returns when in's lease runs out as this node can tell: its
-// recorded deadline, but, for a lease that was live when the cluster last
-// had a leader acting, never before one TTL after the current leader took
-// over. Time without a leader never counts against a lease (SPEC §2):
-// nothing could renew while there was none, and the new leader cannot
-// know of renewals the old one did not replicate, so every live lease
-// starts over from the takeover, as Consul resets session TTLs on an
-// election — without rewriting the recorded deadline. Live means not past
-// its hard expiry at the last entry before the takeover: a registration
-// that was already over stays over. A follower adds two checkpoint
-// intervals for renewals the leader holds but has not replicated yet.
+// recorded deadline, which a takeover moves to one TTL after it for every
+// lease live when the cluster last had a leader at work (fsm.grace: time
+// without a leader never counts against a lease). For a lease that was
+// live shortly before the current leader took over, it is also never
+// before one TTL after that, without rewriting the recorded deadline: this
+// covers replicas that applied takeovers written before grace existed. A
+// renewal that revives an expired lease is replicated before it is
+// acknowledged, so any renewal a new leader may have missed was made on a
+// live lease. A follower adds two checkpoint intervals for renewals the
+// leader holds but has not replicated yet.
 func (s *Store) LeaseExpiry(in wire.Instance) time.Time {
 	in = s.overlay(in)
 	s.fsm.mu.RLock()
-	since, silent := s.fsm.leaderSince, s.fsm.silentSince
+	since := s.fsm.leaderSince
 	s.fsm.mu.RUnlock()
-	return s.leaseExpiry(in, since, silent)
+	return s.leaseExpiry(in, since)
 }
 
 // HardExpiry returns when in's registration is over, as this node can
@@ -140,12 +140,10 @@ func (s *Store) HardExpiry(in wire.Instance) time.Time {
 }
 
 // leaseExpiry is LeaseExpiry for in, already overlaid, with the leader's
-// takeover time since and the time of the last entry before it, silent;
-// it takes no lock of the FSM.
-func (s *Store) leaseExpiry(in wire.Instance, since, silent time.Time) time.Time {
+// takeover time since; it takes no lock of the FSM.
+func (s *Store) leaseExpiry(in wire.Instance, since time.Time) time.Time {
 	exp := in.LeaseDeadline
-	ttl := in.LeaseTTL.D()
-	if g := since.Add(ttl); !since.IsZero() && g.After(exp) && (silent.IsZero() || hardExpiry(exp, ttl).After(silent)) {
+	if g := since.Add(in.LeaseTTL.D()); !since.IsZero() && g.After(exp) && exp.After(since.Add(-s.graceWindow())) {
 		exp = g
 	}
 	if !s.LeaderReady() {
@@ -154,6 +152,15 @@ func (s *Store) leaseExpiry(in wire.Instance, since, silent time.Time) time.Time
 	return exp
 }
 
+// graceWindow is how long before a takeover a renewal can have been
+// acknowledged by the old leader and not replicated: two checkpoint
+// intervals (the last one may have failed) plus the longest a dead leader
+// goes unnoticed and an election takes (about four election timeouts).
+func (s *Store) graceWindow() time.Duration {
+	return 2*s.cfg.LeaseCheckpoint + 4*s.cfg.ElectionTimeout
+}
+
+// overlay applies the leader's unreplicated renewal of in, if any.
 // overlay applies the leader's unreplicated renewal of in, if any.
 func (s *Store) overlay(in wire.Instance) wire.Instance {
 	if in.ID == "" {
@@ -220,6 +227,12 @@ func (s *Store) Run(ctx context.Context) error {
 			}
 		case l := <-leaderCh:
 			s.metrics.transitions.Inc()
+			if l && s.LeaderReady() {
+				// A tick took over first, in this very term: a fold of
+				// true→false→true would have moved the term. Taking over
+				// again would drop the renewals held since.
+				continue
+			}
 			// LeaderCh may fold true→false→true into one true: whatever
 			// it says, what was ready belongs to an older term.
 			s.stepDown()
@@ -248,6 +261,12 @@ func (s *Store) Run(ctx context.Context) error {
 
 func (s *Store) stepDown() {
 	s.readyTerm.Store(0)
+	// The pacing of hard expiries is the leader's alone: a leader of a
+	// later term starts afresh.
+	s.hkMu.Lock()
+	clear(s.expiryWins)
+	s.metrics.expiriesHeld.Set(0)
+	s.hkMu.Unlock()
 	s.leaseMu.Lock()
 	clear(s.leases)
 	clear(s.dirty)
@@ -266,12 +285,14 @@ func (s *Store) takeOver(ctx context.Context) error {
 	if err := s.raft.Barrier(timeoutOf(ctx)).Error(); err != nil {
 		return fmt.Errorf("barrier: %w", s.raftErr(err))
 	}
-	// The replica now holds every committed entry: the last one's time is
-	// when the cluster last showed a leader at work.
+	// The replica now holds every committed entry: the last one of an
+	// earlier term is when the cluster last showed a leader at work.
+	// Entries of this term (a write served in the first moments of the
+	// term, an earlier takeover) do not count.
 	s.fsm.mu.RLock()
-	silent := s.fsm.logTime
+	silent := s.fsm.silentSince(term)
 	s.fsm.mu.RUnlock()
-	if _, err := s.propose(ctx, command{Op: opLeader, Actor: "node:" + s.cfg.NodeID, SilentSince: silent}); err != nil {
+	if _, err := s.propose(ctx, command{Op: opLeader, Actor: "node:" + s.cfg.NodeID, Grace: true, SilentSince: silent}); err != nil {
 		return fmt.Errorf("recording the lease grace: %w", err)
 	}
 	if s.raft.CurrentTerm() != term {
@@ -345,7 +366,7 @@ func (s *Store) housekeepOnce(ctx context.Context) (bool, error) {
 	// next.)
 	s.hkPacer.Begin()
 	s.fsm.mu.RLock()
-	since, silent := s.fsm.leaderSince, s.fsm.silentSince
+	since := s.fsm.leaderSince
 	svcs := s.fsm.instances.services(s.hkSvcs[:0])
 	recs := s.hkRecs[:0]
 	cands := s.hkCands[:0]
@@ -393,7 +414,7 @@ func (s *Store) housekeepOnce(ctx context.Context) (bool, error) {
 			// takes them in the other order.
 			exp := s.leaseExpiry(s.overlay(wire.Instance{Namespace: k.Namespace, Service: k.Service, ID: k.ID,
 				Incarnation: in.incarnation, Lifecycle: in.lifecycle.wire(), LeaseTTL: in.leaseTTL,
-				LeaseDeadline: fromNanos(in.leaseDeadline)}), since, silent)
+				LeaseDeadline: fromNanos(in.leaseDeadline)}), since)
 			if now.Before(hardExpiry(exp, in.leaseTTL.D())) {
 				continue
 			}
@@ -411,6 +432,15 @@ func (s *Store) housekeepOnce(ctx context.Context) (bool, error) {
 	clear(recs) // keep no record alive past its instance
 	s.hkRecs = recs[:0]
 	if len(c.Leases) == 0 && len(c.Terminate) == 0 && len(c.Expire) == 0 && c.PruneBefore.IsZero() {
+		if s.expiriesHeld > 0 {
+			// The log's clock must show that this leader was at work
+			// while it held registrations past their hard expiry: a
+			// next leader's grace revives only what was live when the
+			// log last moved (fsm.grace). An empty entry a tick.
+			if _, err := s.propose(ctx, c); err != nil {
+				return false, err
+			}
+		}
 		s.noteHeldExpiries(ctx)
 		return false, nil
 	}
@@ -423,6 +453,7 @@ func (s *Store) housekeepOnce(ctx context.Context) (bool, error) {
 		s.noteHeldExpiries(ctx)
 	}
 	if err != nil {
+		s.unpace(c.Expire)
 		// Put the renewals back so that the next tick retries them.
 		s.leaseMu.Lock()
 		for _, l := range c.Leases {

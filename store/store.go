@@ -64,8 +64,10 @@ type Store struct {
 	hkSvcs  []wire.ServiceKey
 	hkCands []expiryCandidate
 	hkPacer *pace.Pacer
-	// expiryWins paces hard expiries per service (expirypace.go).
-	expiryWins map[wire.ServiceKey]*expiryWindow
+	// expiryWins paces hard expiries per service (expirypace.go), and
+	// expiriesHeld is how many the last tick held back.
+	expiryWins   map[wire.ServiceKey]*expiryWindow
+	expiriesHeld int
 
 	gather gatherer // self-reports' group commits
 
@@ -491,8 +493,23 @@ func (s *Store) Register(ctx context.Context, actor string, reg wire.Registratio
 		if err := check.Normalize(svc); err != nil {
 			return wire.Instance{}, false, err
 		}
+		now := s.now()
 		s.fsm.mu.RLock()
-		err := fenceRegistration(s.fsm.instances.get(reg.Key()), check, reg.LeaseTTL == 0)
+		old := s.fsm.instances.get(reg.Key())
+		if overAt(old, now) {
+			// Past its hard expiry, as the FSM will judge it (unless a
+			// renewal this leader holds says otherwise): the FSM ends it
+			// and starts a new incarnation.
+			k := old.key()
+			in := s.overlay(wire.Instance{Namespace: k.Namespace, Service: k.Service, ID: k.ID, Incarnation: old.incarnation,
+				Lifecycle: old.lifecycle.wire(), LeaseTTL: old.leaseTTL, LeaseDeadline: fromNanos(old.leaseDeadline)})
+			if !now.Before(hardExpiry(in.LeaseDeadline, in.LeaseTTL.D())) {
+				over := *old
+				over.lifecycle = lcTerminated
+				old = &over
+			}
+		}
+		err := fenceRegistration(old, check, reg.LeaseTTL == 0)
 		s.fsm.mu.RUnlock()
 		if err != nil {
 			return wire.Instance{}, false, err
