@@ -468,7 +468,10 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 		SubscribersFile: filepath.Join(cfg.DataDir, XDSSubscribersFile),
 		// A table built from a synced store, or the one kept on disk: never
 		// a partial view, which a client would apply.
-		Ready:      func() bool { return hn.Serving(0) == nil },
+		Ready: func() bool { return hn.Serving(0) == nil },
+		// The DNS server's serve-stale rule: past it, the streams end so
+		// that subscribers move to a fresh server.
+		StaleAfter: cfg.StaleAfter, LastSync: func() time.Time { return hn.Synced() }, Restored: func() bool { return hn.Restored() },
 		Authorizer: func() *acl.Authorizer { return a.Authorizer() },
 		Outcomes:   func(ctx context.Context, b wire.OutcomeBatch) error { return lrsPush.outcomes(ctx, hn, b) }})
 	if err != nil {

@@ -8,19 +8,31 @@ import (
 	"io/fs"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cairn-sd/cairn/durable"
 )
 
 // After a restart every subscriber reconnects at once (grpc-go's backoff
-// starts at 1 s and resets on the first message). Answering them all
-// would spend the restarted server on building and sending full views,
-// while withdrawals wait. So, for as long as it takes the expected
-// subscribers to come back, new streams are admitted at most
-// admitFraction of the count before the restart (kept on disk) per
-// admitWindow, and at least admitFloor; the others are refused with
-// UNAVAILABLE, which clients retry with backoff and jitter (SPEC §4).
+// starts at 1 s and resets on the first message), and when a server
+// dies, or lets its subscribers go because it is stale, they reconnect
+// at once to the survivors. Answering them all would spend the server
+// on building and sending full views, while withdrawals wait. So a
+// stream whose client holds a view (a reconnection: it names versions
+// it holds) is admitted at most admitFraction of the expected
+// subscriber count per admitWindow, and at least admitFloor, at all
+// times; and after a restart every new stream is, until the count
+// before the restart (kept on disk) has come back. The others are
+// refused with UNAVAILABLE, which clients retry with backoff and
+// jitter, keeping their views meanwhile (SPEC §4). A client that holds
+// nothing is not held back outside a restart: it has nothing to route
+// by, and a first deployment must not wait on a cap sized for a fleet
+// it has not got yet. The expected count is the larger of the one kept
+// from before the restart and the most streams this server has had
+// open at once since: a survivor expects its own subscribers, and
+// takes a dead server's share at 5% of that per 10 s (see
+// docs/decisions.md).
 const (
 	admitWindow   = 10 * time.Second
 	admitFraction = 0.05
@@ -41,34 +53,41 @@ type subscribers struct {
 type admission struct {
 	now   func() time.Time
 	start time.Time
-	// expected is the count of streams before the restart; capped while
-	// fewer than that have been admitted since.
-	expected, perWindow int
+	// expected is the count of streams before the restart: every stream
+	// is capped while fewer than that have been admitted since. most
+	// returns the most streams open at once since the start.
+	expected int
+	most     func() int
 
 	mu       sync.Mutex
 	window   int64 // index of the current window since start
-	inWindow int   // streams admitted in it
+	inWindow int   // capped streams admitted in it
 	admitted int   // since start
 }
 
-func newAdmission(now func() time.Time, expected int) *admission {
-	return &admission{now: now, start: now(), expected: expected,
-		perWindow: max(int(admitFraction*float64(expected)+0.999), admitFloor)}
+func newAdmission(now func() time.Time, expected int, most func() int) *admission {
+	return &admission{now: now, start: now(), expected: expected, most: most}
 }
 
-// admit reports whether a new stream may open, and counts it if so.
-func (a *admission) admit() bool {
+// perWindow is how many capped streams may open per admitWindow.
+func (a *admission) perWindow() int {
+	return max(int(admitFraction*float64(max(a.expected, a.most()))+0.999), admitFloor)
+}
+
+// admit reports whether a new stream may open, and counts it if so;
+// held says its client holds a view (a reconnection).
+func (a *admission) admit(held bool) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.admitted >= a.expected {
-		a.admitted++ // past the reconnection: no cap
+	if !held && a.admitted >= a.expected {
+		a.admitted++ // a new client, past the restart's reconnection: no cap
 		return true
 	}
 	w := int64(a.now().Sub(a.start) / admitWindow)
 	if w != a.window {
 		a.window, a.inWindow = w, 0
 	}
-	if a.inWindow >= a.perWindow {
+	if a.inWindow >= a.perWindow() {
 		return false
 	}
 	a.inWindow++
@@ -100,13 +119,16 @@ func loadSubscribers(path string) (int, error) {
 // Config.SubscribersFile every persistEvery when it changed, so that the
 // next start knows how many subscribers to expect; nothing at shutdown,
 // when the streams are closing and the count of those about to reconnect
-// is the one already written. With Config.Outcomes set, it hands on what
+// is the one already written. With Config.LastSync set, it checks the
+// store view's age every staleCheckEvery, and ends the streams of a
+// stale server (stale.go). With Config.Outcomes set, it hands on what
 // load reports said once a second.
 func (s *Server) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { s.hub.run(ctx) })
 	wg.Go(func() { s.gate.run(ctx, s.cfg.Now) })
+	wg.Go(func() { s.followStaleness(ctx) })
 	if s.cfg.Outcomes != nil {
 		wg.Go(func() { s.forwardOutcomes(ctx) })
 	}
@@ -153,10 +175,12 @@ func (s *Server) persist(last int) (int, error) {
 // closed.
 func (s *Server) opened() (closed func()) {
 	n := s.open.Add(1)
-	for {
-		p := s.peak.Load()
-		if n <= p || s.peak.CompareAndSwap(p, n) {
-			break
+	for _, p := range []*atomic.Int64{&s.peak, &s.most} {
+		for {
+			m := p.Load()
+			if n <= m || p.CompareAndSwap(m, n) {
+				break
+			}
 		}
 	}
 	s.m.streams.Inc()

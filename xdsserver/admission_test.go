@@ -16,44 +16,56 @@ func (c *clock) now() time.Time { return c.t }
 
 func TestAdmissionCap(t *testing.T) {
 	c := &clock{t: time.Unix(1_000_000, 0)}
-	a := newAdmission(c.now, 2000)
-	if a.perWindow != 100 {
-		t.Fatalf("per window %d, want 5%% of 2000", a.perWindow)
+	most := 0
+	a := newAdmission(c.now, 2000, func() int { return most })
+	if a.perWindow() != 100 {
+		t.Fatalf("per window %d, want 5%% of 2000", a.perWindow())
 	}
-	admitted := func(n int) int {
+	admitted := func(n int, held bool) int {
 		k := 0
 		for range n {
-			if a.admit() {
+			if a.admit(held) {
 				k++
 			}
 		}
 		return k
 	}
-	if got := admitted(150); got != 100 {
-		t.Errorf("first 10 s: admitted %d of 150, want 100", got)
+	if got := admitted(150, false); got != 100 {
+		t.Errorf("first 10 s after a restart: admitted %d of 150 new clients, want 100", got)
 	}
 	c.t = c.t.Add(9 * time.Second)
-	if got := admitted(10); got != 0 {
+	if got := admitted(10, true); got != 0 {
 		t.Errorf("still in the first window: admitted %d, want 0", got)
 	}
 	c.t = c.t.Add(time.Second)
-	if got := admitted(150); got != 100 {
+	if got := admitted(150, true); got != 100 {
 		t.Errorf("second window: admitted %d of 150, want 100", got)
 	}
 	// 200 back of 2000: the cap holds until all 2000 are.
 	for i := 2; i < 20; i++ {
 		c.t = c.t.Add(admitWindow)
-		admitted(100)
+		admitted(100, false)
 	}
-	if got := admitted(500); got != 500 {
-		t.Errorf("once the expected subscribers are back: admitted %d of 500, want all", got)
+	if got := admitted(500, false); got != 500 {
+		t.Errorf("new clients once the expected subscribers are back: admitted %d of 500, want all", got)
+	}
+	// A failover: reconnecting clients are capped whatever the restart,
+	// at 5% of the most streams open at once (3000 now).
+	most = 3000
+	c.t = c.t.Add(admitWindow)
+	if got := admitted(500, true); got != 150 {
+		t.Errorf("reconnections after the restart's are back: admitted %d of 500, want 150 (5%% of 3000)", got)
 	}
 
-	if a := newAdmission(c.now, 100); a.perWindow != admitFloor {
-		t.Errorf("per window for 100 expected: %d, want the floor %d", a.perWindow, admitFloor)
+	if a := newAdmission(c.now, 100, func() int { return 0 }); a.perWindow() != admitFloor {
+		t.Errorf("per window for 100 expected: %d, want the floor %d", a.perWindow(), admitFloor)
 	}
-	if a := newAdmission(c.now, 0); !a.admit() {
-		t.Error("a first start (nothing expected) caps admission")
+	a = newAdmission(c.now, 0, func() int { return 0 })
+	if got := admitted(80, false); got != 80 {
+		t.Errorf("a first start (nothing expected): admitted %d of 80 new clients, want all", got)
+	}
+	if got := admitted(80, true); got != admitFloor {
+		t.Errorf("a first start: admitted %d of 80 reconnections in 10 s, want the floor %d", got, admitFloor)
 	}
 }
 

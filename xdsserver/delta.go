@@ -72,7 +72,8 @@ type deltaStream struct {
 // DeltaAggregatedResources serves one incremental ADS stream.
 func (s *Server) DeltaAggregatedResources(stream grpc.BidiStreamingServer[discoveryv3.DeltaDiscoveryRequest, discoveryv3.DeltaDiscoveryResponse]) error {
 	st := &deltaStream{peer: newPeer(s), stream: stream}
-	return serve(s, stream.Context(), &st.peer, stream.Recv, st.request, st.tableChanged)
+	return serve(s, stream.Context(), &st.peer, stream.Recv,
+		func(r *discoveryv3.DeltaDiscoveryRequest) bool { return len(r.InitialResourceVersions) > 0 }, st.request, st.tableChanged)
 }
 
 // request handles one request: a change of subscriptions, an

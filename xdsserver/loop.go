@@ -14,17 +14,23 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 )
 
-// serveLoop runs one stream until the client closes it or the server
-// stops: one goroutine receives; this one hands each request to request
-// and each wake-up (a resource the stream watches changed) to changed,
-// so that requests and changes are handled in one order, and a stream's
+// serveLoop runs one stream, whose first request (first) has come,
+// until the client closes it, the server stops, or the server's
+// staleness changes from what it was when the stream was admitted
+// (stale; watch is closed at its next change, see stale.go): one
+// goroutine receives; this one hands each request to request and each
+// wake-up (a resource the stream watches changed) to changed, so that
+// requests and changes are handled in one order, and a stream's
 // requests in the order sent. A wake-up is never lost to a request
 // answered in between: changed sends every open type's differences from
 // what the stream last sent, whatever woke it.
-func serveLoop[Req any](ctx context.Context, pe *peer,
+func serveLoop[Req any](ctx context.Context, pe *peer, first Req, stale bool, watch <-chan struct{},
 	recv func() (Req, error), request func(Req) error, changed func() error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if err := request(first); err != nil {
+		return err
+	}
 	reqs := make(chan Req)
 	errc := make(chan error, 1)
 	go func() {
@@ -51,10 +57,17 @@ func serveLoop[Req any](ctx context.Context, pe *peer,
 		case <-ctx.Done():
 			return nil
 		case err := <-errc:
-			if errors.Is(err, io.EOF) || grpcstatus.Code(err) == codes.Canceled {
-				return nil
+			return endOf(err)
+		case <-watch:
+			var age time.Duration
+			var cur bool
+			cur, age, watch = pe.s.fresh.watch()
+			switch {
+			case cur && !stale:
+				return pe.s.staleErr(ctx, age, false)
+			case !cur && stale:
+				return pe.s.freshErr()
 			}
-			return err
 		case req := <-reqs:
 			if err := request(req); err != nil {
 				return err
@@ -162,19 +175,47 @@ func (pe *peer) nextNonce() string {
 	return strconv.FormatUint(pe.nonce, 10)
 }
 
+// endOf is what a stream returns when receiving failed: nothing when
+// the client closed it.
+func endOf(err error) error {
+	if errors.Is(err, io.EOF) || grpcstatus.Code(err) == codes.Canceled {
+		return nil
+	}
+	return err
+}
+
 // serve admits a new stream of either protocol and runs it until it
-// ends: the checks every stream passes, its count, and its loop.
+// ends: the checks every stream passes, its count, and its loop. Its
+// first request decides what the stream is (holds: its client names
+// versions it holds, a reconnection): a stale server refuses a client
+// that holds a view and serves one that holds nothing (stale.go), and
+// the admission cap holds reconnections back.
 func serve[Req any](s *Server, ctx context.Context, pe *peer,
-	recv func() (Req, error), request func(Req) error, changed func() error) error {
+	recv func() (Req, error), holds func(Req) bool, request func(Req) error, changed func() error) error {
 	allow, _, err := s.authorize(ctx)
 	if err != nil {
 		return err
 	}
 	pe.allow = allow
-	if err := s.admit(); err != nil {
+	if err := s.ready(); err != nil {
 		return err
+	}
+	first, err := recv()
+	if err != nil {
+		return endOf(err)
+	}
+	held := holds(first)
+	stale, age, watch := s.fresh.watch()
+	if stale && held {
+		return s.staleErr(ctx, age, true)
+	}
+	if err := s.admit(held); err != nil {
+		return err
+	}
+	if stale {
+		markStale(ctx, age)
 	}
 	defer s.opened()()
 	defer pe.leave()
-	return serveLoop(ctx, pe, recv, request, changed)
+	return serveLoop(ctx, pe, first, stale, watch, recv, request, changed)
 }

@@ -15,6 +15,8 @@ type metrics struct {
 	delivery  *prometheus.HistogramVec // by lane
 	deferred  *prometheus.CounterVec   // by reason
 	loads     *prometheus.CounterVec   // by result
+	stale     prometheus.Gauge
+	letGo     *prometheus.CounterVec // by reason
 }
 
 // typeLabel is the short name of a type URL in metrics.
@@ -27,7 +29,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		opened: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_xds_streams_opened_total",
 			Help: "xDS streams admitted since the server started: a rise with cairn_xds_streams flat is subscribers reconnecting."}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_xds_streams_refused_total",
-			Help: "xDS streams refused: with UNAVAILABLE, the status table not loaded yet (not_ready) or the admission cap after a restart (admission_cap); with UNAUTHENTICATED, no token or an unknown one (unauthenticated)."}, []string{"reason"}),
+			Help: "xDS streams refused: with UNAVAILABLE, the status table not loaded yet (not_ready), the admission cap (admission_cap: after a restart, or reconnecting subscribers past 5% of the expected count per 10 s) or a client that holds a view on a stale server (stale); with UNAUTHENTICATED, no token or an unknown one (unauthenticated)."}, []string{"reason"}),
 		responses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_xds_responses_total",
 			Help: "xDS responses sent, by resource type."}, []string{"type"}),
 		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_xds_nacks_total",
@@ -41,11 +43,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Load statistics subscribers reported over LRS, by what became of them: taken as outcomes of one endpoint (endpoint), of a locality's only endpoint in rotation (locality); not attributable to one instance (unattributed); of a cluster the server does not serve or the caller may not read (unknown_cluster); reports the leader could not be handed (not_forwarded)."}, []string{"result"}),
 		refreshes: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_xds_table_refreshes_total",
 			Help: "Status tables the xDS hub followed (with no stream it follows them without building anything)."}),
+		stale: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_xds_stale",
+			Help: "1 while the server's store view is stale (past --stale-after without quorum, or restored from disk): it lets its xDS subscribers go."}),
+		letGo: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_xds_streams_let_go_total",
+			Help: "xDS streams the server ended with UNAVAILABLE so that their clients reconnect: the server turned stale (stale), or a stream served stale while the server is fresh again (fresh_again)."}, []string{"reason"}),
 		dropped: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_xds_duplicate_endpoints",
 			Help: "Endpoints left out of the latest assignments because another instance of their service has their address and port."}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.streams, m.opened, m.refused, m.responses, m.nacks, m.dropped, m.refreshes, m.delivery, m.deferred, m.loads} {
+		for _, c := range []prometheus.Collector{m.streams, m.opened, m.refused, m.responses, m.nacks, m.dropped, m.refreshes, m.delivery, m.deferred, m.loads, m.stale, m.letGo} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -3,6 +3,7 @@ package xdsserver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -36,10 +37,24 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// SubscribersFile keeps the count of open streams across restarts
 	// (Run writes it); at start, new streams are admitted gradually until
-	// that many have come back. "": no cap.
+	// that many have come back. "": no cap after a restart (reconnecting
+	// streams are capped all the same, admission.go).
 	SubscribersFile string
-	// Now is the clock of the admission cap; defaults to time.Now.
+	// Now is the clock of the admission cap and of staleness; defaults
+	// to time.Now.
 	Now func() time.Time
+	// LastSync returns when this node's store view was last known to be
+	// current, Restored whether its table was restored from disk and the
+	// store has not caught up since: the DNS server's serve-stale inputs
+	// (dnsserver.Config). Past StaleAfter, or restored, the server is
+	// stale: it ends its streams and refuses those of clients that hold a
+	// view with UNAVAILABLE, so that they move to a fresh server
+	// (stale.go). A zero time counts from the server's start. nil: never
+	// stale.
+	LastSync func() time.Time
+	Restored func() bool
+	// StaleAfter defaults to 5s, the DNS server's default.
+	StaleAfter time.Duration
 	// AdmissionInterval is how often one stream may be sent admissions
 	// (endpoints added, weights changed), coalesced in between;
 	// withdrawals go at once. Defaults to DefaultAdmissionInterval;
@@ -82,15 +97,19 @@ type Server struct {
 	m     *metrics
 	hub   *hub
 	adm   *admission
-	books books // what each stream's subscriber acknowledged
-	gate  *gate // the admission lane's budget
+	fresh *freshness
+	// started is when the server was made: a store view never synced is
+	// as old as that.
+	started time.Time
+	books   books // what each stream's subscriber acknowledged
+	gate    *gate // the admission lane's budget
 	// outcomes gathers what load reports said until it is handed on;
 	// serviceIDs finds the services they name.
 	outcomes   outcomeSink
 	serviceIDs serviceIDs
 	// open counts the open streams, peak the most open at once since the
-	// subscriber count was last written.
-	open, peak atomic.Int64
+	// subscriber count was last written, most the most since the start.
+	open, peak, most atomic.Int64
 }
 
 // New returns a Server; Register attaches it to a gRPC server.
@@ -114,6 +133,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.AdmissionRate == 0 {
 		cfg.AdmissionRate = DefaultAdmissionRate
 	}
+	if cfg.StaleAfter == 0 {
+		cfg.StaleAfter = DefaultStaleAfter
+	}
+	if cfg.StaleAfter < 0 {
+		return nil, fmt.Errorf("xdsserver: Config.StaleAfter (%v) must be positive", cfg.StaleAfter)
+	}
 	if cfg.MaxAdmissionDelay == 0 {
 		cfg.MaxAdmissionDelay = DefaultMaxAdmissionDelay
 	}
@@ -130,25 +155,34 @@ func New(cfg Config) (*Server, error) {
 			expected = 0
 		}
 	}
-	adm := newAdmission(cfg.Now, expected)
+	s := &Server{cfg: cfg, log: log, m: m, hub: newHub(cfg.Table, m), gate: newGate(cfg.AdmissionRate),
+		fresh: newFreshness(), started: cfg.Now()}
+	s.adm = newAdmission(cfg.Now, expected, func() int { return int(s.most.Load()) })
 	if expected > 0 {
-		log.Info("admitting xDS subscribers gradually after a restart", "expected", expected, "per_10s", adm.perWindow)
+		log.Info("admitting xDS subscribers gradually after a restart", "expected", expected, "per_10s", s.adm.perWindow())
 	}
-	s := &Server{cfg: cfg, log: log, m: m, hub: newHub(cfg.Table, m), adm: adm, gate: newGate(cfg.AdmissionRate)}
 	s.hub.lrs = cfg.Outcomes != nil
 	return s, nil
 }
 
-// admit runs the checks every new stream passes: the table is loaded,
-// and the admission cap after a restart lets it in.
-func (s *Server) admit() error {
+// DefaultStaleAfter is Config.StaleAfter's default.
+const DefaultStaleAfter = 5 * time.Second
+
+// ready refuses a stream until the table is loaded.
+func (s *Server) ready() error {
 	if s.cfg.Ready != nil && !s.cfg.Ready() {
 		s.m.refused.WithLabelValues("not_ready").Inc()
 		return grpcstatus.Error(codes.Unavailable, "xdsserver: the status table is not loaded yet; retry")
 	}
-	if !s.adm.admit() {
+	return nil
+}
+
+// admit runs the admission cap on a stream whose first request came;
+// held says its client holds a view.
+func (s *Server) admit(held bool) error {
+	if !s.adm.admit(held) {
 		s.m.refused.WithLabelValues("admission_cap").Inc()
-		return grpcstatus.Error(codes.Unavailable, "xdsserver: admitting subscribers gradually after a restart; retry")
+		return grpcstatus.Error(codes.Unavailable, "xdsserver: admitting reconnecting subscribers gradually (a restart or a failover); keep the view held and retry")
 	}
 	return nil
 }

@@ -46,7 +46,8 @@ type sotwStream struct {
 // StreamAggregatedResources serves one state-of-the-world ADS stream.
 func (s *Server) StreamAggregatedResources(stream grpc.BidiStreamingServer[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse]) error {
 	st := &sotwStream{peer: newPeer(s), stream: stream}
-	return serve(s, stream.Context(), &st.peer, stream.Recv, st.request, st.tableChanged)
+	return serve(s, stream.Context(), &st.peer, stream.Recv,
+		func(r *discoveryv3.DiscoveryRequest) bool { return r.VersionInfo != "" }, st.request, st.tableChanged)
 }
 
 // request handles one request: an acknowledgement, a refusal, or a
