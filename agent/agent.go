@@ -126,6 +126,13 @@ type Agent struct {
 	// when the agent last knew its views current (now while connected).
 	connected bool
 	lastGood  time.Time
+	// staleFrom, when set, is when the open stream's server last knew
+	// its view current: a stale server said so (agentview.StaleAgeKey),
+	// serving the agent stale because it offered nothing, or ending the
+	// stream. The views are as old as that, connected or not. heard says
+	// lastGood came from such a word: a view received since is no newer.
+	staleFrom time.Time
+	heard     bool
 	// restored: the views came from disk and no server has answered
 	// since.
 	restored bool
@@ -298,10 +305,31 @@ func (a *Agent) arrivedLocked(name string) {
 func (a *Agent) LastSync() time.Time {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.connected {
-		return a.cfg.Now()
+	return a.syncedLocked(a.cfg.Now())
+}
+
+// syncedLocked returns when the agent last knew its views current: now
+// while a fresh server's stream is open, when a stale server's view was
+// current while its stream is open, else lastGood.
+func (a *Agent) syncedLocked(now time.Time) time.Time {
+	switch {
+	case a.connected && a.staleFrom.IsZero():
+		return now
+	case a.connected:
+		return a.staleFrom
 	}
 	return a.lastGood
+}
+
+// serverStale records a stale server's word that its view was current
+// age before now.
+func (a *Agent) serverStale(age time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	from := a.cfg.Now().Add(-age)
+	if a.staleFrom.IsZero() || from.Before(a.staleFrom) {
+		a.staleFrom = from
+	}
 }
 
 // Restored reports whether the agent answers from disk, no server having
@@ -357,12 +385,18 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // disconnected marks the views no longer refreshed, and wakes the
-// writer to record when they last were.
+// writer to record when they last were: now, or when a stale server
+// said its view was current.
 func (a *Agent) disconnected() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	from := a.staleFrom
+	a.staleFrom = time.Time{}
 	if a.connected {
-		a.connected, a.lastGood = false, a.cfg.Now()
+		a.connected, a.lastGood, a.heard = false, a.cfg.Now(), !from.IsZero()
+		if a.heard {
+			a.lastGood = from
+		}
 		a.m.connected.Set(0)
 		select {
 		case a.dirty <- struct{}{}:
@@ -439,7 +473,23 @@ func (a *Agent) session(ctx context.Context, addr string) (answered bool, err er
 			return answered, context.Cause(ctx)
 		case r := <-in:
 			if r.err != nil {
+				// A stale server that lets the agent go says how old its
+				// view is: the agent's views are that old, until it finds
+				// a fresh server.
+				if age, ok := agentview.ParseStaleAge(stream.Trailer().Get(agentview.StaleAgeKey)); ok {
+					a.serverStale(age)
+				}
 				return answered, cmp.Or(context.Cause(ctx), r.err)
+			}
+			if !answered {
+				// A stale server serves an agent that offered no view; it
+				// says so in the header.
+				if hdr, err := stream.Header(); err == nil {
+					if age, ok := agentview.ParseStaleAge(hdr.Get(agentview.StaleAgeKey)); ok {
+						a.serverStale(age)
+						a.cfg.Logger.Warn("the xDS server serves a stale view; marked stale", "server", addr, "age", age)
+					}
+				}
 			}
 			answered = true
 			silent.Stop()
@@ -613,7 +663,7 @@ func (a *Agent) apply(resp *discoveryv3.DeltaDiscoveryResponse) error {
 	if revErr != nil || tableRev >= a.serial {
 		a.restored = false
 		if !a.connected {
-			a.connected = true
+			a.connected, a.heard = true, false
 			a.m.connected.Set(1)
 		}
 	}
@@ -731,8 +781,8 @@ func (a *Agent) Status(staleAfter time.Duration) Status {
 func (a *Agent) refreshedLocked(v *view, now time.Time) time.Time {
 	switch {
 	case a.connected:
-		return now
-	case v.received.After(a.lastGood):
+		return a.syncedLocked(now)
+	case v.received.After(a.lastGood) && !a.heard:
 		return v.received
 	}
 	return a.lastGood

@@ -43,11 +43,22 @@ type server struct {
 
 func startServer(t *testing.T) *server {
 	t.Helper()
+	return startServerWith(t, nil)
+}
+
+// startServerWith is startServer with edit, if set, changing the
+// server's Config first.
+func startServerWith(t *testing.T, edit func(*xdsserver.Config)) *server {
+	t.Helper()
 	pub, err := status.New(status.Config{Capacity: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := xdsserver.New(xdsserver.Config{Table: pub, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	cfg := xdsserver.Config{Table: pub, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if edit != nil {
+		edit(&cfg)
+	}
+	srv, err := xdsserver.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,10 +64,7 @@ func (a *Agent) save(k *kept, final bool) {
 		return
 	}
 	now := a.cfg.Now()
-	synced := a.lastGood
-	if a.connected {
-		synced = now
-	}
+	synced := a.syncedLocked(now)
 	// While connected, the ticker paces the writes of a later time; half
 	// its period keeps a write just after another from repeating it.
 	behind := synced.After(k.synced) && (final || !a.connected || synced.Sub(k.synced) >= a.cfg.TouchInterval/2)
