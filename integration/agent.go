@@ -35,6 +35,8 @@ type AgentConfig struct {
 	Bin string
 	// Args are extra `cairn agent` flags.
 	Args []string
+	// Token is the agent's --token (ACLs on the servers); empty: none.
+	Token string
 	// Name names the agent in the harness's lines; defaults to "agent".
 	Name string
 	// ReadyTimeout bounds each wait in Start; defaults to 30s.
@@ -109,8 +111,12 @@ func (a *Agent) URL() string { return "http://" + a.HTTPAddr }
 func (a *Agent) ViewsPath() string { return filepath.Join(a.DataDir, AgentViewsFile) }
 
 func (a *Agent) args() []string {
-	args := []string{"agent", "--data-dir", a.DataDir, "--node-id", a.cfg.Name,
-		"--dns-addr", a.DNSAddr, "--http-addr", a.HTTPAddr}
+	var args []string
+	if a.cfg.Token != "" {
+		args = append(args, "--token", a.cfg.Token) // global: before the command
+	}
+	args = append(args, "agent", "--data-dir", a.DataDir, "--node-id", a.cfg.Name,
+		"--dns-addr", a.DNSAddr, "--http-addr", a.HTTPAddr)
 	for _, s := range a.cfg.Servers {
 		args = append(args, "--server", s)
 	}
@@ -320,11 +326,18 @@ func scrapeMetric(ctx context.Context, hc *http.Client, base, who, name string) 
 // $CAIRN_TEST_ARTIFACTS, as StartCluster does).
 func StartAgent(t testing.TB, servers []string, args ...string) *Agent {
 	t.Helper()
-	logf := func(format string, args ...any) {
+	return StartAgentWith(t, AgentConfig{Servers: servers, Args: args})
+}
+
+// StartAgentWith is StartAgent for the agent cfg describes (Dir and Logf
+// are the test's): one of several in a test (Name), or with a Token.
+func StartAgentWith(t testing.TB, cfg AgentConfig) *Agent {
+	t.Helper()
+	cfg.Logf = func(format string, args ...any) {
 		t.Logf("%s harness: %s", time.Now().UTC().Format("15:04:05.000"), fmt.Sprintf(format, args...))
 	}
-	dir := t.TempDir()
-	a, err := NewAgent(AgentConfig{Dir: dir, Servers: servers, Args: args, Logf: logf})
+	cfg.Dir = t.TempDir()
+	a, err := NewAgent(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -23,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -119,13 +121,22 @@ type Config struct {
 	// Logf, if set, receives a line for each start, stop and kill.
 	Logf func(format string, args ...any)
 	// Token is the bearer token of the nodes' clients, for servers run
-	// with ACLs (--acl-file in Args); empty: none.
+	// with ACLs (--acl-file in Args), and the --token of a node that
+	// joins (it joins and reports with it); empty: none.
 	Token string
+	// Hosts, if set, runs node i (from 1) in the network namespace of
+	// Hosts[i-1], listening on its address rather than on loopback: the
+	// hosts of netlab.sh, for a fault that lives in the network between
+	// the servers. The nodes need --insecure-plaintext (or TLS) then.
+	Hosts []Host
 	// TLS runs every node with --tls-cert, --tls-key and --tls-ca, from a
 	// private CA the harness makes in Dir (Cluster.TLS), and its clients
 	// over https with a client certificate of that CA.
 	TLS bool
 }
+
+// Host is a network namespace a node runs in, and its address there.
+type Host struct{ Netns, Addr string }
 
 // TLS is a cluster's private CA and the files made from it.
 type TLS struct {
@@ -233,6 +244,7 @@ type Node struct {
 
 	c      *Cluster
 	client *client.Client
+	host   Host // where it runs; zero: on loopback, in the test's namespace
 
 	// proc is the server process: its log (LogPath), Running, Kill,
 	// Stop, Pause, Resume and Tail.
@@ -281,6 +293,9 @@ func New(cfg Config) (*Cluster, error) {
 			c:       c,
 			proc:    proc{name: id, LogPath: filepath.Join(cfg.Dir, id+".log"), logf: cfg.Logf},
 		}
+		if i < len(cfg.Hosts) {
+			n.host = cfg.Hosts[i]
+		}
 		if err := n.setPorts(ports[4*i : 4*i+4]); err != nil {
 			return nil, err
 		}
@@ -297,10 +312,11 @@ func New(cfg Config) (*Cluster, error) {
 // setPorts gives a node that has never run its addresses and a client
 // for them.
 func (n *Node) setPorts(p []int) error {
-	n.HTTPAddr = fmt.Sprintf("127.0.0.1:%d", p[0])
-	n.RaftAddr = fmt.Sprintf("127.0.0.1:%d", p[1])
-	n.DNSAddr = fmt.Sprintf("127.0.0.1:%d", p[2])
-	n.GRPCAddr = fmt.Sprintf("127.0.0.1:%d", p[3])
+	ip := cmp.Or(n.host.Addr, "127.0.0.1")
+	n.HTTPAddr = net.JoinHostPort(ip, strconv.Itoa(p[0]))
+	n.RaftAddr = net.JoinHostPort(ip, strconv.Itoa(p[1]))
+	n.DNSAddr = net.JoinHostPort(ip, strconv.Itoa(p[2]))
+	n.GRPCAddr = net.JoinHostPort(ip, strconv.Itoa(p[3]))
 	cl, err := client.NewTLS(n.URL(), n.c.cfg.Token, n.c.clientTLS())
 	if err != nil {
 		return err
@@ -584,11 +600,15 @@ func (c *Cluster) HTTPClient(timeout time.Duration) *http.Client {
 // its state on a restart); any other node joins through a live node,
 // node 1 if none other runs.
 func (n *Node) args() []string {
-	args := []string{"server",
+	var args []string
+	if n.Index > 1 && n.c.cfg.Token != "" {
+		args = append(args, "--token", n.c.cfg.Token) // global: before the command
+	}
+	args = append(args, "server",
 		"--data-dir", n.DataDir, "--node-id", n.ID,
 		"--http-addr", n.HTTPAddr, "--raft-addr", n.RaftAddr,
 		"--dns-addr", n.DNSAddr, "--grpc-addr", n.GRPCAddr,
-		"--lame-duck", "0s"}
+		"--lame-duck", "0s")
 	if n.Index > 1 {
 		join := n.c.Nodes[0].HTTPAddr
 		for _, o := range n.c.Nodes {
@@ -658,7 +678,13 @@ func (n *Node) spawn() error {
 	if err := os.Remove(filepath.Join(n.DataDir, addrsFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	return n.start(n.c.cfg.Bin, args, fmt.Sprintf("http %s, raft %s", n.HTTPAddr, n.RaftAddr))
+	bin := n.c.cfg.Bin
+	if n.host.Netns != "" {
+		// ip execs the server in the namespace: the process is the
+		// server's, and its signals reach it.
+		bin, args = "ip", append([]string{"netns", "exec", n.host.Netns, bin}, args...)
+	}
+	return n.start(bin, args, fmt.Sprintf("http %s, raft %s", n.HTTPAddr, n.RaftAddr))
 }
 
 // WaitReady polls until the node has written addrs.json naming its own
