@@ -50,6 +50,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		dropped: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_xds_duplicate_endpoints",
 			Help: "Endpoints left out of the latest assignments because another instance of their service has their address and port."}),
 	}
+	// Both reasons from the start, at 0: a rare event's series is there
+	// to alert on before it first happens.
+	m.letGo.WithLabelValues("stale")
+	m.letGo.WithLabelValues("fresh_again")
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.streams, m.opened, m.refused, m.responses, m.nacks, m.dropped, m.refreshes, m.delivery, m.deferred, m.loads, m.stale, m.letGo} {
 			if err := reg.Register(c); err != nil {
