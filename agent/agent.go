@@ -298,40 +298,6 @@ func (a *Agent) arrivedLocked(name string) {
 	}
 }
 
-// LastSync returns when the agent last knew its views to be the
-// servers' current ones: now while a stream is open and has answered,
-// else when it closed (or the file's time, after a start from disk). It
-// is dnsserver.Config.LastSync.
-func (a *Agent) LastSync() time.Time {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.syncedLocked(a.cfg.Now())
-}
-
-// syncedLocked returns when the agent last knew its views current: now
-// while a fresh server's stream is open, when a stale server's view was
-// current while its stream is open, else lastGood.
-func (a *Agent) syncedLocked(now time.Time) time.Time {
-	switch {
-	case a.connected && a.staleFrom.IsZero():
-		return now
-	case a.connected:
-		return a.staleFrom
-	}
-	return a.lastGood
-}
-
-// serverStale records a stale server's word that its view was current
-// age before now.
-func (a *Agent) serverStale(age time.Duration) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	from := a.cfg.Now().Add(-age)
-	if a.staleFrom.IsZero() || from.Before(a.staleFrom) {
-		a.staleFrom = from
-	}
-}
-
 // Restored reports whether the agent answers from disk, no server having
 // answered since it started (dnsserver.Config.Restored).
 func (a *Agent) Restored() bool {
@@ -382,27 +348,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// disconnected marks the views no longer refreshed, and wakes the
-// writer to record when they last were: now, or when a stale server
-// said its view was current.
-func (a *Agent) disconnected() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	from := a.staleFrom
-	a.staleFrom = time.Time{}
-	if a.connected {
-		a.connected, a.lastGood, a.heard = false, a.cfg.Now(), !from.IsZero()
-		if a.heard {
-			a.lastGood = from
-		}
-		a.m.connected.Set(0)
-		select {
-		case a.dirty <- struct{}{}:
-		default:
-		}
-	}
 }
 
 // session runs one stream: it subscribes to every name wanted (with the
@@ -775,15 +720,4 @@ func (a *Agent) Status(staleAfter time.Duration) Status {
 		st.LoadError = a.loadErr.Error()
 	}
 	return st
-}
-
-// refreshedLocked returns when v was last known current.
-func (a *Agent) refreshedLocked(v *view, now time.Time) time.Time {
-	switch {
-	case a.connected:
-		return a.syncedLocked(now)
-	case v.received.After(a.lastGood) && !a.heard:
-		return v.received
-	}
-	return a.lastGood
 }

@@ -5,7 +5,11 @@
 // tables, rebuilds only the services that changed, per subscriber place,
 // and wakes only the streams watching a changed resource (resources.go
 // builds them, content.go fingerprints, encodes and compares them,
-// version.go names their versions).
+// version.go names their versions). Every stream passes the same gate as
+// it opens (loop.go): the table is loaded, the reconnect cap
+// (admission.go) and, on a server whose store view is stale, the rule
+// that lets subscribers go to a fresh server (stale.go). Load reports
+// come over LRS (lrs.go).
 //
 // Like the DNS server it reads only the published status table (package
 // status), never the store or the health loop, and its answers follow
