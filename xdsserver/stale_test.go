@@ -12,6 +12,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -232,5 +233,71 @@ func TestFailoverCap(t *testing.T) {
 		if _, _, err := ds.open(held); err != nil {
 			t.Errorf("refused reconnection %d, 10 s later: %v; want it admitted", i+1, err)
 		}
+	}
+}
+
+// counter returns the value of family name's series with label value
+// reason, 0 if it has none.
+func counter(t *testing.T, reg *prometheus.Registry, name, reason string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.Metric {
+			if m.Label[0].GetValue() == reason {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// TestGRPCClientKeepsItsViewFromAStaleServer: grpc-go's own xDS client,
+// its stream ended by a server turned stale, reconnects naming the
+// versions it holds (so it is refused, not served the stale view again)
+// and keeps calling both instances from the view it holds.
+func TestGRPCClientKeepsItsViewFromAStaleServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
+	a, b := startBackend(t), startBackend(t)
+	publish(t, pub, []backend{a, b}, []cstatus.Entry{inRotation, inRotation})
+	var mu sync.Mutex
+	stale := false
+	reg := prometheus.NewRegistry()
+	srv, err := xdsserver.New(xdsserver.Config{Table: pub, Registerer: reg, StaleAfter: time.Second,
+		LastSync: func() time.Time {
+			mu.Lock()
+			defer mu.Unlock()
+			if stale {
+				return time.Now().Add(-time.Minute)
+			}
+			return time.Now()
+		},
+		Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := dial(t, serve(t, srv), "xds:///pay.shop")
+	both := func(r map[string]int) bool { return r[a.addr.String()] > 0 && r[b.addr.String()] > 0 }
+	until(t, ctx, cc, "both instances called", both)
+
+	mu.Lock()
+	stale = true
+	mu.Unlock()
+	for counter(t, reg, "cairn_xds_streams_let_go_total", "stale") < 1 || counter(t, reg, "cairn_xds_streams_refused_total", "stale") < 1 {
+		if ctx.Err() != nil {
+			t.Fatalf("the stream was never ended and the client's reconnection never refused: let go %v, refused %v",
+				counter(t, reg, "cairn_xds_streams_let_go_total", "stale"), counter(t, reg, "cairn_xds_streams_refused_total", "stale"))
+		}
+		time.Sleep(10 * time.Millisecond) // polling a counter, bounded by ctx
+	}
+	if r := reached(t, ctx, cc, 40); !both(r) {
+		t.Errorf("grpc-go, its server stale: calls reached %v; want both instances, from the view it holds", r)
 	}
 }
