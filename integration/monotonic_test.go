@@ -42,22 +42,8 @@ func TestXDSNeverOlderAfterRestart(t *testing.T) {
 	c := StartCluster(t, 3, append(healthArgs, "--stale-after", "1h")...)
 	ctx := ctxT(t, 3*time.Minute)
 	const svc = "mono"
-	applyDefinition(ctx, t, c, healthService(svc, "{type: tcp, port: http, interval: 1s, timeout: 500ms}",
-		"{lease_ttl: 10m, drain_window: 1h, slow_start: 0s}"))
 	addrs := []string{"127.0.0.71", "127.0.0.72", "127.0.0.73"}
-	port := serveAll(t, addrs, func(ln net.Listener) func() {
-		gs := grpc.NewServer()
-		healthpb.RegisterHealthServer(gs, health.NewServer())
-		go func() { _ = gs.Serve(ln) }()
-		return gs.Stop
-	})
-	regs := map[string]uint64{}
-	for i, a := range addrs {
-		id := fmt.Sprintf("m-%d", i)
-		r := registerLoopback(ctx, t, c, svc, id, port, func(r *wire.Registration) { r.Addresses = []string{a} })
-		regs[id] = r.Incarnation
-	}
-	waitAllHealthy(ctx, t, c.Nodes, svc, "m-0", "m-1", "m-2")
+	regs, _ := grpcHealthFleet(ctx, t, c, svc, "m", addrs)
 
 	n := c.Nodes[1] // the node the clients use, restarted alone
 	calls := xdsCaller(ctx, t, runCLI(ctx, t, n, "xds-bootstrap", "--xds-addr", n.GRPCAddr, "--node-id", "mono-grpc"), svc)
@@ -332,4 +318,31 @@ func (d *deltaRecorder) neverBack(addr string) error {
 		}
 	}
 	return nil
+}
+
+// grpcHealthFleet applies svc (a TCP check, leases of 10 minutes, a drain
+// window of an hour, no slow start), runs a gRPC health server on each of
+// addrs (one port), registers each as prefix-i at its address, waits
+// until every node has them all healthy, and returns their incarnations
+// by id, and the port.
+func grpcHealthFleet(ctx context.Context, t *testing.T, c *Cluster, svc, prefix string, addrs []string) (map[string]uint64, int) {
+	t.Helper()
+	applyDefinition(ctx, t, c, healthService(svc, "{type: tcp, port: http, interval: 1s, timeout: 500ms}",
+		"{lease_ttl: 10m, drain_window: 1h, slow_start: 0s}"))
+	port := serveAll(t, addrs, func(ln net.Listener) func() {
+		gs := grpc.NewServer()
+		healthpb.RegisterHealthServer(gs, health.NewServer())
+		go func() { _ = gs.Serve(ln) }()
+		return gs.Stop
+	})
+	regs := map[string]uint64{}
+	var ids []string
+	for i, a := range addrs {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		r := registerLoopback(ctx, t, c, svc, id, port, func(r *wire.Registration) { r.Addresses = []string{a} })
+		regs[id] = r.Incarnation
+		ids = append(ids, id)
+	}
+	waitAllHealthy(ctx, t, c.Nodes, svc, ids...)
+	return regs, port
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"net"
 	"os"
 	"strconv"
 	"sync"
@@ -14,9 +13,6 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/cairn-sd/cairn/certs"
 	"github.com/cairn-sd/cairn/pki"
@@ -42,22 +38,8 @@ func TestTLSRotationUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	const svc = "rotated"
-	applyDefinition(ctx, t, c, healthService(svc, "{type: tcp, port: http, interval: 1s, timeout: 500ms}",
-		"{lease_ttl: 10m, drain_window: 1h, slow_start: 0s}"))
 	addrs := []string{"127.0.0.71", "127.0.0.72", "127.0.0.73"}
-	port := serveAll(t, addrs, func(ln net.Listener) func() {
-		gs := grpc.NewServer()
-		healthpb.RegisterHealthServer(gs, health.NewServer())
-		go func() { _ = gs.Serve(ln) }()
-		return gs.Stop
-	})
-	regs := map[string]uint64{}
-	for i, a := range addrs {
-		id := fmt.Sprintf("r-%d", i)
-		r := registerLoopback(ctx, t, c, svc, id, port, func(r *wire.Registration) { r.Addresses = []string{a} })
-		regs[id] = r.Incarnation
-	}
-	waitAllHealthy(ctx, t, c.Nodes, svc, "r-0", "r-1", "r-2")
+	regs, port := grpcHealthFleet(ctx, t, c, svc, "r", addrs)
 
 	// grpc-go's xDS client, over TLS with a client certificate, to the
 	// follower.
