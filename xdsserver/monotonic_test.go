@@ -148,18 +148,35 @@ func TestDeltaResumeNeverOlder(t *testing.T) {
 func TestDeltaResumeSameContent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	newer, _ := cstatus.New(cstatus.Config{Capacity: 8})
-	payCartAt(t, newer, 1002, false, []cstatus.Entry{inRotation, inRotation})
-	c := newDeltaClient(t, ctx, startXDS(t, newer))
-	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"}})
-	held := versions(c.recv(xdsserver.EndpointType))
-
-	restored, _ := cstatus.New(cstatus.Config{Capacity: 8})
-	payCartAt(t, restored, 900, false, []cstatus.Entry{inRotation, inRotation})
-	c2 := newDeltaClient(t, ctx, startXDS(t, restored))
-	c2.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"},
-		InitialResourceVersions: held})
+	held := payHeldAt(ctx, t, 1002, []cstatus.Entry{inRotation, inRotation})
+	c2, _ := payResumedAt(ctx, t, 900, []cstatus.Entry{inRotation, inRotation}, held)
 	expect(t, "the same content from a server behind", c2.recv(xdsserver.EndpointType), nil, nil)
+}
+
+// payHeldAt returns the versions a delta client subscribed to pay is sent
+// by a server whose table, at store revision rev, holds pay's backends
+// in the states es.
+func payHeldAt(ctx context.Context, t *testing.T, rev uint64, es []cstatus.Entry) map[string]string {
+	t.Helper()
+	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
+	payCartAt(t, pub, rev, false, es)
+	c := newDeltaClient(t, ctx, startXDS(t, pub))
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"}})
+	return versions(c.recv(xdsserver.EndpointType))
+}
+
+// payResumedAt starts a server whose table, at store revision rev, holds
+// pay's backends in the states es, and a delta client that subscribes to
+// pay naming held in initial_resource_versions; it returns the client and
+// the server's table.
+func payResumedAt(ctx context.Context, t *testing.T, rev uint64, es []cstatus.Entry, held map[string]string) (*deltaClient, *cstatus.Publisher) {
+	t.Helper()
+	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
+	payCartAt(t, pub, rev, false, es)
+	c := newDeltaClient(t, ctx, startXDS(t, pub))
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"},
+		InitialResourceVersions: held})
+	return c, pub
 }
 
 // TestSotWResumeNeverOlder: a state-of-the-world client (grpc-go's kind)
@@ -233,17 +250,8 @@ func startXDSAt(t *testing.T, rev uint64) string {
 func TestDeltaHoldEndsWithAnAnswer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	newer, _ := cstatus.New(cstatus.Config{Capacity: 8})
-	payCartAt(t, newer, 1002, false, []cstatus.Entry{inRotation, draining})
-	c := newDeltaClient(t, ctx, startXDS(t, newer))
-	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"}})
-	held := versions(c.recv(xdsserver.EndpointType))
-
-	restored, _ := cstatus.New(cstatus.Config{Capacity: 8})
-	payCartAt(t, restored, 900, false, []cstatus.Entry{inRotation, inRotation})
-	c2 := newDeltaClient(t, ctx, startXDS(t, restored))
-	c2.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"},
-		InitialResourceVersions: held})
+	held := payHeldAt(ctx, t, 1002, []cstatus.Entry{inRotation, draining})
+	c2, restored := payResumedAt(ctx, t, 900, []cstatus.Entry{inRotation, inRotation}, held)
 	if r := c2.recv(xdsserver.EndpointType); len(r.Resources)+len(r.RemovedResources) != 0 || r.SystemVersionInfo != "900" {
 		t.Fatalf("first answer: %v removed %v at %q; want empty, at 900", r.Resources, r.RemovedResources, r.SystemVersionInfo)
 	}
