@@ -176,12 +176,11 @@ type deltaRecorder struct {
 	t    *testing.T
 	name string
 
-	mu       sync.Mutex
-	version  string
-	health   map[string]corev3.HealthStatus // by endpoint address
-	sessions int                            // streams answered
-	drained  bool
-	after    []map[string]corev3.HealthStatus // what was sent after markDrained
+	mu      sync.Mutex
+	version string
+	health  map[string]corev3.HealthStatus // by endpoint address
+	drained bool
+	after   []map[string]corev3.HealthStatus // what was sent after markDrained
 }
 
 // startDeltaRecorder runs a deltaRecorder of the assignment name at
@@ -231,15 +230,12 @@ func (d *deltaRecorder) session(ctx context.Context, cc *grpc.ClientConn) {
 	if s.Subscribe(xdstest.EndpointType, []string{d.name}, held) != nil {
 		return
 	}
-	for first := true; ; first = false {
+	for {
 		resp, err := s.Recv()
 		if err != nil {
 			return
 		}
 		d.mu.Lock()
-		if first {
-			d.sessions++
-		}
 		for _, r := range resp.Resources {
 			if r.Name != d.name {
 				continue
@@ -289,12 +285,6 @@ func (d *deltaRecorder) revision() uint64 {
 	defer d.mu.Unlock()
 	rev, _ := xdsserver.ParseVersion(d.version)
 	return rev
-}
-
-func (d *deltaRecorder) sessionCount() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.sessions
 }
 
 // markDrained starts the record of what the client is sent.
