@@ -288,16 +288,16 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
 	for _, n := range names {
 		prev, held := sub.has[n]
 		r, exists := all[n]
-		exists = exists && st.allow.allows(r) // what the token may not see does not exist for it
+		exists = exists && st.allow.allows(r)     // what the token may not see does not exist for it
+		prevRev, prevDigest := ParseVersion(prev) // once a name a pass: this loop runs on every wake-up
 		if held {
-			if hold, rev := holds(prev, v.rev, r.version, exists); hold {
+			if hold, rev := holdsParsed(prevRev, prevDigest, v.rev, r.version, exists); hold {
 				if wait == 0 || rev < wait {
 					wait = rev
 				}
 				continue
 			}
 		}
-		_, prevDigest := ParseVersion(prev)
 		refused, ok := sub.refused[n]
 		_, refusedDigest := ParseVersion(refused)
 		switch {

@@ -63,6 +63,11 @@ func ParseVersion(v string) (rev uint64, digest string) {
 // The same content is no older, whatever table it comes from.
 func holds(held string, rev uint64, digest string, exists bool) (bool, uint64) {
 	hrev, hdigest := ParseVersion(held)
+	return holdsParsed(hrev, hdigest, rev, digest, exists)
+}
+
+// holdsParsed is holds for a held version already parsed.
+func holdsParsed(hrev uint64, hdigest string, rev uint64, digest string, exists bool) (bool, uint64) {
 	if hrev <= rev || exists && hdigest == digest {
 		return false, 0
 	}
