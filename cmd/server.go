@@ -79,11 +79,14 @@ type serverConfig struct {
 	ProbeCapacity  int
 	TableCapacity  int
 	EvalInterval   time.Duration
-	ZoneFile       string
-	TLS            tlsFiles
-	Plaintext      bool // --insecure-plaintext
-	DNSRRL         dnsserver.RRLConfig
-	DNSCookies     dnsserver.CookieConfig
+	// LoadReportInterval is how often xDS clients are asked for their
+	// load reports (LRS).
+	LoadReportInterval time.Duration
+	ZoneFile           string
+	TLS                tlsFiles
+	Plaintext          bool // --insecure-plaintext
+	DNSRRL             dnsserver.RRLConfig
+	DNSCookies         dnsserver.CookieConfig
 	// DNSCookieSecretFile is --dns-cookie-secret-file, re-read on SIGHUP.
 	DNSCookieSecretFile string
 }
@@ -120,6 +123,7 @@ func serverCommand() *cli.Command {
 			&cli.IntFlag{Name: "probe-capacity", Value: probe.DefaultCapacity, Usage: "most probe targets this node takes (its batch size)"},
 			&cli.IntFlag{Name: "table-capacity", Value: status.DefaultCapacity, Usage: "status table slots: most instances this node publishes"},
 			&cli.DurationFlag{Name: "eval-interval", Value: health.DefaultInterval, Usage: "health evaluation and status table cadence"},
+			&cli.DurationFlag{Name: "load-report-interval", Value: xdsserver.DefaultLoadReportInterval, Usage: "how often xDS clients (Envoy, gRPC) are asked for load reports over LRS, taken as caller-observed outcomes"},
 			&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"CAIRN_TLS_CERT"}, Usage: "this server's certificate (cairn tls cert create --server): TLS on the API and gRPC, mutual TLS on raft and between servers"},
 			&cli.StringFlag{Name: "tls-key", EnvVars: []string{"CAIRN_TLS_KEY"}, Usage: "the certificate's key"},
 			&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"CAIRN_TLS_CA"}, Usage: "the CA bundle peers' certificates are verified with (old and new CA during a rotation); re-read on SIGHUP and when changed, with the certificate and key"},
@@ -154,7 +158,7 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 		StaleAfter: c.Duration("stale-after"), MaxStale: c.Duration("max-stale"), LameDuck: c.Duration("lame-duck"),
 		AllowLoopback: c.Bool("dev") || c.Bool("allow-loopback-endpoints"),
 		ProbeWorkers:  c.Int("probe-workers"), ProbeCapacity: c.Int("probe-capacity"),
-		TableCapacity: c.Int("table-capacity"), EvalInterval: c.Duration("eval-interval"), ZoneFile: c.String("zone-file"),
+		TableCapacity: c.Int("table-capacity"), EvalInterval: c.Duration("eval-interval"), LoadReportInterval: c.Duration("load-report-interval"), ZoneFile: c.String("zone-file"),
 		NamespaceCIDRs: map[string][]netip.Prefix{}, Subnets: map[netip.Prefix]string{},
 		TLS:       tlsFiles{Cert: c.String("tls-cert"), Key: c.String("tls-key"), CA: c.String("tls-ca")},
 		Plaintext: c.Bool("insecure-plaintext"),
@@ -242,6 +246,8 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 		return cfg, fmt.Errorf("--table-capacity: %d is not between 1 and %d", cfg.TableCapacity, status.MaxCapacity)
 	case cfg.EvalInterval < 10*time.Millisecond || cfg.EvalInterval > time.Minute:
 		return cfg, fmt.Errorf("--eval-interval: %s is not between 10ms and 1m", cfg.EvalInterval)
+	case cfg.LoadReportInterval < time.Second || cfg.LoadReportInterval > 5*time.Minute:
+		return cfg, fmt.Errorf("--load-report-interval: %s is not between 1s and 5m", cfg.LoadReportInterval)
 	}
 	if err := cfg.LogLevel.UnmarshalText([]byte(c.String("log-level"))); err != nil {
 		return cfg, fmt.Errorf("--log-level: %w", err)
@@ -465,7 +471,7 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 		return err
 	}
 	xs, err := xdsserver.New(xdsserver.Config{Table: table, Logger: log, Registerer: reg,
-		SubscribersFile: filepath.Join(cfg.DataDir, XDSSubscribersFile),
+		SubscribersFile: filepath.Join(cfg.DataDir, XDSSubscribersFile), LoadReportInterval: cfg.LoadReportInterval,
 		// A table built from a synced store, or the one kept on disk: never
 		// a partial view, which a client would apply.
 		Ready: func() bool { return hn.Serving(0) == nil },
