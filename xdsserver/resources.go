@@ -13,6 +13,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -82,8 +83,16 @@ func adsSource() *corev3.ConfigSource {
 
 // buildCluster returns the cluster of one service port: EDS over ADS,
 // round robin (the policy every client supports: grpc-go accepts only
-// round robin, ring hash and least request), and outlier detection
-// bounded by the service's max_ejection_percent.
+// round robin, ring hash and least request), outlier detection bounded
+// by the service's max_ejection_percent, and Envoy's panic mode off.
+//
+// cairn decides fail-open itself: under the minimum-healthy-fraction
+// guard it publishes every non-draining instance HEALTHY. Envoy's own
+// panic mode (by default below 50% healthy hosts in a priority, its
+// outlier ejections counted) routes to every host of the priority, the
+// DRAINING ones included, which SPEC §2 keeps out whatever the guard
+// does; so the threshold is 0%, which disables it. grpc-go has no panic
+// mode and ignores the field.
 func buildCluster(svc status.ServiceInfo, port string, lrs bool) *clusterv3.Cluster {
 	name := ClusterName(svc, port)
 	c := &clusterv3.Cluster{
@@ -95,6 +104,7 @@ func buildCluster(svc status.ServiceInfo, port string, lrs bool) *clusterv3.Clus
 		OutlierDetection: &clusterv3.OutlierDetection{
 			MaxEjectionPercent: wrapperspb.UInt32(uint32(min(max(svc.MaxEjectionPercent, 0), 100))),
 		},
+		CommonLbConfig: &clusterv3.Cluster_CommonLbConfig{HealthyPanicThreshold: &typev3.Percent{Value: 0}},
 	}
 	if lrs {
 		// Report loads to the server that sent the cluster (grpc-go

@@ -228,6 +228,12 @@ func TestClusterAndListeners(t *testing.T) {
 	if err := c.ValidateAll(); err != nil {
 		t.Errorf("cluster does not validate: %v", err)
 	}
+	// Envoy's panic mode off, stated: 0%, not left to Envoy's default of
+	// 50%, under which Envoy routes to DRAINING hosts once fewer than half
+	// of a priority's hosts are healthy.
+	if p := c.GetCommonLbConfig().GetHealthyPanicThreshold(); p == nil || p.Value != 0 {
+		t.Errorf("cluster's healthy_panic_threshold %v, want 0%%", p)
+	}
 	if p, ok := defaultPort(svc); !ok || p.Name != "grpc" {
 		t.Errorf("default port %v, want grpc", p)
 	}
