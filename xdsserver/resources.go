@@ -2,6 +2,7 @@ package xdsserver
 
 import (
 	"cmp"
+	"math"
 	"net/netip"
 	"slices"
 	"time"
@@ -161,15 +162,25 @@ type lbEndpoint struct {
 	health       corev3.HealthStatus
 	weight       uint32
 	disregarded  bool
+	// servable: ready, so counted in its tier's total (SPEC §2: draining,
+	// starting and terminated instances never are); good: in rotation on
+	// the evidence (eligible, and not only through the evaluator's
+	// guard). A servable endpoint that is not good is published only
+	// when the caller's tiers disregard health, or when the evaluator's
+	// service-wide guard put it in rotation (guarded; SPEC §4: every
+	// registered non-draining endpoint is then published).
+	servable, good, guarded bool
 }
 
 // healthOf maps an entry to what an assignment says of it (SPEC §4):
 // eligible → HEALTHY, or UNKNOWN when its verdict is unknown; draining →
 // DRAINING; anything else is withdrawn, by leaving it out, never by
 // marking it UNHEALTHY (an Envoy whose endpoints are mostly unhealthy
-// enters panic mode and routes to them all). Under the guard an entry is
-// HEALTHY, flagged disregarded. The weight is the published one, at
-// least 1 (grpc-go refuses a whole assignment with a 0 weight).
+// enters panic mode and routes to them all). An entry in rotation only
+// through the evaluator's guard is HEALTHY, flagged disregarded; whether
+// it is published is the caller's tiers' guard's to say
+// (buildAssignment). The weight is the published one, at least 1
+// (grpc-go refuses a whole assignment with a 0 weight).
 func healthOf(e status.Entry) (h corev3.HealthStatus, weight uint32, disregarded, ok bool) {
 	switch {
 	case e.Lifecycle == status.Draining:
@@ -192,6 +203,24 @@ func healthOf(e status.Entry) (h corev3.HealthStatus, weight uint32, disregarded
 // assignment without endpoints, never none: Envoy warms a cluster until
 // its assignment arrives (field notes X4).
 //
+// Spill and the guard are the caller's, as the DNS server computes them
+// (SPEC §2, §3): the caller uses its best tier, and the next ones while
+// the last one used has a healthy fraction × 1.4 below 1. A client
+// cannot compute that itself: withdrawn endpoints are left out, so every
+// priority it holds looks fully healthy and it would never spill until a
+// tier is empty. So when the caller uses more than one tier, cairn
+// merges them into priority 0 and scales each endpoint's weight by its
+// tier's share of the load (tier 0 takes 1.4 × its healthy fraction, the
+// next what remains up to its own, the last the rest); the tiers after
+// them keep their own priorities, for the client's failover. When the
+// tiers used together have fewer healthy endpoints than the service's
+// min_healthy_fraction of their servable ones, health is disregarded for
+// this caller: every servable endpoint of those tiers is published
+// HEALTHY, those not healthy flagged cairn.health_disregarded, the load
+// shared by the tiers' numbers of endpoints. Otherwise an endpoint in
+// rotation through the evaluator's service-wide guard is published
+// whatever the caller's tiers (SPEC §4), HEALTHY and flagged.
+//
 // Everything a client refuses a whole assignment for is avoided here: a
 // weight of 0 (endpoint or locality), two endpoints at one address, a
 // locality without a Locality. Two instances registered at the same
@@ -203,7 +232,8 @@ func buildAssignment(t *status.Table, service uint32, svc status.ServiceInfo, po
 	for _, slot := range t.Members(service) {
 		e := t.Entry(int(slot))
 		h, w, disregarded, ok := healthOf(e)
-		if !ok {
+		servable := e.Lifecycle == status.Ready
+		if !ok && !servable {
 			continue
 		}
 		in := dir.Instance(int(slot))
@@ -214,20 +244,32 @@ func buildAssignment(t *status.Table, service uint32, svc status.ServiceInfo, po
 		if !ok || num == 0 {
 			continue
 		}
+		good := servable && e.Flags.Has(status.Eligible) && !e.Flags.Has(status.HealthDisregarded)
+		if servable && !good {
+			// Published only if this caller's tiers disregard health:
+			// HEALTHY, flagged, at its base weight.
+			h, w, disregarded = corev3.HealthStatus_HEALTHY, uint32(max(e.BaseWeight, 1)), true
+		}
 		eps = append(eps, lbEndpoint{tier: status.TierOf(loc, e), region: t.Locality(e.Region), zone: t.Locality(e.Zone),
-			id: in.ID, addrs: in.Addrs, port: num, health: h, weight: w, disregarded: disregarded})
+			id: in.ID, addrs: in.Addrs, port: num, health: h, weight: w, disregarded: disregarded,
+			servable: servable, good: good, guarded: servable && e.Flags.Has(status.Eligible) && e.Flags.Has(status.HealthDisregarded)})
 	}
 	slices.SortFunc(eps, func(a, b lbEndpoint) int {
 		return cmp.Or(cmp.Compare(a.tier, b.tier), cmp.Compare(a.region, b.region), cmp.Compare(a.zone, b.zone), cmp.Compare(a.id, b.id))
 	})
+	sp := spillOf(eps, svc.MinHealthyFraction)
 	cla = &endpointv3.ClusterLoadAssignment{
 		ClusterName: ClusterName(svc, port),
 		Policy:      &endpointv3.ClusterLoadAssignment_Policy{OverprovisioningFactor: wrapperspb.UInt32(overprovisioning)},
 	}
 	seen := make(map[netip.AddrPort]bool, len(eps))
 	var cur *endpointv3.LocalityLbEndpoints
-	priority, lastTier := -1, -1
+	priority, lastGroup := -1, -1
 	for _, ep := range eps {
+		used := sp.use[ep.tier]
+		if ep.servable && !ep.good && !ep.guarded && !(used && sp.disregard) {
+			continue
+		}
 		if slices.ContainsFunc(ep.addrs, func(a netip.Addr) bool { return seen[netip.AddrPortFrom(a, ep.port)] }) {
 			dropped++
 			continue
@@ -235,9 +277,19 @@ func buildAssignment(t *status.Table, service uint32, svc status.ServiceInfo, po
 		for _, a := range ep.addrs {
 			seen[netip.AddrPortFrom(a, ep.port)] = true
 		}
-		if ep.tier != lastTier {
-			priority, lastTier = priority+1, ep.tier
+		// The tiers the caller uses together are one group, at
+		// priority 0 when they are more than one; every other tier is
+		// a group of its own.
+		group := ep.tier
+		if used && sp.merged {
+			group = -2
+		}
+		if group != lastGroup {
+			priority, lastGroup = priority+1, group
 			cur = nil
+		}
+		if used && sp.merged && ep.health != corev3.HealthStatus_DRAINING {
+			ep.weight = uint32(min(max(math.Round(float64(ep.weight)*sp.scale[ep.tier]), 1), 1<<31))
 		}
 		if cur == nil || cur.Locality.Region != ep.region || cur.Locality.Zone != ep.zone {
 			cur = &endpointv3.LocalityLbEndpoints{
@@ -248,11 +300,98 @@ func buildAssignment(t *status.Table, service uint32, svc status.ServiceInfo, po
 			cla.Endpoints = append(cla.Endpoints, cur)
 		}
 		cur.LbEndpoints = append(cur.LbEndpoints, lbEndpointOf(ep))
-		// A locality weighs what its endpoints weigh (grpc-go ignores a
-		// locality of weight 0, and honours the others' ratio).
-		cur.LoadBalancingWeight.Value = min(cur.LoadBalancingWeight.Value+ep.weight, 1<<31)
+		// A locality weighs what its endpoints in rotation weigh: grpc-go
+		// splits a priority's load between localities by their weights,
+		// which carry the tiers' shares when tiers are merged, and a
+		// draining endpoint takes none of it.
+		if ep.health != corev3.HealthStatus_DRAINING {
+			cur.LoadBalancingWeight.Value = min(cur.LoadBalancingWeight.Value+ep.weight, 1<<31)
+		}
+	}
+	for _, l := range cla.Endpoints {
+		// Never 0, which a client refuses (a locality of draining
+		// endpoints only).
+		l.LoadBalancingWeight.Value = max(l.LoadBalancingWeight.Value, 1)
 	}
 	return cla, dropped
+}
+
+// spill is how one caller uses the tiers (SPEC §3): which tiers, whether
+// they are more than one (merged), whether health is disregarded in
+// them, and the factor each tier's endpoint weights are scaled by when
+// merged.
+type spill struct {
+	use       [status.NumTiers]bool
+	merged    bool
+	disregard bool
+	scale     [status.NumTiers]float64
+}
+
+// spillOf computes the caller's spill from its endpoints (their tiers
+// already the caller's), as the DNS server's selection does: each tier
+// used gets its share of the load; scale turns an endpoint's weight into
+// its share of that load, times the tiers' total weight, so that the
+// weights of a merged priority keep their usual magnitude.
+func spillOf(eps []lbEndpoint, minFrac float64) spill {
+	var total, good [status.NumTiers]int
+	var allW, goodW [status.NumTiers]float64
+	for _, ep := range eps {
+		if !ep.servable {
+			continue
+		}
+		total[ep.tier]++
+		allW[ep.tier] += float64(ep.weight)
+		if ep.good {
+			good[ep.tier]++
+			goodW[ep.tier] += float64(ep.weight)
+		}
+	}
+	var sp spill
+	usedTotal, usedGood, last, used := 0, 0, -1, 0
+	for tr := range status.NumTiers {
+		if total[tr] == 0 {
+			continue
+		}
+		sp.use[tr], last = true, tr
+		used++
+		usedTotal += total[tr]
+		usedGood += good[tr]
+		if float64(good[tr])/float64(total[tr])*overprovisioning/100 >= 1 {
+			break
+		}
+	}
+	if last < 0 {
+		return sp
+	}
+	sp.disregard = minFrac > 0 && float64(usedGood) < minFrac*float64(usedTotal)
+	sp.merged = used > 1
+	if !sp.merged {
+		return sp
+	}
+	var loads, ws [status.NumTiers]float64
+	var sum float64
+	remaining := 1.0
+	for tr := range status.NumTiers {
+		if !sp.use[tr] {
+			continue
+		}
+		switch {
+		case sp.disregard:
+			loads[tr], ws[tr] = float64(total[tr])/float64(usedTotal), allW[tr]
+		case tr == last:
+			loads[tr], ws[tr] = remaining, goodW[tr]
+		default:
+			loads[tr], ws[tr] = min(remaining, float64(good[tr])/float64(total[tr])*overprovisioning/100), goodW[tr]
+		}
+		remaining -= loads[tr]
+		sum += ws[tr]
+	}
+	for tr := range status.NumTiers {
+		if sp.use[tr] && ws[tr] > 0 {
+			sp.scale[tr] = loads[tr] / ws[tr] * sum
+		}
+	}
+	return sp
 }
 
 // lbEndpointOf returns the assignment's entry for one endpoint: its first

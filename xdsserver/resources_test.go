@@ -136,8 +136,8 @@ func TestAssignmentHealthAndWeights(t *testing.T) {
 	if cla.ClusterName != "pay.shop:grpc" {
 		t.Errorf("cluster name %q", cla.ClusterName)
 	}
-	if got := cla.Endpoints[0].LoadBalancingWeight.GetValue(); got != 100+100+10+100+1 {
-		t.Errorf("locality weight %d, want the sum of its endpoints' (311)", got)
+	if got := cla.Endpoints[0].LoadBalancingWeight.GetValue(); got != 100+100+10+1 {
+		t.Errorf("locality weight %d, want the sum of its endpoints' in rotation (211; draining e takes no load)", got)
 	}
 	if err := cla.ValidateAll(); err != nil {
 		t.Errorf("assignment does not validate: %v", err)
@@ -369,5 +369,124 @@ func TestVersionFormat(t *testing.T) {
 		if hold, rev := holds(c.held, c.rev, c.digest, c.exists); hold != c.hold || hold && rev != 120 {
 			t.Errorf("%s: holds = %v, %d; want %v", c.what, hold, rev, c.hold)
 		}
+	}
+}
+
+// TestAssignmentSpillsByTier: a caller whose zone is below the
+// overprovisioning threshold spills into the next tier by SPEC §3's rule.
+// Withdrawn endpoints are left out of the assignment, so a client would
+// see its zone fully healthy and never spill: cairn merges the tiers the
+// caller uses into priority 0 and scales the weights by each tier's share
+// of the load.
+func TestAssignmentSpillsByTier(t *testing.T) {
+	tab, id, svc := table(t,
+		ep{id: "a1", addrs: []string{"10.0.0.1"}, port: 8443, region: "eu", zone: "eu-1a", entry: healthy},
+		ep{id: "a2", addrs: []string{"10.0.0.2"}, port: 8443, region: "eu", zone: "eu-1a", entry: withdrawn},
+		ep{id: "a3", addrs: []string{"10.0.0.3"}, port: 8443, region: "eu", zone: "eu-1a", entry: withdrawn},
+		ep{id: "a4", addrs: []string{"10.0.0.4"}, port: 8443, region: "eu", zone: "eu-1a", entry: draining},
+		ep{id: "b1", addrs: []string{"10.0.1.1"}, port: 8443, region: "eu", zone: "eu-1b", entry: healthy},
+		ep{id: "b2", addrs: []string{"10.0.1.2"}, port: 8443, region: "eu", zone: "eu-1b", entry: healthy},
+		ep{id: "b3", addrs: []string{"10.0.1.3"}, port: 8443, region: "eu", zone: "eu-1b", entry: healthy},
+		ep{id: "u1", addrs: []string{"10.0.2.1"}, port: 8443, region: "us", zone: "us-1a", entry: healthy},
+		ep{id: "u2", addrs: []string{"10.0.2.2"}, port: 8443, region: "us", zone: "us-1a", entry: healthy},
+	)
+	svc.MinHealthyFraction = 0.5
+	cla, _ := buildAssignment(tab, id, svc, "grpc", tab.LocalityOf("eu", "eu-1a"))
+	// eu-1a: 1 of 3 ready healthy (draining does not count): 1.4 × 1/3 ≈
+	// 0.467 of the load, 187 of 400; eu-1b the rest, 0.533, 71 each; us,
+	// not needed, keeps its own priority for failover.
+	want := []flatEP{
+		{"10.0.0.1:8443", corev3.HealthStatus_HEALTHY, 187, 0, "eu/eu-1a", false},
+		{"10.0.0.4:8443", corev3.HealthStatus_DRAINING, 100, 0, "eu/eu-1a", false},
+		{"10.0.1.1:8443", corev3.HealthStatus_HEALTHY, 71, 0, "eu/eu-1b", false},
+		{"10.0.1.2:8443", corev3.HealthStatus_HEALTHY, 71, 0, "eu/eu-1b", false},
+		{"10.0.1.3:8443", corev3.HealthStatus_HEALTHY, 71, 0, "eu/eu-1b", false},
+		{"10.0.2.1:8443", corev3.HealthStatus_HEALTHY, 100, 1, "us/us-1a", false},
+		{"10.0.2.2:8443", corev3.HealthStatus_HEALTHY, 100, 1, "us/us-1a", false},
+	}
+	if got := flat(cla); !equal(got, want) {
+		t.Errorf("assignment:\n got %v\nwant %v", got, want)
+	}
+	// grpc-go splits priority 0 between eu-1a and eu-1b by their
+	// locality weights: 187:213, a4 draining counting for nothing.
+	var lw []uint32
+	for _, l := range cla.Endpoints {
+		lw = append(lw, l.LoadBalancingWeight.GetValue())
+	}
+	if len(lw) != 3 || lw[0] != 187 || lw[1] != 213 || lw[2] != 200 {
+		t.Errorf("locality weights %v, want [187 213 200]", lw)
+	}
+	if err := cla.ValidateAll(); err != nil {
+		t.Errorf("assignment does not validate: %v", err)
+	}
+	// A caller in eu-1b has its zone healthy: no spill, tiers as
+	// priorities, published weights.
+	cla, _ = buildAssignment(tab, id, svc, "grpc", tab.LocalityOf("eu", "eu-1b"))
+	want = []flatEP{
+		{"10.0.1.1:8443", corev3.HealthStatus_HEALTHY, 100, 0, "eu/eu-1b", false},
+		{"10.0.1.2:8443", corev3.HealthStatus_HEALTHY, 100, 0, "eu/eu-1b", false},
+		{"10.0.1.3:8443", corev3.HealthStatus_HEALTHY, 100, 0, "eu/eu-1b", false},
+		{"10.0.0.1:8443", corev3.HealthStatus_HEALTHY, 100, 1, "eu/eu-1a", false},
+		{"10.0.0.4:8443", corev3.HealthStatus_DRAINING, 100, 1, "eu/eu-1a", false},
+		{"10.0.2.1:8443", corev3.HealthStatus_HEALTHY, 100, 2, "us/us-1a", false},
+		{"10.0.2.2:8443", corev3.HealthStatus_HEALTHY, 100, 2, "us/us-1a", false},
+	}
+	if got := flat(cla); !equal(got, want) {
+		t.Errorf("caller in eu-1b:\n got %v\nwant %v", got, want)
+	}
+}
+
+// TestAssignmentCallerGuard: when the tiers a caller uses together have
+// fewer healthy endpoints than min_healthy_fraction of their ready ones,
+// health is disregarded for that caller (SPEC §2): every ready endpoint
+// of those tiers is published HEALTHY, those not healthy flagged, the
+// load shared by the tiers' numbers of endpoints, in one priority.
+func TestAssignmentCallerGuard(t *testing.T) {
+	tab, id, svc := table(t,
+		ep{id: "a1", addrs: []string{"10.0.0.1"}, port: 8443, region: "eu", zone: "eu-1a", entry: withdrawn},
+		ep{id: "a2", addrs: []string{"10.0.0.2"}, port: 8443, region: "eu", zone: "eu-1a", entry: disregard},
+		ep{id: "a3", addrs: []string{"10.0.0.3"}, port: 8443, region: "eu", zone: "eu-1a", entry: starting},
+		ep{id: "b1", addrs: []string{"10.0.1.1"}, port: 8443, region: "eu", zone: "eu-1b", entry: healthy},
+		ep{id: "b2", addrs: []string{"10.0.1.2"}, port: 8443, region: "eu", zone: "eu-1b", entry: withdrawn},
+		ep{id: "u1", addrs: []string{"10.0.2.1"}, port: 8443, region: "us", zone: "us-1a", entry: withdrawn},
+	)
+	svc.MinHealthyFraction = 0.5
+	cla, _ := buildAssignment(tab, id, svc, "grpc", tab.LocalityOf("eu", "eu-1a"))
+	// Every tier used (eu-1a 0 of 2, eu-1b 1 of 2, us 0 of 1), 1 healthy
+	// of 5 ready < 0.5: all five, 100 each (a fifth of the load each);
+	// a3, starting, never.
+	want := []flatEP{
+		{"10.0.0.1:8443", corev3.HealthStatus_HEALTHY, 100, 0, "eu/eu-1a", true},
+		{"10.0.0.2:8443", corev3.HealthStatus_HEALTHY, 100, 0, "eu/eu-1a", true},
+		{"10.0.1.1:8443", corev3.HealthStatus_HEALTHY, 100, 0, "eu/eu-1b", false},
+		{"10.0.1.2:8443", corev3.HealthStatus_HEALTHY, 100, 0, "eu/eu-1b", true},
+		{"10.0.2.1:8443", corev3.HealthStatus_HEALTHY, 100, 0, "us/us-1a", true},
+	}
+	if got := flat(cla); !equal(got, want) {
+		t.Errorf("assignment:\n got %v\nwant %v", got, want)
+	}
+	if err := cla.ValidateAll(); err != nil {
+		t.Errorf("assignment does not validate: %v", err)
+	}
+	// With min_healthy_fraction 0 health is never disregarded: only the
+	// healthy endpoint, and the one the evaluator's guard put in
+	// rotation (SPEC §4), whose tier spills into eu-1b's.
+	svc.MinHealthyFraction = 0
+	cla, _ = buildAssignment(tab, id, svc, "grpc", tab.LocalityOf("eu", "eu-1a"))
+	if got := flat(cla); len(got) != 2 || got[0].addr != "10.0.0.2:8443" || got[1].addr != "10.0.1.1:8443" {
+		t.Errorf("min_healthy_fraction 0: %v; want a2 (guarded) and b1", got)
+	}
+}
+
+// TestAssignmentDrainingLocality: a locality of draining endpoints only
+// weighs 1, never 0 (a client refuses the whole assignment for a 0).
+func TestAssignmentDrainingLocality(t *testing.T) {
+	tab, id, svc := table(t, ep{id: "a", addrs: []string{"10.0.0.1"}, port: 8443, region: "eu", zone: "eu-1a", entry: draining})
+	cla, _ := buildAssignment(tab, id, svc, "grpc", status.Locality{})
+	if len(cla.Endpoints) != 1 || cla.Endpoints[0].LoadBalancingWeight.GetValue() != 1 {
+		t.Fatalf("assignment %v, want one locality of weight 1", cla)
+	}
+	if err := cla.ValidateAll(); err != nil {
+		t.Errorf("assignment does not validate: %v", err)
 	}
 }
