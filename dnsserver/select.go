@@ -8,10 +8,6 @@ import (
 	"github.com/cairn-sd/cairn/status"
 )
 
-// overprovisioning is Envoy's factor: a tier whose eligible fraction
-// times it is below 1 spills its callers into the next tier.
-const overprovisioning = 1.4
-
 // candidate is one endpoint of an answer in the making.
 type candidate struct {
 	slot   uint32
@@ -73,58 +69,24 @@ func weightOf(e status.Entry) uint16 {
 // result's candidates.
 func selectA(t *status.Table, members []uint32, loc status.Locality, minFrac float64, limit int,
 	has func(slot uint32) bool, rnd func() float64, buf []candidate) selection {
-	var total, good [status.NumTiers]int
-	var allW, goodW [status.NumTiers]float64
+	var counts status.TierCounts
 	for _, slot := range members {
 		e := t.Entry(int(slot))
 		if !servable(e) || !has(slot) {
 			continue
 		}
-		tr := status.TierOf(loc, e)
-		total[tr]++
-		allW[tr] += float64(weightOf(e))
-		if healthy(e) {
-			good[tr]++
-			goodW[tr] += float64(e.Weight)
-		}
+		counts.Add(status.TierOf(loc, e), healthy(e), float64(weightOf(e)), float64(e.Weight))
 	}
-	var use [status.NumTiers]bool
-	usedTotal, usedGood, last := 0, 0, -1
-	for tr := range status.NumTiers {
-		if total[tr] == 0 {
-			continue
-		}
-		use[tr], last = true, tr
-		usedTotal += total[tr]
-		usedGood += good[tr]
-		if float64(good[tr])/float64(total[tr])*overprovisioning >= 1 {
-			break
-		}
-	}
+	sp := counts.Spill(minFrac)
 	sel := selection{chosen: buf[:0]}
-	if last < 0 {
+	if sp.Used == 0 {
 		return sel
 	}
-	disregard := minFrac > 0 && float64(usedGood) < minFrac*float64(usedTotal)
 	// Each used tier's share of the load, spread over its weight.
 	var perW [status.NumTiers]float64
-	remaining := 1.0
 	for tr := range status.NumTiers {
-		if !use[tr] {
-			continue
-		}
-		var load, w float64
-		switch {
-		case disregard:
-			load, w = float64(total[tr])/float64(usedTotal), allW[tr]
-		case tr == last:
-			load, w = remaining, goodW[tr]
-		default:
-			load, w = min(remaining, float64(good[tr])/float64(total[tr])*overprovisioning), goodW[tr]
-		}
-		remaining -= load
-		if w > 0 {
-			perW[tr] = load / w
+		if sp.Use[tr] && sp.Weight[tr] > 0 {
+			perW[tr] = sp.Load[tr] / sp.Weight[tr]
 		}
 	}
 	for _, slot := range members {
@@ -134,7 +96,7 @@ func selectA(t *status.Table, members []uint32, loc status.Locality, minFrac flo
 		}
 		tr := status.TierOf(loc, e)
 		ok := healthy(e)
-		if !use[tr] || !ok && !disregard || perW[tr] == 0 {
+		if !sp.Use[tr] || !ok && !sp.Disregard || perW[tr] == 0 {
 			continue
 		}
 		w := weightOf(e)

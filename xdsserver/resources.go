@@ -316,10 +316,10 @@ func buildAssignment(t *status.Table, service uint32, svc status.ServiceInfo, po
 	return cla, dropped
 }
 
-// spill is how one caller uses the tiers (SPEC §3): which tiers, whether
-// they are more than one (merged), whether health is disregarded in
-// them, and the factor each tier's endpoint weights are scaled by when
-// merged.
+// spill is how one caller uses the tiers (status.Spill, the DNS
+// server's rule): which tiers, whether they are more than one (merged),
+// whether health is disregarded in them, and the factor each tier's
+// endpoint weights are scaled by when merged.
 type spill struct {
 	use       [status.NumTiers]bool
 	merged    bool
@@ -328,67 +328,28 @@ type spill struct {
 }
 
 // spillOf computes the caller's spill from its endpoints (their tiers
-// already the caller's), as the DNS server's selection does: each tier
-// used gets its share of the load; scale turns an endpoint's weight into
-// its share of that load, times the tiers' total weight, so that the
-// weights of a merged priority keep their usual magnitude.
+// already the caller's): scale turns an endpoint's weight into its
+// tier's share of the load, times the used tiers' total weight, so that
+// the weights of a merged priority keep their usual magnitude.
 func spillOf(eps []lbEndpoint, minFrac float64) spill {
-	var total, good [status.NumTiers]int
-	var allW, goodW [status.NumTiers]float64
+	var counts status.TierCounts
 	for _, ep := range eps {
-		if !ep.servable {
-			continue
-		}
-		total[ep.tier]++
-		allW[ep.tier] += float64(ep.weight)
-		if ep.good {
-			good[ep.tier]++
-			goodW[ep.tier] += float64(ep.weight)
+		if ep.servable {
+			counts.Add(ep.tier, ep.good, float64(ep.weight), float64(ep.weight))
 		}
 	}
-	var sp spill
-	usedTotal, usedGood, last, used := 0, 0, -1, 0
-	for tr := range status.NumTiers {
-		if total[tr] == 0 {
-			continue
-		}
-		sp.use[tr], last = true, tr
-		used++
-		usedTotal += total[tr]
-		usedGood += good[tr]
-		if float64(good[tr])/float64(total[tr])*overprovisioning/100 >= 1 {
-			break
-		}
-	}
-	if last < 0 {
-		return sp
-	}
-	sp.disregard = minFrac > 0 && float64(usedGood) < minFrac*float64(usedTotal)
-	sp.merged = used > 1
+	s := counts.Spill(minFrac)
+	sp := spill{use: s.Use, merged: s.Used > 1, disregard: s.Disregard}
 	if !sp.merged {
 		return sp
 	}
-	var loads, ws [status.NumTiers]float64
 	var sum float64
-	remaining := 1.0
 	for tr := range status.NumTiers {
-		if !sp.use[tr] {
-			continue
-		}
-		switch {
-		case sp.disregard:
-			loads[tr], ws[tr] = float64(total[tr])/float64(usedTotal), allW[tr]
-		case tr == last:
-			loads[tr], ws[tr] = remaining, goodW[tr]
-		default:
-			loads[tr], ws[tr] = min(remaining, float64(good[tr])/float64(total[tr])*overprovisioning/100), goodW[tr]
-		}
-		remaining -= loads[tr]
-		sum += ws[tr]
+		sum += s.Weight[tr]
 	}
 	for tr := range status.NumTiers {
-		if sp.use[tr] && ws[tr] > 0 {
-			sp.scale[tr] = loads[tr] / ws[tr] * sum
+		if s.Use[tr] && s.Weight[tr] > 0 {
+			sp.scale[tr] = s.Load[tr] / s.Weight[tr] * sum
 		}
 	}
 	return sp

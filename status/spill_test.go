@@ -1,0 +1,57 @@
+package status
+
+import (
+	"math"
+	"testing"
+)
+
+func TestSpill(t *testing.T) {
+	type ep struct {
+		tier    int
+		healthy bool
+	}
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+	for _, tc := range []struct {
+		name      string
+		eps       []ep
+		minFrac   float64
+		use       [NumTiers]bool
+		disregard bool
+		load      [NumTiers]float64
+	}{
+		{"none", nil, 0.5, [NumTiers]bool{}, false, [NumTiers]float64{}},
+		{"own zone healthy", []ep{{0, true}, {0, true}, {1, true}}, 0.5,
+			[NumTiers]bool{true}, false, [NumTiers]float64{1}},
+		// 3 of 4 healthy: 0.75 × 1.4 ≥ 1, no spill.
+		{"own zone at 3/4", []ep{{0, true}, {0, true}, {0, true}, {0, false}, {1, true}}, 0.5,
+			[NumTiers]bool{true}, false, [NumTiers]float64{1}},
+		// 1 of 3 healthy keeps 1.4/3 and spills the rest to the region.
+		{"own zone at 1/3", []ep{{0, true}, {0, false}, {0, false}, {1, true}, {1, true}, {2, true}}, 0.5,
+			[NumTiers]bool{true, true}, false, [NumTiers]float64{1.4 / 3, 1 - 1.4/3}},
+		// Nothing healthy in the first two tiers, the third takes all.
+		{"to the third tier", []ep{{0, false}, {1, false}, {2, true}, {2, true}}, 0.25,
+			[NumTiers]bool{true, true, true}, false, [NumTiers]float64{0, 0, 1}},
+		// 1 of 4 healthy over the tiers used: below 0.5, health is
+		// disregarded, the load shared by the tiers' numbers.
+		{"disregarded", []ep{{0, false}, {0, false}, {1, true}, {1, false}}, 0.5,
+			[NumTiers]bool{true, true}, true, [NumTiers]float64{0.5, 0.5}},
+		{"never disregarded at 0", []ep{{0, false}, {0, false}}, 0,
+			[NumTiers]bool{true}, false, [NumTiers]float64{1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c TierCounts
+			for _, e := range tc.eps {
+				c.Add(e.tier, e.healthy, 100, 100)
+			}
+			sp := c.Spill(tc.minFrac)
+			if sp.Use != tc.use || sp.Disregard != tc.disregard {
+				t.Fatalf("use %v disregard %v; want %v %v", sp.Use, sp.Disregard, tc.use, tc.disregard)
+			}
+			for tr := range NumTiers {
+				if !near(sp.Load[tr], tc.load[tr]) {
+					t.Errorf("tier %d load %v, want %v", tr, sp.Load[tr], tc.load[tr])
+				}
+			}
+		})
+	}
+}
