@@ -664,6 +664,12 @@ func judge(p Policy, w *work, now time.Time) {
 				w.notes = append(w.notes, "callers' failure reports aged out")
 			case c.Failing:
 				w.outcome = true
+			case failing >= p.OutcomeQuorum && 3*failing >= reporting:
+				// The quorum is met, but the class has not failed for
+				// long enough to withdraw (WithdrawAfter, or the score).
+				w.degraded, w.outLow = true, true
+				w.notes = append(w.notes, fmt.Sprintf("%d of %d callers report failures, a quorum (%d, and a third), not yet for long enough to withdraw: weight lowered",
+					failing, reporting, p.OutcomeQuorum))
 			case failing > 0:
 				w.degraded, w.outLow = true, true
 				w.notes = append(w.notes, fmt.Sprintf("%d of %d callers report failures, short of the quorum (%d, and a third): weight lowered",

@@ -370,6 +370,48 @@ func TestRuleOutcomes(t *testing.T) {
 	})
 }
 
+// TestRuleOutcomeReasons: the reason of an instance whose weight
+// callers' outcomes lowered says whether their quorum is met. Met, the
+// instance is only waiting out the run of failures that withdraws; the
+// reason must not call the callers short of the quorum.
+func TestRuleOutcomeReasons(t *testing.T) {
+	// round has k callers report on i0 at d, the first f of them
+	// failures.
+	round := func(d time.Duration, k, f int) stepSpec {
+		st := stepSpec{at: d}
+		for i := range k {
+			e := outcome("i0", d, 10, 0)
+			if i < f {
+				e = outcome("i0", d, 0, 10)
+			}
+			e.s.Observer = fmt.Sprintf("c%d", i)
+			st.ev = append(st.ev, e)
+		}
+		return st
+	}
+	for _, tc := range []struct {
+		name       string
+		steps      []stepSpec
+		has, hasnt string
+	}{
+		{"a quorum, twice", []stepSpec{{at: 0}, round(60*s, 2, 2), round(62*s, 2, 2)},
+			"2 of 2 callers report failures, a quorum (2, and a third), not yet for long enough to withdraw", "short of the quorum"},
+		{"one caller of two", []stepSpec{{at: 0}, round(60*s, 2, 1), round(62*s, 2, 1), round(64*s, 2, 1)},
+			"1 of 2 callers report failures, short of the quorum (2, and a third)", "a quorum (2"},
+		{"two callers of seven", []stepSpec{{at: 0}, round(60*s, 7, 2), round(62*s, 7, 2), round(64*s, 7, 2)},
+			"2 of 7 callers report failures, short of the quorum (2, and a third)", "a quorum (2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := runRule(t, ruleCase{steps: tc.steps,
+				want: want{eligible: true, verdict: status.Degraded, flags: status.OutcomeDegraded, weight: 50}})
+			reasons := strings.Join(m.inst("i0").Reasons, "; ")
+			if !strings.Contains(reasons, tc.has) || strings.Contains(reasons, tc.hasnt) {
+				t.Errorf("reasons %q; want %q and not %q", reasons, tc.has, tc.hasnt)
+			}
+		})
+	}
+}
+
 // Rule 3b: probers that disagree degrade, they do not withdraw.
 func TestRuleProbersDisagree(t *testing.T) {
 	by := func(e ev, observer string) ev { e.s.Observer = observer; return e }
