@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -203,6 +205,11 @@ func reportsOK(observers ...string) func(*upstream, wire.Endpoint) error {
 	}
 }
 
+// shortOfQuorum matches the reason of an instance whose weight callers'
+// outcomes lowered without a quorum: how many failing, and the quorum
+// (single digits here).
+var shortOfQuorum = regexp.MustCompile(`^(\d) of \d+ callers report failures, short of the quorum \((\d),`)
+
 // lrsNoEjections fails the test if Envoy's outlier detection ejected a
 // host of the demo cluster (see the top of this file).
 func lrsNoEjections(ctx context.Context, t *testing.T, e *Envoy) {
@@ -401,9 +408,22 @@ func TestEnvoyLoadReportsQuorum(t *testing.T) {
 	sick, well := us[0], us[1:]
 	sick.Code.Store(503)
 	start := time.Now()
+	// On its way out the instance is degraded, at half weight, while the
+	// callers' failing windows add up to a withdrawal; its reason must
+	// not call callers who are a quorum short of one.
+	var contradictions []string
+	met := ""
 	waitLRS(ctx, t, c, us, 30*time.Second, "a quorum of callers withdraws the failing upstream", func(u *upstream, e wire.Endpoint) error {
 		if u != sick {
 			return reportsOK(observers...)(u, e)
+		}
+		for _, r := range e.Reasons {
+			if strings.Contains(r, "a quorum (") {
+				met = r
+			}
+			if m := shortOfQuorum.FindStringSubmatch(r); m != nil && m[1] >= m[2] && !slices.Contains(contradictions, r) {
+				contradictions = append(contradictions, r)
+			}
 		}
 		for _, o := range observers {
 			if ev, ok := lrsOutcome(e, o); !ok || ev.OK {
@@ -419,6 +439,10 @@ func TestEnvoyLoadReportsQuorum(t *testing.T) {
 		return nil
 	})
 	withdrawn := time.Since(start)
+	if len(contradictions) > 0 {
+		t.Errorf("reasons of %s call a quorum short of the quorum: %q", sick.ID, contradictions)
+	}
+	t.Logf("on its way out: %q", met)
 	for _, e := range envoys {
 		waitHosts(t, e, 30*time.Second, "the withdrawal in Envoy", hostsAre("HEALTHY", well...))
 	}
