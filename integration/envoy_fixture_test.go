@@ -176,7 +176,7 @@ func demoDefinition(t *testing.T, policy ...string) string {
 
 // registerUpstreams registers each upstream as an instance of demo/web
 // in region "local" and the zone zones gives it (zone-1 if zones is
-// nil), with edit (may be nil) applied.
+// nil), on an hour's lease, with edit (may be nil) applied.
 func registerUpstreams(ctx context.Context, t *testing.T, c *Cluster, us []*upstream, zones func(i int) string, edit func(*wire.Registration)) {
 	t.Helper()
 	for i, u := range us {
@@ -184,8 +184,10 @@ func registerUpstreams(ctx context.Context, t *testing.T, c *Cluster, us []*upst
 		if zones != nil {
 			zone = zones(i)
 		}
+		// A lease that outlasts the test: the demo's 30 s would expire
+		// (nothing renews it here) and count as evidence of its own.
 		reg := wire.Registration{ID: u.ID, Addresses: []string{"127.0.0.1"}, Ports: map[string]int{"http": u.Port},
-			Region: demoRegion, Zone: zone}
+			Region: demoRegion, Zone: zone, LeaseTTL: wire.Duration(time.Hour)}
 		if edit != nil {
 			edit(&reg)
 		}
