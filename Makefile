@@ -6,7 +6,7 @@ STATICCHECK_VERSION ?= v0.8.2
 # on a machine where benches must not overlap.
 LOCK      ?=
 
-.PHONY: help build run envoy test integration bench bench-dns bench-xds bench-xds-inprocess bench-ui soak fuzz lint fmt tidy
+.PHONY: help build run envoy test integration scenarios bench bench-dns bench-xds bench-xds-inprocess bench-ui soak fuzz lint fmt tidy
 help:        ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
 
@@ -25,6 +25,9 @@ test:        ## every test (unit, property, fuzz seeds, API, real-process integr
 
 integration: ## only the real-process tests
 	$(GO) test -race -count=1 -timeout 15m ./integration/...
+
+scenarios:   ## the long real-process scenarios, with -race: real Envoys through a 60 s control-plane outage (CAIRN_ENVOY_OUTAGE; make test runs it with 10 s); ~2 min; needs Envoy (make envoy)
+	CAIRN_ENVOY_OUTAGE=60s $(GO) test -race -count=1 -timeout 15m -run '^TestEnvoyRidesOutControlPlaneOutage$$' -v ./integration/
 
 bench:       ## store throughput and failover, memory per registered instance, status table, probe pool, evaluator, withdrawal publication (see BENCHMARKS.md)
 	$(GO) run ./bench/cmd/storebench
