@@ -246,7 +246,7 @@ func TestEnvoyRidesOutControlPlaneOutage(t *testing.T) {
 	}
 	for i, e := range envoys {
 		got := outageAnswers[i]
-		t.Logf("%s: %d requests answered during the outage %v; %d in all", e.name, sum(got), got, tr.total[i])
+		t.Logf("%s: %d requests answered during the outage %v; %d in all", e.name, answered(got), got, tr.total[i])
 		for _, u := range us {
 			if got[u.ID] == 0 {
 				t.Errorf("%s: no request reached %s during the outage (%v); its last view holds all four", e.name, u.ID, got)
@@ -294,7 +294,8 @@ func hostHealth(hs []EnvoyHost) map[string]string {
 	return m
 }
 
-func sum(m map[string]int) int {
+// answered returns how many requests the upstreams of m answered in all.
+func answered(m map[string]int) int {
 	n := 0
 	for _, v := range m {
 		n += v
