@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/cairn-sd/cairn/cmd"
-	"github.com/cairn-sd/cairn/tablefile"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -97,23 +96,7 @@ func TestEnvoyRidesOutControlPlaneOutage(t *testing.T) {
 	// The table kept on disk with the first three in rotation; then the
 	// fourth upstream, in both Envoys from a later store revision.
 	tablePath := filepath.Join(srv.DataDir, cmd.TableFile)
-	var early []byte
-	var earlyRev uint64
-	Eventually(t, 30*time.Second, func() error {
-		b, err := os.ReadFile(tablePath)
-		if err != nil {
-			return err
-		}
-		s, err := tablefile.Load(tablePath)
-		if err != nil || s == nil {
-			return fmt.Errorf("kept table: %v", err)
-		}
-		if in := keptInRotation(s); len(in) != 3 {
-			return fmt.Errorf("kept table at revision %d has %v in rotation, want the first three", s.Revision, in)
-		}
-		early, earlyRev = b, s.Revision
-		return nil
-	})
+	early, earlyRev := keptTableWith(t, tablePath, 3, 30*time.Second)
 	registerUpstreams(ctx, t, c, us[3:], nil, longLease)
 	var before []map[string]string // per Envoy: address → health
 	for i, e := range envoys {

@@ -60,22 +60,7 @@ func TestXDSNeverOlderAfterRestart(t *testing.T) {
 	})
 	// The table kept on disk before the drain: all three in rotation.
 	tablePath := filepath.Join(n.DataDir, cmd.TableFile)
-	var before []byte
-	Eventually(t, 20*time.Second, func() error {
-		b, err := os.ReadFile(tablePath)
-		if err != nil {
-			return err
-		}
-		s, err := tablefile.Load(tablePath)
-		if err != nil || s == nil {
-			return fmt.Errorf("kept table: %v", err)
-		}
-		if in := keptInRotation(s); len(in) != 3 {
-			return fmt.Errorf("kept table at revision %d has %v in rotation, want the three", s.Revision, in)
-		}
-		before = b
-		return nil
-	})
+	before, _ := keptTableWith(t, tablePath, 3, 20*time.Second)
 
 	runCLI(ctx, t, n, "drain", "--instance", "m-1", "--incarnation", strconv.FormatUint(regs["m-1"], 10), healthNS+"/"+svc)
 	Eventually(t, 10*time.Second, func() error {
@@ -165,6 +150,30 @@ func keptInRotation(s *tablefile.Snapshot) []string {
 		}
 	}
 	return out
+}
+
+// keptTableWith waits until the table kept at path has want instances
+// in rotation, and returns the file's bytes and the table's revision.
+func keptTableWith(t *testing.T, path string, want int, timeout time.Duration) ([]byte, uint64) {
+	t.Helper()
+	var kept []byte
+	var rev uint64
+	Eventually(t, timeout, func() error {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		s, err := tablefile.Load(path)
+		if err != nil || s == nil {
+			return fmt.Errorf("kept table: %v", err)
+		}
+		if in := keptInRotation(s); len(in) != want {
+			return fmt.Errorf("kept table at revision %d has %v in rotation, want %d", s.Revision, in, want)
+		}
+		kept, rev = b, s.Revision
+		return nil
+	})
+	return kept, rev
 }
 
 // deltaRecorder is a delta xDS client of one assignment, as Envoy is
