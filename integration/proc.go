@@ -143,6 +143,17 @@ func (p *proc) Stop() error {
 	return nil
 }
 
+// Pid returns the process's id, 0 if it was never started. After an
+// exit it is the last run's.
+func (p *proc) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
 // Pause stops the process (SIGSTOP) without killing it; Resume continues
 // it.
 func (p *proc) Pause() error { return p.signal(syscall.SIGSTOP) }

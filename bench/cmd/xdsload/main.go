@@ -40,6 +40,20 @@
 // (/proc/PID/status VmRSS) before the streams, once all are admitted and
 // after the changes, and so KiB per subscription.
 //
+// With -envoys N (cairn only), N real Envoy processes run beside the
+// simulated subscribers (integration.Envoy: the shipped bootstrap, delta
+// ADS, one worker thread), each subscribed to every cluster (wildcard
+// CDS), so to every service. A withdrawal is delivered to an Envoy when
+// its admin (/config_dump's endpoints, filtered to the services with a
+// withdrawal it does not show yet) shows the host gone or not healthy:
+// asked at once when a withdrawal commits, then every -envoy-poll while
+// one is pending, so a time is late by at most that and the round trip,
+// both reported. It reports withdrawal to Envoy p50/p99/max beside the
+// simulated subscribers' from the same run, each Envoy's RSS once it
+// holds the layout and after the changes, the Envoys' CPU during the
+// changes, and a check of the endpoints out at the end in Envoy 0's
+// /clusters (drain: DRAINING; deregister: gone).
+//
 // Modes set the SPEC's loads: -mode steady (400 services, each
 // subscriber watching 10, 600 changes a minute) and -mode burst (40
 // services, watching 10, 40,000 changes a minute); flags given
@@ -68,7 +82,9 @@ type options struct {
 	out                                                 int
 	rate                                                float64 // changes a minute
 	duration, admitTimeout, linger, timeout             time.Duration
-	bin, peerBin, perf                                  string
+	bin, peerBin, perf, envoyBin                        string
+	envoys                                              int
+	envoyPoll                                           time.Duration
 	seed                                                uint64
 	keep                                                bool
 }
@@ -94,6 +110,9 @@ func main() {
 	flag.StringVar(&o.peerBin, "peer-bin", "", "xdspeer binary (default: build one from the working tree)")
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of the subscriptions and the changes")
 	flag.StringVar(&o.perf, "perf", "", "record the server's CPU profile with `perf record -g` during the changes into this file (perf report -i FILE)")
+	flag.IntVar(&o.envoys, "envoys", 0, "real Envoy processes (the shipped bootstrap, delta ADS) subscribed to the server beside the simulated subscribers, each to every cluster; -target cairn only")
+	flag.StringVar(&o.envoyBin, "envoy-bin", "", "Envoy binary (default: integration.EnvoyBinary: $CAIRN_ENVOY, then what make envoy installs, then PATH)")
+	flag.DurationVar(&o.envoyPoll, "envoy-poll", 5*time.Millisecond, "how often each Envoy's admin is asked again about the services it has yet to show a withdrawal of (it is asked at once when one commits)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the target's folder (data dir and log; printed on stderr)")
 	flag.Parse()
 	if err := o.applyMode(); err != nil {
@@ -156,6 +175,12 @@ func (o *options) applyMode() error {
 		return fmt.Errorf("-watch must be 1–%d (the services)", o.services)
 	case o.out >= o.services*o.endpoints:
 		return fmt.Errorf("-out must be below the endpoints (%d)", o.services*o.endpoints)
+	case o.envoys < 0 || o.envoys > 200:
+		return fmt.Errorf("-envoys must be 0–200")
+	case o.envoys > 0 && o.target != "cairn":
+		return fmt.Errorf("-envoys needs -target cairn (Envoy needs clusters over CDS)")
+	case o.envoyPoll < time.Millisecond:
+		return fmt.Errorf("-envoy-poll must be at least 1ms")
 	case o.rate <= 0 || o.duration <= 0 || o.admitTimeout <= 0 || o.linger <= 0 || o.timeout <= 0:
 		return fmt.Errorf("-rate, -duration, -admit-timeout, -linger and -timeout must be positive")
 	}

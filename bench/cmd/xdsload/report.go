@@ -78,6 +78,9 @@ type report struct {
 	DecodeHits          int64     `json:"decode_hits"`
 	Go                  string    `json:"go"`
 	CPUs                int       `json:"cpus"`
+
+	// Envoys are the real Envoys' figures (-envoys), if any.
+	Envoys *envoyReport `json:"envoys,omitempty"`
 }
 
 // summarize computes the per-kind figures from every subscriber's
@@ -224,6 +227,9 @@ func (r report) print() {
 		r.Target, r.Mode, r.Streams, r.Conns, r.RatePerMinute, r.AchievedPerMinute, w1, w2, w3, a1, a2, a3,
 		r.ServerCPUSeconds, r.ServerCPUPercent, r.GeneratorCPUSeconds, r.RSSIdleMiB, r.RSSStreamsMiB, r.RSSAfterMiB,
 		r.KiBPerSubAdmitted, r.KiBPerSubAfter, r.AdmitAllSeconds)
+	if r.Envoys != nil {
+		r.Envoys.print(r)
+	}
 	b, _ := json.Marshal(r)
 	fmt.Println(string(b))
 }

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -44,6 +45,18 @@ func run(ctx context.Context, o options) error {
 		epoch: time.Now(), streams: int64(o.streams), allIn: make(chan struct{})}
 	for s := range o.services {
 		w.svcOf[resourceName(s)] = s
+	}
+	for _, s := range subs {
+		s.tally = &w.seen
+	}
+	var fl *fleet
+	if o.envoys > 0 {
+		t0 := time.Now()
+		if fl, err = startFleet(ctx, o, w, dir, tgt.grpcAddr); err != nil {
+			return fmt.Errorf("%w\n%s", err, tgt.proc.Tail())
+		}
+		defer fl.close()
+		fl.layout = time.Since(t0)
 	}
 	if err := waitLayout(ctx, tgt, o, w); err != nil {
 		return fmt.Errorf("waiting for the layout over xDS: %w\n%s", err, tgt.proc.Tail())
@@ -95,6 +108,16 @@ func run(ctx context.Context, o options) error {
 		defer prof.stop()
 	}
 	d := newDriver(o, rng, w.log, tgt)
+	var envoyRSS []float64
+	if fl != nil {
+		if envoyRSS, err = fl.rss(); err != nil {
+			return err
+		}
+		if err := fl.startPolls(ctx); err != nil {
+			return err
+		}
+		d.after = fl.mark
+	}
 	changesStart := w.now()
 	issued, skipped := d.drive(ctx, w)
 	changesEnd := w.now()
@@ -127,12 +150,44 @@ func run(ctx context.Context, o options) error {
 		}
 		return fmt.Errorf("%d of %d deliveries seen", got, want)
 	})
+	// And until every Envoy shows every change, on the same terms.
+	var envoysErr error
+	if fl != nil {
+		last, lastAt := fl.seen.Load(), time.Now()
+		envoysErr = benchproc.Poll(ctx, o.linger, 100*time.Millisecond, func() error {
+			n := fl.pending()
+			if n == 0 {
+				return nil
+			}
+			if got := fl.seen.Load(); got != last {
+				last, lastAt = got, time.Now()
+			} else if time.Since(lastAt) > 5*time.Second {
+				return fmt.Errorf("%d services an Envoy does not show the last change of, for 5 s", n)
+			}
+			return fmt.Errorf("%d services an Envoy has yet to show", n)
+		})
+	}
 	lingered := w.now() - changesEnd
 	cpuS1, err := procCPU(pid)
 	if err != nil {
 		return err
 	}
 	cpuG1 := selfCPU()
+	var envoyCPU time.Duration
+	var endChecked, endAsWant int
+	var endFirst string
+	var envoyRSSAfter []float64
+	if fl != nil {
+		if envoyCPU, err = fl.cpu(); err != nil {
+			return err
+		}
+		if envoyRSSAfter, err = fl.rss(); err != nil {
+			return err
+		}
+		fl.stopPolls()
+		fl.wg.Wait()
+		endChecked, endAsWant, endFirst = fl.endCheck(ctx, d.out())
+	}
 	if prof != nil {
 		if err := prof.stop(); err != nil {
 			return err
@@ -149,6 +204,11 @@ func run(ctx context.Context, o options) error {
 	}
 	for _, s := range subs {
 		s.settle(w)
+	}
+	if fl != nil {
+		for _, s := range fl.subs {
+			s.settle(w)
+		}
 	}
 
 	r := summarize(o, w, subs, watchers)
@@ -172,6 +232,26 @@ func run(ctx context.Context, o options) error {
 		if s.failedAfterAdmit {
 			r.StreamsFailed++
 		}
+	}
+	if fl != nil {
+		er := summarize(o, w, fl.subs, fl.watchers)
+		e := &envoyReport{Envoys: o.envoys, Bin: fl.bin, PollMs: ms(o.envoyPoll), LayoutSeconds: fl.layout.Seconds(),
+			Polls: fl.polls.Load(), PollErrors: fl.pollErrs.Load(),
+			AllShown: envoysErr == nil, Withdrawals: er.Withdrawals,
+			RSSLayoutMiB: envoyRSS, RSSAfterMiB: envoyRSSAfter, CPUSeconds: envoyCPU.Seconds()}
+		e.CPUPercent = 100 * e.CPUSeconds / float64(o.envoys) / (changesEnd - changesStart + lingered).Seconds()
+		e.PollsPerSecond = float64(e.Polls) / float64(o.envoys) / (changesEnd - changesStart + lingered).Seconds()
+		e.EndChecked, e.EndAsWant, e.EndFirst = endChecked, endAsWant, endFirst
+		if p := fl.firstErr.Load(); p != nil {
+			e.FirstPollErr = *p
+		}
+		var rtt []time.Duration
+		for _, r := range fl.rtt {
+			rtt = append(rtt, r...)
+		}
+		slices.Sort(rtt)
+		e.PollRTTP50ms, e.PollRTTP99ms = ms(pct(rtt, 50)), ms(pct(rtt, 99))
+		r.Envoys = e
 	}
 	r.print()
 	if r.StreamsFailed > 0 {
@@ -257,8 +337,11 @@ type driver struct {
 	gen         [][]uint16
 	outQ        [][2]int // committed out, oldest first
 	withdrawing int      // withdrawals in flight
-	errors      atomic.Int64
-	firstErr    error
+	// after, if set, is told the service of each withdrawal that
+	// committed.
+	after    func(svc int)
+	errors   atomic.Int64
+	firstErr error
 }
 
 func newDriver(o options, rng *rand.Rand, log *changeLog, tgt *target) *driver {
@@ -276,6 +359,18 @@ func (d *driver) firstError() string {
 		return ""
 	}
 	return d.firstErr.Error()
+}
+
+// out returns the endpoints out of rotation, oldest first, each as
+// service, endpoint and the port it was withdrawn on.
+func (d *driver) out() [][3]int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out [][3]int
+	for _, se := range d.outQ {
+		out = append(out, [3]int{se[0], se[1], basePort + int(d.gen[se[0]][se[1]])})
+	}
+	return out
 }
 
 // next picks the next change: an admission of the endpoint out the
@@ -352,6 +447,9 @@ func (d *driver) drive(ctx context.Context, w *world) (issued, skipped int) {
 				c.commit = w.now()
 				c.failed = err != nil
 				d.done(j.svc, j.ep, j.port, err)
+				if err == nil && j.port == 0 && d.after != nil {
+					d.after(j.svc)
+				}
 			}
 		})
 	}

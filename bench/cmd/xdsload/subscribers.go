@@ -86,6 +86,9 @@ type subscriber struct {
 	names []string  // their assignment names
 	pos   [][]int32 // by watch index, by endpoint: the index in the endpoint's log of the last change seen; -1: none
 	// Only the stream's goroutine touches these until the run is over.
+	// tally counts its deliveries and sheds: the world's seen for the
+	// simulated subscribers, the fleet's for Envoys.
+	tally            *atomic.Int64
 	deliveries       []delivery
 	admitted         time.Duration
 	ok               bool
@@ -204,39 +207,45 @@ func (s *subscriber) observe(w *world, resp *discoveryv3.DeltaDiscoveryResponse,
 		if err != nil {
 			continue
 		}
-		for ep, port := range got {
-			ids := w.log.of(svc, ep)
-			p := s.pos[wi][ep]
-			if int(p)+1 >= len(ids) {
-				continue // nothing pending
-			}
-			if port != 0 {
-				// In rotation on port: the admission that used it, and
-				// every earlier pending change it overtook.
-				for j := int(p) + 1; j < len(ids); j++ {
-					if w.log.changes[ids[j]].port != port {
-						continue
-					}
-					s.skip(w, ids, int(p), j)
-					s.deliveries = append(s.deliveries, delivery{id: ids[j], at: at})
-					w.seen.Add(1)
-					s.pos[wi][ep] = int32(j)
-					break
+		s.see(w, svc, wi, got, at)
+	}
+}
+
+// see matches the assignment of service svc (index wi of s.watch), as
+// decoded, against the changes of its endpoints.
+func (s *subscriber) see(w *world, svc, wi int, got ports, at time.Duration) {
+	for ep, port := range got {
+		ids := w.log.of(svc, ep)
+		p := s.pos[wi][ep]
+		if int(p)+1 >= len(ids) {
+			continue // nothing pending
+		}
+		if port != 0 {
+			// In rotation on port: the admission that used it, and
+			// every earlier pending change it overtook.
+			for j := int(p) + 1; j < len(ids); j++ {
+				if w.log.changes[ids[j]].port != port {
+					continue
 				}
-				continue
+				s.skip(w, ids, int(p), j)
+				s.deliveries = append(s.deliveries, delivery{id: ids[j], at: at})
+				s.tally.Add(1)
+				s.pos[wi][ep] = int32(j)
+				break
 			}
-			// Out of rotation, last seen in: the next change, a
-			// withdrawal, is delivered (a later one, after an
-			// admission this subscriber never saw, cannot be told
-			// from it and stays pending).
-			if p >= 0 && w.log.changes[ids[p]].port == 0 {
-				continue
-			}
-			if next := ids[p+1]; w.log.changes[next].port == 0 {
-				s.deliveries = append(s.deliveries, delivery{id: next, at: at})
-				w.seen.Add(1)
-				s.pos[wi][ep] = p + 1
-			}
+			continue
+		}
+		// Out of rotation, last seen in: the next change, a
+		// withdrawal, is delivered (a later one, after an
+		// admission this subscriber never saw, cannot be told
+		// from it and stays pending).
+		if p >= 0 && w.log.changes[ids[p]].port == 0 {
+			continue
+		}
+		if next := ids[p+1]; w.log.changes[next].port == 0 {
+			s.deliveries = append(s.deliveries, delivery{id: next, at: at})
+			s.tally.Add(1)
+			s.pos[wi][ep] = p + 1
 		}
 	}
 }
@@ -254,7 +263,7 @@ func (s *subscriber) skip(w *world, ids []int32, p, j int) {
 		}
 		prevShedAdmission = w.log.changes[ids[i]].port != 0
 		s.deliveries = append(s.deliveries, delivery{id: ids[i], at: at})
-		w.seen.Add(1)
+		s.tally.Add(1)
 	}
 }
 
