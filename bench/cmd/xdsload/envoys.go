@@ -41,9 +41,9 @@ type fleet struct {
 	o        options
 	w        *world
 	envoys   []*integration.Envoy
-	subs     []*subscriber // one per Envoy, watching every service, s.watch[i] == i
-	watchers [][]int       // by service: every Envoy
-	dirty    []*dirtySet   // by Envoy
+	subs     []*subscriber // one per watched Envoy (the first -envoy-watch), watching every service, s.watch[i] == i
+	watchers [][]int       // by service: every watched Envoy
+	dirty    []*dirtySet   // by watched Envoy
 	hc       *http.Client
 
 	seen      atomic.Int64 // deliveries and sheds, all Envoys
@@ -104,9 +104,9 @@ func (d *dirtySet) len() int {
 // a time, and waits until each holds every service's assignment with
 // every endpoint in rotation.
 func startFleet(ctx context.Context, o options, w *world, dir, grpcAddr string) (*fleet, error) {
-	f := &fleet{o: o, w: w, watchers: make([][]int, o.services), rtt: make([][]time.Duration, o.envoys),
+	f := &fleet{o: o, w: w, watchers: make([][]int, o.services), rtt: make([][]time.Duration, o.envoyWatch),
 		hc: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}}
-	all := make([]int, o.envoys)
+	all := make([]int, o.envoyWatch)
 	for i := range all {
 		all[i] = i
 	}
@@ -131,6 +131,9 @@ func startFleet(ctx context.Context, o options, w *world, dir, grpcAddr string) 
 			return nil, fmt.Errorf("starting Envoy %d of %d: %w", i+1, o.envoys, err)
 		}
 		f.envoys = append(f.envoys, e)
+		if i >= o.envoyWatch {
+			continue
+		}
 		s := &subscriber{id: -1 - i, tally: &f.seen}
 		for svc := range o.services {
 			s.watch = append(s.watch, svc)
@@ -267,8 +270,8 @@ func (f *fleet) mark(svc int) {
 	}
 }
 
-// startPolls starts one poller per Envoy, and notes each Envoy's CPU
-// time.
+// startPolls starts one poller per watched Envoy, and notes each
+// Envoy's CPU time.
 func (f *fleet) startPolls(ctx context.Context) error {
 	ctx, f.stopPolls = context.WithCancel(ctx)
 	for i, e := range f.envoys {
@@ -277,7 +280,9 @@ func (f *fleet) startPolls(ctx context.Context) error {
 			return err
 		}
 		f.cpu0 = append(f.cpu0, c)
-		f.wg.Go(func() { f.poll(ctx, i) })
+		if i < len(f.subs) {
+			f.wg.Go(func() { f.poll(ctx, i) })
+		}
 	}
 	return nil
 }
@@ -366,22 +371,27 @@ func (f *fleet) rss() ([]float64, error) {
 	return out, nil
 }
 
-// cpu returns the Envoys' CPU time since startPolls, summed.
-func (f *fleet) cpu() (time.Duration, error) {
-	var sum time.Duration
+// cpu returns the Envoys' CPU time since startPolls, summed over the
+// watched (polled) Envoys and over the others.
+func (f *fleet) cpu() (watched, others time.Duration, err error) {
 	for i, e := range f.envoys {
 		c, err := procCPU(e.Pid())
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		sum += c - f.cpu0[i]
+		if i < len(f.subs) {
+			watched += c - f.cpu0[i]
+		} else {
+			others += c - f.cpu0[i]
+		}
 	}
-	return sum, nil
+	return watched, others, nil
 }
 
 // envoyReport is the fleet's figures.
 type envoyReport struct {
 	Envoys         int     `json:"envoys"`
+	Watched        int     `json:"watched"` // the first this many were polled: the withdrawals' figures are theirs
 	Bin            string  `json:"bin"`
 	PollMs         float64 `json:"poll_ms"`
 	LayoutSeconds  float64 `json:"layout_seconds"` // all Envoys started and holding every assignment
@@ -402,7 +412,10 @@ type envoyReport struct {
 	RSSLayoutMiB []float64 `json:"rss_layout_mib"` // by Envoy, once it held the layout
 	RSSAfterMiB  []float64 `json:"rss_after_mib"`  // by Envoy, after the changes
 	CPUSeconds   float64   `json:"cpu_s"`          // all Envoys, during the changes and the linger
-	CPUPercent   float64   `json:"cpu_pct_of_a_core_each"`
+	// Each Envoy's share of a core then, on average, of the watched
+	// (polled) Envoys and of the others (0: none).
+	CPUPercent       float64 `json:"cpu_pct_of_a_core_each"`
+	CPUPercentOthers float64 `json:"cpu_pct_of_a_core_each_unwatched"`
 }
 
 // minMedMax formats MiB figures as min / median / max.
@@ -416,7 +429,7 @@ func minMedMax(v []float64) string {
 
 func (e *envoyReport) print(sim report) {
 	fmt.Println()
-	fmt.Println("| Envoys | withdrawal to Envoy p50 / p99 / max | simulated subscribers p50 / p99, same run | Envoy ÷ simulated, p50 / p99 | 99% of Envoys (median / max over changes) | withdrawals shed / moot / missing | Envoy RSS each, layout → after (min / median / max MiB) | Envoy CPU, each | admin polls each, round trip p50 / p99 | withdrawn at the end, per /clusters |")
+	fmt.Println("| Envoys (timed) | withdrawal to Envoy p50 / p99 / max | simulated subscribers p50 / p99, same run | Envoy ÷ simulated, p50 / p99 | 99% of Envoys (median / max over changes) | withdrawals shed / moot / missing | Envoy RSS each, layout → after (min / median / max MiB) | Envoy CPU each, timed (others) | admin polls each, round trip p50 / p99 | withdrawn at the end, per /clusters |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
 	w, sw := e.Withdrawals, sim.Withdrawals
 	ratio := func(a, b float64) string {
@@ -425,10 +438,14 @@ func (e *envoyReport) print(sim report) {
 		}
 		return fmt.Sprintf("%.2f", a/b)
 	}
-	fmt.Printf("| %d | %s / **%s** / %s | %s / %s | %s / %s | %s / %s | %d / %d / %d of %d | %s → %s | %.1f%% of a core | %.1f/s (at once, then every %s), %s / %s | %d of %d |\n",
-		e.Envoys, msStr(w.P50ms), msStr(w.P99ms), msStr(w.MaxMs), msStr(sw.P50ms), msStr(sw.P99ms), ratio(w.P50ms, sw.P50ms), ratio(w.P99ms, sw.P99ms),
+	others := ""
+	if e.Watched < e.Envoys {
+		others = fmt.Sprintf(" (%.1f%%)", e.CPUPercentOthers)
+	}
+	fmt.Printf("| %d (%d) | %s / **%s** / %s | %s / %s | %s / %s | %s / %s | %d / %d / %d of %d | %s → %s | %.1f%% of a core%s | %.1f/s (at once, then every %s), %s / %s | %d of %d |\n",
+		e.Envoys, e.Watched, msStr(w.P50ms), msStr(w.P99ms), msStr(w.MaxMs), msStr(sw.P50ms), msStr(sw.P99ms), ratio(w.P50ms, sw.P50ms), ratio(w.P99ms, sw.P99ms),
 		msStr(w.T99P50ms), msStr(w.T99MaxMs), w.Shed, w.Moot, w.Missing, w.Expected,
-		minMedMax(e.RSSLayoutMiB), minMedMax(e.RSSAfterMiB), e.CPUPercent, e.PollsPerSecond, msStr(e.PollMs), msStr(e.PollRTTP50ms), msStr(e.PollRTTP99ms),
+		minMedMax(e.RSSLayoutMiB), minMedMax(e.RSSAfterMiB), e.CPUPercent, others, e.PollsPerSecond, msStr(e.PollMs), msStr(e.PollRTTP50ms), msStr(e.PollRTTP99ms),
 		e.EndAsWant, e.EndChecked)
 }
 

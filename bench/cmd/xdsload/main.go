@@ -83,7 +83,7 @@ type options struct {
 	rate                                                float64 // changes a minute
 	duration, admitTimeout, linger, timeout             time.Duration
 	bin, peerBin, perf, envoyBin                        string
-	envoys                                              int
+	envoys, envoyWatch                                  int
 	envoyPoll                                           time.Duration
 	seed                                                uint64
 	keep                                                bool
@@ -111,6 +111,7 @@ func main() {
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of the subscriptions and the changes")
 	flag.StringVar(&o.perf, "perf", "", "record the server's CPU profile with `perf record -g` during the changes into this file (perf report -i FILE)")
 	flag.IntVar(&o.envoys, "envoys", 0, "real Envoy processes (the shipped bootstrap, delta ADS) subscribed to the server beside the simulated subscribers, each to every cluster; -target cairn only")
+	flag.IntVar(&o.envoyWatch, "envoy-watch", 0, "time withdrawals on the first this many Envoys only (default: all); the others run and are measured for RSS and CPU, and their admin is not polled")
 	flag.StringVar(&o.envoyBin, "envoy-bin", "", "Envoy binary (default: integration.EnvoyBinary: $CAIRN_ENVOY, then what make envoy installs, then PATH)")
 	flag.DurationVar(&o.envoyPoll, "envoy-poll", 5*time.Millisecond, "how often each Envoy's admin is asked again about the services it has yet to show a withdrawal of (it is asked at once when one commits)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the target's folder (data dir and log; printed on stderr)")
@@ -161,6 +162,7 @@ func (o *options) applyMode() error {
 		return fmt.Errorf("-mode %q: want steady or burst", o.mode)
 	}
 	set(&o.conns, min(max(o.streams/100, 20), 600))
+	set(&o.envoyWatch, o.envoys)
 	set(&o.out, max(1, min(2*o.workers, o.services*o.endpoints/2)))
 	switch {
 	case o.target != "cairn" && o.target != "linearcache":
@@ -177,6 +179,8 @@ func (o *options) applyMode() error {
 		return fmt.Errorf("-out must be below the endpoints (%d)", o.services*o.endpoints)
 	case o.envoys < 0 || o.envoys > 200:
 		return fmt.Errorf("-envoys must be 0–200")
+	case o.envoyWatch < 0 || o.envoyWatch > o.envoys:
+		return fmt.Errorf("-envoy-watch must be 0–%d (the Envoys)", o.envoys)
 	case o.envoys > 0 && o.target != "cairn":
 		return fmt.Errorf("-envoys needs -target cairn (Envoy needs clusters over CDS)")
 	case o.envoyPoll < time.Millisecond:

@@ -173,12 +173,12 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	cpuG1 := selfCPU()
-	var envoyCPU time.Duration
+	var envoyCPU, envoyCPUOthers time.Duration
 	var endChecked, endAsWant int
 	var endFirst string
 	var envoyRSSAfter []float64
 	if fl != nil {
-		if envoyCPU, err = fl.cpu(); err != nil {
+		if envoyCPU, envoyCPUOthers, err = fl.cpu(); err != nil {
 			return err
 		}
 		if envoyRSSAfter, err = fl.rss(); err != nil {
@@ -235,12 +235,16 @@ func run(ctx context.Context, o options) error {
 	}
 	if fl != nil {
 		er := summarize(o, w, fl.subs, fl.watchers)
-		e := &envoyReport{Envoys: o.envoys, Bin: fl.bin, PollMs: ms(o.envoyPoll), LayoutSeconds: fl.layout.Seconds(),
+		e := &envoyReport{Envoys: o.envoys, Watched: o.envoyWatch, Bin: fl.bin, PollMs: ms(o.envoyPoll), LayoutSeconds: fl.layout.Seconds(),
 			Polls: fl.polls.Load(), PollErrors: fl.pollErrs.Load(),
 			AllShown: envoysErr == nil, Withdrawals: er.Withdrawals,
-			RSSLayoutMiB: envoyRSS, RSSAfterMiB: envoyRSSAfter, CPUSeconds: envoyCPU.Seconds()}
-		e.CPUPercent = 100 * e.CPUSeconds / float64(o.envoys) / (changesEnd - changesStart + lingered).Seconds()
-		e.PollsPerSecond = float64(e.Polls) / float64(o.envoys) / (changesEnd - changesStart + lingered).Seconds()
+			RSSLayoutMiB: envoyRSS, RSSAfterMiB: envoyRSSAfter, CPUSeconds: (envoyCPU + envoyCPUOthers).Seconds()}
+		span := (changesEnd - changesStart + lingered).Seconds()
+		e.CPUPercent = 100 * envoyCPU.Seconds() / float64(o.envoyWatch) / span
+		if o.envoys > o.envoyWatch {
+			e.CPUPercentOthers = 100 * envoyCPUOthers.Seconds() / float64(o.envoys-o.envoyWatch) / span
+		}
+		e.PollsPerSecond = float64(e.Polls) / float64(o.envoyWatch) / span
 		e.EndChecked, e.EndAsWant, e.EndFirst = endChecked, endAsWant, endFirst
 		if p := fl.firstErr.Load(); p != nil {
 			e.FirstPollErr = *p
