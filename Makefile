@@ -56,12 +56,12 @@ bench-xds:   ## xDS, server in its own process, cairn beside go-control-plane's 
 		$(LOCK) bin/xdsload -bin bin/cairn -peer-bin bin/xdspeer -target $$t -mode burst -streams 2000 > bench/results/xdsload-$$t-burst-2000.txt || exit 1; cat bench/results/xdsload-$$t-burst-2000.txt; \
 	done
 
-bench-envoy: ## xDS to real Envoys: 1, 10 and 25 Envoy processes (the shipped bootstrap) beside 2,000 simulated subscriptions, steady; withdrawal to Envoy (its admin) beside the simulated figure, Envoy RSS each; then 10 Envoys with drains; ~12 min; needs make envoy; results in bench/results/ (bench/cmd/xdsload -envoys)
+bench-envoy: ## xDS to real Envoys (the shipped bootstrap) beside 2,000 simulated subscriptions, steady: 1 and 10 Envoys all timed, 25 and 100 with 5 timed, then 10 with drains; withdrawal to Envoy (its admin) beside the simulated figure, Envoy RSS and CPU each; ~15 min; needs make envoy; results in bench/results/ (bench/cmd/xdsload -envoys)
 	mkdir -p bench/results
 	$(LOCK) $(GO) build -o bin/cairn ./cmd/cairn
 	$(LOCK) $(GO) build -o bin/xdsload ./bench/cmd/xdsload
-	for n in 1 10 25; do \
-		$(LOCK) bin/xdsload -bin bin/cairn -target cairn -mode steady -streams 2000 -envoys $$n > bench/results/xdsload-envoy-$$n.txt || exit 1; cat bench/results/xdsload-envoy-$$n.txt; \
+	for nw in 1:1 10:10 25:5 100:5; do n=$${nw%:*}; w=$${nw#*:}; \
+		$(LOCK) bin/xdsload -bin bin/cairn -target cairn -mode steady -streams 2000 -envoys $$n -envoy-watch $$w > bench/results/xdsload-envoy-$$n-watch-$$w.txt || exit 1; cat bench/results/xdsload-envoy-$$n-watch-$$w.txt; \
 	done
 	$(LOCK) bin/xdsload -bin bin/cairn -target cairn -mode steady -streams 2000 -withdraw drain -envoys 10 > bench/results/xdsload-envoy-drain-10.txt || exit 1; cat bench/results/xdsload-envoy-drain-10.txt
 
