@@ -166,10 +166,8 @@ type lbEndpoint struct {
 	// starting and terminated instances never are); good: in rotation on
 	// the evidence (eligible, and not only through the evaluator's
 	// guard). A servable endpoint that is not good is published only
-	// when the caller's tiers disregard health, or when the evaluator's
-	// service-wide guard put it in rotation (guarded; SPEC §4: every
-	// registered non-draining endpoint is then published).
-	servable, good, guarded bool
+	// when the caller's tiers disregard health.
+	servable, good bool
 }
 
 // healthOf maps an entry to what an assignment says of it (SPEC §4):
@@ -197,9 +195,9 @@ func healthOf(e status.Entry) (h corev3.HealthStatus, weight uint32, disregarded
 
 // buildAssignment returns the assignment of one service port for callers
 // at loc: the service's endpoints in rotation (or draining), grouped by
-// locality, each locality at the priority of its tier for the caller
-// (SPEC §3's tiers: same zone, same region, elsewhere), the priorities
-// numbered from 0 without gaps. A service port without endpoints gets an
+// locality, the tiers the caller uses at priority 0 and each other tier
+// at a priority of its own after them, in their order (SPEC §3's tiers:
+// same zone, same region, elsewhere), numbered without gaps. A service port without endpoints gets an
 // assignment without endpoints, never none: Envoy warms a cluster until
 // its assignment arrives (field notes X4).
 //
@@ -217,9 +215,11 @@ func healthOf(e status.Entry) (h corev3.HealthStatus, weight uint32, disregarded
 // min_healthy_fraction of their servable ones, health is disregarded for
 // this caller: every servable endpoint of those tiers is published
 // HEALTHY, those not healthy flagged cairn.health_disregarded, the load
-// shared by the tiers' numbers of endpoints. Otherwise an endpoint in
-// rotation through the evaluator's service-wide guard is published
-// whatever the caller's tiers (SPEC §4), HEALTHY and flagged.
+// shared by the tiers' numbers of endpoints. An endpoint in rotation
+// only through the evaluator's guard is one of those not healthy: the
+// caller's guard is SPEC §2's rule, which the evaluator's, per zone,
+// only approximates, and the DNS server follows the caller's too. So an
+// assignment and a DNS answer for one caller agree.
 //
 // Everything a client refuses a whole assignment for is avoided here: a
 // weight of 0 (endpoint or locality), two endpoints at one address, a
@@ -252,22 +252,33 @@ func buildAssignment(t *status.Table, service uint32, svc status.ServiceInfo, po
 		}
 		eps = append(eps, lbEndpoint{tier: status.TierOf(loc, e), region: t.Locality(e.Region), zone: t.Locality(e.Zone),
 			id: in.ID, addrs: in.Addrs, port: num, health: h, weight: w, disregarded: disregarded,
-			servable: servable, good: good, guarded: servable && e.Flags.Has(status.Eligible) && e.Flags.Has(status.HealthDisregarded)})
+			servable: servable, good: good})
+	}
+	sp := spillOf(eps, svc.MinHealthyFraction)
+	// The tiers the caller uses come first, as one priority; the others
+	// follow in their order, each a priority of its own. A tier with
+	// only draining endpoints is not used, so it can sit neither
+	// between the used ones nor ahead of them.
+	rank := func(ep lbEndpoint) int {
+		if sp.use[ep.tier] {
+			return 0
+		}
+		return ep.tier + 1
 	}
 	slices.SortFunc(eps, func(a, b lbEndpoint) int {
-		return cmp.Or(cmp.Compare(a.tier, b.tier), cmp.Compare(a.region, b.region), cmp.Compare(a.zone, b.zone), cmp.Compare(a.id, b.id))
+		return cmp.Or(cmp.Compare(rank(a), rank(b)), cmp.Compare(a.tier, b.tier), cmp.Compare(a.region, b.region),
+			cmp.Compare(a.zone, b.zone), cmp.Compare(a.id, b.id))
 	})
-	sp := spillOf(eps, svc.MinHealthyFraction)
 	cla = &endpointv3.ClusterLoadAssignment{
 		ClusterName: ClusterName(svc, port),
 		Policy:      &endpointv3.ClusterLoadAssignment_Policy{OverprovisioningFactor: wrapperspb.UInt32(overprovisioning)},
 	}
 	seen := make(map[netip.AddrPort]bool, len(eps))
 	var cur *endpointv3.LocalityLbEndpoints
-	priority, lastGroup := -1, -1
+	priority, lastRank := -1, -1
 	for _, ep := range eps {
 		used := sp.use[ep.tier]
-		if ep.servable && !ep.good && !ep.guarded && !(used && sp.disregard) {
+		if ep.servable && !ep.good && !(used && sp.disregard) {
 			continue
 		}
 		if slices.ContainsFunc(ep.addrs, func(a netip.Addr) bool { return seen[netip.AddrPortFrom(a, ep.port)] }) {
@@ -277,19 +288,12 @@ func buildAssignment(t *status.Table, service uint32, svc status.ServiceInfo, po
 		for _, a := range ep.addrs {
 			seen[netip.AddrPortFrom(a, ep.port)] = true
 		}
-		// The tiers the caller uses together are one group, at
-		// priority 0 when they are more than one; every other tier is
-		// a group of its own.
-		group := ep.tier
-		if used && sp.merged {
-			group = -2
-		}
-		if group != lastGroup {
-			priority, lastGroup = priority+1, group
+		if r := rank(ep); r != lastRank {
+			priority, lastRank = priority+1, r
 			cur = nil
 		}
 		if used && sp.merged && ep.health != corev3.HealthStatus_DRAINING {
-			ep.weight = uint32(min(max(math.Round(float64(ep.weight)*sp.scale[ep.tier]), 1), 1<<31))
+			ep.weight = uint32(max(math.Round(float64(ep.weight)*sp.scale[ep.tier]), 1))
 		}
 		if cur == nil || cur.Locality.Region != ep.region || cur.Locality.Zone != ep.zone {
 			cur = &endpointv3.LocalityLbEndpoints{
@@ -327,10 +331,15 @@ type spill struct {
 	scale     [status.NumTiers]float64
 }
 
+// mergedWeight is what the weights of a merged priority add up to: fine
+// enough that an endpoint of weight 1 in a tier of thousands keeps its
+// share, small enough that no locality's or priority's sum nears the
+// uint32 clients refuse past (grpc-go, Envoy).
+const mergedWeight = 1 << 20
+
 // spillOf computes the caller's spill from its endpoints (their tiers
 // already the caller's): scale turns an endpoint's weight into its
-// tier's share of the load, times the used tiers' total weight, so that
-// the weights of a merged priority keep their usual magnitude.
+// tier's share of the load, times mergedWeight.
 func spillOf(eps []lbEndpoint, minFrac float64) spill {
 	var counts status.TierCounts
 	for _, ep := range eps {
@@ -343,13 +352,9 @@ func spillOf(eps []lbEndpoint, minFrac float64) spill {
 	if !sp.merged {
 		return sp
 	}
-	var sum float64
-	for tr := range status.NumTiers {
-		sum += s.Weight[tr]
-	}
 	for tr := range status.NumTiers {
 		if s.Use[tr] && s.Weight[tr] > 0 {
-			sp.scale[tr] = s.Load[tr] / s.Weight[tr] * sum
+			sp.scale[tr] = s.Load[tr] / s.Weight[tr] * mergedWeight
 		}
 	}
 	return sp

@@ -1,7 +1,9 @@
 package xdsserver
 
 import (
+	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -187,6 +189,9 @@ func TestAssignmentGuardAndDuplicates(t *testing.T) {
 		ep{id: "b", addrs: []string{"2001:db8::1"}, port: 8443, entry: healthy}, // a's second address
 		ep{id: "c", addrs: []string{"10.0.0.3"}, port: 8443, entry: disregard},
 	)
+	// The evaluator flags disregarded endpoints only with a fraction set;
+	// here the caller's tiers (one) are below it too: 1 healthy of 3.
+	svc.MinHealthyFraction = 0.5
 	cla, dropped := buildAssignment(tab, id, svc, "grpc", status.Locality{})
 	if dropped != 1 {
 		t.Errorf("dropped %d, want 1 (b shares a's address)", dropped)
@@ -393,14 +398,15 @@ func TestAssignmentSpillsByTier(t *testing.T) {
 	svc.MinHealthyFraction = 0.5
 	cla, _ := buildAssignment(tab, id, svc, "grpc", tab.LocalityOf("eu", "eu-1a"))
 	// eu-1a: 1 of 3 ready healthy (draining does not count): 1.4 × 1/3 ≈
-	// 0.467 of the load, 187 of 400; eu-1b the rest, 0.533, 71 each; us,
-	// not needed, keeps its own priority for failover.
+	// 0.467 of the load, 489,335 of the merged priority's 2^20; eu-1b the
+	// rest, 0.533, 186,414 each; us, not needed, keeps its own priority
+	// for failover.
 	want := []flatEP{
-		{"10.0.0.1:8443", corev3.HealthStatus_HEALTHY, 187, 0, "eu/eu-1a", false},
+		{"10.0.0.1:8443", corev3.HealthStatus_HEALTHY, 489335, 0, "eu/eu-1a", false},
 		{"10.0.0.4:8443", corev3.HealthStatus_DRAINING, 100, 0, "eu/eu-1a", false},
-		{"10.0.1.1:8443", corev3.HealthStatus_HEALTHY, 71, 0, "eu/eu-1b", false},
-		{"10.0.1.2:8443", corev3.HealthStatus_HEALTHY, 71, 0, "eu/eu-1b", false},
-		{"10.0.1.3:8443", corev3.HealthStatus_HEALTHY, 71, 0, "eu/eu-1b", false},
+		{"10.0.1.1:8443", corev3.HealthStatus_HEALTHY, 186414, 0, "eu/eu-1b", false},
+		{"10.0.1.2:8443", corev3.HealthStatus_HEALTHY, 186414, 0, "eu/eu-1b", false},
+		{"10.0.1.3:8443", corev3.HealthStatus_HEALTHY, 186414, 0, "eu/eu-1b", false},
 		{"10.0.2.1:8443", corev3.HealthStatus_HEALTHY, 100, 1, "us/us-1a", false},
 		{"10.0.2.2:8443", corev3.HealthStatus_HEALTHY, 100, 1, "us/us-1a", false},
 	}
@@ -408,13 +414,13 @@ func TestAssignmentSpillsByTier(t *testing.T) {
 		t.Errorf("assignment:\n got %v\nwant %v", got, want)
 	}
 	// grpc-go splits priority 0 between eu-1a and eu-1b by their
-	// locality weights: 187:213, a4 draining counting for nothing.
+	// locality weights: 0.467:0.533, a4 draining counting for nothing.
 	var lw []uint32
 	for _, l := range cla.Endpoints {
 		lw = append(lw, l.LoadBalancingWeight.GetValue())
 	}
-	if len(lw) != 3 || lw[0] != 187 || lw[1] != 213 || lw[2] != 200 {
-		t.Errorf("locality weights %v, want [187 213 200]", lw)
+	if len(lw) != 3 || lw[0] != 489335 || lw[1] != 3*186414 || lw[2] != 200 {
+		t.Errorf("locality weights %v, want [489335 559242 200]", lw)
 	}
 	if err := cla.ValidateAll(); err != nil {
 		t.Errorf("assignment does not validate: %v", err)
@@ -453,14 +459,14 @@ func TestAssignmentCallerGuard(t *testing.T) {
 	svc.MinHealthyFraction = 0.5
 	cla, _ := buildAssignment(tab, id, svc, "grpc", tab.LocalityOf("eu", "eu-1a"))
 	// Every tier used (eu-1a 0 of 2, eu-1b 1 of 2, us 0 of 1), 1 healthy
-	// of 5 ready < 0.5: all five, 100 each (a fifth of the load each);
+	// of 5 ready < 0.5: all five, a fifth of the load each (2^20 / 5);
 	// a3, starting, never.
 	want := []flatEP{
-		{"10.0.0.1:8443", corev3.HealthStatus_HEALTHY, 100, 0, "eu/eu-1a", true},
-		{"10.0.0.2:8443", corev3.HealthStatus_HEALTHY, 100, 0, "eu/eu-1a", true},
-		{"10.0.1.1:8443", corev3.HealthStatus_HEALTHY, 100, 0, "eu/eu-1b", false},
-		{"10.0.1.2:8443", corev3.HealthStatus_HEALTHY, 100, 0, "eu/eu-1b", true},
-		{"10.0.2.1:8443", corev3.HealthStatus_HEALTHY, 100, 0, "us/us-1a", true},
+		{"10.0.0.1:8443", corev3.HealthStatus_HEALTHY, 209715, 0, "eu/eu-1a", true},
+		{"10.0.0.2:8443", corev3.HealthStatus_HEALTHY, 209715, 0, "eu/eu-1a", true},
+		{"10.0.1.1:8443", corev3.HealthStatus_HEALTHY, 209715, 0, "eu/eu-1b", false},
+		{"10.0.1.2:8443", corev3.HealthStatus_HEALTHY, 209715, 0, "eu/eu-1b", true},
+		{"10.0.2.1:8443", corev3.HealthStatus_HEALTHY, 209715, 0, "us/us-1a", true},
 	}
 	if got := flat(cla); !equal(got, want) {
 		t.Errorf("assignment:\n got %v\nwant %v", got, want)
@@ -468,13 +474,64 @@ func TestAssignmentCallerGuard(t *testing.T) {
 	if err := cla.ValidateAll(); err != nil {
 		t.Errorf("assignment does not validate: %v", err)
 	}
-	// With min_healthy_fraction 0 health is never disregarded: only the
-	// healthy endpoint, and the one the evaluator's guard put in
-	// rotation (SPEC §4), whose tier spills into eu-1b's.
-	svc.MinHealthyFraction = 0
+	// The evaluator's guard alone publishes nothing: in a tier the
+	// caller uses whose tiers keep enough healthy endpoints, an endpoint
+	// in rotation only through it gets no traffic, as from DNS.
+	tab, id, svc = table(t,
+		ep{id: "a1", addrs: []string{"10.0.0.1"}, port: 8443, region: "eu", zone: "eu-1a", entry: healthy},
+		ep{id: "a2", addrs: []string{"10.0.0.2"}, port: 8443, region: "eu", zone: "eu-1a", entry: disregard},
+		ep{id: "a3", addrs: []string{"10.0.0.3"}, port: 8443, region: "eu", zone: "eu-1a", entry: disregard},
+		ep{id: "b1", addrs: []string{"10.0.1.1"}, port: 8443, region: "eu", zone: "eu-1b", entry: healthy},
+		ep{id: "b2", addrs: []string{"10.0.1.2"}, port: 8443, region: "eu", zone: "eu-1b", entry: healthy},
+		ep{id: "b3", addrs: []string{"10.0.1.3"}, port: 8443, region: "eu", zone: "eu-1b", entry: healthy},
+	)
+	svc.MinHealthyFraction = 0.5
 	cla, _ = buildAssignment(tab, id, svc, "grpc", tab.LocalityOf("eu", "eu-1a"))
-	if got := flat(cla); len(got) != 2 || got[0].addr != "10.0.0.2:8443" || got[1].addr != "10.0.1.1:8443" {
-		t.Errorf("min_healthy_fraction 0: %v; want a2 (guarded) and b1", got)
+	var addrs []string
+	for _, e := range flat(cla) {
+		addrs = append(addrs, e.addr)
+		if e.flagged {
+			t.Errorf("%s flagged disregarded; the caller's tiers have 4 of 6 healthy", e.addr)
+		}
+	}
+	if want := []string{"10.0.0.1:8443", "10.0.1.1:8443", "10.0.1.2:8443", "10.0.1.3:8443"}; !slices.Equal(addrs, want) {
+		t.Errorf("guarded by the evaluator only: %v; want %v", addrs, want)
+	}
+}
+
+// TestAssignmentDrainingTierBetween: a tier between those a caller uses
+// that holds only draining endpoints is not used, and must not split the
+// used ones into two priorities (a client would then keep all the load
+// on the first).
+func TestAssignmentDrainingTierBetween(t *testing.T) {
+	tab, id, svc := table(t,
+		ep{id: "a1", addrs: []string{"10.0.0.1"}, port: 8443, region: "eu", zone: "eu-1a", entry: healthy},
+		ep{id: "a2", addrs: []string{"10.0.0.2"}, port: 8443, region: "eu", zone: "eu-1a", entry: withdrawn},
+		ep{id: "a3", addrs: []string{"10.0.0.3"}, port: 8443, region: "eu", zone: "eu-1a", entry: withdrawn},
+		ep{id: "b1", addrs: []string{"10.0.1.1"}, port: 8443, region: "eu", zone: "eu-1b", entry: draining},
+		ep{id: "u1", addrs: []string{"10.0.2.1"}, port: 8443, region: "us", zone: "us-1a", entry: healthy},
+		ep{id: "u2", addrs: []string{"10.0.2.2"}, port: 8443, region: "us", zone: "us-1a", entry: healthy},
+	)
+	svc.MinHealthyFraction = 0.5
+	cla, _ := buildAssignment(tab, id, svc, "grpc", tab.LocalityOf("eu", "eu-1a"))
+	got := map[string]uint32{}
+	for _, e := range flat(cla) {
+		got[e.addr] = e.priority
+	}
+	want := map[string]uint32{"10.0.0.1:8443": 0, "10.0.2.1:8443": 0, "10.0.2.2:8443": 0, "10.0.1.1:8443": 1}
+	if !maps.Equal(got, want) {
+		t.Errorf("priorities %v, want %v (the used tiers, eu-1a and us, at 0; draining eu-1b after)", got, want)
+	}
+	if err := cla.ValidateAll(); err != nil {
+		t.Errorf("assignment does not validate: %v", err)
+	}
+	// A caller whose own zone holds only draining endpoints gets the tier
+	// it uses at priority 0 all the same.
+	cla, _ = buildAssignment(tab, id, svc, "grpc", tab.LocalityOf("eu", "eu-1b"))
+	for _, e := range flat(cla) {
+		if p := map[bool]uint32{true: 1, false: 0}[e.addr == "10.0.1.1:8443"]; e.priority != p {
+			t.Errorf("caller in eu-1b: %s at priority %d, want %d", e.addr, e.priority, p)
+		}
 	}
 }
 
