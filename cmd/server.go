@@ -123,7 +123,7 @@ func serverCommand() *cli.Command {
 			&cli.IntFlag{Name: "probe-capacity", Value: probe.DefaultCapacity, Usage: "most probe targets this node takes (its batch size)"},
 			&cli.IntFlag{Name: "table-capacity", Value: status.DefaultCapacity, Usage: "status table slots: most instances this node publishes"},
 			&cli.DurationFlag{Name: "eval-interval", Value: health.DefaultInterval, Usage: "health evaluation and status table cadence"},
-			&cli.DurationFlag{Name: "load-report-interval", Value: xdsserver.DefaultLoadReportInterval, Usage: "how often xDS clients (Envoy, gRPC) are asked for load reports over LRS, taken as caller-observed outcomes"},
+			&cli.DurationFlag{Name: "load-report-interval", Value: xdsserver.DefaultLoadReportInterval, Usage: "how often xDS clients (Envoy, gRPC) are asked for load reports over LRS, taken as caller-observed outcomes: 1s to 10s (more often costs the leader a report per subscriber per interval)"},
 			&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"CAIRN_TLS_CERT"}, Usage: "this server's certificate (cairn tls cert create --server): TLS on the API and gRPC, mutual TLS on raft and between servers"},
 			&cli.StringFlag{Name: "tls-key", EnvVars: []string{"CAIRN_TLS_KEY"}, Usage: "the certificate's key"},
 			&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"CAIRN_TLS_CA"}, Usage: "the CA bundle peers' certificates are verified with (old and new CA during a rotation); re-read on SIGHUP and when changed, with the certificate and key"},
@@ -246,8 +246,11 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 		return cfg, fmt.Errorf("--table-capacity: %d is not between 1 and %d", cfg.TableCapacity, status.MaxCapacity)
 	case cfg.EvalInterval < 10*time.Millisecond || cfg.EvalInterval > time.Minute:
 		return cfg, fmt.Errorf("--eval-interval: %s is not between 10ms and 1m", cfg.EvalInterval)
-	case cfg.LoadReportInterval < time.Second || cfg.LoadReportInterval > 5*time.Minute:
-		return cfg, fmt.Errorf("--load-report-interval: %s is not between 1s and 5m", cfg.LoadReportInterval)
+	case cfg.LoadReportInterval < time.Second || cfg.LoadReportInterval > xdsserver.DefaultLoadReportInterval:
+		// Longer, and callers' reports rarely meet in one outcome window
+		// (30 s by default): no quorum forms, and failing windows age out.
+		return cfg, fmt.Errorf("--load-report-interval: %s is not between 1s and %s (a third of the default outcome window)",
+			cfg.LoadReportInterval, xdsserver.DefaultLoadReportInterval)
 	}
 	if err := cfg.LogLevel.UnmarshalText([]byte(c.String("log-level"))); err != nil {
 		return cfg, fmt.Errorf("--log-level: %w", err)

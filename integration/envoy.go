@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,8 +78,31 @@ func EnvoyVersion() (string, error) {
 // EnvoyBinary returns the Envoy to run: $CAIRN_ENVOY if set; else the
 // one scripts/install-envoy.sh installs, in
 // ${XDG_CACHE_HOME:-~/.cache}/cairn/envoy-VERSION; else envoy on PATH.
-// The error says how to get one.
+// It must be the version the script pins: the tests lean on how that
+// release behaves (what it counts in its panic threshold, the TLS
+// version it offers). The error says how to get one.
 func EnvoyBinary() (string, error) {
+	bin, err := findEnvoy()
+	if err != nil {
+		return "", err
+	}
+	want, err := EnvoyVersion()
+	if err != nil {
+		return "", err
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s --version: %w", bin, err)
+	}
+	// "envoy  version: <sha>/1.40.0/Clean/RELEASE/BoringSSL"
+	if !strings.Contains(string(out), "/"+want+"/") {
+		return "", fmt.Errorf("%s is not Envoy %s (scripts/install-envoy.sh's pin; make envoy installs it): %s", bin, want, strings.TrimSpace(string(out)))
+	}
+	return bin, nil
+}
+
+// findEnvoy returns where EnvoyBinary looks first.
+func findEnvoy() (string, error) {
 	if p := os.Getenv(EnvEnvoy); p != "" {
 		if _, err := os.Stat(p); err != nil {
 			return "", fmt.Errorf("$%s=%q: %w", EnvEnvoy, p, err)
@@ -150,7 +174,18 @@ type Envoy struct {
 	Admin, Listener string
 	adminPath       string
 	ports           [2]int // admin, listener; 0 before the first start
+	// hc asks the admin interface and sends requests through the
+	// listener (HTTP); CloseIdle ends its connections.
+	hc *http.Client
 }
+
+// HTTP returns the client the harness asks Envoy with, for requests
+// through its listener: its own connections, closed by CloseIdle.
+func (e *Envoy) HTTP() *http.Client { return e.hc }
+
+// CloseIdle closes the harness's idle connections to Envoy (and the
+// goroutines that keep them), for when a test ends.
+func (e *Envoy) CloseIdle() { e.hc.CloseIdleConnections() }
 
 // NewEnvoy writes the bootstrap of an Envoy (not started yet).
 func NewEnvoy(cfg EnvoyConfig) (*Envoy, error) {
@@ -182,7 +217,8 @@ func NewEnvoy(cfg EnvoyConfig) (*Envoy, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Envoy{cfg: cfg, Bootstrap: filepath.Join(cfg.Dir, "envoy.yaml"), adminPath: filepath.Join(cfg.Dir, "admin-address")}
+	e := &Envoy{cfg: cfg, Bootstrap: filepath.Join(cfg.Dir, "envoy.yaml"), adminPath: filepath.Join(cfg.Dir, "admin-address"),
+		hc: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}}
 	e.proc = proc{name: "envoy " + cmpOr(cfg.Node, "envoy-demo"), LogPath: filepath.Join(cfg.Dir, "envoy.log"), logf: cfg.Logf}
 	if err := os.WriteFile(e.Bootstrap, b, 0o644); err != nil {
 		return nil, err
@@ -437,17 +473,13 @@ func (e *Envoy) Start() error {
 	return nil
 }
 
-// adminClient asks Envoy's admin interface; its answers are small and
-// local.
-var adminClient = &http.Client{Timeout: 5 * time.Second}
-
 // admin returns the body of an admin GET.
 func (e *Envoy) admin(ctx context.Context, path string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+e.Admin+path, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := adminClient.Do(req)
+	resp, err := e.hc.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -556,7 +588,7 @@ func (e *Envoy) Stat(ctx context.Context, name string) (v int64, ok bool, err er
 			Value *int64 `json:"value"`
 		} `json:"stats"`
 	}
-	if err := e.adminJSON(ctx, "/stats?format=json&filter=^"+regexp.QuoteMeta(name)+"$", &doc); err != nil {
+	if err := e.adminJSON(ctx, "/stats?format=json&filter="+url.QueryEscape("^"+regexp.QuoteMeta(name)+"$"), &doc); err != nil {
 		return 0, false, err
 	}
 	for _, s := range doc.Stats {
@@ -579,7 +611,7 @@ func (e *Envoy) AssignmentVersion(ctx context.Context, cluster string) (string, 
 			Value any    `json:"value"`
 		} `json:"stats"`
 	}
-	if err := e.adminJSON(ctx, "/stats?format=json&filter=^"+regexp.QuoteMeta(name)+"$", &doc); err != nil {
+	if err := e.adminJSON(ctx, "/stats?format=json&filter="+url.QueryEscape("^"+regexp.QuoteMeta(name)+"$"), &doc); err != nil {
 		return "", err
 	}
 	for _, s := range doc.Stats {

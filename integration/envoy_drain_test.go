@@ -439,6 +439,15 @@ func TestEnvoyEjectionBelowPanicThresholdKeepsDrainedOut(t *testing.T) {
 		return nil
 	})
 	ejected := time.Now()
+	// The test's premise: Envoy counts fewer than half of the hosts it
+	// does not exclude as healthy, so its default panic threshold (50%)
+	// would send traffic to every host, the drained ones too. Without it
+	// the test would pass whatever cairn sends.
+	total, excluded, healthy := clusterStat(ctx, t, e, "membership_total"), clusterStat(ctx, t, e, "membership_excluded"),
+		clusterStat(ctx, t, e, "membership_healthy")
+	if 2*healthy >= total-excluded {
+		t.Fatalf("Envoy counts %d healthy of %d hosts (%d excluded): not below its default panic threshold, so this proves nothing", healthy, total, excluded)
+	}
 	// Envoy ejects a host for 30 s (base_ejection_time); the window ends
 	// well before, on any machine that ran the test this far.
 	settled := ejected.Add(settleAfterEnvoy)
@@ -460,6 +469,18 @@ func TestEnvoyEjectionBelowPanicThresholdKeepsDrainedOut(t *testing.T) {
 	t.Logf("Envoy showed both failing upstreams ejected %v after they began to fail; settle window %v; then in %v: %s got %d requests, drained ones %d (load: %d requests)",
 		ejected.Sub(failed).Round(time.Millisecond), settleAfterEnvoy, observeWindow, good.ID, n, len(to), l.sent)
 	logClusterStats(ctx, t, e, "membership_excluded", "membership_healthy", "lb_healthy_panic", "outlier_detection.ejections_active")
+}
+
+// clusterStat returns one of Envoy's stats of the demo cluster, failing
+// the test if Envoy has no such stat.
+func clusterStat(ctx context.Context, t *testing.T, e *Envoy, name string) int64 {
+	t.Helper()
+	full := "cluster." + strings.ReplaceAll(demoCluster, ":", "_") + "." + name
+	v, ok, err := e.Stat(ctx, full)
+	if err != nil || !ok {
+		t.Fatalf("Envoy's stat %s: present %v, %v", full, ok, err)
+	}
+	return v
 }
 
 // logClusterStats logs some of Envoy's stats of the demo cluster.

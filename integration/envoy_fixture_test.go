@@ -70,6 +70,7 @@ func startEnvoy(t *testing.T, c *Cluster, cfg EnvoyConfig) *Envoy {
 		if e.Running() {
 			e.Kill()
 		}
+		e.CloseIdle()
 		if t.Failed() {
 			t.Logf("%s log:\n%s", e.name, e.Tail(40))
 		}
@@ -198,10 +199,6 @@ func registerUpstreams(ctx context.Context, t *testing.T, c *Cluster, us []*upst
 	}
 }
 
-// envoyClient sends requests through Envoy's listener, keeping its
-// connections to Envoy.
-var envoyClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
-
 // get sends one request through e, and returns the status and which
 // upstream answered ("" if Envoy answered itself).
 func get(ctx context.Context, e *Envoy) (int, string, error) {
@@ -209,7 +206,7 @@ func get(ctx context.Context, e *Envoy) (int, string, error) {
 	if err != nil {
 		return 0, "", err
 	}
-	resp, err := envoyClient.Do(req)
+	resp, err := e.HTTP().Do(req)
 	if err != nil {
 		return 0, "", err
 	}
@@ -286,4 +283,16 @@ func hostLines(hs []EnvoyHost) string {
 		fmt.Fprintf(&b, "\n  %s %s%v weight %d priority %d %s/%s rq %d", h.Addr, h.Health, h.Flags, h.Weight, h.Priority, h.Region, h.Zone, h.Requests)
 	}
 	return b.String()
+}
+
+// noRejectedUpdates fails the test if Envoy refused an update of the
+// clusters or of the demo cluster's assignment. Envoy keeps both stats
+// from the start, so a missing one is a wrong name, not a pass.
+func noRejectedUpdates(ctx context.Context, t *testing.T, e *Envoy) {
+	t.Helper()
+	for _, stat := range []string{"cluster_manager.cds.update_rejected", "cluster." + strings.ReplaceAll(demoCluster, ":", "_") + ".update_rejected"} {
+		if v, ok, err := e.Stat(ctx, stat); err != nil || !ok || v != 0 {
+			t.Errorf("%s: %s = %d (present %v, %v); want 0", e.name, stat, v, ok, err)
+		}
+	}
 }

@@ -442,6 +442,11 @@ func TestEnvoyLoadReportsQuorum(t *testing.T) {
 	if len(contradictions) > 0 {
 		t.Errorf("reasons of %s call a quorum short of the quorum: %q", sick.ID, contradictions)
 	}
+	// The state between is ~2 s long and polled every 100 ms: a poll
+	// that never saw it checked nothing above.
+	if met == "" {
+		t.Error("no poll saw the instance with the quorum met and not yet withdrawn")
+	}
 	t.Logf("on its way out: %q", met)
 	for _, e := range envoys {
 		waitHosts(t, e, 30*time.Second, "the withdrawal in Envoy", hostsAre("HEALTHY", well...))

@@ -216,11 +216,7 @@ func TestEnvoyRidesOutControlPlaneOutage(t *testing.T) {
 			t.Errorf("%s: %s", e.name, p)
 		}
 		w.mu.Unlock()
-		for _, stat := range []string{"cluster_manager.cds.update_rejected", "cluster." + demoCluster + ".update_rejected"} {
-			if v, ok, err := e.Stat(ctx, stat); err != nil || (ok && v != 0) {
-				t.Errorf("%s: %s = %d (%v)", e.name, stat, v, err)
-			}
-		}
+		noRejectedUpdates(ctx, t, e)
 	}
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
