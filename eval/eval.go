@@ -445,7 +445,7 @@ func consume(p Policy, st *Recent, cls *[numSampleClasses]ClassState, in Instanc
 	}
 	if outcomes != nil {
 		failing, reporting := outcomeQuorum(p, st, outcomes.At)
-		met := failing >= p.OutcomeQuorum && 3*failing >= reporting
+		met := quorumMet(p, failing, reporting)
 		feed(p, &cls[ClassOutcome], EvidenceRef{Class: ClassOutcome, Observer: outcomes.Observer, At: outcomes.At}, !met, false)
 	}
 	keep := max(p.Freshness, p.OutcomeWindow)
@@ -520,6 +520,13 @@ func disagreement(p Policy, st *Recent, now time.Time) (passed, failed string) {
 		}
 	}
 	return "", ""
+}
+
+// quorumMet reports whether failing callers of reporting ones make the
+// outcome quorum (SPEC §2): at least p.OutcomeQuorum, and at least a
+// third of those that reported.
+func quorumMet(p Policy, failing, reporting int) bool {
+	return failing >= p.OutcomeQuorum && 3*failing >= reporting
 }
 
 // outcomeQuorum counts the callers whose latest outcome window within
@@ -664,7 +671,7 @@ func judge(p Policy, w *work, now time.Time) {
 				w.notes = append(w.notes, "callers' failure reports aged out")
 			case c.Failing:
 				w.outcome = true
-			case failing >= p.OutcomeQuorum && 3*failing >= reporting:
+			case quorumMet(p, failing, reporting):
 				// The quorum is met, but the class has not failed for
 				// long enough to withdraw (WithdrawAfter, or the score).
 				w.degraded, w.outLow = true, true
