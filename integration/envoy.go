@@ -473,8 +473,9 @@ func (e *Envoy) Start() error {
 	return nil
 }
 
-// admin returns the body of an admin GET.
-func (e *Envoy) admin(ctx context.Context, path string) ([]byte, error) {
+// AdminGet returns the body of a GET of Envoy's admin interface at path
+// (with its query); a status other than 200 is an error.
+func (e *Envoy) AdminGet(ctx context.Context, path string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+e.Admin+path, nil)
 	if err != nil {
 		return nil, err
@@ -495,7 +496,7 @@ func (e *Envoy) admin(ctx context.Context, path string) ([]byte, error) {
 }
 
 func (e *Envoy) adminJSON(ctx context.Context, path string, v any) error {
-	b, err := e.admin(ctx, path)
+	b, err := e.AdminGet(ctx, path)
 	if err != nil {
 		return err
 	}

@@ -205,7 +205,7 @@ func priorities(hs []EnvoyHost, want map[*upstream]int) error {
 // disregardedMetadata passes when the demo cluster's assignment Envoy
 // holds flags n endpoints cairn.health_disregarded = true.
 func disregardedMetadata(ctx context.Context, e *Envoy, n int) error {
-	b, err := e.admin(ctx, "/config_dump?resource=dynamic_endpoint_configs&include_eds")
+	b, err := e.AdminGet(ctx, "/config_dump?resource=dynamic_endpoint_configs&include_eds")
 	if err != nil {
 		return err
 	}

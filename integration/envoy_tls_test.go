@@ -135,7 +135,7 @@ func tlsCLI(ctx context.Context, t *testing.T, args ...string) {
 // envoyStats returns Envoy's stats whose names match the regular
 // expression re, one a line, for a failure's message.
 func envoyStats(ctx context.Context, e *Envoy, re string) string {
-	b, err := e.admin(ctx, "/stats?filter="+url.QueryEscape(re))
+	b, err := e.AdminGet(ctx, "/stats?filter="+url.QueryEscape(re))
 	if err != nil {
 		return err.Error()
 	}

@@ -234,7 +234,7 @@ func sameWeights(ctx context.Context, n *Node, e *Envoy, byAddr map[string]strin
 // Envoy's would compound), or balances other than by round robin.
 func assertNoEnvoySlowStart(ctx context.Context, t *testing.T, e *Envoy) {
 	t.Helper()
-	b, err := e.admin(ctx, "/config_dump?resource=dynamic_active_clusters")
+	b, err := e.AdminGet(ctx, "/config_dump?resource=dynamic_active_clusters")
 	if err != nil {
 		t.Fatal(err)
 	}

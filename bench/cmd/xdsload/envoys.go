@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
-	"net/http"
 	"net/netip"
 	"net/url"
 	"path/filepath"
@@ -44,7 +42,6 @@ type fleet struct {
 	subs     []*subscriber // one per watched Envoy (the first -envoy-watch), watching every service, s.watch[i] == i
 	watchers [][]int       // by service: every watched Envoy
 	dirty    []*dirtySet   // by watched Envoy
-	hc       *http.Client
 
 	seen      atomic.Int64 // deliveries and sheds, all Envoys
 	polls     atomic.Int64
@@ -104,8 +101,7 @@ func (d *dirtySet) len() int {
 // a time, and waits until each holds every service's assignment with
 // every endpoint in rotation.
 func startFleet(ctx context.Context, o options, w *world, dir, grpcAddr string) (*fleet, error) {
-	f := &fleet{o: o, w: w, watchers: make([][]int, o.services), rtt: make([][]time.Duration, o.envoyWatch),
-		hc: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1}}}
+	f := &fleet{o: o, w: w, watchers: make([][]int, o.services), rtt: make([][]time.Duration, o.envoyWatch)}
 	all := make([]int, o.envoyWatch)
 	for i := range all {
 		all[i] = i
@@ -183,8 +179,8 @@ func (f *fleet) close() {
 		if e.Running() {
 			e.Kill()
 		}
+		e.CloseIdle()
 	}
-	f.hc.CloseIdleConnections()
 }
 
 // fetch asks Envoy i for the assignments of the clusters whose names
@@ -198,21 +194,9 @@ func (f *fleet) close() {
 // ask for every few milliseconds.
 func (f *fleet) fetch(ctx context.Context, i int, re string) (map[int]ports, error) {
 	q := url.Values{"resource": {"dynamic_endpoint_configs"}, "include_eds": {""}, "name_regex": {re}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+f.envoys[i].Admin+"/config_dump?"+q.Encode(), nil)
+	b, err := f.envoys[i].AdminGet(ctx, "/config_dump?"+q.Encode())
 	if err != nil {
 		return nil, err
-	}
-	resp, err := f.hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("envoy admin /config_dump: %s: %.200s", resp.Status, b)
 	}
 	var doc struct {
 		Configs []struct {
