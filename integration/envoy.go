@@ -1,7 +1,7 @@
 package integration
 
 import (
-	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,8 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // Real Envoy, run against real cairn servers: the binary comes from the
@@ -177,6 +175,8 @@ type Envoy struct {
 	// hc asks the admin interface and sends requests through the
 	// listener (HTTP); CloseIdle ends its connections.
 	hc *http.Client
+	// src is the shipped bootstrap, read once.
+	src []byte
 }
 
 // HTTP returns the client the harness asks Envoy with, for requests
@@ -217,180 +217,13 @@ func NewEnvoy(cfg EnvoyConfig) (*Envoy, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Envoy{cfg: cfg, Bootstrap: filepath.Join(cfg.Dir, "envoy.yaml"), adminPath: filepath.Join(cfg.Dir, "admin-address"),
+	e := &Envoy{cfg: cfg, src: src, Bootstrap: filepath.Join(cfg.Dir, "envoy.yaml"), adminPath: filepath.Join(cfg.Dir, "admin-address"),
 		hc: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}}
-	e.proc = proc{name: "envoy " + cmpOr(cfg.Node, "envoy-demo"), LogPath: filepath.Join(cfg.Dir, "envoy.log"), logf: cfg.Logf}
+	e.proc = proc{name: "envoy " + cmp.Or(cfg.Node, "envoy-demo"), LogPath: filepath.Join(cfg.Dir, "envoy.log"), logf: cfg.Logf}
 	if err := os.WriteFile(e.Bootstrap, b, 0o644); err != nil {
 		return nil, err
 	}
 	return e, nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
-// EnvoyBootstrapFor returns the shipped bootstrap src changed for cfg:
-// the TLS block uncommented (cfg.TLS), api_type GRPC (cfg.SotW), the
-// bearer token, the cairn cluster's endpoints cfg.Servers, the admin and
-// listener ports (0: any free port). It fails if the bootstrap no
-// longer holds what it changes.
-func EnvoyBootstrapFor(src []byte, cfg EnvoyConfig, adminPort, listenerPort int) ([]byte, error) {
-	text := string(src)
-	if cfg.TLS != nil {
-		var err error
-		if text, err = uncommentTLS(text, *cfg.TLS); err != nil {
-			return nil, err
-		}
-	}
-	var doc map[string]any
-	if err := yaml.Unmarshal([]byte(text), &doc); err != nil {
-		return nil, fmt.Errorf("%s: %w", EnvoyBootstrap, err)
-	}
-	set := func(v any, path ...any) error {
-		cur := any(doc)
-		for i, k := range path {
-			last := i == len(path)-1
-			switch k := k.(type) {
-			case string:
-				m, ok := cur.(map[string]any)
-				if !ok || m[k] == nil {
-					return fmt.Errorf("%s has no %v", EnvoyBootstrap, path[:i+1])
-				}
-				if last {
-					m[k] = v
-					return nil
-				}
-				cur = m[k]
-			case int:
-				l, ok := cur.([]any)
-				if !ok || k >= len(l) {
-					return fmt.Errorf("%s has no %v", EnvoyBootstrap, path[:i+1])
-				}
-				if last {
-					l[k] = v
-					return nil
-				}
-				cur = l[k]
-			}
-		}
-		return nil
-	}
-	var eps []any
-	for _, s := range cfg.Servers {
-		host, port, err := net.SplitHostPort(s)
-		if err != nil {
-			return nil, fmt.Errorf("server %q: %w", s, err)
-		}
-		p, _ := strconv.Atoi(port)
-		eps = append(eps, map[string]any{"endpoint": map[string]any{"address": map[string]any{
-			"socket_address": map[string]any{"address": host, "port_value": p}}}})
-	}
-	clusters, _ := yamlAt(doc, "static_resources", "clusters").([]any)
-	cairn := -1
-	for i, c := range clusters {
-		if m, ok := c.(map[string]any); ok && m["name"] == "cairn" {
-			cairn = i
-		}
-	}
-	if cairn < 0 {
-		return nil, fmt.Errorf("%s has no static cluster named cairn", EnvoyBootstrap)
-	}
-	steps := []error{
-		set(eps, "static_resources", "clusters", cairn, "load_assignment", "endpoints", 0, "lb_endpoints"),
-		set(adminPort, "admin", "address", "socket_address", "port_value"),
-		set(listenerPort, "static_resources", "listeners", 0, "address", "socket_address", "port_value"),
-	}
-	if cfg.SotW {
-		steps = append(steps, set("GRPC", "dynamic_resources", "ads_config", "api_type"))
-	}
-	if cfg.Token != "" {
-		md := []any{map[string]any{"key": "authorization", "value": "Bearer " + cfg.Token}}
-		for _, svc := range []any{
-			yamlAt(doc, "dynamic_resources", "ads_config", "grpc_services", 0),
-			yamlAt(doc, "cluster_manager", "load_stats_config", "grpc_services", 0),
-		} {
-			m, ok := svc.(map[string]any)
-			if !ok {
-				steps = append(steps, fmt.Errorf("%s: no grpc_services to send the token on", EnvoyBootstrap))
-				continue
-			}
-			m["initial_metadata"] = md
-		}
-	}
-	if err := errors.Join(steps...); err != nil {
-		return nil, err
-	}
-	return yaml.Marshal(doc)
-}
-
-// yamlAt returns the value at path in doc (map keys and list indexes), or
-// nil.
-func yamlAt(doc any, path ...any) any {
-	cur := doc
-	for _, k := range path {
-		switch k := k.(type) {
-		case string:
-			m, ok := cur.(map[string]any)
-			if !ok {
-				return nil
-			}
-			cur = m[k]
-		case int:
-			l, ok := cur.([]any)
-			if !ok || k >= len(l) {
-				return nil
-			}
-			cur = l[k]
-		}
-	}
-	return cur
-}
-
-// uncommentTLS removes the comment marks of the lines between "# BEGIN
-// TLS" and "# END TLS" and puts tls's files in the place of the
-// bootstrap's example paths.
-func uncommentTLS(text string, tls EnvoyTLS) (string, error) {
-	var out strings.Builder
-	in, seen := false, false
-	sc := bufio.NewScanner(strings.NewReader(text))
-	for sc.Scan() {
-		line := sc.Text()
-		trimmed := strings.TrimSpace(line)
-		switch {
-		case trimmed == "# BEGIN TLS":
-			in, seen = true, true
-			continue
-		case trimmed == "# END TLS":
-			in = false
-			continue
-		case in:
-			i := strings.Index(line, "# ")
-			if i < 0 {
-				return "", fmt.Errorf("%s: a line of the TLS block is not commented: %q", EnvoyBootstrap, line)
-			}
-			line = line[:i] + line[i+2:]
-		}
-		out.WriteString(line + "\n")
-	}
-	if !seen || in {
-		return "", fmt.Errorf("%s: no TLS block between # BEGIN TLS and # END TLS", EnvoyBootstrap)
-	}
-	s := out.String()
-	for _, r := range []struct{ old, new string }{
-		{"/etc/cairn/tls/envoy.pem", tls.Cert},
-		{"/etc/cairn/tls/envoy-key.pem", tls.Key},
-		{"/etc/cairn/tls/cairn-ca.pem", tls.CA},
-	} {
-		if strings.Count(s, r.old) != 1 {
-			return "", fmt.Errorf("%s: the TLS block names %s %d times, want once", EnvoyBootstrap, r.old, strings.Count(s, r.old))
-		}
-		s = strings.Replace(s, r.old, r.new, 1)
-	}
-	return s, nil
 }
 
 // args are Envoy's flags: one worker thread, no hot restart (several
@@ -412,15 +245,7 @@ func (e *Envoy) args() []string {
 // first start.
 func (e *Envoy) Start() error {
 	if e.ports[0] != 0 {
-		root, err := ModuleRoot()
-		if err != nil {
-			return err
-		}
-		src, err := os.ReadFile(filepath.Join(root, EnvoyBootstrap))
-		if err != nil {
-			return err
-		}
-		b, err := EnvoyBootstrapFor(src, e.cfg, e.ports[0], e.ports[1])
+		b, err := EnvoyBootstrapFor(e.src, e.cfg, e.ports[0], e.ports[1])
 		if err != nil {
 			return err
 		}

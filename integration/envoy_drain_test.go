@@ -280,10 +280,17 @@ func hostIs(health string, us []*upstream, gone ...*upstream) func([]EnvoyHost) 
 // drainCLI drains u with `cairn drain` and returns when the CLI did.
 func drainCLI(ctx context.Context, t *testing.T, n *Node, u *upstream, inc uint64) time.Time {
 	t.Helper()
+	return timedCLI(ctx, t, n, "drain", u, inc)
+}
+
+// timedCLI runs `cairn VERB` on instance u of the demo service, logs how
+// long the CLI took, and returns when it returned.
+func timedCLI(ctx context.Context, t *testing.T, n *Node, verb string, u *upstream, inc uint64) time.Time {
+	t.Helper()
 	start := time.Now()
-	runCLI(ctx, t, n, "drain", "--instance", u.ID, "--incarnation", strconv.FormatUint(inc, 10), demoNS+"/"+demoSvc)
+	runCLI(ctx, t, n, verb, "--instance", u.ID, "--incarnation", strconv.FormatUint(inc, 10), demoNS+"/"+demoSvc)
 	done := time.Now()
-	t.Logf("cairn drain %s took %v", u.ID, done.Sub(start).Round(time.Millisecond))
+	t.Logf("cairn %s %s took %v", verb, u.ID, done.Sub(start).Round(time.Millisecond))
 	return done
 }
 
@@ -312,15 +319,9 @@ func TestEnvoyDeregisterStopsNewRequests(t *testing.T) {
 	ctx := ctxT(t, 3*time.Minute)
 	c, e, us, incs := envoyFleet(ctx, t, 3)
 	observe(t, e, us, takeOut{
-		what: "cairn deregister",
-		gone: us[:1],
-		act: func() time.Time {
-			start := time.Now()
-			runCLI(ctx, t, c.Nodes[0], "deregister", "--instance", us[0].ID, "--incarnation", strconv.FormatUint(incs[us[0].ID], 10), demoNS+"/"+demoSvc)
-			done := time.Now()
-			t.Logf("cairn deregister took %v", done.Sub(start).Round(time.Millisecond))
-			return done
-		},
+		what:  "cairn deregister",
+		gone:  us[:1],
+		act:   func() time.Time { return timedCLI(ctx, t, c.Nodes[0], "deregister", us[0], incs[us[0].ID]) },
 		envoy: hostIs("", us[1:]),
 	})
 }

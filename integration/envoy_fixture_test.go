@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -59,7 +60,7 @@ func startEnvoy(t *testing.T, c *Cluster, cfg EnvoyConfig) *Envoy {
 		}
 	}
 	if cfg.Dir == "" {
-		cfg.Dir = filepath.Join(t.TempDir(), "envoy-"+cmpOr(cfg.Node, "demo"))
+		cfg.Dir = filepath.Join(t.TempDir(), "envoy-"+cmp.Or(cfg.Node, "demo"))
 	}
 	cfg.Logf = t.Logf
 	e, err := NewEnvoy(cfg)

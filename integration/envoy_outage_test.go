@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -421,7 +422,7 @@ func driveEnvoys(t *testing.T, envoys []*Envoy, interval, limit time.Duration) *
 				tr.total[i]++
 				if err != nil || code != http.StatusOK || who == "" {
 					tr.bad = append(tr.bad, fmt.Sprintf("%s %s, %s: status %d from %q, error %v",
-						time.Now().UTC().Format("15:04:05.000"), e.name, tr.now, code, cmpOr(who, "Envoy itself"), err))
+						time.Now().UTC().Format("15:04:05.000"), e.name, tr.now, code, cmp.Or(who, "Envoy itself"), err))
 				} else {
 					tr.by[i][who]++
 				}

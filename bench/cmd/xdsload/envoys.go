@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -443,7 +444,7 @@ func (f *fleet) endCheck(ctx context.Context, out [][3]int) (checked, asWanted i
 		hosts, err := f.envoys[0].Hosts(ctx, resourceName(svc))
 		checked++
 		if err != nil {
-			first = cmpOr(first, err.Error())
+			first = cmp.Or(first, err.Error())
 			continue
 		}
 		addr := fmt.Sprintf("%s:%d", endpointAddr(svc, ep), port)
@@ -458,17 +459,10 @@ func (f *fleet) endCheck(ctx context.Context, out [][3]int) (checked, asWanted i
 			f.o.withdraw == "deregister" && got == nil:
 			asWanted++
 		case got == nil:
-			first = cmpOr(first, fmt.Sprintf("%s: no host %s", resourceName(svc), addr))
+			first = cmp.Or(first, fmt.Sprintf("%s: no host %s", resourceName(svc), addr))
 		default:
-			first = cmpOr(first, fmt.Sprintf("%s: host %s %s", resourceName(svc), addr, got.Health))
+			first = cmp.Or(first, fmt.Sprintf("%s: host %s %s", resourceName(svc), addr, got.Health))
 		}
 	}
 	return checked, asWanted, first
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
