@@ -329,24 +329,26 @@ func (f *Files) getClientCertificate(*tls.CertificateRequestInfo) (*tls.Certific
 	return &tls.Certificate{}, nil
 }
 
-// verify checks a peer's chain against the current bundle for usage,
-// and, when name is set, that the leaf is for that name.
-func (f *Files) verify(rawCerts [][]byte, usage x509.ExtKeyUsage, name string) error {
-	certs := make([]*x509.Certificate, 0, len(rawCerts))
-	for _, der := range rawCerts {
-		c, err := x509.ParseCertificate(der)
-		if err != nil {
-			return fmt.Errorf("peer certificate: %w", err)
-		}
-		certs = append(certs, c)
-	}
+// verify checks a peer's chain, as it presented it, against the current
+// bundle at the current time for usage, and, when name is set, that the
+// leaf is for that name.
+func (f *Files) verify(chain []*x509.Certificate, usage x509.ExtKeyUsage, name string) error {
 	inter := x509.NewCertPool()
-	for _, c := range certs[1:] {
+	for _, c := range chain[1:] {
 		inter.AddCert(c)
 	}
-	_, err := certs[0].Verify(x509.VerifyOptions{Roots: f.cur.Load().pool, Intermediates: inter, DNSName: name,
+	_, err := chain[0].Verify(x509.VerifyOptions{Roots: f.cur.Load().pool, Intermediates: inter, DNSName: name,
 		CurrentTime: f.cfg.Now(), KeyUsages: []x509.ExtKeyUsage{usage}})
 	return err
+}
+
+// resumed names a resumed session in a refusal: its certificate was
+// presented on an earlier connection and carried over in a ticket.
+func resumed(cs tls.ConnectionState) string {
+	if cs.DidResume {
+		return " (resumed session)"
+	}
+	return ""
 }
 
 // ClientAuth says what a server listener asks of its clients.
@@ -363,24 +365,30 @@ const (
 
 // ServerConfig returns a listener's TLS config: the current certificate
 // at every handshake, client certificates checked against the current
-// bundle.
+// bundle at the current time on every connection, resumed ones included.
 func (f *Files) ServerConfig(auth ClientAuth) *tls.Config {
-	c := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: f.getCertificate, ClientAuth: tls.RequestClientCert}
+	c := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: f.getCertificate, ClientAuth: tls.RequestClientCert,
+		Time: f.cfg.Now}
+	name := ""
 	if auth == RequireServer {
-		c.ClientAuth = tls.RequireAnyClientCert
+		c.ClientAuth, name = tls.RequireAnyClientCert, ServerName
 	}
 	// The bundle changes on reload, so the chain is verified here rather
-	// than by crypto/tls against a fixed ClientCAs.
-	c.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error {
-		if len(raw) == 0 {
-			return nil // RequireAnyClientCert already refused none
+	// than by crypto/tls against a fixed ClientCAs. VerifyConnection, not
+	// VerifyPeerCertificate: crypto/tls calls it on every handshake, and
+	// a resumed session skips VerifyPeerCertificate and carries the
+	// certificates of its first handshake in the ticket, so a peer whose
+	// CA has since left the bundle, or whose certificate has expired,
+	// would resume (docs/decisions.md).
+	c.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 {
+			if auth == RequireServer {
+				return errors.New("client certificate refused: none presented")
+			}
+			return nil
 		}
-		name := ""
-		if auth == RequireServer {
-			name = ServerName
-		}
-		if err := f.verify(raw, x509.ExtKeyUsageClientAuth, name); err != nil {
-			return fmt.Errorf("client certificate refused: %w", err)
+		if err := f.verify(cs.PeerCertificates, x509.ExtKeyUsageClientAuth, name); err != nil {
+			return fmt.Errorf("client certificate refused%s: %w", resumed(cs), err)
 		}
 		return nil
 	}
@@ -390,28 +398,26 @@ func (f *Files) ServerConfig(auth ClientAuth) *tls.Config {
 // ClientConfig returns a TLS config that presents the current
 // certificate (if any) and verifies the server's against the current
 // bundle, for serverName: the host dialled, or ServerName between
-// servers.
+// servers. It keeps no session cache; a caller that adds one still has
+// the server's certificate checked on every resumed session.
 func (f *Files) ClientConfig(serverName string) *tls.Config {
-	return &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName,
+	return &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName, Time: f.cfg.Now,
 		GetClientCertificate: f.getClientCertificate,
 		// Verified below against the bundle of the moment instead of a
 		// fixed RootCAs (crypto/tls's documented pattern for custom
-		// verification): the name and the chain are both checked.
+		// verification): the name and the chain are both checked, on
+		// resumed sessions too.
 		InsecureSkipVerify: true,
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) == 0 {
 				return errors.New("the server presented no certificate")
 			}
-			raw := make([][]byte, len(cs.PeerCertificates))
-			for i, c := range cs.PeerCertificates {
-				raw[i] = c.Raw
-			}
 			name := serverName
 			if name == "" {
 				name = cs.ServerName
 			}
-			if err := f.verify(raw, x509.ExtKeyUsageServerAuth, name); err != nil {
-				return fmt.Errorf("server certificate refused: %w", err)
+			if err := f.verify(cs.PeerCertificates, x509.ExtKeyUsageServerAuth, name); err != nil {
+				return fmt.Errorf("server certificate refused%s: %w", resumed(cs), err)
 			}
 			return nil
 		}}
