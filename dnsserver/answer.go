@@ -170,12 +170,8 @@ func (s *Server) answer(req *request, buf []byte) ([]byte, int, uint16) {
 // and returns the UDP size limit. badCookie reports a malformed COOKIE
 // option, which is answered FORMERR.
 func (s *Server) edns(req *request, q *query) (limit int, badCookie bool) {
-	if !req.hasOPT {
-		return 512, false
-	}
-	q.o = opt{present: true, udpSize: s.cfg.UDPSize, do: req.do}
-	limit = int(min(max(req.udpSize, 512), s.cfg.UDPSize))
-	if req.version > 0 || !req.hasCookie || s.cookies == nil {
+	limit = s.bareOPT(req, q)
+	if !req.hasOPT || req.version > 0 || !req.hasCookie || s.cookies == nil {
 		return limit, false
 	}
 	if req.cookieVerdict == cookieUnchecked {
@@ -188,28 +184,55 @@ func (s *Server) edns(req *request, q *query) (limit int, badCookie bool) {
 	return limit, false
 }
 
+// bareOPT sets up the answer's OPT record, with no option, when the
+// query has one, and returns the UDP size limit.
+func (s *Server) bareOPT(req *request, q *query) int {
+	if !req.hasOPT {
+		return 512
+	}
+	q.o = opt{present: true, udpSize: s.cfg.UDPSize, do: req.do}
+	return int(min(max(req.udpSize, 512), s.cfg.UDPSize))
+}
+
 // truncated is the answer response-rate limiting slips through (rrl.go):
 // the question with TC set and no records, so that the client asks again
-// over TCP; the OPT record (with the cookie answered) when the query had
-// one. A query answered without its question (NOTIMP, FORMERR) or without
-// records anyway (BADVERS, a malformed cookie) gets that answer: it is no
-// bigger.
+// over TCP, which is never limited; an OPT record without options when
+// the query had one. Never a cookie: a server cookie would make the
+// answer bigger than a query that carried only a client cookie, and a
+// client cookie alone is malformed in a response (RFC 7873 §5.3); a
+// client learns its server cookie from the TCP answer (docs/decisions.md,
+// "A slipped answer carries no cookie"). A query answered without its
+// question (NOTIMP, FORMERR) or without records anyway (BADVERS, a
+// malformed cookie) gets that answer: it is no bigger. Whatever the query,
+// the answer is no longer than it when its length is known (a question
+// name compressed into the header unpacks longer than it came): past
+// that, the header alone, TC set.
 func (s *Server) truncated(req *request, buf []byte) ([]byte, int, uint16) {
 	if req.opcode != dns.OpcodeQuery || req.bad || req.hasOPT && req.version > 0 {
 		return s.answer(req, buf)
 	}
-	q := query{tcp: req.tcp, remote: req.remote, name: req.name, qtype: req.qtype}
-	limit, badCookie := s.edns(req, &q)
-	if badCookie {
-		return s.answer(req, buf)
+	if req.hasOPT && req.hasCookie && s.cookies != nil {
+		if req.cookieVerdict == cookieUnchecked {
+			s.checkCookie(req, s.now(req))
+		}
+		if req.cookieVerdict == cookieMalformed {
+			return s.answer(req, buf)
+		}
 	}
+	q := query{tcp: req.tcp, remote: req.remote, name: req.name, qtype: req.qtype}
+	limit := s.bareOPT(req, &q)
 	var m msg
 	if !m.start(buf, req, req.qflags, limit) {
 		return s.formerr(buf, req.id, req.qflags)
 	}
 	m.flags &^= flagAA // no data: nothing to be authoritative about
 	m.truncate()
-	return s.finish(&m, &q, dns.RcodeSuccess)
+	out, rcode, qtype := s.finish(&m, &q, dns.RcodeSuccess)
+	if req.wireLen > 0 && len(out) > req.wireLen {
+		binaryHeader(buf, req.id, flagQR|flagTC|req.qflags)
+		return buf[:headerLen], dns.RcodeSuccess, qtype
+	}
+	return out, rcode, qtype
 }
 
 func (s *Server) formerr(buf []byte, id, qflags uint16) ([]byte, int, uint16) {

@@ -243,7 +243,8 @@ func countOPTs(rrs []dns.RR) int {
 // socket path (cairn's own recvmmsg/sendmmsg loop, and its fallback to
 // miekg/dns), then a well-formed query, and checks: every datagram that
 // comes back unpacks as a response (QR set) with the ID of one that was
-// sent; and the server still answers the well-formed query, after them,
+// sent, and a slipped one (TC, AA clear) is no longer than the query;
+// and the server still answers the well-formed query, after them,
 // within 5s, in full (no panic, no reader stopped by a hostile batch).
 // The input's first byte splits the rest into 1 to 8 datagrams. Its seeds
 // are the f.Add calls (a query, a query glued to a runt, a response,
@@ -281,11 +282,12 @@ func FuzzUDPLoop(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		ids := map[uint16]bool{}
+		ids := map[uint16]int{} // an ID sent: its longest datagram
 		for i := range k {
 			d := rest[i*len(rest)/k : (i+1)*len(rest)/k]
 			if len(d) >= 2 {
-				ids[uint16(d[0])<<8|uint16(d[1])] = true
+				id := uint16(d[0])<<8 | uint16(d[1])
+				ids[id] = max(ids[id], len(d))
 			}
 			_, _ = c.Write(d) // an empty datagram is sent too
 		}
@@ -321,8 +323,13 @@ func FuzzUDPLoop(f *testing.F) {
 				}
 				return
 			}
-			if !ids[r.Id] {
+			longest, sent := ids[r.Id]
+			if !sent {
 				t.Fatalf("an answer with ID %d, sent none: %v", r.Id, r)
+			}
+			if r.Truncated && !r.Authoritative && r.Rcode == dns.RcodeSuccess && n > longest {
+				// Slipped (an answer truncated for its size keeps AA).
+				t.Fatalf("a slipped answer of %d octets to a query of at most %d: %v", n, longest, r)
 			}
 		}
 	})

@@ -88,6 +88,9 @@ type request struct {
 	cookieNow     uint32
 	remote        netip.Addr
 	tcp           bool
+	// wireLen is the query's length on the wire, when known (the UDP
+	// loop's queries): a slipped answer is never longer (truncated).
+	wireLen int
 	// waited: the query has waited for an unheld service, and is
 	// answered from the table as it is. wait is set by answer when it
 	// returns rcodeWait: what the query waits for.

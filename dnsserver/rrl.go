@@ -12,9 +12,9 @@ import (
 // makes the server send its answer to the victim whose address it forged,
 // so each source prefix may get RRLConfig.Rate UDP responses a second.
 // Past that, every Slip-th response is a truncated answer (the question
-// only, TC set: no bigger than the query, so useless to an attacker, while
-// a real client behind the prefix asks again over TCP, which a spoofer
-// cannot, and is answered) and the others are dropped. TCP is never
+// only, TC set, no cookie: never bigger than the query, so useless to an
+// attacker, while a real client behind the prefix asks again over TCP,
+// which a spoofer cannot, and is answered) and the others are dropped. TCP is never
 // limited; nor is a query whose server cookie verifies (cookie.go): its
 // source address is proven.
 //
@@ -39,7 +39,7 @@ type rrlVerdict uint8
 
 const (
 	rrlPass rrlVerdict = iota // sent as answered
-	rrlSlip                   // sent truncated (TC, the question only)
+	rrlSlip                   // sent truncated (TC, the question only, no cookie)
 	rrlDrop                   // not sent
 )
 

@@ -122,6 +122,7 @@ func (s *Server) udpReader(io udpIO, newIO func() udpIO, pktinfo bool) error {
 			if s.realClock {
 				req.now = start
 			}
+			req.wireLen = len(pkt)
 			verdict := rrlPass
 			if s.rrl != nil {
 				verdict = s.limit(&req, ok, remote)
