@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -200,5 +204,25 @@ func TestAdmissionsShedUnderLoad(t *testing.T) {
 	}
 	if n := deferred(t, reg, "shed"); n != 1 {
 		t.Errorf("admissions shed: %v, want 1", n)
+	}
+}
+
+// TestReadmeAdmissionBudget: the README's metrics table gives the
+// admission budget's figure; it is DefaultAdmissionRate's.
+func TestReadmeAdmissionBudget(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`admission budget, ([0-9,]+) responses a second`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("README.md does not give the admission budget as \"admission budget, N responses a second\"")
+	}
+	got, err := strconv.Atoi(strings.ReplaceAll(string(m[1]), ",", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != xdsserver.DefaultAdmissionRate {
+		t.Errorf("README.md gives the admission budget as %s responses a second; DefaultAdmissionRate is %d", m[1], xdsserver.DefaultAdmissionRate)
 	}
 }
