@@ -88,8 +88,11 @@ type Identity struct {
 	Node string
 }
 
-// Anonymous is the identity of every caller when ACLs are off.
-var anonymous = Identity{Name: "anonymous", Scope: Admin}
+// AnonymousName is the name of every caller when ACLs are off.
+const AnonymousName = "anonymous"
+
+// anonymous is the identity of every caller when ACLs are off.
+var anonymous = Identity{Name: AnonymousName, Scope: Admin}
 
 type entry struct {
 	digest [sha256.Size]byte

@@ -408,7 +408,8 @@ func TestProbeResultsAttributedByToken(t *testing.T) {
 
 // TestForwardedOutcomesRoute: only a server (a prober token that names
 // its node, or an admin) forwards its xDS subscribers' load reports; each
-// report's outcomes are taken under its xds: observer.
+// report's outcomes are taken as its xds: observer's caller: xds:NAME is
+// NAME (wire.Caller).
 func TestForwardedOutcomesRoute(t *testing.T) {
 	e, regs, _ := probeEnv(t)
 	inc := regs["p-1"].Incarnation
@@ -429,7 +430,7 @@ func TestForwardedOutcomesRoute(t *testing.T) {
 		t.Fatalf("reply %+v, want 1 accepted", got)
 	}
 	ev, _ := e.health.Evidence("shop/pay/p-1", inc)
-	if !slices.ContainsFunc(ev, func(x wire.ClassEvidence) bool { return x.Class == "outcome" && x.Observer == "xds:envoy-1" }) {
-		t.Fatalf("p-1 evidence %+v, want an outcome window from xds:envoy-1", ev)
+	if !slices.ContainsFunc(ev, func(x wire.ClassEvidence) bool { return x.Class == "outcome" && x.Observer == "envoy-1" }) {
+		t.Fatalf("p-1 evidence %+v, want an outcome window from the caller envoy-1", ev)
 	}
 }

@@ -320,7 +320,9 @@ func (n *Node) ProbeReport(r wire.ProbeReport) wire.ProbeReply {
 }
 
 // Outcomes takes a caller's outcome report (on the leader). observer is
-// the caller's authenticated identity. Endpoints that are unknown, of
+// the caller's authenticated identity, or "xds:" and it for a load
+// report: both are the same caller (wire.Caller), whose latest windows
+// count once in the quorum. Endpoints that are unknown, of
 // another incarnation, or that were not published eligible within the
 // OutcomeHorizon (the caller cannot have been served them) are discarded
 // and counted. r must be valid (Validate).
@@ -331,6 +333,7 @@ func (n *Node) Outcomes(observer string, r wire.OutcomeReport) wire.OutcomeReply
 		reply.Discarded[why]++
 		n.m.discarded.WithLabelValues(why).Inc()
 	}
+	caller := wire.Caller(observer)
 	pub := n.published()
 	defer pub.release()
 	n.mu.Lock()
@@ -354,7 +357,7 @@ func (n *Node) Outcomes(observer string, r wire.OutcomeReport) wire.OutcomeReply
 			discard("no_calls")
 			continue
 		}
-		n.record(key, e.Incarnation, eval.ClassOutcome, obs{observer: observer, at: now,
+		n.record(key, e.Incarnation, eval.ClassOutcome, obs{observer: caller, at: now,
 			succ: e.Success, fail: e.Failure, tmo: e.Timeout})
 		reply.Accepted++
 	}

@@ -368,6 +368,29 @@ func TestOutcomes(t *testing.T) {
 		}
 	})
 
+	t.Run("a caller's load reports are the same caller", func(t *testing.T) {
+		// xds:caller-1 is caller-1's token over LRS (or, both anonymous,
+		// any client with ACLs off): one voice, however it reports.
+		for i := range 4 {
+			h.tick(2 * time.Second)
+			if r := report("xds:caller-1", ep(a1, 1, 3, 1)); r.Accepted != 1 {
+				t.Fatalf("failing window %d: %+v, want accepted", i, r)
+			}
+			h.tick(0)
+		}
+		h.tick(2 * time.Second)
+		got := h.instance(a1).Health
+		if got == nil || !got.Eligible || got.Verdict != "degraded" {
+			t.Fatalf("health after one caller's failing windows over two ways: %+v, want eligible, degraded", got)
+		}
+		ev, _ := h.n.Evidence(a1.Key().String(), a1.Incarnation)
+		for _, e := range ev {
+			if e.Class == "outcome" && e.Observer != "caller-1" {
+				t.Errorf("outcome evidence from %q, want every window caller-1's: %+v", e.Observer, ev)
+			}
+		}
+	})
+
 	t.Run("a quorum of callers' failing outcomes withdraw", func(t *testing.T) {
 		for i := range 3 {
 			h.tick(2 * time.Second)

@@ -140,8 +140,9 @@ type EnvoyConfig struct {
 	// Servers are the xDS (--grpc-addr) addresses of the cairn servers,
 	// HOST:PORT; the bootstrap's cairn cluster lists them all. Required.
 	Servers []string
-	// Node is the node id (--service-node); empty: the bootstrap's. With
-	// ACLs off it is who cairn counts an outcome report from.
+	// Node is the node id (--service-node); empty: the bootstrap's. It
+	// names nobody to cairn: with ACLs off every Envoy is the one
+	// anonymous caller; with them on, its Token is who reports outcomes.
 	Node string
 	// Zone is the node's zone (--service-zone); empty: the bootstrap's.
 	// Its region is the bootstrap's, "local".

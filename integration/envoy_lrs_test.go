@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-sd/cairn/acl"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -17,7 +20,8 @@ import (
 // LRS): the shipped bootstrap's load_stats_config sends Envoy's per
 // endpoint counts to cairn, which asks for them every second here
 // (--load-report-interval 1s) and hands them to the leader as outcome
-// evidence from "xds:<node id>".
+// evidence from the caller: with ACLs on the token's identity, with them
+// off the one anonymous caller, whatever node ids the Envoys claim.
 //
 // Envoy's own outlier detection, which cairn's clusters enable with the
 // policy's max_ejection_percent (10 by default), ejects nothing here:
@@ -35,17 +39,36 @@ const lrsInterval = time.Second
 // weight (100) or, lowered by outcomes, half of it (SPEC §2).
 var lrsPolicy = []string{"slow_start: 0s"}
 
+// lrsAdmin is the admin token of the tests that run with ACLs.
+const lrsAdmin = "lrs-admin-0123456789abcdefghijk"
+
 // startLRS starts servers (one: --dev) asking for load reports every
 // lrsInterval, applies the demo service with lrsPolicy, and registers n
 // upstreams on leases that outlast the test (an expired lease would be
-// evidence of its own).
-func startLRS(ctx context.Context, t *testing.T, servers, n int) (*Cluster, []*upstream) {
+// evidence of its own). With readers, ACLs are on: lrsAdmin is the admin
+// token (the harness's clients', and every server's to forward load
+// reports to the leader with), and each reader a token that may read the
+// demo namespace.
+func startLRS(ctx context.Context, t *testing.T, servers, n int, readers ...string) (*Cluster, []*upstream) {
 	t.Helper()
 	args := []string{"--dev", "--load-report-interval", lrsInterval.String()}
 	if servers > 1 {
 		args[0] = "--allow-loopback-endpoints"
 	}
-	c := StartCluster(t, servers, args...)
+	token := ""
+	if len(readers) > 0 {
+		acls := fmt.Sprintf("tokens:\n- {secret: %s, scope: admin}\n", lrsAdmin)
+		for _, r := range readers {
+			acls += fmt.Sprintf("- {secret: %s, scope: reader, namespaces: [%s]}\n", r, demoNS)
+		}
+		file := filepath.Join(t.TempDir(), "acl.yaml")
+		if err := os.WriteFile(file, []byte(acls), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		token = lrsAdmin
+		args = append(args, "--acl-file", file, "--probe-token", lrsAdmin)
+	}
+	c := StartClusterAs(t, token, servers, args...)
 	applyDefinition(ctx, t, c, demoDefinition(t, lrsPolicy...))
 	us := newUpstreams(t, "web", n)
 	registerUpstreams(ctx, t, c, us, nil, func(r *wire.Registration) { r.LeaseTTL = wire.Duration(time.Hour) })
@@ -228,30 +251,36 @@ func lrsNoEjections(ctx context.Context, t *testing.T, e *Envoy) {
 	}
 }
 
-// TestEnvoyLoadReportsOneCaller runs one Envoy from the shipped
-// bootstrap in front of three upstreams:
-//  1. Envoy's load reports reach cairn: after traffic, the leader's
-//     endpoints view holds passing outcome evidence from
-//     "xds:<Envoy's node id>" about each upstream it sent requests to,
-//     and none before.
-//  2. One upstream answers Envoy 503 (its /ready stays 200, so probes
-//     pass): the failures are taken as that caller's outcomes about that
-//     instance only, and, one caller being short of outcome_quorum (2),
-//     they halve its published weight, in the view and in Envoy, and do
-//     nothing else: it stays eligible for lrsHold while failing windows
-//     keep coming, more than enough to withdraw it were one caller a
-//     quorum (3 failing windows, WithdrawAfter, about 3 s at one report
-//     a second; two Envoys withdraw it in about 6 s, see
-//     TestEnvoyLoadReportsQuorum).
+// TestEnvoyLoadReportsOneCaller runs two Envoys from the shipped
+// bootstrap, with different node ids, in front of three upstreams, ACLs
+// off: a node id is whatever a client says, so both are one caller,
+// "anonymous" (docs/decisions.md, "With ACLs off, callers are one").
+//  1. The Envoys' load reports reach cairn: after traffic, the leader's
+//     endpoints view holds passing outcome evidence from "anonymous"
+//     about each upstream they sent requests to, and none before.
+//  2. One upstream answers the Envoys 503 (its /ready stays 200, so
+//     probes pass): the failures are taken as that caller's outcomes
+//     about that instance only, and, one caller being short of
+//     outcome_quorum (2), they halve its published weight, in the view
+//     and in both Envoys, and do nothing else: it stays eligible for
+//     lrsHold while failing windows keep coming, more than enough to
+//     withdraw it were the two node ids two callers (3 failing windows,
+//     WithdrawAfter, about 3 s at one report a second; two callers
+//     withdraw it in about 6 s, see TestEnvoyLoadReportsQuorum).
 func TestEnvoyLoadReportsOneCaller(t *testing.T) {
 	needEnvoy(t)
 	t.Parallel()
 	ctx := ctxT(t, 3*time.Minute)
 	c, us := startLRS(ctx, t, 1, 3)
 	leader := c.Nodes[0]
-	e := startEnvoy(t, c, EnvoyConfig{Node: "envoy-lrs-one"})
-	const observer = "xds:envoy-lrs-one"
-	waitHosts(t, e, 30*time.Second, "the demo cluster from cairn", hostsAre("HEALTHY", us...))
+	var envoys []*Envoy
+	for _, node := range []string{"envoy-lrs-one", "envoy-lrs-two"} {
+		envoys = append(envoys, startEnvoy(t, c, EnvoyConfig{Node: node}))
+	}
+	const observer = "anonymous"
+	for _, e := range envoys {
+		waitHosts(t, e, 30*time.Second, "the demo cluster from cairn", hostsAre("HEALTHY", us...))
+	}
 	// Envoy reports loads from now on; none carried a call yet.
 	es, err := lrsEndpoints(ctx, leader)
 	if err != nil {
@@ -263,11 +292,11 @@ func TestEnvoyLoadReportsOneCaller(t *testing.T) {
 		}
 	}
 
-	// About 40 requests a second, 13 to each upstream: every one-second
-	// report has calls to each.
-	load := startLRSLoad(ctx, t, 25*time.Millisecond, 2*time.Minute, e)
+	// About 40 requests a second, 20 through each Envoy, about 7 to each
+	// upstream through each: every one-second report has calls to each.
+	load := startLRSLoad(ctx, t, 25*time.Millisecond, 2*time.Minute, envoys...)
 	start := time.Now()
-	waitLRS(ctx, t, c, us, 30*time.Second, "Envoy's load reports as outcome evidence", func(u *upstream, e wire.Endpoint) error {
+	waitLRS(ctx, t, c, us, 30*time.Second, "the Envoys' load reports as outcome evidence", func(u *upstream, e wire.Endpoint) error {
 		if n, _ := u.Hits(); n == 0 {
 			return fmt.Errorf("no request reached %s yet", u.ID)
 		}
@@ -296,25 +325,27 @@ func TestEnvoyLoadReportsOneCaller(t *testing.T) {
 		return nil
 	})
 	t.Logf("weight of %s halved %s after it began to fail", sick.ID, time.Since(start).Round(time.Millisecond))
-	// The caller gets the lowered weight: cairn's assignment changed, not
+	// The Envoys get the lowered weight: cairn's assignment changed, not
 	// only its view.
-	waitHosts(t, e, 30*time.Second, "the lowered weight in Envoy", func(hs []EnvoyHost) error {
-		if err := hostsAre("HEALTHY", us...)(hs); err != nil {
-			return err
-		}
-		for _, h := range hs {
-			want := base
-			if h.Addr == sick.Addr {
-				want = base / 2
+	for _, e := range envoys {
+		waitHosts(t, e, 30*time.Second, "the lowered weight in Envoy", func(hs []EnvoyHost) error {
+			if err := hostsAre("HEALTHY", us...)(hs); err != nil {
+				return err
 			}
-			if h.Weight != want {
-				return fmt.Errorf("host %s has weight %d, want %d", h.Addr, h.Weight, want)
+			for _, h := range hs {
+				want := base
+				if h.Addr == sick.Addr {
+					want = base / 2
+				}
+				if h.Weight != want {
+					return fmt.Errorf("host %s has weight %d, want %d", h.Addr, h.Weight, want)
+				}
 			}
-		}
-		return nil
-	})
+			return nil
+		})
+	}
 
-	// Hold: the instance stays eligible, at half weight, in Envoy's
+	// Hold: the instance stays eligible, at half weight, in the Envoys'
 	// hosts, while that caller's failing windows keep coming.
 	const lrsHold = 20 * time.Second
 	failing := map[time.Time]bool{}
@@ -336,12 +367,14 @@ func TestEnvoyLoadReportsOneCaller(t *testing.T) {
 		if ev, ok := lrsOutcome(se, observer); ok && !ev.OK && !ev.At.Before(holdStart) {
 			failing[ev.At] = true
 		}
-		hs, err := e.Hosts(ctx, demoCluster)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := hostsAre("HEALTHY", us...)(hs); err != nil {
-			t.Fatalf("Envoy after %s: %v; holds %s", time.Since(holdStart).Round(time.Millisecond), err, hostLines(hs))
+		for _, e := range envoys {
+			hs, err := e.Hosts(ctx, demoCluster)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := hostsAre("HEALTHY", us...)(hs); err != nil {
+				t.Fatalf("%s after %s: %v; holds %s", e.name, time.Since(holdStart).Round(time.Millisecond), err, hostLines(hs))
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -355,16 +388,18 @@ func TestEnvoyLoadReportsOneCaller(t *testing.T) {
 	if len(failing) < 8 {
 		t.Errorf("%d failing outcome windows from %s reached the leader in %s; want at least 8, or holding means little", len(failing), observer, lrsHold)
 	}
-	lrsNoEjections(ctx, t, e)
+	for _, e := range envoys {
+		lrsNoEjections(ctx, t, e)
+	}
 	if load.errs > 0 || len(load.own) > 0 {
 		t.Errorf("load: %s", load)
 	}
 	t.Logf("%s stayed eligible at weight %d for %s while %d failing windows from one caller came; load: %s", sick.ID, base/2, lrsHold, len(failing), load)
 }
 
-// TestEnvoyLoadReportsQuorum runs two Envoys with different node ids
-// (two observers, outcome_quorum's default) in front of three upstreams,
-// both sending traffic, on a cluster of three servers: each Envoy talks
+// TestEnvoyLoadReportsQuorum runs two Envoys with tokens of their own
+// (ACLs on: two callers, outcome_quorum's default) in front of three
+// upstreams, both sending traffic, on a cluster of three servers: each Envoy talks
 // to a different follower only, whose xDS server forwards its load
 // reports to the leader (TestEnvoyLoadReportsOneCaller covers a leader
 // taking them itself). When one upstream answers 503 to both, each
@@ -377,7 +412,8 @@ func TestEnvoyLoadReportsQuorum(t *testing.T) {
 	needEnvoy(t)
 	t.Parallel()
 	ctx := ctxT(t, 3*time.Minute)
-	c, us := startLRS(ctx, t, 3, 3)
+	readers := []string{"lrs-reader-1-0123456789abcdefg", "lrs-reader-2-0123456789abcdefg"}
+	c, us := startLRS(ctx, t, 3, 3, readers...)
 	var leader *Node
 	Eventually(t, 30*time.Second, func() (err error) {
 		leader, err = c.Leader()
@@ -392,8 +428,9 @@ func TestEnvoyLoadReportsQuorum(t *testing.T) {
 	var envoys []*Envoy
 	var observers []string
 	for i, node := range []string{"envoy-lrs-q1", "envoy-lrs-q2"} {
-		envoys = append(envoys, startEnvoy(t, c, EnvoyConfig{Node: node, Servers: []string{followers[i].GRPCAddr}}))
-		observers = append(observers, "xds:"+node)
+		envoys = append(envoys, startEnvoy(t, c, EnvoyConfig{Node: node, Servers: []string{followers[i].GRPCAddr}, Token: readers[i]}))
+		// The caller is the token's identity, as cairn names it.
+		observers = append(observers, "reader:"+acl.AccessorOf(acl.DigestOf(readers[i])))
 	}
 	for _, e := range envoys {
 		waitHosts(t, e, 30*time.Second, "the demo cluster from cairn", hostsAre("HEALTHY", us...))

@@ -127,6 +127,13 @@ type ObservedOutcomes struct {
 	OutcomeReport
 }
 
+// Caller is the caller an outcome report's observer names, whichever
+// way the report came: a load report a server forwards as "xds:NAME" is
+// NAME's, the same caller as NAME's own POST /v1/outcomes, so that one
+// token (or, with ACLs off, the one anonymous caller) is one voice in the
+// outcome quorum however it reports.
+func Caller(observer string) string { return strings.TrimPrefix(observer, "xds:") }
+
 // OutcomeBatch is POST /v1/internal/outcomes: what a server's xDS
 // subscribers reported over LRS, as caller outcomes, forwarded to the
 // leader. Each observer's name starts with "xds:".

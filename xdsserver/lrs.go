@@ -17,6 +17,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/cairn-sd/cairn/acl"
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 )
@@ -63,7 +64,7 @@ func (l *lrsServer) StreamLoadStats(stream grpc.BidiStreamingServer[lrsv3.LoadSt
 			return err
 		}
 		if observer == "" {
-			observer = observerOf(name, req.GetNode().GetId())
+			observer = observerOf(name)
 			if err := stream.Send(&lrsv3.LoadStatsResponse{SendAllClusters: true, ReportEndpointGranularity: true,
 				LoadReportingInterval: durationpb.New(s.cfg.LoadReportInterval)}); err != nil {
 				return err
@@ -76,17 +77,18 @@ func (l *lrsServer) StreamLoadStats(stream grpc.BidiStreamingServer[lrsv3.LoadSt
 }
 
 // observerOf names the caller behind a load report: with ACLs on, its
-// token's identity (so that one token, however many node ids it claims,
-// is one voice in the outcome quorum); with them off, the node id its
-// client sends.
-func observerOf(tokenName, nodeID string) string {
-	switch {
-	case tokenName != "":
+// token's identity, so that one token, however many node ids it claims,
+// is one voice in the outcome quorum (and the same voice as that token's
+// POST /v1/outcomes: wire.Caller); with them off, "xds:anonymous" for
+// every stream, as every API caller is "anonymous" then: a node id is
+// whatever the client says, and one client restarting under fresh ids,
+// or sending many, would otherwise make a quorum of one
+// (docs/decisions.md, "With ACLs off, callers are one").
+func observerOf(tokenName string) string {
+	if tokenName != "" {
 		return "xds:" + tokenName
-	case nodeID != "":
-		return "xds:" + nodeID
 	}
-	return "xds:anonymous"
+	return "xds:" + acl.AnonymousName
 }
 
 // takeLoad attributes one cluster's load stats to its endpoints, as the

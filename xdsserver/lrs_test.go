@@ -98,7 +98,7 @@ func collect(t *testing.T) (func(context.Context, wire.OutcomeBatch) error, func
 // TestLRSWithGRPCClient: grpc-go's own xDS client reports its loads over
 // LRS to the server that sent its cluster; the calls it made to an
 // instance alone in its locality come out as that instance's outcomes,
-// successes and errors, attributed to the client's node.
+// successes and errors, attributed (ACLs off) to the anonymous caller.
 func TestLRSWithGRPCClient(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -124,12 +124,12 @@ func TestLRSWithGRPCClient(t *testing.T) {
 		}
 	}
 	got := wait(func(m map[string]wire.EndpointOutcome) bool {
-		e := m["xds:test-client pay-0"]
+		e := m["xds:anonymous pay-0"]
 		return e.Success+e.Failure >= 8
 	})
-	e := got["xds:test-client pay-0"]
+	e := got["xds:anonymous pay-0"]
 	if e.Namespace != "shop" || e.Service != "pay" || e.Incarnation != 7 || e.Success != 6 || e.Failure != 2 {
-		t.Errorf("outcomes of pay-0 from xds:test-client: %+v, want shop/pay incarnation 7, 6 successes, 2 failures", e)
+		t.Errorf("outcomes of pay-0 from xds:anonymous: %+v, want shop/pay incarnation 7, 6 successes, 2 failures", e)
 	}
 }
 
@@ -226,5 +226,49 @@ func TestLRSAttribution(t *testing.T) {
 		if got[k] != w {
 			t.Errorf("%s: %+v, want %+v (outcomes for %v)", k, got[k], w, keys)
 		}
+	}
+}
+
+// TestLRSAnonymous: with ACLs off a node id is whatever the client says,
+// so every stream reports as one caller, xds:anonymous, whatever node ids
+// its clients claim: two streams' counts about one endpoint are summed
+// under it, never handed on as two voices for the outcome quorum.
+func TestLRSAnonymous(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pub, _ := status.New(status.Config{Capacity: 8})
+	be := backend{addr: netip.MustParseAddrPort("10.0.0.1:8443")}
+	publishPlaced(t, pub, []placed{{be, "eu-1a"}})
+	sink, wait := collect(t)
+	srv, err := xdsserver.New(xdsserver.Config{Table: pub, Outcomes: sink, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, srv)
+	for i, node := range []string{"envoy-1", "envoy-2"} {
+		stream := lrsClient(t, ctx, addr)
+		if err := stream.Send(&lrsv3.LoadStatsRequest{Node: &corev3.Node{Id: node}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		err := stream.Send(&lrsv3.LoadStatsRequest{ClusterStats: []*endpointv3.ClusterStats{{ClusterName: "pay.shop:grpc",
+			UpstreamLocalityStats: []*endpointv3.UpstreamLocalityStats{{Locality: &corev3.Locality{Region: "eu", Zone: "eu-1a"},
+				UpstreamEndpointStats: []*endpointv3.UpstreamEndpointStats{{Address: sockAddr(be.addr),
+					TotalSuccessfulRequests: uint64(1 + i), TotalErrorRequests: 5}}}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := wait(func(m map[string]wire.EndpointOutcome) bool {
+		e := m["xds:anonymous pay-0"]
+		return e.Success+e.Failure >= 13
+	})
+	if len(got) != 1 {
+		t.Errorf("outcomes handed on under %d callers: %+v; want one, xds:anonymous", len(got), got)
+	}
+	if e := got["xds:anonymous pay-0"]; e.Success != 3 || e.Failure != 10 {
+		t.Errorf("xds:anonymous's outcomes of pay-0: %+v, want both streams' summed: 3 successes, 10 failures", e)
 	}
 }
