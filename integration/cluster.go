@@ -126,7 +126,7 @@ type Config struct {
 	Token string
 	// Hosts, if set, runs node i (from 1) in the network namespace of
 	// Hosts[i-1], listening on its address rather than on loopback: the
-	// hosts of netlab.sh, for a fault that lives in the network between
+	// hosts of the tests' netlab (netlab_test.go), for a fault that lives in the network between
 	// the servers. The nodes need --insecure-plaintext (or TLS) then.
 	Hosts []Host
 	// TLS runs every node with --tls-cert, --tls-key and --tls-ca, from a

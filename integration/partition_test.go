@@ -6,9 +6,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -17,19 +14,12 @@ import (
 	"github.com/miekg/dns"
 )
 
-// The partition tests put the instances in network namespaces made by
-// ../shared/tools/netlab.sh (hosts sd1..sd3 on a bridge, 10.199.0.0/24),
+// The partition tests put the instances in the network namespaces of
+// netlab (netlab_test.go: hosts sd1..sd3 on a bridge, 10.199.0.0/24),
 // and cut them apart from the server with iptables: a fault that lives in
 // the network, tested in the network. The server runs in the test's own
-// namespace, on loopback, and reaches the bridge through a veth pair
-// (root side 10.199.0.254) the test adds and removes.
-
-const (
-	labNet    = "10.199.0"
-	labServer = labNet + ".254"
-	labLink   = "sdroot0"
-	labPeer   = "sdrootp0"
-)
+// namespace, on loopback, and reaches the bridge through netlab's link
+// (root side 10.199.0.254).
 
 // backendEnv makes the test binary an HTTP backend on the addresses it
 // lists (comma-separated), answering 200 to everything until killed: the
@@ -50,80 +40,6 @@ func serveBackends(addrs string) {
 	}
 	fmt.Println("ready")
 	select {}
-}
-
-// netlab is the namespaces of one test.
-type netlab struct {
-	t      *testing.T
-	script string
-}
-
-// needNetlab brings netlab up with three hosts and links this namespace
-// to its bridge, or skips the test where it cannot (not root, no
-// iptables); under CI=true it fails instead.
-func needNetlab(t *testing.T) *netlab {
-	t.Helper()
-	needProcesses(t)
-	missing := func(why string) {
-		t.Helper()
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("netlab: %s, and nothing may skip under CI=true", why)
-		}
-		t.Skipf("netlab: %s", why)
-	}
-	if runtime.GOOS != "linux" || os.Geteuid() != 0 {
-		missing("needs root on Linux")
-	}
-	for _, tool := range []string{"ip", "iptables"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			missing(tool + " is not installed (.ci/run installs iproute2 and iptables)")
-		}
-	}
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	script := filepath.Join(wd, "..", "..", "shared", "tools", "netlab.sh")
-	if _, err := os.Stat(script); err != nil {
-		missing("no " + script)
-	}
-	lab := &netlab{t: t, script: script}
-	lab.down()
-	t.Cleanup(lab.down)
-	lab.run("up")
-	for _, args := range [][]string{
-		{"link", "add", labLink, "type", "veth", "peer", "name", labPeer},
-		{"link", "set", labPeer, "netns", "sdsw"},
-		{"-n", "sdsw", "link", "set", labPeer, "master", "br0", "up"},
-		{"addr", "add", labServer + "/24", "dev", labLink},
-		{"link", "set", labLink, "up"},
-	} {
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	return lab
-}
-
-func (l *netlab) run(args ...string) {
-	l.t.Helper()
-	cmd := exec.Command("bash", append([]string{l.script}, args...)...)
-	cmd.Env = append(os.Environ(), "N=3", "NET="+labNet)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		l.t.Fatalf("netlab %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-}
-
-func (l *netlab) down() {
-	_ = exec.Command("ip", "link", "del", labLink).Run()
-	cmd := exec.Command("bash", l.script, "down")
-	cmd.Env = append(os.Environ(), "N=3", "NET="+labNet)
-	_ = cmd.Run()
-}
-
-// inNetns runs cmd in host sdN's namespace.
-func inNetns(host int, name string, args ...string) *exec.Cmd {
-	return exec.Command("ip", append([]string{"netns", "exec", fmt.Sprintf("sd%d", host), name}, args...)...)
 }
 
 // backends starts an HTTP backend on each address inside host sdN's
@@ -197,9 +113,7 @@ func TestPartitionFromAZoneIsSilence(t *testing.T) {
 	mark := evs[len(evs)-1].Seq
 
 	// Cut zone zb off from the server: its probes go unanswered.
-	if out, err := inNetns(3, "iptables", "-A", "INPUT", "-s", labServer, "-j", "DROP").CombinedOutput(); err != nil {
-		t.Fatalf("iptables: %v %s", err, out)
-	}
+	lab.dropFrom(3, labServer)
 	srv := "_http._tcp.web." + healthNS + ".svc.cairn.internal."
 	inDNS := func() (map[string]bool, error) {
 		r, err := exchange("udp", n.DNSAddr, srv, dns.TypeSRV, false)
@@ -244,9 +158,7 @@ func TestPartitionFromAZoneIsSilence(t *testing.T) {
 	}
 
 	// Heal: the probes are answered again.
-	if out, err := inNetns(3, "iptables", "-F").CombinedOutput(); err != nil {
-		t.Fatalf("iptables -F: %v %s", err, out)
-	}
+	lab.heal(3)
 	waitEvent(ctx, t, n, "web", mark, "probes_restored", func(e wire.Event) bool { return e.Kind == wire.EventProbesRestored })
 	waitAllHealthy(ctx, t, c.Nodes, "web", all...)
 	evs, err = eventsOn(ctx, n, "web")

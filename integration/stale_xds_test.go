@@ -3,7 +3,6 @@ package integration
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -26,8 +25,8 @@ func TestStaleServerLetsItsAgentGo(t *testing.T) {
 	lab := needNetlab(t)
 	const staleAfter = 2 * time.Second
 	var hosts []Host
-	for i := 1; i <= 3; i++ {
-		hosts = append(hosts, Host{Netns: fmt.Sprintf("sd%d", i), Addr: fmt.Sprintf("%s.%d", labNet, i)})
+	for i := 1; i <= labHosts; i++ {
+		hosts = append(hosts, Host{Netns: labHost(i), Addr: labAddr(i)})
 	}
 	// Beyond loopback a server wants ACLs on.
 	const admin = "admin-stale-0123456789abcdefghij"
@@ -100,7 +99,7 @@ func TestStaleServerLetsItsAgentGo(t *testing.T) {
 	start := time.Now()
 	for _, o := range c.Nodes {
 		if o != cut {
-			lab.run("isolate", strconv.Itoa(cut.Index), strconv.Itoa(o.Index))
+			lab.isolate(cut.Index, o.Index)
 		}
 	}
 	a := agents[cut]
