@@ -82,7 +82,9 @@ type serverConfig struct {
 	// LoadReportInterval is how often xDS clients are asked for their
 	// load reports (LRS).
 	LoadReportInterval time.Duration
-	ZoneFile           string
+	// XDSLimits are the --xds-max-* caps on what one client may cost.
+	XDSLimits xdsserver.Limits
+	ZoneFile  string
 	TLS                tlsFiles
 	Plaintext          bool // --insecure-plaintext
 	DNSRRL             dnsserver.RRLConfig
@@ -124,6 +126,10 @@ func serverCommand() *cli.Command {
 			&cli.IntFlag{Name: "table-capacity", Value: status.DefaultCapacity, Usage: "status table slots: most instances this node publishes"},
 			&cli.DurationFlag{Name: "eval-interval", Value: health.DefaultInterval, Usage: "health evaluation and status table cadence"},
 			&cli.DurationFlag{Name: "load-report-interval", Value: xdsserver.DefaultLoadReportInterval, Usage: "how often xDS clients (Envoy, gRPC) are asked for load reports over LRS, taken as caller-observed outcomes: 1s to 10s (more often costs the leader a report per subscriber per interval)"},
+			&cli.IntFlag{Name: "xds-max-names-per-stream", Value: xdsserver.DefaultMaxNames, Usage: "most resource names one xDS stream may watch, all types together (an Envoy watches a name per cluster); past it the stream ends with RESOURCE_EXHAUSTED; 0: no cap"},
+			&cli.IntFlag{Name: "xds-max-types-per-stream", Value: xdsserver.DefaultMaxTypes, Usage: "most resource types one xDS stream may ask for, served or not; 0: no cap"},
+			&cli.IntFlag{Name: "xds-max-streams-per-token", Value: xdsserver.DefaultMaxStreamsPerToken, Usage: "with ACLs on, most xDS and LRS streams one token may hold open; 0: no cap"},
+			&cli.IntFlag{Name: "xds-max-streams-per-address", Value: xdsserver.DefaultMaxStreamsPerAddress, Usage: "with ACLs off, most xDS and LRS streams one peer address may hold open; 0: no cap"},
 			&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"CAIRN_TLS_CERT"}, Usage: "this server's certificate (cairn tls cert create --server): TLS on the API and gRPC, mutual TLS on raft and between servers"},
 			&cli.StringFlag{Name: "tls-key", EnvVars: []string{"CAIRN_TLS_KEY"}, Usage: "the certificate's key"},
 			&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"CAIRN_TLS_CA"}, Usage: "the CA bundle peers' certificates are verified with (old and new CA during a rotation); re-read on SIGHUP and when changed, with the certificate and key"},
@@ -252,6 +258,11 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 		return cfg, fmt.Errorf("--load-report-interval: %s is not between 1s and %s (a third of the default outcome window)",
 			cfg.LoadReportInterval, xdsserver.DefaultLoadReportInterval)
 	}
+	limits, err := xdsLimits(c)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.XDSLimits = limits
 	if err := cfg.LogLevel.UnmarshalText([]byte(c.String("log-level"))); err != nil {
 		return cfg, fmt.Errorf("--log-level: %w", err)
 	}
@@ -481,7 +492,7 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 		// The DNS server's serve-stale rule: past it, the streams end so
 		// that subscribers move to a fresh server.
 		StaleAfter: cfg.StaleAfter, LastSync: func() time.Time { return hn.Synced() }, Restored: func() bool { return hn.Restored() },
-		Authorizer: func() *acl.Authorizer { return a.Authorizer() },
+		Authorizer: func() *acl.Authorizer { return a.Authorizer() }, Limits: cfg.XDSLimits,
 		Outcomes:   func(ctx context.Context, b wire.OutcomeBatch) error { return lrsPush.outcomes(ctx, hn, b) }})
 	if err != nil {
 		return err

@@ -120,3 +120,11 @@ func wantServerUsage(t *testing.T, args []string, want string) {
 		t.Errorf("cairn %v wrote its data dir", args)
 	}
 }
+
+// TestXDSLimitFlags: a negative xDS cap is refused, naming the flag and
+// what 0 means, before the server opens anything.
+func TestXDSLimitFlags(t *testing.T) {
+	for _, f := range []string{"xds-max-names-per-stream", "xds-max-types-per-stream", "xds-max-streams-per-token", "xds-max-streams-per-address"} {
+		wantServerUsage(t, []string{"--" + f, "-1"}, "--"+f+": -1 is negative (0 turns the cap off)")
+	}
+}

@@ -154,7 +154,10 @@ func (st *deltaStream) request(req *discoveryv3.DeltaDiscoveryRequest) error {
 		}
 	}
 	if first || len(req.ResourceNamesSubscribe) > 0 || len(req.ResourceNamesUnsubscribe) > 0 {
-		st.s.hub.subscribe(st.place, st.sig, i, sub.wildcard, sub.names)
+		if err := st.namesFit(i, len(sub.names), st.nameCounts()); err != nil {
+			return err
+		}
+		st.s.hub.watch(st.mem, i, sub.wildcard, req.ResourceNamesSubscribe, req.ResourceNamesUnsubscribe)
 		if i == endpointIdx {
 			sub.sorted = slices.Sorted(maps.Keys(sub.names))
 			st.book.watch(sub.sorted)
@@ -166,6 +169,14 @@ func (st *deltaStream) request(req *discoveryv3.DeltaDiscoveryRequest) error {
 		return st.send(i, force, first)
 	}
 	return nil
+}
+
+// nameCounts returns how many names the stream watches of each type.
+func (st *deltaStream) nameCounts() (n [numTypes]int) {
+	for i := range numTypes {
+		n[i] = len(st.subs[i].names)
+	}
+	return n
 }
 
 // refuse undoes a refused response's changes to what the client holds,
@@ -216,7 +227,7 @@ func (st *deltaStream) tableChanged() error {
 // when a view passes that revision (holds). Nor does anything go from a
 // view older than one the stream already sent from (peer.older).
 func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
-	v := st.s.hub.view(st.place)
+	v := st.view()
 	if v == nil {
 		return nil // not joined: nothing asked for yet
 	}

@@ -96,13 +96,17 @@ func serveLoop[Req any](ctx context.Context, pe *peer, first Req, stale bool, wa
 // protocol: the node and place its first request named, and its
 // registration with the hub.
 type peer struct {
-	s      *Server
-	node   *corev3.Node
-	place  place
-	nonce  uint64
-	sig    *signal // woken when a resource the stream watches changes
-	joined bool    // registered with the hub (at its first request)
-	book   *ackBook
+	s     *Server
+	node  *corev3.Node
+	place place // as the node declared it
+	nonce uint64
+	sig   *signal // woken when a resource the stream watches changes
+	// mem is the stream's registration with the hub (at its first
+	// request): nil until then.
+	mem  *member
+	book *ackBook
+	// types is the resource types the stream asked for (typeSeen).
+	types map[string]struct{}
 	// lane holds back admissions of assignments (endpoints added,
 	// weights changed) while withdrawals go at once. queued (under the
 	// gate's lock) says the stream waits in the gate's queue; granted
@@ -132,12 +136,16 @@ func (pe *peer) begin(node *corev3.Node, typeURL string) (int, bool, error) {
 		pe.node = node
 		pe.place = place{region: node.GetLocality().GetRegion(), zone: node.GetLocality().GetZone()}
 	}
-	if !pe.joined {
-		if _, err := pe.s.hub.join(pe.place, pe.sig); err != nil {
+	if pe.mem == nil {
+		m, err := pe.s.hub.join(pe.place, pe.sig)
+		if err != nil {
 			return 0, false, grpcstatus.Errorf(codes.Internal, "xdsserver: building resources: %v", err)
 		}
-		pe.joined = true
-		pe.book = pe.s.books.open(pe.place)
+		pe.mem = m
+		pe.book = pe.s.books.open(m)
+	}
+	if err := pe.typeSeen(typeURL); err != nil {
+		return 0, false, err
 	}
 	i, ok := typeIndex(typeURL)
 	if !ok {
@@ -148,8 +156,8 @@ func (pe *peer) begin(node *corev3.Node, typeURL string) (int, bool, error) {
 
 // leave unregisters the stream from the hub.
 func (pe *peer) leave() {
-	if pe.joined {
-		pe.s.hub.leave(pe.place, pe.sig)
+	if pe.mem != nil {
+		pe.s.hub.leave(pe.mem)
 		pe.s.books.close(pe.book)
 	}
 }
@@ -165,9 +173,18 @@ func (pe *peer) older(rev uint64) bool {
 	return true
 }
 
-// waitRev has the stream woken once its place's view is built from a
+// waitRev has the stream woken once its view is built from a
 // table of store revision rev or later.
-func (pe *peer) waitRev(rev uint64) { pe.s.hub.waitRev(pe.place, pe.sig, rev) }
+func (pe *peer) waitRev(rev uint64) { pe.s.hub.waitRev(pe.mem, rev) }
+
+// view returns the view the stream is served from (nil before its
+// first request).
+func (pe *peer) view() *view {
+	if pe.mem == nil {
+		return nil
+	}
+	return pe.s.hub.view(pe.mem)
+}
 
 // nextNonce returns the nonce of the stream's next response.
 func (pe *peer) nextNonce() string {
@@ -192,11 +209,16 @@ func endOf(err error) error {
 // the admission cap holds reconnections back.
 func serve[Req any](s *Server, ctx context.Context, pe *peer,
 	recv func() (Req, error), holds func(Req) bool, request func(Req) error, changed func() error) error {
-	allow, _, err := s.authorize(ctx)
+	allow, identity, err := s.authorize(ctx)
 	if err != nil {
 		return err
 	}
 	pe.allow = allow
+	release, err := s.claim(ctx, identity)
+	if err != nil {
+		return err
+	}
+	defer release()
 	if err := s.ready(); err != nil {
 		return err
 	}

@@ -54,6 +54,11 @@ func (l *lrsServer) StreamLoadStats(stream grpc.BidiStreamingServer[lrsv3.LoadSt
 	if err != nil {
 		return err
 	}
+	release, err := s.claim(stream.Context(), name)
+	if err != nil {
+		return err
+	}
+	defer release()
 	observer := ""
 	for {
 		req, err := stream.Recv()

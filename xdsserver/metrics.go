@@ -11,6 +11,7 @@ type metrics struct {
 	responses *prometheus.CounterVec // by type
 	nacks     *prometheus.CounterVec // by type
 	dropped   prometheus.Gauge
+	places    prometheus.Gauge
 	refreshes prometheus.Counter
 	delivery  *prometheus.HistogramVec // by lane
 	deferred  *prometheus.CounterVec   // by reason
@@ -29,7 +30,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		opened: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_xds_streams_opened_total",
 			Help: "xDS streams admitted since the server started: a rise with cairn_xds_streams flat is subscribers reconnecting."}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_xds_streams_refused_total",
-			Help: "xDS streams refused: with UNAVAILABLE, the status table not loaded yet (not_ready), the admission cap (admission_cap: after a restart, or reconnecting subscribers past 5% of the expected count per 10 s) or a client that holds a view on a stale server (stale); with UNAUTHENTICATED, no token or an unknown one (unauthenticated)."}, []string{"reason"}),
+			Help: "xDS streams refused: with UNAVAILABLE, the status table not loaded yet (not_ready), the admission cap (admission_cap: after a restart, or reconnecting subscribers past 5% of the expected count per 10 s) or a client that holds a view on a stale server (stale); with UNAUTHENTICATED, no token or an unknown one (unauthenticated); with RESOURCE_EXHAUSTED, a client past a cap (streams_per_token, streams_per_address) or a stream that asked for more names or types than one stream may (names_per_stream, types_per_stream: the stream ends)."}, []string{"reason"}),
 		responses: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_xds_responses_total",
 			Help: "xDS responses sent, by resource type."}, []string{"type"}),
 		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_xds_nacks_total",
@@ -47,6 +48,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "1 while the server's store view is stale (past --stale-after without quorum, or restored from disk): it lets its xDS subscribers go."}),
 		letGo: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_xds_streams_let_go_total",
 			Help: "xDS streams the server ended with UNAVAILABLE so that their clients reconnect: the server turned stale (stale), or a stream served stale while the server is fresh again (fresh_again)."}, []string{"reason"}),
+		places: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_xds_places",
+			Help: "Places the xDS server builds assignments for at each table change: the cluster's localities its subscribers are in (a declared locality no instance is in counts as its region, or as none), never more than its (region, zone) pairs and regions, plus one."}),
 		dropped: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_xds_duplicate_endpoints",
 			Help: "Endpoints left out of the latest assignments because another instance of their service has their address and port."}),
 	}
@@ -54,8 +57,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	// to alert on before it first happens.
 	m.letGo.WithLabelValues("stale")
 	m.letGo.WithLabelValues("fresh_again")
+	for _, r := range []string{"streams_per_token", "streams_per_address", "names_per_stream", "types_per_stream"} {
+		m.refused.WithLabelValues(r)
+	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.streams, m.opened, m.refused, m.responses, m.nacks, m.dropped, m.refreshes, m.delivery, m.deferred, m.loads, m.stale, m.letGo} {
+		for _, c := range []prometheus.Collector{m.streams, m.opened, m.refused, m.responses, m.nacks, m.dropped, m.refreshes, m.places, m.delivery, m.deferred, m.loads, m.stale, m.letGo} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -82,6 +82,9 @@ type Config struct {
 	// only the services its token may read. Nil, or an authorizer with
 	// ACLs off: every stream sees everything.
 	Authorizer func() *acl.Authorizer
+	// Limits caps what one client may make the server do; zero values
+	// take the defaults.
+	Limits Limits
 }
 
 // Server answers xDS streams from the published status table. It does
@@ -101,8 +104,9 @@ type Server struct {
 	// started is when the server was made: a store view never synced is
 	// as old as that.
 	started time.Time
-	books   books // what each stream's subscriber acknowledged
-	gate    *gate // the admission lane's budget
+	books   books   // what each stream's subscriber acknowledged
+	clients clients // open streams per client, for Limits
+	gate    *gate   // the admission lane's budget
 	// outcomes gathers what load reports said until it is handed on;
 	// serviceIDs finds the services they name.
 	outcomes   outcomeSink
@@ -142,6 +146,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxAdmissionDelay == 0 {
 		cfg.MaxAdmissionDelay = DefaultMaxAdmissionDelay
 	}
+	cfg.Limits.defaults()
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err

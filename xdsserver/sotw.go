@@ -88,10 +88,19 @@ func (st *sotwStream) request(req *discoveryv3.DiscoveryRequest) error {
 		// older than it is sent (send).
 		sub.sent = req.VersionInfo
 	}
+	was := sub.names
 	changed := sub.update(i, req.ResourceNames, first)
 	sub.open = true
 	if first || changed {
-		st.s.hub.subscribe(st.place, st.sig, i, sub.wildcard, sub.names)
+		var n [numTypes]int
+		for j := range numTypes {
+			n[j] = len(st.subs[j].names)
+		}
+		if err := st.namesFit(i, len(sub.names), n); err != nil {
+			return err
+		}
+		add, remove := namesDiff(was, sub.names)
+		st.s.hub.watch(st.mem, i, sub.wildcard, add, remove)
 		if i == endpointIdx {
 			st.book.watch(slices.Sorted(maps.Keys(sub.names)))
 		}
@@ -102,6 +111,22 @@ func (st *sotwStream) request(req *discoveryv3.DiscoveryRequest) error {
 		return st.send(i, true)
 	}
 	return nil
+}
+
+// namesDiff returns the names of now that were not in was, and those of
+// was no longer in now.
+func namesDiff(was, now map[string]bool) (add, remove []string) {
+	for n := range now {
+		if !was[n] {
+			add = append(add, n)
+		}
+	}
+	for n := range was {
+		if !now[n] {
+			remove = append(remove, n)
+		}
+	}
+	return add, remove
 }
 
 // update sets the subscription's names from a request and reports
@@ -190,7 +215,7 @@ func (st *sotwStream) tableChanged() error {
 // a view passes that revision (holds). Nor does anything go from a view
 // older than one the stream already sent from (peer.older).
 func (st *sotwStream) send(i int, force bool) error {
-	v := st.s.hub.view(st.place)
+	v := st.view()
 	if v == nil {
 		return nil // not joined: nothing asked for yet
 	}

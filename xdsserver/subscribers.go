@@ -19,9 +19,9 @@ type held struct {
 // assignments, for the API's "who is behind" (SPEC §6, issue 11 item
 // 9). The stream writes it as acknowledgements come; the API reads it.
 type ackBook struct {
-	place place
-	mu    sync.Mutex
-	held  map[string]held // by assignment name
+	mem  *member // the stream's registration with the hub
+	mu   sync.Mutex
+	held map[string]held // by assignment name
 	// watching is the assignments the subscriber named, shared with the
 	// stream, never modified: one it holds nothing of yet is behind, at
 	// revision 0.
@@ -68,8 +68,8 @@ type books struct {
 	all map[*ackBook]struct{}
 }
 
-func (bs *books) open(p place) *ackBook {
-	b := &ackBook{place: p, held: map[string]held{}}
+func (bs *books) open(m *member) *ackBook {
+	b := &ackBook{mem: m, held: map[string]held{}}
 	bs.mu.Lock()
 	if bs.all == nil {
 		bs.all = map[*ackBook]struct{}{}
@@ -124,13 +124,9 @@ func (s *Server) tally(match func(ns, svc string) bool) (wire.XDSSubscribers, in
 	type group struct{ n, behind int }
 	byRev := map[uint64]*group{}
 	out := wire.XDSSubscribers{Revisions: []wire.XDSRevision{}}
-	views := map[place]*view{}
-	for _, b := range all {
-		v, ok := views[b.place]
-		if !ok {
-			v = s.hub.view(b.place)
-			views[b.place] = v
-		}
+	views := s.hub.viewsOf(all)
+	for k, b := range all {
+		v := views[k]
 		found, behind, oldest := false, false, uint64(0)
 		count := func(rev uint64, late bool) {
 			if !found || rev < oldest {

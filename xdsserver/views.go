@@ -113,29 +113,24 @@ type svcAssign struct {
 	dropped int
 }
 
-// placeState is what the hub keeps for the streams of one place.
+// placeState is what the hub keeps for the streams served from one
+// place (their home, see fold).
 type placeState struct {
 	place   place
 	loc     status.Locality // the place's ids in the tables the views were built from
-	streams int
+	members int
 	view    *view
 	assign  map[uint32]svcAssign // by service id
 	dropped int
-	// watch holds, per type, the streams subscribed to each name; wild
-	// the streams subscribed to every name of the type.
-	watch [numTypes]map[string]map[*signal]struct{}
-	wild  [numTypes]map[*signal]struct{}
-	// revWait holds the streams holding something back until the view's
-	// store revision reaches the one given (see waitRev).
-	revWait map[*signal]uint64
 }
 
 // hub turns each published table into resources, once per place that
-// has streams, and wakes only the streams watching a resource that
-// changed. A service whose definition and members did not change keeps
-// its encoded resources from one table to the next, so the cost of a
-// table is the cost of what changed in it, and a change reaches the
-// streams it concerns rather than every stream.
+// streams are served from, and wakes only the streams watching a
+// resource that changed. A service whose definition and members did not
+// change keeps its encoded resources from one table to the next, so the
+// cost of a table is the cost of what changed in it, and a change
+// reaches the streams it concerns rather than every stream. The places
+// are the table's real localities (fold), whatever the clients declare.
 type hub struct {
 	pub  *status.Publisher
 	m    *metrics
@@ -145,6 +140,13 @@ type hub struct {
 	mu     sync.Mutex
 	table  uint64
 	common map[uint32]svcCommon // by service id
+	// fps is each service's membersFP in the current table, computed
+	// once per table for every place.
+	fps map[uint32]uint64
+	// locs is the current table's localities; rehome says they changed
+	// since the members were last folded onto them.
+	locs   localities
+	rehome bool
 	// views are the agents' views (package agentview), by service id:
 	// the same from every place, so built once per change of the
 	// service's members, whichever place's refresh comes first.
@@ -152,111 +154,23 @@ type hub struct {
 	// clusters and listeners of the current table, shared by every place
 	clusters, listeners map[string]resource
 	places              map[place]*placeState
+	members             map[*member]struct{}
+	// names holds, per type, the streams watching each name; wild the
+	// streams watching every name of the type. revWait holds the streams
+	// holding something back until their view's store revision reaches
+	// the one given (see waitRev).
+	names   [numTypes]map[string]map[*member]struct{}
+	wild    [numTypes]map[*member]struct{}
+	revWait map[*member]uint64
 }
 
 func newHub(pub *status.Publisher, m *metrics) *hub {
-	return &hub{pub: pub, m: m, seed: maphash.MakeSeed(), common: map[uint32]svcCommon{}, views: map[uint32]svcView{},
-		places: map[place]*placeState{}}
-}
-
-// join registers a stream of place p and returns its current view.
-func (h *hub) join(p place, sig *signal) (*view, error) {
-	t := h.pub.Acquire()
-	defer t.Release()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if len(h.places) == 0 {
-		h.refreshCommon(t) // the first stream: nothing was kept up to date
-	} else {
-		h.refreshLocked(t)
-	}
-	ps := h.places[p]
-	if ps == nil {
-		ps = &placeState{place: p, assign: map[uint32]svcAssign{}, revWait: map[*signal]uint64{}}
-		for i := range numTypes {
-			ps.watch[i], ps.wild[i] = map[string]map[*signal]struct{}{}, map[*signal]struct{}{}
-		}
-		if err := h.refreshPlace(t, ps, [numTypes]map[string]bool{}); err != nil {
-			return nil, err
-		}
-		h.places[p] = ps
-	}
-	ps.streams++
-	return ps.view, nil
-}
-
-// leave forgets a stream of place p, and the place with its last stream.
-func (h *hub) leave(p place, sig *signal) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	ps := h.places[p]
-	if ps == nil {
-		return
-	}
+	h := &hub{pub: pub, m: m, seed: maphash.MakeSeed(), common: map[uint32]svcCommon{}, views: map[uint32]svcView{},
+		places: map[place]*placeState{}, members: map[*member]struct{}{}, revWait: map[*member]uint64{}}
 	for i := range numTypes {
-		delete(ps.wild[i], sig)
-		for name, set := range ps.watch[i] {
-			delete(set, sig)
-			if len(set) == 0 {
-				delete(ps.watch[i], name)
-			}
-		}
+		h.names[i], h.wild[i] = map[string]map[*member]struct{}{}, map[*member]struct{}{}
 	}
-	delete(ps.revWait, sig)
-	if ps.streams--; ps.streams <= 0 {
-		delete(h.places, p)
-	}
-}
-
-// subscribe records what a stream of place p watches of type i: every
-// name (wildcard) or the names given. It replaces what was recorded.
-func (h *hub) subscribe(p place, sig *signal, i int, wildcard bool, names map[string]bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	ps := h.places[p]
-	if ps == nil {
-		return
-	}
-	if wildcard {
-		ps.wild[i][sig] = struct{}{}
-	} else {
-		delete(ps.wild[i], sig)
-	}
-	for name, set := range ps.watch[i] {
-		if !names[name] {
-			delete(set, sig)
-			if len(set) == 0 {
-				delete(ps.watch[i], name)
-			}
-		}
-	}
-	for name := range names {
-		set := ps.watch[i][name]
-		if set == nil {
-			set = map[*signal]struct{}{}
-			ps.watch[i][name] = set
-		}
-		set[sig] = struct{}{}
-	}
-}
-
-// waitRev wakes sig, a stream of place p, once p's view is built from a
-// table of store revision rev or later: at once if it is already. A
-// stream waiting for several revisions is woken at the lowest.
-func (h *hub) waitRev(p place, sig *signal, rev uint64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	ps := h.places[p]
-	if ps == nil {
-		return
-	}
-	if ps.view != nil && ps.view.rev >= rev {
-		sig.wake()
-		return
-	}
-	if w, ok := ps.revWait[sig]; !ok || rev < w {
-		ps.revWait[sig] = rev
-	}
+	return h
 }
 
 // tableSeen returns the version of the last table the hub followed.
@@ -264,17 +178,6 @@ func (h *hub) tableSeen() uint64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.table
-}
-
-// view returns the current view of place p (nil if no stream of p has
-// joined).
-func (h *hub) view(p place) *view {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if ps := h.places[p]; ps != nil {
-		return ps.view
-	}
-	return nil
 }
 
 // run follows the published tables until ctx is done: for each, it
@@ -316,12 +219,31 @@ func (h *hub) refreshLocked(t *status.Table) {
 		h.table, h.clusters, h.listeners = t.Version(), nil, nil
 		return
 	}
-	changed := h.refreshCommon(t)
+	common := h.follow(t)
+	eds := map[*placeState]map[string]bool{}
 	for _, ps := range h.places {
 		// A failure to encode leaves the place on its previous view; the
 		// next table tries again.
-		_ = h.refreshPlace(t, ps, changed)
+		if changed, err := h.refreshPlace(t, ps); err == nil && len(changed) > 0 {
+			eds[ps] = changed
+		}
 	}
+	if h.rehome {
+		// After the places are up to date: a member that moves finds its
+		// new home at table t, built if new.
+		h.rehomeLocked(t)
+	}
+	h.wakeLocked(common, eds)
+	h.m.places.Set(float64(len(h.places)))
+}
+
+// follow brings the clusters and listeners to table t, and what every
+// place's refresh reads of it once (scan); it returns the names that
+// changed, by type.
+func (h *hub) follow(t *status.Table) [numTypes]map[string]bool {
+	changed := h.refreshCommon(t)
+	h.scan(t)
+	return changed
 }
 
 // refreshCommon brings the clusters and listeners to table t, reusing a
@@ -375,10 +297,9 @@ func (h *hub) refreshCommon(t *status.Table) (changed [numTypes]map[string]bool)
 
 // refreshPlace brings a place's view to table t (the hub's), reusing a
 // service's assignments while its definition and members are unchanged,
-// and wakes the streams of the place watching what changed: the names
-// in common (clusters and listeners, which every place shares), or in
-// its assignments.
-func (h *hub) refreshPlace(t *status.Table, ps *placeState, common [numTypes]map[string]bool) error {
+// and returns the names of its assignments that changed (to wake their
+// watchers served from it).
+func (h *hub) refreshPlace(t *status.Table, ps *placeState) (map[string]bool, error) {
 	loc := t.LocalityOf(ps.place.region, ps.place.zone)
 	if loc != ps.loc {
 		// The place's names got ids (its zone's first instance came) or
@@ -391,7 +312,7 @@ func (h *hub) refreshPlace(t *status.Table, ps *placeState, common [numTypes]map
 	var err error
 	_ = services(t, func(id uint32, svc status.ServiceInfo) error {
 		seen[id] = true
-		fp := h.membersFP(t, id, svc)
+		fp := h.fps[id]
 		a, ok := ps.assign[id]
 		if !ok || a.fp != fp {
 			rebuilt = true
@@ -421,7 +342,7 @@ func (h *hub) refreshPlace(t *status.Table, ps *placeState, common [numTypes]map
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for id := range ps.assign {
 		if !seen[id] {
@@ -429,8 +350,7 @@ func (h *hub) refreshPlace(t *status.Table, ps *placeState, common [numTypes]map
 			rebuilt = true
 		}
 	}
-	var changed [numTypes]map[string]bool
-	changed[clusterIdx], changed[listenerIdx] = common[clusterIdx], common[listenerIdx]
+	var changed map[string]bool
 	eds, dropped := map[string]resource{}, 0
 	if rebuilt {
 		for _, a := range ps.assign {
@@ -438,7 +358,7 @@ func (h *hub) refreshPlace(t *status.Table, ps *placeState, common [numTypes]map
 			maps.Copy(eds, a.res)
 		}
 		if ps.view != nil {
-			changed[endpointIdx] = diff(ps.view.res[endpointIdx], eds)
+			changed = diff(ps.view.res[endpointIdx], eds)
 		}
 	} else {
 		// No service's assignment changed for this place: the map stands.
@@ -448,26 +368,7 @@ func (h *hub) refreshPlace(t *status.Table, ps *placeState, common [numTypes]map
 	v.res[clusterIdx], v.res[listenerIdx], v.res[endpointIdx], v.res[routeIdx] = h.clusters, h.listeners, eds, map[string]resource{}
 	ps.view, ps.dropped = v, dropped
 	h.m.dropped.Set(float64(dropped))
-	for sig, rev := range ps.revWait {
-		if rev <= v.rev {
-			sig.wake()
-			delete(ps.revWait, sig)
-		}
-	}
-	for i, names := range changed {
-		if len(names) == 0 {
-			continue
-		}
-		for sig := range ps.wild[i] {
-			sig.wake()
-		}
-		for name := range names {
-			for sig := range ps.watch[i][name] {
-				sig.wake()
-			}
-		}
-	}
-	return nil
+	return changed, nil
 }
 
 // putView files the agent's view of service id ("<svc>.<ns>", package

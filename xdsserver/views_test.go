@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/cairn-sd/cairn/status"
-	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -53,25 +52,12 @@ func TestPlaceGainsItsZone(t *testing.T) {
 	m, _ := newMetrics(nil)
 	h := newHub(pub, m)
 	caller := place{region: "eu", zone: "eu-1b"}
-	v, err := h.join(caller, newSignal())
+	mem, err := h.join(caller, newSignal())
 	if err != nil {
 		t.Fatal(err)
 	}
-	priorities := func(v *view) map[string]uint32 {
-		t.Helper()
-		var cla endpointv3.ClusterLoadAssignment
-		if err := v.res[endpointIdx]["pay.shop:grpc"].body.UnmarshalTo(&cla); err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]uint32{}
-		for _, l := range cla.Endpoints {
-			for _, e := range l.LbEndpoints {
-				out[e.GetEndpoint().GetAddress().GetSocketAddress().Address] = l.Priority
-			}
-		}
-		return out
-	}
-	if got := priorities(v); got["10.0.0.1"] != 0 || got["10.0.0.2"] != 1 {
+	v := h.view(mem)
+	if got := priorities(t, v); got["10.0.0.1"] != 0 || got["10.0.0.2"] != 1 {
 		t.Fatalf("before eu-1b has an id: pay's priorities %v, want p1 0, p2 1", got)
 	}
 	// Only cart changes: its instance moves to eu-1b, which gets an id.
@@ -79,7 +65,7 @@ func TestPlaceGainsItsZone(t *testing.T) {
 	// both in its region, not its zone.
 	build(status.NewNames("eu", "eu-1c", "eu-1a", "eu-1b"), map[int]string{1: "", 2: "eu-1c", 3: "eu-1b"})
 	h.refresh()
-	if got := priorities(h.view(caller)); got["10.0.0.1"] != 0 || got["10.0.0.2"] != 0 {
+	if got := priorities(t, h.view(mem)); got["10.0.0.1"] != 0 || got["10.0.0.2"] != 0 {
 		t.Errorf("after eu-1b has an id: pay's priorities %v, want both 0 (one tier: the region)", got)
 	}
 }
@@ -114,14 +100,15 @@ func TestIdleHubBuildsNothing(t *testing.T) {
 	}
 	publish()
 	sig := newSignal()
-	v, err := h.join(place{}, sig)
+	mem, err := h.join(place{}, sig)
 	if err != nil {
 		t.Fatal(err)
 	}
+	v := h.view(mem)
 	if _, ok := v.res[clusterIdx]["pay.shop:grpc"]; !ok || v.table != 2 {
 		t.Fatalf("first stream's view: table %d, clusters %v; want table 2 with pay.shop:grpc", v.table, v.res[clusterIdx])
 	}
-	h.leave(place{}, sig)
+	h.leave(mem)
 	publish()
 	h.refresh()
 	if h.clusters != nil {

@@ -1,0 +1,272 @@
+package xdsserver
+
+import (
+	"maps"
+
+	"github.com/cairn-sd/cairn/status"
+)
+
+// member is one stream's registration with the hub. The place its node
+// declared is the client's word; the place it is served from (home) is
+// the nearest one the table knows (fold), so that the work of a table
+// change grows with the cluster's real localities, never with what
+// clients claim (issue 28). Its fields are the hub's, under h.mu.
+type member struct {
+	sig      *signal
+	declared place
+	home     *placeState
+	// wild and names are what the stream watches, per type: every name,
+	// or the names given.
+	wild  [numTypes]bool
+	names [numTypes]map[string]struct{}
+}
+
+// localities is what the hub knows of the table's real localities: the
+// (region, zone) pairs some instance is in, and the regions. A place a
+// client declares is folded onto them (fold).
+type localities struct {
+	pairs   map[status.Locality]bool
+	regions map[uint16]bool
+}
+
+func (l localities) equal(o localities) bool {
+	return maps.Equal(l.pairs, o.pairs) && maps.Equal(l.regions, o.regions)
+}
+
+// fold returns the place a stream that declared p is served from, in
+// table t: p itself when some instance is in its region and zone; else
+// its region without a zone when the region is known (a zone nothing
+// runs in, or a zone of another region, is an unknown zone); else no
+// place at all. The views of p and of its fold are the same but for
+// instances with a region and no zone, which the folded caller sees in
+// its own tier (as it would any caller in a zone the table does not
+// know); so made-up localities share the views of real ones instead of
+// each costing a view of its own at every table change.
+func (l localities) fold(t *status.Table, p place) place {
+	loc := t.LocalityOf(p.region, p.zone)
+	switch {
+	case l.pairs[loc]:
+		return place{region: t.Locality(loc.Region), zone: t.Locality(loc.Zone)}
+	case loc.Region != 0 && l.regions[loc.Region]:
+		return place{region: t.Locality(loc.Region)}
+	}
+	return place{}
+}
+
+// scan reads what a table change needs once, whatever the number of
+// places: each service's members' fingerprint (membersFP), and the
+// table's localities.
+func (h *hub) scan(t *status.Table) {
+	fps := make(map[uint32]uint64, len(h.common))
+	l := localities{pairs: map[status.Locality]bool{}, regions: map[uint16]bool{}}
+	_ = services(t, func(id uint32, svc status.ServiceInfo) error {
+		fps[id] = h.membersFP(t, id, svc)
+		for _, slot := range t.Members(id) {
+			e := t.Entry(int(slot))
+			l.pairs[status.Locality{Region: e.Region, Zone: e.Zone}] = true
+			if e.Region != 0 {
+				l.regions[e.Region] = true
+			}
+		}
+		return nil
+	})
+	h.fps = fps
+	if !l.equal(h.locs) {
+		h.locs, h.rehome = l, true
+	}
+}
+
+// placeOf returns the state of place p, made (and its view built from
+// table t) if no stream was served from it.
+func (h *hub) placeOf(t *status.Table, p place) (*placeState, error) {
+	if ps := h.places[p]; ps != nil {
+		return ps, nil
+	}
+	ps := &placeState{place: p, assign: map[uint32]svcAssign{}}
+	if _, err := h.refreshPlace(t, ps); err != nil {
+		return nil, err
+	}
+	h.places[p] = ps
+	return ps, nil
+}
+
+// rehomeLocked moves every member to the fold of its declared place in
+// table t, after the table's localities changed (rare: a zone's first
+// instance, or its last, came or went), and wakes those that moved:
+// their view changed.
+func (h *hub) rehomeLocked(t *status.Table) {
+	h.rehome = false
+	for m := range h.members {
+		ps, err := h.placeOf(t, h.locs.fold(t, m.declared))
+		if err != nil || ps == m.home {
+			continue // a failure to encode leaves it where it was; the next table tries again
+		}
+		m.home.members--
+		m.home = ps
+		ps.members++
+		m.sig.wake()
+	}
+	for p, ps := range h.places {
+		if ps.members <= 0 {
+			delete(h.places, p)
+		}
+	}
+}
+
+// join registers a stream that declared place p and returns it, served
+// from the current table.
+func (h *hub) join(p place, sig *signal) (*member, error) {
+	t := h.pub.Acquire()
+	defer t.Release()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.places) == 0 {
+		h.follow(t) // the first stream: nothing was kept up to date
+	} else {
+		h.refreshLocked(t)
+	}
+	ps, err := h.placeOf(t, h.locs.fold(t, p))
+	if err != nil {
+		return nil, err
+	}
+	m := &member{sig: sig, declared: p, home: ps}
+	for i := range numTypes {
+		m.names[i] = map[string]struct{}{}
+	}
+	ps.members++
+	h.members[m] = struct{}{}
+	h.m.places.Set(float64(len(h.places)))
+	return m, nil
+}
+
+// leave forgets a stream, and its home with its last stream.
+func (h *hub) leave(m *member) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := range numTypes {
+		delete(h.wild[i], m)
+		for name := range m.names[i] {
+			h.unwatch(i, name, m)
+		}
+	}
+	delete(h.revWait, m)
+	delete(h.members, m)
+	if m.home.members--; m.home.members <= 0 {
+		delete(h.places, m.home.place)
+	}
+	h.m.places.Set(float64(len(h.places)))
+}
+
+// watch changes what a stream watches of type i: every name or not
+// (wildcard), and the names added and removed. Its cost is that of the
+// change, not of what the stream or its place watch.
+func (h *hub) watch(m *member, i int, wildcard bool, add, remove []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if m.wild[i] = wildcard; wildcard {
+		h.wild[i][m] = struct{}{}
+	} else {
+		delete(h.wild[i], m)
+	}
+	for _, name := range add {
+		if _, ok := m.names[i][name]; ok || name == wildcardName {
+			continue
+		}
+		m.names[i][name] = struct{}{}
+		set := h.names[i][name]
+		if set == nil {
+			set = map[*member]struct{}{}
+			h.names[i][name] = set
+		}
+		set[m] = struct{}{}
+	}
+	// After the additions, as a delta request's unsubscriptions come
+	// after its subscriptions.
+	for _, name := range remove {
+		if _, ok := m.names[i][name]; ok {
+			delete(m.names[i], name)
+			h.unwatch(i, name, m)
+		}
+	}
+}
+
+func (h *hub) unwatch(i int, name string, m *member) {
+	set := h.names[i][name]
+	delete(set, m)
+	if len(set) == 0 {
+		delete(h.names[i], name)
+	}
+}
+
+// waitRev wakes a stream once its home's view is built from a table of
+// store revision rev or later: at once if it is already. A stream
+// waiting for several revisions is woken at the lowest.
+func (h *hub) waitRev(m *member, rev uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if v := m.home.view; v != nil && v.rev >= rev {
+		m.sig.wake()
+		return
+	}
+	if w, ok := h.revWait[m]; !ok || rev < w {
+		h.revWait[m] = rev
+	}
+}
+
+// view returns the current view a stream is served from.
+func (h *hub) view(m *member) *view {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return m.home.view
+}
+
+// viewsOf returns the current view each book's stream is served from,
+// in one hold of the lock.
+func (h *hub) viewsOf(books []*ackBook) []*view {
+	out := make([]*view, len(books))
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for k, b := range books {
+		out[k] = b.mem.home.view
+	}
+	return out
+}
+
+// wakeLocked wakes the streams that watch what changed: every watcher of
+// a changed cluster or listener (the same in every place), and of a
+// changed assignment the watchers served from the place it changed in.
+func (h *hub) wakeLocked(common [numTypes]map[string]bool, eds map[*placeState]map[string]bool) {
+	for _, i := range []int{clusterIdx, listenerIdx} {
+		if len(common[i]) == 0 {
+			continue
+		}
+		for m := range h.wild[i] {
+			m.sig.wake()
+		}
+		for name := range common[i] {
+			for m := range h.names[i][name] {
+				m.sig.wake()
+			}
+		}
+	}
+	for ps, names := range eds {
+		for m := range h.wild[endpointIdx] {
+			if m.home == ps {
+				m.sig.wake()
+			}
+		}
+		for name := range names {
+			for m := range h.names[endpointIdx][name] {
+				if m.home == ps {
+					m.sig.wake()
+				}
+			}
+		}
+	}
+	for m, rev := range h.revWait {
+		if v := m.home.view; v != nil && v.rev >= rev {
+			m.sig.wake()
+			delete(h.revWait, m)
+		}
+	}
+}
