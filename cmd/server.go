@@ -83,12 +83,12 @@ type serverConfig struct {
 	// load reports (LRS).
 	LoadReportInterval time.Duration
 	// XDSLimits are the --xds-max-* caps on what one client may cost.
-	XDSLimits xdsserver.Limits
-	ZoneFile  string
-	TLS                tlsFiles
-	Plaintext          bool // --insecure-plaintext
-	DNSRRL             dnsserver.RRLConfig
-	DNSCookies         dnsserver.CookieConfig
+	XDSLimits  xdsserver.Limits
+	ZoneFile   string
+	TLS        tlsFiles
+	Plaintext  bool // --insecure-plaintext
+	DNSRRL     dnsserver.RRLConfig
+	DNSCookies dnsserver.CookieConfig
 	// DNSCookieSecretFile is --dns-cookie-secret-file, re-read on SIGHUP.
 	DNSCookieSecretFile string
 }
@@ -493,7 +493,7 @@ func serve(ctx context.Context, cfg serverConfig, logw interface{ Write([]byte) 
 		// that subscribers move to a fresh server.
 		StaleAfter: cfg.StaleAfter, LastSync: func() time.Time { return hn.Synced() }, Restored: func() bool { return hn.Restored() },
 		Authorizer: func() *acl.Authorizer { return a.Authorizer() }, Limits: cfg.XDSLimits,
-		Outcomes:   func(ctx context.Context, b wire.OutcomeBatch) error { return lrsPush.outcomes(ctx, hn, b) }})
+		Outcomes: func(ctx context.Context, b wire.OutcomeBatch) error { return lrsPush.outcomes(ctx, hn, b) }})
 	if err != nil {
 		return err
 	}
