@@ -47,6 +47,11 @@ type deltaSub struct {
 	// (system_version_info) that the server has caught up with it.
 	later   map[string]bool
 	holding bool
+	// retry is the names a pass held back (an admission coalesced or
+	// shed, or a view older than what the client holds): a pass that
+	// looks only at what changed (woken) looks at them too.
+	retry   map[string]bool
+	again   bool // the next pass looks at every name (a frozen pass was to)
 	pending map[string]pendingResp
 	order   []string  // pending's nonces, oldest first
 	since   time.Time // when the subscription opened: earlier changes are not its deliveries
@@ -72,6 +77,7 @@ type deltaStream struct {
 // DeltaAggregatedResources serves one incremental ADS stream.
 func (s *Server) DeltaAggregatedResources(stream grpc.BidiStreamingServer[discoveryv3.DeltaDiscoveryRequest, discoveryv3.DeltaDiscoveryResponse]) error {
 	st := &deltaStream{peer: newPeer(s), stream: stream}
+	st.tracks = true
 	return serve(s, stream.Context(), &st.peer, stream.Recv,
 		func(r *discoveryv3.DeltaDiscoveryRequest) bool { return len(r.InitialResourceVersions) > 0 }, st.request, st.tableChanged)
 }
@@ -114,7 +120,7 @@ func (st *deltaStream) request(req *discoveryv3.DeltaDiscoveryRequest) error {
 	if first {
 		sub.open, sub.since = true, st.s.cfg.Now()
 		sub.names, sub.has, sub.refused, sub.pending = map[string]bool{}, map[string]string{}, map[string]string{}, map[string]pendingResp{}
-		sub.rot, sub.later = map[string][]string{}, map[string]bool{}
+		sub.rot, sub.later, sub.retry = map[string][]string{}, map[string]bool{}, map[string]bool{}
 		// A reconnecting client says what it holds: what has not changed
 		// since is not sent again, what is gone is removed — unless the
 		// view is older than what it holds (send).
@@ -149,6 +155,7 @@ func (st *deltaStream) request(req *discoveryv3.DeltaDiscoveryRequest) error {
 		delete(sub.has, n) // so that a later subscription sends it again
 		delete(sub.rot, n)
 		delete(sub.later, n)
+		delete(sub.retry, n)
 		if i == endpointIdx {
 			st.book.drop(n)
 		}
@@ -166,7 +173,12 @@ func (st *deltaStream) request(req *discoveryv3.DeltaDiscoveryRequest) error {
 	if first || len(force) > 0 {
 		// The first request of a type is answered even when nothing is to
 		// be sent: a client waits for it to finish starting.
-		return st.send(i, force, first)
+		// A first request looks at every name; a later one at the names
+		// it subscribed, those held back and what changed since the last
+		// pass (take).
+		w := st.s.hub.take(st.mem, i)
+		w.all = w.all || first
+		return st.send(i, force, first, w)
 	}
 	return nil
 }
@@ -205,7 +217,7 @@ func (sub *deltaSub) refuse(ch map[string]change) {
 func (st *deltaStream) tableChanged() error {
 	for i := range numTypes {
 		if st.subs[i].open {
-			if err := st.send(i, nil, false); err != nil {
+			if err := st.send(i, nil, false, st.s.hub.take(st.mem, i)); err != nil {
 				return err
 			}
 		}
@@ -226,17 +238,23 @@ func (st *deltaStream) tableChanged() error {
 // content or none, is neither sent nor removed, and the stream is woken
 // when a view passes that revision (holds). Nor does anything go from a
 // view older than one the stream already sent from (peer.older).
-func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
+func (st *deltaStream) send(i int, force map[string]bool, always bool, w woken) error {
 	v := st.view()
 	if v == nil {
 		return nil // not joined: nothing asked for yet
 	}
 	sub := &st.subs[i]
 	frozen := st.older(v.rev)
+	w.all = w.all || sub.again
 	if frozen {
 		for n := range force {
 			sub.later[n] = true
 		}
+		// What the stream was woken for is looked at once it thaws.
+		for n := range w.names {
+			sub.retry[n] = true
+		}
+		sub.again = w.all
 		sub.holding = true
 		if !always {
 			return nil
@@ -272,13 +290,17 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
 			consider[n] = true
 		}
 		names = slices.Sorted(maps.Keys(consider))
-	default:
+	case w.all:
 		// Named subscriptions change rarely and wake-ups often: their
 		// sorted names are kept until they change.
 		if sub.sorted == nil {
 			sub.sorted = slices.Sorted(maps.Keys(sub.names))
 		}
 		names = sub.sorted
+		clear(sub.retry) // every name is looked at: what is held back is found again
+		sub.again = false
+	default:
+		names = w.of(sub, force)
 	}
 	// system_version_info is the store revision of the table the response
 	// is built from: a removal carries no version, and an agent judges by
@@ -306,9 +328,11 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
 				if wait == 0 || rev < wait {
 					wait = rev
 				}
+				sub.retry[n] = true
 				continue
 			}
 		}
+		delete(sub.retry, n)
 		refused, ok := sub.refused[n]
 		_, refusedDigest := ParseVersion(refused)
 		switch {
@@ -324,6 +348,7 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
 					asked, admit = true, st.admitNow(now)
 				}
 				if !admit {
+					sub.retry[n] = true
 					continue
 				}
 				admitting = true
@@ -378,6 +403,41 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool) error {
 	}
 	st.s.m.responses.WithLabelValues(typeLabel[i]).Inc()
 	return nil
+}
+
+// woken is what a pass of send looks at: every name (all), or the names
+// that changed since the last (names, from the hub: take), with those
+// forced and those held back.
+type woken struct {
+	all   bool
+	names map[string]struct{}
+}
+
+// of returns the names a pass looks at, sorted: those of w, forced or
+// held back that the subscription names.
+func (w woken) of(sub *deltaSub, force map[string]bool) []string {
+	var out []string
+	add := func(n string) {
+		if sub.names[n] {
+			out = append(out, n)
+		}
+	}
+	for n := range w.names {
+		add(n)
+	}
+	for n := range force {
+		if _, dup := w.names[n]; !dup {
+			add(n)
+		}
+	}
+	for n := range sub.retry {
+		_, dup := w.names[n]
+		if !dup && !force[n] {
+			add(n)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // note takes one resource of the response into its origin (the oldest

@@ -107,6 +107,8 @@ type peer struct {
 	book *ackBook
 	// types is the resource types the stream asked for (typeSeen).
 	types map[string]struct{}
+	// tracks says the hub records what the stream is woken for (member).
+	tracks bool
 	// lane holds back admissions of assignments (endpoints added,
 	// weights changed) while withdrawals go at once. queued (under the
 	// gate's lock) says the stream waits in the gate's queue; granted
@@ -137,7 +139,7 @@ func (pe *peer) begin(node *corev3.Node, typeURL string) (int, bool, error) {
 		pe.place = place{region: node.GetLocality().GetRegion(), zone: node.GetLocality().GetZone()}
 	}
 	if pe.mem == nil {
-		m, err := pe.s.hub.join(pe.place, pe.sig)
+		m, err := pe.s.hub.join(pe.place, pe.sig, pe.tracks)
 		if err != nil {
 			return 0, false, grpcstatus.Errorf(codes.Internal, "xdsserver: building resources: %v", err)
 		}

@@ -19,6 +19,37 @@ type member struct {
 	// or the names given.
 	wild  [numTypes]bool
 	names [numTypes]map[string]struct{}
+	// With tracks (a delta stream), the hub records what it woke the
+	// stream for: the watched names that changed, per type (dirty), or
+	// that the whole view may have (all: the stream moved to another
+	// place); take hands them over. A wake-up then costs the stream what
+	// changed, not every name it watches.
+	tracks bool
+	dirty  [numTypes]map[string]struct{}
+	all    [numTypes]bool
+}
+
+// mark records that name of type i changed for m.
+func (m *member) mark(i int, name string) {
+	if !m.tracks {
+		return
+	}
+	if m.dirty[i] == nil {
+		m.dirty[i] = map[string]struct{}{}
+	}
+	m.dirty[i][name] = struct{}{}
+}
+
+// take returns, and forgets, what the stream was woken for of type i
+// since it last took it. It must be called before the stream reads its
+// view, so that a change it misses is one its view does not hold yet
+// (and the next wake-up brings).
+func (h *hub) take(m *member, i int) woken {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w := woken{all: m.all[i], names: m.dirty[i]}
+	m.all[i], m.dirty[i] = false, nil
+	return w
 }
 
 // localities is what the hub knows of the table's real localities: the
@@ -104,6 +135,7 @@ func (h *hub) rehomeLocked(t *status.Table) {
 		m.home.members--
 		m.home = ps
 		ps.members++
+		m.all = [numTypes]bool{true, true, true, true}
 		m.sig.wake()
 	}
 	for p, ps := range h.places {
@@ -115,7 +147,7 @@ func (h *hub) rehomeLocked(t *status.Table) {
 
 // join registers a stream that declared place p and returns it, served
 // from the current table.
-func (h *hub) join(p place, sig *signal) (*member, error) {
+func (h *hub) join(p place, sig *signal, tracks bool) (*member, error) {
 	t := h.pub.Acquire()
 	defer t.Release()
 	h.mu.Lock()
@@ -129,7 +161,7 @@ func (h *hub) join(p place, sig *signal) (*member, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &member{sig: sig, declared: p, home: ps}
+	m := &member{sig: sig, declared: p, home: ps, tracks: tracks}
 	for i := range numTypes {
 		m.names[i] = map[string]struct{}{}
 	}
@@ -245,6 +277,7 @@ func (h *hub) wakeLocked(common [numTypes]map[string]bool, eds map[*placeState]m
 		}
 		for name := range common[i] {
 			for m := range h.names[i][name] {
+				m.mark(i, name)
 				m.sig.wake()
 			}
 		}
@@ -258,6 +291,7 @@ func (h *hub) wakeLocked(common [numTypes]map[string]bool, eds map[*placeState]m
 		for name := range names {
 			for m := range h.names[endpointIdx][name] {
 				if m.home == ps {
+					m.mark(endpointIdx, name)
 					m.sig.wake()
 				}
 			}

@@ -91,7 +91,7 @@ func TestMadeUpLocalitiesShareRealPlaces(t *testing.T) {
 		case 3:
 			p = []place{a, b, us, {}}[rng.IntN(4)]
 		}
-		mem, err := h.join(p, newSignal())
+		mem, err := h.join(p, newSignal(), true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,7 +120,7 @@ func TestMadeUpLocalitiesShareRealPlaces(t *testing.T) {
 	// place when an instance comes there, and is woken for it.
 	c := place{"eu", "eu-1c"}
 	sig := newSignal()
-	mem, err := h.join(c, sig)
+	mem, err := h.join(c, sig, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,8 +161,8 @@ func TestWatchCostsTheChange(t *testing.T) {
 	zonedTable(t, pub, place{"eu", "eu-1a"})
 	m, _ := newMetrics(nil)
 	h := newHub(pub, m)
-	one, _ := h.join(place{}, newSignal())
-	two, _ := h.join(place{}, newSignal())
+	one, _ := h.join(place{}, newSignal(), true)
+	two, _ := h.join(place{}, newSignal(), true)
 	h.watch(one, endpointIdx, false, []string{"pay.shop:grpc", "x", "y"}, nil)
 	h.watch(two, endpointIdx, false, []string{"pay.shop:grpc", "*"}, nil)
 	h.watch(one, endpointIdx, false, []string{"z"}, []string{"x", "z", "never"}) // delta: unsubscribed after subscribed

@@ -52,7 +52,7 @@ func TestPlaceGainsItsZone(t *testing.T) {
 	m, _ := newMetrics(nil)
 	h := newHub(pub, m)
 	caller := place{region: "eu", zone: "eu-1b"}
-	mem, err := h.join(caller, newSignal())
+	mem, err := h.join(caller, newSignal(), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestIdleHubBuildsNothing(t *testing.T) {
 	}
 	publish()
 	sig := newSignal()
-	mem, err := h.join(place{}, sig)
+	mem, err := h.join(place{}, sig, false)
 	if err != nil {
 		t.Fatal(err)
 	}
