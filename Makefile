@@ -6,7 +6,7 @@ STATICCHECK_VERSION ?= v0.8.2
 # on a machine where benches must not overlap.
 LOCK      ?=
 
-.PHONY: help build run envoy test integration scenarios bench bench-dns bench-xds bench-envoy bench-xds-inprocess bench-ui soak fuzz lint fmt tidy
+.PHONY: help build run envoy test integration scenarios bench bench-dns bench-xds bench-xds-hostile bench-envoy bench-xds-inprocess bench-ui soak fuzz lint fmt tidy
 help:        ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
 
@@ -55,6 +55,19 @@ bench-xds:   ## xDS, server in its own process, cairn beside go-control-plane's 
 	for t in cairn linearcache; do \
 		$(LOCK) bin/xdsload -bin bin/cairn -peer-bin bin/xdspeer -target $$t -mode burst -streams 2000 > bench/results/xdsload-$$t-burst-2000.txt || exit 1; cat bench/results/xdsload-$$t-burst-2000.txt; \
 	done
+
+# HOSTILE_ROUNDS are the rounds of bench-xds-hostile, each a run without
+# hostile streams and one with; HOSTILE_ARGS go to every run of it.
+HOSTILE_ROUNDS ?= 1 2 3
+HOSTILE_ARGS   ?=
+bench-xds-hostile: ## hostile xDS subscribers (issue 28, SPEC §9): 2,000 honest delta subscribers (40 services, 300 changes a minute for 60 s), without and with 500 hostile streams (a made-up locality each, 10 real and 10,000 junk names), alternating, HOSTILE_ROUNDS rounds; prints the medians and the ratio of honest withdrawal p99; ~12 min for 3 rounds, the server ~5 GB with them; results in bench/results/xdsload-hostile-*.txt (bench/cmd/xdsload -hostile)
+	mkdir -p bench/results
+	$(LOCK) $(GO) build -o bin/cairn ./cmd/cairn
+	$(LOCK) $(GO) build -o bin/xdsload ./bench/cmd/xdsload
+	for r in $(HOSTILE_ROUNDS); do for h in 0 500; do \
+		$(LOCK) bin/xdsload -bin bin/cairn -target cairn -mode steady -services 40 -rate 300 -streams 2000 -hostile $$h $(HOSTILE_ARGS) > bench/results/xdsload-hostile-$$h-$$r.txt || exit 1; grep -v '^{' bench/results/xdsload-hostile-$$h-$$r.txt; \
+	done; done
+	bin/xdsload -compare $(foreach r,$(HOSTILE_ROUNDS),bench/results/xdsload-hostile-0-$(r).txt bench/results/xdsload-hostile-500-$(r).txt)
 
 bench-envoy: ## xDS to real Envoys (the shipped bootstrap) beside 2,000 simulated subscriptions, steady: 1 and 10 Envoys all timed, 25 and 100 with 5 timed, then 10 with drains; withdrawal to Envoy (its admin) beside the simulated figure, Envoy RSS and CPU each; ~15 min; needs make envoy; results in bench/results/ (bench/cmd/xdsload -envoys)
 	mkdir -p bench/results

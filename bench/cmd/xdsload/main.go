@@ -35,7 +35,8 @@
 // before the subscriber saw it is shed for that subscriber. Per kind it
 // reports delivery p50/p99/max, the time until 99% of a change's
 // subscribers had it (median and max over changes), what was shed and
-// what never arrived; the server's CPU (/proc/PID/stat) and the
+// what never arrived, and how many changes reached 99% of their
+// subscribers within 5 s (SPEC §4); the server's CPU (/proc/PID/stat) and the
 // generator's (getrusage) during the changes; the server's RSS
 // (/proc/PID/status VmRSS) before the streams, once all are admitted and
 // after the changes, and so KiB per subscription.
@@ -53,6 +54,21 @@
 // holds the layout and after the changes, the Envoys' CPU during the
 // changes, and a check of the endpoints out at the end in Envoy 0's
 // /clusters (drain: DRAINING; deregister: gone).
+//
+// With -hostile N (issue 28; hostile.go), N more streams that mean
+// harm are opened and subscribed before the honest ones, and held open
+// through the changes: each declares a made-up locality of its own and
+// subscribes to -hostile-real real names and -hostile-names junk ones,
+// -hostile-batch a request, acknowledging nothing; refused by the
+// server, it reconnects with backoff and sits at the names last
+// accepted. The report adds what they held and every refusal by gRPC
+// code and message; the server's RSS once they have subscribed, from
+// which the honest streams' memory is then counted. Hostile connections
+// come from -hostile-src (127.0.0.2), honest ones from -honest-srcs
+// addresses 127.0.1.1 on, so that a cap per peer address tells them
+// apart. -compare FILE… reads runs without and with hostile streams and
+// prints the medians and the ratio of honest withdrawal p99 (SPEC §9:
+// hostile subscribers move it by ≤ 10%).
 //
 // Modes set the SPEC's loads: -mode steady (400 services, each
 // subscriber watching 10, 600 changes a minute) and -mode burst (40
@@ -87,6 +103,12 @@ type options struct {
 	envoyPoll                                           time.Duration
 	seed                                                uint64
 	keep                                                bool
+	compare                                             bool
+	// The hostile streams (hostile.go) and where the streams come from.
+	hostile, hostileNames, hostileReal, hostileBatch int
+	hostileSotw, hostileConns, honestSrcs            int
+	hostileSrc                                       string
+	hostileSettle                                    time.Duration
 }
 
 func main() {
@@ -115,7 +137,24 @@ func main() {
 	flag.StringVar(&o.envoyBin, "envoy-bin", "", "Envoy binary (default: integration.EnvoyBinary: $CAIRN_ENVOY, then what make envoy installs, then PATH)")
 	flag.DurationVar(&o.envoyPoll, "envoy-poll", 5*time.Millisecond, "how often each Envoy's admin is asked again about the services it has yet to show a withdrawal of (it is asked at once when one commits)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the target's folder (data dir and log; printed on stderr)")
+	flag.IntVar(&o.hostile, "hostile", 0, "hostile streams beside the honest ones: each declares a made-up locality of its own and subscribes to -hostile-real real and -hostile-names junk names, and holds on; opened and subscribed before the honest streams")
+	flag.IntVar(&o.hostileNames, "hostile-names", 10000, "junk names (names of nothing) each hostile stream subscribes to")
+	flag.IntVar(&o.hostileReal, "hostile-real", 10, "real assignment names each hostile stream also subscribes to (first)")
+	flag.IntVar(&o.hostileBatch, "hostile-batch", 1000, "names per subscription request of a hostile stream")
+	flag.IntVar(&o.hostileSotw, "hostile-sotw", 0, "how many of the hostile streams speak state of the world (the rest delta)")
+	flag.IntVar(&o.hostileConns, "hostile-conns", 0, "HTTP/2 connections the hostile streams share (default: hostile/100, at least 1)")
+	flag.StringVar(&o.hostileSrc, "hostile-src", "127.0.0.2", "source address of the hostile connections (empty: any)")
+	flag.DurationVar(&o.hostileSettle, "hostile-settle", 3*time.Minute, "most time for the hostile streams to reach their names (or a cap) before the honest streams open; the run goes on after it in any case")
+	flag.IntVar(&o.honestSrcs, "honest-srcs", 8, "source addresses the honest connections are spread over, 127.0.1.1 on (0: any), so that a cap on streams per peer address does not refuse them")
+	flag.BoolVar(&o.compare, "compare", false, "compare the runs in the files named as arguments (xdsload's output): without hostile streams and with, medians and the ratio; no run")
 	flag.Parse()
+	if o.compare {
+		if err := compare(os.Stdout, flag.Args()); err != nil {
+			fmt.Fprintln(os.Stderr, "xdsload:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := o.applyMode(); err != nil {
 		fmt.Fprintln(os.Stderr, "xdsload:", err)
 		os.Exit(2)
@@ -162,6 +201,7 @@ func (o *options) applyMode() error {
 		return fmt.Errorf("-mode %q: want steady or burst", o.mode)
 	}
 	set(&o.conns, min(max(o.streams/100, 20), 600))
+	set(&o.hostileConns, max(o.hostile/100, 1))
 	set(&o.envoyWatch, o.envoys)
 	set(&o.out, max(1, min(2*o.workers, o.services*o.endpoints/2)))
 	switch {
@@ -185,6 +225,14 @@ func (o *options) applyMode() error {
 		return fmt.Errorf("-envoys needs -target cairn (Envoy needs clusters over CDS)")
 	case o.envoyPoll < time.Millisecond:
 		return fmt.Errorf("-envoy-poll must be at least 1ms")
+	case o.hostile < 0 || o.hostileNames < 0 || o.hostileReal < 0 || o.hostileBatch < 1 || o.hostileConns < 1 || o.hostileSettle <= 0:
+		return fmt.Errorf("-hostile, -hostile-names and -hostile-real must not be negative, -hostile-batch, -hostile-conns and -hostile-settle must be positive")
+	case o.hostileReal > o.services:
+		return fmt.Errorf("-hostile-real must be at most %d (the services)", o.services)
+	case o.hostileSotw < 0 || o.hostileSotw > o.hostile:
+		return fmt.Errorf("-hostile-sotw must be 0–%d (-hostile)", o.hostile)
+	case o.honestSrcs < 0 || o.honestSrcs > 65000:
+		return fmt.Errorf("-honest-srcs must be 0–65000")
 	case o.rate <= 0 || o.duration <= 0 || o.admitTimeout <= 0 || o.linger <= 0 || o.timeout <= 0:
 		return fmt.Errorf("-rate, -duration, -admit-timeout, -linger and -timeout must be positive")
 	}

@@ -31,6 +31,9 @@ type kindStats struct {
 	T99P99ms  float64 `json:"t99_p99_ms"`
 	T99MaxMs  float64 `json:"t99_max_ms"`
 	T99Missed int     `json:"t99_not_reached"` // changes that never reached 99% of their subscribers
+	// T99Within5s is the changes that reached 99% of their subscribers
+	// within 5 s (SPEC §4's bound for a withdrawal).
+	T99Within5s int `json:"t99_within_5s"`
 	// From the API call's start rather than its return: the two differ
 	// by how much of the propagation a target does before it answers.
 	FromCallP99ms float64 `json:"p99_from_call_ms"`
@@ -68,6 +71,7 @@ type report struct {
 	ServerCPUSeconds    float64   `json:"server_cpu_s"`
 	ServerCPUPercent    float64   `json:"server_cpu_pct_of_a_core"`
 	GeneratorCPUSeconds float64   `json:"generator_cpu_s"`
+	GeneratorPeakRSSMiB float64   `json:"generator_peak_rss_mib"`
 	RSSIdleMiB          float64   `json:"rss_idle_mib"`
 	RSSStreamsMiB       float64   `json:"rss_streams_mib"`
 	RSSAfterMiB         float64   `json:"rss_after_mib"`
@@ -81,6 +85,8 @@ type report struct {
 
 	// Envoys are the real Envoys' figures (-envoys), if any.
 	Envoys *envoyReport `json:"envoys,omitempty"`
+	// Hostile is what the hostile streams (-hostile) did, if any.
+	Hostile *hostileReport `json:"hostile,omitempty"`
 }
 
 // summarize computes the per-kind figures from every subscriber's
@@ -162,6 +168,9 @@ func summarize(o options, w *world, subs []*subscriber, watchers [][]int) report
 		}
 		slices.Sort(mine)
 		t99[k] = append(t99[k], mine[need-1])
+		if mine[need-1] <= 5*time.Second {
+			st.T99Within5s++
+		}
 	}
 	for id, c := range changes {
 		if !c.failed {
@@ -210,8 +219,8 @@ func kindOf(c change) int {
 func (r report) print() {
 	fmt.Printf("<!-- xdsload %s: %s, target %s (%s), %d CPUs, %s; server in its own process, generator in another, loopback -->\n",
 		time.Now().UTC().Format(time.RFC3339), r.Rev, r.Target, r.Mode, r.CPUs, r.Go)
-	fmt.Println("| target | mode | streams (conns) | changes/min asked → made | withdrawal p50 / p99 / max | withdrawal 99% of subscribers (median / max over changes) | withdrawals shed / moot / missing | admission p50 / p99 / max | admission 99% (median / max) | admissions shed / moot / missing | server CPU | generator CPU | server RSS idle → streams → after | per subscription | all admitted in |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| target | mode | streams (conns) | changes/min asked → made | withdrawal p50 / p99 / max | withdrawal 99% of subscribers (median / max over changes) | withdrawals shed / moot / missing | admission p50 / p99 / max | admission 99% (median / max) | admissions shed / moot / missing | server CPU | generator CPU | server RSS idle → streams → after | per subscription | all admitted in | withdrawals at 99% within 5 s | hostile streams (names held at the changes) | generator peak RSS |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	kind := func(k kindStats) (string, string, string) {
 		miss := ""
 		if k.T99Missed > 0 {
@@ -223,12 +232,20 @@ func (r report) print() {
 	}
 	w1, w2, w3 := kind(r.Withdrawals)
 	a1, a2, a3 := kind(r.Admissions)
-	fmt.Printf("| %s | %s | %d (%d) | %.0f → %.0f | %s | %s | %s | %s | %s | %s | %.1f s (%.0f%% of a core) | %.1f s | %.0f → %.0f → %.0f MiB | %.1f KiB (after: %.1f) | %.1f s |\n",
+	hostile, rssIdle := "0", fmt.Sprintf("%.0f", r.RSSIdleMiB)
+	if h := r.Hostile; h != nil {
+		hostile = fmt.Sprintf("%d (%s)", h.Streams, thousands(h.HeldAtChanges))
+		rssIdle += fmt.Sprintf(" → hostile %.0f", h.RSSMiB)
+	}
+	fmt.Printf("| %s | %s | %d (%d) | %.0f → %.0f | %s | %s | %s | %s | %s | %s | %.1f s (%.0f%% of a core) | %.1f s | %s → %.0f → %.0f MiB | %.1f KiB (after: %.1f) | %.1f s | %d of %d | %s | %.0f MiB |\n",
 		r.Target, r.Mode, r.Streams, r.Conns, r.RatePerMinute, r.AchievedPerMinute, w1, w2, w3, a1, a2, a3,
-		r.ServerCPUSeconds, r.ServerCPUPercent, r.GeneratorCPUSeconds, r.RSSIdleMiB, r.RSSStreamsMiB, r.RSSAfterMiB,
-		r.KiBPerSubAdmitted, r.KiBPerSubAfter, r.AdmitAllSeconds)
+		r.ServerCPUSeconds, r.ServerCPUPercent, r.GeneratorCPUSeconds, rssIdle, r.RSSStreamsMiB, r.RSSAfterMiB,
+		r.KiBPerSubAdmitted, r.KiBPerSubAfter, r.AdmitAllSeconds, r.Withdrawals.T99Within5s, r.Withdrawals.Changes, hostile, r.GeneratorPeakRSSMiB)
 	if r.Envoys != nil {
 		r.Envoys.print(r)
+	}
+	if r.Hostile != nil {
+		r.Hostile.print()
 	}
 	b, _ := json.Marshal(r)
 	fmt.Println(string(b))
@@ -299,6 +316,15 @@ func procCPU(pid int) (time.Duration, error) {
 		return 0, fmt.Errorf("/proc/%d/stat: utime %q, stime %q", pid, f[11], f[12])
 	}
 	return time.Duration(ut+st) * clockTick, nil
+}
+
+// selfPeakRSSMiB returns this process's peak resident set.
+func selfPeakRSSMiB() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Maxrss) / 1024 // KiB on Linux
 }
 
 // selfCPU returns this process's user and system CPU time.

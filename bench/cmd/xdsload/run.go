@@ -66,16 +66,26 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 
+	sctx, stopStreams := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { stopStreams(); wg.Wait() }()
+	var hr *hostileReport
+	var hs *hostile
+	rssBase := rssIdle // what the honest streams' memory is counted from
+	if o.hostile > 0 {
+		if hs, hr, err = startHostile(ctx, o, tgt.grpcAddr, func() (uint64, error) { return rss(pid) }); err != nil {
+			return err
+		}
+		defer hs.close()
+		rssBase = uint64(hr.RSSMiB * (1 << 20))
+	}
 	conns := make([]*grpc.ClientConn, o.conns)
 	for i := range conns {
-		if conns[i], err = xdstest.Dial(tgt.grpcAddr); err != nil {
+		if conns[i], err = dialFrom(tgt.grpcAddr, honestSrc(o, i)); err != nil {
 			return err
 		}
 		defer conns[i].Close()
 	}
-	sctx, stopStreams := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer func() { stopStreams(); wg.Wait() }()
 	admitStart := w.now()
 	deadline := time.Now().Add(o.admitTimeout)
 	for i, s := range subs {
@@ -117,6 +127,9 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 		d.after = fl.mark
+	}
+	if hs != nil {
+		hr.HeldAtChanges, hr.OpenAtChanges = hs.held()
 	}
 	changesStart := w.now()
 	issued, skipped := d.drive(ctx, w)
@@ -197,8 +210,15 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	if hs != nil {
+		hr.HeldAfter, _ = hs.held()
+	}
 	stopStreams()
 	wg.Wait()
+	if hs != nil {
+		hs.close()
+		hs.report(hr)
+	}
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -225,8 +245,10 @@ func run(ctx context.Context, o options) error {
 	r.ServerCPUPercent = 100 * r.ServerCPUSeconds / (changesEnd - changesStart + lingered).Seconds()
 	r.GeneratorCPUSeconds = (cpuG1 - cpuG0).Seconds()
 	r.RSSIdleMiB, r.RSSStreamsMiB, r.RSSAfterMiB = mibOf(rssIdle), mibOf(rssStreams), mibOf(rssAfter)
-	r.KiBPerSubAdmitted = float64(rssStreams-rssIdle) / 1024 / float64(o.streams)
-	r.KiBPerSubAfter = float64(rssAfter-rssIdle) / 1024 / float64(o.streams)
+	r.KiBPerSubAdmitted = (float64(rssStreams) - float64(rssBase)) / 1024 / float64(o.streams)
+	r.KiBPerSubAfter = (float64(rssAfter) - float64(rssBase)) / 1024 / float64(o.streams)
+	r.GeneratorPeakRSSMiB = selfPeakRSSMiB()
+	r.Hostile = hr
 	r.Decodes, r.DecodeHits = w.dec.Decodes()
 	for _, s := range subs {
 		if s.failedAfterAdmit {
