@@ -40,7 +40,9 @@ import (
 // after a backoff (full jitter, 100 ms doubling to 5 s, reset once a
 // stream is answered), subscribes again to the names last accepted, and
 // goes on growing in half the batch, until a batch of one is refused:
-// so it sits at whatever cap there is. Every loop ends with the run.
+// so it sits at whatever cap there is. A stream refused before any
+// answer 3 times in a row counts as settled (kept out), and goes on
+// trying. Every loop ends with the run.
 type hostile struct {
 	o     options
 	conns []*grpc.ClientConn
@@ -197,6 +199,7 @@ func (h *hostile) name(s *hostileStream, j int) string {
 func (h *hostile) run(ctx context.Context, cc *grpc.ClientConn, s *hostileStream) {
 	rng := rand.New(rand.NewPCG(h.salt, uint64(s.id)))
 	wait := 100 * time.Millisecond
+	shut := 0 // attempts in a row refused before any answer
 	for {
 		answered, err := h.attempt(ctx, cc, s)
 		s.held.Store(0)
@@ -206,7 +209,11 @@ func (h *hostile) run(ctx context.Context, cc *grpc.ClientConn, s *hostileStream
 		h.refused(err)
 		h.reconnects.Add(1)
 		if answered {
-			wait = 100 * time.Millisecond
+			wait, shut = 100*time.Millisecond, 0
+		} else if shut++; shut == settleRefusals {
+			// Kept out (a cap on streams or places, admission): as
+			// settled as it gets; it goes on trying.
+			h.settle(s)
 		}
 		select {
 		case <-ctx.Done():
@@ -214,6 +221,23 @@ func (h *hostile) run(ctx context.Context, cc *grpc.ClientConn, s *hostileStream
 		case <-time.After(time.Duration(rng.Int64N(int64(wait)) + 1)):
 		}
 		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// settleRefusals is how many attempts in a row refused before any
+// answer settle a stream: the server keeps it out, and the honest
+// streams need not wait for it.
+const settleRefusals = 3
+
+// settle counts s settled, once: it reached its names or a cap, or the
+// server keeps it out. Only s's goroutine calls it.
+func (h *hostile) settle(s *hostileStream) {
+	if s.settled {
+		return
+	}
+	s.settled = true
+	if h.settled.Add(1) == int64(len(h.strs)) {
+		close(h.allSettled)
 	}
 }
 
@@ -335,12 +359,7 @@ func (h *hostile) attempt(ctx context.Context, cc *grpc.ClientConn, s *hostileSt
 		s.safe = max(s.safe, n)
 		s.held.Store(int64(n))
 	}
-	if !s.settled {
-		s.settled = true
-		if h.settled.Add(1) == int64(len(h.strs)) {
-			close(h.allSettled)
-		}
-	}
+	h.settle(s)
 	select {
 	case err := <-ended:
 		return true, err

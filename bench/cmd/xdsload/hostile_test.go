@@ -28,14 +28,18 @@ func TestMain(m *testing.M) {
 // behaviour at a cap is what is tested here.
 type capServer struct {
 	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
-	max int
+	max        int
+	maxStreams int // open at once; 0: no cap
 
 	mu    sync.Mutex
 	peers map[string]int // source address → streams
 	most  int            // most names a stream held
+	open  int
 }
 
-func (c *capServer) seen(ctx context.Context) {
+// seen counts a new stream, and refuses it past maxStreams; done, when
+// it is not refused, is to be called when it ends.
+func (c *capServer) seen(ctx context.Context) (done func(), err error) {
 	p := "unknown"
 	if pe, ok := peer.FromContext(ctx); ok {
 		if a, ok := pe.Addr.(*net.TCPAddr); ok {
@@ -43,8 +47,13 @@ func (c *capServer) seen(ctx context.Context) {
 		}
 	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.peers[p]++
-	c.mu.Unlock()
+	if c.maxStreams > 0 && c.open >= c.maxStreams {
+		return nil, grpcstatus.Errorf(codes.ResourceExhausted, "streams per peer address: the cap is %d", c.maxStreams)
+	}
+	c.open++
+	return func() { c.mu.Lock(); c.open--; c.mu.Unlock() }, nil
 }
 
 func (c *capServer) held(n int) error {
@@ -58,7 +67,11 @@ func (c *capServer) held(n int) error {
 }
 
 func (c *capServer) DeltaAggregatedResources(s grpc.BidiStreamingServer[discoveryv3.DeltaDiscoveryRequest, discoveryv3.DeltaDiscoveryResponse]) error {
-	c.seen(s.Context())
+	done, err := c.seen(s.Context())
+	if err != nil {
+		return err
+	}
+	defer done()
 	n := 0
 	for i := 0; ; i++ {
 		req, err := s.Recv()
@@ -77,7 +90,11 @@ func (c *capServer) DeltaAggregatedResources(s grpc.BidiStreamingServer[discover
 }
 
 func (c *capServer) StreamAggregatedResources(s grpc.BidiStreamingServer[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse]) error {
-	c.seen(s.Context())
+	done, err := c.seen(s.Context())
+	if err != nil {
+		return err
+	}
+	defer done()
 	for i := 0; ; i++ {
 		req, err := s.Recv()
 		if err != nil {
@@ -142,6 +159,41 @@ func TestHostileSitsAtTheCap(t *testing.T) {
 		if p != "127.0.0.2" {
 			t.Errorf("a stream from %s, want every one from 127.0.0.2", p)
 		}
+	}
+}
+
+// TestHostileKeptOut: streams a cap keeps out count as settled after 3
+// refusals in a row, so that the honest streams do not wait for them,
+// and go on trying.
+func TestHostileKeptOut(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := &capServer{max: 1 << 30, maxStreams: 2, peers: map[string]int{}}
+	srv := grpc.NewServer()
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(srv, cs)
+	go srv.Serve(lis)
+	defer srv.Stop()
+
+	o := options{services: 40, hostile: 4, hostileReal: 10, hostileNames: 50, hostileBatch: 20,
+		hostileConns: 1, hostileSettle: 30 * time.Second, seed: 1}
+	h, r, err := startHostile(context.Background(), o, lis.Addr().String(), func() (uint64, error) { return 0, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.close()
+	if r.Settled != 4 || r.SettleSeconds > 20 {
+		t.Fatalf("%d of 4 streams settled in %.1f s", r.Settled, r.SettleSeconds)
+	}
+	if names, open := h.held(); names != 2*60 || open != 2 {
+		t.Errorf("held %d names on %d streams, want 120 on 2", names, open)
+	}
+	h.close()
+	var hr hostileReport
+	h.report(&hr)
+	if len(hr.Refusals) != 1 || hr.Refusals[0].Count < 2*settleRefusals || hr.Capped != 0 {
+		t.Errorf("refusals %+v, capped %d: want at least %d of the streams cap, none capped", hr.Refusals, hr.Capped, 2*settleRefusals)
 	}
 }
 
