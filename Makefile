@@ -60,7 +60,7 @@ bench-xds:   ## xDS, server in its own process, cairn beside go-control-plane's 
 # hostile streams and one with; HOSTILE_ARGS go to every run of it.
 HOSTILE_ROUNDS ?= 1 2 3
 HOSTILE_ARGS   ?=
-bench-xds-hostile: ## hostile xDS subscribers (issue 28, SPEC §9): 2,000 honest delta subscribers (40 services, 300 changes a minute for 60 s), without and with 500 hostile streams (a made-up locality each, 10 real and 10,000 junk names), alternating, HOSTILE_ROUNDS rounds; prints the medians and the ratio of honest withdrawal p99; ~12 min for 3 rounds, the server ~5 GB with them; results in bench/results/xdsload-hostile-*.txt (bench/cmd/xdsload -hostile)
+bench-xds-hostile: ## hostile xDS subscribers (issue 28, SPEC §9): 2,000 honest delta subscribers (40 services, 300 changes a minute for 60 s), without and with 500 hostile streams (a made-up locality each, 10 real and 10,000 junk names), alternating, HOSTILE_ROUNDS rounds; prints the medians and the ratio of honest withdrawal p99; ~12–15 min for 3 rounds (longer where a cap makes the hostile streams reconnect), the server up to ~5 GB with them; results in bench/results/xdsload-hostile-*.txt (bench/cmd/xdsload -hostile)
 	mkdir -p bench/results
 	$(LOCK) $(GO) build -o bin/cairn ./cmd/cairn
 	$(LOCK) $(GO) build -o bin/xdsload ./bench/cmd/xdsload
