@@ -372,3 +372,26 @@ func TestDeliveryLanes(t *testing.T) {
 		t.Errorf("deliveries timed: withdrawal %d, admission %d; want 2 and 2 (one of each per protocol)", w, a)
 	}
 }
+
+// TestNodeNamedLate: a stream whose first request names no node has the
+// place of no locality; a node named later does not move it, and the
+// stream goes on answering. (Found by FuzzDeltaStream while the hub kept
+// streams by place: the stream's place moved under its registration, it
+// answered nothing more, and its first place was never left.)
+func TestNodeNamedLate(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
+	twoServices(t, pub, false, []cstatus.Entry{inRotation, inRotation})
+	c := newADSClient(t, ctx, startXDS(t, pub))
+	c.node = nil
+	c.send(xdsserver.EndpointType, []string{"pay.shop:grpc"}, nil, false)
+	c.recv(xdsserver.EndpointType)
+	c.node = &corev3.Node{Id: "late", Locality: &corev3.Locality{Region: "eu", Zone: "eu-1a"}}
+	c.send(xdsserver.ListenerType, []string{"pay.shop"}, nil, false)
+	if n := names(t, c.recv(xdsserver.ListenerType)); !slices.Equal(n, []string{"pay.shop"}) {
+		t.Fatalf("listeners %v, want pay.shop", n)
+	}
+	twoServices(t, pub, false, []cstatus.Entry{inRotation, withdrawn})
+	c.recv(xdsserver.EndpointType)
+}
