@@ -107,6 +107,13 @@ fuzz:        ## each fuzz target for FUZZTIME (go test -fuzz takes one target pe
 	$(GO) test -run='^$$' -fuzz='^FuzzQuery$$' -fuzztime=$(FUZZTIME) ./dnsserver
 	$(GO) test -run='^$$' -fuzz='^FuzzParseQuery$$' -fuzztime=$(FUZZTIME) ./dnsserver
 	$(GO) test -run='^$$' -fuzz='^FuzzUDPLoop$$' -fuzztime=$(FUZZTIME) ./dnsserver
+	$(GO) test -run='^$$' -fuzz='^FuzzLabel$$' -fuzztime=$(FUZZTIME) ./dnsname
+	$(GO) test -run='^$$' -fuzz='^FuzzDecodeHealthEntry$$' -fuzztime=$(FUZZTIME) ./store
+	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./agentview
+	$(GO) test -run='^$$' -fuzz='^FuzzDeltaStream$$' -fuzztime=$(FUZZTIME) ./xdsserver
+	$(GO) test -run='^$$' -fuzz='^FuzzSotWStream$$' -fuzztime=$(FUZZTIME) ./xdsserver
+	$(GO) test -run='^$$' -fuzz='^FuzzRequestBytes$$' -fuzztime=$(FUZZTIME) ./xdsserver
+	$(GO) test -run='^$$' -fuzz='^FuzzLoadReports$$' -fuzztime=$(FUZZTIME) ./xdsserver
 
 lint:        ## go vet, gofmt, staticcheck (from the module proxy)
 	$(GO) vet ./...

@@ -57,7 +57,7 @@ func publishPorts(t *testing.T, pub *status.Publisher, ports []status.Port, back
 // 0 the empty one), one instance of service 1 per backend, with the
 // entries given, listening on each of the service's ports at its
 // backend's port.
-func publishServices(t *testing.T, pub *status.Publisher, svcs []status.ServiceInfo, backends []backend, entries []status.Entry) {
+func publishServices(t testing.TB, pub *status.Publisher, svcs []status.ServiceInfo, backends []backend, entries []status.Entry) {
 	t.Helper()
 	// The Nth table is built from store revision 1000+N.
 	next := uint64(1)
@@ -70,7 +70,7 @@ func publishServices(t *testing.T, pub *status.Publisher, svcs []status.ServiceI
 
 // publishServicesAt is publishServices with the table's store revision
 // given.
-func publishServicesAt(t *testing.T, pub *status.Publisher, rev uint64, svcs []status.ServiceInfo, backends []backend, entries []status.Entry) {
+func publishServicesAt(t testing.TB, pub *status.Publisher, rev uint64, svcs []status.ServiceInfo, backends []backend, entries []status.Entry) {
 	t.Helper()
 	dir := &status.Directory{Services: svcs, Instances: make([]*status.InstanceInfo, pub.Capacity())}
 	var names []string
