@@ -120,7 +120,7 @@ func (s *Server) takeLoad(observer string, allow allowFunc, cs *endpointv3.Clust
 	}
 	var out []wire.EndpointOutcome
 	take := func(c *candidate, ok, failed uint64) {
-		if ok+failed == 0 {
+		if ok == 0 && failed == 0 { // not ok+failed: a sum of huge counts wraps to 0
 			return
 		}
 		out = append(out, wire.EndpointOutcome{Namespace: ns, Service: svcName, Instance: c.id, Incarnation: c.inc,

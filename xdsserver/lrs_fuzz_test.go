@@ -68,6 +68,8 @@ func FuzzLoadReports(f *testing.F) {
 	f.Add([]byte{0, 1, 1, 0, 2, 1, 2, 2, 0, 0, 2, 2, 1, 2, 0, 3, 1})
 	// ACLs on, the shop reader; counts past the bounds.
 	f.Add([]byte{1, 1, 0, 1, 0, 1, 1, 7, 6})
+	// Counts whose sum wraps to 0 (math.MaxUint64 successes, 1 error).
+	f.Add([]byte{0, 1, 1, 0, 1, 1, 7, 1, 0})
 	pub, err := status.New(status.Config{Capacity: 8})
 	if err != nil {
 		f.Fatal(err)
