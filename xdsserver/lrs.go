@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net/netip"
 	"strings"
 	"sync"
@@ -131,8 +132,10 @@ func (s *Server) takeLoad(observer string, allow allowFunc, cs *endpointv3.Clust
 			for _, es := range ls.UpstreamEndpointStats {
 				sa := es.GetAddress().GetSocketAddress()
 				a, err := netip.ParseAddr(sa.GetAddress())
-				c := cands.byAddr[netip.AddrPortFrom(a.Unmap(), uint16(sa.GetPortValue()))]
-				if err != nil || c == nil {
+				port := sa.GetPortValue()
+				c := cands.byAddr[netip.AddrPortFrom(a.Unmap(), uint16(port))]
+				// A port past 65535 is no endpoint's (not its low 16 bits').
+				if err != nil || c == nil || port > math.MaxUint16 {
 					s.m.loads.WithLabelValues("unattributed").Inc()
 					continue
 				}

@@ -70,6 +70,8 @@ func FuzzLoadReports(f *testing.F) {
 	f.Add([]byte{1, 1, 0, 1, 0, 1, 1, 7, 6})
 	// Counts whose sum wraps to 0 (math.MaxUint64 successes, 1 error).
 	f.Add([]byte{0, 1, 1, 0, 1, 1, 7, 1, 0})
+	// Port 8443+65536 of pay-0's address: no endpoint's.
+	f.Add([]byte{0, 1, 1, 0, 1, 1, 0, 0, 1, 0, 2, 1, 0})
 	pub, err := status.New(status.Config{Capacity: 8})
 	if err != nil {
 		f.Fatal(err)
