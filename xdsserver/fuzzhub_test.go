@@ -46,7 +46,10 @@ type fuzzHub struct {
 	cc  *grpc.ClientConn
 	// now is the server's clock: moved on a minute per input, so that
 	// every input's stream opens in an admission window of its own (the
-	// cap on reconnections is tested in admission_test.go).
+	// cap on reconnections is tested in admission_test.go); within an
+	// input it stands still, so that a stream's first admission goes
+	// and the next wait for the next input (the admission lane's paths
+	// run; nothing the checks wait for is an admission).
 	mu  sync.Mutex
 	now time.Time
 }
@@ -67,7 +70,7 @@ func newFuzzHub(f *testing.F) *fuzzHub {
 		f.Fatal(err)
 	}
 	srv, err := xdsserver.New(xdsserver.Config{Table: pub, Logger: slog.New(slog.DiscardHandler),
-		Authorizer: func() *acl.Authorizer { return a }, AdmissionInterval: -1, AdmissionRate: -1,
+		Authorizer: func() *acl.Authorizer { return a }, AdmissionRate: -1,
 		Now: func() time.Time { h.mu.Lock(); defer h.mu.Unlock(); return h.now }})
 	if err != nil {
 		f.Fatal(err)
