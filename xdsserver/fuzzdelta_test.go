@@ -42,6 +42,9 @@ func FuzzDeltaStream(f *testing.F) {
 		if err := runDelta(t, h, &fuzzInput{b: data}, false); err != nil {
 			t.Fatal(err)
 		}
+		if err := h.after(); err != nil {
+			t.Fatal(err)
+		}
 	})
 }
 

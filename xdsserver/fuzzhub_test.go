@@ -17,6 +17,7 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -44,6 +45,7 @@ const fuzzWait = 10 * time.Second
 type fuzzHub struct {
 	pub *cstatus.Publisher
 	cc  *grpc.ClientConn
+	reg *prometheus.Registry
 	// now is the server's clock: moved on a minute per input, so that
 	// every input's stream opens in an admission window of its own (the
 	// cap on reconnections is tested in admission_test.go); within an
@@ -60,7 +62,7 @@ func newFuzzHub(f *testing.F) *fuzzHub {
 	if err != nil {
 		f.Fatal(err)
 	}
-	h := &fuzzHub{pub: pub, now: time.Unix(1_700_000_000, 0)}
+	h := &fuzzHub{pub: pub, now: time.Unix(1_700_000_000, 0), reg: prometheus.NewRegistry()}
 	h.publish(f, 0)
 	a, err := acl.New(acl.Config{Enabled: true, Tokens: []acl.Token{
 		{Secret: shopReader, Scope: acl.Reader, Namespaces: []string{"shop"}},
@@ -69,7 +71,7 @@ func newFuzzHub(f *testing.F) *fuzzHub {
 	if err != nil {
 		f.Fatal(err)
 	}
-	srv, err := xdsserver.New(xdsserver.Config{Table: pub, Logger: slog.New(slog.DiscardHandler),
+	srv, err := xdsserver.New(xdsserver.Config{Table: pub, Logger: slog.New(slog.DiscardHandler), Registerer: h.reg,
 		Authorizer: func() *acl.Authorizer { return a }, AdmissionRate: -1,
 		Now: func() time.Time { h.mu.Lock(); defer h.mu.Unlock(); return h.now }})
 	if err != nil {
@@ -96,6 +98,24 @@ func (h *fuzzHub) next(t testing.TB) {
 	h.now = h.now.Add(time.Minute)
 	h.mu.Unlock()
 	h.publish(t, 0)
+}
+
+// after checks the server once an input's stream has ended: it counts
+// no stream open (a stream's handler has returned before its client
+// sees the end).
+func (h *fuzzHub) after() error {
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		return err
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "cairn_xds_streams" {
+			if n := mf.GetMetric()[0].GetGauge().GetValue(); n != 0 {
+				return fmt.Errorf("the server counts %v streams open after the input's ended", n)
+			}
+		}
+	}
+	return nil
 }
 
 // publish publishes variant v of the table: pay.shop (port grpc, two

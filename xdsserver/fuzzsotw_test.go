@@ -36,6 +36,9 @@ func FuzzSotWStream(f *testing.F) {
 		if err := runSotW(t, h, &fuzzInput{b: data}, false); err != nil {
 			t.Fatal(err)
 		}
+		if err := h.after(); err != nil {
+			t.Fatal(err)
+		}
 	})
 }
 
@@ -76,6 +79,9 @@ func FuzzRequestBytes(f *testing.F) {
 			run = runSotW
 		}
 		if err := run(t, h, in, true); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.after(); err != nil {
 			t.Fatal(err)
 		}
 	})
