@@ -70,6 +70,10 @@ func FuzzRequestBytes(f *testing.F) {
 	add(false, &discoveryv3.DiscoveryRequest{TypeUrl: xdsserver.ListenerType, ResourceNames: []string{"pay.shop", "*"}},
 		&discoveryv3.DiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNames: []string{"pay.shop:grpc"}, VersionInfo: "1-x"})
 	f.Add([]byte{0, 1, 3, 0xff, 0xff, 0xff}) // a frame that does not decode
+	// A request, then a frame that does not decode, on a state-of-the-world
+	// stream: grpc-go ends the stream before the handler returns, so the
+	// stream's count drops after the client sees the end (h.after waits).
+	f.Add([]byte("10DB\b00000000B\x010\"5type.googleapis.com/envoy.config.list"))
 	h := newFuzzHub(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		h.next(t)
