@@ -101,17 +101,30 @@ type sotwType struct {
 	// request's names.
 	last  *discoveryv3.DiscoveryResponse
 	asked []string
+	// curWild and cur are the subscription in force (what the last
+	// request the server took asked for); future says the type's first
+	// request named a version from a revision the server has not
+	// reached, so that it answers nothing of the type (it waits).
+	curWild bool
+	cur     map[string]bool
+	future  bool
 }
 
 // sotwRun is what one input's client knows of its stream.
 type sotwRun struct {
 	shopOnly bool
 	subs     [4]sotwType
-	// mustType is the type whose first request is in flight and must be
-	// answered by its barrier's answer (-1: none).
-	mustType int
-	nonces   map[string]bool
-	got      int // responses received
+	// mustType is the type whose request is in flight and must be
+	// answered by its barrier's answer (-1: none): a type's first
+	// request, or one that changes the names subscribed to. The second is
+	// known only while the input changed no table (published): a table
+	// change sends responses the client may not have received when it
+	// sends its next request, whose nonce is then stale (the server
+	// ignores it).
+	mustType  int
+	published bool
+	nonces    map[string]bool
+	got       int // responses received
 }
 
 // runSotW runs one input on a state-of-the-world stream (raw: as
@@ -186,6 +199,7 @@ func (d *sotwRun) next(t *testing.T, h *fuzzHub, in *fuzzInput) *discoveryv3.Dis
 		return req
 	case 6:
 		h.publish(t, in.byte())
+		d.published = true
 		return nil
 	}
 	url := fuzzTypes[in.pick(len(fuzzTypes))]
@@ -229,10 +243,37 @@ func (d *sotwRun) apply(req *discoveryv3.DiscoveryRequest) {
 		return
 	}
 	s := &d.subs[i]
-	if !s.open && i != 3 {
+	first := !s.open
+	if first {
 		// A first request is always answered, unless it names a version
 		// from a revision the server has not reached (it waits for it).
-		if rev, _ := xdsserver.ParseVersion(req.VersionInfo); rev < 1_000_000 {
+		rev, _ := xdsserver.ParseVersion(req.VersionInfo)
+		s.future = rev >= 1_000_000
+	}
+	serverNonce := ""
+	if s.last != nil {
+		serverNonce = s.last.Nonce
+	}
+	if taken := serverNonce == "" || req.ResponseNonce == serverNonce; taken && !d.published && i != 3 {
+		// The server takes the request (its nonce is the last response's):
+		// a change of names is answered, as the first request is.
+		wild, set := false, map[string]bool{}
+		for _, n := range req.ResourceNames {
+			if n == "*" {
+				wild = true
+			} else {
+				set[n] = true
+			}
+		}
+		if (i == 0 || i == 2) && len(req.ResourceNames) == 0 && (first || s.curWild) {
+			wild = true
+		}
+		changed := first || wild != s.curWild || len(set) != len(s.cur)
+		for n := range set {
+			changed = changed || !s.cur[n]
+		}
+		s.curWild, s.cur = wild, set
+		if changed && !s.future {
 			d.mustType = i
 		}
 	}
@@ -265,7 +306,7 @@ func (d *sotwRun) await(recv <-chan *discoveryv3.DiscoveryResponse, done <-chan 
 			}
 			if r.TypeUrl == xdsserver.RouteType {
 				if d.mustType >= 0 {
-					return true, fmt.Errorf("the first request of type %d was not answered", d.mustType)
+					return true, fmt.Errorf("a request of type %d, the first or one that changed its names, was not answered", d.mustType)
 				}
 				return false, nil
 			}
