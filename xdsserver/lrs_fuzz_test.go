@@ -72,6 +72,10 @@ func FuzzLoadReports(f *testing.F) {
 	f.Add([]byte{0, 1, 1, 0, 1, 1, 7, 1, 0})
 	// Port 8443+65536 of pay-0's address: no endpoint's.
 	f.Add([]byte{0, 1, 1, 0, 1, 1, 0, 0, 1, 0, 2, 1, 0})
+	// ACLs off, a node id with a space: it names no caller (before the
+	// anonymous caller, it named one that wire's rules refuse, and the
+	// batch carrying every caller's reports was refused with it).
+	f.Add([]byte{0, 5, 1, 0, 1, 1, 1, 0, 0})
 	pub, err := status.New(status.Config{Capacity: 8})
 	if err != nil {
 		f.Fatal(err)
