@@ -124,7 +124,10 @@ func runDelta(t *testing.T, h *fuzzHub, in *fuzzInput, raw bool) error {
 			msg = req
 		}
 		d.apply(req)
-		barrier := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.RouteType, ResourceNamesSubscribe: []string{barrierName(n)}}
+		// The barrier replaces the one before, so that barriers do not
+		// add up to the cap on names.
+		barrier := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.RouteType, ResourceNamesSubscribe: []string{barrierName(n)},
+			ResourceNamesUnsubscribe: []string{barrierName(n - 1)}}
 		d.apply(barrier)
 		if cs.SendMsg(msg) != nil || cs.SendMsg(barrier) != nil {
 			return ending(<-done, valid) // the server ended the stream: its status says why

@@ -73,7 +73,10 @@ func newFuzzHub(f *testing.F) *fuzzHub {
 	}
 	srv, err := xdsserver.New(xdsserver.Config{Table: pub, Logger: slog.New(slog.DiscardHandler), Registerer: h.reg,
 		Authorizer: func() *acl.Authorizer { return a }, AdmissionRate: -1,
-		Now: func() time.Time { h.mu.Lock(); defer h.mu.Unlock(); return h.now }})
+		// Caps low enough that long inputs reach them (the stream then
+		// ends with RESOURCE_EXHAUSTED, which ending accepts).
+		Limits: xdsserver.Limits{MaxNames: 16, MaxTypes: 6},
+		Now:    func() time.Time { h.mu.Lock(); defer h.mu.Unlock(); return h.now }})
 	if err != nil {
 		f.Fatal(err)
 	}
