@@ -364,15 +364,22 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool, w woken) 
 			ch[n] = change{prev: prev, prevRot: rot, hadPrev: held, sent: version, res: r}
 			sub.has[n], sub.rot[n] = version, r.rotation
 			pr.note(r.changed, w)
-		case held || force[n]:
+		case held:
 			resp.RemovedResources = append(resp.RemovedResources, n)
 			if ch == nil {
 				ch = map[string]change{}
 			}
-			ch[n] = change{prev: prev, prevRot: sub.rot[n], hadPrev: held}
+			ch[n] = change{prev: prev, prevRot: sub.rot[n], hadPrev: true}
 			delete(sub.has, n)
 			delete(sub.rot, n)
-			pr.note(v.built, held) // a removal of what the client held withdraws it
+			pr.note(v.built, true) // a removal of what the client held withdraws it
+		case force[n]:
+			// A name subscribed to that does not exist: said at once, so that
+			// the client need not wait out its timer. Nothing to undo if it
+			// is refused, so nothing is kept for its acknowledgement (a
+			// client naming thousands of names that never acknowledges would
+			// have the server keep them for every response it left pending).
+			resp.RemovedResources = append(resp.RemovedResources, n)
 		}
 	}
 	switch {
@@ -386,7 +393,7 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool, w woken) 
 	}
 	caught := sub.holding && wait == 0 && !frozen
 	sub.holding = sub.holding && !caught || wait > 0
-	if len(ch) == 0 && !always && !caught {
+	if len(resp.Resources) == 0 && len(resp.RemovedResources) == 0 && !always && !caught {
 		return nil
 	}
 	st.sentRev = max(st.sentRev, v.rev)

@@ -205,12 +205,7 @@ func (h *hub) watch(m *member, i int, wildcard bool, add, remove []string) {
 			continue
 		}
 		m.names[i][name] = struct{}{}
-		set := h.names[i][name]
-		if set == nil {
-			set = map[*member]struct{}{}
-			h.names[i][name] = set
-		}
-		set[m] = struct{}{}
+		h.names[i][name] = append(h.names[i][name], m)
 	}
 	// After the additions, as a delta request's unsubscriptions come
 	// after its subscriptions.
@@ -222,11 +217,24 @@ func (h *hub) watch(m *member, i int, wildcard bool, add, remove []string) {
 	}
 }
 
+// unwatch removes m from the watchers of name. A name's watchers are a
+// slice, not a set: most names (all the made-up ones) have one, which a
+// map would cost some 200 bytes for; a popular name's thousands cost a
+// pass to leave, in the rare event of leaving.
 func (h *hub) unwatch(i int, name string, m *member) {
-	set := h.names[i][name]
-	delete(set, m)
-	if len(set) == 0 {
+	ms := h.names[i][name]
+	for k, w := range ms {
+		if w == m {
+			ms[k] = ms[len(ms)-1]
+			ms[len(ms)-1] = nil
+			ms = ms[:len(ms)-1]
+			break
+		}
+	}
+	if len(ms) == 0 {
 		delete(h.names[i], name)
+	} else {
+		h.names[i][name] = ms
 	}
 }
 
@@ -276,7 +284,7 @@ func (h *hub) wakeLocked(common [numTypes]map[string]bool, eds map[*placeState]m
 			m.sig.wake()
 		}
 		for name := range common[i] {
-			for m := range h.names[i][name] {
+			for _, m := range h.names[i][name] {
 				m.mark(i, name)
 				m.sig.wake()
 			}
@@ -289,7 +297,7 @@ func (h *hub) wakeLocked(common [numTypes]map[string]bool, eds map[*placeState]m
 			}
 		}
 		for name := range names {
-			for m := range h.names[endpointIdx][name] {
+			for _, m := range h.names[endpointIdx][name] {
 				if m.home == ps {
 					m.mark(endpointIdx, name)
 					m.sig.wake()

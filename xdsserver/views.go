@@ -159,7 +159,7 @@ type hub struct {
 	// streams watching every name of the type. revWait holds the streams
 	// holding something back until their view's store revision reaches
 	// the one given (see waitRev).
-	names   [numTypes]map[string]map[*member]struct{}
+	names   [numTypes]map[string][]*member
 	wild    [numTypes]map[*member]struct{}
 	revWait map[*member]uint64
 }
@@ -168,7 +168,7 @@ func newHub(pub *status.Publisher, m *metrics) *hub {
 	h := &hub{pub: pub, m: m, seed: maphash.MakeSeed(), common: map[uint32]svcCommon{}, views: map[uint32]svcView{},
 		places: map[place]*placeState{}, members: map[*member]struct{}{}, revWait: map[*member]uint64{}}
 	for i := range numTypes {
-		h.names[i], h.wild[i] = map[string]map[*member]struct{}{}, map[*member]struct{}{}
+		h.names[i], h.wild[i] = map[string][]*member{}, map[*member]struct{}{}
 	}
 	return h
 }
