@@ -145,7 +145,7 @@ func main() {
 	flag.IntVar(&o.hostileConns, "hostile-conns", 0, "HTTP/2 connections the hostile streams share (default: hostile/100, at least 1)")
 	flag.StringVar(&o.hostileSrc, "hostile-src", "127.0.0.2", "source address of the hostile connections (empty: any)")
 	flag.DurationVar(&o.hostileSettle, "hostile-settle", 3*time.Minute, "most time for the hostile streams to reach their names (or a cap) before the honest streams open; the run goes on after it in any case")
-	flag.IntVar(&o.honestSrcs, "honest-srcs", 8, "source addresses the honest connections are spread over, 127.0.1.1 on (0: any), so that a cap on streams per peer address does not refuse them")
+	flag.IntVar(&o.honestSrcs, "honest-srcs", -1, "source addresses the honest connections are spread over, 127.0.1.1 on (0: any; default: enough for at most 500 streams each, at least 8), so that the server's cap on streams per peer address (--xds-max-streams-per-address, 1,000) does not refuse them")
 	flag.BoolVar(&o.compare, "compare", false, "compare the runs in the files named as arguments (xdsload's output): without hostile streams and with, medians and the ratio; no run")
 	flag.Parse()
 	if o.compare {
@@ -202,6 +202,12 @@ func (o *options) applyMode() error {
 	}
 	set(&o.conns, min(max(o.streams/100, 20), 600))
 	set(&o.hostileConns, max(o.hostile/100, 1))
+	if o.honestSrcs == -1 {
+		// Connections are spread over the addresses round robin: one
+		// more address than streams/500 keeps each under 1,000 however
+		// the connections fall.
+		o.honestSrcs = min(max(8, o.streams/500+1), o.conns)
+	}
 	set(&o.envoyWatch, o.envoys)
 	set(&o.out, max(1, min(2*o.workers, o.services*o.endpoints/2)))
 	switch {
