@@ -110,6 +110,12 @@ func (st *deltaStream) request(req *discoveryv3.DeltaDiscoveryRequest) error {
 			} else {
 				ch := pr.changes
 				sub.refuse(ch)
+				// What was refused is looked at again by the next pass: a
+				// refused version is not sent again (sub.refused), but a
+				// refused removal is, or nothing would ever send it.
+				for name := range ch {
+					sub.retry[name] = true
+				}
 				st.s.m.nacks.WithLabelValues(typeLabel[i]).Inc()
 				st.s.log.Warn("xDS subscriber refused a response", "node", st.node.GetId(), "type", typeLabel[i],
 					"resources", len(ch), "error", req.ErrorDetail.GetMessage())

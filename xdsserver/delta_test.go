@@ -395,3 +395,39 @@ func TestNodeNamedLate(t *testing.T) {
 	twoServices(t, pub, false, []cstatus.Entry{inRotation, withdrawn})
 	c.recv(xdsserver.EndpointType)
 }
+
+// TestDeltaNackedRemovalIsSentAgain: a response removing cart's
+// assignment is refused (the client keeps cart). A later table change
+// (pay's) or request makes a pass: it sends cart's removal again, though
+// cart did not change since (a pass looks at what changed, and at what
+// was refused), or the client would keep a deleted service's endpoints
+// for as long as the stream lives.
+func TestDeltaNackedRemovalIsSentAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
+	twoServices(t, pub, true, []cstatus.Entry{inRotation, inRotation})
+	c := newDeltaClient(t, ctx, startXDS(t, pub))
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType,
+		ResourceNamesSubscribe: []string{"pay.shop:grpc", "cart.shop:http"}})
+	c.ack(c.recv(xdsserver.EndpointType), false)
+
+	twoServices(t, pub, false, []cstatus.Entry{inRotation, inRotation}) // cart deleted
+	r2 := c.recv(xdsserver.EndpointType)
+	expect(t, "cart gone", r2, nil, []string{"cart.shop:http"})
+	c.ack(r2, true) // refused: the client still holds cart
+
+	// The next pass (a request, so that it surely comes after the
+	// refusal): the old code looked at every name and removed cart again.
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"nobody"}})
+	r3 := c.recv(xdsserver.EndpointType)
+	_, removed := got(r3)
+	c.ack(r3, false)
+	// And a table change (pay's).
+	twoServices(t, pub, false, []cstatus.Entry{inRotation, withdrawn})
+	r4 := c.recv(xdsserver.EndpointType)
+	_, removed4 := got(r4)
+	if !slices.Contains(removed, "cart.shop:http") && !slices.Contains(removed4, "cart.shop:http") {
+		t.Fatalf("cart's refused removal never sent again")
+	}
+}

@@ -3,7 +3,7 @@ package xdsserver
 import (
 	"context"
 	"fmt"
-	"net"
+	"net/netip"
 	"sync"
 
 	"google.golang.org/grpc/codes"
@@ -97,18 +97,25 @@ func (s *Server) claim(ctx context.Context, identity string) (release func(), er
 	}, nil
 }
 
-// peerAddress is the IP address of the stream's peer, without its port
-// (every connection from one host has another port).
+// peerAddress names the client behind a stream by its address, without
+// its port (every connection from one host has another port): an IPv4
+// address (an IPv4-mapped IPv6 one unmapped), or an IPv6 address's /64,
+// which one host or one LAN holds whole.
 func peerAddress(ctx context.Context) string {
 	p, ok := grpcpeer.FromContext(ctx)
 	if !ok || p.Addr == nil {
 		return "unknown"
 	}
-	host, _, err := net.SplitHostPort(p.Addr.String())
+	ap, err := netip.ParseAddrPort(p.Addr.String())
 	if err != nil {
 		return p.Addr.String()
 	}
-	return host
+	a := ap.Addr().Unmap()
+	if a.Is4() {
+		return a.String()
+	}
+	pfx, _ := a.WithZone("").Prefix(64)
+	return pfx.String()
 }
 
 // typeSeen counts a resource type a stream asked for, and refuses the

@@ -17,8 +17,10 @@ type member struct {
 	home     *placeState
 	// wild and names are what the stream watches, per type: every name,
 	// or the names given.
-	wild  [numTypes]bool
-	names [numTypes]map[string]struct{}
+	wild [numTypes]bool
+	// names maps each watched name to the member's index among the
+	// name's watchers (h.names), so that it leaves them at once.
+	names [numTypes]map[string]int
 	// With tracks (a delta stream), the hub records what it woke the
 	// stream for: the watched names that changed, per type (dirty), or
 	// that the whole view may have (all: the stream moved to another
@@ -52,34 +54,34 @@ func (h *hub) take(m *member, i int) woken {
 	return w
 }
 
-// localities is what the hub knows of the table's real localities: the
-// (region, zone) pairs some instance is in, and the regions. A place a
-// client declares is folded onto them (fold).
+// localities is what the hub knows of the table's real localities, by
+// name (ids are a table's own: a writer may give a name another id in
+// its next table): the (region, zone) pairs some instance is in, and the
+// regions. A place a client declares is folded onto them (fold).
 type localities struct {
-	pairs   map[status.Locality]bool
-	regions map[uint16]bool
+	pairs   map[place]bool
+	regions map[string]bool
 }
 
 func (l localities) equal(o localities) bool {
 	return maps.Equal(l.pairs, o.pairs) && maps.Equal(l.regions, o.regions)
 }
 
-// fold returns the place a stream that declared p is served from, in
-// table t: p itself when some instance is in its region and zone; else
-// its region without a zone when the region is known (a zone nothing
-// runs in, or a zone of another region, is an unknown zone); else no
-// place at all. The views of p and of its fold are the same but for
-// instances with a region and no zone, which the folded caller sees in
-// its own tier (as it would any caller in a zone the table does not
-// know); so made-up localities share the views of real ones instead of
-// each costing a view of its own at every table change.
-func (l localities) fold(t *status.Table, p place) place {
-	loc := t.LocalityOf(p.region, p.zone)
+// fold returns the place a stream that declared p is served from: p
+// itself when some instance is in its region and zone; else its region
+// without a zone when the region is known (a zone nothing runs in, or a
+// zone of another region, is an unknown zone); else no place. The views
+// of p and of its fold are the same but for instances with a region and
+// no zone, which the folded caller sees in its own tier (as it would any
+// caller in a zone the table does not know); so made-up localities share
+// the views of real ones instead of each costing a view of its own at
+// every table change.
+func (l localities) fold(p place) place {
 	switch {
-	case l.pairs[loc]:
-		return place{region: t.Locality(loc.Region), zone: t.Locality(loc.Zone)}
-	case loc.Region != 0 && l.regions[loc.Region]:
-		return place{region: t.Locality(loc.Region)}
+	case l.pairs[p]:
+		return p
+	case l.regions[p.region]:
+		return place{region: p.region}
 	}
 	return place{}
 }
@@ -89,14 +91,14 @@ func (l localities) fold(t *status.Table, p place) place {
 // table's localities.
 func (h *hub) scan(t *status.Table) {
 	fps := make(map[uint32]uint64, len(h.common))
-	l := localities{pairs: map[status.Locality]bool{}, regions: map[uint16]bool{}}
+	l := localities{pairs: map[place]bool{}, regions: map[string]bool{}}
 	_ = services(t, func(id uint32, svc status.ServiceInfo) error {
 		fps[id] = h.membersFP(t, id, svc)
 		for _, slot := range t.Members(id) {
 			e := t.Entry(int(slot))
-			l.pairs[status.Locality{Region: e.Region, Zone: e.Zone}] = true
+			l.pairs[place{region: t.Locality(e.Region), zone: t.Locality(e.Zone)}] = true
 			if e.Region != 0 {
-				l.regions[e.Region] = true
+				l.regions[t.Locality(e.Region)] = true
 			}
 		}
 		return nil
@@ -128,9 +130,13 @@ func (h *hub) placeOf(t *status.Table, p place) (*placeState, error) {
 func (h *hub) rehomeLocked(t *status.Table) {
 	h.rehome = false
 	for m := range h.members {
-		ps, err := h.placeOf(t, h.locs.fold(t, m.declared))
-		if err != nil || ps == m.home {
-			continue // a failure to encode leaves it where it was; the next table tries again
+		ps, err := h.placeOf(t, h.locs.fold(m.declared))
+		if err != nil {
+			h.rehome = true // a failure to encode leaves it where it was; the next table tries again
+			continue
+		}
+		if ps == m.home {
+			continue
 		}
 		m.home.members--
 		m.home = ps
@@ -157,13 +163,13 @@ func (h *hub) join(p place, sig *signal, tracks bool) (*member, error) {
 	} else {
 		h.refreshLocked(t)
 	}
-	ps, err := h.placeOf(t, h.locs.fold(t, p))
+	ps, err := h.placeOf(t, h.locs.fold(p))
 	if err != nil {
 		return nil, err
 	}
 	m := &member{sig: sig, declared: p, home: ps, tracks: tracks}
 	for i := range numTypes {
-		m.names[i] = map[string]struct{}{}
+		m.names[i] = map[string]int{}
 	}
 	ps.members++
 	h.members[m] = struct{}{}
@@ -177,8 +183,8 @@ func (h *hub) leave(m *member) {
 	defer h.mu.Unlock()
 	for i := range numTypes {
 		delete(h.wild[i], m)
-		for name := range m.names[i] {
-			h.unwatch(i, name, m)
+		for name, k := range m.names[i] {
+			h.unwatch(i, name, k)
 		}
 	}
 	delete(h.revWait, m)
@@ -204,34 +210,32 @@ func (h *hub) watch(m *member, i int, wildcard bool, add, remove []string) {
 		if _, ok := m.names[i][name]; ok || name == wildcardName {
 			continue
 		}
-		m.names[i][name] = struct{}{}
+		m.names[i][name] = len(h.names[i][name])
 		h.names[i][name] = append(h.names[i][name], m)
 	}
 	// After the additions, as a delta request's unsubscriptions come
 	// after its subscriptions.
 	for _, name := range remove {
-		if _, ok := m.names[i][name]; ok {
+		if k, ok := m.names[i][name]; ok {
 			delete(m.names[i], name)
-			h.unwatch(i, name, m)
+			h.unwatch(i, name, k)
 		}
 	}
 }
 
-// unwatch removes m from the watchers of name. A name's watchers are a
-// slice, not a set: most names (all the made-up ones) have one, which a
-// map would cost some 200 bytes for; a popular name's thousands cost a
-// pass to leave, in the rare event of leaving.
-func (h *hub) unwatch(i int, name string, m *member) {
+// unwatch removes the watcher at index k from the watchers of name: the
+// last takes its index. A name's watchers are a slice, not a set: most
+// names (all the made-up ones) have one, which a map would cost some
+// 200 bytes for.
+func (h *hub) unwatch(i int, name string, k int) {
 	ms := h.names[i][name]
-	for k, w := range ms {
-		if w == m {
-			ms[k] = ms[len(ms)-1]
-			ms[len(ms)-1] = nil
-			ms = ms[:len(ms)-1]
-			break
-		}
+	last := len(ms) - 1
+	if k != last {
+		ms[k] = ms[last]
+		ms[k].names[i][name] = k
 	}
-	if len(ms) == 0 {
+	ms[last] = nil
+	if ms = ms[:last]; len(ms) == 0 {
 		delete(h.names[i], name)
 	} else {
 		h.names[i][name] = ms

@@ -1,13 +1,16 @@
 package xdsserver
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"testing"
 
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	grpcpeer "google.golang.org/grpc/peer"
 
 	"github.com/cairn-sd/cairn/status"
 )
@@ -180,4 +183,94 @@ func TestWatchCostsTheChange(t *testing.T) {
 		t.Errorf("after one left: watched %v", h.names[endpointIdx])
 	}
 	h.leave(two)
+}
+
+// TestRenumberedLocalitiesRehome: a table's locality ids are its own (the
+// writer reclaims and sorts them), so two tables whose (region, zone) ids
+// are equal as numbers can name different zones: the hub compares names.
+// Here eu-1a's last instance goes and eu-1c's first comes in one table,
+// and eu-1c takes eu-1a's id; a stream in eu-1c, served from "eu" while
+// nothing ran there, moves to eu-1c and prefers its instance.
+func TestRenumberedLocalitiesRehome(t *testing.T) {
+	pub, err := status.New(status.Config{Capacity: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	zonedTable(t, pub, place{"eu", "eu-1a"}, place{"eu", "eu-1b"}) // eu=1, eu-1a=2, eu-1b=3
+	m, _ := newMetrics(nil)
+	h := newHub(pub, m)
+	mem, err := h.join(place{"eu", "eu-1c"}, newSignal(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mem.home.place != (place{region: "eu"}) {
+		t.Fatalf("eu-1c with nothing there: served from %+v, want eu", mem.home.place)
+	}
+	zonedTable(t, pub, place{"eu", "eu-1c"}, place{"eu", "eu-1b"}) // eu=1, eu-1c=2, eu-1b=3
+	h.refresh()
+	if got := priorities(t, h.view(mem)); got["10.0.0.1"] != 0 || got["10.0.0.2"] != 1 {
+		t.Errorf("eu-1c after its first instance: priorities %v, want 10.0.0.1 (eu-1c) 0, 10.0.0.2 (eu-1b) 1; served from %+v", got, mem.home.place)
+	}
+	h.leave(mem)
+}
+
+// TestWatcherIndexes: a name's watchers are a slice each member knows
+// its index in; through watches, unwatches and leaves in any order, each
+// index is right, and nothing is left when everyone has left.
+func TestWatcherIndexes(t *testing.T) {
+	pub, err := status.New(status.Config{Capacity: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	zonedTable(t, pub, place{"eu", "eu-1a"})
+	m, _ := newMetrics(nil)
+	h := newHub(pub, m)
+	rng := rand.New(rand.NewPCG(3, 4))
+	names := []string{"a", "b", "c", "d", "e"}
+	check := func() {
+		t.Helper()
+		for name, ms := range h.names[endpointIdx] {
+			for k, w := range ms {
+				if got, ok := w.names[endpointIdx][name]; !ok || got != k {
+					t.Fatalf("%s's watcher %d thinks it is at %d (%v)", name, k, got, ok)
+				}
+			}
+		}
+	}
+	var members []*member
+	for range 40 {
+		mem, _ := h.join(place{}, newSignal(), true)
+		members = append(members, mem)
+	}
+	for range 2000 {
+		mem := members[rng.IntN(len(members))]
+		add, remove := []string{names[rng.IntN(5)], names[rng.IntN(5)]}, []string{names[rng.IntN(5)]}
+		h.watch(mem, endpointIdx, false, add, remove)
+		check()
+	}
+	rng.Shuffle(len(members), func(a, b int) { members[a], members[b] = members[b], members[a] })
+	for _, mem := range members {
+		h.leave(mem)
+		check()
+	}
+	if len(h.names[endpointIdx]) != 0 {
+		t.Errorf("watched after everyone left: %v", h.names[endpointIdx])
+	}
+}
+
+// TestPeerAddress: the per-address cap names an IPv4 client by its
+// address (mapped or not) and an IPv6 one by its /64, never by its port.
+func TestPeerAddress(t *testing.T) {
+	for addr, want := range map[string]string{
+		"192.0.2.7:5000":          "192.0.2.7",
+		"[::ffff:192.0.2.7]:5001": "192.0.2.7",
+		"[2001:db8:1:2::9]:443":   "2001:db8:1:2::/64",
+		"[2001:db8:1:2:ff::1]:80": "2001:db8:1:2::/64",
+	} {
+		ap := netip.MustParseAddrPort(addr)
+		ctx := grpcpeer.NewContext(context.Background(), &grpcpeer.Peer{Addr: net.TCPAddrFromAddrPort(ap)})
+		if got := peerAddress(ctx); got != want {
+			t.Errorf("%s: %q, want %q", addr, got, want)
+		}
+	}
 }
