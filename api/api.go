@@ -27,6 +27,7 @@ import (
 	"github.com/cairn-sd/cairn/acl"
 	"github.com/cairn-sd/cairn/addrpolicy"
 	"github.com/cairn-sd/cairn/certs"
+	"github.com/cairn-sd/cairn/docs"
 	"github.com/cairn-sd/cairn/health"
 	cstatus "github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
@@ -136,6 +137,11 @@ type Server struct {
 	log     *slog.Logger
 	mux     *http.ServeMux
 	metrics *metrics
+	// patterns are the routes registered on mux, in order: what
+	// docs/openapi.yaml must describe (TestOpenAPIMatchesRoutes).
+	patterns []string
+	// openapi is docs/openapi.yaml as JSON, for GET /v1/openapi.json.
+	openapi []byte
 
 	auth      atomic.Pointer[authCache]
 	forwarder *http.Transport
@@ -190,7 +196,11 @@ func New(cfg Config) (*Server, error) {
 			return nil
 		}
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "api"), mux: http.NewServeMux(), started: cmp.Or(cfg.Started, cfg.Now()),
+	oa, err := docs.OpenAPIJSON()
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	s := &Server{cfg: cfg, openapi: oa, log: cfg.Logger.With("component", "api"), mux: http.NewServeMux(), started: cmp.Or(cfg.Started, cfg.Now()),
 		// Forwarding goes straight to the leader: no proxy from the
 		// environment, bounded waits.
 		forwarder: &http.Transport{
@@ -238,7 +248,7 @@ func (r *statusRecorder) WriteHeader(code int)        { r.code = code }
 func (s *Server) Close() { s.forwarder.CloseIdleConnections() }
 
 func (s *Server) routes() {
-	m := s.mux
+	m := routeRecorder{s}
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -275,6 +285,11 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/outcomes", s.write("outcomes", s.outcomes))
 	m.HandleFunc("POST /v1/internal/outcomes", s.write("forwarded_outcomes", s.forwardedOutcomes))
 	m.HandleFunc("POST /v1/internal/probe-results", s.writeLimit("probe_results", maxProbeBody, s.probeResults))
+	m.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, r *http.Request) {
+		// No token, like /v1/status: the description of the API is the
+		// one in the repository and holds nothing of the cluster.
+		writeEncoded(w, r, http.StatusOK, encodedJSON{plain: s.openapi})
+	})
 	m.HandleFunc("GET /v1/members", s.read("members", s.members))
 	m.HandleFunc("POST /v1/members", s.write("join", s.join))
 	m.HandleFunc("DELETE /v1/members/{id}", s.write("leave", s.leave))
@@ -282,6 +297,17 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/acl/tokens", s.write("create_token", s.createToken))
 	m.HandleFunc("DELETE /v1/acl/tokens/{accessor}", s.write("delete_token", s.deleteToken))
 }
+
+// routeRecorder registers routes on the server's mux and records their
+// patterns (Server.patterns).
+type routeRecorder struct{ s *Server }
+
+func (m routeRecorder) Handle(pattern string, h http.Handler) {
+	m.s.patterns = append(m.s.patterns, pattern)
+	m.s.mux.Handle(pattern, h)
+}
+
+func (m routeRecorder) HandleFunc(pattern string, h http.HandlerFunc) { m.Handle(pattern, h) }
 
 // handler is an API handler: it gets the authenticated caller and returns
 // the status and body, or an error for writeError.

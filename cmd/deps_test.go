@@ -39,6 +39,7 @@ var importRules = []struct {
 		[]string{"github.com/cairn-sd/cairn/pace", "github.com/cairn-sd/cairn/dnsname", "github.com/cairn-sd/cairn/wire"}},
 	{"wire", "github.com/cairn-sd/cairn/", "wire is what clients link: the API's types and rules, with no server code behind them (only the label rule)",
 		[]string{"github.com/cairn-sd/cairn/dnsname"}},
+	{"docs", "github.com/cairn-sd/cairn/", "docs is a leaf: it embeds the documents the API serves and knows no cairn package", nil},
 	{"api", "github.com/cairn-sd/cairn/cmd", "only cmd wires", nil},
 	{"api", "github.com/cairn-sd/cairn/ui", "cmd hands the dashboard's handler to the API (Config.UI): the API serves it, knows nothing of it", nil},
 	{"ui", "github.com/cairn-sd/cairn/", "ui is the dashboard's static files: its pages speak the JSON API from the browser, so it imports no cairn package", nil},
