@@ -1,0 +1,196 @@
+"""cairn's own schemathesis checks, for TestOpenAPIFuzz (make fuzz-api).
+
+Loaded with SCHEMATHESIS_HOOKS=<this file>. Reads:
+  CAIRN_FUZZ_URL    the server's base URL (http://HOST:PORT)
+  CAIRN_FUZZ_TOKEN  a token that may read everything (admin); empty with
+                    ACLs off
+
+Two checks beside schemathesis' own:
+  error_body_per_api_md      every 4xx and 5xx answer is a JSON body
+                             {"error": "...", "code": "..."} whose code is
+                             one docs/api.md lists for that status
+  refused_write_stores_nothing
+                             a write answered 4xx left the store as it was
+                             (docs/api.md: "A bad request changes nothing")
+
+The second compares what a write could change, read over the API before
+the request (before_call) and after its answer: the services and their
+revisions, the members, the tokens, and, for a route under
+/v1/services/{ns}/{svc}, that service's instances (content, incarnation,
+lease, report, lifecycle) and the audit events only a client's write
+makes. The server's own work between the two reads is left out: the
+evaluator's verdicts, a refusal's own audit event, and an instance that
+housekeeping terminates (drain window over, lease expired). A 503 is left
+out too: docs/api.md says such a write may or may not have committed.
+The comparison needs one request at a time (--workers 1).
+"""
+
+import json
+import os
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import schemathesis
+
+BASE = os.environ.get("CAIRN_FUZZ_URL", "").rstrip("/")
+TOKEN = os.environ.get("CAIRN_FUZZ_TOKEN", "")
+
+# docs/api.md's table: status -> the codes it may carry.
+CODES = {
+    400: {"invalid_argument"},
+    401: {"unauthenticated"},
+    403: {"permission_denied", "forbidden_address"},
+    404: {"not_found"},
+    405: {"method_not_allowed"},
+    409: {"fenced", "conflict"},
+    413: {"too_large"},
+    503: {"no_leader"},
+}
+
+# Audit events only a client's write makes; the rest are the server's own
+# (evaluator, housekeeping) or a refusal's record.
+CLIENT_KINDS = {"applied", "registered", "drained", "deregistered", "reported"}
+
+
+def _header(response, name):
+    v = response.headers.get(name.lower()) or response.headers.get(name) or []
+    if isinstance(v, str):
+        return v
+    return v[0] if v else ""
+
+
+@schemathesis.check
+def error_body_per_api_md(ctx, response, case):
+    """Every error is {"error": "...", "code": "..."} with the status's code (docs/api.md)."""
+    status = response.status_code
+    if status < 400:
+        return None
+    ctype = _header(response, "Content-Type")
+    if not ctype.startswith("application/json"):
+        raise AssertionError(f"{status} answered with Content-Type {ctype!r}, not application/json")
+    try:
+        body = json.loads(response.content)
+    except ValueError as exc:
+        raise AssertionError(f"{status} answered with a body that is not JSON: {exc}: {response.content[:200]!r}")
+    if not isinstance(body, dict) or set(body) != {"error", "code"}:
+        raise AssertionError(f"{status} answered {body!r}; want exactly the keys error and code")
+    if not isinstance(body["error"], str) or not body["error"]:
+        raise AssertionError(f"{status}: error {body['error']!r} is not a non-empty string")
+    want = CODES.get(status)
+    if want is None:
+        raise AssertionError(f"status {status} ({body['code']}) is not one docs/api.md lists")
+    if body["code"] not in want:
+        raise AssertionError(f"{status} carries code {body['code']!r}; docs/api.md gives it {sorted(want)}")
+    return None
+
+
+def _get(path):
+    """GET path as the reading token: (status, JSON body or None)."""
+    req = urllib.request.Request(BASE + path)
+    if TOKEN:
+        req.add_header("Authorization", "Bearer " + TOKEN)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        e.read()
+        return e.code, None
+
+
+def _label(v):
+    return isinstance(v, str) and 0 < len(v) <= 63 and all(c.islower() or c.isdigit() or c == "-" for c in v) \
+        and v.isascii() and v[0] != "-" and v[-1] != "-"
+
+
+def _service_state(ns, svc):
+    q = urllib.parse.quote
+    st, eps = _get(f"/v1/services/{q(ns)}/{q(svc)}/endpoints?all=true")
+    if st == 404:
+        return None
+    if st != 200:
+        raise RuntimeError(f"reading {ns}/{svc}'s endpoints: {st}")
+    insts = {}
+    for e in eps:
+        rep = e.get("report") or {}
+        insts[e["instance_id"]] = {
+            "incarnation": e["incarnation"], "addresses": e["addresses"], "ports": e["ports"],
+            "region": e["region"], "zone": e["zone"], "base_weight": e["base_weight"],
+            "lease_deadline": e["lease_deadline"], "lifecycle": e["lifecycle"],
+            "report": [rep.get("ready"), rep.get("dependencies"), rep.get("at")],
+        }
+    st, evs = _get(f"/v1/services/{q(ns)}/{q(svc)}/events?limit=10000")
+    if st != 200:
+        raise RuntimeError(f"reading {ns}/{svc}'s events: {st}")
+    client = sorted((e["seq"], e["kind"], e.get("instance_id", "")) for e in evs if e["kind"] in CLIENT_KINDS)
+    return {"instances": insts, "client_events": client}
+
+
+def _snapshot(case):
+    snap = {}
+    st, svcs = _get("/v1/services")
+    snap["services"] = sorted((s["namespace"], s["name"], s["revision"]) for s in svcs) if st == 200 else st
+    st, ms = _get("/v1/members")
+    snap["members"] = sorted((m["node_id"], m["raft_addr"], m["http_addr"], m["voter"]) for m in ms) if st == 200 else st
+    st, toks = _get("/v1/acl/tokens")
+    snap["tokens"] = sorted(t["accessor"] for t in toks) if st == 200 else st
+    ns, svc = case.path_parameters.get("ns"), case.path_parameters.get("svc")
+    if _label(ns) and _label(svc):
+        snap["service"] = _service_state(ns, svc)
+    return snap
+
+
+def _diff(before, after):
+    """What changed between two snapshots, less the server's own work."""
+    out = []
+    for k in ("services", "members", "tokens"):
+        if before[k] != after[k]:
+            out.append(f"{k}: {before[k]!r} -> {after[k]!r}")
+    b, a = before.get("service"), after.get("service")
+    if b is None and a is None:
+        return out
+    if (b is None) != (a is None):
+        out.append(f"service: {b!r} -> {a!r}")
+        return out
+    new_events = [e for e in a["client_events"] if e not in b["client_events"]]
+    if new_events:
+        out.append(f"client events recorded: {new_events!r}")
+    for iid in sorted(set(b["instances"]) | set(a["instances"])):
+        bi, ai = b["instances"].get(iid), a["instances"].get(iid)
+        if bi is None or ai is None:
+            out.append(f"instance {iid}: {bi!r} -> {ai!r}")
+            continue
+        if ai["lifecycle"] == "terminated" and bi["lifecycle"] != "terminated":
+            # Housekeeping (drain window over, lease expired); a client's
+            # deregistration shows as a "deregistered" event above.
+            ai = dict(ai, lifecycle=bi["lifecycle"])
+        if bi != ai:
+            out.append(f"instance {iid}: {bi!r} -> {ai!r}")
+    return out
+
+
+_pending = threading.local()
+
+
+@schemathesis.hook
+def before_call(context, case, kwargs):
+    _pending.snap = None
+    if not BASE or case.method.upper() == "GET":
+        return
+    _pending.snap = (case.id, _snapshot(case))
+
+
+@schemathesis.check
+def refused_write_stores_nothing(ctx, response, case):
+    """A write answered 4xx changes nothing (docs/api.md: "A bad request changes nothing")."""
+    pending = getattr(_pending, "snap", None)
+    if pending is None or pending[0] != case.id:
+        return None
+    _pending.snap = None
+    if not 400 <= response.status_code < 500:
+        return None
+    changed = _diff(pending[1], _snapshot(case))
+    if changed:
+        raise AssertionError(f"refused with {response.status_code}, yet the store changed: " + "; ".join(changed))
+    return None
