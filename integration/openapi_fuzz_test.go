@@ -123,7 +123,8 @@ func (p fuzzPass) run(t *testing.T, bin, base, token, readToken string, checks .
 	}
 	td := filepath.Join(root, "integration", "testdata")
 	checks = append([]string{"not_a_server_error", "status_code_conformance", "content_type_conformance",
-		"response_schema_conformance", "error_body_per_api_md", "refused_write_stores_nothing"}, checks...)
+		"response_schema_conformance", "unsupported_method", "allow_header_conformance",
+		"error_body_per_api_md", "refused_write_stores_nothing"}, checks...)
 	args := []string{"--config-file", filepath.Join(td, "schemathesis.toml"), "run", base + "/v1/openapi.json",
 		"--url", base, "--checks", strings.Join(checks, ","),
 		"--phases", p.phases, "--max-examples", strconv.Itoa(p.examples),
