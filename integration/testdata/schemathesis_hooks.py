@@ -163,8 +163,10 @@ def _diff(before, after):
             continue
         if ai["lifecycle"] == "terminated" and bi["lifecycle"] != "terminated":
             # Housekeeping (drain window over, lease expired); a client's
-            # deregistration shows as a "deregistered" event above.
-            ai = dict(ai, lifecycle=bi["lifecycle"])
+            # deregistration shows as a "deregistered" event above. A
+            # terminated record shows its last checkpointed lease, no
+            # longer the leader's renewals of the last second.
+            ai = dict(ai, lifecycle=bi["lifecycle"], lease_deadline=bi["lease_deadline"])
         if bi != ai:
             out.append(f"instance {iid}: {bi!r} -> {ai!r}")
     return out
