@@ -1,8 +1,10 @@
 // Package api serves cairn's HTTP/JSON API (SPEC §6): the write routes
-// behind every CLI command, the read routes, membership, /metrics, /healthz
-// and /readyz. It authenticates and authorises every call, checks addresses
-// against the address policy, forwards writes that reach a follower to the
-// leader, and turns errors into status codes in one place (writeError).
+// behind every CLI command, the read routes, membership, /metrics,
+// /healthz, /readyz, and its own description (/v1/openapi.json, from
+// docs/openapi.yaml). It authenticates and authorises every call, checks
+// addresses against the address policy, forwards writes that reach a
+// follower to the leader, and turns errors into status codes in one place
+// (writeError).
 package api
 
 import (
