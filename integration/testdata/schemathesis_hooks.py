@@ -14,7 +14,7 @@ Two checks beside schemathesis' own:
                              (docs/api.md: "A bad request changes nothing")
 
 The second compares what a write could change, read over the API before
-the request (before_call) and after its answer: the services and their
+the request (before_call) and right after its answer (after_call): the services and their
 revisions, the members, the tokens, and, for a route under
 /v1/services/{ns}/{svc}, that service's instances (content, incarnation,
 lease, report, lifecycle) and the audit events only a client's write
@@ -22,9 +22,7 @@ makes. The server's own work between the two reads is left out: the
 evaluator's verdicts, a refusal's own audit event, and an instance that
 housekeeping terminates (drain window over, lease expired). A 503 is left
 out too: docs/api.md says such a write may or may not have committed.
-The comparison needs one request at a time (--workers 1), and is made
-only right after the request's answer, never when schemathesis validates
-an answer again later.
+The comparison needs one request at a time (--workers 1).
 """
 
 import json
@@ -174,13 +172,15 @@ def _diff(before, after):
     return out
 
 
-# The last request sent, from any phase or thread, and the snapshot taken
-# before it when it was a write. The check compares only when the answer
-# it is given is that request's: schemathesis also validates answers
-# again (a scenario replayed while shrinking, a failure reproduced), long
-# after other requests changed the store, and those say nothing of what
-# the request did.
-_last = {"id": None, "snap": None}
+# The last request sent, from any phase or thread: its id, the snapshot
+# taken before it (a write) and the one taken right after its answer (a
+# refused write), both within the call itself (before_call, after_call).
+# The check compares the two only for that request and only once: other
+# checks send requests of their own between an answer and the checks
+# after them, and schemathesis validates answers again later (scenarios
+# replayed while shrinking, failures reproduced); neither says anything
+# of what the request did.
+_last = {"id": None, "before": None, "after": None}
 _lock = threading.Lock()
 
 
@@ -190,19 +190,31 @@ def before_call(context, case, kwargs):
     if BASE and case.method.upper() != "GET":
         snap = _snapshot(case)
     with _lock:
-        _last["id"], _last["snap"] = case.id, snap
+        _last.update(id=case.id, before=snap, after=None)
+
+
+@schemathesis.hook
+def after_call(context, case, response):
+    with _lock:
+        if _last["id"] != case.id or _last["before"] is None:
+            return
+    if not 400 <= response.status_code < 500:
+        return
+    snap = _snapshot(case)
+    with _lock:
+        if _last["id"] == case.id:
+            _last["after"] = snap
 
 
 @schemathesis.check
 def refused_write_stores_nothing(ctx, response, case):
     """A write answered 4xx changes nothing (docs/api.md: "A bad request changes nothing")."""
     with _lock:
-        if _last["id"] != case.id or _last["snap"] is None:
+        if _last["id"] != case.id or _last["before"] is None or _last["after"] is None:
             return None
-        before, _last["snap"] = _last["snap"], None  # compared once, right after its answer
-    if not 400 <= response.status_code < 500:
-        return None
-    changed = _diff(before, _snapshot(case))
+        before, after = _last["before"], _last["after"]
+        _last.update(before=None, after=None)  # compared once
+    changed = _diff(before, after)
     if changed:
         raise AssertionError(f"refused with {response.status_code}, yet the store changed: " + "; ".join(changed))
     return None
