@@ -13,15 +13,19 @@ Two checks beside schemathesis' own:
                              a write answered 4xx left the store as it was
                              (docs/api.md: "A bad request changes nothing")
 
-The second compares what a write could change, read over the API before
-the request (before_call) and right after its answer (after_call): the services and their
-revisions, the members, the tokens, and, for a route under
-/v1/services/{ns}/{svc}, that service's instances (content, incarnation,
-lease, report, lifecycle) and the audit events only a client's write
-makes. The server's own work between the two reads is left out: the
-evaluator's verdicts, a refusal's own audit event, and an instance that
-housekeeping terminates (drain window over, lease expired). A 503 is left
-out too: docs/api.md says such a write may or may not have committed.
+The second compares what a write targets, read over the API before the
+request (before_call) and right after its answer (after_call), inside the
+call: the services and their revisions (apply), the members (join,
+leave), the tokens (token routes), or the named instance (content,
+incarnation, lease, report, lifecycle) and the audit events only a
+client's write makes about it (register and the instance routes). Only
+the target: schemathesis sends requests of its own around the one
+checked, and a change elsewhere says nothing of it. The server's own work
+between the two reads is left out: the evaluator's verdicts, a refusal's
+own audit event, and an instance that housekeeping terminates (drain
+window over, lease expired). A 503 is left out too: docs/api.md says such
+a write may or may not have committed. Evidence (outcomes, probe results)
+is held in the leader's memory and not compared.
 The comparison needs one request at a time (--workers 1).
 """
 
@@ -127,49 +131,70 @@ def _service_state(ns, svc):
     return {"instances": insts, "client_events": client}
 
 
-def _snapshot(case):
-    snap = {}
-    st, svcs = _get("/v1/services")
-    snap["services"] = sorted((s["namespace"], s["name"], s["revision"]) for s in svcs) if st == 200 else st
-    st, ms = _get("/v1/members")
-    snap["members"] = sorted((m["node_id"], m["raft_addr"], m["http_addr"], m["voter"]) for m in ms) if st == 200 else st
-    st, toks = _get("/v1/acl/tokens")
-    snap["tokens"] = sorted(t["accessor"] for t in toks) if st == 200 else st
+def _target(case):
+    """What the request could change: (kind, detail)."""
+    path = case.path
+    if path == "/v1/apply":
+        return "services", None
+    if path.startswith("/v1/members"):
+        return "members", None
+    if path.startswith("/v1/acl/tokens"):
+        return "tokens", None
     ns, svc = case.path_parameters.get("ns"), case.path_parameters.get("svc")
     if _label(ns) and _label(svc):
-        snap["service"] = _service_state(ns, svc)
-    return snap
+        iid = case.path_parameters.get("id")
+        if iid is None and isinstance(case.body, dict):
+            iid = case.body.get("instance_id")
+        return "instance", (ns, svc, iid if isinstance(iid, str) else None)
+    return None, None
+
+
+def _snapshot(case):
+    """The state the request targets, and only that: schemathesis sends
+    requests of its own beside the one checked, so a change elsewhere
+    says nothing of this one."""
+    kind, detail = _target(case)
+    if kind == "services":
+        st, svcs = _get("/v1/services")
+        return sorted((s["namespace"], s["name"], s["revision"]) for s in svcs) if st == 200 else st
+    if kind == "members":
+        st, ms = _get("/v1/members")
+        return sorted((m["node_id"], m["raft_addr"], m["http_addr"], m["voter"]) for m in ms) if st == 200 else st
+    if kind == "tokens":
+        st, toks = _get("/v1/acl/tokens")
+        return sorted(t["accessor"] for t in toks) if st == 200 else st
+    if kind == "instance":
+        ns, svc, iid = detail
+        if iid is None:
+            return None  # no instance named: nothing it could change is told apart
+        state = _service_state(ns, svc)
+        if state is None:
+            return None
+        return {"instance": state["instances"].get(iid),
+                "client_events": [e for e in state["client_events"] if e[2] == iid]}
+    return None
 
 
 def _diff(before, after):
     """What changed between two snapshots, less the server's own work."""
-    out = []
-    for k in ("services", "members", "tokens"):
-        if before[k] != after[k]:
-            out.append(f"{k}: {before[k]!r} -> {after[k]!r}")
-    b, a = before.get("service"), after.get("service")
-    if b is None and a is None:
-        return out
-    if (b is None) != (a is None):
-        out.append(f"service: {b!r} -> {a!r}")
-        return out
-    new_events = [e for e in a["client_events"] if e not in b["client_events"]]
-    if new_events:
-        out.append(f"client events recorded: {new_events!r}")
-    for iid in sorted(set(b["instances"]) | set(a["instances"])):
-        bi, ai = b["instances"].get(iid), a["instances"].get(iid)
-        if bi is None or ai is None:
-            out.append(f"instance {iid}: {bi!r} -> {ai!r}")
-            continue
-        if ai["lifecycle"] == "terminated" and bi["lifecycle"] != "terminated":
+    if isinstance(before, dict) and isinstance(after, dict) and "instance" in before:
+        out = []
+        new_events = [e for e in after["client_events"] if e not in before["client_events"]]
+        if new_events:
+            out.append(f"client events recorded: {new_events!r}")
+        bi, ai = before["instance"], after["instance"]
+        if bi is not None and ai is not None and ai["lifecycle"] == "terminated" and bi["lifecycle"] != "terminated":
             # Housekeeping (drain window over, lease expired); a client's
             # deregistration shows as a "deregistered" event above. A
             # terminated record shows its last checkpointed lease, no
             # longer the leader's renewals of the last second.
             ai = dict(ai, lifecycle=bi["lifecycle"], lease_deadline=bi["lease_deadline"])
         if bi != ai:
-            out.append(f"instance {iid}: {bi!r} -> {ai!r}")
-    return out
+            out.append(f"instance: {bi!r} -> {ai!r}")
+        return out
+    if before != after:
+        return [f"{before!r} -> {after!r}"]
+    return []
 
 
 # The last request sent, from any phase or thread: its id, the snapshot
@@ -187,7 +212,7 @@ _lock = threading.Lock()
 @schemathesis.hook
 def before_call(context, case, kwargs):
     snap = None
-    if BASE and case.method.upper() != "GET":
+    if BASE and case.method.upper() != "GET" and _target(case)[0] is not None:
         snap = _snapshot(case)
     with _lock:
         _last.update(id=case.id, before=snap, after=None)
