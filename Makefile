@@ -7,9 +7,7 @@ STATICCHECK_VERSION ?= v0.8.2
 # on a machine where benches must not overlap.
 LOCK      ?=
 
-.PHONY: help build run envoy test integration scenarios bench bench-dns bench-xds bench-xds-hostile bench-envoy bench-xds-inprocess bench-ui soak fuzz lint fmt tidy
-
-.PHONY: help build run envoy test integration scenarios bench bench-dns bench-xds bench-envoy bench-xds-inprocess bench-ui soak fuzz fuzz-api lint fmt tidy
+.PHONY: help build run envoy test integration scenarios bench bench-dns bench-xds bench-xds-hostile bench-envoy bench-xds-inprocess bench-ui soak fuzz fuzz-api lint fmt tidy
 help:        ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
 
@@ -117,7 +115,6 @@ fuzz:        ## each fuzz target for FUZZTIME (go test -fuzz takes one target pe
 	$(GO) test -run='^$$' -fuzz='^FuzzSotWStream$$' -fuzztime=$(FUZZTIME) ./xdsserver
 	$(GO) test -run='^$$' -fuzz='^FuzzRequestBytes$$' -fuzztime=$(FUZZTIME) ./xdsserver
 	$(GO) test -run='^$$' -fuzz='^FuzzLoadReports$$' -fuzztime=$(FUZZTIME) ./xdsserver
-
 	$(MAKE) fuzz-api
 
 fuzz-api:    ## schemathesis (PyPI, pinned; scripts/install-schemathesis.sh) against a cairn server --dev from docs/openapi.yaml, ACLs off, on as admin, on as a reader: no 5xx, errors as docs/api.md, refused writes store nothing; FUZZ_API_EXAMPLES cases an operation
