@@ -97,7 +97,7 @@ func serverCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "server",
 		Usage: "run a server: store, probes, health evaluator, status table, DNS, xDS and API",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "dev", Usage: "single node, bootstrapped, data in a temporary folder, loopback endpoints allowed, ACLs off unless configured"},
 			&cli.StringFlag{Name: "data-dir", EnvVars: []string{"CAIRN_DATA_DIR"}, Usage: "raft log, snapshots and node id (required without --dev)"},
 			&cli.StringFlag{Name: "node-id", Usage: "raft node id (default: a random id kept in the data dir)"},
@@ -126,10 +126,6 @@ func serverCommand() *cli.Command {
 			&cli.IntFlag{Name: "table-capacity", Value: status.DefaultCapacity, Usage: "status table slots: most instances this node publishes"},
 			&cli.DurationFlag{Name: "eval-interval", Value: health.DefaultInterval, Usage: "health evaluation and status table cadence"},
 			&cli.DurationFlag{Name: "load-report-interval", Value: xdsserver.DefaultLoadReportInterval, Usage: "how often xDS clients (Envoy, gRPC) are asked for load reports over LRS, taken as caller-observed outcomes: 1s to 10s (more often costs the leader a report per subscriber per interval)"},
-			&cli.IntFlag{Name: "xds-max-names-per-stream", Value: xdsserver.DefaultMaxNames, Usage: "most resource names one xDS stream may watch, all types together (an Envoy watches a name per cluster); past it the stream ends with RESOURCE_EXHAUSTED; 0: no cap"},
-			&cli.IntFlag{Name: "xds-max-types-per-stream", Value: xdsserver.DefaultMaxTypes, Usage: "most resource types one xDS stream may ask for, served or not; 0: no cap"},
-			&cli.IntFlag{Name: "xds-max-streams-per-token", Value: xdsserver.DefaultMaxStreamsPerToken, Usage: "with ACLs on, most xDS and LRS streams one token may hold open; 0: no cap"},
-			&cli.IntFlag{Name: "xds-max-streams-per-address", Value: xdsserver.DefaultMaxStreamsPerAddress, Usage: "with ACLs off, most xDS and LRS streams one peer address may hold open; 0: no cap"},
 			&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"CAIRN_TLS_CERT"}, Usage: "this server's certificate (cairn tls cert create --server): TLS on the API and gRPC, mutual TLS on raft and between servers"},
 			&cli.StringFlag{Name: "tls-key", EnvVars: []string{"CAIRN_TLS_KEY"}, Usage: "the certificate's key"},
 			&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"CAIRN_TLS_CA"}, Usage: "the CA bundle peers' certificates are verified with (old and new CA during a rotation); re-read on SIGHUP and when changed, with the certificate and key"},
@@ -140,7 +136,7 @@ func serverCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "dns-rrl-exempt", Usage: "CIDR never rate-limited, e.g. your resolvers (repeatable)"},
 			&cli.StringFlag{Name: "dns-cookies", Value: "auto", Usage: "DNS cookies (RFC 7873; a valid one exempts from rate limiting): auto (on unless --dns-addr is loopback), on or off"},
 			&cli.StringFlag{Name: "dns-cookie-secret-file", Usage: "file of the server-cookie secret, 32 hex digits, and optionally the previous one on a second line (share it across servers; re-read on SIGHUP, to roll it; default: a random secret per process)"},
-		},
+		}, xdsLimitFlags()...),
 		Action: func(c *cli.Context) error {
 			cfg, err := serverConfigFromFlags(c)
 			if err != nil {

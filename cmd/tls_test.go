@@ -5,6 +5,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/cairn-sd/cairn/xdsserver"
 )
 
 // TestTLSCommands: the two commands of the README make a CA and
@@ -126,5 +130,23 @@ func wantServerUsage(t *testing.T, args []string, want string) {
 func TestXDSLimitFlags(t *testing.T) {
 	for _, f := range []string{"xds-max-names-per-stream", "xds-max-types-per-stream", "xds-max-streams-per-token", "xds-max-streams-per-address"} {
 		wantServerUsage(t, []string{"--" + f, "-1"}, "--"+f+": -1 is negative (0 turns the cap off)")
+	}
+}
+
+// TestXDSLimitValues: a cap's flag reaches xdsserver as given, 0 as "no
+// cap" (xdsserver's -1; its own 0 means the default), and an unset flag
+// as the default.
+func TestXDSLimitValues(t *testing.T) {
+	var got xdsserver.Limits
+	app := &cli.App{Flags: xdsLimitFlags(), Action: func(c *cli.Context) (err error) {
+		got, err = xdsLimits(c)
+		return err
+	}}
+	if err := app.Run([]string{"x", "--xds-max-names-per-stream", "0", "--xds-max-types-per-stream", "7"}); err != nil {
+		t.Fatal(err)
+	}
+	want := xdsserver.Limits{MaxNames: -1, MaxTypes: 7, MaxStreamsPerToken: xdsserver.DefaultMaxStreamsPerToken, MaxStreamsPerAddress: xdsserver.DefaultMaxStreamsPerAddress}
+	if got != want {
+		t.Errorf("limits %+v, want %+v", got, want)
 	}
 }
