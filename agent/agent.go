@@ -24,10 +24,10 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/cairn-sd/cairn/agentview"
-	"github.com/cairn-sd/cairn/backoff"
+	"github.com/cairn-sd/cairn/internal/agentview"
+	"github.com/cairn-sd/cairn/internal/backoff"
 	"github.com/cairn-sd/cairn/status"
-	"github.com/cairn-sd/cairn/tablefile"
+	"github.com/cairn-sd/cairn/status/tablefile"
 )
 
 // EndpointType is the type URL of the views: ClusterLoadAssignments.

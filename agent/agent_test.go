@@ -22,10 +22,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/cairn-sd/cairn/agent"
-	"github.com/cairn-sd/cairn/backoff"
 	"github.com/cairn-sd/cairn/dnsserver"
+	"github.com/cairn-sd/cairn/internal/backoff"
 	"github.com/cairn-sd/cairn/status"
-	"github.com/cairn-sd/cairn/tablefile"
+	"github.com/cairn-sd/cairn/status/tablefile"
 	"github.com/cairn-sd/cairn/xdsserver"
 	"github.com/cairn-sd/cairn/xdsserver/xdstest"
 	"github.com/cairn-sd/cairn/zones"

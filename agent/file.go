@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cairn-sd/cairn/agentview"
-	"github.com/cairn-sd/cairn/dnsname"
-	"github.com/cairn-sd/cairn/tablefile"
+	"github.com/cairn-sd/cairn/internal/agentview"
+	"github.com/cairn-sd/cairn/internal/dnsname"
+	"github.com/cairn-sd/cairn/status/tablefile"
 )
 
 // keep writes the agent's table and views to cfg.Path after each change,

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/cairn-sd/cairn/agent"
-	"github.com/cairn-sd/cairn/tablefile"
+	"github.com/cairn-sd/cairn/status/tablefile"
 )
 
 // TestAgentFileKeepsTimeOfLastRefresh: views that do not change are

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cairn-sd/cairn/agentview"
+	"github.com/cairn-sd/cairn/internal/agentview"
 	"github.com/cairn-sd/cairn/status"
 )
 

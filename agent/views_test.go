@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-sd/cairn/agentview"
+	"github.com/cairn-sd/cairn/internal/agentview"
 	"github.com/cairn-sd/cairn/status"
 )
 

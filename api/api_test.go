@@ -13,7 +13,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/cairn-sd/cairn/acl"
+	"github.com/cairn-sd/cairn/internal/acl"
 	"github.com/cairn-sd/cairn/store/storetest"
 	"github.com/cairn-sd/cairn/wire"
 )

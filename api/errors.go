@@ -9,8 +9,8 @@ import (
 	"reflect"
 	"strings"
 
-	"github.com/cairn-sd/cairn/acl"
-	"github.com/cairn-sd/cairn/addrpolicy"
+	"github.com/cairn-sd/cairn/internal/acl"
+	"github.com/cairn-sd/cairn/internal/addrpolicy"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/wire"
 )

@@ -14,8 +14,8 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cairn-sd/cairn/acl"
 	"github.com/cairn-sd/cairn/api"
+	"github.com/cairn-sd/cairn/internal/acl"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
 	"github.com/cairn-sd/cairn/wire"

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cairn-sd/cairn/acl"
-	"github.com/cairn-sd/cairn/addrpolicy"
 	"github.com/cairn-sd/cairn/api"
+	"github.com/cairn-sd/cairn/internal/acl"
+	"github.com/cairn-sd/cairn/internal/addrpolicy"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
 	"github.com/cairn-sd/cairn/wire"

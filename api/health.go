@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/cairn-sd/cairn/acl"
 	"github.com/cairn-sd/cairn/health"
+	"github.com/cairn-sd/cairn/internal/acl"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/wire"
 )

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-sd/cairn/acl"
 	"github.com/cairn-sd/cairn/health"
+	"github.com/cairn-sd/cairn/internal/acl"
 	"github.com/cairn-sd/cairn/wire"
 )
 

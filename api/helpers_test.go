@@ -19,15 +19,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cairn-sd/cairn/acl"
-	"github.com/cairn-sd/cairn/addrpolicy"
 	"github.com/cairn-sd/cairn/api"
 	"github.com/cairn-sd/cairn/client"
 	"github.com/cairn-sd/cairn/health"
+	"github.com/cairn-sd/cairn/internal/acl"
+	"github.com/cairn-sd/cairn/internal/addrpolicy"
 	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/status/tablefile"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
-	"github.com/cairn-sd/cairn/tablefile"
 	"github.com/cairn-sd/cairn/wire"
 )
 

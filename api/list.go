@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cairn-sd/cairn/acl"
+	"github.com/cairn-sd/cairn/internal/acl"
 )
 
 // serviceList is GET /v1/services as of one store revision and one status

@@ -11,9 +11,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cairn-sd/cairn/acl"
 	"github.com/cairn-sd/cairn/api"
 	"github.com/cairn-sd/cairn/docs"
+	"github.com/cairn-sd/cairn/internal/acl"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
 )

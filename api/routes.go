@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cairn-sd/cairn/acl"
+	"github.com/cairn-sd/cairn/internal/acl"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/wire"
 )

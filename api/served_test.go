@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/cairn-sd/cairn/status"
-	"github.com/cairn-sd/cairn/tablefile"
+	"github.com/cairn-sd/cairn/status/tablefile"
 	"github.com/cairn-sd/cairn/wire"
 )
 

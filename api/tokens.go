@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"slices"
 
-	"github.com/cairn-sd/cairn/acl"
+	"github.com/cairn-sd/cairn/internal/acl"
 	"github.com/cairn-sd/cairn/store"
 )
 

@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cairn-sd/cairn/backoff"
+	"github.com/cairn-sd/cairn/internal/backoff"
 	"github.com/cairn-sd/cairn/wire"
 )
 

@@ -26,7 +26,7 @@ func TestLean(t *testing.T) {
 			}
 		}
 		if strings.HasPrefix(d, "github.com/cairn-sd/cairn/") && d != "github.com/cairn-sd/cairn/client" &&
-			d != "github.com/cairn-sd/cairn/wire" && d != "github.com/cairn-sd/cairn/dnsname" && d != "github.com/cairn-sd/cairn/backoff" {
+			d != "github.com/cairn-sd/cairn/wire" && d != "github.com/cairn-sd/cairn/internal/dnsname" && d != "github.com/cairn-sd/cairn/internal/backoff" {
 			t.Errorf("client depends on %s; it may use only wire (and the label rule wire uses) and backoff", d)
 		}
 	}

@@ -3,7 +3,7 @@ package client
 import (
 	"time"
 
-	"github.com/cairn-sd/cairn/backoff"
+	"github.com/cairn-sd/cairn/internal/backoff"
 )
 
 // StretchBackoff makes every backoff wait of c's retries uniform in

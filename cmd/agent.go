@@ -20,9 +20,9 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/cairn-sd/cairn/agent"
-	"github.com/cairn-sd/cairn/certs"
 	"github.com/cairn-sd/cairn/dnsserver"
-	"github.com/cairn-sd/cairn/durable"
+	"github.com/cairn-sd/cairn/internal/certs"
+	"github.com/cairn-sd/cairn/internal/durable"
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 	"github.com/cairn-sd/cairn/zones"

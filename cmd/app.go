@@ -13,8 +13,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/cairn-sd/cairn/certs"
 	"github.com/cairn-sd/cairn/client"
+	"github.com/cairn-sd/cairn/internal/certs"
 )
 
 // Exit codes.

@@ -13,9 +13,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cairn-sd/cairn/acl"
-	"github.com/cairn-sd/cairn/addrpolicy"
 	"github.com/cairn-sd/cairn/api"
+	"github.com/cairn-sd/cairn/internal/acl"
+	"github.com/cairn-sd/cairn/internal/addrpolicy"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
 )

@@ -12,8 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/cairn-sd/cairn/certs"
-	"github.com/cairn-sd/cairn/nodeid"
+	"github.com/cairn-sd/cairn/internal/certs"
+	"github.com/cairn-sd/cairn/internal/nodeid"
 )
 
 // What a long-running command (server, agent) sets up alike.

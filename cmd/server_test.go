@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-sd/cairn/acl"
+	"github.com/cairn-sd/cairn/internal/acl"
 )
 
 const (

@@ -11,8 +11,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/cairn-sd/cairn/durable"
-	"github.com/cairn-sd/cairn/pki"
+	"github.com/cairn-sd/cairn/internal/durable"
+	"github.com/cairn-sd/cairn/internal/pki"
 )
 
 // Names of the files `cairn tls` writes.

@@ -8,11 +8,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cairn-sd/cairn/pace"
+	"github.com/cairn-sd/cairn/internal/pace"
 	"github.com/cairn-sd/cairn/probe"
 	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/status/tablefile"
 	"github.com/cairn-sd/cairn/store"
-	"github.com/cairn-sd/cairn/tablefile"
 	"github.com/cairn-sd/cairn/wire"
 )
 

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/cairn-sd/cairn/eval"
-	"github.com/cairn-sd/cairn/pace"
+	"github.com/cairn-sd/cairn/internal/pace"
 	"github.com/cairn-sd/cairn/probe"
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"

@@ -11,9 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/status/tablefile"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
-	"github.com/cairn-sd/cairn/tablefile"
 	"github.com/cairn-sd/cairn/wire"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/cairn-sd/cairn/tablefile"
+	"github.com/cairn-sd/cairn/status/tablefile"
 	"github.com/cairn-sd/cairn/wire"
 )
 

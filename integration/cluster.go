@@ -30,9 +30,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-sd/cairn/certs"
 	"github.com/cairn-sd/cairn/client"
-	"github.com/cairn-sd/cairn/pki"
+	"github.com/cairn-sd/cairn/internal/certs"
+	"github.com/cairn-sd/cairn/internal/pki"
 )
 
 // Environment variables the harness reads.

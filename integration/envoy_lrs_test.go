@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-sd/cairn/acl"
+	"github.com/cairn-sd/cairn/internal/acl"
 	"github.com/cairn-sd/cairn/wire"
 )
 

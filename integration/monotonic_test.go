@@ -19,7 +19,7 @@ import (
 
 	"github.com/cairn-sd/cairn/cmd"
 	"github.com/cairn-sd/cairn/status"
-	"github.com/cairn-sd/cairn/tablefile"
+	"github.com/cairn-sd/cairn/status/tablefile"
 	"github.com/cairn-sd/cairn/wire"
 	"github.com/cairn-sd/cairn/xdsserver"
 	"github.com/cairn-sd/cairn/xdsserver/xdstest"

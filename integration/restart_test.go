@@ -10,7 +10,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/cairn-sd/cairn/cmd"
-	"github.com/cairn-sd/cairn/tablefile"
+	"github.com/cairn-sd/cairn/status/tablefile"
 	"github.com/cairn-sd/cairn/wire"
 )
 

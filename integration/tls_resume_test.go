@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-sd/cairn/certs"
-	"github.com/cairn-sd/cairn/pki"
+	"github.com/cairn-sd/cairn/internal/certs"
+	"github.com/cairn-sd/cairn/internal/pki"
 )
 
 // TestTLSResumedSessionChecked: a peer that resumes a TLS session is held

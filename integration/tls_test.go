@@ -16,9 +16,9 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/cairn-sd/cairn/certs"
 	"github.com/cairn-sd/cairn/client"
-	"github.com/cairn-sd/cairn/pki"
+	"github.com/cairn-sd/cairn/internal/certs"
+	"github.com/cairn-sd/cairn/internal/pki"
 	"github.com/cairn-sd/cairn/wire"
 )
 

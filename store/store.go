@@ -31,7 +31,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
-	"github.com/cairn-sd/cairn/pace"
+	"github.com/cairn-sd/cairn/internal/pace"
 	"github.com/cairn-sd/cairn/wire"
 )
 

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/cairn-sd/cairn/dnsname"
+	"github.com/cairn-sd/cairn/internal/dnsname"
 )
 
 // FieldError is invalid input: it names the field and the rule broken.

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cairn-sd/cairn/durable"
+	"github.com/cairn-sd/cairn/internal/durable"
 )
 
 // After a restart every subscriber reconnects at once (grpc-go's backoff

@@ -8,7 +8,7 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
-	"github.com/cairn-sd/cairn/agentview"
+	"github.com/cairn-sd/cairn/internal/agentview"
 	cstatus "github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/xdsserver"
 )

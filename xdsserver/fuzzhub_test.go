@@ -25,7 +25,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/cairn-sd/cairn/acl"
+	"github.com/cairn-sd/cairn/internal/acl"
 	cstatus "github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/xdsserver"
 	"github.com/cairn-sd/cairn/xdsserver/xdstest"

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
 
-	"github.com/cairn-sd/cairn/acl"
+	"github.com/cairn-sd/cairn/internal/acl"
 	cstatus "github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/xdsserver"
 	"github.com/cairn-sd/cairn/xdsserver/xdstest"

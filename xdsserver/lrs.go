@@ -18,7 +18,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/cairn-sd/cairn/acl"
+	"github.com/cairn-sd/cairn/internal/acl"
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 )

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
 
-	"github.com/cairn-sd/cairn/agentview"
+	"github.com/cairn-sd/cairn/internal/agentview"
 )
 
 // A server whose view of the store has stopped moving (past

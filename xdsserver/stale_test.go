@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	grpcstatus "google.golang.org/grpc/status"
 
-	"github.com/cairn-sd/cairn/agentview"
+	"github.com/cairn-sd/cairn/internal/agentview"
 	cstatus "github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/xdsserver"
 )

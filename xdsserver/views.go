@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cairn-sd/cairn/agentview"
+	"github.com/cairn-sd/cairn/internal/agentview"
 
 	"google.golang.org/protobuf/types/known/anypb"
 

@@ -3,7 +3,7 @@ package zones
 import (
 	"strconv"
 
-	"github.com/cairn-sd/cairn/dnsname"
+	"github.com/cairn-sd/cairn/internal/dnsname"
 )
 
 // Kind is where a query name lies in the zone. Classify decides it from

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cairn-sd/cairn/dnsname"
+	"github.com/cairn-sd/cairn/internal/dnsname"
 )
 
 // Config describes the zone. A zero field means "use the default"; New

@@ -30,7 +30,7 @@ func TestDependencies(t *testing.T) {
 		switch {
 		case p.ImportPath == "testing":
 			t.Errorf("zones imports testing in production code")
-		case p.Standard || p.ImportPath == "github.com/cairn-sd/cairn/zones" || p.ImportPath == "github.com/cairn-sd/cairn/dnsname":
+		case p.Standard || p.ImportPath == "github.com/cairn-sd/cairn/zones" || p.ImportPath == "github.com/cairn-sd/cairn/internal/dnsname":
 		case p.Module != nil && p.Module.Path == "github.com/cairn-sd/cairn":
 			t.Errorf("zones depends on %s; it may import no other cairn package", p.ImportPath)
 		case p.ImportPath == "github.com/miekg/dns":

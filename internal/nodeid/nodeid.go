@@ -14,7 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/cairn-sd/cairn/durable"
+	"github.com/cairn-sd/cairn/internal/durable"
 	"github.com/cairn-sd/cairn/wire"
 )
 

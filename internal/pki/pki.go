@@ -18,7 +18,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/cairn-sd/cairn/certs"
+	"github.com/cairn-sd/cairn/internal/certs"
 )
 
 // PEM is a certificate and its private key.

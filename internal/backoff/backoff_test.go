@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-sd/cairn/backoff"
+	"github.com/cairn-sd/cairn/internal/backoff"
 )
 
 // top draws the largest wait below the ceiling, so that each wait shows

@@ -26,8 +26,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/cairn-sd/cairn/durable"
-	"github.com/cairn-sd/cairn/pace"
+	"github.com/cairn-sd/cairn/internal/durable"
+	"github.com/cairn-sd/cairn/internal/pace"
 	"github.com/cairn-sd/cairn/status"
 )
 

@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/cairn-sd/cairn/durable"
+	"github.com/cairn-sd/cairn/internal/durable"
 )
 
 // A file kept across restarts is replaced whole: a crash at any point

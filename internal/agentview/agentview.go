@@ -43,7 +43,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/cairn-sd/cairn/dnsname"
+	"github.com/cairn-sd/cairn/internal/dnsname"
 	"github.com/cairn-sd/cairn/status"
 )
 

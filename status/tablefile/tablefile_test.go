@@ -17,7 +17,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/cairn-sd/cairn/pace"
+	"github.com/cairn-sd/cairn/internal/pace"
 	"github.com/cairn-sd/cairn/status"
 )
 

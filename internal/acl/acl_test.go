@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cairn-sd/cairn/acl"
+	"github.com/cairn-sd/cairn/internal/acl"
 )
 
 const (

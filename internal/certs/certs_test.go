@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
-	"github.com/cairn-sd/cairn/certs"
-	"github.com/cairn-sd/cairn/pki"
+	"github.com/cairn-sd/cairn/internal/certs"
+	"github.com/cairn-sd/cairn/internal/pki"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

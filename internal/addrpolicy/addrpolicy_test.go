@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/cairn-sd/cairn/addrpolicy"
+	"github.com/cairn-sd/cairn/internal/addrpolicy"
 )
 
 func prefixes(ss ...string) []netip.Prefix {

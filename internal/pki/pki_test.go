@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-sd/cairn/certs"
+	"github.com/cairn-sd/cairn/internal/certs"
 )
 
 func TestCertificates(t *testing.T) {
