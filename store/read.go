@@ -1,0 +1,132 @@
+package store
+
+import (
+	"slices"
+	"sort"
+
+	"github.com/cairn-sd/cairn/wire"
+)
+
+// Services returns every service definition, sorted by key.
+func (s *Store) Services() []wire.Service {
+	s.fsm.mu.RLock()
+	out := make([]wire.Service, 0, len(s.fsm.services))
+	for _, svc := range s.fsm.services {
+		out = append(out, *svc)
+	}
+	s.fsm.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Key().String() < out[j].Key().String() })
+	return out
+}
+
+// Service returns one service definition.
+func (s *Store) Service(ns, name string) (wire.Service, bool) {
+	s.fsm.mu.RLock()
+	defer s.fsm.mu.RUnlock()
+	svc, ok := s.fsm.services[wire.ServiceKey{Namespace: ns, Name: name}]
+	if !ok {
+		return wire.Service{}, false
+	}
+	return *svc, true
+}
+
+// Instances returns the instances of a service, terminated ones included,
+// sorted by id. On the leader, lease deadlines include renewals not yet
+// replicated. The instances share their Addresses, Ports,
+// RetiredRegistrationIDs, Report and their Health's lists and evidence
+// with the store's records, which the store never modifies in place:
+// callers must not modify them either.
+func (s *Store) Instances(ns, svc string) []wire.Instance {
+	s.fsm.mu.RLock()
+	recs := listRecords(&s.fsm.instances, &wire.ServiceKey{Namespace: ns, Name: svc})
+	s.fsm.mu.RUnlock()
+	sortRecords(recs)
+	out := views(recs)
+	for i := range out {
+		out[i] = s.overlay(out[i])
+	}
+	return out
+}
+
+// AllInstances returns every instance of every service, terminated ones
+// included, sorted by key. Like Instances', their slices, maps and
+// pointers are the store's, and read-only.
+func (s *Store) AllInstances() []wire.Instance {
+	s.fsm.mu.RLock()
+	recs := listRecords(&s.fsm.instances, nil)
+	s.fsm.mu.RUnlock()
+	sortRecords(recs)
+	return views(recs)
+}
+
+// Entry is what EachInstance shows of one instance: the fields a reader
+// of every instance needs, without the cost of a wire.Instance. Its
+// slices, maps and pointers are the replica's, read-only as those of
+// Instances' copies are, and may be kept.
+type Entry struct {
+	Key          wire.InstanceKey
+	Incarnation  uint64
+	Lifecycle    wire.Lifecycle
+	Region, Zone string
+	Addresses    []string
+	Ports        map[string]int
+	Weight       int
+	LeaseTTL     wire.Duration
+	// LeaseDeadline and RegisteredAt are unix nanoseconds in the
+	// replica's record (the leader's unreplicated renewals not applied).
+	LeaseDeadline, RegisteredAt int64
+	Report                      *wire.SelfReport
+	// Verdict is the last committed verdict, nil before the first.
+	Verdict *Verdict
+}
+
+// EachInstance calls fn with every instance, terminated ones included,
+// in no particular order, holding the replica's read lock: fn must be
+// quick and must not call the Store. It spares a caller that needs a few
+// fields of every instance the views AllInstances makes.
+func (s *Store) EachInstance(fn func(Entry)) {
+	s.fsm.mu.RLock()
+	defer s.fsm.mu.RUnlock()
+	for in := range s.fsm.instances.all {
+		fn(Entry{Key: in.key(), Incarnation: in.incarnation, Lifecycle: in.lifecycle.wire(),
+			Region: in.origin.region, Zone: in.origin.zone, Addresses: in.addresses, Ports: in.ports,
+			Weight: int(in.weight), LeaseTTL: in.leaseTTL, LeaseDeadline: in.leaseDeadline,
+			RegisteredAt: in.registeredAt, Report: in.report(), Verdict: in.verdict})
+	}
+}
+
+// Instance returns one instance, a copy of its own.
+func (s *Store) Instance(key wire.InstanceKey) (wire.Instance, bool) {
+	s.fsm.mu.RLock()
+	in := s.fsm.instances.get(key)
+	var out wire.Instance
+	if in != nil {
+		out = cloneInstance(in.view())
+	}
+	s.fsm.mu.RUnlock()
+	return s.overlay(out), in != nil
+}
+
+// Events returns up to limit audit events of one service, newest last. An
+// empty ns returns every service's.
+func (s *Store) Events(ns, svc string, limit int) []wire.Event {
+	s.fsm.mu.RLock()
+	defer s.fsm.mu.RUnlock()
+	// Walk both rings from the newest, merging by sequence number.
+	var out []wire.Event
+	ev, rf := &s.fsm.events, &s.fsm.refusals
+	i, j := ev.len()-1, rf.len()-1
+	for (i >= 0 || j >= 0) && (limit <= 0 || len(out) < limit) {
+		var e wire.Event
+		if j < 0 || i >= 0 && ev.at(i).Seq > rf.at(j).Seq {
+			e, i = ev.at(i), i-1
+		} else {
+			e, j = rf.at(j), j-1
+		}
+		if ns == "" || e.Namespace == ns && e.Service == svc {
+			out = append(out, e)
+		}
+	}
+	slices.Reverse(out)
+	return out
+}
