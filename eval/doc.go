@@ -13,9 +13,26 @@
 //
 // Read a clock (now is a parameter), start goroutines, iterate a map in
 // an order that reaches its output, or import the store, the API, the
-// prober or raft. The loop that gathers instances and evidence every
-// second and writes the status table (status.Entry takes Verdict and
-// Flags unconverted) comes later and lives outside this core.
+// prober or raft (cmd/deps_test.go). The loop that gathers instances and
+// evidence every round and commits the verdicts is package health; the
+// status table is built from those commits (status.Entry takes Verdict
+// and Flags unconverted).
+//
+// # Threading
+//
+// Evaluate is a pure function, safe anywhere. An Evaluator keeps working
+// memory from one call to the next and is not safe for concurrent use:
+// the health loop owns one. A Result's Instances are the Evaluator's
+// own, valid until its next call; a State passed to Recycle must not be
+// used again.
+//
+// # Files
+//
+// eval.go (Evaluate, the Evaluator and its recycled memory, the round),
+// evidence.go (samples, observers, outcome quorum, per-class counters),
+// judge.go (verdict, flap quarantine, the service's guard and shrink cap,
+// weights), policy.go (Policy and its defaults), input.go (what goes
+// in), state.go (what carries over between rounds).
 //
 // # One instance, step by step
 //

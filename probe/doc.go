@@ -18,16 +18,23 @@
 //     the same whether one target changed or all of them did (SPEC §0.6,
 //     Route 53's constant-work pattern). A slow consumer never blocks
 //     probing: the newer batch replaces the one it has not taken.
-//   - Assignment: Assign and Assigned, pure functions that spread targets
-//     over the live members by rendezvous hashing, two observers per
-//     target where there are two or more members.
+//   - Assignment: Assign and Assigned (and their zoned forms, which
+//     prefer observers in another zone than the target's), pure
+//     functions that spread targets over the live members by rendezvous
+//     hashing, two observers per target where there are two or more
+//     members.
 //
-// A node wires it like this: the caller computes, from desired state and
-// the live members, the targets Assign gives this node and passes them to
-// SetTargets whenever either changes; it runs Run under the node's
-// errgroup; the evaluator reads Batches and, for each Result, drops and
-// counts it unless Assigned(result.TargetID, result.Observer, members, 2)
-// (SPEC §0.7: a prober reports only about its assigned targets).
+// Package health wires it: from the store's check specs and the live
+// members it computes the targets AssignedZoned gives this node and
+// passes them to SetTargets whenever either changes; cmd runs Run under
+// the node's errgroup; health reads Batches and, for each Result, drops
+// and counts it unless the observer was assigned that target (SPEC
+// §0.7: a prober reports only about its assigned targets).
+//
+// Threading: Run owns the scheduler and the worker pool, and closes
+// Batches when it returns. SetTargets may be called from any goroutine
+// (the latest set wins; Run applies it); Check and the Assign functions
+// are safe anywhere.
 //
 // What it must not do: decide health (one result is evidence; thresholds,
 // hysteresis and silence belong to the evaluator), import another cairn

@@ -11,6 +11,26 @@
 //
 // Reads are served from the local replica and may lag the leader by the
 // replication delay.
+//
+// Imports: raft and bolt (it is the only package that does), the wire
+// types it stores, and two helpers (the label rule, the pacing of long
+// work); no other cairn package (cmd/deps_test.go).
+//
+// Threading: every method is safe for concurrent use. The FSM's state is
+// behind one RWMutex, written only by raft's apply goroutine; reads take
+// the read lock and copy what they return. Open starts raft's goroutines;
+// Run (lease.go) is the store's own loop on every node — lease
+// checkpoints, expiries and the takeover on the leader, caught-up
+// tracking everywhere — and returns when its ctx ends; Close stops raft
+// and closes the files.
+//
+// Files: store.go (open, close, raft state), write.go (every proposal),
+// read.go (queries of the replica), fsm.go and register.go (applying
+// commands), lease.go and fsmlease.go (leases and their grace),
+// snapshot.go (snapshots and restore), audit.go (the event rings),
+// withdrawals.go (the feed of withdrawals for fast publication),
+// membership.go, tokens.go, record.go and intern.go (the compact
+// in-memory form), raftlog.go (raft's logs into slog).
 package store
 
 import (
