@@ -5,6 +5,16 @@
 // addresses against the address policy, forwards writes that reach a
 // follower to the leader, and turns errors into status codes in one place
 // (writeError).
+//
+// Imports: the store (writes, reads of desired state), the node's health
+// and publication stages (evidence intake, the served table), the status
+// table, the wire types, and the helpers for tokens, addresses and
+// certificates. Never raft directly, and never the DNS or xDS servers.
+//
+// Threading: the Server is safe for concurrent use, one goroutine per
+// request (net/http). What requests share is published whole through
+// atomic pointers (the token cache, the service list) or kept behind a
+// small mutex of its own (the xDS summary, the refusal audit window).
 package api
 
 import (

@@ -1,5 +1,10 @@
 // Package client is a Go client for cairn's HTTP API, used by the CLI, by
 // servers joining a cluster and by tests.
+//
+// It links only the wire types and the retry timing (internal/backoff):
+// never raft, bolt, Prometheus or server code, so that a program that
+// registers itself pulls in nothing else (TestLean checks the graph). A
+// Client is safe for concurrent use.
 package client
 
 import (

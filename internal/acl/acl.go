@@ -1,6 +1,9 @@
 // Package acl authenticates bearer tokens and decides what each scope may
 // do (SPEC §8). It never stores or logs a secret: tokens are kept as their
 // SHA-256 digests and named by a short, non-reversible identity.
+//
+// A leaf: it imports no cairn package. An Authorizer is immutable and
+// safe for concurrent use; With returns a new one for a new token set.
 package acl
 
 import (

@@ -9,6 +9,9 @@
 // tunnelling scheme (NAT64, IPv4-compatible, SIIT, 6to4) reaches that IPv4
 // address, so the IPv4 rules apply to the embedded address as well; Teredo,
 // whose embedded address is obfuscated, is refused outright.
+//
+// A leaf: it imports no cairn package. A Policy is immutable once made
+// and safe for concurrent use.
 package addrpolicy
 
 import (

@@ -25,6 +25,10 @@
 //
 // Numbers that may pass 2^53 (revision, incarnation) travel as decimal
 // strings: metadata numbers are doubles.
+//
+// Imports: the status table (a view is made from it and fills one) and
+// the label rule; never the store or the health loop. Encode and Decode
+// are pure functions, safe anywhere.
 package agentview
 
 import (

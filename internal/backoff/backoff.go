@@ -9,6 +9,8 @@
 //
 // It knows nothing of what is retried, of clocks or of timers: the
 // caller waits for the durations it hands out, and decides when to stop.
+//
+// A leaf. A Backoff is one caller's state, not safe for concurrent use.
 package backoff
 
 import (

@@ -10,6 +10,11 @@
 // may be used for both server and client authentication; it is what
 // servers present to each other (raft, join, forwarded writes, probe
 // reports). Any other certificate from the CA is a client's.
+//
+// A leaf: every listener and client reads its certificates from it, so
+// it knows none of them. Files is safe for concurrent use: the current
+// set is swapped whole (an atomic pointer), and each handshake reads the
+// set of its moment; Run is its one goroutine, watching the files.
 package certs
 
 import (

@@ -2,6 +2,9 @@
 // server gets when --node-id is not given, made once at random and read
 // back at every start, so that several servers on one host never collide
 // and a restarted one is the same raft voter it was.
+//
+// Imports: the label rule and safe file writes. It is read once, at a
+// server's start.
 package nodeid
 
 import (

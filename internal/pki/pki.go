@@ -1,6 +1,9 @@
 // Package pki makes a private CA and the certificates it signs, for
 // `cairn tls ca create` and `cairn tls cert create`: ECDSA P-256 keys,
 // PEM files.
+//
+// Imports: only certs, for the servers' name. Pure functions of their
+// inputs and crypto/rand, safe anywhere.
 package pki
 
 import (

@@ -2,6 +2,9 @@
 // binary, and the handler that serves them under /ui/. It has no logic of
 // its own: the pages call the JSON API (SPEC §6) from the browser, with
 // the caller's token, so they show exactly what the API answers.
+//
+// A leaf. The handler serves embedded, read-only files and is safe for
+// concurrent use.
 package ui
 
 import (

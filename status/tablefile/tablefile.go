@@ -9,6 +9,11 @@
 // A table on disk is last-known-good state, never truth: the store and
 // fresh evidence rebuild the table as soon as the node's replica has
 // caught up (SPEC §0.2). It is read once, at start.
+//
+// Imports: the status table, safe file writes (internal/durable) and the
+// pacing of long work (internal/pace); never the store or the health
+// loop. Take, Load and Save are safe anywhere; a Keeper's Run is its one
+// goroutine and SaveNow may be called from any other.
 package tablefile
 
 import (
