@@ -32,4 +32,18 @@
 // resource's identity; the revision of the table it was sent from lets
 // a reconnecting client name how new its view is, and a server whose
 // table is older sends it nothing older.
+//
+// Imports: the status table, the view encoding it shares with the agent
+// (internal/agentview), the token rules (internal/acl), go-control-plane's
+// types and grpc. Never the store, the health loop, the evaluator or
+// miekg/dns (cmd/deps_test.go).
+//
+// Threading: grpc runs each stream on its own goroutine, and serveLoop
+// adds one receiver per stream, which ends with it. Run owns the
+// server's own goroutines (the hub following the published tables, the
+// admission gate, the staleness check, the load reports' hand-off, the
+// subscribers file) and waits for them; every hub field is behind hub.mu, held briefly (a refresh of
+// one service, a watch, a take), never while sending. A stream reads
+// only its own member and the resources the hub handed it, which are
+// immutable once built.
 package xdsserver
