@@ -751,7 +751,7 @@ log "MODE=$MODE$([[ $MODE == flip ]] && echo " FLIP_STYLE=$FLIP_STYLE FLIP_INTER
 # rotate K WORDS...: the words, starting from the K-th (mod their number).
 # Each round measures the servers, and the churn rates, in an order
 # rotated by one from the round before: this host's speed drifts within
-# a round (BENCHMARKS.md), and a fixed order would hand the drift to the
+# a round (docs/benchmarks/churn.md), and a fixed order would hand the drift to the
 # same server, or the same rate, every round.
 rotate() {
 	local k=$1

@@ -16,8 +16,8 @@ import (
 // The swap is in one batch, but cairn withdraws an instance the round it
 // reads ready=false and re-admits one only after admit_after rounds
 // spanning admit_min, and its shrink cap defers withdrawals past its
-// budget: the eligible count is not what the pairs intend (BENCHMARKS.md,
-// "DNS work under health churn").
+// budget: the eligible count is not what the pairs intend
+// (docs/benchmarks/churn.md, "DNS work under health churn").
 func runToday(ctx context.Context, s *sender, groups []group, ready []bool, pct int, interval time.Duration, obs *observer, res *FlipResult) {
 	var pairs [][2]int
 	for _, g := range groups {
