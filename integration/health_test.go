@@ -311,6 +311,24 @@ func isWithdrawn(e wire.Endpoint) error {
 	return nil
 }
 
+// withdrawnVerdict waits until n's table carries the committed verdict of
+// a withdrawn endpoint: the withdrawal fast path publishes the
+// withdrawal before the next table carries the verdict and its evidence
+// (until then the endpoint's reason says "not yet published").
+func withdrawnVerdict(ctx context.Context, t *testing.T, n *Node, svc, id string) wire.Endpoint {
+	t.Helper()
+	e, _ := waitEndpoint(ctx, t, n, svc, id, 10*time.Second, func(e wire.Endpoint) error {
+		if err := isWithdrawn(e); err != nil {
+			return err
+		}
+		if hasReason(e.Reasons, "not yet published by this node") {
+			return fmt.Errorf("the committed verdict is not yet published")
+		}
+		return nil
+	})
+	return e
+}
+
 func isEligible(e wire.Endpoint) error {
 	if !e.Eligible {
 		return fmt.Errorf("want eligible")
@@ -459,6 +477,7 @@ func TestHealthTCPCloseWithdraws(t *testing.T) {
 	if took >= withdrawBound {
 		t.Errorf("withdrawn %s after the listener closed; want < %s (load average: %s)", took, withdrawBound, loadavg())
 	}
+	e = withdrawnVerdict(ctx, t, leader, svc, ids[0])
 	if e.Verdict != "unhealthy" || !hasReason(e.Reasons, "connection refused") {
 		t.Errorf("withdrawn endpoint: %s; want verdict unhealthy for a refused connection", describe(e))
 	}
@@ -523,6 +542,7 @@ func TestHealthHTTPWithdrawAndReadmit(t *testing.T) {
 	if failures < withdrawAfter {
 		t.Errorf("withdrawn after %d failed probes; want at least withdraw_after = %d", failures, withdrawAfter)
 	}
+	e = withdrawnVerdict(ctx, t, n, svc, ids[0])
 	if e.Verdict != "unhealthy" || !hasReason(e.Reasons, "probe failing") {
 		t.Errorf("withdrawn endpoint: %s; want verdict unhealthy, probe failing", describe(e))
 	}
@@ -1150,6 +1170,7 @@ func TestHealthCallerOutcomes(t *testing.T) {
 	}
 	e, at := waitEndpoint(ctx, t, n, svc, target.ID, 15*time.Second, isWithdrawn)
 	t.Logf("3 failed outcome windows of two callers for %s: withdrawn after %s: %s", target.ID, at.Sub(postedAt).Round(time.Millisecond), describe(e))
+	e = withdrawnVerdict(ctx, t, n, svc, target.ID)
 	if e.Verdict != "unhealthy" || !hasReason(e.Reasons, "outcome") {
 		t.Errorf("withdrawn endpoint: %s; want unhealthy for its outcomes", describe(e))
 	}
@@ -1230,6 +1251,7 @@ func TestHealthSelfReport(t *testing.T) {
 	report(false)
 	e, at := waitEndpoint(ctx, t, n, svc, target.ID, 15*time.Second, isWithdrawn)
 	t.Logf("reported not ready: withdrawn after %s: %s", at.Sub(reportedAt).Round(time.Millisecond), describe(e))
+	e = withdrawnVerdict(ctx, t, n, svc, target.ID)
 	if e.Verdict != "unhealthy" || !hasReason(e.Reasons, "self-report") {
 		t.Errorf("withdrawn endpoint: %s; want unhealthy, reason self-report", describe(e))
 	}
