@@ -47,7 +47,7 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "domain", Value: "cairn.internal.", Usage: "DNS zone, the servers'"},
 			&cli.StringFlag{Name: "region", Usage: "this node's region"},
 			&cli.StringFlag{Name: "zone", Usage: "this node's zone"},
-			&cli.StringFlag{Name: "node-id", Usage: "xDS node id (default: a random id kept in the data dir)"},
+			&cli.StringFlag{Name: "node-id", DefaultText: "a random id kept in the data dir", Usage: "xDS node id"},
 			&cli.StringSliceFlag{Name: "service", Usage: "NS/SVC to subscribe to from the start (repeatable); others are subscribed on their first query"},
 			&cli.DurationFlag{Name: "stale-after", Value: 5 * time.Second, Usage: "answers are marked stale when the views are older (no server stream)"},
 			&cli.DurationFlag{Name: "max-stale", Value: 24 * time.Hour, Usage: "past this, DNS answers SERVFAIL"},

@@ -57,7 +57,7 @@ func App(stdout, stderr io.Writer) *cli.App {
 			&cli.StringFlag{Name: "ca-file", EnvVars: []string{"CAIRN_CACERT"}, Usage: "CA bundle to verify the server's certificate with (https; an --addr without a scheme then means https)"},
 			&cli.StringFlag{Name: "client-cert", EnvVars: []string{"CAIRN_CLIENT_CERT"}, Usage: "certificate to present to the server (needed for cairn join: a server's)"},
 			&cli.StringFlag{Name: "client-key", EnvVars: []string{"CAIRN_CLIENT_KEY"}, Usage: "the client certificate's key"},
-			&cli.StringFlag{Name: "tls-server-name", EnvVars: []string{"CAIRN_TLS_SERVER_NAME"}, Usage: "name to verify the server's certificate for (default: --addr's host)"},
+			&cli.StringFlag{Name: "tls-server-name", EnvVars: []string{"CAIRN_TLS_SERVER_NAME"}, DefaultText: "--addr's host", Usage: "name to verify the server's certificate for"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "table", Usage: "table or json"},
 		},
 		Action: func(c *cli.Context) error {

@@ -18,13 +18,13 @@ func xdsBootstrapCommand() *cli.Command {
 		Name:  "xds-bootstrap",
 		Usage: "print a gRPC xDS bootstrap: GRPC_XDS_BOOTSTRAP_CONFIG for a client that dials xds:///<svc>.<ns>",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "xds-addr", Usage: "the server's --grpc-addr, as the client reaches it (default: the gRPC address the server at --addr reports)"},
-			&cli.StringFlag{Name: "node-id", Usage: "the client's node id (default: this host's name)"},
+			&cli.StringFlag{Name: "xds-addr", DefaultText: "the gRPC address the server at --addr reports", Usage: "the server's --grpc-addr, as the client reaches it"},
+			&cli.StringFlag{Name: "node-id", DefaultText: "this host's name", Usage: "the client's node id"},
 			&cli.StringFlag{Name: "region", Usage: "the client's region"},
 			&cli.StringFlag{Name: "zone", Usage: "the client's zone"},
-			&cli.StringFlag{Name: "tls-ca", Usage: "TLS: the CA bundle the client verifies the server with (a path on the client's host; default: the CLI's --ca-file); the server's certificate must name --xds-addr's host"},
-			&cli.StringFlag{Name: "tls-cert", Usage: "TLS: the client's certificate (cairn tls cert create --client; default: the CLI's --client-cert)"},
-			&cli.StringFlag{Name: "tls-key", Usage: "TLS: the client certificate's key (default: the CLI's --client-key)"},
+			&cli.StringFlag{Name: "tls-ca", DefaultText: "the CLI's --ca-file", Usage: "TLS: the CA bundle the client verifies the server with (a path on the client's host); the server's certificate must name --xds-addr's host"},
+			&cli.StringFlag{Name: "tls-cert", DefaultText: "the CLI's --client-cert", Usage: "TLS: the client's certificate (cairn tls cert create --client)"},
+			&cli.StringFlag{Name: "tls-key", DefaultText: "the CLI's --client-key", Usage: "TLS: the client certificate's key"},
 		},
 		Action: func(c *cli.Context) error {
 			node := c.String("node-id")

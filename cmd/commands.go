@@ -113,12 +113,12 @@ func registerCommand() *cli.Command {
 			&cli.StringFlag{Name: "instance", Required: true, Usage: "instance id (a DNS label)"},
 			&cli.StringSliceFlag{Name: "address", Required: true, Usage: "IPv4 or IPv6 address (repeatable)"},
 			&cli.StringSliceFlag{Name: "port", Required: true, Usage: "NAME=NUMBER for a port of the service (repeatable)"},
-			&cli.StringFlag{Name: "region"},
-			&cli.StringFlag{Name: "zone"},
-			&cli.IntFlag{Name: "weight", Usage: "base weight 1-65535 (default 100)"},
-			&cli.DurationFlag{Name: "lease-ttl", Usage: "lease TTL, 5s-24h (default: the service's lease_ttl)"},
+			&cli.StringFlag{Name: "region", Usage: "the instance's region (a DNS label): where locality-aware answers place it"},
+			&cli.StringFlag{Name: "zone", Usage: "the instance's zone (a DNS label): where locality-aware answers place it"},
+			&cli.IntFlag{Name: "weight", DefaultText: fmt.Sprint(wire.DefaultWeight), Usage: "base weight 1-65535"},
+			&cli.DurationFlag{Name: "lease-ttl", DefaultText: "the service's lease_ttl", Usage: "lease TTL, 5s-24h"},
 			&cli.StringFlag{Name: "registration-id", Usage: "names this registration (a boot id): a new id always gets a new incarnation"},
-			&cli.Uint64Flag{Name: "replaces", Usage: "the incarnation this registration replaces, as register or endpoints printed it: " +
+			&cli.Uint64Flag{Name: "replaces", DefaultText: "none", Usage: "the incarnation this registration replaces, as register or endpoints printed it: " +
 				"needed to change a live registration without --registration-id"},
 		},
 		Action: func(c *cli.Context) error {
@@ -478,9 +478,9 @@ func joinCommand() *cli.Command {
 		Name:  "join",
 		Usage: "add a server to the cluster (a server started with --join does this itself)",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "node-id", Required: true},
-			&cli.StringFlag{Name: "raft-addr", Required: true},
-			&cli.StringFlag{Name: "http-addr", Required: true},
+			&cli.StringFlag{Name: "node-id", Required: true, Usage: "the server's --node-id"},
+			&cli.StringFlag{Name: "raft-addr", Required: true, Usage: "the server's raft address (HOST:PORT), as peers reach it"},
+			&cli.StringFlag{Name: "http-addr", Required: true, Usage: "the server's API address (HOST:PORT), as peers reach it"},
 		},
 		Action: func(c *cli.Context) error {
 			cl, err := apiClient(c)
@@ -501,7 +501,7 @@ func leaveCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "leave",
 		Usage: "remove a server from the cluster",
-		Flags: []cli.Flag{&cli.StringFlag{Name: "node-id", Required: true}},
+		Flags: []cli.Flag{&cli.StringFlag{Name: "node-id", Required: true, Usage: "the server's --node-id"}},
 		Action: func(c *cli.Context) error {
 			cl, err := apiClient(c)
 			if err != nil {

@@ -100,7 +100,7 @@ func serverCommand() *cli.Command {
 		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "dev", Usage: "single node, bootstrapped, data in a temporary folder, loopback endpoints allowed, ACLs off unless configured"},
 			&cli.StringFlag{Name: "data-dir", EnvVars: []string{"CAIRN_DATA_DIR"}, Usage: "raft log, snapshots and node id (required without --dev)"},
-			&cli.StringFlag{Name: "node-id", Usage: "raft node id (default: a random id kept in the data dir)"},
+			&cli.StringFlag{Name: "node-id", DefaultText: "a random id kept in the data dir", Usage: "raft node id"},
 			&cli.StringFlag{Name: "http-addr", Value: "127.0.0.1:8480", Usage: "API, /metrics, /healthz, /readyz"},
 			&cli.StringFlag{Name: "raft-addr", Value: "127.0.0.1:8482", Usage: "raft transport; peers must reach it"},
 			&cli.StringFlag{Name: "dns-addr", Value: "127.0.0.1:8053", Usage: "DNS (UDP and TCP)"},
@@ -114,7 +114,7 @@ func serverCommand() *cli.Command {
 			&cli.DurationFlag{Name: "lame-duck", Value: time.Second, Usage: "on SIGTERM, keep serving this long while /readyz says not ready"},
 			&cli.StringFlag{Name: "acl-file", Usage: "YAML file of tokens; turns ACLs on"},
 			&cli.StringFlag{Name: "acl-bootstrap-token", EnvVars: []string{"CAIRN_ACL_BOOTSTRAP_TOKEN"}, Usage: "an admin token; turns ACLs on"},
-			&cli.StringFlag{Name: "probe-token", EnvVars: []string{"CAIRN_PROBE_TOKEN"}, Usage: "token this server sends its probe results to the leader with: a prober token whose node is this server's --node-id (default: --token)"},
+			&cli.StringFlag{Name: "probe-token", EnvVars: []string{"CAIRN_PROBE_TOKEN"}, DefaultText: "--token", Usage: "token this server sends its probe results to the leader with: a prober token whose node is this server's --node-id"},
 			&cli.StringSliceFlag{Name: "namespace-cidr", Usage: "NS=CIDR: endpoints of NS must fall in CIDR (repeatable)"},
 			&cli.StringSliceFlag{Name: "subnet", Usage: "CIDR=REGION/ZONE: locality of DNS clients in CIDR (repeatable)"},
 			&cli.StringSliceFlag{Name: "ecs-trusted", Usage: "CIDR whose EDNS Client Subnet is trusted (repeatable)"},
@@ -131,11 +131,11 @@ func serverCommand() *cli.Command {
 			&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"CAIRN_TLS_CA"}, Usage: "the CA bundle peers' certificates are verified with (old and new CA during a rotation); re-read on SIGHUP and when changed, with the certificate and key"},
 			&cli.BoolFlag{Name: "insecure-plaintext", Usage: "allow listeners beyond loopback without TLS: tokens and raft cross the network in the clear"},
 			&cli.StringFlag{Name: "dns-rrl", Value: "auto", Usage: "DNS response-rate limiting per source prefix: auto (on unless --dns-addr is loopback), on or off"},
-			&cli.IntFlag{Name: "dns-rrl-rate", Usage: fmt.Sprintf("UDP responses a second per source prefix (default %d; giving it turns --dns-rrl on)", dnsserver.DefaultRRLRate)},
+			&cli.IntFlag{Name: "dns-rrl-rate", DefaultText: fmt.Sprint(dnsserver.DefaultRRLRate), Usage: "UDP responses a second per source prefix (giving it turns --dns-rrl on)"},
 			&cli.IntFlag{Name: "dns-rrl-slip", Value: dnsserver.DefaultRRLSlip, Usage: "every Nth limited response is sent truncated (TC: the client retries over TCP), the others dropped; 0 drops them all"},
 			&cli.StringSliceFlag{Name: "dns-rrl-exempt", Usage: "CIDR never rate-limited, e.g. your resolvers (repeatable)"},
 			&cli.StringFlag{Name: "dns-cookies", Value: "auto", Usage: "DNS cookies (RFC 7873; a valid one exempts from rate limiting): auto (on unless --dns-addr is loopback), on or off"},
-			&cli.StringFlag{Name: "dns-cookie-secret-file", Usage: "file of the server-cookie secret, 32 hex digits, and optionally the previous one on a second line (share it across servers; re-read on SIGHUP, to roll it; default: a random secret per process)"},
+			&cli.StringFlag{Name: "dns-cookie-secret-file", DefaultText: "a random secret per process", Usage: "file of the server-cookie secret, 32 hex digits, and optionally the previous one on a second line (share it across servers; re-read on SIGHUP, to roll it)"},
 		}, xdsLimitFlags()...),
 		Action: func(c *cli.Context) error {
 			cfg, err := serverConfigFromFlags(c)

@@ -58,7 +58,7 @@ func tlsCommand() *cli.Command {
 						&cli.StringFlag{Name: "ca", Value: caCertFile, Usage: "the CA's certificate"},
 						&cli.StringFlag{Name: "ca-key", Value: caKeyFile, Usage: "the CA's key"},
 						&cli.StringFlag{Name: "dir", Value: ".", Usage: "folder to write the files in"},
-						&cli.StringFlag{Name: "name", Usage: "file name and common name (default: server-cairn-N or client-cairn-N, the first N free)"},
+						&cli.StringFlag{Name: "name", DefaultText: "server-cairn-N or client-cairn-N, the first N free", Usage: "file name and common name"},
 						&cli.StringSliceFlag{Name: "dns", Usage: "a DNS name the server is reached by (repeatable)"},
 						&cli.StringSliceFlag{Name: "ip", Usage: "an IP address the server is reached on (repeatable)"},
 						&cli.DurationFlag{Name: "validity", Value: 365 * 24 * time.Hour, Usage: "how long the certificate is valid"},
