@@ -16,16 +16,12 @@ import (
 const maxProbeBody = 64 << 20
 
 // evaluating returns the node's evaluator when this node is the ready
-// leader, or the 503 to answer.
+// leader, or the 503 to answer (health.Node.Evaluating).
 func (s *Server) evaluating() (*health.Node, error) {
-	h := s.cfg.Health
-	if h == nil {
-		return nil, fmt.Errorf("this node runs no health evaluator: %w", store.ErrNoLeader)
+	if err := s.cfg.Health.Evaluating(); err != nil {
+		return nil, err
 	}
-	if !h.Leading() {
-		return nil, fmt.Errorf("this node is not the evaluating leader (yet); retry: %w", store.ErrNoLeader)
-	}
-	return h, nil
+	return s.cfg.Health, nil
 }
 
 // outcomes takes POST /v1/outcomes: one caller's success, failure and
@@ -70,18 +66,7 @@ func (s *Server) forwardedOutcomes(w http.ResponseWriter, r *http.Request, id ac
 	if err != nil {
 		return 0, nil, err
 	}
-	reply := wire.OutcomeReply{Discarded: map[string]int{}}
-	for _, rep := range b.Reports {
-		one := h.Outcomes(rep.Observer, rep.OutcomeReport)
-		reply.Accepted += one.Accepted
-		for why, n := range one.Discarded {
-			reply.Discarded[why] += n
-		}
-	}
-	if len(reply.Discarded) == 0 {
-		reply.Discarded = nil
-	}
-	return http.StatusAccepted, reply, nil
+	return http.StatusAccepted, h.OutcomeBatch(b), nil
 }
 
 // probeResults takes POST /v1/internal/probe-results: a server's batch of

@@ -186,7 +186,7 @@ func runAgent(ctx context.Context, cfg agentConfig, logw interface{ Write([]byte
 	// The zone's name server is the agent itself, for the machine it
 	// serves: its DNS listener's address (127.0.0.1 when wildcard).
 	zone, err := zones.New(zones.Config{Domain: cfg.Domain,
-		NSAddrs: map[string][]netip.Addr{"ns." + cfg.Domain: {nsAddr(cfg.DNSAddr, "")}}})
+		NSAddrs: map[string][]netip.Addr{"ns." + cfg.Domain: {zones.NSAddr(cfg.DNSAddr)}}})
 	if err != nil {
 		return fmt.Errorf("DNS zone: %w", err)
 	}

@@ -8,76 +8,13 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/cairn-sd/cairn/internal/acl"
 )
 
+// Secrets of the ACL files the tests write.
 const (
-	testAdmin    = "admin-secret-0123456789abc"
-	testProberN1 = "prober-n1-0123456789abcdef"
 	testProberN2 = "prober-n2-0123456789abcdef"
-	testProber   = "prober-none-0123456789abcd"
 	testReader   = "reader-shop-0123456789abcd"
 )
-
-func testTokens() []acl.Token {
-	return []acl.Token{
-		{Secret: testAdmin, Scope: acl.Admin},
-		{Secret: testProberN1, Scope: acl.Prober, Node: "n1"},
-		{Secret: testProberN2, Scope: acl.Prober, Node: "n2"},
-		{Secret: testProber, Scope: acl.Prober},
-		{Secret: testReader, Scope: acl.Reader, Namespaces: []string{"shop"}},
-	}
-}
-
-// TestCheckProbeToken: a server refuses to start with a probe token its
-// own ACL knows the leader would refuse.
-func TestCheckProbeToken(t *testing.T) {
-	on, err := acl.New(acl.Config{Enabled: true, Tokens: testTokens()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	off, err := acl.New(acl.Config{Tokens: testTokens()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []struct {
-		name  string
-		authz *acl.Authorizer
-		token string
-		want  []string // fragments of the error; nil: accepted
-	}{
-		{"its own node's prober token", on, testProberN1, nil},
-		{"an admin token", on, testAdmin, nil},
-		{"no token", on, "", nil},
-		{"a token only the cluster knows", on, "stored-token-0123456789abcd", nil},
-		{"ACLs off", off, testProberN2, nil},
-		{"another node's prober token", on, testProberN2, []string{"--probe-token", "--node-id n1", "prober token of node n2 may not report as n1"}},
-		{"a prober token without node", on, testProber, []string{"--probe-token", "names no node"}},
-		{"a reader token", on, testReader, []string{"--probe-token", "reader token may not send probe results"}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			err := checkProbeToken(c.authz, c.token, "n1")
-			if c.want == nil {
-				if err != nil {
-					t.Fatalf("refused: %v", err)
-				}
-				return
-			}
-			if err == nil {
-				t.Fatal("accepted")
-			}
-			for _, w := range c.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %q", err, w)
-				}
-			}
-			if strings.Contains(err.Error(), c.token) || strings.Contains(err.Error(), acl.ErrDenied.Error()) {
-				t.Errorf("error %q repeats the secret or the sentinel", err)
-			}
-		})
-	}
-}
 
 // TestServerRefusesBadProbeToken: `cairn server` with another node's
 // prober token, or an ACL file that binds a node to a token of another
