@@ -7,7 +7,7 @@ STATICCHECK_VERSION ?= v0.8.2
 # on a machine where benches must not overlap.
 LOCK      ?=
 
-.PHONY: help build run envoy test integration scenarios bench bench-dns bench-xds bench-xds-hostile bench-envoy bench-xds-inprocess bench-ui soak fuzz fuzz-api lint fmt tidy
+.PHONY: help build run envoy test integration scenarios bench bench-dns bench-xds bench-xds-hostile bench-envoy bench-xds-inprocess bench-ui soak fuzz fuzz-api lint docs fmt tidy
 help:        ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
 
@@ -125,6 +125,9 @@ lint:        ## go vet, gofmt, staticcheck (from the module proxy)
 	$(GO) vet ./...
 	test -z "$$(gofmt -l .)" || (gofmt -l . && false)
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+docs:        ## write docs/cli.md, the CLI reference, from the command definitions (TestCLIDocs fails when it is not current)
+	$(GO) run ./cmd/cairn-docs docs/cli.md
 
 fmt:         ## gofmt -w
 	gofmt -w .
