@@ -100,9 +100,9 @@
 // It holds no global state, and starts goroutines only in Run, which
 // waits for them before it returns.
 //
-// The package has no README of its own: its flags and metric names are in
-// the repository's README.md ("Operating"), and the reasons behind its
-// RFC choices in docs/decisions.md ("DNS server", "Serving path fit for
-// real networks", "The DNS tail on one core", "DNS response-rate
-// limiting and cookies").
+// The package has no README of its own: its flags are in docs/cli.md,
+// what they do and its metric names in docs/operating.md, and the
+// reasons behind its RFC choices in docs/decisions.md ("DNS server",
+// "Serving path fit for real networks", "The DNS tail on one core", "DNS
+// response-rate limiting and cookies").
 package dnsserver

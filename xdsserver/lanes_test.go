@@ -207,22 +207,22 @@ func TestAdmissionsShedUnderLoad(t *testing.T) {
 	}
 }
 
-// TestReadmeAdmissionBudget: the README's metrics table gives the
-// admission budget's figure; it is DefaultAdmissionRate's.
-func TestReadmeAdmissionBudget(t *testing.T) {
-	b, err := os.ReadFile("../README.md")
+// TestDocumentedAdmissionBudget: the metrics table of docs/operating.md
+// gives the admission budget's figure; it is DefaultAdmissionRate's.
+func TestDocumentedAdmissionBudget(t *testing.T) {
+	b, err := os.ReadFile("../docs/operating.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := regexp.MustCompile(`admission budget, ([0-9,]+) responses a second`).FindSubmatch(b)
 	if m == nil {
-		t.Fatal("README.md does not give the admission budget as \"admission budget, N responses a second\"")
+		t.Fatal("docs/operating.md does not give the admission budget as \"admission budget, N responses a second\"")
 	}
 	got, err := strconv.Atoi(strings.ReplaceAll(string(m[1]), ",", ""))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got != xdsserver.DefaultAdmissionRate {
-		t.Errorf("README.md gives the admission budget as %s responses a second; DefaultAdmissionRate is %d", m[1], xdsserver.DefaultAdmissionRate)
+		t.Errorf("docs/operating.md gives the admission budget as %s responses a second; DefaultAdmissionRate is %d", m[1], xdsserver.DefaultAdmissionRate)
 	}
 }
