@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cairn-sd/cairn/internal/agentview"
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/status/tablefile"
 )
 
@@ -41,7 +42,7 @@ type Agent struct {
 	// highest revision of any view held since the start, so that it
 	// never goes back when a view goes.
 	serial uint64
-	bd     *builder
+	w      *status.Writer
 	// connected is whether a stream is open and has answered; lastGood
 	// when the agent last knew its views current (now while connected).
 	connected bool
@@ -109,7 +110,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Logger = slog.Default()
 	}
 	a := &Agent{cfg: cfg, views: map[string]*view{}, absent: map[string]time.Time{}, arrive: map[string]chan struct{}{}, unknown: map[string]time.Time{}, want: map[string]bool{},
-		fresh: map[string]bool{}, dropped: map[string]bool{}, pinned: map[string]bool{}, bd: newBuilder(cfg.Table.Capacity()),
+		fresh: map[string]bool{}, dropped: map[string]bool{}, pinned: map[string]bool{}, w: status.NewWriter(cfg.Table, status.WriterConfig{}),
 		wake: make(chan struct{}, 1), dirty: make(chan struct{}, 1)}
 	for _, s := range cfg.Services {
 		ns, svc, ok := splitService(s)
@@ -255,7 +256,7 @@ func (a *Agent) publishLocked() error {
 	for _, v := range views {
 		a.serial = max(a.serial, v.got.Revision)
 	}
-	dropped, err := a.bd.build(a.cfg.Table, views, a.serial)
+	dropped, err := build(a.w, views, a.serial)
 	if err != nil {
 		return fmt.Errorf("agent: building the table: %w", err)
 	}

@@ -157,83 +157,29 @@ func sameInstance(a, b agentview.Instance) bool {
 		a.BaseWeight == b.BaseWeight && slices.Equal(a.Addrs, b.Addrs) && maps.Equal(a.Ports, b.Ports)
 }
 
-// builder fills the agent's status table from its views. It keeps the
-// slots (status.Slots) and the InstanceInfos across builds, as the
-// server's writer does, so that the DNS server's per-slot caches stay
-// valid while an instance is unchanged.
-type builder struct {
-	slots *status.Slots
-	infos map[string]*status.InstanceInfo // by key "ns/svc/id"
-}
-
-func newBuilder(capacity int) *builder {
-	return &builder{slots: status.NewSlots(capacity), infos: map[string]*status.InstanceInfo{}}
-}
-
-// build publishes a table of views (sorted by name) to pub. Instances
-// past the table's capacity are left out and counted.
-func (bd *builder) build(pub *status.Publisher, views []*view, revision uint64) (dropped int, err error) {
-	svcNames := make([]string, 0, len(views))
-	locNames := []string{}
-	services := make([]status.ServiceInfo, 1, len(views)+1)
-	for _, v := range views {
-		s := v.got.Service
-		svcNames = append(svcNames, s.Namespace+"/"+s.Name)
-		services = append(services, s)
-		for _, in := range v.served {
-			locNames = append(locNames, in.Region, in.Zone)
-		}
+// build lays out the views (sorted by name) in w, the writer of the
+// agent's status table, and publishes a table of them: the agent is a
+// second publisher over the server's writer (status.Writer), fed by its
+// views instead of a store replica, so that the DNS server's per-slot
+// caches stay valid while an instance is unchanged. Instances past the
+// table's capacity are left out and counted.
+func build(w *status.Writer, views []*view, revision uint64) (dropped int, err error) {
+	services := make([]status.ServiceInfo, len(views))
+	for i, v := range views {
+		services[i] = v.got.Service
 	}
-	names, locs := status.NewNames(svcNames...), status.NewNames(locNames...)
-	type placed struct {
-		slot int
-		e    status.Entry
-		info *status.InstanceInfo
-	}
-	var all []placed
-	live := map[string]bool{}
-	for id, v := range views {
-		s := v.got.Service
-		for _, in := range v.served {
-			key := s.Namespace + "/" + s.Name + "/" + in.ID
-			slot, err := bd.slots.Assign(key)
-			if err != nil {
+	w.Begin(revision, services)
+	for i, v := range views {
+		for j := range v.served {
+			in := &v.served[j]
+			if _, slot := w.Add(i, status.Instance{ID: in.ID, Incarnation: in.Incarnation, Region: in.Region, Zone: in.Zone,
+				Info: &in.InstanceInfo, Verdict: in.Verdict, Lifecycle: in.Lifecycle, Flags: in.Flags,
+				Weight: in.Weight, BaseWeight: in.BaseWeight}); slot < 0 {
 				dropped++
-				continue
 			}
-			live[key] = true
-			info := bd.infos[key]
-			if info == nil || info.Incarnation != in.Incarnation || !slices.Equal(info.Addrs, in.Addrs) || !maps.Equal(info.Ports, in.Ports) {
-				c := in.InstanceInfo
-				info = &c
-				bd.infos[key] = info
-			}
-			region, _ := locs.ID(in.Region)
-			zone, _ := locs.ID(in.Zone)
-			all = append(all, placed{slot, in.Entry(s.Namespace, s.Name, uint32(id+1), uint16(region), uint16(zone)), info})
 		}
 	}
-	for key := range bd.infos {
-		if !live[key] {
-			bd.slots.Free(key)
-			delete(bd.infos, key)
-		}
-	}
-	_, err = pub.Build(func(b *status.Builder) error {
-		es := b.Entries()
-		clear(es)
-		d := &status.Directory{Revision: revision, Services: services, Instances: make([]*status.InstanceInfo, len(es))}
-		for _, p := range all {
-			es[p.slot] = p.e
-			d.Instances[p.slot] = p.info
-		}
-		d.Index(func(slot int) uint32 { return es[slot].Service }, nil)
-		b.SetStoreRevision(revision)
-		b.SetServices(names)
-		b.SetLocalities(locs)
-		b.SetDirectory(d)
-		return nil
-	})
-	bd.slots.Recycle()
+	w.End()
+	_, err = w.Build(nil)
 	return dropped, err
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -155,7 +156,7 @@ func TestDirectorySharesPorts(t *testing.T) {
 	h.register(odd)
 	h.n.refresh()
 	maps := map[uintptr]int{}
-	for _, info := range h.n.cat.dir.Instances {
+	for _, info := range h.n.w.Directory().Instances {
 		if info == nil {
 			continue
 		}
@@ -173,28 +174,28 @@ func TestDirectorySharesPorts(t *testing.T) {
 	}
 }
 
-// TestRefreshReusesBySlot: a refresh writes the catalog over the
-// previous one, its slot index (a slice the size of the whole table) and
-// each service's instances alike, instead of making them anew at every
-// store revision beside the previous catalog; what it writes is the
-// store's current state.
-func TestRefreshReusesBySlot(t *testing.T) {
+// TestRefreshReusesInstances: a refresh writes the catalog over the
+// previous one, each service's instances into the slice it had, instead
+// of making them anew at every store revision beside the previous
+// catalog (the writer's per-slot layout is reused likewise: see
+// status.TestWriterReusesLayout); what it writes is the store's current
+// state.
+func TestRefreshReusesInstances(t *testing.T) {
 	h := newHarness(t, nil, 256, nil)
 	svc := tcpService("shop", "web")
 	h.apply(svc)
 	fleet := h.fleet(svc, "i", 3)
-	slotArrays, instArrays := map[*slotRef]bool{}, map[*catInstance]bool{}
+	instArrays := map[*catInstance]bool{}
 	for range 6 {
 		h.n.cat.rev = 0 // as if the store had moved on
 		h.n.refresh()
-		slotArrays[&h.n.cat.bySlot[0]] = true
 		instArrays[&h.n.cat.services[0].instances[0]] = true
 		if got := len(h.n.cat.services[0].instances); got != 3 {
 			t.Fatalf("catalog holds %d instances, want 3", got)
 		}
 	}
-	if len(slotArrays) != 1 || len(instArrays) != 1 {
-		t.Errorf("six refreshes used %d slot arrays and %d instance arrays, want 1 of each", len(slotArrays), len(instArrays))
+	if len(instArrays) != 1 {
+		t.Errorf("six refreshes used %d instance arrays, want 1", len(instArrays))
 	}
 	if _, err := h.st.Deregister(t.Context(), "admin", fleet[1].Key(), fleet[1].Incarnation); err != nil {
 		t.Fatal(err)
@@ -205,8 +206,8 @@ func TestRefreshReusesBySlot(t *testing.T) {
 		t.Errorf("after a deregistration the catalog holds %+v, want %s and %s", cs.instances, fleet[0].ID, fleet[2].ID)
 	}
 	for i := range cs.instances {
-		slot, ok := h.n.slots.Lookup(cs.instances[i].key)
-		if ref := h.n.cat.bySlot[slot]; !ok || ref != (slotRef{0, int32(i)}) {
+		slot, ok := h.n.w.Lookup(cs.instances[i].key)
+		if ref, held := h.n.w.Ref(slot); !ok || !held || ref != (status.Ref{Service: 0, Instance: int32(i)}) {
 			t.Errorf("%s: slot %d (%v) refers to %v, want instance %d", cs.instances[i].key, slot, ok, ref, i)
 		}
 	}

@@ -17,22 +17,18 @@ import (
 
 // catalog is the loop's copy of the store at one revision: services with
 // their evaluation policies, and their live (not terminated) instances.
+// The writer (status.Writer) holds its layout: the slots, the names and
+// the readers' Directory.
 type catalog struct {
 	rev      uint64
 	services []catService
-	// bySlot[slot] indexes services[.].instances, -1 for a free slot.
-	bySlot []slotRef
-	// dir is what the readers need beside the entries (names, addresses),
-	// handed to every build until the next refresh.
-	dir *status.Directory
 }
 
 type catService struct {
 	svc      wire.Service
 	key      wire.ServiceKey
 	policy   eval.Policy
-	id       uint32 // in the table's service names
-	idOffset int    // len(key.String()) + 1: where an instance key's id begins
+	idOffset int // len(key.String()) + 1: where an instance key's id begins
 	// instances, sorted by id.
 	instances []catInstance
 }
@@ -113,45 +109,36 @@ func (n *Node) locality(region, zone string) *locality {
 	return p
 }
 
-type slotRef struct{ svc, inst int32 }
-
 // refresh re-reads the store when its revision moved: services,
-// instances, members, slots and the interned names.
+// instances and members, and lays them out in the writer (slots, names,
+// the readers' Directory).
 //
 // It reads the instances' records in place (store.EachInstance), copying
-// only catInstance's fields, and reuses the key strings the slots hold: a
-// copy of every record (AllInstances) and a new key each made several
-// times the catalog in garbage at every store revision.
+// only catInstance's fields, and reuses the key strings the writer's
+// slots hold: a copy of every record (AllInstances) and a new key each
+// made several times the catalog in garbage at every store revision.
 //
 // The new catalog is written over the previous one: each service's
-// instances into the slice it had, the slot index into the same array.
-// Only the loop reads a catalog, and none reads the previous one once a
-// refresh has begun, so the loop never holds two catalogs: a collection
-// that marks during a refresh counts one (112 bytes an instance), not
-// both.
+// instances into the slice it had. Only the loop reads a catalog, and
+// none reads the previous one once a refresh has begun, so the loop
+// never holds two catalogs: a collection that marks during a refresh
+// counts one (112 bytes an instance), not both.
 func (n *Node) refresh() {
 	st := n.cfg.Store
 	rev := st.Revision()
-	if rev == n.cat.rev && n.cat.bySlot != nil {
+	if rev == n.cat.rev && n.laidOut {
 		return
 	}
+	n.laidOut = true
 	n.pacer.Begin()
 	svcs := st.Services()
-	// bySlot spans the whole table.
-	bySlot := n.cat.bySlot
-	if capacity := n.slots.Capacity(); len(bySlot) != capacity {
-		bySlot = make([]slotRef, capacity)
-	}
-	c := catalog{rev: rev, services: make([]catService, 0, len(svcs)), bySlot: bySlot}
-	for i := range c.bySlot {
-		c.bySlot[i] = slotRef{-1, -1}
-	}
+	c := catalog{rev: rev, services: make([]catService, 0, len(svcs))}
 	old := make(map[wire.ServiceKey]*catService, len(n.cat.services))
 	for i := range n.cat.services {
 		old[n.cat.services[i].key] = &n.cat.services[i]
 	}
 	idx := make(map[wire.ServiceKey]int, len(svcs))
-	names := make([]string, 0, len(svcs))
+	infos := make([]status.ServiceInfo, 0, len(svcs))
 	for _, s := range svcs {
 		k := s.Key()
 		idx[k] = len(c.services)
@@ -160,10 +147,8 @@ func (n *Node) refresh() {
 			cs.instances = o.instances[:0] // written over (see above)
 		}
 		c.services = append(c.services, cs)
-		names = append(names, k.String())
+		infos = append(infos, serviceInfo(&cs))
 	}
-	n.svcs = extend(n.svcs, names)
-	total := 0
 	st.EachInstance(func(in store.Entry) {
 		i, ok := idx[in.Key.ServiceKey()]
 		if !ok || in.Lifecycle == wire.Terminated {
@@ -176,11 +161,8 @@ func (n *Node) refresh() {
 			report: in.Report, health: in.Verdict, leaseDeadline: in.LeaseDeadline,
 			registeredAt: in.RegisteredAt, leaseTTL: in.LeaseTTL, weight: int32(in.Weight),
 			lifecycle: lifecycleOf(in.Lifecycle)})
-		total++
 	})
-	// The localities in use, each once (there are few).
-	var locs []string
-	seen := make(map[string]bool, 16)
+	n.w.Begin(rev, infos)
 	for si := range c.services {
 		cs := &c.services[si]
 		slices.SortFunc(cs.instances, func(a, b catInstance) int { return strings.Compare(a.key, b.key) })
@@ -190,60 +172,26 @@ func (n *Node) refresh() {
 			// beyond, so it gives back the room it does not use.
 			cs.instances = slices.Clone(cs.instances)
 		}
-		// The keys: the one its slot holds for an instance that has a
-		// slot, else a new one.
-		kb := append(append(append(append(n.keyBuf[:0], cs.key.Namespace...), '/'), cs.key.Name...), '/')
 		for ii := range cs.instances {
-			n.pacer.Step()
 			in := &cs.instances[ii]
-			kb = append(kb[:cs.idOffset], in.key...)
-			if slot, ok := n.slots.LookupBytes(kb); ok {
-				in.key, _, _ = n.slots.Key(slot)
-			} else {
-				in.key = string(kb)
-			}
-			n.keyBuf = kb
-			for _, l := range [...]string{in.loc.region, in.loc.zone} {
-				if !seen[l] {
-					seen[l] = true
-					locs = append(locs, l)
-				}
-			}
-		}
-	}
-	n.locs = intern(n.locs, locs)
-
-	// Slots: keep every live instance's, free the others'.
-	for si := range c.services {
-		cs := &c.services[si]
-		cs.id, _ = n.svcs.ID(cs.key.String())
-		for ii := range cs.instances {
-			n.pacer.Step()
-			in := &cs.instances[ii]
-			k := in.key
-			slot, err := n.slots.Assign(k)
-			if err != nil {
-				n.m.unslotted.Inc()
-				n.log.Warn("status table full: instance not published", "instance", k, "err", err)
-				continue
-			}
-			if n.slotInc[slot] != in.incarnation {
+			var slot int
+			in.key, slot = n.w.Add(si, status.Instance{ID: in.key, Incarnation: in.incarnation,
+				Region: in.loc.region, Zone: in.loc.zone, Addresses: in.addresses, Ports: in.ports,
+				Lifecycle: in.lifecycle, BaseWeight: uint16(min(max(in.weight, 1), 65535))})
+			if slot >= 0 && n.slotInc[slot] != in.incarnation {
 				n.slotInc[slot] = in.incarnation
 				n.served[slot].Store(0)
 			}
-			c.bySlot[slot] = slotRef{int32(si), int32(ii)}
 		}
 	}
-	for slot, ref := range c.bySlot {
-		n.pacer.Step()
-		// A key in the table without a live instance of the catalog.
-		if k, _, ok := n.slots.Key(slot); ok && ref.svc < 0 {
-			n.slots.Free(k)
+	n.w.End()
+	for slot := range n.slotInc {
+		// A slot without a live instance of the catalog.
+		if _, ok := n.w.Ref(slot); !ok {
 			n.slotInc[slot] = 0
 			n.served[slot].Store(0)
 		}
 	}
-	c.dir = n.directory(c)
 	if ms, err := st.Members(); err == nil {
 		ids := make([]string, 0, len(ms))
 		zones := make(map[string]string, len(ms))
@@ -258,176 +206,19 @@ func (n *Node) refresh() {
 	n.cat = c
 }
 
-// directory makes the readers' Directory of a catalog. An instance's
-// InstanceInfo is reused while its incarnation is the same (its addresses
-// and ports cannot change without a new incarnation), so readers may
-// cache by pointer.
-//
-// Most store revisions change no address, port or service policy (a
-// verdict, a report, a lease renewal): then the previous Directory is
-// returned as it is, and neither it nor its name index is made again.
-func (n *Node) directory(c catalog) *status.Directory {
-	services := make([]status.ServiceInfo, n.svcs.Len())
-	for _, cs := range c.services {
-		p := cs.svc.Policy
-		info := status.ServiceInfo{Namespace: cs.key.Namespace, Name: cs.key.Name, DNSTTL: p.DNSTTL.D(),
-			ARecordLimit: p.ARecordLimit, MinHealthyFraction: cs.policy.MinHealthyFraction,
-			MaxEjectionPercent: wire.DefaultMaxEjectionPercent, ShrinkCap: cs.policy.ShrinkCap, ShrinkWindow: cs.policy.ShrinkWindow}
-		if p.MaxEjectionPercent != nil {
-			info.MaxEjectionPercent = *p.MaxEjectionPercent
-		}
-		for _, pt := range cs.svc.Ports {
-			info.Ports = append(info.Ports, status.Port{Name: pt.Name, Number: uint16(pt.Number), Protocol: pt.Protocol})
-		}
-		services[cs.id] = info
+// serviceInfo is what the readers need of a service.
+func serviceInfo(cs *catService) status.ServiceInfo {
+	p := cs.svc.Policy
+	info := status.ServiceInfo{Namespace: cs.key.Namespace, Name: cs.key.Name, DNSTTL: p.DNSTTL.D(),
+		ARecordLimit: p.ARecordLimit, MinHealthyFraction: cs.policy.MinHealthyFraction,
+		MaxEjectionPercent: wire.DefaultMaxEjectionPercent, ShrinkCap: cs.policy.ShrinkCap, ShrinkWindow: cs.policy.ShrinkWindow}
+	if p.MaxEjectionPercent != nil {
+		info.MaxEjectionPercent = *p.MaxEjectionPercent
 	}
-	if old := n.cat.dir; old != nil && slices.EqualFunc(old.Services, services, sameService) && n.sameInstances(c, old) {
-		return old
+	for _, pt := range cs.svc.Ports {
+		info.Ports = append(info.Ports, status.Port{Name: pt.Name, Number: uint16(pt.Number), Protocol: pt.Protocol})
 	}
-	d := &status.Directory{Revision: c.rev, Services: services, Instances: make([]*status.InstanceInfo, len(c.bySlot))}
-	// The previous directory's InstanceInfo of the slot is the one to
-	// reuse: a live instance keeps its slot, and an incarnation is never
-	// another instance's.
-	var prev []*status.InstanceInfo
-	if n.cat.dir != nil {
-		prev = n.cat.dir.Instances
-	}
-	// Instances of a service mostly have the same ports: a new
-	// InstanceInfo shares the map of the service's previous one when it
-	// holds the same numbers (a small map costs some 200 bytes).
-	lastPorts := make([]map[string]uint16, len(c.services))
-	for slot, ref := range c.bySlot {
-		if ref.svc < 0 {
-			continue
-		}
-		cs := &c.services[ref.svc]
-		in := &cs.instances[ref.inst]
-		var info *status.InstanceInfo
-		if slot < len(prev) {
-			info = prev[slot]
-		}
-		if info == nil || info.Incarnation != in.incarnation || info.ID != cs.instanceID(int(ref.inst)) {
-			info = &status.InstanceInfo{ID: cs.instanceID(int(ref.inst)), Incarnation: in.incarnation}
-			for _, a := range in.addresses {
-				if ip, err := netip.ParseAddr(a); err == nil {
-					info.Addrs = append(info.Addrs, ip.Unmap())
-				}
-			}
-			if last := lastPorts[ref.svc]; samePorts(last, in.ports) {
-				info.Ports = last
-			} else {
-				info.Ports = make(map[string]uint16, len(in.ports))
-				for name, num := range in.ports {
-					info.Ports[name] = uint16(num)
-				}
-			}
-		}
-		lastPorts[ref.svc] = info.Ports
-		d.Instances[slot] = info
-	}
-	d.Index(func(slot int) uint32 {
-		if ref := c.bySlot[slot]; ref.svc >= 0 {
-			return c.services[ref.svc].id
-		}
-		return 0
-	}, n.pacer.Step)
-	return d
-}
-
-// samePorts reports whether have (nil: none yet) holds the numbers of
-// ports.
-func samePorts(have map[string]uint16, ports map[string]int) bool {
-	if have == nil || len(have) != len(ports) {
-		return false
-	}
-	for name, num := range ports {
-		if n, ok := have[name]; !ok || int(n) != num {
-			return false
-		}
-	}
-	return true
-}
-
-// sameInstances reports whether old holds, slot for slot, the
-// InstanceInfo the catalog's instances would get.
-func (n *Node) sameInstances(c catalog, old *status.Directory) bool {
-	if len(old.Instances) != len(c.bySlot) {
-		return false
-	}
-	for slot, ref := range c.bySlot {
-		n.pacer.Step()
-		have := old.Instances[slot]
-		if ref.svc < 0 {
-			if have != nil {
-				return false
-			}
-			continue
-		}
-		cs := &c.services[ref.svc]
-		in := &cs.instances[ref.inst]
-		if have == nil || have.ID != cs.instanceID(int(ref.inst)) || have.Incarnation != in.incarnation {
-			return false
-		}
-	}
-	return true
-}
-
-func sameService(a, b status.ServiceInfo) bool {
-	return a.Namespace == b.Namespace && a.Name == b.Name && a.DNSTTL == b.DNSTTL && a.ARecordLimit == b.ARecordLimit &&
-		a.MinHealthyFraction == b.MinHealthyFraction && a.MaxEjectionPercent == b.MaxEjectionPercent && a.ShrinkCap == b.ShrinkCap && a.ShrinkWindow == b.ShrinkWindow &&
-		slices.Equal(a.Ports, b.Ports)
-}
-
-// extend returns names with the new ones appended (ids stay stable), or
-// names itself when nothing is new.
-func extend(names *status.Names, add []string) *status.Names {
-	var fresh []string
-	for _, s := range add {
-		if _, ok := names.ID(s); !ok && !slices.Contains(fresh, s) {
-			fresh = append(fresh, s)
-		}
-	}
-	if len(fresh) == 0 && names != nil {
-		return names
-	}
-	old := make([]string, 0, names.Len()+len(fresh))
-	for i := 1; i < names.Len(); i++ {
-		old = append(old, names.Name(uint32(i)))
-	}
-	return status.NewNames(append(old, fresh...)...)
-}
-
-// intern returns the names of the localities in use, sorted: names itself
-// when it holds exactly those, else new Names. Unlike services' names,
-// localities come and go with instances, so an id is only meaningful
-// within one table (readers look them up per table): reclaiming them
-// keeps the 16-bit ids from running out however many zones were ever
-// named.
-func intern(names *status.Names, use []string) *status.Names {
-	set := make(map[string]bool, 8)
-	for _, s := range use {
-		if s != "" {
-			set[s] = true
-		}
-	}
-	if names != nil && names.Len()-1 == len(set) {
-		same := true
-		for s := range set {
-			if _, ok := names.ID(s); !ok {
-				same = false
-				break
-			}
-		}
-		if same {
-			return names
-		}
-	}
-	sorted := make([]string, 0, len(set))
-	for s := range set {
-		sorted = append(sorted, s)
-	}
-	slices.Sort(sorted)
-	return status.NewNames(sorted...)
+	return info
 }
 
 // policyOf maps a stored service definition to the evaluator's policy.

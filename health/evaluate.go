@@ -197,7 +197,7 @@ func eligibility(e bool) string {
 // currentInc reports the current incarnation of a live instance, for
 // pruning evidence.
 func (n *Node) currentInc(key string) (uint64, bool) {
-	slot, ok := n.slots.Lookup(key)
+	slot, ok := n.w.Lookup(key)
 	if !ok {
 		return 0, false
 	}

@@ -59,14 +59,14 @@ type Node struct {
 	// Owned by the loop.
 	phase Phase // see enter
 	cat   catalog
-	// keyBuf is where refresh spells an instance's key to look it up.
-	keyBuf     []byte
-	slots      *status.Slots
+	// w writes the status table: the catalog's layout (slots, names,
+	// the readers' Directory) and each build. laidOut: refresh has laid
+	// out a catalog.
+	w          *status.Writer
+	laidOut    bool
 	slotInc    []uint64 // incarnation last written to each slot
 	states     map[wire.ServiceKey]*eval.State
 	targets    []probe.Target
-	svcs       *status.Names
-	locs       *status.Names
 	localities map[locality]*locality // see locality
 
 	// The round's working memory, reused so that a round allocates
@@ -98,11 +98,14 @@ func New(cfg Config) (*Node, error) {
 		evidence: map[string]*instEvidence{},
 		heard:    map[string]time.Time{},
 		served:   make([]atomic.Int64, c),
-		slots:    status.NewSlots(c),
 		slotInc:  make([]uint64, c),
 		nudge:    make(chan struct{}, 1),
 		pacer:    pace.New(cfg.Slice, pace.DefaultPause, cfg.Now),
 	}
+	n.w = status.NewWriter(cfg.Table, status.WriterConfig{Step: n.pacer.Step, Dropped: func(k string, err error) {
+		n.m.unslotted.Inc()
+		n.log.Warn("status table full: instance not published", "instance", k, "err", err)
+	}})
 	if s := cfg.Restore; s != nil && s.Revision == 0 {
 		// Built before the store had applied anything (the node stopped
 		// within its first save interval): it knows of no service, and

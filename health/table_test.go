@@ -2,7 +2,6 @@ package health
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -18,7 +17,7 @@ import (
 )
 
 func (h *harness) slotOf(in wire.Instance) (int, bool) {
-	return h.n.slots.Lookup(in.Key().String())
+	return h.n.w.Lookup(in.Key().String())
 }
 
 // wantSlot checks that the current table holds in, in its slot, and
@@ -304,30 +303,6 @@ func TestBeforeFirstTable(t *testing.T) {
 		Instance: "a", Incarnation: a.Incarnation, Success: 1}}})
 	if r.Accepted != 0 || r.Discarded["unknown_endpoint"] != 1 {
 		t.Errorf("Outcomes before the first table = %+v, want the endpoint unknown", r)
-	}
-}
-
-// TestLocalityNamesReclaimed: a zone whose last instance went is no
-// longer named in the next table, so that locality ids (16 bits) never
-// run out however many zones were ever used; a set that did not change
-// keeps its Names.
-func TestLocalityNamesReclaimed(t *testing.T) {
-	a := intern(nil, []string{"r1", "za", "r1", "zb"})
-	if _, ok := a.ID("zb"); !ok || a.Len() != 4 { // the empty name, then r1, za, zb
-		t.Fatalf("names of r1, za, zb: %d names, zb named %v", a.Len(), ok)
-	}
-	if b := intern(a, []string{"zb", "r1", "za", "za"}); b != a {
-		t.Errorf("the same set made new Names")
-	}
-	c := intern(a, []string{"r1", "za"})
-	if _, ok := c.ID("zb"); ok {
-		t.Errorf("zb is still named after its last instance went")
-	}
-	for i := range 70000 { // more zones than 16-bit ids, over time
-		c = intern(c, []string{"r1", fmt.Sprintf("z%d", i)})
-	}
-	if c.Len() != 3 {
-		t.Errorf("after 70000 zones came and went: %d names, want 3", c.Len())
 	}
 }
 

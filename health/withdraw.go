@@ -62,7 +62,7 @@ func (n *Node) publishWithdrawals(ctx context.Context) {
 				continue
 			}
 			k := w.Key.String()
-			slot, ok := n.slots.Lookup(k)
+			slot, ok := n.w.Lookup(k)
 			if !ok {
 				// A refresh that read the withdrawal before the loop
 				// took it (it landed as a round began) has freed the

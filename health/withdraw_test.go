@@ -166,7 +166,7 @@ func TestWithdrawalOfAnInstanceTheRefreshDropped(t *testing.T) {
 	}
 	rev := h.st.Revision()
 	h.n.refresh() // the round's first refresh, before the loop took the withdrawal
-	if _, ok := h.n.slots.Lookup(fleet[0].Key().String()); ok {
+	if _, ok := h.n.w.Lookup(fleet[0].Key().String()); ok {
 		t.Fatalf("the refresh kept %s's slot: the case is not made", fleet[0].ID)
 	}
 	h.n.publishWithdrawals(t.Context())

@@ -2,7 +2,7 @@
 // concluded about every instance, as an immutable, versioned snapshot
 // that the DNS and xDS servers read at query time without locking.
 //
-// It owns four things:
+// It owns five things:
 //
 //   - Entry: one instance's verdict, eligibility, published weight, base
 //     weight, locality, lifecycle and flags, in 32 pointer-free bytes.
@@ -14,6 +14,11 @@
 //     one and swap it in with an atomic pointer, Acquire and Release for
 //     readers, Changed to wait for a newer version, and Stats.
 //   - Slots: the writer's stable assignment of instance keys to slots.
+//   - Writer: the one writer of a Publisher's tables, for the server
+//     (fed by its store replica) and the agent (fed by its views) alike:
+//     it keeps the slots, the names, the Directory and each slot's
+//     entry from a plain description of services and instances, and
+//     publishes a table of them at every Build.
 //
 // # Constant work
 //
@@ -27,20 +32,20 @@
 //
 // # Writer
 //
-// Each node builds its own table from its local store replica and its own
-// evidence. The evaluator keeps a Slots of Publisher.Capacity and, every
-// second:
+// Each node builds its own table: a server from its local store replica
+// and its own evidence, an agent from the views it holds. The writer
+// lays out the services and instances when they change, and builds
+// every second whatever changed:
 //
-//	ver, err := pub.Build(func(b *status.Builder) error {
-//		b.SetStoreRevision(rev)
-//		b.SetServices(services) // the same *Names until services change
-//		entries := b.Entries()
-//		for slot := range entries {
-//			evaluate(&entries[slot], slot) // every slot; status.Entry{} when free
-//		}
-//		return nil
+//	w := status.NewWriter(pub, status.WriterConfig{})
+//	w.Begin(rev, services) // []status.ServiceInfo, referred to by index
+//	for _, in := range instances {
+//		w.Add(in.service, status.Instance{ID: in.id, Incarnation: in.inc, …})
+//	}
+//	w.End()
+//	ver, err := w.Build(func(slot int, ref status.Ref, e *status.Entry) {
+//		e.Weight = … // what moved since the layout: verdicts, slow start
 //	})
-//	slots.Recycle()
 //
 // # Readers
 //
