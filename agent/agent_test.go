@@ -25,6 +25,7 @@ import (
 	"github.com/cairn-sd/cairn/dnsserver"
 	"github.com/cairn-sd/cairn/internal/backoff"
 	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/status/statustest"
 	"github.com/cairn-sd/cairn/status/tablefile"
 	"github.com/cairn-sd/cairn/xdsserver"
 	"github.com/cairn-sd/cairn/xdsserver/xdstest"
@@ -36,6 +37,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // server is a real xDS server on loopback, serving the tables a test
 // publishes.
 type server struct {
+	tb   *statustest.Table
 	pub  *status.Publisher
 	addr string
 	stop func()
@@ -50,10 +52,8 @@ func startServer(t *testing.T) *server {
 // server's Config first.
 func startServerWith(t *testing.T, edit func(*xdsserver.Config)) *server {
 	t.Helper()
-	pub, err := status.New(status.Config{Capacity: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tb := statustest.New(t, 64)
+	pub := tb.Publisher
 	cfg := xdsserver.Config{Table: pub, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if edit != nil {
 		edit(&cfg)
@@ -66,7 +66,7 @@ func startServerWith(t *testing.T, edit func(*xdsserver.Config)) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &server{pub: pub, addr: addr, stop: stop}
+	s := &server{tb: tb, pub: pub, addr: addr, stop: stop}
 	t.Cleanup(s.stop)
 	return s
 }
@@ -76,50 +76,29 @@ func startServerWith(t *testing.T, edit func(*xdsserver.Config)) *server {
 // eligible.
 func (s *server) publish(t *testing.T, rev uint64, n, up int) {
 	t.Helper()
-	svcs := []status.ServiceInfo{{}, {Namespace: "shop", Name: "cart", Ports: []status.Port{{Name: "http", Number: 80, Protocol: "tcp"}},
-		DNSTTL: 5 * time.Second, ARecordLimit: 8, MinHealthyFraction: -1, ShrinkCap: 0.33, ShrinkWindow: 10 * time.Second}}
-	dir := &status.Directory{Revision: rev, Services: svcs, Instances: make([]*status.InstanceInfo, s.pub.Capacity())}
-	_, err := s.pub.Build(func(b *status.Builder) error {
-		b.SetStoreRevision(rev)
-		b.SetServices(status.NewNames("shop/cart"))
-		b.SetLocalities(status.NewNames("eu", "eu-1a"))
-		es := b.Entries()
-		clear(es)
-		for i := range n {
-			id := fmt.Sprintf("i%d", i)
-			dir.Instances[i] = &status.InstanceInfo{ID: id, Incarnation: 1, Addrs: []netip.Addr{netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)})},
-				Ports: map[string]uint16{"http": 8080}}
-			e := status.Entry{Key: status.KeyHash("shop/cart/" + id), Incarnation: 1, Service: 1, Region: 1, Zone: 2,
-				Verdict: status.Unhealthy, Lifecycle: status.Ready, BaseWeight: 100}
-			if i < up {
-				e.Verdict, e.Flags, e.Weight = status.Healthy, status.Eligible, 100
-			}
-			es[i] = e
+	cart := statustest.Service{ServiceInfo: cartInfo}
+	cart.MinHealthyFraction = -1
+	for i := range n {
+		in := statustest.Withdrawn(fmt.Sprintf("i%d", i), fmt.Sprintf("10.0.0.%d", i+1))
+		if i < up {
+			in = statustest.Ready(in.ID, in.Addrs...)
 		}
-		dir.Index(func(slot int) uint32 { return es[slot].Service }, nil)
-		b.SetDirectory(dir)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+		in.Ports = map[string]uint16{"http": 8080}
+		cart.Instances = append(cart.Instances, in.In("eu", "eu-1a"))
 	}
+	s.tb.PublishAt(t, rev, cart)
 }
 
-// publishNone builds the server's next table at store revision rev,
-// without shop/cart: a server whose table predates the service (behind,
-// or not yet rebuilt since it was defined), or one it was deleted from.
+// cartInfo is shop/cart as the servers' tables hold it.
+var cartInfo = status.ServiceInfo{Namespace: "shop", Name: "cart", Ports: []status.Port{{Name: "http", Number: 80, Protocol: "tcp"}},
+	DNSTTL: 5 * time.Second, ARecordLimit: 8, MinHealthyFraction: 0.5, ShrinkCap: 0.33, ShrinkWindow: 10 * time.Second}
+
+// publishNone builds the server's next table at store revision rev
+// without shop/cart: a server that has not caught up with its definition
+// (or not yet rebuilt since it was defined), or one it was deleted from.
 func (s *server) publishNone(t *testing.T, rev uint64) {
 	t.Helper()
-	_, err := s.pub.Build(func(b *status.Builder) error {
-		clear(b.Entries())
-		b.SetStoreRevision(rev)
-		b.SetServices(status.NewNames())
-		b.SetDirectory(&status.Directory{Revision: rev, Services: []status.ServiceInfo{{}}, Instances: make([]*status.InstanceInfo, s.pub.Capacity())})
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s.tb.PublishAt(t, rev)
 }
 
 type fixture struct {
@@ -427,29 +406,13 @@ func TestAgentCapsADrop(t *testing.T) {
 func TestAgentAnswersFromItsPlace(t *testing.T) {
 	s1 := startServer(t)
 	// Four instances, two in eu-1a (10.0.0.1-2), two in eu-1b (10.0.0.3-4).
-	_, err := s1.pub.Build(func(b *status.Builder) error {
-		svcs := []status.ServiceInfo{{}, {Namespace: "shop", Name: "cart", Ports: []status.Port{{Name: "http", Number: 80, Protocol: "tcp"}},
-			DNSTTL: 5 * time.Second, ARecordLimit: 8, MinHealthyFraction: 0.5, ShrinkCap: 0.33, ShrinkWindow: 10 * time.Second}}
-		dir := &status.Directory{Revision: 7, Services: svcs, Instances: make([]*status.InstanceInfo, s1.pub.Capacity())}
-		b.SetStoreRevision(7)
-		b.SetServices(status.NewNames("shop/cart"))
-		b.SetLocalities(status.NewNames("eu", "eu-1a", "eu-1b"))
-		es := b.Entries()
-		clear(es)
-		for i := range 4 {
-			id := fmt.Sprintf("i%d", i)
-			dir.Instances[i] = &status.InstanceInfo{ID: id, Incarnation: 1, Addrs: []netip.Addr{netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)})},
-				Ports: map[string]uint16{"http": 8080}}
-			es[i] = status.Entry{Key: status.KeyHash("shop/cart/" + id), Incarnation: 1, Service: 1, Region: 1, Zone: uint16(2 + i/2),
-				Verdict: status.Healthy, Lifecycle: status.Ready, Flags: status.Eligible, Weight: 100, BaseWeight: 100}
-		}
-		dir.Index(func(slot int) uint32 { return es[slot].Service }, nil)
-		b.SetDirectory(dir)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+	cart := statustest.Service{ServiceInfo: cartInfo}
+	for i := range 4 {
+		in := statustest.Ready(fmt.Sprintf("i%d", i), fmt.Sprintf("10.0.0.%d", i+1)).In("eu", []string{"eu-1a", "eu-1b"}[i/2])
+		in.Ports = map[string]uint16{"http": 8080}
+		cart.Instances = append(cart.Instances, in)
 	}
+	s1.tb.PublishAt(t, 7, cart)
 	for zone, want := range map[string][]string{"eu-1a": {"10.0.0.1", "10.0.0.2"}, "eu-1b": {"10.0.0.3", "10.0.0.4"}} {
 		t.Run(zone, func(t *testing.T) {
 			pub, err := status.New(status.Config{Capacity: 64})
@@ -589,16 +552,7 @@ func TestAgentForgetsAbsentNames(t *testing.T) {
 	}
 
 	// cart goes (a table without it): the serial stays.
-	_, err := s.pub.Build(func(b *status.Builder) error {
-		clear(b.Entries())
-		b.SetStoreRevision(101)
-		b.SetServices(status.NewNames())
-		b.SetDirectory(&status.Directory{Revision: 101, Services: []status.ServiceInfo{{}}, Instances: make([]*status.InstanceInfo, s.pub.Capacity())})
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s.publishNone(t, 101)
 	// Removed with two in rotation: one goes at once, the view (and the
 	// other) a window later, as the cap lets it.
 	f.waitFor("cart shrinking", func() bool { n, _ := f.eligible(); return n == 1 })

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cairn-sd/cairn/dnsserver"
 	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/status/statustest"
 	"github.com/cairn-sd/cairn/zones"
 )
 
@@ -47,10 +48,10 @@ type svc struct {
 // DNS server on loopback.
 type fixture struct {
 	t     testing.TB
+	tb    *statustest.Table
 	pub   *status.Publisher
 	srv   *dnsserver.Server
 	addr  string
-	rev   uint64
 	mu    sync.Mutex
 	sync  time.Time // LastSync
 	now   time.Time
@@ -91,12 +92,10 @@ func newZone(t testing.TB, static string) *zones.Zone {
 // start runs a server over svcs; tweak may change its Config.
 func start(t testing.TB, svcs []svc, tweak func(*dnsserver.Config)) *fixture {
 	t.Helper()
-	pub, err := status.New(status.Config{Capacity: 256})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tb := statustest.New(t, 256)
+	pub := tb.Publisher
 	now := fixtureNow
-	f := &fixture{t: t, pub: pub, now: now, sync: now, reg: prometheus.NewRegistry(),
+	f := &fixture{t: t, tb: tb, pub: pub, now: now, sync: now, reg: prometheus.NewRegistry(),
 		zone: newZone(t, "www 300 A 192.0.2.80\nwww 300 TXT \"hello\"\na.b.deep 300 A 192.0.2.81\n"),
 		rnd:  rand.New(rand.NewPCG(1, 2))}
 	f.publish(svcs)
@@ -106,6 +105,7 @@ func start(t testing.TB, svcs []svc, tweak func(*dnsserver.Config)) *fixture {
 	if tweak != nil {
 		tweak(&f.cfg)
 	}
+	var err error
 	f.srv, err = dnsserver.New(f.cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -134,81 +134,38 @@ func start(t testing.TB, svcs []svc, tweak func(*dnsserver.Config)) *fixture {
 // publish builds and publishes a table (and its directory) from svcs.
 func (f *fixture) publish(svcs []svc) {
 	f.t.Helper()
-	f.rev++
-	var names, locs []string
-	dir := &status.Directory{Revision: f.rev, Services: []status.ServiceInfo{{}}, Instances: make([]*status.InstanceInfo, f.pub.Capacity())}
-	type placed struct {
-		e  status.Entry
-		in *status.InstanceInfo
-	}
-	var slots []placed
+	var services []statustest.Service
 	for _, s := range svcs {
-		names = append(names, s.ns+"/"+s.name)
-		ttl := s.ttl
-		if ttl == 0 {
-			ttl = 5 * time.Second
+		info := status.ServiceInfo{Namespace: s.ns, Name: s.name, Ports: s.ports, DNSTTL: s.ttl, ARecordLimit: s.limit,
+			MinHealthyFraction: s.minFrac}
+		if info.DNSTTL == 0 {
+			info.DNSTTL = 5 * time.Second
 		}
-		limit := s.limit
-		if limit == 0 {
-			limit = 8
+		if info.ARecordLimit == 0 {
+			info.ARecordLimit = 8
 		}
-		minFrac := s.minFrac
-		if minFrac == 0 {
-			minFrac = 0.5
+		if info.MinHealthyFraction == 0 {
+			info.MinHealthyFraction = 0.5
 		}
-		dir.Services = append(dir.Services, status.ServiceInfo{Namespace: s.ns, Name: s.name, Ports: s.ports,
-			DNSTTL: ttl, ARecordLimit: limit, MinHealthyFraction: minFrac})
+		svc := statustest.Service{ServiceInfo: info}
 		for _, i := range s.insts {
-			locs = append(locs, i.region, i.zone)
-		}
-	}
-	sn := status.NewNames(names...)
-	ln := status.NewNames(locs...)
-	for si, s := range svcs {
-		for _, i := range s.insts {
-			info := &status.InstanceInfo{ID: i.id, Incarnation: 7, Ports: i.ports}
-			for _, a := range i.addrs {
-				info.Addrs = append(info.Addrs, netip.MustParseAddr(a).Unmap())
+			in := statustest.Instance{ID: i.id, Incarnation: 7, Addrs: i.addrs, Ports: i.ports, Region: i.region, Zone: i.zone,
+				Verdict: i.verdict, Lifecycle: i.lifecycle, Flags: i.flags, BaseWeight: i.base}
+			if in.BaseWeight == 0 {
+				in.BaseWeight = 100
 			}
-			r, _ := ln.ID(i.region)
-			z, _ := ln.ID(i.zone)
-			base := i.base
-			if base == 0 {
-				base = 100
-			}
-			e := status.Entry{Key: status.KeyHash(s.ns + "/" + s.name + "/" + i.id), Incarnation: 7, Service: uint32(si + 1),
-				BaseWeight: base, Region: uint16(r), Zone: uint16(z), Verdict: i.verdict, Lifecycle: i.lifecycle, Flags: i.flags}
 			if i.eligible {
-				e.Flags |= status.Eligible
-				e.Weight = i.weight
-				if e.Weight == 0 {
-					e.Weight = base
+				in.Flags |= status.Eligible
+				in.Weight = i.weight
+				if in.Weight == 0 {
+					in.Weight = in.BaseWeight
 				}
 			}
-			slots = append(slots, placed{e, info})
+			svc.Instances = append(svc.Instances, in)
 		}
+		services = append(services, svc)
 	}
-	_, err := f.pub.Build(func(b *status.Builder) error {
-		b.SetStoreRevision(f.rev)
-		b.SetServices(sn)
-		b.SetLocalities(ln)
-		b.SetDirectory(dir)
-		es := b.Entries()
-		for i := range es {
-			es[i] = status.Entry{}
-		}
-		for i, p := range slots {
-			// Spread over the table: slots need not be dense.
-			slot := i * 3
-			es[slot] = p.e
-			dir.Instances[slot] = p.in
-		}
-		dir.Index(func(slot int) uint32 { return es[slot].Service }, nil)
-		return nil
-	})
-	if err != nil {
-		f.t.Fatal(err)
-	}
+	f.tb.Publish(f.t, services...)
 }
 
 // ask sends q over net ("udp" or "tcp") and returns the answer.

@@ -66,7 +66,8 @@
 //
 // Import anything but the standard library: it is the leaf both servers
 // read, and it keeps the store, raft, miekg/dns and go-control-plane out
-// of each other's dependency graphs. Decide health (that is the
+// of each other's dependency graphs (statustest, which builds tables for
+// tests through the Writer, is for tests only). Decide health (that is the
 // evaluator's job), read the store, start goroutines, or make a reader
 // lock, block or allocate to read the current table.
 package status

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cairn-sd/cairn/internal/agentview"
 	cstatus "github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/status/statustest"
 	"github.com/cairn-sd/cairn/xdsserver"
 )
 
@@ -39,8 +40,9 @@ func agentView(t *testing.T, resp *discoveryv3.DeltaDiscoveryResponse) *agentvie
 func TestAgentViews(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
-	twoServices(t, pub, false, []cstatus.Entry{inRotation, withdrawn}) // revision 1001
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
+	twoServices(t, tb, false, []cstatus.Entry{inRotation, withdrawn}) // revision 1001
 	c := newDeltaClient(t, ctx, startXDS(t, pub))
 
 	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop", "cart.shop"}})
@@ -60,8 +62,8 @@ func TestAgentViews(t *testing.T) {
 
 	// Revision 1002 changes nothing of pay: nothing is sent. Revision
 	// 1003 brings pay-1 back: the view comes at 1003.
-	twoServices(t, pub, false, []cstatus.Entry{inRotation, withdrawn})
-	twoServices(t, pub, false, []cstatus.Entry{inRotation, inRotation})
+	twoServices(t, tb, false, []cstatus.Entry{inRotation, withdrawn})
+	twoServices(t, tb, false, []cstatus.Entry{inRotation, inRotation})
 	r2 := c.recv(xdsserver.EndpointType)
 	c.ack(r2, false)
 	if v2 := agentView(t, r2); v2.Revision != 1003 || !v2.Instances[1].Eligible() {
@@ -80,8 +82,9 @@ func TestAgentViews(t *testing.T) {
 func TestDeltaResponsesNameTheirRevision(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
-	twoServices(t, pub, false, []cstatus.Entry{inRotation, inRotation}) // revision 1001
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
+	twoServices(t, tb, false, []cstatus.Entry{inRotation, inRotation}) // revision 1001
 	c := newDeltaClient(t, ctx, startXDS(t, pub))
 
 	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop"}})
@@ -93,7 +96,7 @@ func TestDeltaResponsesNameTheirRevision(t *testing.T) {
 	}
 
 	// Revision 1002 has no pay: its removal names 1002.
-	publishServices(t, pub, []cstatus.ServiceInfo{{}}, nil, nil)
+	publishServices(t, tb, []cstatus.ServiceInfo{{}}, nil, nil)
 	r2 := c.recv(xdsserver.EndpointType)
 	expect(t, "pay deleted", r2, nil, []string{"pay.shop"})
 	c.ack(r2, false)

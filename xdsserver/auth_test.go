@@ -14,6 +14,7 @@ import (
 
 	"github.com/cairn-sd/cairn/internal/acl"
 	cstatus "github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/status/statustest"
 	"github.com/cairn-sd/cairn/xdsserver"
 )
 
@@ -27,9 +28,10 @@ const (
 // (two instances) and vault.bank (none), with ACLs on.
 func startAuthXDS(t *testing.T) string {
 	t.Helper()
-	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
 	grpcPort := []cstatus.Port{{Name: "grpc", Number: 8443, Protocol: "tcp"}}
-	publishServices(t, pub, []cstatus.ServiceInfo{{}, {Namespace: "shop", Name: "pay", Ports: grpcPort},
+	publishServices(t, tb, []cstatus.ServiceInfo{{}, {Namespace: "shop", Name: "pay", Ports: grpcPort},
 		{Namespace: "bank", Name: "vault", Ports: grpcPort}}, fixedBackends(), []cstatus.Entry{inRotation, inRotation})
 	a, err := acl.New(acl.Config{Enabled: true, Tokens: []acl.Token{
 		{Secret: shopReader, Scope: acl.Reader, Namespaces: []string{"shop"}},

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	cstatus "github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/status/statustest"
 	"github.com/cairn-sd/cairn/xdsserver"
 	"github.com/cairn-sd/cairn/xdsserver/xdstest"
 )
@@ -105,21 +106,22 @@ func expect(t *testing.T, what string, resp *discoveryv3.DeltaDiscoveryResponse,
 
 // twoServices publishes pay.shop (port grpc) and, with cart, cart.shop
 // (port http), each with the backends given.
-func twoServices(t *testing.T, pub *cstatus.Publisher, cart bool, entries []cstatus.Entry) {
+func twoServices(t *testing.T, tb *statustest.Table, cart bool, entries []cstatus.Entry) {
 	t.Helper()
 	ports := []cstatus.Port{{Name: "grpc", Number: 8443, Protocol: "tcp"}}
 	svcs := []cstatus.ServiceInfo{{}, {Namespace: "shop", Name: "pay", Ports: ports}}
 	if cart {
 		svcs = append(svcs, cstatus.ServiceInfo{Namespace: "shop", Name: "cart", Ports: []cstatus.Port{{Name: "http", Number: 80, Protocol: "tcp"}}})
 	}
-	publishServices(t, pub, svcs, fixedBackends(), entries)
+	publishServices(t, tb, svcs, fixedBackends(), entries)
 }
 
 func TestDeltaSubscriptions(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
-	twoServices(t, pub, false, []cstatus.Entry{inRotation, inRotation})
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
+	twoServices(t, tb, false, []cstatus.Entry{inRotation, inRotation})
 	c := newDeltaClient(t, ctx, startXDS(t, pub))
 
 	// A name that exists and one that does not: the second is reported
@@ -132,11 +134,11 @@ func TestDeltaSubscriptions(t *testing.T) {
 
 	// The missing name is sent when it appears; pay's assignment, which
 	// did not change, is not.
-	twoServices(t, pub, true, []cstatus.Entry{inRotation, inRotation})
+	twoServices(t, tb, true, []cstatus.Entry{inRotation, inRotation})
 	expect(t, "cart appears", c.recv(xdsserver.EndpointType), []string{"cart.shop:http"}, nil)
 
 	// A withdrawal changes pay's assignment only.
-	twoServices(t, pub, true, []cstatus.Entry{inRotation, withdrawn})
+	twoServices(t, tb, true, []cstatus.Entry{inRotation, withdrawn})
 	r3 := c.recv(xdsserver.EndpointType)
 	expect(t, "withdrawal", r3, []string{"pay.shop:grpc"}, nil)
 	c.ack(r3, false)
@@ -152,26 +154,27 @@ func TestDeltaSubscriptions(t *testing.T) {
 	}
 
 	// A service that goes away is removed from a client holding it.
-	twoServices(t, pub, false, []cstatus.Entry{inRotation, withdrawn})
+	twoServices(t, tb, false, []cstatus.Entry{inRotation, withdrawn})
 	expect(t, "cart gone", c.recv(xdsserver.EndpointType), nil, []string{"cart.shop:http"})
 }
 
 func TestDeltaWildcardClusters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
-	twoServices(t, pub, false, []cstatus.Entry{inRotation, inRotation})
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
+	twoServices(t, tb, false, []cstatus.Entry{inRotation, inRotation})
 	c := newDeltaClient(t, ctx, startXDS(t, pub))
 
 	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.ClusterType}) // legacy wildcard
 	r1 := c.recv(xdsserver.ClusterType)
 	expect(t, "wildcard", r1, []string{"pay.shop:grpc"}, nil)
 	c.ack(r1, false)
-	twoServices(t, pub, true, []cstatus.Entry{inRotation, inRotation})
+	twoServices(t, tb, true, []cstatus.Entry{inRotation, inRotation})
 	r2 := c.recv(xdsserver.ClusterType)
 	expect(t, "a service added", r2, []string{"cart.shop:http"}, nil)
 	c.ack(r2, false)
-	twoServices(t, pub, false, []cstatus.Entry{inRotation, inRotation})
+	twoServices(t, tb, false, []cstatus.Entry{inRotation, inRotation})
 	expect(t, "a service removed", c.recv(xdsserver.ClusterType), nil, []string{"cart.shop:http"})
 }
 
@@ -180,8 +183,9 @@ func TestDeltaWildcardClusters(t *testing.T) {
 func TestDeltaReconnect(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
-	twoServices(t, pub, true, []cstatus.Entry{inRotation, inRotation})
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
+	twoServices(t, tb, true, []cstatus.Entry{inRotation, inRotation})
 	addr := startXDS(t, pub)
 
 	sctx, stop := context.WithCancel(ctx)
@@ -193,7 +197,7 @@ func TestDeltaReconnect(t *testing.T) {
 	stop()
 
 	// Away: pay's assignment changes, cart goes.
-	twoServices(t, pub, false, []cstatus.Entry{inRotation, withdrawn})
+	twoServices(t, tb, false, []cstatus.Entry{inRotation, withdrawn})
 
 	c2 := newDeltaClient(t, ctx, addr)
 	c2.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.ClusterType, ResourceNamesSubscribe: []string{"*"},
@@ -216,14 +220,15 @@ func TestDeltaReconnect(t *testing.T) {
 func TestDeltaNACK(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
-	twoServices(t, pub, true, []cstatus.Entry{inRotation, inRotation})
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
+	twoServices(t, tb, true, []cstatus.Entry{inRotation, inRotation})
 	c := newDeltaClient(t, ctx, startXDS(t, pub))
 
 	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"}})
 	r1 := c.recv(xdsserver.EndpointType)
 	c.ack(r1, false)
-	twoServices(t, pub, true, []cstatus.Entry{inRotation, withdrawn})
+	twoServices(t, tb, true, []cstatus.Entry{inRotation, withdrawn})
 	r2 := c.recv(xdsserver.EndpointType)
 	c.ack(r2, true) // refused: the client stays on r1
 	// Another name subscribed to: answered with it alone, not with the
@@ -231,7 +236,7 @@ func TestDeltaNACK(t *testing.T) {
 	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"cart.shop:http"}})
 	expect(t, "a subscription after the refusal", c.recv(xdsserver.EndpointType), []string{"cart.shop:http"}, nil)
 	// New content: sent.
-	twoServices(t, pub, true, []cstatus.Entry{withdrawn, inRotation})
+	twoServices(t, tb, true, []cstatus.Entry{withdrawn, inRotation})
 	r3 := c.recv(xdsserver.EndpointType)
 	if versions(r3)["pay.shop:grpc"] == versions(r2)["pay.shop:grpc"] {
 		t.Fatal("the refused version was sent again")
@@ -254,8 +259,9 @@ func TestDeltaNACK(t *testing.T) {
 func TestDeltaRequestDoesNotSwallowTableChange(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
-	twoServices(t, pub, false, []cstatus.Entry{inRotation, inRotation})
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
+	twoServices(t, tb, false, []cstatus.Entry{inRotation, inRotation})
 	// Admissions not coalesced: every round's change is answered at once.
 	srv, err := xdsserver.New(xdsserver.Config{Table: pub, AdmissionInterval: -1, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	if err != nil {
@@ -275,7 +281,7 @@ func TestDeltaRequestDoesNotSwallowTableChange(t *testing.T) {
 		if i%2 == 1 {
 			c.send(req)
 		}
-		twoServices(t, pub, false, []cstatus.Entry{inRotation, second})
+		twoServices(t, tb, false, []cstatus.Entry{inRotation, second})
 		if i%2 == 0 {
 			c.send(req)
 		}
@@ -301,8 +307,9 @@ func TestDeltaRequestDoesNotSwallowTableChange(t *testing.T) {
 func TestDeliveryLanes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
-	twoServices(t, pub, false, []cstatus.Entry{inRotation, inRotation})
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
+	twoServices(t, tb, false, []cstatus.Entry{inRotation, inRotation})
 	reg := prometheus.NewRegistry()
 	srv, err := xdsserver.New(xdsserver.Config{Table: pub, Registerer: reg, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	if err != nil {
@@ -362,7 +369,7 @@ func TestDeliveryLanes(t *testing.T) {
 		sl = s.recv(xdsserver.ListenerType)
 	}
 	for _, e := range []cstatus.Entry{withdrawn, inRotation} {
-		twoServices(t, pub, false, []cstatus.Entry{inRotation, e})
+		twoServices(t, tb, false, []cstatus.Entry{inRotation, e})
 		d.ack(d.recv(xdsserver.EndpointType), false)
 		r := s.recv(xdsserver.EndpointType)
 		s.send(xdsserver.EndpointType, []string{"pay.shop:grpc"}, r, false)
@@ -381,8 +388,9 @@ func TestDeliveryLanes(t *testing.T) {
 func TestNodeNamedLate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
-	twoServices(t, pub, false, []cstatus.Entry{inRotation, inRotation})
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
+	twoServices(t, tb, false, []cstatus.Entry{inRotation, inRotation})
 	c := newADSClient(t, ctx, startXDS(t, pub))
 	c.node = nil
 	c.send(xdsserver.EndpointType, []string{"pay.shop:grpc"}, nil, false)
@@ -392,7 +400,7 @@ func TestNodeNamedLate(t *testing.T) {
 	if n := names(t, c.recv(xdsserver.ListenerType)); !slices.Equal(n, []string{"pay.shop"}) {
 		t.Fatalf("listeners %v, want pay.shop", n)
 	}
-	twoServices(t, pub, false, []cstatus.Entry{inRotation, withdrawn})
+	twoServices(t, tb, false, []cstatus.Entry{inRotation, withdrawn})
 	c.recv(xdsserver.EndpointType)
 }
 
@@ -405,14 +413,15 @@ func TestNodeNamedLate(t *testing.T) {
 func TestDeltaNackedRemovalIsSentAgain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
-	twoServices(t, pub, true, []cstatus.Entry{inRotation, inRotation})
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
+	twoServices(t, tb, true, []cstatus.Entry{inRotation, inRotation})
 	c := newDeltaClient(t, ctx, startXDS(t, pub))
 	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType,
 		ResourceNamesSubscribe: []string{"pay.shop:grpc", "cart.shop:http"}})
 	c.ack(c.recv(xdsserver.EndpointType), false)
 
-	twoServices(t, pub, false, []cstatus.Entry{inRotation, inRotation}) // cart deleted
+	twoServices(t, tb, false, []cstatus.Entry{inRotation, inRotation}) // cart deleted
 	r2 := c.recv(xdsserver.EndpointType)
 	expect(t, "cart gone", r2, nil, []string{"cart.shop:http"})
 	c.ack(r2, true) // refused: the client still holds cart
@@ -424,7 +433,7 @@ func TestDeltaNackedRemovalIsSentAgain(t *testing.T) {
 	_, removed := got(r3)
 	c.ack(r3, false)
 	// And a table change (pay's).
-	twoServices(t, pub, false, []cstatus.Entry{inRotation, withdrawn})
+	twoServices(t, tb, false, []cstatus.Entry{inRotation, withdrawn})
 	r4 := c.recv(xdsserver.EndpointType)
 	_, removed4 := got(r4)
 	if !slices.Contains(removed, "cart.shop:http") && !slices.Contains(removed4, "cart.shop:http") {

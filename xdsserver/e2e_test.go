@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/xds" // grpc-go's xDS resolver and balancers: the real client
 
 	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/status/statustest"
 	"github.com/cairn-sd/cairn/xdsserver"
 	"github.com/cairn-sd/cairn/xdsserver/xdstest"
 )
@@ -41,66 +42,50 @@ func startBackend(t *testing.T) backend {
 
 // publish builds the next table: service pay.shop (port grpc) with one
 // instance per backend, each with the entry given.
-func publish(t *testing.T, pub *status.Publisher, backends []backend, entries []status.Entry) {
+func publish(t *testing.T, tb *statustest.Table, backends []backend, entries []status.Entry) {
 	t.Helper()
-	publishPorts(t, pub, []status.Port{{Name: "grpc", Number: 8443, Protocol: "tcp"}}, backends, entries)
+	publishPorts(t, tb, []status.Port{{Name: "grpc", Number: 8443, Protocol: "tcp"}}, backends, entries)
 }
 
 // publishPorts is publish with the service's ports given; every instance
 // listens on each at its backend's port.
-func publishPorts(t *testing.T, pub *status.Publisher, ports []status.Port, backends []backend, entries []status.Entry) {
+func publishPorts(t *testing.T, tb *statustest.Table, ports []status.Port, backends []backend, entries []status.Entry) {
 	t.Helper()
-	publishServices(t, pub, []status.ServiceInfo{{}, {Namespace: "shop", Name: "pay", MaxEjectionPercent: 10, Ports: ports}}, backends, entries)
+	publishServices(t, tb, []status.ServiceInfo{{}, {Namespace: "shop", Name: "pay", MaxEjectionPercent: 10, Ports: ports}}, backends, entries)
 }
 
 // publishServices builds the next table with the services given (index
 // 0 the empty one), one instance of service 1 per backend, with the
 // entries given, listening on each of the service's ports at its
-// backend's port.
-func publishServices(t testing.TB, pub *status.Publisher, svcs []status.ServiceInfo, backends []backend, entries []status.Entry) {
+// backend's port, in zone eu-1a of eu.
+func publishServices(t testing.TB, tb *statustest.Table, svcs []status.ServiceInfo, backends []backend, entries []status.Entry) {
 	t.Helper()
 	// The Nth table is built from store revision 1000+N.
 	next := uint64(1)
-	if cur := pub.Acquire(); cur != nil {
+	if cur := tb.Publisher.Acquire(); cur != nil {
 		next = cur.Version() + 1
 		cur.Release()
 	}
-	publishServicesAt(t, pub, 1000+next, svcs, backends, entries)
+	publishServicesAt(t, tb, 1000+next, svcs, backends, entries)
 }
 
 // publishServicesAt is publishServices with the table's store revision
 // given.
-func publishServicesAt(t testing.TB, pub *status.Publisher, rev uint64, svcs []status.ServiceInfo, backends []backend, entries []status.Entry) {
+func publishServicesAt(t testing.TB, tb *statustest.Table, rev uint64, svcs []status.ServiceInfo, backends []backend, entries []status.Entry) {
 	t.Helper()
-	dir := &status.Directory{Services: svcs, Instances: make([]*status.InstanceInfo, pub.Capacity())}
-	var names []string
-	for _, svc := range svcs[1:] {
-		names = append(names, svc.Namespace+"/"+svc.Name)
+	services := make([]statustest.Service, len(svcs)-1)
+	for i, svc := range svcs[1:] {
+		services[i].ServiceInfo = svc
 	}
-	_, err := pub.Build(func(b *status.Builder) error {
-		b.SetStoreRevision(rev)
-		b.SetServices(status.NewNames(names...))
-		b.SetLocalities(status.NewNames("eu", "eu-1a"))
-		b.SetDirectory(dir)
-		es := b.Entries()
-		clear(es)
-		for i, be := range backends {
-			slot := i + 1
-			in := &status.InstanceInfo{ID: fmt.Sprintf("pay-%d", i), Incarnation: 1,
-				Addrs: []netip.Addr{be.addr.Addr()}, Ports: map[string]uint16{}}
-			for _, p := range svcs[1].Ports {
-				in.Ports[p.Name] = be.addr.Port()
-			}
-			dir.Instances[slot] = in
-			e := entries[i]
-			e.Key, e.Incarnation, e.Service, e.Region, e.Zone = uint64(slot), 1, 1, 1, 2
-			es[slot] = e
+	for i, be := range backends {
+		in := statustest.FromEntry(fmt.Sprintf("pay-%d", i), entries[i], be.addr.Addr().String()).In("eu", "eu-1a")
+		in.Ports = map[string]uint16{}
+		for _, p := range svcs[1].Ports {
+			in.Ports[p.Name] = be.addr.Port()
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+		services[0].Instances = append(services[0].Instances, in)
 	}
+	tb.PublishAt(t, rev, services...)
 }
 
 var (
@@ -190,13 +175,11 @@ func until(t *testing.T, ctx context.Context, cc *grpc.ClientConn, what string, 
 func TestGRPCClient(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	pub, err := status.New(status.Config{Capacity: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
 	a, b := startBackend(t), startBackend(t)
 	backends := []backend{a, b}
-	publish(t, pub, backends, []status.Entry{inRotation, inRotation})
+	publish(t, tb, backends, []status.Entry{inRotation, inRotation})
 	addr := startXDS(t, pub)
 
 	for _, target := range []string{"xds:///pay.shop", "xds:///pay.shop:grpc"} {
@@ -204,10 +187,10 @@ func TestGRPCClient(t *testing.T) {
 		both := func(r map[string]int) bool { return r[a.addr.String()] > 0 && r[b.addr.String()] > 0 }
 		until(t, ctx, cc, target+": both instances called", both)
 
-		publish(t, pub, backends, []status.Entry{inRotation, withdrawn})
+		publish(t, tb, backends, []status.Entry{inRotation, withdrawn})
 		until(t, ctx, cc, target+": b withdrawn", func(r map[string]int) bool { return r[b.addr.String()] == 0 })
 
-		publish(t, pub, backends, []status.Entry{inRotation, inRotation})
+		publish(t, tb, backends, []status.Entry{inRotation, inRotation})
 		until(t, ctx, cc, target+": b back", both)
 	}
 }

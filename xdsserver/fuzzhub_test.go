@@ -27,6 +27,7 @@ import (
 
 	"github.com/cairn-sd/cairn/internal/acl"
 	cstatus "github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/status/statustest"
 	"github.com/cairn-sd/cairn/xdsserver"
 	"github.com/cairn-sd/cairn/xdsserver/xdstest"
 )
@@ -43,6 +44,7 @@ const fuzzWait = 10 * time.Second
 
 // fuzzHub is the server the stream fuzz targets share.
 type fuzzHub struct {
+	tb  *statustest.Table
 	pub *cstatus.Publisher
 	cc  *grpc.ClientConn
 	reg *prometheus.Registry
@@ -58,11 +60,8 @@ type fuzzHub struct {
 
 func newFuzzHub(f *testing.F) *fuzzHub {
 	f.Helper()
-	pub, err := cstatus.New(cstatus.Config{Capacity: 8})
-	if err != nil {
-		f.Fatal(err)
-	}
-	h := &fuzzHub{pub: pub, now: time.Unix(1_700_000_000, 0), reg: prometheus.NewRegistry()}
+	tb := statustest.New(f, 8)
+	h := &fuzzHub{tb: tb, pub: tb.Publisher, now: time.Unix(1_700_000_000, 0), reg: prometheus.NewRegistry()}
 	h.publish(f, 0)
 	a, err := acl.New(acl.Config{Enabled: true, Tokens: []acl.Token{
 		{Secret: shopReader, Scope: acl.Reader, Namespaces: []string{"shop"}},
@@ -71,7 +70,7 @@ func newFuzzHub(f *testing.F) *fuzzHub {
 	if err != nil {
 		f.Fatal(err)
 	}
-	srv, err := xdsserver.New(xdsserver.Config{Table: pub, Logger: slog.New(slog.DiscardHandler), Registerer: h.reg,
+	srv, err := xdsserver.New(xdsserver.Config{Table: tb.Publisher, Logger: slog.New(slog.DiscardHandler), Registerer: h.reg,
 		Authorizer: func() *acl.Authorizer { return a }, AdmissionRate: -1,
 		// Caps low enough that long inputs reach them (the stream then
 		// ends with RESOURCE_EXHAUSTED, which ending accepts).
@@ -158,7 +157,7 @@ func (h *fuzzHub) publish(t testing.TB, v byte) {
 	if v&8 != 0 {
 		es[0] = withdrawn
 	}
-	publishServices(t, h.pub, svcs, fixedBackends(), es)
+	publishServices(t, h.tb, svcs, fixedBackends(), es)
 }
 
 // fuzzInput reads a fuzz input a byte at a time; past its end it reads

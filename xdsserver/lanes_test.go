@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"os"
 	"regexp"
 	"strconv"
@@ -17,36 +16,25 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	cstatus "github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/status/statustest"
 	"github.com/cairn-sd/cairn/xdsserver"
 )
 
 // publishPayCart builds the next table with pay.shop (port grpc) and
 // cart.shop (port http), two instances each, with the entries given.
-func publishPayCart(t *testing.T, pub *cstatus.Publisher, pay, cart [2]cstatus.Entry) {
+func publishPayCart(t *testing.T, tb *statustest.Table, pay, cart [2]cstatus.Entry) {
 	t.Helper()
-	svcs := []cstatus.ServiceInfo{{},
-		{Namespace: "shop", Name: "pay", Ports: []cstatus.Port{{Name: "grpc", Number: 8443, Protocol: "tcp"}}},
-		{Namespace: "shop", Name: "cart", Ports: []cstatus.Port{{Name: "http", Number: 80, Protocol: "tcp"}}}}
-	dir := &cstatus.Directory{Services: svcs, Instances: make([]*cstatus.InstanceInfo, pub.Capacity())}
-	_, err := pub.Build(func(b *cstatus.Builder) error {
-		b.SetServices(cstatus.NewNames("shop/pay", "shop/cart"))
-		b.SetLocalities(cstatus.NewNames("eu", "eu-1a"))
-		b.SetDirectory(dir)
-		es := b.Entries()
-		clear(es)
-		for i, e := range append(pay[:], cart[:]...) {
-			slot, svc := i+1, uint32(1+i/2)
-			port := svcs[svc].Ports[0]
-			dir.Instances[slot] = &cstatus.InstanceInfo{ID: fmt.Sprintf("i-%d", i), Incarnation: 1,
-				Addrs: []netip.Addr{netip.AddrFrom4([4]byte{10, 0, byte(svc), byte(1 + i%2)})}, Ports: map[string]uint16{port.Name: port.Number}}
-			e.Key, e.Incarnation, e.Service, e.Region, e.Zone = uint64(slot), 1, svc, 1, 2
-			es[slot] = e
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+	svcs := []statustest.Service{
+		{ServiceInfo: cstatus.ServiceInfo{Namespace: "shop", Name: "pay", Ports: []cstatus.Port{{Name: "grpc", Number: 8443, Protocol: "tcp"}}}},
+		{ServiceInfo: cstatus.ServiceInfo{Namespace: "shop", Name: "cart", Ports: []cstatus.Port{{Name: "http", Number: 80, Protocol: "tcp"}}}}}
+	for i, e := range append(pay[:], cart[:]...) {
+		s := &svcs[i/2]
+		port := s.Ports[0]
+		in := statustest.FromEntry(fmt.Sprintf("i-%d", i), e, fmt.Sprintf("10.0.%d.%d", 1+i/2, 1+i%2)).In("eu", "eu-1a")
+		in.Ports = map[string]uint16{port.Name: port.Number}
+		s.Instances = append(s.Instances, in)
 	}
+	tb.Publish(t, svcs...)
 }
 
 func weighted(w uint16) cstatus.Entry { e := inRotation; e.Weight = w; return e }
@@ -92,9 +80,10 @@ func TestWithdrawalsDoNotWaitForAdmissions(t *testing.T) {
 		t.Run(proto, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
+			tb := statustest.New(t, 8)
+			pub := tb.Publisher
 			in := [2]cstatus.Entry{inRotation, inRotation}
-			publishPayCart(t, pub, in, in)
+			publishPayCart(t, tb, in, in)
 			reg := prometheus.NewRegistry()
 			srv, err := xdsserver.New(xdsserver.Config{Table: pub, Registerer: reg, Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
 				AdmissionInterval: time.Hour, MaxAdmissionDelay: 300 * time.Millisecond})
@@ -145,19 +134,19 @@ func TestWithdrawalsDoNotWaitForAdmissions(t *testing.T) {
 			}
 
 			// An admission after a quiet spell: at once.
-			publishPayCart(t, pub, [2]cstatus.Entry{weighted(50), inRotation}, in)
+			publishPayCart(t, tb, [2]cstatus.Entry{weighted(50), inRotation}, in)
 			if got := next(); weights(t, got["pay.shop:grpc"])["10.0.1.1"] != 50 {
 				t.Fatalf("first weight change: %v, want pay's first endpoint at 50", got)
 			}
 			// Another within the interval: held back (counted once). A
 			// withdrawal then: at once, and (in delta) alone.
-			publishPayCart(t, pub, [2]cstatus.Entry{weighted(60), inRotation}, in)
+			publishPayCart(t, tb, [2]cstatus.Entry{weighted(60), inRotation}, in)
 			for deadline := time.Now().Add(10 * time.Second); deferred(t, reg, "coalesce") != 1; time.Sleep(time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatal("the second weight change was not held back to coalesce")
 				}
 			}
-			publishPayCart(t, pub, [2]cstatus.Entry{weighted(60), inRotation}, [2]cstatus.Entry{inRotation, withdrawn})
+			publishPayCart(t, tb, [2]cstatus.Entry{weighted(60), inRotation}, [2]cstatus.Entry{inRotation, withdrawn})
 			got := next()
 			if cart := got["cart.shop:http"]; cart == nil || len(weights(t, cart)) != 1 {
 				t.Fatalf("after a withdrawal of cart's endpoint: %v, want cart with one endpoint", got)
@@ -180,9 +169,10 @@ func TestWithdrawalsDoNotWaitForAdmissions(t *testing.T) {
 func TestAdmissionsShedUnderLoad(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
 	in := [2]cstatus.Entry{inRotation, inRotation}
-	publishPayCart(t, pub, in, in)
+	publishPayCart(t, tb, in, in)
 	reg := prometheus.NewRegistry()
 	srv, err := xdsserver.New(xdsserver.Config{Table: pub, Registerer: reg, Logger: slog.New(slog.NewTextHandler(t.Output(), nil)),
 		AdmissionInterval: -1, AdmissionRate: 1})
@@ -198,7 +188,7 @@ func TestAdmissionsShedUnderLoad(t *testing.T) {
 		cs = append(cs, c)
 	}
 	// One token for two streams: one goes, the other waits for the next.
-	publishPayCart(t, pub, [2]cstatus.Entry{weighted(50), inRotation}, in)
+	publishPayCart(t, tb, [2]cstatus.Entry{weighted(50), inRotation}, in)
 	for _, c := range cs {
 		expect(t, "weight change", c.recv(xdsserver.EndpointType), []string{"pay.shop:grpc"}, nil)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cairn-sd/cairn/internal/acl"
 	cstatus "github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/status/statustest"
 	"github.com/cairn-sd/cairn/xdsserver"
 	"github.com/cairn-sd/cairn/xdsserver/xdstest"
 )
@@ -24,8 +25,9 @@ import (
 // is set), returning the address and the metrics.
 func startCapped(t *testing.T, l xdsserver.Limits, a *acl.Authorizer) (string, *prometheus.Registry) {
 	t.Helper()
-	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
-	twoServices(t, pub, false, []cstatus.Entry{inRotation, inRotation})
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
+	twoServices(t, tb, false, []cstatus.Entry{inRotation, inRotation})
 	reg := prometheus.NewRegistry()
 	cfg := xdsserver.Config{Table: pub, Registerer: reg, Limits: l, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))}
 	if a != nil {

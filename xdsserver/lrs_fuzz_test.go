@@ -25,6 +25,7 @@ import (
 
 	"github.com/cairn-sd/cairn/internal/acl"
 	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/status/statustest"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -33,11 +34,11 @@ import (
 var lrsInstances = []struct {
 	id   string
 	addr netip.AddrPort
-	zone uint16 // in the table's localities: 2 eu-1a, 3 eu-1b
+	zone string // of region eu
 }{
-	{"pay-0", netip.MustParseAddrPort("10.0.0.1:8443"), 2},
-	{"pay-1", netip.MustParseAddrPort("10.0.0.2:8443"), 3},
-	{"pay-2", netip.MustParseAddrPort("10.0.0.3:8443"), 3},
+	{"pay-0", netip.MustParseAddrPort("10.0.0.1:8443"), "eu-1a"},
+	{"pay-1", netip.MustParseAddrPort("10.0.0.2:8443"), "eu-1b"},
+	{"pay-2", netip.MustParseAddrPort("10.0.0.3:8443"), "eu-1b"},
 }
 
 // Alphabets of the load reports the inputs are made of.
@@ -76,11 +77,9 @@ func FuzzLoadReports(f *testing.F) {
 	// anonymous caller, it named one that wire's rules refuse, and the
 	// batch carrying every caller's reports was refused with it).
 	f.Add([]byte{0, 5, 1, 0, 1, 1, 1, 0, 0})
-	pub, err := status.New(status.Config{Capacity: 8})
-	if err != nil {
-		f.Fatal(err)
-	}
-	lrsTable(f, pub)
+	tb := statustest.New(f, 8)
+	pub := tb.Publisher
+	lrsTable(f, tb)
 	on, err := acl.New(acl.Config{Enabled: true, Tokens: []acl.Token{{Secret: "shop-reader-secret-0123456789", Scope: acl.Reader, Namespaces: []string{"shop"}}}})
 	if err != nil {
 		f.Fatal(err)
@@ -254,26 +253,13 @@ func expectLoads(want map[string]wire.EndpointOutcome, observer string, req *lrs
 
 // lrsTable publishes pay.shop (port grpc) with lrsInstances in
 // rotation, and vault.bank (port grpc) without instances.
-func lrsTable(tb testing.TB, pub *status.Publisher) {
+func lrsTable(t testing.TB, tb *statustest.Table) {
 	port := []status.Port{{Name: "grpc", Number: 8443, Protocol: "tcp"}}
-	dir := &status.Directory{Services: []status.ServiceInfo{{}, {Namespace: "shop", Name: "pay", Ports: port}, {Namespace: "bank", Name: "vault", Ports: port}},
-		Instances: make([]*status.InstanceInfo, pub.Capacity())}
-	_, err := pub.Build(func(b *status.Builder) error {
-		b.SetStoreRevision(1)
-		b.SetServices(status.NewNames("shop/pay", "bank/vault"))
-		b.SetLocalities(status.NewNames("eu", "eu-1a", "eu-1b"))
-		b.SetDirectory(dir)
-		es := b.Entries()
-		for i, in := range lrsInstances {
-			slot := i + 1
-			dir.Instances[slot] = &status.InstanceInfo{ID: in.id, Incarnation: 7, Addrs: []netip.Addr{in.addr.Addr()},
-				Ports: map[string]uint16{"grpc": in.addr.Port()}}
-			es[slot] = status.Entry{Key: uint64(slot), Incarnation: 7, Service: 1, Region: 1, Zone: in.zone,
-				Verdict: status.Healthy, Lifecycle: status.Ready, Flags: status.Eligible, Weight: 100, BaseWeight: 100}
-		}
-		return nil
-	})
-	if err != nil {
-		tb.Fatal(err)
+	pay := statustest.Service{ServiceInfo: status.ServiceInfo{Namespace: "shop", Name: "pay", Ports: port}}
+	for _, in := range lrsInstances {
+		x := statustest.Ready(in.id, in.addr.Addr().String()).In("eu", in.zone)
+		x.Incarnation, x.Ports = 7, map[string]uint16{"grpc": in.addr.Port()}
+		pay.Instances = append(pay.Instances, x)
 	}
+	tb.PublishAt(t, 1, pay, statustest.Service{ServiceInfo: status.ServiceInfo{Namespace: "bank", Name: "vault", Ports: port}})
 }

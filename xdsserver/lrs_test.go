@@ -18,6 +18,7 @@ import (
 
 	"github.com/cairn-sd/cairn/internal/acl"
 	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/status/statustest"
 	"github.com/cairn-sd/cairn/wire"
 	"github.com/cairn-sd/cairn/xdsserver"
 )
@@ -31,34 +32,16 @@ type placed struct {
 // publishPlaced builds the next table: pay.shop (port grpc) and
 // vault.bank (port grpc, no instances), one pay instance per entry, in
 // rotation, in its zone.
-func publishPlaced(t *testing.T, pub *status.Publisher, ins []placed) {
+func publishPlaced(t *testing.T, tb *statustest.Table, ins []placed) {
 	t.Helper()
 	port := []status.Port{{Name: "grpc", Number: 8443, Protocol: "tcp"}}
-	svcs := []status.ServiceInfo{{}, {Namespace: "shop", Name: "pay", Ports: port}, {Namespace: "bank", Name: "vault", Ports: port}}
-	dir := &status.Directory{Services: svcs, Instances: make([]*status.InstanceInfo, pub.Capacity())}
-	_, err := pub.Build(func(b *status.Builder) error {
-		b.SetServices(status.NewNames("shop/pay", "bank/vault"))
-		b.SetLocalities(status.NewNames("eu", "eu-1a", "eu-1b"))
-		b.SetDirectory(dir)
-		es := b.Entries()
-		clear(es)
-		for i, in := range ins {
-			slot := i + 1
-			dir.Instances[slot] = &status.InstanceInfo{ID: fmt.Sprintf("pay-%d", i), Incarnation: 7,
-				Addrs: []netip.Addr{in.be.addr.Addr()}, Ports: map[string]uint16{"grpc": in.be.addr.Port()}}
-			zone := uint16(2)
-			if in.zone == "eu-1b" {
-				zone = 3
-			}
-			e := inRotation
-			e.Key, e.Incarnation, e.Service, e.Region, e.Zone = uint64(slot), 7, 1, 1, zone
-			es[slot] = e
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+	pay := statustest.Service{ServiceInfo: status.ServiceInfo{Namespace: "shop", Name: "pay", Ports: port}}
+	for i, in := range ins {
+		x := statustest.FromEntry(fmt.Sprintf("pay-%d", i), inRotation, in.be.addr.Addr().String()).In("eu", in.zone)
+		x.Incarnation, x.Ports = 7, map[string]uint16{"grpc": in.be.addr.Port()}
+		pay.Instances = append(pay.Instances, x)
 	}
+	tb.Publish(t, pay, statustest.Service{ServiceInfo: status.ServiceInfo{Namespace: "bank", Name: "vault", Ports: port}})
 }
 
 // collect returns a sink for Config.Outcomes and a function summing what
@@ -102,9 +85,10 @@ func collect(t *testing.T) (func(context.Context, wire.OutcomeBatch) error, func
 func TestLRSWithGRPCClient(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	pub, _ := status.New(status.Config{Capacity: 8})
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
 	a := startBackend(t)
-	publishPlaced(t, pub, []placed{{a, "eu-1a"}})
+	publishPlaced(t, tb, []placed{{a, "eu-1a"}})
 	sink, wait := collect(t)
 	srv, err := xdsserver.New(xdsserver.Config{Table: pub, Outcomes: sink, LoadReportInterval: 200 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
@@ -161,11 +145,12 @@ func sockAddr(ap netip.AddrPort) *corev3.Address {
 func TestLRSAttribution(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pub, _ := status.New(status.Config{Capacity: 8})
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
 	be := func(last byte) backend {
 		return backend{addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 0, last}), 8443)}
 	}
-	publishPlaced(t, pub, []placed{{be(1), "eu-1a"}, {be(2), "eu-1b"}, {be(3), "eu-1b"}})
+	publishPlaced(t, tb, []placed{{be(1), "eu-1a"}, {be(2), "eu-1b"}, {be(3), "eu-1b"}})
 	a, err := acl.New(acl.Config{Enabled: true, Tokens: []acl.Token{{Secret: shopReader, Scope: acl.Reader, Namespaces: []string{"shop"}}}})
 	if err != nil {
 		t.Fatal(err)
@@ -236,9 +221,10 @@ func TestLRSAttribution(t *testing.T) {
 func TestLRSAnonymous(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pub, _ := status.New(status.Config{Capacity: 8})
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
 	be := backend{addr: netip.MustParseAddrPort("10.0.0.1:8443")}
-	publishPlaced(t, pub, []placed{{be, "eu-1a"}})
+	publishPlaced(t, tb, []placed{{be, "eu-1a"}})
 	sink, wait := collect(t)
 	srv, err := xdsserver.New(xdsserver.Config{Table: pub, Outcomes: sink, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	if err != nil {

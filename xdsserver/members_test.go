@@ -13,38 +13,20 @@ import (
 	grpcpeer "google.golang.org/grpc/peer"
 
 	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/status/statustest"
 )
 
 // zonedTable publishes pay.shop with one instance per (region, zone)
 // given, at 10.0.0.1, 10.0.0.2, … in order.
-func zonedTable(t *testing.T, pub *status.Publisher, at ...place) {
+func zonedTable(t *testing.T, tb *statustest.Table, at ...place) {
 	t.Helper()
-	svcs := []status.ServiceInfo{{}, {Namespace: "shop", Name: "pay", Ports: []status.Port{{Name: "grpc", Number: 1, Protocol: "tcp"}}}}
-	dir := &status.Directory{Services: svcs, Instances: make([]*status.InstanceInfo, pub.Capacity())}
-	var names []string
-	for _, p := range at {
-		names = append(names, p.region, p.zone)
+	pay := statustest.Service{ServiceInfo: status.ServiceInfo{Namespace: "shop", Name: "pay", Ports: []status.Port{{Name: "grpc", Number: 1, Protocol: "tcp"}}}}
+	for k, p := range at {
+		in := statustest.Ready(fmt.Sprint("p", k+1), fmt.Sprintf("10.0.0.%d", k+1)).In(p.region, p.zone)
+		in.Ports = map[string]uint16{"grpc": 80}
+		pay.Instances = append(pay.Instances, in)
 	}
-	locs := status.NewNames(names...)
-	if _, err := pub.Build(func(b *status.Builder) error {
-		b.SetServices(status.NewNames("shop/pay"))
-		b.SetLocalities(locs)
-		b.SetDirectory(dir)
-		es := b.Entries()
-		clear(es)
-		for k, p := range at {
-			slot := k + 1
-			dir.Instances[slot] = &status.InstanceInfo{ID: fmt.Sprint("p", slot), Incarnation: 1,
-				Addrs: []netip.Addr{netip.AddrFrom4([4]byte{10, 0, 0, byte(slot)})}, Ports: map[string]uint16{"grpc": 80}}
-			r, _ := locs.ID(p.region)
-			z, _ := locs.ID(p.zone)
-			es[slot] = status.Entry{Key: uint64(slot), Incarnation: 1, Service: 1, Weight: 100, BaseWeight: 100,
-				Region: uint16(r), Zone: uint16(z), Verdict: status.Healthy, Lifecycle: status.Ready, Flags: status.Eligible}
-		}
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	tb.Publish(t, pay)
 }
 
 // priorities returns each endpoint's priority in pay's assignment as a
@@ -72,12 +54,10 @@ func priorities(t *testing.T, v *view) map[string]uint32 {
 // withdrawals from 93 ms to 8 s); and each still gets the tiers of what
 // it declared.
 func TestMadeUpLocalitiesShareRealPlaces(t *testing.T) {
-	pub, err := status.New(status.Config{Capacity: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
 	a, b, us := place{"eu", "eu-1a"}, place{"eu", "eu-1b"}, place{"us", "us-1a"}
-	zonedTable(t, pub, a, b, us)
+	zonedTable(t, tb, a, b, us)
 	m, _ := newMetrics(nil)
 	h := newHub(pub, m)
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -130,7 +110,7 @@ func TestMadeUpLocalitiesShareRealPlaces(t *testing.T) {
 	if mem.home.place != (place{region: "eu"}) {
 		t.Fatalf("eu-1c before an instance is there: served from %+v, want eu without a zone", mem.home.place)
 	}
-	zonedTable(t, pub, a, b, us, c)
+	zonedTable(t, tb, a, b, us, c)
 	h.refresh()
 	if mem.home.place != c {
 		t.Fatalf("eu-1c after its first instance: served from %+v, want eu-1c", mem.home.place)
@@ -157,11 +137,9 @@ func TestMadeUpLocalitiesShareRealPlaces(t *testing.T) {
 // not the thousands (a stream adding one at a time otherwise costs the
 // hub's lock the square of its names); and leaving forgets every name.
 func TestWatchCostsTheChange(t *testing.T) {
-	pub, err := status.New(status.Config{Capacity: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	zonedTable(t, pub, place{"eu", "eu-1a"})
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
+	zonedTable(t, tb, place{"eu", "eu-1a"})
 	m, _ := newMetrics(nil)
 	h := newHub(pub, m)
 	one, _ := h.join(place{}, newSignal(), true)
@@ -189,14 +167,12 @@ func TestWatchCostsTheChange(t *testing.T) {
 // writer reclaims and sorts them), so two tables whose (region, zone) ids
 // are equal as numbers can name different zones: the hub compares names.
 // Here eu-1a's last instance goes and eu-1c's first comes in one table,
-// and eu-1c takes eu-1a's id; a stream in eu-1c, served from "eu" while
+// and eu-1c takes eu-1b's id (eu-1b eu-1a's); a stream in eu-1c, served from "eu" while
 // nothing ran there, moves to eu-1c and prefers its instance.
 func TestRenumberedLocalitiesRehome(t *testing.T) {
-	pub, err := status.New(status.Config{Capacity: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	zonedTable(t, pub, place{"eu", "eu-1a"}, place{"eu", "eu-1b"}) // eu=1, eu-1a=2, eu-1b=3
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
+	zonedTable(t, tb, place{"eu", "eu-1a"}, place{"eu", "eu-1b"}) // eu=1, eu-1a=2, eu-1b=3 (sorted)
 	m, _ := newMetrics(nil)
 	h := newHub(pub, m)
 	mem, err := h.join(place{"eu", "eu-1c"}, newSignal(), true)
@@ -206,7 +182,7 @@ func TestRenumberedLocalitiesRehome(t *testing.T) {
 	if mem.home.place != (place{region: "eu"}) {
 		t.Fatalf("eu-1c with nothing there: served from %+v, want eu", mem.home.place)
 	}
-	zonedTable(t, pub, place{"eu", "eu-1c"}, place{"eu", "eu-1b"}) // eu=1, eu-1c=2, eu-1b=3
+	zonedTable(t, tb, place{"eu", "eu-1c"}, place{"eu", "eu-1b"}) // eu=1, eu-1b=2, eu-1c=3
 	h.refresh()
 	if got := priorities(t, h.view(mem)); got["10.0.0.1"] != 0 || got["10.0.0.2"] != 1 {
 		t.Errorf("eu-1c after its first instance: priorities %v, want 10.0.0.1 (eu-1c) 0, 10.0.0.2 (eu-1b) 1; served from %+v", got, mem.home.place)
@@ -218,11 +194,9 @@ func TestRenumberedLocalitiesRehome(t *testing.T) {
 // its index in; through watches, unwatches and leaves in any order, each
 // index is right, and nothing is left when everyone has left.
 func TestWatcherIndexes(t *testing.T) {
-	pub, err := status.New(status.Config{Capacity: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	zonedTable(t, pub, place{"eu", "eu-1a"})
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
+	zonedTable(t, tb, place{"eu", "eu-1a"})
 	m, _ := newMetrics(nil)
 	h := newHub(pub, m)
 	rng := rand.New(rand.NewPCG(3, 4))

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	cstatus "github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/status/statustest"
 	"github.com/cairn-sd/cairn/xdsserver"
 )
 
@@ -20,13 +21,13 @@ var draining = cstatus.Entry{Verdict: cstatus.Healthy, Lifecycle: cstatus.Draini
 
 // payCartAt publishes pay.shop (port grpc, the fixed backends with the
 // entries given) and, with cart, cart.shop, from store revision rev.
-func payCartAt(t *testing.T, pub *cstatus.Publisher, rev uint64, cart bool, entries []cstatus.Entry) {
+func payCartAt(t *testing.T, tb *statustest.Table, rev uint64, cart bool, entries []cstatus.Entry) {
 	t.Helper()
 	svcs := []cstatus.ServiceInfo{{}, {Namespace: "shop", Name: "pay", Ports: []cstatus.Port{{Name: "grpc", Number: 8443, Protocol: "tcp"}}}}
 	if cart {
 		svcs = append(svcs, cstatus.ServiceInfo{Namespace: "shop", Name: "cart", Ports: []cstatus.Port{{Name: "http", Number: 80, Protocol: "tcp"}}})
 	}
-	publishServicesAt(t, pub, rev, svcs, fixedBackends(), entries)
+	publishServicesAt(t, tb, rev, svcs, fixedBackends(), entries)
 }
 
 // startXDSMetered is startXDS with the server's metrics in reg.
@@ -91,8 +92,9 @@ func endpointsOf(t *testing.T, resp *discoveryv3.DeltaDiscoveryResponse, name st
 func TestDeltaResumeNeverOlder(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	newer, _ := cstatus.New(cstatus.Config{Capacity: 8})
-	payCartAt(t, newer, 1002, true, []cstatus.Entry{inRotation, draining})
+	newerTable := statustest.New(t, 8)
+	newer := newerTable.Publisher
+	payCartAt(t, newerTable, 1002, true, []cstatus.Entry{inRotation, draining})
 	c := newDeltaClient(t, ctx, startXDS(t, newer))
 	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc", "cart.shop:http"}})
 	r1 := c.recv(xdsserver.EndpointType)
@@ -105,8 +107,9 @@ func TestDeltaResumeNeverOlder(t *testing.T) {
 	}
 	c.ack(r1, false)
 
-	restored, _ := cstatus.New(cstatus.Config{Capacity: 8})
-	payCartAt(t, restored, 900, false, []cstatus.Entry{inRotation, inRotation})
+	restoredTable := statustest.New(t, 8)
+	restored := restoredTable.Publisher
+	payCartAt(t, restoredTable, 900, false, []cstatus.Entry{inRotation, inRotation})
 	reg := prometheus.NewRegistry()
 	c2 := newDeltaClient(t, ctx, startXDSMetered(t, restored, reg))
 	c2.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc", "cart.shop:http"},
@@ -116,7 +119,7 @@ func TestDeltaResumeNeverOlder(t *testing.T) {
 	waitRefreshes(t, reg, 1)
 
 	// Past the client's revision, with pay's content unchanged since 900.
-	payCartAt(t, restored, 1100, false, []cstatus.Entry{inRotation, inRotation})
+	payCartAt(t, restoredTable, 1100, false, []cstatus.Entry{inRotation, inRotation})
 	r2 := c2.recv(xdsserver.EndpointType)
 	expect(t, "once the table passes the client's", r2, []string{"pay.shop:grpc"}, []string{"cart.shop:http"})
 	if v := versions(r2)["pay.shop:grpc"]; revOf(v) != 1100 {
@@ -129,10 +132,10 @@ func TestDeltaResumeNeverOlder(t *testing.T) {
 
 	// A table older than one the stream was sent from: nothing, not even
 	// the answer to a new subscription, until a newer table.
-	payCartAt(t, restored, 1050, true, []cstatus.Entry{inRotation, withdrawn})
+	payCartAt(t, restoredTable, 1050, true, []cstatus.Entry{inRotation, withdrawn})
 	waitRefreshes(t, reg, 3)
 	c2.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"cart.shop:http"}})
-	payCartAt(t, restored, 1200, true, []cstatus.Entry{inRotation, withdrawn})
+	payCartAt(t, restoredTable, 1200, true, []cstatus.Entry{inRotation, withdrawn})
 	r3 := c2.recv(xdsserver.EndpointType)
 	expect(t, "after an older table, a newer one", r3, []string{"cart.shop:http", "pay.shop:grpc"}, nil)
 	for name, v := range versions(r3) {
@@ -158,8 +161,9 @@ func TestDeltaResumeSameContent(t *testing.T) {
 // in the states es.
 func payHeldAt(ctx context.Context, t *testing.T, rev uint64, es []cstatus.Entry) map[string]string {
 	t.Helper()
-	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
-	payCartAt(t, pub, rev, false, es)
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
+	payCartAt(t, tb, rev, false, es)
 	c := newDeltaClient(t, ctx, startXDS(t, pub))
 	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"}})
 	return versions(c.recv(xdsserver.EndpointType))
@@ -169,14 +173,15 @@ func payHeldAt(ctx context.Context, t *testing.T, rev uint64, es []cstatus.Entry
 // pay's backends in the states es, and a delta client that subscribes to
 // pay naming held in initial_resource_versions; it returns the client and
 // the server's table.
-func payResumedAt(ctx context.Context, t *testing.T, rev uint64, es []cstatus.Entry, held map[string]string) (*deltaClient, *cstatus.Publisher) {
+func payResumedAt(ctx context.Context, t *testing.T, rev uint64, es []cstatus.Entry, held map[string]string) (*deltaClient, *statustest.Table) {
 	t.Helper()
-	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
-	payCartAt(t, pub, rev, false, es)
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
+	payCartAt(t, tb, rev, false, es)
 	c := newDeltaClient(t, ctx, startXDS(t, pub))
 	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"},
 		InitialResourceVersions: held})
-	return c, pub
+	return c, tb
 }
 
 // TestSotWResumeNeverOlder: a state-of-the-world client (grpc-go's kind)
@@ -190,8 +195,9 @@ func payResumedAt(ctx context.Context, t *testing.T, rev uint64, es []cstatus.En
 func TestSotWResumeNeverOlder(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	newer, _ := cstatus.New(cstatus.Config{Capacity: 8})
-	payCartAt(t, newer, 1002, false, []cstatus.Entry{inRotation, draining})
+	newerTable := statustest.New(t, 8)
+	newer := newerTable.Publisher
+	payCartAt(t, newerTable, 1002, false, []cstatus.Entry{inRotation, draining})
 	c := newADSClient(t, ctx, startXDS(t, newer))
 	c.send(xdsserver.EndpointType, []string{"pay.shop:grpc"}, nil, false)
 	r1 := c.recv(xdsserver.EndpointType)
@@ -199,8 +205,9 @@ func TestSotWResumeNeverOlder(t *testing.T) {
 		t.Fatalf("version_info %q, want revision 1002 in it", r1.VersionInfo)
 	}
 
-	restored, _ := cstatus.New(cstatus.Config{Capacity: 8})
-	payCartAt(t, restored, 900, false, []cstatus.Entry{inRotation, inRotation})
+	restoredTable := statustest.New(t, 8)
+	restored := restoredTable.Publisher
+	payCartAt(t, restoredTable, 900, false, []cstatus.Entry{inRotation, inRotation})
 	addr := startXDS(t, restored)
 	c2 := newADSClient(t, ctx, addr)
 	if err := c2.stream.Send(&discoveryv3.DiscoveryRequest{Node: c2.node, TypeUrl: xdsserver.EndpointType,
@@ -213,7 +220,7 @@ func TestSotWResumeNeverOlder(t *testing.T) {
 	if got := names(t, c2.recv(xdsserver.ClusterType)); !slices.Equal(got, []string{"pay.shop:grpc"}) {
 		t.Fatalf("clusters: %v", got)
 	}
-	payCartAt(t, restored, 1100, false, []cstatus.Entry{inRotation, inRotation})
+	payCartAt(t, restoredTable, 1100, false, []cstatus.Entry{inRotation, inRotation})
 	r2 := c2.recv(xdsserver.EndpointType)
 	if revOf(r2.VersionInfo) != 1100 || len(endpoints(t, r2)) != 2 {
 		t.Fatalf("once the table passes the client's: version %q, endpoints %v; want revision 1100, both backends", r2.VersionInfo, endpoints(t, r2))
@@ -221,7 +228,7 @@ func TestSotWResumeNeverOlder(t *testing.T) {
 
 	// The same content, named at a newer revision: answered at once, as
 	// the client names it.
-	payCartAt(t, newer, 1003, false, []cstatus.Entry{inRotation, inRotation})
+	payCartAt(t, newerTable, 1003, false, []cstatus.Entry{inRotation, inRotation})
 	c.send(xdsserver.EndpointType, []string{"pay.shop:grpc"}, r1, false)
 	same := c.recv(xdsserver.EndpointType)
 	c3 := newADSClient(t, ctx, startXDSAt(t, 900))
@@ -238,8 +245,9 @@ func TestSotWResumeNeverOlder(t *testing.T) {
 // store revision rev.
 func startXDSAt(t *testing.T, rev uint64) string {
 	t.Helper()
-	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
-	payCartAt(t, pub, rev, false, []cstatus.Entry{inRotation, inRotation})
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
+	payCartAt(t, tb, rev, false, []cstatus.Entry{inRotation, inRotation})
 	return startXDS(t, pub)
 }
 

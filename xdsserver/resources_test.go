@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/status/statustest"
 )
 
 // ep describes one slot of a test table.
@@ -22,7 +23,7 @@ type ep struct {
 	port   uint16 // the "grpc" port; 0: the instance has none
 	region string
 	zone   string
-	entry  status.Entry // Key, Incarnation, Service, Region, Zone are filled in
+	entry  status.Entry // its state: verdict, lifecycle, flags, weights
 }
 
 // table publishes one service "pay.shop" with ports grpc and admin, and
@@ -30,42 +31,20 @@ type ep struct {
 // cleanup) and the service's id.
 func table(t *testing.T, eps ...ep) (*status.Table, uint32, status.ServiceInfo) {
 	t.Helper()
-	pub, err := status.New(status.Config{Capacity: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tb := statustest.New(t, 16)
+	pub := tb.Publisher
 	svc := status.ServiceInfo{Namespace: "shop", Name: "pay", MaxEjectionPercent: 10,
 		Ports: []status.Port{{Name: "admin", Number: 9000, Protocol: "tcp"}, {Name: "grpc", Number: 8443, Protocol: "tcp"}}}
-	services := status.NewNames("shop/pay")
-	locs := status.NewNames("eu", "eu-1a", "eu-1b", "us", "us-1a")
-	dir := &status.Directory{Services: []status.ServiceInfo{{}, svc}, Instances: make([]*status.InstanceInfo, 16)}
-	_, err = pub.Build(func(b *status.Builder) error {
-		b.SetServices(services)
-		b.SetLocalities(locs)
-		b.SetDirectory(dir)
-		entries := b.Entries()
-		for i, e := range eps {
-			slot := i + 1
-			in := &status.InstanceInfo{ID: e.id, Incarnation: 7, Ports: map[string]uint16{"admin": 9000}}
-			if e.port != 0 {
-				in.Ports["grpc"] = e.port
-			}
-			for _, a := range e.addrs {
-				in.Addrs = append(in.Addrs, netip.MustParseAddr(a))
-			}
-			dir.Instances[slot] = in
-			x := e.entry
-			x.Key, x.Incarnation, x.Service = uint64(slot), 7, 1
-			r, _ := locs.ID(e.region)
-			z, _ := locs.ID(e.zone)
-			x.Region, x.Zone = uint16(r), uint16(z)
-			entries[slot] = x
+	pay := statustest.Service{ServiceInfo: svc}
+	for _, e := range eps {
+		in := statustest.FromEntry(e.id, e.entry, e.addrs...).In(e.region, e.zone)
+		in.Incarnation, in.Ports = 7, map[string]uint16{"admin": 9000}
+		if e.port != 0 {
+			in.Ports["grpc"] = e.port
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+		pay.Instances = append(pay.Instances, in)
 	}
+	tb.Publish(t, pay)
 	tab := pub.Acquire()
 	t.Cleanup(tab.Release)
 	return tab, 1, svc

@@ -25,6 +25,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 
 	cstatus "github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/status/statustest"
 	"github.com/cairn-sd/cairn/xdsserver"
 )
 
@@ -139,9 +140,10 @@ func fixedBackends() []backend {
 func TestNACKIsNotResent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
 	bs := fixedBackends()
-	publish(t, pub, bs, []cstatus.Entry{inRotation, inRotation})
+	publish(t, tb, bs, []cstatus.Entry{inRotation, inRotation})
 	c := newADSClient(t, ctx, startXDS(t, pub))
 
 	c.send(xdsserver.EndpointType, []string{"pay.shop:grpc"}, nil, false)
@@ -157,8 +159,8 @@ func TestNACKIsNotResent(t *testing.T) {
 
 	// A table with the same content: nothing to send. Then new content:
 	// the next assignment is it, never the refused one again.
-	publish(t, pub, bs, []cstatus.Entry{inRotation, inRotation})
-	publish(t, pub, bs, []cstatus.Entry{inRotation, withdrawn})
+	publish(t, tb, bs, []cstatus.Entry{inRotation, inRotation})
+	publish(t, tb, bs, []cstatus.Entry{inRotation, withdrawn})
 	next := c.recv(xdsserver.EndpointType)
 	if next.VersionInfo == first.VersionInfo {
 		t.Fatalf("the refused version %s was sent again", first.VersionInfo)
@@ -174,8 +176,9 @@ func TestNACKIsNotResent(t *testing.T) {
 func TestSubscriptionChangesAreAnswered(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
-	publish(t, pub, fixedBackends(), []cstatus.Entry{inRotation, inRotation})
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
+	publish(t, tb, fixedBackends(), []cstatus.Entry{inRotation, inRotation})
 	addr := startXDS(t, pub)
 	c := newADSClient(t, ctx, addr)
 
@@ -215,8 +218,9 @@ func TestSubscriptionChangesAreAnswered(t *testing.T) {
 func TestClustersBeforeAssignmentsBeforeListeners(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
-	publish(t, pub, nil, nil) // pay.shop without instances
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
+	publish(t, tb, nil, nil) // pay.shop without instances
 	c := newADSClient(t, ctx, startXDS(t, pub))
 
 	c.send(xdsserver.ListenerType, nil, nil, false) // legacy wildcard
@@ -236,7 +240,7 @@ func TestClustersBeforeAssignmentsBeforeListeners(t *testing.T) {
 	c.send(xdsserver.EndpointType, []string{"pay.shop:grpc"}, e, false)
 
 	// Instances arrive, and the service gains a port: every type changes.
-	publishPorts(t, pub, []cstatus.Port{{Name: "grpc", Number: 8443, Protocol: "tcp"}, {Name: "admin", Number: 9000, Protocol: "tcp"}},
+	publishPorts(t, tb, []cstatus.Port{{Name: "grpc", Number: 8443, Protocol: "tcp"}, {Name: "admin", Number: 9000, Protocol: "tcp"}},
 		fixedBackends(), []cstatus.Entry{inRotation, inRotation})
 	if got := names(t, c.recv(xdsserver.ClusterType)); !slices.Equal(got, []string{"pay.shop:admin", "pay.shop:grpc"}) {
 		t.Errorf("clusters %v", got)
@@ -254,7 +258,8 @@ func TestClustersBeforeAssignmentsBeforeListeners(t *testing.T) {
 func TestNotReadyIsUnavailable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
 	srv, err := xdsserver.New(xdsserver.Config{Table: pub, Ready: func() bool { return false }, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -277,8 +282,9 @@ func TestNotReadyIsUnavailable(t *testing.T) {
 func TestUnservedTypeIsIgnored(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
-	publish(t, pub, fixedBackends(), []cstatus.Entry{inRotation, inRotation})
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
+	publish(t, tb, fixedBackends(), []cstatus.Entry{inRotation, inRotation})
 	c := newADSClient(t, ctx, startXDS(t, pub))
 	c.send("type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret", []string{"x"}, nil, false)
 	c.send(xdsserver.ClusterType, nil, nil, false)
@@ -294,8 +300,9 @@ func TestUnservedTypeIsIgnored(t *testing.T) {
 func TestAdmissionAfterRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
-	publish(t, pub, fixedBackends(), []cstatus.Entry{inRotation, inRotation})
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
+	publish(t, tb, fixedBackends(), []cstatus.Entry{inRotation, inRotation})
 	path := filepath.Join(t.TempDir(), "xds-subscribers.json")
 	if err := os.WriteFile(path, []byte(`{"subscribers": 1000, "at": "2026-12-01T00:00:00Z"}`), 0o600); err != nil {
 		t.Fatal(err)

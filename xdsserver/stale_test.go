@@ -20,6 +20,7 @@ import (
 
 	"github.com/cairn-sd/cairn/internal/agentview"
 	cstatus "github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/status/statustest"
 	"github.com/cairn-sd/cairn/xdsserver"
 )
 
@@ -101,8 +102,9 @@ func wantStale(t *testing.T, what string, err error) {
 func TestStaleServerLetsSubscribersGo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
-	twoServices(t, pub, false, []cstatus.Entry{inRotation, inRotation})
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
+	twoServices(t, tb, false, []cstatus.Entry{inRotation, inRotation})
 	c := &testClock{t: time.Unix(1_000_000, 0)}
 	var mu sync.Mutex
 	synced := c.now()
@@ -195,8 +197,9 @@ func TestStaleServerLetsSubscribersGo(t *testing.T) {
 func TestFailoverCap(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
-	twoServices(t, pub, false, []cstatus.Entry{inRotation, inRotation})
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
+	twoServices(t, tb, false, []cstatus.Entry{inRotation, inRotation})
 	c := &testClock{t: time.Unix(1_000_000, 0)}
 	srv, err := xdsserver.New(xdsserver.Config{Table: pub, Now: c.now, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	if err != nil {
@@ -264,9 +267,10 @@ func counter(t *testing.T, reg *prometheus.Registry, name, reason string) float6
 func TestGRPCClientKeepsItsViewFromAStaleServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
 	a, b := startBackend(t), startBackend(t)
-	publish(t, pub, []backend{a, b}, []cstatus.Entry{inRotation, inRotation})
+	publish(t, tb, []backend{a, b}, []cstatus.Entry{inRotation, inRotation})
 	var mu sync.Mutex
 	stale := false
 	reg := prometheus.NewRegistry()

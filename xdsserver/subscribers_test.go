@@ -10,6 +10,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
 	cstatus "github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/status/statustest"
 	"github.com/cairn-sd/cairn/wire"
 	"github.com/cairn-sd/cairn/xdsserver"
 )
@@ -47,9 +48,10 @@ func revs(rs ...wire.XDSRevision) wire.XDSSubscribers {
 func TestSubscribersByRevision(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
 	bs := fixedBackends()
-	publish(t, pub, bs, []cstatus.Entry{inRotation, inRotation}) // store revision 1001
+	publish(t, tb, bs, []cstatus.Entry{inRotation, inRotation}) // store revision 1001
 	srv, err := xdsserver.New(xdsserver.Config{Table: pub, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +77,7 @@ func TestSubscribersByRevision(t *testing.T) {
 
 	// A withdrawal (revision 1002): the delta subscriber acknowledges it,
 	// the state-of-the-world one has not yet, then refuses it.
-	publish(t, pub, bs, []cstatus.Entry{inRotation, withdrawn})
+	publish(t, tb, bs, []cstatus.Entry{inRotation, withdrawn})
 	d.ack(d.recv(xdsserver.EndpointType), false)
 	next := s.recv(xdsserver.EndpointType)
 	want := revs(wire.XDSRevision{Revision: 1002, Subscribers: 1}, wire.XDSRevision{Revision: 1001, Subscribers: 1, Behind: 1})
@@ -119,9 +121,10 @@ func waitSummary(t *testing.T, srv *xdsserver.Server, want wire.XDSSummary) {
 func TestSubscribersSummary(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pub, _ := cstatus.New(cstatus.Config{Capacity: 8})
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
 	ports := []cstatus.Port{{Name: "grpc", Number: 8443, Protocol: "tcp"}}
-	publishServices(t, pub, []cstatus.ServiceInfo{{}, {Namespace: "shop", Name: "pay", Ports: ports}, {Namespace: "bank", Name: "vault", Ports: ports}},
+	publishServices(t, tb, []cstatus.ServiceInfo{{}, {Namespace: "shop", Name: "pay", Ports: ports}, {Namespace: "bank", Name: "vault", Ports: ports}},
 		fixedBackends(), []cstatus.Entry{inRotation, inRotation}) // store revision 1001
 	srv, err := xdsserver.New(xdsserver.Config{Table: pub, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	if err != nil {

@@ -2,11 +2,11 @@ package xdsserver
 
 import (
 	"context"
-	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/status/statustest"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -15,40 +15,25 @@ import (
 // assignment the place holds is built again for its new tiers, not only
 // those of the services that changed.
 func TestPlaceGainsItsZone(t *testing.T) {
-	pub, err := status.New(status.Config{Capacity: 8})
-	if err != nil {
-		t.Fatal(err)
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
+	port := []status.Port{{Name: "grpc", Number: 1, Protocol: "tcp"}}
+	in := func(id, addr, zone string) statustest.Instance {
+		x := statustest.Ready(id, addr).In("eu", zone)
+		x.Ports = map[string]uint16{"grpc": 80}
+		return x
 	}
-	svcs := []status.ServiceInfo{{}, {Namespace: "shop", Name: "pay", Ports: []status.Port{{Name: "grpc", Number: 1, Protocol: "tcp"}}},
-		{Namespace: "shop", Name: "cart", Ports: []status.Port{{Name: "grpc", Number: 1, Protocol: "tcp"}}}}
-	dir := &status.Directory{Services: svcs, Instances: make([]*status.InstanceInfo, 8)}
-	in := func(id, addr string) *status.InstanceInfo {
-		return &status.InstanceInfo{ID: id, Incarnation: 1, Addrs: []netip.Addr{netip.MustParseAddr(addr)}, Ports: map[string]uint16{"grpc": 80}}
-	}
-	dir.Instances[1], dir.Instances[2], dir.Instances[3] = in("p1", "10.0.0.1"), in("p2", "10.0.0.2"), in("c1", "10.0.0.3")
-	build := func(locs *status.Names, zoneOf map[int]string) {
+	build := func(cartZone string) {
 		t.Helper()
-		if _, err := pub.Build(func(b *status.Builder) error {
-			b.SetServices(status.NewNames("shop/pay", "shop/cart"))
-			b.SetLocalities(locs)
-			b.SetDirectory(dir)
-			es := b.Entries()
-			clear(es)
-			for slot, svc := range map[int]uint32{1: 1, 2: 1, 3: 2} {
-				r, _ := locs.ID("eu")
-				z, _ := locs.ID(zoneOf[slot])
-				es[slot] = status.Entry{Key: uint64(slot), Incarnation: 1, Service: svc, Weight: 100, BaseWeight: 100,
-					Region: uint16(r), Zone: uint16(z), Verdict: status.Healthy, Lifecycle: status.Ready, Flags: status.Eligible}
-			}
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
+		tb.Publish(t, statustest.Service{ServiceInfo: status.ServiceInfo{Namespace: "shop", Name: "pay", Ports: port},
+			Instances: []statustest.Instance{in("p1", "10.0.0.1", ""), in("p2", "10.0.0.2", "eu-1c")}},
+			statustest.Service{ServiceInfo: status.ServiceInfo{Namespace: "shop", Name: "cart", Ports: port},
+				Instances: []statustest.Instance{in("c1", "10.0.0.3", cartZone)}})
 	}
 	// pay: p1 in region eu without a zone, p2 in eu-1c. The caller is in
 	// eu-1b, where nothing runs yet (no id): p1, whose zone is as unknown
 	// as the caller's, is in its first tier, p2 in the next.
-	build(status.NewNames("eu", "eu-1c", "eu-1a"), map[int]string{1: "", 2: "eu-1c", 3: "eu-1a"})
+	build("eu-1a")
 	m, _ := newMetrics(nil)
 	h := newHub(pub, m)
 	caller := place{region: "eu", zone: "eu-1b"}
@@ -63,7 +48,7 @@ func TestPlaceGainsItsZone(t *testing.T) {
 	// Only cart changes: its instance moves to eu-1b, which gets an id.
 	// pay is unchanged, but the caller's tiers are not: p1 and p2 are now
 	// both in its region, not its zone.
-	build(status.NewNames("eu", "eu-1c", "eu-1a", "eu-1b"), map[int]string{1: "", 2: "eu-1c", 3: "eu-1b"})
+	build("eu-1b")
 	h.refresh()
 	if got := priorities(t, h.view(mem)); got["10.0.0.1"] != 0 || got["10.0.0.2"] != 0 {
 		t.Errorf("after eu-1b has an id: pay's priorities %v, want both 0 (one tier: the region)", got)
@@ -74,22 +59,12 @@ func TestPlaceGainsItsZone(t *testing.T) {
 // nothing (a server without xDS subscribers spends its core on DNS); the
 // first stream then gets the current table's resources.
 func TestIdleHubBuildsNothing(t *testing.T) {
-	pub, err := status.New(status.Config{Capacity: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc := status.ServiceInfo{Namespace: "shop", Name: "pay", Ports: []status.Port{{Name: "grpc", Number: 1, Protocol: "tcp"}}}
-	dir := &status.Directory{Services: []status.ServiceInfo{{}, svc}, Instances: make([]*status.InstanceInfo, 4)}
+	tb := statustest.New(t, 4)
+	pub := tb.Publisher
+	pay := statustest.Service{ServiceInfo: status.ServiceInfo{Namespace: "shop", Name: "pay", Ports: []status.Port{{Name: "grpc", Number: 1, Protocol: "tcp"}}}}
 	publish := func() {
 		t.Helper()
-		if _, err := pub.Build(func(b *status.Builder) error {
-			b.SetServices(status.NewNames("shop/pay"))
-			b.SetLocalities(status.NewNames())
-			b.SetDirectory(dir)
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
+		tb.Publish(t, pay)
 	}
 	publish()
 	m, _ := newMetrics(nil)

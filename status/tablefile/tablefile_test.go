@@ -19,6 +19,7 @@ import (
 
 	"github.com/cairn-sd/cairn/internal/pace"
 	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/status/statustest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -26,41 +27,24 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 
 // publish builds a table of two services and three instances, one slot
-// left free between them, into a new publisher.
+// left free between them (an instance that went), into a new publisher.
 func publish(t *testing.T) *status.Publisher {
 	t.Helper()
-	pub, err := status.New(status.Config{Capacity: 8})
-	if err != nil {
-		t.Fatal(err)
+	tb := statustest.New(t, 8)
+	in := func(id string, inc uint64, zone string) statustest.Instance {
+		x := statustest.Ready(id, "10.0.0.2").In("r1", zone)
+		x.Incarnation, x.Ports = inc, map[string]uint16{"http": 8080}
+		return x
 	}
-	svcs := status.NewNames("shop/cart", "shop/pay")
-	locs := status.NewNames("r1", "za", "zb")
-	d := &status.Directory{Revision: 42, Services: []status.ServiceInfo{{},
-		{Namespace: "shop", Name: "cart", DNSTTL: 5 * time.Second, ARecordLimit: 8, Ports: []status.Port{{Name: "http", Number: 8080, Protocol: "tcp"}}},
-		{Namespace: "shop", Name: "pay", DNSTTL: 7 * time.Second, ARecordLimit: 3}},
-		Instances: make([]*status.InstanceInfo, 8)}
-	_, err = pub.Build(func(b *status.Builder) error {
-		es := b.Entries()
-		clear(es)
-		for i, slot := range []int{0, 1, 3} {
-			id := []string{"a", "b", "c"}[i]
-			es[slot] = status.Entry{Key: status.KeyHash("shop/cart/" + id), Incarnation: uint64(10 + i), Service: uint32(1 + i/2),
-				Weight: 100, BaseWeight: 100, Region: 1, Zone: uint16(2 + i%2), Verdict: status.Healthy,
-				Lifecycle: status.Ready, Flags: status.Eligible}
-			d.Instances[slot] = &status.InstanceInfo{ID: id, Incarnation: uint64(10 + i),
-				Addrs: []netip.Addr{netip.MustParseAddr("10.0.0.1").Next()}, Ports: map[string]uint16{"http": 8080}}
-		}
-		d.Index(func(slot int) uint32 { return es[slot].Service }, nil)
-		b.SetStoreRevision(42)
-		b.SetServices(svcs)
-		b.SetLocalities(locs)
-		b.SetDirectory(d)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pub
+	cart := statustest.Service{ServiceInfo: status.ServiceInfo{Namespace: "shop", Name: "cart", DNSTTL: 5 * time.Second, ARecordLimit: 8,
+		Ports: []status.Port{{Name: "http", Number: 8080, Protocol: "tcp"}}}}
+	pay := statustest.Service{ServiceInfo: status.ServiceInfo{Namespace: "shop", Name: "pay", DNSTTL: 7 * time.Second, ARecordLimit: 3}}
+	cart.Instances = []statustest.Instance{in("a", 10, "za"), in("b", 11, "zb"), in("gone", 1, "za")}
+	pay.Instances = []statustest.Instance{in("c", 12, "za")}
+	tb.PublishAt(t, 41, cart, pay)
+	cart.Instances = cart.Instances[:2]
+	tb.PublishAt(t, 42, cart, pay)
+	return tb.Publisher
 }
 
 // TestRoundTrip: a table saved and loaded fills a new table with the

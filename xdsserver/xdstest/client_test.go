@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/status/statustest"
 	"github.com/cairn-sd/cairn/xdsserver"
 	"github.com/cairn-sd/cairn/xdsserver/xdstest"
 )
@@ -33,28 +34,15 @@ var (
 
 // publish publishes service pay.shop (port grpc, 8443) with one backend
 // per entry, 10.0.0.1 and up.
-func publish(t *testing.T, pub *status.Publisher, entries ...status.Entry) {
+func publish(t *testing.T, tb *statustest.Table, entries ...status.Entry) {
 	t.Helper()
-	svcs := []status.ServiceInfo{{}, {Namespace: "shop", Name: "pay", Ports: []status.Port{{Name: "grpc", Number: 8443, Protocol: "tcp"}}}}
-	dir := &status.Directory{Services: svcs, Instances: make([]*status.InstanceInfo, pub.Capacity())}
-	_, err := pub.Build(func(b *status.Builder) error {
-		b.SetServices(status.NewNames("shop/pay"))
-		b.SetLocalities(status.NewNames("eu", "eu-1a"))
-		b.SetDirectory(dir)
-		es := b.Entries()
-		clear(es)
-		for i, e := range entries {
-			slot := i + 1
-			dir.Instances[slot] = &status.InstanceInfo{ID: fmt.Sprintf("pay-%d", i), Incarnation: 1,
-				Addrs: []netip.Addr{netip.AddrFrom4([4]byte{10, 0, 0, byte(i + 1)})}, Ports: map[string]uint16{"grpc": 8443}}
-			e.Key, e.Incarnation, e.Service, e.Region, e.Zone = uint64(slot), 1, 1, 1, 2
-			es[slot] = e
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+	pay := statustest.Service{ServiceInfo: status.ServiceInfo{Namespace: "shop", Name: "pay", Ports: []status.Port{{Name: "grpc", Number: 8443, Protocol: "tcp"}}}}
+	for i, e := range entries {
+		in := statustest.FromEntry(fmt.Sprintf("pay-%d", i), e, fmt.Sprintf("10.0.0.%d", i+1)).In("eu", "eu-1a")
+		in.Ports = map[string]uint16{"grpc": 8443}
+		pay.Instances = append(pay.Instances, in)
 	}
+	tb.Publish(t, pay)
 }
 
 // serve serves pub over ADS on loopback until the test ends, and
@@ -121,11 +109,9 @@ func recvAssignment(t *testing.T, s *xdstest.Stream, d *xdstest.Decoder[[]netip.
 func TestStreamsShareConnectionAndDecodings(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	pub, err := status.New(status.Config{Capacity: 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	publish(t, pub, inRotation, inRotation)
+	tb := statustest.New(t, 8)
+	pub := tb.Publisher
+	publish(t, tb, inRotation, inRotation)
 	addr, auth := serve(t, pub)
 	cc, err := xdstest.Dial(addr)
 	if err != nil {
@@ -172,7 +158,7 @@ func TestStreamsShareConnectionAndDecodings(t *testing.T) {
 		t.Errorf("first assignment: %d decodings and %d shared, want 1 and %d", dec, hits, streams-1)
 	}
 
-	publish(t, pub, inRotation, withdrawn)
+	publish(t, tb, inRotation, withdrawn)
 	var current string
 	for i, s := range ss {
 		resp, eps := recvAssignment(t, s, d, name)
