@@ -114,7 +114,17 @@ func TestWriterReusesLayout(t *testing.T) {
 			t.Errorf("slot %d after a fill: %+v", slot, e)
 		}
 	}
-	// A layout allocates nothing per instance it had before.
+}
+
+// TestWriterLayoutAllocations: a layout allocates nothing per instance
+// it had before (the race detector's allocations aside: make test runs
+// this without it).
+func TestWriterLayoutAllocations(t *testing.T) {
+	pub, err := New(Config{Capacity: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := NewWriter(pub, WriterConfig{})
 	measure := func(n int) float64 {
 		services := []ServiceInfo{{Namespace: "ns", Name: "web"}}
 		ins := make([]Instance, n)
