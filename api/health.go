@@ -109,17 +109,17 @@ func (s *Server) probeResults(w http.ResponseWriter, r *http.Request, id acl.Ide
 }
 
 // waitPublished waits until this node's status table reflects the store
-// up to rev; on a node without a health evaluator it returns at once. A
+// up to rev; on a node that publishes no table it returns at once. A
 // write it waits for is committed already: the error says so, and a
 // retry of the idempotent write waits again.
 func (s *Server) waitPublished(ctx context.Context, rev uint64) error {
-	h := s.cfg.Health
-	if h == nil {
+	p := s.cfg.Publish
+	if p == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
 	defer cancel()
-	if err := h.WaitPublished(ctx, rev); err != nil {
+	if err := p.WaitPublished(ctx, rev); err != nil {
 		return fmt.Errorf("committed at revision %d, but this node's table has not published it yet (%v); retry: %w",
 			rev, err, store.ErrNoLeader)
 	}

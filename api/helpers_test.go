@@ -24,6 +24,7 @@ import (
 	"github.com/cairn-sd/cairn/health"
 	"github.com/cairn-sd/cairn/internal/acl"
 	"github.com/cairn-sd/cairn/internal/addrpolicy"
+	"github.com/cairn-sd/cairn/publish"
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/status/tablefile"
 	"github.com/cairn-sd/cairn/store"
@@ -195,14 +196,18 @@ func newEnv(t *testing.T, o options) *env {
 		if err != nil {
 			t.Fatal(err)
 		}
-		hc := health.Config{Store: node.Store, Table: tbl, Logger: logger, Registerer: reg, Restore: o.restore}
+		pc := publish.Config{Store: node.Store, Table: tbl, Logger: logger, Registerer: reg, Restore: o.restore}
+		hc := health.Config{Store: node.Store, Logger: logger, Registerer: reg}
 		if o.clock != nil {
-			hc.Now = o.clock.Now
+			pc.Now, hc.Now = o.clock.Now, o.clock.Now
+		}
+		if hc.Publish, err = publish.New(pc); err != nil {
+			t.Fatal(err)
 		}
 		if hn, err = health.New(hc); err != nil {
 			t.Fatal(err)
 		}
-		cfg.Health, cfg.Table = hn, tbl
+		cfg.Health, cfg.Publish, cfg.Table = hn, hc.Publish, tbl
 	}
 	a, err := api.New(cfg)
 	if err != nil {

@@ -224,7 +224,7 @@ func (s *Server) view(ns, svc string, all bool) wire.View {
 		return v
 	}
 	if id, ok := p.t.Directory().ServiceID(strings.ToLower(svc + "." + ns)); ok {
-		restored := s.cfg.Health != nil && s.cfg.Health.Restored()
+		restored := s.cfg.Publish != nil && s.cfg.Publish.Restored()
 		for _, slot := range p.t.Members(id) {
 			if seen[int(slot)] {
 				continue
@@ -250,12 +250,12 @@ func flagNames(f cstatus.Flags) []string {
 
 // freshness is this node's wire.Freshness at now: the rule of its DNS
 // answers (dnsserver's serve-stale), so that a page and a dig agree.
-// Without an evaluator, the store's last contact stands for the table.
+// Without a publisher, the store's last contact stands for the table.
 func (s *Server) freshness(now time.Time) wire.Freshness {
 	var last time.Time
 	restored := false
-	if s.cfg.Health != nil {
-		last, restored = s.cfg.Health.Synced(), s.cfg.Health.Restored()
+	if s.cfg.Publish != nil {
+		last, restored = s.cfg.Publish.Synced(), s.cfg.Publish.Restored()
 	} else {
 		last = s.cfg.Store.LastContact()
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/cairn-sd/cairn/internal/certs"
 	"github.com/cairn-sd/cairn/internal/ui"
 	"github.com/cairn-sd/cairn/probe"
+	"github.com/cairn-sd/cairn/publish"
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/status/tablefile"
 	"github.com/cairn-sd/cairn/store"
@@ -52,7 +53,7 @@ const XDSSubscribersFile = "xds-subscribers.json"
 // Every listener is bound before the store opens (and may bootstrap a
 // cluster on this raft address): a port in use fails the start with
 // nothing written. So the DNS server, which listens, is made before the
-// health node it reads; and the xDS server is made before the API, whose
+// publisher it reads; and the xDS server is made before the API, whose
 // tokens it authenticates with and which reports its subscribers. Those
 // two read what comes after them through a ref (lateRefs), set before
 // anything runs.
@@ -117,17 +118,17 @@ func serve(ctx context.Context, cfg serverConfig, logw io.Writer) error {
 	}
 	fw := health.NewForwarder(health.ForwardConfig{Store: st, Token: cfg.ProbeToken, Dial: sec.dial})
 	defer fw.Close()
-	hn, keeper, err := buildHealth(cfg, nodeID, st, table, fw, log, reg)
+	hn, pn, keeper, err := buildHealth(cfg, nodeID, st, table, fw, log, reg)
 	if err != nil {
 		return err
 	}
-	late.health = hn
-	xs, gs, err := buildXDS(cfg, table, hn, fw, &late, sec, log, reg)
+	late.publish = pn
+	xs, gs, err := buildXDS(cfg, table, hn, pn, fw, &late, sec, log, reg)
 	if err != nil {
 		return err
 	}
-	rd := &readiness{health: hn, maxStale: cfg.MaxStale}
-	a, err := api.New(api.Config{Store: st, ACL: authz, Addrs: addressPolicy(cfg, st, httpAddr), Health: hn, Table: table,
+	rd := &readiness{publish: pn, maxStale: cfg.MaxStale}
+	a, err := api.New(api.Config{Store: st, ACL: authz, Addrs: addressPolicy(cfg, st, httpAddr), Health: hn, Publish: pn, Table: table,
 		Region: cfg.Region, Zone: cfg.Zone, XDSSubscribers: xs.Subscribers, XDSSummary: xs.SubscribersSummary,
 		GRPCAddr: grpcLn.Addr().String(), UI: ui.Handler(), TLS: sec.files, StaleAfter: cfg.StaleAfter, Started: ds.Started(),
 		Gatherer: reg, Registerer: reg, Logger: log, Ready: rd.check, Peer: sec.peerCheck, ForwardTLS: sec.peer})
@@ -165,8 +166,8 @@ func serverACL(cfg serverConfig, nodeID string) (*acl.Authorizer, error) {
 // lateRefs are the parts made after what reads them (see serve). Each is
 // set once, before serverParts.run starts anything, and read only after.
 type lateRefs struct {
-	health *health.Node // read by the DNS server
-	api    *api.Server  // read by the xDS server: the tokens of the moment
+	publish *publish.Node // read by the DNS server
+	api     *api.Server   // read by the xDS server: the tokens of the moment
 }
 
 // securityConfig is what TLS, when on, changes in the server's wiring.
@@ -217,7 +218,7 @@ func (s securityConfig) serveHTTP(srv *http.Server, ln net.Listener) error {
 	return srv.ServeTLS(ln, "", "")
 }
 
-// buildDNS makes the zone and the DNS server; it reads the health node's
+// buildDNS makes the zone and the DNS server; it reads the publisher's
 // sync state through late.
 func buildDNS(cfg serverConfig, table *status.Publisher, late *lateRefs, log *slog.Logger, reg prometheus.Registerer) (*dnsserver.Server, error) {
 	zone, err := zones.New(zones.Config{Domain: cfg.Domain, StaticFile: cfg.ZoneFile,
@@ -228,7 +229,7 @@ func buildDNS(cfg serverConfig, table *status.Publisher, late *lateRefs, log *sl
 	return dnsserver.New(dnsserver.Config{Zone: zone, Table: table, Addr: cfg.DNSAddr,
 		Own: dnsserver.Place{Region: cfg.Region, Zone: cfg.Zone}, Subnets: cfg.Subnets, ECSTrusted: cfg.ECSTrusted,
 		StaleAfter: cfg.StaleAfter, MaxStale: cfg.MaxStale,
-		LastSync: func() time.Time { return late.health.Synced() }, Restored: func() bool { return late.health.Restored() },
+		LastSync: func() time.Time { return late.publish.Synced() }, Restored: func() bool { return late.publish.Restored() },
 		RRL: cfg.DNSRRL, Cookies: cfg.DNSCookies, Logger: log, Registerer: reg})
 }
 
@@ -239,11 +240,11 @@ func openStore(cfg serverConfig, nodeID, httpAddr string, sec securityConfig, lo
 		LeaderRevision: leaderRevision(sec.dial), RaftTLS: sec.raft})
 }
 
-// buildHealth makes the prober (unless --probe-workers is 0), the health
-// node, restored from the table kept on disk, and the keeper that writes
-// the table back.
+// buildHealth makes the prober (unless --probe-workers is 0), the
+// publisher, restored from the table kept on disk, the health node whose
+// round its loop runs, and the keeper that writes the table back.
 func buildHealth(cfg serverConfig, nodeID string, st *store.Store, table *status.Publisher, fw *health.Forwarder,
-	log *slog.Logger, reg prometheus.Registerer) (*health.Node, *tablefile.Keeper, error) {
+	log *slog.Logger, reg prometheus.Registerer) (*health.Node, *publish.Node, *tablefile.Keeper, error) {
 	var prober *probe.Prober
 	if cfg.ProbeWorkers > 0 {
 		// Batches twice per evaluation, so that a check at the
@@ -253,7 +254,7 @@ func buildHealth(cfg serverConfig, nodeID string, st *store.Store, table *status
 		prober, err = probe.New(probe.Config{Observer: nodeID, Workers: cfg.ProbeWorkers, Capacity: cfg.ProbeCapacity,
 			BatchInterval: cfg.EvalInterval / 2, Logger: log, Registerer: reg})
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	tablePath := filepath.Join(cfg.DataDir, TableFile)
@@ -264,31 +265,35 @@ func buildHealth(cfg serverConfig, nodeID string, st *store.Store, table *status
 	case keptErr != nil:
 		log.Warn("not serving the table kept on disk", "err", keptErr)
 	}
-	hn, err := health.New(health.Config{Store: st, Table: table, Prober: prober, Push: fw.ProbeResults,
-		Interval: cfg.EvalInterval, Restore: kept, Logger: log, Registerer: reg})
+	pn, err := publish.New(publish.Config{Store: st, Table: table, Interval: cfg.EvalInterval, Restore: kept, Logger: log, Registerer: reg})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	keeper, err := tablefile.NewKeeper(tablefile.Config{Path: tablePath, Table: table, Synced: hn.Synced, Logger: log,
+	hn, err := health.New(health.Config{Store: st, Publish: pn, Prober: prober, Push: fw.ProbeResults,
+		Interval: cfg.EvalInterval, Logger: log, Registerer: reg})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	keeper, err := tablefile.NewKeeper(tablefile.Config{Path: tablePath, Table: table, Synced: pn.Synced, Logger: log,
 		PathGood: kept != nil && keptErr == nil})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return hn, keeper, nil
+	return hn, pn, keeper, nil
 }
 
 // buildXDS makes the xDS server and the gRPC server it is registered
 // on; it authenticates with the API's tokens through late.
-func buildXDS(cfg serverConfig, table *status.Publisher, hn *health.Node, fw *health.Forwarder, late *lateRefs, sec securityConfig,
+func buildXDS(cfg serverConfig, table *status.Publisher, hn *health.Node, pn *publish.Node, fw *health.Forwarder, late *lateRefs, sec securityConfig,
 	log *slog.Logger, reg prometheus.Registerer) (*xdsserver.Server, *grpc.Server, error) {
 	xs, err := xdsserver.New(xdsserver.Config{Table: table, Logger: log, Registerer: reg,
 		SubscribersFile: filepath.Join(cfg.DataDir, XDSSubscribersFile), LoadReportInterval: cfg.LoadReportInterval,
 		// A table built from a synced store, or the one kept on disk: never
 		// a partial view, which a client would apply.
-		Ready: func() bool { return hn.Serving(0) == nil },
+		Ready: func() bool { return pn.Serving(0) == nil },
 		// The DNS server's serve-stale rule: past it, the streams end so
 		// that subscribers move to a fresh server.
-		StaleAfter: cfg.StaleAfter, LastSync: hn.Synced, Restored: hn.Restored,
+		StaleAfter: cfg.StaleAfter, LastSync: pn.Synced, Restored: pn.Restored,
 		Authorizer: func() *acl.Authorizer { return late.api.Authorizer() }, Limits: cfg.XDSLimits,
 		Outcomes: fw.Outcomes(hn)})
 	if err != nil {

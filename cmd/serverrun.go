@@ -18,6 +18,7 @@ import (
 	"github.com/cairn-sd/cairn/dnsserver"
 	"github.com/cairn-sd/cairn/health"
 	"github.com/cairn-sd/cairn/internal/durable"
+	"github.com/cairn-sd/cairn/publish"
 	"github.com/cairn-sd/cairn/status/tablefile"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/wire"
@@ -47,7 +48,7 @@ type serverParts struct {
 // SIGTERM's lame duck.
 type readiness struct {
 	stopping atomic.Bool
-	health   *health.Node
+	publish  *publish.Node
 	maxStale time.Duration
 }
 
@@ -55,7 +56,7 @@ func (r *readiness) check() error {
 	if r.stopping.Load() {
 		return errors.New("shutting down")
 	}
-	return r.health.Serving(r.maxStale)
+	return r.publish.Serving(r.maxStale)
 }
 
 // writeAddrs writes AddrsFile, the addresses the server bound, and logs

@@ -10,8 +10,7 @@ import (
 
 	"github.com/cairn-sd/cairn/internal/pace"
 	"github.com/cairn-sd/cairn/probe"
-	"github.com/cairn-sd/cairn/status"
-	"github.com/cairn-sd/cairn/status/tablefile"
+	"github.com/cairn-sd/cairn/publish"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/wire"
 )
@@ -20,8 +19,10 @@ import (
 type Config struct {
 	// Store is this node's store replica. Required.
 	Store *store.Store
-	// Table is the status table this node publishes. Required.
-	Table *status.Publisher
+	// Publish publishes this node's status table: its loop runs the
+	// Node's round, and its catalog is the store the round reads.
+	// Required.
+	Publish *publish.Node
 	// Prober is this node's prober, whose batches the Node consumes and
 	// whose targets it sets. nil: the node probes nothing (it may still
 	// evaluate, as leader, with the results others send it).
@@ -30,7 +31,9 @@ type Config struct {
 	// node is a follower, and returns the leader's reply. nil: a follower
 	// drops its results (counted).
 	Push func(ctx context.Context, r wire.ProbeReport) (wire.ProbeReply, error)
-	// Interval is the evaluation and table cadence. Defaults to 1s.
+	// Interval is the evaluation's cadence: the publisher's
+	// (publish.Config.Interval), which runs the round. Evidence younger
+	// than one Interval waits for the next round. Defaults to 1s.
 	Interval time.Duration
 	// Replicas is how many nodes probe each target. Defaults to 2.
 	Replicas int
@@ -42,26 +45,14 @@ type Config struct {
 	// published within this long; reports about endpoints it was never
 	// served are discarded. Defaults to 2m.
 	OutcomeHorizon time.Duration
-	// Restore is the table this node published before it last stopped
-	// (tablefile.Load), or nil. New publishes it at once, and the node
-	// serves it, stale, until its store replica has caught up with a
-	// leader: a replica restarted without quorum holds only its latest
-	// raft snapshot, and a table built from it would drop names the node
-	// served before (SPEC §7).
-	Restore *tablefile.Snapshot
 	// MaxOutcomeObservers bounds the callers whose latest outcomes are
 	// kept per instance; the oldest is dropped. Defaults to 16.
 	MaxOutcomeObservers int
-	// Slice is how long the loop works (evaluating, building the table)
-	// before it pauses, so that a server on one core keeps answering
-	// queries: see package pace. Defaults to pace.DefaultSlice; negative
-	// turns pacing off. It is timed with Now.
+	// Slice is how long the round works (evaluating) before it pauses,
+	// so that a server on one core keeps answering queries: see package
+	// pace. Defaults to pace.DefaultSlice; negative turns pacing off. It
+	// is timed with Now. The publisher's own work is paced by its Config.
 	Slice time.Duration
-	// OnPhase, if set, is called on the loop's goroutine each time the
-	// loop enters another phase of its round (see Phase), before the
-	// phase's work: for benches and tests that time what happens in
-	// each. It must return at once. nil: nothing is called.
-	OnPhase func(Phase)
 
 	Now        func() time.Time
 	Logger     *slog.Logger
@@ -108,8 +99,8 @@ func (c *Config) validate() error {
 	switch {
 	case c.Store == nil:
 		return errors.New("health: Store is required")
-	case c.Table == nil:
-		return errors.New("health: Table is required")
+	case c.Publish == nil:
+		return errors.New("health: Publish is required")
 	case c.Interval < 10*time.Millisecond:
 		return errors.New("health: Interval must be at least 10ms")
 	case c.Replicas < 1:

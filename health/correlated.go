@@ -44,17 +44,17 @@ func (n *Node) correlation(now time.Time) map[asideKey]reach {
 		n.mu.Unlock()
 		n.latest = latest[:0]
 	}()
-	for _, cs := range n.cat.services {
-		fresh := cs.policy.Freshness
+	for _, cs := range n.pub.Catalog().Services {
+		fresh := cs.Policy.Freshness
 		if n.pacer.Due() {
 			n.mu.Unlock()
 			n.pacer.Pause()
 			n.mu.Lock()
 		}
-		for i := range cs.instances {
-			in := &cs.instances[i]
-			e := n.evidence[in.key]
-			if e == nil || e.inc != in.incarnation {
+		for i := range cs.Instances {
+			in := &cs.Instances[i]
+			e := n.evidence[in.Key]
+			if e == nil || e.inc != in.Incarnation {
 				continue
 			}
 			counted := false
@@ -63,7 +63,7 @@ func (n *Node) correlation(now time.Time) map[asideKey]reach {
 				if now.Sub(o.at) > fresh {
 					continue
 				}
-				k := asideKey{o.observer, in.loc.region, in.loc.zone}
+				k := asideKey{o.observer, in.Loc.Region, in.Loc.Zone}
 				r := out[k]
 				r.total++
 				if o.soft {
@@ -71,7 +71,7 @@ func (n *Node) correlation(now time.Time) map[asideKey]reach {
 				}
 				out[k] = r
 				if !counted {
-					zones[zoneKey{in.loc.region, in.loc.zone}]++
+					zones[zoneKey{in.Loc.Region, in.Loc.Zone}]++
 					counted = true
 				}
 			}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cairn-sd/cairn/eval"
+	"github.com/cairn-sd/cairn/publish"
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/wire"
@@ -28,7 +29,7 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 	cutoff := now.Add(-n.cfg.Interval)
 	states := n.spareStates
 	if states == nil {
-		states = make(map[wire.ServiceKey]*eval.State, len(n.cat.services))
+		states = make(map[wire.ServiceKey]*eval.State, len(n.pub.Catalog().Services))
 	}
 	clear(states)
 	var ups []store.HealthUpdate
@@ -39,73 +40,73 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 	prevAside := n.aside
 	n.prune(n.currentInc, now.Add(-2*n.cfg.OutcomeHorizon))
 	counts := n.correlation(now)
-	aside := make(map[wire.ServiceKey]map[asideKey]bool, len(n.cat.services))
+	aside := make(map[wire.ServiceKey]map[asideKey]bool, len(n.pub.Catalog().Services))
 	asidePairs := map[asideKey]bool{}
 	if n.samplesBy == nil {
 		n.samplesBy = map[string][]eval.Sample{}
 		n.stored = map[string]*store.Verdict{}
 		n.trans = map[string]eval.Transition{}
 	}
-	for _, cs := range n.cat.services {
+	for _, cs := range n.pub.Catalog().Services {
 		if n.pacer.Due() {
 			n.pacer.Pause()
-			n.publishPending(ctx)
+			n.pub.PublishPending(ctx)
 		}
-		prev := n.states[cs.key]
+		prev := n.states[cs.Key]
 		if prev == nil {
 			prev = &eval.State{}
 		}
 		var cur map[asideKey]bool
 		for k, r := range counts {
-			if setAside(r, cs.policy.CorrelatedFailureFraction) && cs.hasZone(k.region, k.zone) {
+			if setAside(r, cs.Policy.CorrelatedFailureFraction) && cs.HasZone(k.region, k.zone) {
 				if cur == nil {
 					cur = map[asideKey]bool{}
 				}
 				cur[k], asidePairs[k] = true, true
 			}
 		}
-		aside[cs.key] = cur
-		for _, e := range asideEvents(cs.key, n.aside[cs.key], cur, counts) {
+		aside[cs.Key] = cur
+		for _, e := range asideEvents(cs.Key, n.aside[cs.Key], cur, counts) {
 			evs = append(evs, e)
-			n.log.Warn("probe evidence", "service", cs.key, "kind", e.Kind, "detail", e.Detail)
+			n.log.Warn("probe evidence", "service", cs.Key, "kind", e.Kind, "detail", e.Detail)
 		}
 		ins := n.insBuf[:0]
-		if cap(n.reportBuf) < len(cs.instances) {
-			n.reportBuf = make([]eval.Report, len(cs.instances))
+		if cap(n.reportBuf) < len(cs.Instances) {
+			n.reportBuf = make([]eval.Report, len(cs.Instances))
 		}
 		samples, stored := n.samplesBy, n.stored
 		clear(samples)
 		clear(stored)
 		buf := n.sampleBuf[:0]
 		n.mu.Lock()
-		for i := range cs.instances {
-			in, id := &cs.instances[i], cs.instanceID(i)
+		for i := range cs.Instances {
+			in, id := &cs.Instances[i], cs.InstanceID(i)
 			ins = append(ins, n.evalInstance(&cs, i, &n.reportBuf[i]))
-			stored[id] = in.health
-			if in.health != nil && in.health.Incarnation() == in.incarnation && prev.Instance(id) == nil {
+			stored[id] = in.Health
+			if in.Health != nil && in.Health.Incarnation() == in.Incarnation && prev.Instance(id) == nil {
 				// A new term: resume from the committed verdict. The
 				// instances come in id order, so on a fresh State this
 				// appends.
-				prev.Set(seed(in.health.Health(), cs.record(i), now))
-				if status.Flags(in.health.Flags()).Has(status.HealthDisregarded) {
+				prev.Set(seed(in.Health.Health(), cs.Record(i), now))
+				if status.Flags(in.Health.Flags()).Has(status.HealthDisregarded) {
 					prev.HealthDisregarded = true
 				}
 			}
 			from := len(buf)
-			buf = n.samples(buf, in.key, in.incarnation, cutoff, cur, in.loc.region, in.loc.zone)
+			buf = n.samples(buf, in.Key, in.Incarnation, cutoff, cur, in.Loc.Region, in.Loc.Zone)
 			if len(buf) > from {
 				samples[id] = buf[from:len(buf):len(buf)]
 			}
 		}
 		n.mu.Unlock()
 		n.insBuf, n.sampleBuf = ins[:0], buf[:0]
-		res, next := n.ev.Evaluate(cs.policy, ins, samples, *prev, now)
+		res, next := n.ev.Evaluate(cs.Policy, ins, samples, *prev, now)
 		n.ev.Recycle(*prev)
 		// The replaced State stays in the previous round's map until
 		// the next round clears it: it must not keep its list, or the
 		// loop holds two rounds of states.
 		*prev = eval.State{}
-		states[cs.key] = &next
+		states[cs.Key] = &next
 		if res.HealthDisregarded {
 			disregarded++
 		}
@@ -121,7 +122,7 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 				continue // the common case: nothing to build, nothing to commit
 			}
 			h := healthOf(r, *st, now)
-			u := store.HealthUpdate{Key: wire.InstanceKey{Namespace: cs.key.Namespace, Service: cs.key.Name, ID: r.ID}, Health: h}
+			u := store.HealthUpdate{Key: wire.InstanceKey{Namespace: cs.Key.Namespace, Service: cs.Key.Name, ID: r.ID}, Health: h}
 			if t, ok := trans[r.ID]; ok {
 				u.Transition = &store.Transition{From: t.From.String(), To: t.To.String(), Reason: t.Reason}
 				if stored[r.ID] == nil || stored[r.ID].Incarnation() != r.Incarnation {
@@ -131,7 +132,7 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 			ups = append(ups, u)
 		}
 		for _, e := range res.Events {
-			se := store.ServiceEvent{Namespace: cs.key.Namespace, Service: cs.key.Name, Instance: e.ID, Detail: e.Detail}
+			se := store.ServiceEvent{Namespace: cs.Key.Namespace, Service: cs.Key.Name, Instance: e.ID, Detail: e.Detail}
 			switch e.Kind {
 			case eval.EventHealthDisregarded:
 				se.Kind = wire.EventHealthDisregarded
@@ -144,7 +145,7 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 				}
 			}
 			evs = append(evs, se)
-			n.log.Info("health event", "service", cs.key, "kind", se.Kind, "instance", e.ID, "detail", e.Detail)
+			n.log.Info("health event", "service", cs.Key, "kind", se.Kind, "instance", e.ID, "detail", e.Detail)
 		}
 	}
 	// The states replaced were recycled one by one above; their map is
@@ -196,25 +197,19 @@ func eligibility(e bool) string {
 
 // currentInc reports the current incarnation of a live instance, for
 // pruning evidence.
-func (n *Node) currentInc(key string) (uint64, bool) {
-	slot, ok := n.w.Lookup(key)
-	if !ok {
-		return 0, false
-	}
-	return n.slotInc[slot], true
-}
+func (n *Node) currentInc(key string) (uint64, bool) { return n.pub.CurrentIncarnation(key) }
 
 // evalInstance copies what the evaluator needs of the service's instance
 // i; a self-report goes into rep, the loop's (one per instance of the
 // service).
-func (n *Node) evalInstance(cs *catService, i int, rep *eval.Report) eval.Instance {
-	in := &cs.instances[i]
-	e := eval.Instance{ID: cs.instanceID(i), Incarnation: in.incarnation, Region: in.loc.region, Zone: in.loc.zone,
-		BaseWeight: int(in.weight), Lifecycle: in.lifecycle, LeaseDeadline: fromNanos(in.leaseDeadline)}
-	if in.leaseTTL > 0 {
-		e.LeaseExpiry = n.cfg.Store.LeaseExpiry(cs.record(i))
+func (n *Node) evalInstance(cs *publish.Service, i int, rep *eval.Report) eval.Instance {
+	in := &cs.Instances[i]
+	e := eval.Instance{ID: cs.InstanceID(i), Incarnation: in.Incarnation, Region: in.Loc.Region, Zone: in.Loc.Zone,
+		BaseWeight: int(in.Weight), Lifecycle: in.Lifecycle, LeaseDeadline: publish.FromNanos(in.LeaseDeadline)}
+	if in.LeaseTTL > 0 {
+		e.LeaseExpiry = n.cfg.Store.LeaseExpiry(cs.Record(i))
 	}
-	if r := in.report; r != nil {
+	if r := in.Report; r != nil {
 		*rep = eval.Report{Ready: r.Ready, At: r.At}
 		if len(r.Dependencies) > 0 {
 			rep.Dependencies = make(map[string]string, len(r.Dependencies))
@@ -359,4 +354,25 @@ func seed(h wire.Health, in wire.Instance, now time.Time) eval.InstanceState {
 			Trigger: eval.EvidenceRef{Class: i, At: f.Since}, Last: eval.EvidenceRef{Class: i, At: last}}
 	}
 	return st
+}
+
+func lifecycleOf(l wire.Lifecycle) status.Lifecycle {
+	switch l {
+	case wire.Ready:
+		return status.Ready
+	case wire.Draining:
+		return status.Draining
+	case wire.Terminated:
+		return status.Terminated
+	}
+	return status.Starting
+}
+
+func parseVerdict(s string) status.Verdict {
+	for v := status.Unknown; v <= status.Quarantined; v++ {
+		if v.String() == s {
+			return v
+		}
+	}
+	return status.Unknown
 }

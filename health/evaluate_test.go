@@ -186,7 +186,7 @@ func TestDrainLeavesAtOnce(t *testing.T) {
 	}
 	h.tick(0)
 	for _, in := range fleet[:2] {
-		if e, ok := h.n.Status(in.Key().String(), in.Incarnation); ok {
+		if e, ok := h.n.pub.Status(in.Key().String(), in.Incarnation); ok {
 			t.Errorf("terminated %s still has an entry: %+v", in.ID, e)
 		}
 	}

@@ -90,7 +90,7 @@ func TestFailoverKeepsWithdrawn(t *testing.T) {
 	}
 	tickAll(rest)
 	for _, nd := range rest {
-		if e, ok := hn[nd].Status(a.Key().String(), a.Incarnation); !ok || e.Flags.Has(status.Eligible) || e.Verdict != status.Unhealthy {
+		if e, ok := hn[nd].pub.Status(a.Key().String(), a.Incarnation); !ok || e.Flags.Has(status.Eligible) || e.Verdict != status.Unhealthy {
 			t.Errorf("follower %s's table holds %+v (found %t) for a, want it withdrawn", nd.NodeID(), e, ok)
 		}
 		if ev, ok := hn[nd].Evidence(a.Key().String(), a.Incarnation); ok || ev != nil {
@@ -126,7 +126,7 @@ func TestFailoverKeepsWithdrawn(t *testing.T) {
 		if got, _ := leader.Instance(a.Key()); got.Health == nil || !got.Health.At.Equal(withdrawn.Health.At) || got.Health.Eligible {
 			t.Fatalf("the new leader changed a's committed health to %+v, want the old leader's %+v", got.Health, withdrawn.Health)
 		}
-		if e, ok := n.Status(a.Key().String(), a.Incarnation); !ok || e.Flags.Has(status.Eligible) {
+		if e, ok := n.pub.Status(a.Key().String(), a.Incarnation); !ok || e.Flags.Has(status.Eligible) {
 			t.Fatalf("the new leader's table holds %+v for a, want it withdrawn", e)
 		}
 	}
@@ -143,7 +143,7 @@ func TestFailoverKeepsWithdrawn(t *testing.T) {
 		t.Errorf("the new leader recorded %v in shop/pay, want no event (health was already disregarded)", got[len(payEventsBefore):])
 	}
 	for _, p := range payFleet[:3] {
-		e, ok := n.Status(p.Key().String(), p.Incarnation)
+		e, ok := n.pub.Status(p.Key().String(), p.Incarnation)
 		if !ok || !e.Flags.Has(status.Eligible) || !e.Flags.Has(status.HealthDisregarded) || e.Verdict != status.Unhealthy {
 			t.Errorf("the new leader's table holds %+v (flags %v) for %s, want it served unhealthy with health disregarded", e, e.Flags, p.ID)
 		}
@@ -185,7 +185,7 @@ func TestFailoverKeepsWithdrawn(t *testing.T) {
 			return nil
 		})
 		hn[nd].Tick(ctx)
-		if e, ok := hn[nd].Status(a.Key().String(), a.Incarnation); !ok || !e.Flags.Has(status.Eligible) || !e.Flags.Has(status.SlowStart) {
+		if e, ok := hn[nd].pub.Status(a.Key().String(), a.Incarnation); !ok || !e.Flags.Has(status.Eligible) || !e.Flags.Has(status.SlowStart) {
 			t.Errorf("%s's table holds %+v (flags %v) for a, want it back in slow start", nd.NodeID(), e, e.Flags)
 		}
 	}

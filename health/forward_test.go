@@ -16,6 +16,7 @@ import (
 	"github.com/cairn-sd/cairn/health"
 	"github.com/cairn-sd/cairn/internal/acl"
 	"github.com/cairn-sd/cairn/internal/addrpolicy"
+	"github.com/cairn-sd/cairn/publish"
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
@@ -47,7 +48,11 @@ func TestForwarder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		hn, err := health.New(health.Config{Store: nd.Store, Table: table, Registerer: regs[nd], Logger: storetest.Logger(t)})
+		pn, err := publish.New(publish.Config{Store: nd.Store, Table: table, Registerer: regs[nd], Logger: storetest.Logger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hn, err := health.New(health.Config{Store: nd.Store, Publish: pn, Registerer: regs[nd], Logger: storetest.Logger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +66,7 @@ func TestForwarder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, err := api.New(api.Config{Store: nd.Store, ACL: authz, Addrs: addrpolicy.New(addrpolicy.Config{}), Health: hn, Table: table,
+		a, err := api.New(api.Config{Store: nd.Store, ACL: authz, Addrs: addrpolicy.New(addrpolicy.Config{}), Health: hn, Publish: pn, Table: table,
 			Registerer: regs[nd], Gatherer: regs[nd], Logger: storetest.Logger(t)})
 		if err != nil {
 			t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/cairn-sd/cairn/probe"
+	"github.com/cairn-sd/cairn/publish"
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
@@ -55,6 +56,13 @@ type harness struct {
 // Node's Config.
 func newHarness(t *testing.T, clk *clock, capacity int, mod func(*Config)) *harness {
 	t.Helper()
+	return newHarnessWith(t, clk, capacity, mod, nil)
+}
+
+// newHarnessWith is newHarness with pmod, if set, changing the
+// publisher's Config (see newNodeWith).
+func newHarnessWith(t *testing.T, clk *clock, capacity int, mod func(*Config), pmod func(*publish.Config)) *harness {
+	t.Helper()
 	if clk == nil {
 		clk = newClock()
 	}
@@ -68,14 +76,21 @@ func newHarness(t *testing.T, clk *clock, capacity int, mod func(*Config)) *harn
 		return nil
 	})
 	h := &harness{t: t, clk: clk, st: st}
-	h.n = newNode(t, st.Store, clk, capacity, mod)
-	h.pub, h.reg = h.n.cfg.Table, h.n.cfg.Registerer.(*prometheus.Registry)
+	h.n = newNodeWith(t, st.Store, clk, capacity, mod, pmod)
+	h.pub, h.reg = h.n.pub.Table(), h.n.cfg.Registerer.(*prometheus.Registry)
 	return h
 }
 
 // newNode returns a Node on s with a table of capacity slots (0: 64), a
 // fresh registry, and clk (nil: the real clock).
 func newNode(t *testing.T, s *store.Store, clk *clock, capacity int, mod func(*Config)) *Node {
+	t.Helper()
+	return newNodeWith(t, s, clk, capacity, mod, nil)
+}
+
+// newNodeWith is newNode with pmod, if set, changing the publisher's
+// Config, which takes the Node's Interval and Slice first.
+func newNodeWith(t *testing.T, s *store.Store, clk *clock, capacity int, mod func(*Config), pmod func(*publish.Config)) *Node {
 	t.Helper()
 	if capacity == 0 {
 		capacity = 64
@@ -84,13 +99,21 @@ func newNode(t *testing.T, s *store.Store, clk *clock, capacity int, mod func(*C
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Store: s, Table: pub, Registerer: prometheus.NewRegistry(),
+	cfg := Config{Store: s, Registerer: prometheus.NewRegistry(),
 		Logger: storetest.Logger(t).With("health", s.NodeID())}
 	if clk != nil {
 		cfg.Now = clk.Now
 	}
 	if mod != nil {
 		mod(&cfg)
+	}
+	pc := publish.Config{Store: s, Table: pub, Interval: cfg.Interval, Slice: cfg.Slice, Now: cfg.Now, Logger: cfg.Logger,
+		Registerer: cfg.Registerer}
+	if pmod != nil {
+		pmod(&pc)
+	}
+	if cfg.Publish, err = publish.New(pc); err != nil {
+		t.Fatalf("publish.New: %v", err)
 	}
 	n, err := New(cfg)
 	if err != nil {
@@ -141,7 +164,7 @@ func (h *harness) instance(in wire.Instance) wire.Instance {
 // does not hold it.
 func (h *harness) entry(in wire.Instance) status.Entry {
 	h.t.Helper()
-	e, ok := h.n.Status(in.Key().String(), in.Incarnation)
+	e, ok := h.n.pub.Status(in.Key().String(), in.Incarnation)
 	if !ok {
 		h.t.Fatalf("the table holds no entry for %s#%d", in.Key(), in.Incarnation)
 	}

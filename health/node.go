@@ -2,10 +2,9 @@ package health
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,7 +12,7 @@ import (
 	"github.com/cairn-sd/cairn/eval"
 	"github.com/cairn-sd/cairn/internal/pace"
 	"github.com/cairn-sd/cairn/probe"
-	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/publish"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/wire"
 )
@@ -41,33 +40,15 @@ type Node struct {
 	// zones maps each member to its "region/zone" (immutable once
 	// published): a target's observers are chosen in different zones.
 	zones atomic.Pointer[map[string]string]
-	// served[slot] is when the instance in the slot was last published
-	// eligible (unix ns); 0 when never, or when the slot changed hands.
-	served []atomic.Int64
 
-	// built is when the last table was published (unix ns, 0 before).
-	built atomic.Int64
-	// nudge asks the loop to publish the withdrawals and the revision
-	// now (WaitPublished).
-	nudge chan struct{}
-	// restored is set while the published table is the one loaded from
-	// disk and the replica has not caught up; restoredSynced is when that
-	// table was last known current.
-	restored       atomic.Bool
-	restoredSynced time.Time
+	// pub publishes the table; its loop runs the round. Its catalog is
+	// the store as this node's loop reads it.
+	pub *publish.Node
 
 	// Owned by the loop.
-	phase Phase // see enter
-	cat   catalog
-	// w writes the status table: the catalog's layout (slots, names,
-	// the readers' Directory) and each build. laidOut: refresh has laid
-	// out a catalog.
-	w          *status.Writer
-	laidOut    bool
-	slotInc    []uint64 // incarnation last written to each slot
+	membersRev uint64 // the catalog revision members were read at
 	states     map[wire.ServiceKey]*eval.State
 	targets    []probe.Target
-	localities map[locality]*locality // see locality
 
 	// The round's working memory, reused so that a round allocates
 	// nothing per instance (see evaluate).
@@ -84,49 +65,22 @@ type Node struct {
 	latest      []obs
 }
 
-// New validates cfg and returns a Node; Run starts it.
+// New validates cfg and returns a Node; Run starts it, and the
+// publisher's loop with it.
 func New(cfg Config) (*Node, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	c := cfg.Table.Capacity()
 	n := &Node{
 		cfg:      cfg,
 		log:      cfg.Logger.With("component", "health"),
 		m:        newMetrics(cfg.Registerer),
 		evidence: map[string]*instEvidence{},
 		heard:    map[string]time.Time{},
-		served:   make([]atomic.Int64, c),
-		slotInc:  make([]uint64, c),
-		nudge:    make(chan struct{}, 1),
 		pacer:    pace.New(cfg.Slice, pace.DefaultPause, cfg.Now),
 	}
-	n.w = status.NewWriter(cfg.Table, status.WriterConfig{Step: n.pacer.Step, Dropped: func(k string, err error) {
-		n.m.unslotted.Inc()
-		n.log.Warn("status table full: instance not published", "instance", k, "err", err)
-	}})
-	if s := cfg.Restore; s != nil && s.Revision == 0 {
-		// Built before the store had applied anything (the node stopped
-		// within its first save interval): it knows of no service, and
-		// served, it would tell every DNS and xDS client that none
-		// exists. Nothing is served until the store catches up.
-		n.log.Warn("not serving the table kept on disk: it was built before the store had applied anything")
-	} else if s != nil {
-		var dropped int
-		if _, err := cfg.Table.Build(func(b *status.Builder) error { dropped = s.Fill(b); return nil }); err != nil {
-			return nil, fmt.Errorf("health: publishing the table kept on disk: %w", err)
-		}
-		if dropped > 0 {
-			n.log.Warn("the table kept on disk has more slots than this table: some instances are not served until the store catches up",
-				"dropped", dropped)
-		}
-		n.restored.Store(true)
-		n.restoredSynced = s.Synced
-		n.built.Store(s.Saved.UnixNano())
-		n.log.Info("serving the table kept on disk, stale, until the store catches up",
-			"revision", s.Revision, "instances", len(s.Entries), "synced", s.Synced)
-	}
+	n.pub = cfg.Publish
 	none := []string{}
 	n.members.Store(&none)
 	noZones := map[string]string{}
@@ -134,9 +88,10 @@ func New(cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// Run evaluates and publishes every Interval, and runs the prober if
-// there is one, until ctx is done. It builds a first table at once, so
-// that the servers reading the table have one to read.
+// Run runs the publisher's loop (publish.Node.Run) with this node's
+// round in it, and the prober if there is one, until ctx is done. The
+// loop builds a first table at once, so that the servers reading the
+// table have one to read. Config.Publish is run by no one else.
 func (n *Node) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	if p := n.cfg.Prober; p != nil {
@@ -155,78 +110,46 @@ func (n *Node) Run(ctx context.Context) error {
 		}()
 	}
 	defer wg.Wait()
-	t := time.NewTicker(n.cfg.Interval)
-	defer t.Stop()
-	for {
-		n.Tick(ctx)
-		for next := false; !next; {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-t.C:
-				next = true
-			case <-n.cfg.Store.Withdrawn():
-				n.publishWithdrawals(ctx)
-			case <-n.nudge:
-				n.publishWithdrawals(ctx)
-			}
-		}
-	}
+	return n.pub.Run(ctx, n.round)
 }
 
-// Tick runs one round: targets, evaluation (on the leader), commit, and
-// the table. Run calls it every Interval; tests may call it directly
-// (never concurrently with Run).
-func (n *Node) Tick(ctx context.Context) {
-	now := n.cfg.Now()
-	if !n.cfg.Store.CaughtUp() {
-		// The replica may hold only its latest raft snapshot, or
-		// nothing yet (a restarted node replays its log once it hears
-		// from a leader): a table built from it would deny services
-		// that exist, to DNS and xDS clients alike. Keep the table from
-		// disk, if there is one, else publish nothing (DNS answers Not
-		// Ready, xDS refuses streams) until it has caught up. CaughtUp
-		// latches: a replica that falls behind later is served stale.
-		return
-	}
-	if n.restored.Load() {
-		n.restored.Store(false)
-		n.log.Info("store caught up: serving tables built from it")
-	}
-	defer n.enter(PhaseIdle)
-	n.enter(PhaseRefresh)
-	n.refresh()
-	n.round(ctx, now)
-}
+// Tick runs one round of the publisher's loop with this node's work in
+// it: targets, evaluation (on the leader), commit, and the table. Run
+// runs the loop; tests may call Tick directly (never concurrently with
+// Run).
+func (n *Node) Tick(ctx context.Context) { n.pub.Tick(ctx, n.round) }
 
-// round is Tick once the catalog is refreshed: targets, evaluation (on
-// the leader), commit, and the table.
+// round is this node's part of the loop's round (a publish.Round),
+// between the catalog's refresh and the table's build: targets and, on
+// the leader, evaluation and commit.
 func (n *Node) round(ctx context.Context, now time.Time) {
+	n.updateMembers()
 	leading := n.cfg.Store.LeaderReady()
 	if leading {
 		// The withdrawals applied during the refresh, now rather than
 		// after the evaluation, the second refresh and the build: some
 		// 100 ms at 10,000 instances on a busy host. The leader's round
 		// refreshes again before it builds (below), so this may publish.
-		n.publishPending(ctx)
+		n.pub.PublishPending(ctx)
 	}
-	n.enter(PhaseEvaluate)
+	n.pub.Enter(publish.PhaseEvaluate)
 	n.updateLive(now)
 	n.updateTargets()
 	if leading {
 		n.evaluate(ctx, now)
 		// The withdrawals applied during the evaluation's last slice: a
 		// service of 10,000 instances is one slice of some 10 ms.
-		n.publishPending(ctx)
+		n.pub.PublishPending(ctx)
 		// Build from the replica as it is now, not as the round found
 		// it: with what the round committed, and with what was applied
-		// while it ran. The round publishes withdrawals (publishPending)
+		// while it ran. The round publishes withdrawals (PublishPending)
 		// in tables stamped with the newer revision; a table built from
 		// the older catalog would put the withdrawn back into rotation
 		// until the next round, and its revision would go backwards.
-		// refresh does nothing if nothing changed.
-		n.enter(PhaseRefresh)
-		n.refresh()
+		// Refresh does nothing if nothing changed.
+		n.pub.Enter(publish.PhaseRefresh)
+		n.pub.Refresh()
+		n.updateMembers()
 	} else {
 		// A new term starts from the committed verdicts, and with every
 		// member live for LiveTimeout. Reset both whatever the last
@@ -237,8 +160,29 @@ func (n *Node) round(ctx context.Context, now time.Time) {
 		n.leading = time.Time{}
 		n.mu.Unlock()
 	}
-	n.enter(PhaseBuild)
-	n.build(now)
+}
+
+// updateMembers re-reads the cluster's members when the catalog's
+// revision moved: the probe assignment is over them.
+func (n *Node) updateMembers() {
+	rev := n.pub.Catalog().Rev
+	if rev == n.membersRev && n.membersRev != 0 {
+		return
+	}
+	ms, err := n.cfg.Store.Members()
+	if err != nil {
+		return
+	}
+	n.membersRev = rev
+	ids := make([]string, 0, len(ms))
+	zones := make(map[string]string, len(ms))
+	for _, m := range ms {
+		ids = append(ids, m.NodeID)
+		zones[m.NodeID] = m.Region + "/" + m.Zone
+	}
+	sort.Strings(ids)
+	n.members.Store(&ids)
+	n.zones.Store(&zones)
 }
 
 // handleBatch passes one of this node's probe batches to the leader.
@@ -284,8 +228,8 @@ func (n *Node) ProbeReport(r wire.ProbeReport) wire.ProbeReply {
 	all := *n.members.Load()
 	zones := *n.zones.Load()
 	zoneOf := func(m string) string { return zones[m] }
-	pub := n.published()
-	defer pub.release()
+	pub := n.pub.Published()
+	defer pub.Release()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if r.Observer != "" {
@@ -295,7 +239,7 @@ func (n *Node) ProbeReport(r wire.ProbeReport) wire.ProbeReply {
 	var reply wire.ProbeReply
 	for _, res := range r.Results {
 		key, inc, ok := parseTarget(res.Target)
-		_, e, known := pub.lookup(key)
+		_, e, known := pub.Lookup(key)
 		same := known && e.Incarnation == inc
 		switch {
 		case !ok || r.Observer == "":
@@ -337,13 +281,13 @@ func (n *Node) Outcomes(observer string, r wire.OutcomeReport) wire.OutcomeReply
 		n.m.discarded.WithLabelValues(why).Inc()
 	}
 	caller := wire.Caller(observer)
-	pub := n.published()
-	defer pub.release()
+	pub := n.pub.Published()
+	defer pub.Release()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, e := range r.Endpoints {
 		key := e.Key().String()
-		slot, ent, ok := pub.lookup(key)
+		slot, ent, ok := pub.Lookup(key)
 		switch {
 		case !ok:
 			discard("unknown_endpoint")
@@ -352,7 +296,7 @@ func (n *Node) Outcomes(observer string, r wire.OutcomeReport) wire.OutcomeReply
 			discard("stale_incarnation")
 			continue
 		}
-		if s := n.served[slot].Load(); s == 0 || now.Sub(time.Unix(0, s)) > n.cfg.OutcomeHorizon {
+		if s := n.pub.ServedAt(slot); s == 0 || now.Sub(time.Unix(0, s)) > n.cfg.OutcomeHorizon {
 			discard("not_served")
 			continue
 		}
@@ -422,120 +366,8 @@ func (n *Node) updateLive(now time.Time) {
 	n.m.liveMembers.Set(float64(len(live)))
 }
 
-// Status returns one incarnation's entry in the current status table, as
-// every reader of the table sees it; false when the table does not hold
-// it (yet).
-func (n *Node) Status(key string, inc uint64) (status.Entry, bool) {
-	pub := n.published()
-	defer pub.release()
-	if _, e, ok := pub.lookup(key); ok && e.Incarnation == inc {
-		return e, true
-	}
-	return status.Entry{}, false
-}
-
-// TableVersion is the version of the status table this node publishes
-// (status.Table.Version); 0 before the first build and while it serves
-// the table kept on disk. A reader that derives something from the
-// table's entries can keep it until this moves.
-func (n *Node) TableVersion() uint64 {
-	pub := n.published()
-	defer pub.release()
-	if pub.t == nil {
-		return 0
-	}
-	return pub.t.Version()
-}
-
-// publication is one look at what this node publishes: the current table,
-// nil before the first build and while the table is the one kept on disk
-// (its slots are not this node's yet). Release it.
-type publication struct {
-	t *status.Table
-}
-
-// published takes the current table. A key is looked up in the table's
-// own Directory, so the slot and the entry found are of one build.
-func (n *Node) published() publication {
-	if n.restored.Load() {
-		return publication{}
-	}
-	return publication{t: n.cfg.Table.Acquire()}
-}
-
-func (p publication) release() {
-	if p.t != nil {
-		p.t.Release()
-	}
-}
-
-// lookup returns key's slot and entry, whatever its incarnation; false
-// when the table does not hold key. The table's Directory indexes its
-// instances by name (status.Directory.SlotOfKey); the loop no longer
-// publishes a key → slot map of its own beside it, which was a map entry
-// an instance and a new map whenever an instance came or went.
-func (p publication) lookup(key string) (int, status.Entry, bool) {
-	if p.t == nil {
-		return 0, status.Entry{}, false
-	}
-	slot, ok := p.t.Directory().SlotOfKey(key)
-	if !ok {
-		return 0, status.Entry{}, false
-	}
-	e, ok := p.t.Lookup(int(slot), status.KeyHash(key))
-	if !ok {
-		return 0, status.Entry{}, false
-	}
-	return int(slot), e, true
-}
-
 // zoneOf returns a member's "region/zone" as the membership records it.
 func (n *Node) zoneOf(member string) string { return (*n.zones.Load())[member] }
-
-// Synced is how current this node's published table is: the older of its
-// store replica's last contact with a leader and the last table it
-// published. A replica cut off from its leader and a table that can no
-// longer be rebuilt both make answers stale (SPEC §7). The zero time
-// before the first table.
-func (n *Node) Synced() time.Time {
-	if n.restored.Load() {
-		return n.restoredSynced
-	}
-	b := n.built.Load()
-	if b == 0 {
-		return time.Time{}
-	}
-	built := time.Unix(0, b)
-	if c := n.cfg.Store.LastContact(); c.Before(built) {
-		return c
-	}
-	return built
-}
-
-// Serving reports whether this node's DNS and xDS servers have a status
-// table to answer from: one built from its caught-up store, or the one it
-// kept on disk (answered as stale), not older than maxStale (0: any age),
-// past which DNS answers SERVFAIL. nil when they do; otherwise why not,
-// for /readyz. A table, once published, is never withdrawn: readers keep
-// the last one.
-func (n *Node) Serving(maxStale time.Duration) error {
-	if t := n.cfg.Table.Acquire(); t != nil {
-		t.Release() // the DNS server's own test
-		if synced := n.Synced(); maxStale > 0 && !synced.IsZero() && n.cfg.Now().Sub(synced) > maxStale {
-			return fmt.Errorf("the status table is %s old, past --max-stale %s: DNS answers SERVFAIL",
-				n.cfg.Now().Sub(synced).Round(time.Second), maxStale)
-		}
-		return nil
-	}
-	if !n.cfg.Store.CaughtUp() {
-		return errors.New("no status table yet: the store has not caught up with a leader, and no table is kept on disk")
-	}
-	return errors.New("no status table yet: the store has caught up and the first table is being built")
-}
-
-// Restored reports whether this node serves the table it kept on disk,
-// its store not caught up yet since it started.
-func (n *Node) Restored() bool { return n.restored.Load() }
 
 // Leading reports whether this node evaluates (it holds the evidence).
 func (n *Node) Leading() bool { return n.cfg.Store.LeaderReady() }

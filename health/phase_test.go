@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-sd/cairn/publish"
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 )
@@ -17,7 +18,7 @@ import (
 // table has the drain.
 func TestOnPhase(t *testing.T) {
 	type seen struct {
-		p        Phase
+		p        publish.Phase
 		catRev   uint64 // the catalog's revision when the phase began
 		version  uint64 // the published table's version then
 		eligible bool   // whether the table served the drained instance
@@ -25,23 +26,23 @@ func TestOnPhase(t *testing.T) {
 	var got []seen
 	var h *harness
 	watch := func() bool { return false }
-	h = newHarness(t, nil, 0, func(c *Config) {
-		c.OnPhase = func(p Phase) {
+	h = newHarnessWith(t, nil, 0, nil, func(c *publish.Config) {
+		c.OnPhase = func(p publish.Phase) {
 			// Tick runs on the test's goroutine: so does OnPhase.
 			var v uint64
 			if tbl := h.pub.Acquire(); tbl != nil {
 				v = tbl.Version()
 				tbl.Release()
 			}
-			got = append(got, seen{p, h.n.cat.rev, v, watch()})
+			got = append(got, seen{p, h.n.pub.Catalog().Rev, v, watch()})
 		}
 	})
 	svc := tcpService("shop", "cart")
 	h.apply(svc)
 	fleet := h.fleet(svc, "a", 2)
 	h.tick(0)
-	want := []Phase{PhaseRefresh, PhaseEvaluate, PhaseRefresh, PhaseBuild, PhaseIdle}
-	if ps := phasesOf(got, func(s seen) Phase { return s.p }); !slices.Equal(ps, want) {
+	want := []publish.Phase{publish.PhaseRefresh, publish.PhaseEvaluate, publish.PhaseRefresh, publish.PhaseBuild, publish.PhaseIdle}
+	if ps := phasesOf(got, func(s seen) publish.Phase { return s.p }); !slices.Equal(ps, want) {
 		t.Fatalf("first round: phases %v, want %v", ps, want)
 	}
 	h.wantEntry(fleet[0], status.Unknown, true)
@@ -51,14 +52,14 @@ func TestOnPhase(t *testing.T) {
 	}
 	rev := h.st.Revision()
 	watch = func() bool {
-		pub := h.n.published()
-		defer pub.release()
-		_, e, ok := pub.lookup(fleet[0].Key().String())
+		pub := h.n.pub.Published()
+		defer pub.Release()
+		_, e, ok := pub.Lookup(fleet[0].Key().String())
 		return ok && e.Flags.Has(status.Eligible)
 	}
 	got = nil
 	h.tick(time.Second)
-	if ps := phasesOf(got, func(s seen) Phase { return s.p }); !slices.Equal(ps, want) {
+	if ps := phasesOf(got, func(s seen) publish.Phase { return s.p }); !slices.Equal(ps, want) {
 		t.Fatalf("second round: phases %v, want %v", ps, want)
 	}
 	if got[0].catRev >= rev {
@@ -81,15 +82,15 @@ func TestOnPhase(t *testing.T) {
 // idle (it is not a phase of the round).
 func TestOnPhaseUnderRun(t *testing.T) {
 	var mu sync.Mutex
-	var got []Phase
+	var got []publish.Phase
 	idle := make(chan struct{}, 1)
-	h := newHarness(t, nil, 0, func(c *Config) {
+	h := newHarnessWith(t, nil, 0, func(c *Config) { c.Interval = time.Hour }, func(c *publish.Config) {
 		c.Interval = time.Hour // one round: the first
-		c.OnPhase = func(p Phase) {
+		c.OnPhase = func(p publish.Phase) {
 			mu.Lock()
 			got = append(got, p)
 			mu.Unlock()
-			if p == PhaseIdle {
+			if p == publish.PhaseIdle {
 				select {
 				case idle <- struct{}{}:
 				default:
@@ -111,32 +112,23 @@ func TestOnPhaseUnderRun(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), wait)
 	defer cancel()
-	if err := h.n.WaitPublished(ctx, h.st.Revision()); err != nil {
+	if err := h.n.pub.WaitPublished(ctx, h.st.Revision()); err != nil {
 		t.Fatal(err)
 	}
 	h.wantEntry(fleet[0], status.Unknown, false)
 	mu.Lock()
 	defer mu.Unlock()
-	if want := []Phase{PhaseRefresh, PhaseEvaluate, PhaseRefresh, PhaseBuild, PhaseIdle}; !slices.Equal(got, want) {
+	if want := []publish.Phase{publish.PhaseRefresh, publish.PhaseEvaluate, publish.PhaseRefresh, publish.PhaseBuild, publish.PhaseIdle}; !slices.Equal(got, want) {
 		t.Errorf("phases %v, want %v (the withdrawal published in between, no phase)", got, want)
 	}
 }
 
-func phasesOf[T any](xs []T, f func(T) Phase) []Phase {
-	out := make([]Phase, len(xs))
+func phasesOf[T any](xs []T, f func(T) publish.Phase) []publish.Phase {
+	out := make([]publish.Phase, len(xs))
 	for i, x := range xs {
 		out[i] = f(x)
 	}
 	return out
-}
-
-func TestPhaseString(t *testing.T) {
-	for p, want := range map[Phase]string{PhaseIdle: "idle", PhaseRefresh: "refresh", PhaseEvaluate: "evaluate",
-		PhaseBuild: "build", Phase(9): "unknown"} {
-		if got := p.String(); got != want {
-			t.Errorf("Phase(%d).String() = %q, want %q", p, got, want)
-		}
-	}
 }
 
 // TestRoundPublishesWithdrawalsBetweenItsPhases: on the leader, a
@@ -151,9 +143,9 @@ func TestRoundPublishesWithdrawalsBetweenItsPhases(t *testing.T) {
 	var fleet []wire.Instance
 	var refreshes int
 	eligible := func(in wire.Instance) bool {
-		pub := h.n.published()
-		defer pub.release()
-		_, e, ok := pub.lookup(in.Key().String())
+		pub := h.n.pub.Published()
+		defer pub.Release()
+		_, e, ok := pub.Lookup(in.Key().String())
 		return ok && e.Flags.Has(status.Eligible)
 	}
 	drain := func(in wire.Instance) {
@@ -162,21 +154,21 @@ func TestRoundPublishesWithdrawalsBetweenItsPhases(t *testing.T) {
 		}
 	}
 	armed := false
-	h = newHarness(t, nil, 0, func(c *Config) {
+	h = newHarnessWith(t, nil, 0, func(c *Config) { c.Slice = -1 }, func(c *publish.Config) {
 		c.Slice = -1
-		c.OnPhase = func(p Phase) {
+		c.OnPhase = func(p publish.Phase) {
 			if !armed {
 				return
 			}
 			switch p {
-			case PhaseRefresh:
+			case publish.PhaseRefresh:
 				refreshes++
 				if refreshes == 1 {
 					drain(fleet[0]) // during the first refresh
 				} else if eligible(fleet[1]) {
 					t.Errorf("%s, drained during the evaluation, still eligible when it ended", fleet[1].ID)
 				}
-			case PhaseEvaluate:
+			case publish.PhaseEvaluate:
 				if eligible(fleet[0]) {
 					t.Errorf("%s, drained during the refresh, still eligible when it ended", fleet[0].ID)
 				}

@@ -117,7 +117,7 @@ func TestRunWithProber(t *testing.T) {
 	stop := run(t, n)
 
 	entryOf := func(in wire.Instance) status.Entry {
-		e, _ := n.Status(in.Key().String(), in.Incarnation)
+		e, _ := n.pub.Status(in.Key().String(), in.Incarnation)
 		return e
 	}
 	health := func(in wire.Instance) *wire.Health {
@@ -127,7 +127,7 @@ func TestRunWithProber(t *testing.T) {
 	until := func(in wire.Instance, verdict status.Verdict, eligible bool) {
 		t.Helper()
 		waitFor(t, func() error {
-			e, found := n.Status(in.Key().String(), in.Incarnation)
+			e, found := n.pub.Status(in.Key().String(), in.Incarnation)
 			if !found || e.Verdict != verdict || e.Flags.Has(status.Eligible) != eligible {
 				return fmt.Errorf("%s: entry %+v (found %t), want %v eligible=%t", in.ID, e, found, verdict, eligible)
 			}

@@ -1,7 +1,6 @@
 package health
 
 import (
-	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -10,14 +9,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cairn-sd/cairn/status"
-	"github.com/cairn-sd/cairn/status/tablefile"
-	"github.com/cairn-sd/cairn/store"
-	"github.com/cairn-sd/cairn/store/storetest"
 	"github.com/cairn-sd/cairn/wire"
 )
 
 func (h *harness) slotOf(in wire.Instance) (int, bool) {
-	return h.n.w.Lookup(in.Key().String())
+	return h.n.pub.Slot(in.Key().String())
 }
 
 // wantSlot checks that the current table holds in, in its slot, and
@@ -76,7 +72,7 @@ func TestTableSlots(t *testing.T) {
 	}
 	c := h.register(reg(svc, "c", "10.0.0.3"))
 	h.tick(time.Second)
-	if e, ok := h.n.Status(a.Key().String(), a.Incarnation); ok {
+	if e, ok := h.n.pub.Status(a.Key().String(), a.Incarnation); ok {
 		t.Fatalf("deregistered a still has an entry: %+v", e)
 	}
 	if _, ok := h.slotOf(a); ok {
@@ -107,7 +103,7 @@ func TestTableSlots(t *testing.T) {
 	// The table is full: e is left out and counted; the others stay.
 	e := h.register(reg(svc, "e", "10.0.0.5"))
 	h.tick(time.Second)
-	if got, ok := h.n.Status(e.Key().String(), e.Incarnation); ok {
+	if got, ok := h.n.pub.Status(e.Key().String(), e.Incarnation); ok {
 		t.Errorf("e has an entry in a full table: %+v", got)
 	}
 	if got := h.metric("cairn_health_unslotted_total"); got < 1 {
@@ -180,14 +176,14 @@ func TestStatusAndEvidence(t *testing.T) {
 	h.apply(svc)
 	a := h.register(reg(svc, "a", "10.0.0.1"))
 	key := a.Key().String()
-	if e, ok := h.n.Status(key, a.Incarnation); ok {
+	if e, ok := h.n.pub.Status(key, a.Incarnation); ok {
 		t.Fatalf("Status before the first table: %+v, want none", e)
 	}
 	h.tick(0)
 	if !h.n.Leading() {
 		t.Fatal("the single node's Node is not leading")
 	}
-	e, ok := h.n.Status(key, a.Incarnation)
+	e, ok := h.n.pub.Status(key, a.Incarnation)
 	if !ok || e.Key != status.KeyHash(key) || e.Incarnation != a.Incarnation || e.Lifecycle != status.Ready || e.BaseWeight != 100 {
 		t.Fatalf("Status = %+v, %t; want a's ready entry", e, ok)
 	}
@@ -195,7 +191,7 @@ func TestStatusAndEvidence(t *testing.T) {
 		key string
 		inc uint64
 	}{{key, a.Incarnation + 1}, {key, a.Incarnation - 1}, {"shop/cart/zz", a.Incarnation}, {"", 0}} {
-		if e, ok := h.n.Status(q.key, q.inc); ok {
+		if e, ok := h.n.pub.Status(q.key, q.inc); ok {
 			t.Errorf("Status(%q, %d) = %+v, want none", q.key, q.inc, e)
 		}
 	}
@@ -237,21 +233,21 @@ func TestNewValidatesConfig(t *testing.T) {
 		want string
 	}{
 		{"no store", func(c *Config) { c.Store = nil }, "Store is required"},
-		{"no table", func(c *Config) { c.Table = nil }, "Table is required"},
+		{"no publisher", func(c *Config) { c.Publish = nil }, "Publish is required"},
 		{"interval too short", func(c *Config) { c.Interval = time.Millisecond }, "Interval"},
 		{"negative replicas", func(c *Config) { c.Replicas = -1 }, "Replicas"},
 		{"negative live timeout", func(c *Config) { c.LiveTimeout = -time.Second }, "LiveTimeout"},
 		{"negative outcome observers", func(c *Config) { c.MaxOutcomeObservers = -1 }, "MaxOutcomeObservers"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := Config{Store: h.st.Store, Table: h.pub}
+			cfg := Config{Store: h.st.Store, Publish: h.n.pub}
 			c.mod(&cfg)
 			if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "health: ") {
 				t.Errorf("New: %v, want an error naming %s", err, c.want)
 			}
 		})
 	}
-	n, err := New(Config{Store: h.st.Store, Table: h.pub})
+	n, err := New(Config{Store: h.st.Store, Publish: h.n.pub})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,191 +288,16 @@ func TestBeforeFirstTable(t *testing.T) {
 	svc := tcpService("shop", "cart")
 	h.apply(svc)
 	a := h.register(reg(svc, "a", "10.0.0.1"))
-	h.n.refresh() // the start of the first Tick
+	h.n.pub.Refresh() // the start of the first Tick
 	if _, ok := h.slotOf(a); !ok {
 		t.Fatal("refresh gave a no slot")
 	}
-	if e, ok := h.n.Status(a.Key().String(), a.Incarnation); ok {
+	if e, ok := h.n.pub.Status(a.Key().String(), a.Incarnation); ok {
 		t.Errorf("Status before the first table = %+v, want none", e)
 	}
 	r := h.n.Outcomes("caller", wire.OutcomeReport{Endpoints: []wire.EndpointOutcome{{Namespace: "shop", Service: "cart",
 		Instance: "a", Incarnation: a.Incarnation, Success: 1}}})
 	if r.Accepted != 0 || r.Discarded["unknown_endpoint"] != 1 {
 		t.Errorf("Outcomes before the first table = %+v, want the endpoint unknown", r)
-	}
-}
-
-// TestSyncedFollowsBuilds: Synced is the time of the last table built,
-// and no later than the store's last contact with a leader.
-func TestSyncedFollowsBuilds(t *testing.T) {
-	h := newHarness(t, nil, 0, nil)
-	if !h.n.Synced().IsZero() {
-		t.Fatalf("Synced before the first table: %v, want zero", h.n.Synced())
-	}
-	h.tick(0)
-	first := h.n.Synced()
-	h.tick(3 * time.Second)
-	if got := h.n.Synced(); !got.Equal(first.Add(3 * time.Second)) {
-		t.Errorf("Synced after a build 3s later: %v, want %v", got, first.Add(3*time.Second))
-	}
-}
-
-// TestRestoreServesTheKeptTable: a Node given the table it kept on disk
-// publishes it at once, reports it restored and as synced when it was
-// saved; the first round after the store has caught up replaces it with
-// a table built from the store.
-func TestRestoreServesTheKeptTable(t *testing.T) {
-	h := newHarness(t, nil, 0, nil)
-	svc := tcpService("shop", "cart")
-	h.apply(svc)
-	in := h.fleet(svc, "a", 1)[0]
-	h.tick(0)
-	kept := h.pub.Acquire()
-	snap := tablefile.Take(kept, h.clk.Now().Add(-time.Minute), h.clk.Now())
-	kept.Release()
-
-	n := newNode(t, h.st.Store, h.clk, 0, func(c *Config) { c.Restore = snap })
-	if !n.Restored() || !n.Synced().Equal(snap.Synced) {
-		t.Fatalf("restored %v synced %v; want true, %v", n.Restored(), n.Synced(), snap.Synced)
-	}
-	tbl := n.cfg.Table.Acquire()
-	slot := slices.IndexFunc(snap.Entries, func(se tablefile.SlotEntry) bool { return se.Instance.ID == in.ID })
-	if tbl == nil || slot < 0 || tbl.Entry(snap.Entries[slot].Slot).Incarnation != in.Incarnation {
-		t.Fatalf("the kept table is not published")
-	}
-	tbl.Release()
-	n.Tick(t.Context())
-	if n.Restored() {
-		t.Errorf("still restored after a round with the store caught up")
-	}
-	if e, ok := n.Status(in.Key().String(), in.Incarnation); !ok || !e.Flags.Has(status.Eligible) {
-		t.Errorf("after the round: %+v %v, want the instance from the store", e, ok)
-	}
-}
-
-// TestRestoredUntilCaughtUp: a node whose store never hears from a leader
-// keeps serving the table it kept on disk, round after round, and stamps
-// nothing on it: WaitPublished does not pass on a table it has not built.
-func TestRestoredUntilCaughtUp(t *testing.T) {
-	h := newHarness(t, nil, 0, nil)
-	svc := tcpService("shop", "cart")
-	h.apply(svc)
-	h.fleet(svc, "a", 1)
-	h.tick(0)
-	kept := h.pub.Acquire()
-	snap := tablefile.Take(kept, h.clk.Now(), h.clk.Now())
-	kept.Release()
-
-	lone := storetest.Lone(t, store.Config{NodeID: "n9", Now: h.clk.Now})
-	n := newNode(t, lone.Store, h.clk, 0, func(c *Config) { c.Restore = snap })
-	for range 3 {
-		h.clk.Advance(time.Second)
-		n.Tick(t.Context())
-		n.publishWithdrawals(t.Context())
-	}
-	if !n.Restored() {
-		t.Fatal("no longer restored, with a store that never caught up")
-	}
-	tbl := n.cfg.Table.Acquire()
-	if tbl.StoreRevision() != snap.Revision || tbl.Version() != 1 {
-		t.Errorf("table at revision %d, version %d; want the kept one (revision %d, version 1)", tbl.StoreRevision(), tbl.Version(), snap.Revision)
-	}
-	tbl.Release()
-	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
-	defer cancel()
-	if err := n.WaitPublished(ctx, snap.Revision+1); err == nil {
-		t.Errorf("WaitPublished(%d) passed on the kept table", snap.Revision+1)
-	}
-}
-
-// TestWaitPublishedWaits: WaitPublished returns only once a table at the
-// revision is published, and asks the loop for one.
-func TestWaitPublishedWaits(t *testing.T) {
-	h := newHarness(t, nil, 0, nil)
-	svc := tcpService("shop", "cart")
-	h.apply(svc)
-	h.fleet(svc, "a", 2)
-	h.tick(0)
-	h.register(reg(svc, "b", "10.0.5.5")) // an entry with no withdrawal
-	rev := h.st.Revision()
-	done := make(chan error, 1)
-	go func() { done <- h.n.WaitPublished(t.Context(), rev) }()
-	select {
-	case err := <-done:
-		t.Fatalf("WaitPublished(%d) returned %v before a table at it was published", rev, err)
-	case <-h.n.nudge: // it asked the loop to publish
-	case <-time.After(10 * time.Second):
-		t.Fatal("WaitPublished never asked the loop to publish")
-	}
-	h.n.publishWithdrawals(t.Context()) // what the loop does when asked
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("WaitPublished did not return once the table had the revision")
-	}
-}
-
-// TestRestoreSkipsAnEmptyTable: a table kept before the store had
-// applied anything (revision 0: the node stopped within its first save
-// interval) knows of no service; served, it would tell every DNS and xDS
-// client that none exists. The node neither publishes it nor reports
-// itself restored.
-func TestRestoreSkipsAnEmptyTable(t *testing.T) {
-	h := newHarness(t, nil, 0, nil)
-	snap := &tablefile.Snapshot{Revision: 0, Synced: h.clk.Now(), Saved: h.clk.Now(), Capacity: 8}
-	lone := storetest.Lone(t, store.Config{NodeID: "n9", Now: h.clk.Now})
-	n := newNode(t, lone.Store, h.clk, 0, func(c *Config) { c.Restore = snap })
-	if n.Restored() {
-		t.Error("a kept table of revision 0 is reported restored")
-	}
-	if tbl := n.cfg.Table.Acquire(); tbl != nil {
-		tbl.Release()
-		t.Error("a kept table of revision 0 is published")
-	}
-}
-
-// TestServing: /readyz's test. A node serves once a table is published —
-// built from its caught-up store, or the one kept on disk — and says why
-// not before: the store not caught up, or the first table not built yet.
-func TestServing(t *testing.T) {
-	h := newHarness(t, nil, 0, nil)
-	err := h.n.Serving(0)
-	if err == nil || !strings.Contains(err.Error(), "first table is being built") {
-		t.Fatalf("Serving before the first round, store caught up: %v; want the first table being built", err)
-	}
-	svc := tcpService("shop", "cart")
-	h.apply(svc)
-	h.fleet(svc, "a", 1)
-	h.tick(0)
-	if err := h.n.Serving(0); err != nil {
-		t.Fatalf("Serving after the first round: %v", err)
-	}
-	// Past max-stale DNS answers SERVFAIL: not serving.
-	h.clk.Advance(time.Minute)
-	if err := h.n.Serving(time.Minute); err != nil {
-		t.Errorf("Serving a table a minute old, max-stale 1m: %v", err)
-	}
-	h.clk.Advance(time.Second)
-	if err := h.n.Serving(time.Minute); err == nil || !strings.Contains(err.Error(), "past --max-stale") {
-		t.Errorf("Serving a table 61s old, max-stale 1m: %v; want past max-stale", err)
-	}
-	kept := h.pub.Acquire()
-	snap := tablefile.Take(kept, h.clk.Now(), h.clk.Now())
-	kept.Release()
-
-	// A node whose store never hears from a leader: not serving without a
-	// kept table, serving (stale) with one.
-	lone := storetest.Lone(t, store.Config{NodeID: "n9", Now: h.clk.Now})
-	bare := newNode(t, lone.Store, h.clk, 0, nil)
-	bare.Tick(t.Context())
-	if err := bare.Serving(0); err == nil || !strings.Contains(err.Error(), "not caught up") {
-		t.Errorf("Serving without a leader or a kept table: %v; want not caught up", err)
-	}
-	restored := newNode(t, lone.Store, h.clk, 0, func(c *Config) { c.Restore = snap })
-	if err := restored.Serving(0); err != nil {
-		t.Errorf("Serving the kept table: %v", err)
 	}
 }

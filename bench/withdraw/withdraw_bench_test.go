@@ -10,7 +10,7 @@
 // point inside it (a random offset into the phase, up to the length it
 // had the round before), and one more at a random point of each round's
 // idle time; each is counted under the phase the loop was in when the
-// drain was applied (health.Config.OnPhase), whatever was aimed at.
+// drain was applied (publish.Config.OnPhase), whatever was aimed at.
 //
 // Two sizes: one service of 10,000 instances (the evaluation is one unit
 // with no pause inside), and 1,000 services of 8 (the DNS bench's size).
@@ -31,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cairn-sd/cairn/health"
+	"github.com/cairn-sd/cairn/publish"
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
@@ -48,10 +49,10 @@ func BenchmarkDrainToTable(b *testing.B) {
 // transition is one phase the loop entered, and when.
 type transition struct {
 	at time.Time
-	p  health.Phase
+	p  publish.Phase
 }
 
-// phases records the loop's transitions (health.Config.OnPhase).
+// phases records the loop's transitions (publish.Config.OnPhase).
 type phases struct {
 	cur    atomic.Uint32 // the phase the loop is in
 	moves  atomic.Uint64 // transitions so far
@@ -61,7 +62,7 @@ type phases struct {
 	offset int // log[:offset] has been waited past
 }
 
-func (ph *phases) enter(p health.Phase) {
+func (ph *phases) enter(p publish.Phase) {
 	now := time.Now()
 	ph.cur.Store(uint32(p))
 	ph.moves.Add(1)
@@ -78,17 +79,17 @@ func (ph *phases) enter(p health.Phase) {
 // PhaseRefresh: the one after idle) after what earlier calls waited for,
 // and returns when it did and how long p lasted the last time it ran to
 // its end (0 if it never has).
-func (ph *phases) next(ctx context.Context, p health.Phase) (time.Time, time.Duration, error) {
+func (ph *phases) next(ctx context.Context, p publish.Phase) (time.Time, time.Duration, error) {
 	for {
 		ph.mu.Lock()
 		var last time.Duration
 		for i := 1; i+1 < len(ph.log); i++ {
-			if ph.log[i].p == p && (p != health.PhaseRefresh || ph.log[i-1].p == health.PhaseIdle) {
+			if ph.log[i].p == p && (p != publish.PhaseRefresh || ph.log[i-1].p == publish.PhaseIdle) {
 				last = ph.log[i+1].at.Sub(ph.log[i].at)
 			}
 		}
 		for i := max(ph.offset, 1); i < len(ph.log); i++ {
-			if ph.log[i].p == p && (p != health.PhaseRefresh || ph.log[i-1].p == health.PhaseIdle) {
+			if ph.log[i].p == p && (p != publish.PhaseRefresh || ph.log[i-1].p == publish.PhaseIdle) {
 				ph.offset = i + 1
 				at := ph.log[i].at
 				ph.mu.Unlock()
@@ -111,7 +112,7 @@ func (ph *phases) roundEnd(t time.Time) (time.Time, bool) {
 	ph.mu.Lock()
 	defer ph.mu.Unlock()
 	for i := 1; i < len(ph.log); i++ {
-		if l := ph.log[i]; l.p == health.PhaseIdle && ph.log[i-1].p == health.PhaseBuild && l.at.After(t) {
+		if l := ph.log[i]; l.p == publish.PhaseIdle && ph.log[i-1].p == publish.PhaseBuild && l.at.After(t) {
 			return l.at, true
 		}
 	}
@@ -124,7 +125,7 @@ func (ph *phases) roundStart(t time.Time) time.Time {
 	ph.mu.Lock()
 	defer ph.mu.Unlock()
 	for i := len(ph.log) - 1; i > 0; i-- {
-		if l := ph.log[i]; l.p == health.PhaseRefresh && ph.log[i-1].p == health.PhaseIdle && l.at.Before(t) {
+		if l := ph.log[i]; l.p == publish.PhaseRefresh && ph.log[i-1].p == publish.PhaseIdle && l.at.Before(t) {
 			return l.at
 		}
 	}
@@ -132,7 +133,7 @@ func (ph *phases) roundStart(t time.Time) time.Time {
 }
 
 // durations returns how long each run of p lasted.
-func (ph *phases) durations(p health.Phase) []time.Duration {
+func (ph *phases) durations(p publish.Phase) []time.Duration {
 	ph.mu.Lock()
 	defer ph.mu.Unlock()
 	var ds []time.Duration
@@ -176,8 +177,12 @@ func benchDrains(b *testing.B, services, per int) {
 		b.Fatal(err)
 	}
 	ph := &phases{moved: make(chan struct{}, 1)}
-	n, err := health.New(health.Config{Store: st.Store, Table: pub, Registerer: prometheus.NewRegistry(),
-		Logger: storetest.Logger(b), OnPhase: ph.enter})
+	reg := prometheus.NewRegistry()
+	pn, err := publish.New(publish.Config{Store: st.Store, Table: pub, Registerer: reg, Logger: storetest.Logger(b), OnPhase: ph.enter})
+	if err != nil {
+		b.Fatal(err)
+	}
+	n, err := health.New(health.Config{Store: st.Store, Publish: pn, Registerer: reg, Logger: storetest.Logger(b)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -187,7 +192,7 @@ func benchDrains(b *testing.B, services, per int) {
 	defer func() { stop(); <-done }()
 	// Wait until the table holds every instance.
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
-	err = n.WaitPublished(wctx, st.Revision())
+	err = pn.WaitPublished(wctx, st.Revision())
 	cancel()
 	if err != nil {
 		b.Fatal(err)
@@ -196,7 +201,7 @@ func benchDrains(b *testing.B, services, per int) {
 		b.Fatalf("at most %d drains (-benchtime=Nx)", instances)
 	}
 	rnd := rand.New(rand.NewPCG(1, uint64(b.N)))
-	byPhase := map[health.Phase][]time.Duration{}
+	byPhase := map[publish.Phase][]time.Duration{}
 	var full []time.Duration
 	var applied []time.Time
 	straddled := 0 // drains during which the loop changed phase
@@ -207,7 +212,7 @@ func benchDrains(b *testing.B, services, per int) {
 			b.Fatal(err)
 		}
 		at := time.Now()
-		p := health.Phase(ph.cur.Load())
+		p := publish.Phase(ph.cur.Load())
 		if ph.moves.Load() != moves {
 			// Applied in the phase before or in this one: counted in
 			// this one, as its wait starts now.
@@ -216,7 +221,7 @@ func benchDrains(b *testing.B, services, per int) {
 		rev := st.Revision()
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		if err := n.WaitPublished(wctx, rev); err != nil {
+		if err := pn.WaitPublished(wctx, rev); err != nil {
 			b.Fatal(err)
 		}
 		byPhase[p] = append(byPhase[p], time.Since(at))
@@ -229,7 +234,7 @@ func benchDrains(b *testing.B, services, per int) {
 		}
 		return time.Duration(rnd.Int64N(int64(last)))
 	}
-	aims := []health.Phase{health.PhaseRefresh, health.PhaseEvaluate, health.PhaseBuild}
+	aims := []publish.Phase{publish.PhaseRefresh, publish.PhaseEvaluate, publish.PhaseBuild}
 	b.ResetTimer()
 	for i := 0; i < b.N; {
 		// One drain aimed at a phase of the round…
@@ -244,14 +249,14 @@ func benchDrains(b *testing.B, services, per int) {
 		i++
 		// …and one at a random point of the idle time after it.
 		if i < b.N {
-			entered, _, err = ph.next(wctx, health.PhaseIdle)
+			entered, _, err = ph.next(wctx, publish.PhaseIdle)
 			if err != nil {
 				cancel()
 				b.Fatal(err)
 			}
 			// Up to the next round: the ticker's interval, less what
 			// this round took.
-			idle := health.DefaultInterval - entered.Sub(ph.roundStart(entered))
+			idle := publish.DefaultInterval - entered.Sub(ph.roundStart(entered))
 			time.Sleep(time.Until(entered.Add(into(idle)))) // the arrival time: a random point of the idle time
 			drain(ins[i])
 			i++
@@ -280,7 +285,7 @@ func benchDrains(b *testing.B, services, per int) {
 		return float64(s[min(len(s)-1, int(p*float64(len(s))))].Microseconds()) / 1000
 	}
 	var all []time.Duration
-	for _, p := range []health.Phase{health.PhaseIdle, health.PhaseRefresh, health.PhaseEvaluate, health.PhaseBuild} {
+	for _, p := range []publish.Phase{publish.PhaseIdle, publish.PhaseRefresh, publish.PhaseEvaluate, publish.PhaseBuild} {
 		ds := byPhase[p]
 		all = append(all, ds...)
 		b.ReportMetric(float64(len(ds)), p.String()+"-n")
@@ -290,7 +295,7 @@ func benchDrains(b *testing.B, services, per int) {
 		b.ReportMetric(q(ds, 0.5), p.String()+"-p50-ms")
 		b.ReportMetric(q(ds, 0.99), p.String()+"-p99-ms")
 		b.ReportMetric(q(ds, 1), p.String()+"-max-ms")
-		if p != health.PhaseIdle {
+		if p != publish.PhaseIdle {
 			if d := ph.durations(p); len(d) > 0 {
 				b.ReportMetric(q(d, 0.5), p.String()+"-lasts-p50-ms")
 			}

@@ -1,6 +1,6 @@
-package health
+package publish
 
-// Phase is the step of its round the health loop is in (Config.OnPhase).
+// Phase is the step of its round the loop is in (Config.OnPhase).
 // A withdrawal applied while the loop is idle is published at once, one
 // applied during the evaluation at its next pause; one applied during a
 // catalog refresh or a table build waits for the build to end (the
@@ -16,8 +16,9 @@ const (
 	PhaseIdle Phase = iota
 	// PhaseRefresh: re-reading the store replica into the catalog.
 	PhaseRefresh
-	// PhaseEvaluate: the live set, the probe targets and, on the leader,
-	// the evaluation and its commit.
+	// PhaseEvaluate: the Round's work, which health enters: the live
+	// set, the probe targets and, on the leader, the evaluation and its
+	// commit. A loop run without a Round never enters it.
 	PhaseEvaluate
 	// PhaseBuild: writing the next status table from the catalog.
 	PhaseBuild
@@ -37,10 +38,11 @@ func (p Phase) String() string {
 	return "unknown"
 }
 
-// enter records that the loop enters phase p and tells Config.OnPhase;
-// it returns the phase the loop was in. Only the loop calls it. Without
-// OnPhase it costs a field write.
-func (n *Node) enter(p Phase) Phase {
+// Enter records that the loop enters phase p and tells Config.OnPhase;
+// it returns the phase the loop was in. Only the loop's goroutine calls
+// it (the round Tick runs among it). Without OnPhase it costs a field
+// write.
+func (n *Node) Enter(p Phase) Phase {
 	prev := n.phase
 	n.phase = p
 	if f := n.cfg.OnPhase; f != nil && p != prev {

@@ -1,4 +1,4 @@
-package health
+package publish
 
 import (
 	"context"
@@ -34,11 +34,11 @@ func (n *Node) publishWithdrawals(ctx context.Context) {
 		}
 		// More than the feed holds: rebuild from the replica now (no
 		// evaluation: that keeps its cadence).
-		prev := n.enter(PhaseRefresh)
-		n.refresh()
-		n.enter(PhaseBuild)
+		prev := n.Enter(PhaseRefresh)
+		n.Refresh()
+		n.Enter(PhaseBuild)
 		n.build(n.cfg.Now())
-		n.enter(prev)
+		n.Enter(prev)
 		return
 	}
 	start := time.Now()
@@ -99,7 +99,7 @@ func (n *Node) publishWithdrawals(ctx context.Context) {
 	n.m.withdrawSeconds.Observe(time.Since(start).Seconds())
 }
 
-// publishPending publishes, from the leader's round, the withdrawals
+// PublishPending publishes, from the leader's round, the withdrawals
 // (and answers the WaitPublished nudge) that arrived since the round
 // began or last published: after the first catalog refresh, at the
 // evaluation's pauses and after it. Paced, a round of many instances
@@ -110,7 +110,7 @@ func (n *Node) publishWithdrawals(ctx context.Context) {
 // back. The refreshes and the build are not at a point where a table may
 // be published; what is applied during the second refresh and the
 // build waits for the build's end.
-func (n *Node) publishPending(ctx context.Context) {
+func (n *Node) PublishPending(ctx context.Context) {
 	select {
 	case <-n.cfg.Store.Withdrawn():
 	case <-n.nudge:

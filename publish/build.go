@@ -1,4 +1,4 @@
-package health
+package publish
 
 import (
 	"time"
@@ -17,19 +17,19 @@ func (n *Node) build(now time.Time) {
 	n.pacer.Begin()
 	nowNS := now.UnixNano()
 	_, err := n.w.Build(func(slot int, ref status.Ref, e *status.Entry) {
-		cs := &n.cat.services[ref.Service]
-		in := &cs.instances[ref.Instance]
+		cs := &n.cat.Services[ref.Service]
+		in := &cs.Instances[ref.Instance]
 		e.Verdict, e.Flags, e.Weight = status.Unknown, 0, 0
-		since := fromNanos(in.registeredAt)
-		eligible := in.lifecycle == status.Ready
-		if h := in.health; h != nil && h.Incarnation() == in.incarnation {
+		since := FromNanos(in.RegisteredAt)
+		eligible := in.Lifecycle == status.Ready
+		if h := in.Health; h != nil && h.Incarnation() == in.Incarnation {
 			e.Verdict = parseVerdict(h.Name())
 			e.Flags = status.Flags(h.Flags()) &^ (status.Eligible | status.SlowStart)
 			eligible = eligible && h.Eligible()
 			since = h.EligibleSince()
 		}
 		if eligible {
-			w, slow := eval.Weight(cs.policy, int(in.weight), since, e.Flags, now)
+			w, slow := eval.Weight(cs.Policy, int(in.Weight), since, e.Flags, now)
 			e.Weight = uint16(w)
 			e.Flags |= status.Eligible
 			if slow {

@@ -1,0 +1,32 @@
+package publish
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics keeps the names the health loop gave them when it built the
+// table: dashboards and alerts know them by those.
+type metrics struct {
+	buildSeconds    prometheus.Histogram
+	unslotted       prometheus.Counter
+	buildFailures   prometheus.Counter
+	fastWithdrawals prometheus.Counter
+	withdrawSeconds prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		buildSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "cairn_health_table_build_seconds",
+			Help: "Time one status table rebuild took.", Buckets: prometheus.ExponentialBuckets(0.00001, 4, 10)}),
+		unslotted: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_health_unslotted_total",
+			Help: "Instances left out of a full status table."}),
+		buildFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_health_table_build_failures_total",
+			Help: "Status table rebuilds that failed: readers keep the last table, stale once it is older than stale-after."}),
+		fastWithdrawals: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_health_withdrawals_published_total",
+			Help: "Instances taken out of the table as soon as their withdrawal was applied, before the next build."}),
+		withdrawSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "cairn_health_withdrawal_publish_seconds",
+			Help: "Time one publication of applied withdrawals took.", Buckets: prometheus.ExponentialBuckets(0.00001, 4, 10)}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.buildSeconds, m.unslotted, m.buildFailures, m.fastWithdrawals, m.withdrawSeconds)
+	}
+	return m
+}
