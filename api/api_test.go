@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/cairn-sd/cairn/internal/acl"
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store/storetest"
 	"github.com/cairn-sd/cairn/wire"
 )
@@ -331,7 +332,7 @@ func TestEndpoints(t *testing.T) {
 	if len(eps) != 2 || eps[0].InstanceID != "i-1" || eps[1].InstanceID != "i-2" {
 		t.Fatalf("endpoints %+v; want i-1 and i-2 (i-3 is terminated)", eps)
 	}
-	if e1 := eps[0]; !e1.Eligible || e1.Weight != 100 || e1.Lifecycle != wire.Ready || e1.Verdict != "unknown" || e1.LeaseExpired {
+	if e1 := eps[0]; !e1.Eligible || e1.Weight != 100 || e1.Lifecycle != status.Ready || e1.Verdict != status.Unknown || e1.LeaseExpired {
 		t.Errorf("i-1: %+v; want ready, eligible, weight 100, verdict unknown", e1)
 	}
 	if e2 := eps[1]; e2.Eligible || e2.Weight != 0 || e2.BaseWeight != 7 || e2.Zone != "eu-west-1a" || e2.Region != "eu-west" ||
@@ -343,7 +344,7 @@ func TestEndpoints(t *testing.T) {
 	r = e.call(t, http.MethodGet, svcPath("shop", "web")+"/endpoints?all=true", "", "")
 	wantStatus(t, r, http.StatusOK)
 	all := decodeAs[[]wire.Endpoint](t, r)
-	if len(all) != 3 || all[2].InstanceID != "i-3" || all[2].Lifecycle != wire.Terminated || all[2].Eligible ||
+	if len(all) != 3 || all[2].InstanceID != "i-3" || all[2].Lifecycle != status.Terminated || all[2].Eligible ||
 		!slices.Contains(all[2].Reasons, "deregistered") {
 		t.Errorf("endpoints?all=true: %+v; want i-3 terminated", all)
 	}
@@ -420,7 +421,7 @@ func TestRegisterIdempotentAndNewIncarnation(t *testing.T) {
 	r := e.call(t, http.MethodPost, path, "", body)
 	wantStatus(t, r, http.StatusCreated)
 	first := decodeAs[wire.Registered](t, r)
-	if !first.Created || first.Incarnation == 0 || first.Weight != wire.DefaultWeight || first.Lifecycle != wire.Ready ||
+	if !first.Created || first.Incarnation == 0 || first.Weight != wire.DefaultWeight || first.Lifecycle != status.Ready ||
 		first.LeaseTTL.D() != 30*time.Second || first.Registrar != "anonymous" || first.SourceRevision == 0 ||
 		!first.LeaseDeadline.After(first.RegisteredAt) {
 		t.Fatalf("first registration: %+v", first)
@@ -477,7 +478,7 @@ func TestRegisterIdempotentAndNewIncarnation(t *testing.T) {
 	wantError(t, e.call(t, http.MethodPost, path, "", last), http.StatusConflict, wire.CodeFenced, "draining", fmt.Sprintf("replaces %d", inc))
 	r = e.call(t, http.MethodPost, path, "", withReplaces(last, inc))
 	wantStatus(t, r, http.StatusCreated)
-	if got := decodeAs[wire.Registered](t, r); got.Incarnation <= inc || got.Lifecycle != wire.Ready {
+	if got := decodeAs[wire.Registered](t, r); got.Incarnation <= inc || got.Lifecycle != status.Ready {
 		t.Errorf("registration after a drain: %+v", got)
 	}
 }
@@ -503,7 +504,7 @@ func TestRenew(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if in.Incarnation != reg.Incarnation || in.Lifecycle != wire.Ready || in.LeaseDeadline.Before(reg.LeaseDeadline) {
+	if in.Incarnation != reg.Incarnation || in.Lifecycle != status.Ready || in.LeaseDeadline.Before(reg.LeaseDeadline) {
 		t.Fatalf("renewed: %+v; registered: %+v", in, reg.Instance)
 	}
 	// The renewal reaches the log in the next checkpoint.
@@ -537,7 +538,7 @@ func TestDrain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if in.Lifecycle != wire.Draining || in.DrainingSince.IsZero() || in.Incarnation != reg.Incarnation {
+	if in.Lifecycle != status.Draining || in.DrainingSince.IsZero() || in.Incarnation != reg.Incarnation {
 		t.Fatalf("drained: %+v", in)
 	}
 	eps, err := c.Endpoints(t.Context(), "shop", "web")
@@ -573,7 +574,7 @@ func TestDeregister(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if in.Lifecycle != wire.Terminated || in.TerminatedAt.IsZero() {
+	if in.Lifecycle != status.Terminated || in.TerminatedAt.IsZero() {
 		t.Fatalf("deregistered: %+v", in)
 	}
 	if _, err := c.Deregister(t.Context(), key, reg.Incarnation); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cairn-sd/cairn/health"
 	"github.com/cairn-sd/cairn/internal/acl"
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -156,7 +157,7 @@ func TestOutcomesWithdraw(t *testing.T) {
 		acl.Token{Secret: callerB, Scope: acl.Reader, Namespaces: []string{"shop"}})}})
 	inc := regs["p-1"].Incarnation
 	eps := endpointsOf(t, e, adminSecret)
-	if p1 := eps["p-1"]; !p1.Eligible || p1.Verdict != "unknown" || p1.Weight == 0 || !slices.Contains(p1.Flags, "eligible") {
+	if p1 := eps["p-1"]; !p1.Eligible || p1.Verdict != status.Unknown || p1.Weight == 0 || !slices.Contains(p1.Flags, "eligible") {
 		t.Fatalf("before any evidence p-1 is %+v, want unknown and eligible", p1)
 	}
 	if p2 := eps["p-2"]; p2.Eligible || p2.Weight != 0 {
@@ -174,7 +175,7 @@ func TestOutcomesWithdraw(t *testing.T) {
 		e.tick(t)
 	}
 	p1 := endpointsOf(t, e, adminSecret)["p-1"]
-	if !p1.Eligible || p1.Verdict != "degraded" || !slices.Contains(p1.Flags, "outcome_degraded") {
+	if !p1.Eligible || p1.Verdict != status.Degraded || !slices.Contains(p1.Flags, "outcome_degraded") {
 		t.Fatalf("after one caller's 4 failing windows p-1 is %+v, want eligible, degraded, outcome_degraded", p1)
 	}
 	for i := range 3 {
@@ -187,7 +188,7 @@ func TestOutcomesWithdraw(t *testing.T) {
 		}
 	}
 	p1 = endpointsOf(t, e, adminSecret)["p-1"]
-	if p1.Verdict != "unhealthy" || p1.Weight != 0 || len(p1.Reasons) == 0 || !strings.Contains(p1.Reasons[0], "outcome failing") {
+	if p1.Verdict != status.Unhealthy || p1.Weight != 0 || len(p1.Reasons) == 0 || !strings.Contains(p1.Reasons[0], "outcome failing") {
 		t.Fatalf("p-1 is %+v, want unhealthy with an outcome reason", p1)
 	}
 	if ev := p1.VerdictEvidence; ev == nil || ev.Class != "outcome" || !strings.HasPrefix(ev.Observer, "reader:") {

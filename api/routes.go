@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cairn-sd/cairn/internal/acl"
+	cstatus "github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/wire"
 )
@@ -21,26 +22,26 @@ import (
 func endpointOf(in wire.Instance, now, leaseExpiry time.Time) wire.Endpoint {
 	e := wire.Endpoint{
 		InstanceID: in.ID, Incarnation: in.Incarnation, Addresses: in.Addresses, Ports: in.Ports,
-		Region: in.Region, Zone: in.Zone, Lifecycle: in.Lifecycle, Verdict: "unknown",
+		Region: in.Region, Zone: in.Zone, Lifecycle: in.Lifecycle, Verdict: cstatus.Unknown,
 		BaseWeight: in.Weight, LeaseDeadline: in.LeaseDeadline, LeaseExpiry: leaseExpiry,
 		LeaseExpired: !now.Before(leaseExpiry), Registrar: in.Registrar, Report: in.Report,
 		Reasons: []string{}, Flags: []string{},
 	}
-	e.Eligible = in.Lifecycle == wire.Ready
+	e.Eligible = in.Lifecycle == cstatus.Ready
 	if e.Eligible {
 		e.Weight = in.Weight
 	}
 	switch in.Lifecycle {
-	case wire.Ready:
+	case cstatus.Ready:
 		e.Reasons = append(e.Reasons, "no health evidence evaluated yet")
-	case wire.Starting:
+	case cstatus.Starting:
 		e.Reasons = append(e.Reasons, "starting")
-	case wire.Draining:
+	case cstatus.Draining:
 		e.Reasons = append(e.Reasons, "draining")
-	case wire.Terminated:
+	case cstatus.Terminated:
 		e.Reasons = append(e.Reasons, "deregistered")
 	}
-	if e.LeaseExpired && in.Lifecycle != wire.Terminated {
+	if e.LeaseExpired && in.Lifecycle != cstatus.Terminated {
 		e.Reasons = append(e.Reasons, "lease expired")
 	}
 	return e
@@ -66,7 +67,7 @@ func (s *Server) summaries() []wire.ServiceSummary {
 	p := s.acquire()
 	defer p.release()
 	for _, in := range s.cfg.Store.AllInstances() {
-		if in.Lifecycle == wire.Terminated {
+		if in.Lifecycle == cstatus.Terminated {
 			continue
 		}
 		k := in.Key().ServiceKey()

@@ -79,7 +79,7 @@ func (p served) lookup(key string) (int, cstatus.Entry, bool) {
 // because health is disregarded; without a table, whether in is ready.
 func (p served) flags(in wire.Instance) (eligible, disregarded bool) {
 	if p.none {
-		return in.Lifecycle == wire.Ready, false
+		return in.Lifecycle == cstatus.Ready, false
 	}
 	_, e, ok := p.lookup(in.Key().String())
 	if !ok || e.Incarnation != in.Incarnation {
@@ -106,16 +106,16 @@ func (s *Server) overlay(p served, e *wire.Endpoint, in wire.Instance) int {
 	slot, ent, ok := p.lookup(in.Key().String())
 	if !ok || ent.Incarnation != in.Incarnation {
 		// Not served: DNS and xDS have nothing of this incarnation.
-		e.Verdict, e.Eligible, e.Weight, e.Flags = cstatus.Unknown.String(), false, 0, []string{}
+		e.Verdict, e.Eligible, e.Weight, e.Flags = cstatus.Unknown, false, 0, []string{}
 		e.Reasons = []string{notInTable(p, in, ok)}
 		s.evidence(e, in)
 		return -1
 	}
 	e.InTable = true
-	e.Verdict = ent.Verdict.String()
+	e.Verdict = ent.Verdict
 	e.Eligible = ent.Flags.Has(cstatus.Eligible)
 	e.Weight = int(ent.Weight)
-	e.Flags = flagNames(ent.Flags)
+	e.Flags = ent.Flags.Names()
 	tier := cstatus.TierOf(p.loc, ent)
 	e.Tier = &tier
 	switch c := in.Health; {
@@ -127,7 +127,7 @@ func (s *Server) overlay(p served, e *wire.Endpoint, in wire.Instance) int {
 		// Committed, not yet in this node's table (it is rebuilt every
 		// second): show what the table serves, and say so.
 		e.Reasons = []string{fmt.Sprintf("verdict %s committed, not yet published by this node", c)}
-	case in.Lifecycle == wire.Ready:
+	case in.Lifecycle == cstatus.Ready:
 		e.Reasons = []string{"no health evidence evaluated yet"}
 	}
 	if e.Reasons == nil {
@@ -158,7 +158,7 @@ func notInTable(p served, in wire.Instance, otherIncarnation bool) string {
 	switch {
 	case p.t == nil:
 		return "this node has no status table yet: DNS and xDS serve nothing"
-	case in.Lifecycle == wire.Terminated:
+	case in.Lifecycle == cstatus.Terminated:
 		return "deregistered"
 	case otherIncarnation:
 		return fmt.Sprintf("not in this node's status table (version %d) yet: it serves another incarnation; a registration is published at the next build", p.version())
@@ -172,9 +172,9 @@ func notInTable(p served, in wire.Instance, otherIncarnation bool) string {
 func tableOnly(p served, slot int, ent cstatus.Entry, restored bool) wire.Endpoint {
 	info := p.t.Directory().Instance(slot)
 	e := wire.Endpoint{Incarnation: ent.Incarnation, Ports: map[string]int{}, Addresses: []string{},
-		Region: p.t.Locality(ent.Region), Zone: p.t.Locality(ent.Zone), Lifecycle: wire.Lifecycle(ent.Lifecycle.String()),
-		Verdict: ent.Verdict.String(), Eligible: ent.Flags.Has(cstatus.Eligible), Weight: int(ent.Weight),
-		BaseWeight: int(ent.BaseWeight), Flags: flagNames(ent.Flags), InTable: true,
+		Region: p.t.Locality(ent.Region), Zone: p.t.Locality(ent.Zone), Lifecycle: ent.Lifecycle,
+		Verdict: ent.Verdict, Eligible: ent.Flags.Has(cstatus.Eligible), Weight: int(ent.Weight),
+		BaseWeight: int(ent.BaseWeight), Flags: ent.Flags.Names(), InTable: true,
 		TableVersion: p.version(), TableRevision: p.revision()}
 	if info != nil {
 		e.InstanceID = info.ID
@@ -210,7 +210,7 @@ func (s *Server) view(ns, svc string, all bool) wire.View {
 		TableVersion: p.version(), TableRevision: p.revision()}
 	seen := map[int]bool{}
 	for _, in := range s.cfg.Store.Instances(ns, svc) {
-		if in.Lifecycle == wire.Terminated && !all {
+		if in.Lifecycle == cstatus.Terminated && !all {
 			continue
 		}
 		e := endpointOf(in, now, s.cfg.Store.LeaseExpiry(in))
@@ -230,7 +230,7 @@ func (s *Server) view(ns, svc string, all bool) wire.View {
 				continue
 			}
 			e := tableOnly(p, int(slot), p.t.Entry(int(slot)), restored)
-			if e.Lifecycle == wire.Terminated && !all {
+			if e.Lifecycle == cstatus.Terminated && !all {
 				continue
 			}
 			v.HealthDisregarded = v.HealthDisregarded || slices.Contains(e.Flags, "health_disregarded")
@@ -238,14 +238,6 @@ func (s *Server) view(ns, svc string, all bool) wire.View {
 		}
 	}
 	return v
-}
-
-func flagNames(f cstatus.Flags) []string {
-	out := []string{}
-	if f == 0 {
-		return out
-	}
-	return strings.Split(f.String(), "|")
 }
 
 // freshness is this node's wire.Freshness at now: the rule of its DNS

@@ -80,7 +80,7 @@ func viewRows(t *testing.T, e *env) (map[string]tableRow, map[string]wire.Endpoi
 		if ep.Tier != nil {
 			tier = *ep.Tier
 		}
-		rows[ep.InstanceID] = tableRow{Verdict: ep.Verdict, Eligible: ep.Eligible, Weight: ep.Weight, Flags: flags, Tier: tier, Version: ep.TableVersion}
+		rows[ep.InstanceID] = tableRow{Verdict: ep.Verdict.String(), Eligible: ep.Eligible, Weight: ep.Weight, Flags: flags, Tier: tier, Version: ep.TableVersion}
 	}
 	return rows, eps
 }

@@ -320,7 +320,7 @@ func endpointsCommand() *cli.Command {
 					tier = fmt.Sprint(*e.Tier)
 				}
 				rows = append(rows, []string{e.InstanceID, fmt.Sprint(e.Incarnation), strings.Join(e.Addresses, ","),
-					orDash(e.Zone), string(e.Lifecycle), e.Verdict, fmt.Sprint(e.Eligible), fmt.Sprint(e.Weight), tier,
+					orDash(e.Zone), e.Lifecycle.String(), e.Verdict.String(), fmt.Sprint(e.Eligible), fmt.Sprint(e.Weight), tier,
 					evaluatorSummary(e), lease, orDash(evidenceSummary(e, time.Now())), orDash(strings.Join(e.Reasons, "; "))})
 				tableVersion, tableRevision = e.TableVersion, e.TableRevision
 			}
@@ -350,9 +350,9 @@ func evaluatorSummary(e wire.Endpoint) string {
 		return "-"
 	}
 	if v.Eligible {
-		return v.Verdict + ", eligible"
+		return v.Verdict.String() + ", eligible"
 	}
-	return v.Verdict + ", withdrawn"
+	return v.Verdict.String() + ", withdrawn"
 }
 
 // subscribersLine says which revisions the xDS subscribers of the

@@ -88,7 +88,7 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 				// instances come in id order, so on a fresh State this
 				// appends.
 				prev.Set(seed(in.Health.Health(), cs.Record(i), now))
-				if status.Flags(in.Health.Flags()).Has(status.HealthDisregarded) {
+				if in.Health.Flags().Has(status.HealthDisregarded) {
 					prev.HealthDisregarded = true
 				}
 			}
@@ -224,13 +224,13 @@ func (n *Node) evalInstance(cs *publish.Service, i int, rep *eval.Report) eval.I
 
 // healthOf is the committed form of one instance's result.
 func healthOf(r eval.InstanceResult, st eval.InstanceState, now time.Time) wire.Health {
-	h := wire.Health{Incarnation: r.Incarnation, Verdict: r.Verdict.String(), Eligible: r.Eligible,
-		HealthEligible: st.HealthEligible, Flags: uint8(r.Flags), FailingSince: st.FailingSince.Time(),
+	h := wire.Health{Incarnation: r.Incarnation, Verdict: r.Verdict, Eligible: r.Eligible,
+		HealthEligible: st.HealthEligible, Flags: r.Flags, FailingSince: st.FailingSince.Time(),
 		QuarantineLevel: st.QuarantineLevel, QuarantineUntil: st.QuarantineUntil.Time(),
 		Reasons: withoutSlowStart(r.Reasons), At: now}
 	// Slow start is the table builders' to compute, from EligibleSince:
 	// its end is not worth a commit.
-	h.Flags &^= uint8(status.SlowStart)
+	h.Flags &^= status.SlowStart
 	if r.Eligible {
 		h.EligibleSince = st.EligibleSince.Time()
 	}
@@ -255,13 +255,13 @@ func healthOf(r eval.InstanceResult, st eval.InstanceState, now time.Time) wire.
 // a commit, and so is slow start, which the table builders compute. It
 // allocates nothing: it runs for every instance every round.
 func unchanged(old wire.Health, r eval.InstanceResult, st eval.InstanceState) bool {
-	const slow = uint8(status.SlowStart)
+	const slow = status.SlowStart
 	eligibleSince := time.Time{}
 	if r.Eligible {
 		eligibleSince = st.EligibleSince.Time()
 	}
-	if old.Verdict != r.Verdict.String() || old.Eligible != r.Eligible || old.HealthEligible != st.HealthEligible ||
-		old.Flags&^slow != uint8(r.Flags)&^slow || !old.EligibleSince.Equal(eligibleSince) ||
+	if old.Verdict != r.Verdict || old.Eligible != r.Eligible || old.HealthEligible != st.HealthEligible ||
+		old.Flags&^slow != r.Flags&^slow || !old.EligibleSince.Equal(eligibleSince) ||
 		!old.FailingSince.Equal(st.FailingSince.Time()) ||
 		old.QuarantineLevel != st.QuarantineLevel || !old.QuarantineUntil.Equal(st.QuarantineUntil.Time()) {
 		return false
@@ -329,8 +329,8 @@ func withoutSlowStart(rs []string) []string {
 // callers' silence ends it no earlier than one outcome window after the
 // takeover.
 func seed(h wire.Health, in wire.Instance, now time.Time) eval.InstanceState {
-	st := eval.InstanceState{ID: in.ID, Incarnation: h.Incarnation, Seen: true, Lifecycle: lifecycleOf(in.Lifecycle),
-		HealthEligible: h.HealthEligible, Published: h.Eligible, Verdict: parseVerdict(h.Verdict),
+	st := eval.InstanceState{ID: in.ID, Incarnation: h.Incarnation, Seen: true, Lifecycle: in.Lifecycle,
+		HealthEligible: h.HealthEligible, Published: h.Eligible, Verdict: h.Verdict,
 		EligibleSince: eval.NanosOf(h.EligibleSince), FailingSince: eval.NanosOf(h.FailingSince),
 		QuarantineLevel: h.QuarantineLevel, QuarantineUntil: eval.NanosOf(h.QuarantineUntil)}
 	for _, f := range h.Failing {
@@ -354,25 +354,4 @@ func seed(h wire.Health, in wire.Instance, now time.Time) eval.InstanceState {
 			Trigger: eval.EvidenceRef{Class: i, At: f.Since}, Last: eval.EvidenceRef{Class: i, At: last}}
 	}
 	return st
-}
-
-func lifecycleOf(l wire.Lifecycle) status.Lifecycle {
-	switch l {
-	case wire.Ready:
-		return status.Ready
-	case wire.Draining:
-		return status.Draining
-	case wire.Terminated:
-		return status.Terminated
-	}
-	return status.Starting
-}
-
-func parseVerdict(s string) status.Verdict {
-	for v := status.Unknown; v <= status.Quarantined; v++ {
-		if v.String() == s {
-			return v
-		}
-	}
-	return status.Unknown
 }

@@ -20,7 +20,7 @@ func (h *harness) wantHealth(in wire.Instance, verdict string, eligible bool) wi
 	if got == nil {
 		h.t.Fatalf("%s has no committed health, want %s eligible=%t", in.ID, verdict, eligible)
 	}
-	if got.Incarnation != in.Incarnation || got.Verdict != verdict || got.Eligible != eligible {
+	if got.Incarnation != in.Incarnation || got.Verdict.String() != verdict || got.Eligible != eligible {
 		h.t.Fatalf("%s: committed %+v, want incarnation %d, %s, eligible=%t", in.ID, *got, in.Incarnation, verdict, eligible)
 	}
 	return *got
@@ -104,7 +104,7 @@ func TestWithdrawAndReadmit(t *testing.T) {
 	}
 	readmitted := h.clk.Now()
 	got = h.wantHealth(a, "healthy", true)
-	if !got.EligibleSince.Equal(readmitted) || len(got.Failing) != 0 || got.Flags&uint8(status.SlowStart) != 0 {
+	if !got.EligibleSince.Equal(readmitted) || len(got.Failing) != 0 || got.Flags&status.SlowStart != 0 {
 		t.Errorf("re-admitted health %+v, want eligible since %v, nothing failing, no slow-start flag committed", got, readmitted)
 	}
 	e := h.wantEntry(a, status.Healthy, true)
@@ -178,7 +178,7 @@ func TestDrainLeavesAtOnce(t *testing.T) {
 	h.clk.Advance(31 * time.Second)
 	for _, in := range fleet[:2] {
 		waitFor(t, func() error {
-			if got := h.instance(in); got.Lifecycle != wire.Terminated {
+			if got := h.instance(in); got.Lifecycle != status.Terminated {
 				return fmt.Errorf("%s is %s, want terminated", in.ID, got.Lifecycle)
 			}
 			return nil

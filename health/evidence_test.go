@@ -178,7 +178,7 @@ func TestSeedResumesCommittedState(t *testing.T) {
 	if len(h.Failing) != 2 || h.Eligible {
 		t.Fatalf("committed %+v, want withdrawn with both classes failing", h)
 	}
-	seeded := seed(h, wire.Instance{ID: "a", Incarnation: 1, Lifecycle: wire.Ready}, at(3))
+	seeded := seed(h, wire.Instance{ID: "a", Incarnation: 1, Lifecycle: status.Ready}, at(3))
 	orig := st.Instance("a")
 	if seeded.Published != orig.Published || seeded.HealthEligible != orig.HealthEligible || seeded.Verdict != orig.Verdict ||
 		!seeded.Seen || seeded.Incarnation != 1 {
@@ -194,7 +194,7 @@ func TestSeedResumesCommittedState(t *testing.T) {
 	fresh := eval.State{Instances: []eval.InstanceState{seeded}}
 	for _, id := range []string{"b", "c"} {
 		hb := healthOf(eval.InstanceResult{ID: id, Incarnation: 1, Verdict: status.Unknown, Eligible: true}, *st.Instance(id), at(4))
-		fresh.Set(seed(hb, wire.Instance{ID: id, Incarnation: 1, Lifecycle: wire.Ready}, at(4)))
+		fresh.Set(seed(hb, wire.Instance{ID: id, Incarnation: 1, Lifecycle: status.Ready}, at(4)))
 	}
 	res2, st2 := eval.Evaluate(p, ins, nil, fresh, at(5))
 	if len(res2.Transitions) != 0 || len(res2.Events) != 0 {
@@ -318,7 +318,7 @@ func notHard(s *eval.InstanceState) {
 func TestSeedAfterFailover(t *testing.T) {
 	t0 := newClock().Now()
 	p := eval.Policy{}.WithDefaults()
-	in := wire.Instance{ID: "a", Incarnation: 1, Lifecycle: wire.Ready}
+	in := wire.Instance{ID: "a", Incarnation: 1, Lifecycle: status.Ready}
 	ins := []eval.Instance{{ID: "a", Incarnation: 1, Lifecycle: status.Ready},
 		{ID: "b", Incarnation: 1, Lifecycle: status.Ready}, {ID: "c", Incarnation: 1, Lifecycle: status.Ready}}
 	evalAt := func(h wire.Health, now time.Time) eval.InstanceResult {
@@ -328,12 +328,12 @@ func TestSeedAfterFailover(t *testing.T) {
 		res, _ := eval.Evaluate(p, ins, nil, st, now)
 		return res.Instances[0]
 	}
-	disagreed := wire.Health{Incarnation: 1, Verdict: "degraded", Eligible: true, HealthEligible: true,
+	disagreed := wire.Health{Incarnation: 1, Verdict: status.Degraded, Eligible: true, HealthEligible: true,
 		Failing: []wire.FailingClass{{Class: "probe", Since: t0, Hard: true, Why: "hard failure (connection refused)"}}}
 	if r := evalAt(disagreed, t0.Add(2*time.Second)); !r.Eligible {
 		t.Errorf("an instance kept in rotation by disagreeing probers was withdrawn after a failover: %+v", r)
 	}
-	ejected := wire.Health{Incarnation: 1, Verdict: "unhealthy", Eligible: false, HealthEligible: false,
+	ejected := wire.Health{Incarnation: 1, Verdict: status.Unhealthy, Eligible: false, HealthEligible: false,
 		Failing: []wire.FailingClass{{Class: "outcome", Since: t0, Why: "a quorum of callers report failures"}}}
 	if r := evalAt(ejected, t0.Add(10*time.Minute)); r.Eligible {
 		t.Errorf("an outcome withdrawal ended on the new leader's first round: %+v", r)

@@ -77,7 +77,7 @@ func TestFailoverKeepsWithdrawn(t *testing.T) {
 		t.Fatalf("the old leader did not disregard health in shop/pay: %+v", evs[len(evs)-1])
 	}
 	withdrawn, _ := old.Instance(a.Key())
-	if h := withdrawn.Health; h == nil || h.Eligible || h.Verdict != "unhealthy" {
+	if h := withdrawn.Health; h == nil || h.Eligible || h.Verdict != status.Unhealthy {
 		t.Fatalf("the old leader committed %+v for a, want withdrawn", h)
 	}
 	for _, nd := range rest {
@@ -167,7 +167,7 @@ func TestFailoverKeepsWithdrawn(t *testing.T) {
 		if i < 6 && got.Health.Eligible {
 			t.Fatalf("re-admitted after %d successes, want 6", i)
 		}
-		if i == 6 && (!got.Health.Eligible || got.Health.Verdict != "healthy") {
+		if i == 6 && (!got.Health.Eligible || got.Health.Verdict != status.Healthy) {
 			t.Fatalf("after 6 successes spanning 10s: %+v, want eligible and healthy", got.Health)
 		}
 	}

@@ -294,7 +294,7 @@ func TestOutcomes(t *testing.T) {
 	h.apply(svc)
 	fleet := h.fleet(svc, "a", 3)
 	sr := reg(svc, "s", "10.0.1.1")
-	sr.Lifecycle = wire.Starting
+	sr.Lifecycle = "starting"
 	starting := h.register(sr)
 	h.tick(0)
 	for _, in := range fleet {
@@ -363,7 +363,7 @@ func TestOutcomes(t *testing.T) {
 		}
 		h.tick(2 * time.Second)
 		got := h.instance(a1).Health
-		if got == nil || !got.Eligible || got.Verdict != "degraded" || !status.Flags(got.Flags).Has(status.OutcomeDegraded) {
+		if got == nil || !got.Eligible || got.Verdict != status.Degraded || !status.Flags(got.Flags).Has(status.OutcomeDegraded) {
 			t.Fatalf("health after one caller's failing windows: %+v, want eligible, degraded, outcome_degraded", got)
 		}
 	})
@@ -380,7 +380,7 @@ func TestOutcomes(t *testing.T) {
 		}
 		h.tick(2 * time.Second)
 		got := h.instance(a1).Health
-		if got == nil || !got.Eligible || got.Verdict != "degraded" {
+		if got == nil || !got.Eligible || got.Verdict != status.Degraded {
 			t.Fatalf("health after one caller's failing windows over two ways: %+v, want eligible, degraded", got)
 		}
 		ev, _ := h.n.Evidence(a1.Key().String(), a1.Incarnation)
@@ -401,7 +401,7 @@ func TestOutcomes(t *testing.T) {
 		}
 		h.tick(2 * time.Second)
 		got := h.instance(a1).Health
-		if got == nil || got.Eligible || got.Verdict != "unhealthy" || len(got.Failing) != 1 || got.Failing[0].Class != "outcome" {
+		if got == nil || got.Eligible || got.Verdict != status.Unhealthy || len(got.Failing) != 1 || got.Failing[0].Class != "outcome" {
 			t.Fatalf("health after three failing outcome windows: %+v, want withdrawn, the outcome class failing", got)
 		}
 		if e := h.entry(a1); e.Flags.Has(status.Eligible) {

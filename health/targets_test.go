@@ -54,7 +54,7 @@ func TestTargets(t *testing.T) {
 			r.Ports = map[string]int{"main": 8080, "admin": 9001}
 		}
 		if i == 2 {
-			r.Lifecycle = wire.Starting // probed: probes decide when it is ready
+			r.Lifecycle = "starting" // probed: probes decide when it is ready
 		}
 		in := register(t, leader.Store, r)
 		port := uint16(9000)

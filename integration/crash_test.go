@@ -15,6 +15,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/cairn-sd/cairn/client"
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -141,7 +142,7 @@ func TestCrashedSelfReportingInstanceExpires(t *testing.T) {
 	ev := waitEvent(ctx, t, n, svc, 0, "expiry of s-0", func(e wire.Event) bool {
 		return e.Kind == wire.EventExpired && e.Instance == "s-0"
 	})
-	if !strings.Contains(ev.Reason, "hard expiry") || ev.To != string(wire.Terminated) {
+	if !strings.Contains(ev.Reason, "hard expiry") || ev.To != status.Terminated.String() {
 		t.Errorf("expiry event %+v: want to terminated, the hard expiry as the reason", ev)
 	}
 	t.Logf("s-0 killed; out of DNS %v later: %s", gone.Round(time.Millisecond), ev.Reason)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -127,7 +128,7 @@ func TestEnvoyLocalityTiers(t *testing.T) {
 			return fmt.Errorf("view health_disregarded=%v:\n%s", d.View.HealthDisregarded, viewLines(d.View))
 		}
 		for _, ep := range d.View.Endpoints {
-			if !ep.Eligible || ep.Verdict != "unhealthy" || !hasFlag(ep.Flags, "health_disregarded") {
+			if !ep.Eligible || ep.Verdict != status.Unhealthy || !hasFlag(ep.Flags, "health_disregarded") {
 				return fmt.Errorf("%s; want unhealthy, eligible, flagged health_disregarded", describe(ep))
 			}
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/cairn-sd/cairn/client"
 	"github.com/cairn-sd/cairn/health"
 	"github.com/cairn-sd/cairn/probe"
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/wire"
 )
@@ -298,7 +299,7 @@ func waitEndpoint(ctx context.Context, t *testing.T, n *Node, svc, id string, ti
 
 // Conditions for waitEndpoint.
 func isHealthyEligible(e wire.Endpoint) error {
-	if !e.Eligible || e.Verdict != "healthy" {
+	if !e.Eligible || e.Verdict != status.Healthy {
 		return fmt.Errorf("want eligible and healthy")
 	}
 	return nil
@@ -478,7 +479,7 @@ func TestHealthTCPCloseWithdraws(t *testing.T) {
 		t.Errorf("withdrawn %s after the listener closed; want < %s (load average: %s)", took, withdrawBound, loadavg())
 	}
 	e = withdrawnVerdict(ctx, t, leader, svc, ids[0])
-	if e.Verdict != "unhealthy" || !hasReason(e.Reasons, "connection refused") {
+	if e.Verdict != status.Unhealthy || !hasReason(e.Reasons, "connection refused") {
 		t.Errorf("withdrawn endpoint: %s; want verdict unhealthy for a refused connection", describe(e))
 	}
 	if ev := e.VerdictEvidence; ev == nil || ev.Class != "probe" || c.Node(ev.Observer) == nil {
@@ -543,7 +544,7 @@ func TestHealthHTTPWithdrawAndReadmit(t *testing.T) {
 		t.Errorf("withdrawn after %d failed probes; want at least withdraw_after = %d", failures, withdrawAfter)
 	}
 	e = withdrawnVerdict(ctx, t, n, svc, ids[0])
-	if e.Verdict != "unhealthy" || !hasReason(e.Reasons, "probe failing") {
+	if e.Verdict != status.Unhealthy || !hasReason(e.Reasons, "probe failing") {
 		t.Errorf("withdrawn endpoint: %s; want verdict unhealthy, probe failing", describe(e))
 	}
 
@@ -566,7 +567,7 @@ func TestHealthHTTPWithdrawAndReadmit(t *testing.T) {
 	// Healthy, unless the re-admitting sample was already older than the
 	// freshness window when it was evaluated (a starved machine): then
 	// unknown, which is eligible too.
-	if e.Verdict == "unhealthy" || !hasFlag(e.Flags, "slow_start") {
+	if e.Verdict == status.Unhealthy || !hasFlag(e.Flags, "slow_start") {
 		t.Errorf("re-admitted endpoint: %s; want healthy (or unknown), in slow start", describe(e))
 	}
 	waitEndpoint(ctx, t, n, svc, ids[0], 10*time.Second, isHealthyEligible)
@@ -637,9 +638,9 @@ func TestHealthGuardDisregardsHealth(t *testing.T) {
 			switch {
 			case !e.Eligible:
 				return fmt.Errorf("%s; want every ready instance served while health is disregarded", describe(e))
-			case failing && (e.Verdict != "unhealthy" || !hasFlag(e.Flags, "health_disregarded") || !hasReason(e.Reasons, "health disregarded")):
+			case failing && (e.Verdict != status.Unhealthy || !hasFlag(e.Flags, "health_disregarded") || !hasReason(e.Reasons, "health disregarded")):
 				return fmt.Errorf("%s; want unhealthy, flagged health_disregarded", describe(e))
-			case !failing && e.Verdict != "healthy":
+			case !failing && e.Verdict != status.Healthy:
 				return fmt.Errorf("%s; want healthy", describe(e))
 			}
 		}
@@ -836,7 +837,7 @@ func TestHealthSilentProberLeavesUnknown(t *testing.T) {
 			// A node's verdict comes from its status table, rebuilt every
 			// second, its reasons from its store replica: just after a
 			// commit the two can disagree. Silence says so in its reason.
-			if e.Verdict == "unknown" && unknownAt.IsZero() && hasReason(e.Reasons, "no fresh evidence") {
+			if e.Verdict == status.Unknown && unknownAt.IsZero() && hasReason(e.Reasons, "no fresh evidence") {
 				unknownAt, unknown = time.Now(), e
 			}
 			if movedAt.IsZero() {
@@ -1109,9 +1110,9 @@ func TestHealthCallerOutcomes(t *testing.T) {
 		ids = append(ids, id)
 	}
 	sb := newBackend(t, nil)
-	starting := registerLoopback(ctx, t, c, svc, "o-starting", sb.port, func(r *wire.Registration) { r.Lifecycle = wire.Starting })
+	starting := registerLoopback(ctx, t, c, svc, "o-starting", sb.port, func(r *wire.Registration) { r.Lifecycle = "starting" })
 	waitAllHealthy(ctx, t, c.Nodes, svc, ids...)
-	if e, err := endpointOn(ctx, n, svc, starting.ID); err != nil || e.Eligible || e.Lifecycle != wire.Starting {
+	if e, err := endpointOn(ctx, n, svc, starting.ID); err != nil || e.Eligible || e.Lifecycle != status.Starting {
 		t.Fatalf("starting instance: %s (%v); want it starting, not eligible", describe(e), err)
 	}
 
@@ -1150,7 +1151,7 @@ func TestHealthCallerOutcomes(t *testing.T) {
 		time.Sleep(time.Second) // one window per evaluation round: the caller's cadence, not a wait for a condition
 	}
 	e, _ := waitEndpoint(ctx, t, n, svc, target.ID, 15*time.Second, func(e wire.Endpoint) error {
-		if !e.Eligible || e.Verdict != "degraded" || !hasFlag(e.Flags, "outcome_degraded") {
+		if !e.Eligible || e.Verdict != status.Degraded || !hasFlag(e.Flags, "outcome_degraded") {
 			return fmt.Errorf("want eligible, degraded, outcome_degraded")
 		}
 		return nil
@@ -1171,7 +1172,7 @@ func TestHealthCallerOutcomes(t *testing.T) {
 	e, at := waitEndpoint(ctx, t, n, svc, target.ID, 15*time.Second, isWithdrawn)
 	t.Logf("3 failed outcome windows of two callers for %s: withdrawn after %s: %s", target.ID, at.Sub(postedAt).Round(time.Millisecond), describe(e))
 	e = withdrawnVerdict(ctx, t, n, svc, target.ID)
-	if e.Verdict != "unhealthy" || !hasReason(e.Reasons, "outcome") {
+	if e.Verdict != status.Unhealthy || !hasReason(e.Reasons, "outcome") {
 		t.Errorf("withdrawn endpoint: %s; want unhealthy for its outcomes", describe(e))
 	}
 	if ev := e.VerdictEvidence; ev == nil || ev.Class != "outcome" {
@@ -1190,11 +1191,11 @@ func TestHealthCallerOutcomes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := es[starting.ID]; e.Verdict == "unhealthy" || hasReason(e.Reasons, "outcome") {
+	if e := es[starting.ID]; e.Verdict == status.Unhealthy || hasReason(e.Reasons, "outcome") {
 		t.Errorf("starting instance: %s; its discarded outcomes must not count", describe(e))
 	}
 	for _, id := range ids[1:] {
-		if e := es[id]; !e.Eligible || e.Verdict != "healthy" {
+		if e := es[id]; !e.Eligible || e.Verdict != status.Healthy {
 			t.Errorf("%s; want eligible and healthy", describe(e))
 		}
 	}
@@ -1252,7 +1253,7 @@ func TestHealthSelfReport(t *testing.T) {
 	e, at := waitEndpoint(ctx, t, n, svc, target.ID, 15*time.Second, isWithdrawn)
 	t.Logf("reported not ready: withdrawn after %s: %s", at.Sub(reportedAt).Round(time.Millisecond), describe(e))
 	e = withdrawnVerdict(ctx, t, n, svc, target.ID)
-	if e.Verdict != "unhealthy" || !hasReason(e.Reasons, "self-report") {
+	if e.Verdict != status.Unhealthy || !hasReason(e.Reasons, "self-report") {
 		t.Errorf("withdrawn endpoint: %s; want unhealthy, reason self-report", describe(e))
 	}
 	if ev := e.VerdictEvidence; ev == nil || ev.Class != "report" || ev.Observer != target.ID {
@@ -1270,7 +1271,7 @@ func TestHealthSelfReport(t *testing.T) {
 	report(true)
 	e, at = waitEndpoint(ctx, t, n, svc, target.ID, 15*time.Second, isEligible)
 	t.Logf("reported ready: re-admitted after %s: %s", at.Sub(reportedAt).Round(time.Millisecond), describe(e))
-	if e.Verdict != "healthy" || hasReason(e.Reasons, "self-report") {
+	if e.Verdict != status.Healthy || hasReason(e.Reasons, "self-report") {
 		t.Errorf("re-admitted endpoint: %s; want healthy, no self-report reason", describe(e))
 	}
 	if got := cliEndpoint(); got["eligible"] != true || got["verdict"] != "healthy" {

@@ -14,6 +14,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/cairn-sd/cairn/client"
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -205,7 +206,7 @@ func TestQuorumLossExpiresNoLease(t *testing.T) {
 	}
 	for _, ep := range eps {
 		i := slices.IndexFunc(reg.insts, func(in wire.Instance) bool { return in.ID == ep.InstanceID })
-		if i < 0 || ep.Incarnation != reg.insts[i].Incarnation || ep.Lifecycle == wire.Terminated {
+		if i < 0 || ep.Incarnation != reg.insts[i].Incarnation || ep.Lifecycle == status.Terminated {
 			t.Errorf("endpoint %s incarnation %d %s; want one of the four registered, not terminated", ep.InstanceID, ep.Incarnation, ep.Lifecycle)
 		}
 	}

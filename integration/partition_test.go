@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 	"github.com/miekg/dns"
 )
@@ -152,7 +153,7 @@ func TestPartitionFromAZoneIsSilence(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if e.Verdict != "unknown" || !e.Eligible {
+		if e.Verdict != status.Unknown || !e.Eligible {
 			t.Errorf("%s during the partition: %s; want unknown and eligible", id, describe(e))
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -46,8 +47,8 @@ func TestRestartKeepsState(t *testing.T) {
 	if err != nil {
 		t.Fatalf("drain i-2: %v", err)
 	}
-	if drained.Lifecycle != wire.Draining {
-		t.Fatalf("drain i-2: lifecycle %q; want %q", drained.Lifecycle, wire.Draining)
+	if drained.Lifecycle != status.Draining {
+		t.Fatalf("drain i-2: lifecycle %q; want %q", drained.Lifecycle, status.Draining)
 	}
 	svcBefore, err := cl.Service(ctx, testNS, testSvc)
 	if err != nil {
@@ -88,8 +89,8 @@ func TestRestartKeepsState(t *testing.T) {
 				t.Errorf("i-1: lease expires at %s after the restart, earlier than the renewed %s", e.LeaseExpiry, renewed.LeaseDeadline)
 			}
 		case "i-2":
-			if e.Lifecycle != wire.Draining {
-				t.Errorf("i-2: lifecycle %q after the restart; want %q", e.Lifecycle, wire.Draining)
+			if e.Lifecycle != status.Draining {
+				t.Errorf("i-2: lifecycle %q after the restart; want %q", e.Lifecycle, status.Draining)
 			}
 		}
 	}

@@ -224,7 +224,7 @@ func TestUIServicesAndDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	for id, e := range es {
-		if got := eval[string](t, b, cell(id, "verdict")); got != e.Verdict {
+		if got := eval[string](t, b, cell(id, "verdict")); got != e.Verdict.String() {
 			t.Errorf("%s: verdict cell %q, API %q", id, got, e.Verdict)
 		}
 		if got, want := eval[string](t, b, cell(id, "reasons")), strings.Join(e.Reasons, "; "); got != want && !(got == "-" && want == "") {

@@ -23,8 +23,8 @@ func (n *Node) build(now time.Time) {
 		since := FromNanos(in.RegisteredAt)
 		eligible := in.Lifecycle == status.Ready
 		if h := in.Health; h != nil && h.Incarnation() == in.Incarnation {
-			e.Verdict = parseVerdict(h.Name())
-			e.Flags = status.Flags(h.Flags()) &^ (status.Eligible | status.SlowStart)
+			e.Verdict = h.Verdict()
+			e.Flags = h.Flags() &^ (status.Eligible | status.SlowStart)
 			eligible = eligible && h.Eligible()
 			since = h.EligibleSince()
 		}

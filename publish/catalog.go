@@ -72,7 +72,7 @@ func (cs *Service) StoreKey(i int) wire.InstanceKey {
 func (cs *Service) Record(i int) wire.Instance {
 	in := &cs.Instances[i]
 	return wire.Instance{Namespace: cs.Key.Namespace, Service: cs.Key.Name, ID: cs.InstanceID(i), Incarnation: in.Incarnation,
-		Lifecycle: storeLifecycle(in.Lifecycle), LeaseTTL: in.LeaseTTL, LeaseDeadline: FromNanos(in.LeaseDeadline)}
+		Lifecycle: in.Lifecycle, LeaseTTL: in.LeaseTTL, LeaseDeadline: FromNanos(in.LeaseDeadline)}
 }
 
 // FromNanos is the time of unix nanoseconds as store.Entry gives them
@@ -156,7 +156,7 @@ func (n *Node) Refresh() {
 	}
 	st.EachInstance(func(in store.Entry) {
 		i, ok := idx[in.Key.ServiceKey()]
-		if !ok || in.Lifecycle == wire.Terminated {
+		if !ok || in.Lifecycle == status.Terminated {
 			return
 		}
 		// The key is filled in below, outside the store's lock; until
@@ -165,7 +165,7 @@ func (n *Node) Refresh() {
 			Incarnation: in.Incarnation, Loc: n.locality(in.Region, in.Zone), Addresses: in.Addresses, Ports: in.Ports,
 			Report: in.Report, Health: in.Verdict, LeaseDeadline: in.LeaseDeadline,
 			RegisteredAt: in.RegisteredAt, LeaseTTL: in.LeaseTTL, Weight: int32(in.Weight),
-			Lifecycle: lifecycleOf(in.Lifecycle)})
+			Lifecycle: in.Lifecycle})
 	})
 	n.w.Begin(rev, infos)
 	for si := range c.Services {
@@ -271,35 +271,4 @@ func policyOf(s wire.Service) eval.Policy {
 		}
 	}
 	return p.WithDefaults()
-}
-
-func lifecycleOf(l wire.Lifecycle) status.Lifecycle {
-	switch l {
-	case wire.Ready:
-		return status.Ready
-	case wire.Draining:
-		return status.Draining
-	case wire.Terminated:
-		return status.Terminated
-	}
-	return status.Starting
-}
-
-// storeLifecycle is lifecycleOf's inverse, read from it.
-func storeLifecycle(l status.Lifecycle) wire.Lifecycle {
-	for _, s := range [...]wire.Lifecycle{wire.Ready, wire.Draining, wire.Terminated} {
-		if lifecycleOf(s) == l {
-			return s
-		}
-	}
-	return wire.Starting
-}
-
-func parseVerdict(s string) status.Verdict {
-	for v := status.Unknown; v <= status.Quarantined; v++ {
-		if v.String() == s {
-			return v
-		}
-	}
-	return status.Unknown
 }

@@ -78,7 +78,7 @@ func (n *Node) publishWithdrawals(ctx context.Context) {
 			if e.Key != status.KeyHash(k) || e.Incarnation != w.Incarnation {
 				continue
 			}
-			if l := lifecycleOf(w.Lifecycle); l != status.Ready {
+			if l := w.Lifecycle; l != status.Ready {
 				e.Lifecycle = l
 			}
 			if e.Flags.Has(status.Eligible) {

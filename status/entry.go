@@ -1,6 +1,7 @@
 package status
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 )
@@ -70,6 +71,35 @@ func (v Verdict) String() string {
 	return "verdict(" + strconv.Itoa(int(v)) + ")"
 }
 
+// ParseVerdict returns the verdict named s, one of String's names; any
+// other text is an error naming it.
+func ParseVerdict(s string) (Verdict, error) {
+	for i, name := range verdictNames {
+		if name == s {
+			return Verdict(i), nil
+		}
+	}
+	return Unknown, fmt.Errorf("status: verdict %q is not one of %s", s, strings.Join(verdictNames[:], ", "))
+}
+
+// MarshalText writes v's name, as JSON and YAML carry it; a verdict
+// without a name is an error.
+func (v Verdict) MarshalText() ([]byte, error) {
+	if int(v) >= len(verdictNames) {
+		return nil, fmt.Errorf("status: %s has no name", v)
+	}
+	return []byte(verdictNames[v]), nil
+}
+
+// UnmarshalText reads a name MarshalText writes (ParseVerdict).
+func (v *Verdict) UnmarshalText(b []byte) error {
+	p, err := ParseVerdict(string(b))
+	if err == nil {
+		*v = p
+	}
+	return err
+}
+
 // Lifecycle is the stage of an instance's life as its registrar declared
 // it (SPEC §1), copied from the store.
 type Lifecycle uint8
@@ -94,9 +124,43 @@ func (l Lifecycle) String() string {
 	return "lifecycle(" + strconv.Itoa(int(l)) + ")"
 }
 
+// ParseLifecycle returns the lifecycle named s, one of String's names;
+// any other text is an error naming it.
+func ParseLifecycle(s string) (Lifecycle, error) {
+	for i, name := range lifecycleNames {
+		if name == s {
+			return Lifecycle(i), nil
+		}
+	}
+	return Starting, fmt.Errorf("status: lifecycle %q is not one of %s", s, strings.Join(lifecycleNames[:], ", "))
+}
+
+// MarshalText writes l's name, as JSON and YAML carry it; a lifecycle
+// without a name is an error.
+func (l Lifecycle) MarshalText() ([]byte, error) {
+	if int(l) >= len(lifecycleNames) {
+		return nil, fmt.Errorf("status: %s has no name", l)
+	}
+	return []byte(lifecycleNames[l]), nil
+}
+
+// UnmarshalText reads a name MarshalText writes (ParseLifecycle).
+func (l *Lifecycle) UnmarshalText(b []byte) error {
+	p, err := ParseLifecycle(string(b))
+	if err == nil {
+		*l = p
+	}
+	return err
+}
+
 // Flags is a set of per-instance facts the readers need besides the
 // verdict. The evaluator sets them; the readers act on Eligible and
 // HealthDisregarded and pass the others on (xDS metadata, the API).
+//
+// Flags has names (String, Names) but no MarshalText, on purpose: every
+// encoding that carries them (the API's and the store's JSON, the table
+// file, an agent's view) has always carried the bits as a number, and
+// encoding/json writes a uint8 as one.
 type Flags uint8
 
 // The flags.
@@ -138,6 +202,21 @@ var flagNames = [...]string{
 
 // Has reports whether every flag in g is set in f.
 func (f Flags) Has(g Flags) bool { return f&g == g }
+
+// Names lists the names of the set flags in bit order, unknown bits as
+// hexadecimal ("0x80"); empty, not nil, for none.
+func (f Flags) Names() []string {
+	out := []string{}
+	for i, name := range flagNames {
+		if f&(1<<i) != 0 {
+			out = append(out, name)
+		}
+	}
+	if rest := f &^ (1<<len(flagNames) - 1); rest != 0 {
+		out = append(out, "0x"+strconv.FormatUint(uint64(rest), 16))
+	}
+	return out
+}
 
 // String lists the set flags joined by "|" ("eligible|slow_start"), "0"
 // for none, and unknown bits as hexadecimal.

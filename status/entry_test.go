@@ -1,7 +1,10 @@
 package status
 
 import (
+	"encoding/json"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 	"unsafe"
 )
@@ -98,5 +101,64 @@ func TestNames(t *testing.T) {
 	}
 	if _, ok := none.ID("x"); ok {
 		t.Error("nil Names has x")
+	}
+}
+
+// TestText: every verdict and lifecycle marshals to its SPEC name and
+// back; other text and nameless values are errors naming them; Flags
+// stay a number in JSON.
+func TestText(t *testing.T) {
+	for v := Unknown; v <= Quarantined; v++ {
+		b, err := v.MarshalText()
+		var back Verdict
+		if err != nil || string(b) != v.String() || back.UnmarshalText(b) != nil || back != v {
+			t.Errorf("verdict %d: %q, %v; back %v", v, b, err, back)
+		}
+	}
+	for l := Starting; l <= Terminated; l++ {
+		b, err := l.MarshalText()
+		var back Lifecycle
+		if err != nil || string(b) != l.String() || back.UnmarshalText(b) != nil || back != l {
+			t.Errorf("lifecycle %d: %q, %v; back %v", l, b, err, back)
+		}
+	}
+	for _, bad := range []string{"", "Healthy", "eligible", "ready "} {
+		if _, err := ParseVerdict(bad); err == nil || !strings.Contains(err.Error(), strconv.Quote(bad)) {
+			t.Errorf("ParseVerdict(%q) = %v; want an error naming it", bad, err)
+		}
+	}
+	for _, bad := range []string{"", "Ready", "healthy", "stopped"} {
+		if _, err := ParseLifecycle(bad); err == nil || !strings.Contains(err.Error(), strconv.Quote(bad)) {
+			t.Errorf("ParseLifecycle(%q) = %v; want an error naming it", bad, err)
+		}
+	}
+	if _, err := Verdict(5).MarshalText(); err == nil || !strings.Contains(err.Error(), "verdict(5)") {
+		t.Errorf("Verdict(5).MarshalText: %v", err)
+	}
+	if _, err := Lifecycle(4).MarshalText(); err == nil || !strings.Contains(err.Error(), "lifecycle(4)") {
+		t.Errorf("Lifecycle(4).MarshalText: %v", err)
+	}
+	var v struct {
+		V Verdict
+		L Lifecycle
+		F Flags
+	}
+	if err := json.Unmarshal([]byte(`{"V":"degraded","L":"draining","F":21}`), &v); err != nil || v.V != Degraded || v.L != Draining || v.F != 21 {
+		t.Errorf("decoded %+v, %v", v, err)
+	}
+	if b, _ := json.Marshal(v); string(b) != `{"V":"degraded","L":"draining","F":21}` {
+		t.Errorf("encoded %s", b)
+	}
+	if err := json.Unmarshal([]byte(`{"V":"sick"}`), &v); err == nil || !strings.Contains(err.Error(), `"sick"`) {
+		t.Errorf("an unknown verdict decoded: %v", err)
+	}
+	for f := range 256 {
+		want := []string{}
+		if f != 0 {
+			want = strings.Split(Flags(f).String(), "|")
+		}
+		if got := Flags(f).Names(); !reflect.DeepEqual(got, want) {
+			t.Errorf("Flags(%#x).Names() = %q; want %q", f, got, want)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -101,7 +102,7 @@ func goldenLog(t fataler) *fsmLog {
 	}
 	a := reg("web", "a", wire.Registration{Addresses: []string{"10.0.0.1"}, Region: "eu", Zone: "eu-1", Weight: 50}, "registrar")
 	b := reg("web", "b", wire.Registration{Addresses: []string{"10.0.0.2", "2001:db8::2"}, Ports: map[string]int{"http": 8080, "admin": 9090},
-		Lifecycle: wire.Starting, LeaseTTL: wire.Duration(5 * time.Second), RegistrationID: "boot-1"}, "registrar")
+		Lifecycle: "starting", LeaseTTL: wire.Duration(5 * time.Second), RegistrationID: "boot-1"}, "registrar")
 	reg("web", "b", wire.Registration{Addresses: []string{"10.0.0.2"}, RegistrationID: "boot-2"}, "registrar")
 	c := reg("web", "b", wire.Registration{Addresses: []string{"10.0.0.3"}, RegistrationID: "boot-3"}, "other")
 	_ = b
@@ -119,7 +120,7 @@ func goldenLog(t fataler) *fsmLog {
 	at := l.now.Add(time.Second)
 	ns := time.Date(2025, 3, 1, 12, 0, 1, 123456789, time.UTC)
 	full := wire.Health{
-		Incarnation: a.Instance.Incarnation, Verdict: "quarantined", Eligible: false, HealthEligible: false, Flags: 0x15,
+		Incarnation: a.Instance.Incarnation, Verdict: status.Quarantined, Eligible: false, HealthEligible: false, Flags: 0x15,
 		EligibleSince: ns, FailingSince: ns.Add(time.Second),
 		Failing: []wire.FailingClass{
 			{Class: "probe", Since: ns, Hard: true, Why: "connection refused"},
@@ -130,11 +131,11 @@ func goldenLog(t fataler) *fsmLog {
 		Evidence: &wire.Evidence{Class: "probe", Observer: "n1", At: ns},
 		At:       at,
 	}
-	healthy := wire.Health{Incarnation: c.Instance.Incarnation, Verdict: "healthy", Eligible: true, HealthEligible: true, Flags: 1,
+	healthy := wire.Health{Incarnation: c.Instance.Incarnation, Verdict: status.Healthy, Eligible: true, HealthEligible: true, Flags: 1,
 		EligibleSince: ns, Evidence: &wire.Evidence{Class: "probe", Observer: "n2", At: ns.Add(time.Second)}, At: at}
-	unknown := wire.Health{Incarnation: x.Instance.Incarnation, Verdict: "unknown", Eligible: true, HealthEligible: true, Flags: 1,
+	unknown := wire.Health{Incarnation: x.Instance.Incarnation, Verdict: status.Unknown, Eligible: true, HealthEligible: true, Flags: 1,
 		EligibleSince: ns, Reasons: []string{"no fresh evidence (silence is unknown)"}, At: at}
-	zeroEv := wire.Health{Incarnation: d.Instance.Incarnation, Verdict: "unknown", Evidence: &wire.Evidence{},
+	zeroEv := wire.Health{Incarnation: d.Instance.Incarnation, Verdict: status.Unknown, Evidence: &wire.Evidence{},
 		Reasons: []string{"lifecycle draining"}, At: at}
 	l.must(command{Op: opHealth, At: at, Actor: "evaluator@n1", Health: []HealthUpdate{
 		{Key: webKey("a"), Health: full, Transition: &Transition{From: "eligible", To: "withdrawn", Reason: "probe failing"}},

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -59,15 +60,15 @@ func TestFSMHardExpiry(t *testing.T) {
 		l.must(mutateCmd(opDeregister, "a", in.Incarnation))
 		unchanged(t, l, expire("a", in.Incarnation, in.LeaseDeadline, in.LeaseDeadline.Add(5*ttl)))
 	})
-	for _, life := range []wire.Lifecycle{wire.Ready, wire.Starting, wire.Draining} {
-		t.Run("ends a "+string(life)+" instance at the hard expiry", func(t *testing.T) {
+	for _, life := range []status.Lifecycle{status.Ready, status.Starting, status.Draining} {
+		t.Run("ends a "+life.String()+" instance at the hard expiry", func(t *testing.T) {
 			l, in := setup(t)
 			switch life {
-			case wire.Starting:
+			case status.Starting:
 				c := registerCmd("a", "10.0.0.2")
-				c.Register.Lifecycle, c.Register.Replaces = wire.Starting, in.Incarnation
+				c.Register.Lifecycle, c.Register.Replaces = "starting", in.Incarnation
 				in = l.must(c).Instance
-			case wire.Draining:
+			case status.Draining:
 				l.must(mutateCmd(opDrain, "a", in.Incarnation))
 			}
 			seq := l.f.state().EventSeq
@@ -76,13 +77,13 @@ func TestFSMHardExpiry(t *testing.T) {
 				t.Errorf("result says %d expired, want 1", r.Expired)
 			}
 			got := instanceOf(t, l.f, webKey("a"))
-			if got.Lifecycle != wire.Terminated || !got.TerminatedAt.Equal(at) {
+			if got.Lifecycle != status.Terminated || !got.TerminatedAt.Equal(at) {
 				t.Fatalf("after the hard expiry a is %s since %v, want terminated since %v", got.Lifecycle, got.TerminatedAt, at)
 			}
 			st := l.f.state()
 			e := st.Events[len(st.Events)-1]
-			if st.EventSeq != seq+1 || e.Kind != wire.EventExpired || e.Incarnation != in.Incarnation || e.From != string(life) ||
-				e.To != string(wire.Terminated) || e.Actor != "node:n1" || !strings.Contains(e.Reason, "hard expiry") {
+			if st.EventSeq != seq+1 || e.Kind != wire.EventExpired || e.Incarnation != in.Incarnation || e.From != life.String() ||
+				e.To != status.Terminated.String() || e.Actor != "node:n1" || !strings.Contains(e.Reason, "hard expiry") {
 				t.Errorf("events %d → %d, last %+v; want one %s event %s → terminated by node:n1", seq, st.EventSeq, e, wire.EventExpired, life)
 			}
 			// Applied again (a duplicate entry), it changes nothing.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
 	"github.com/cairn-sd/cairn/wire"
@@ -138,7 +139,7 @@ func TestHardExpiriesPacedByShrinkCap(t *testing.T) {
 	if len(seen) != 4 {
 		t.Errorf("expired %v, want each of a, b, c, d once", allExpired(n.Store))
 	}
-	if got, _ := n.Instance(key(held)); got.Incarnation != again.Incarnation || got.Lifecycle == wire.Terminated {
+	if got, _ := n.Instance(key(held)); got.Incarnation != again.Incarnation || got.Lifecycle == status.Terminated {
 		t.Errorf("%s re-registered before the outage: %+v; want incarnation %d live, with the takeover's grace", held, got, again.Incarnation)
 	}
 }

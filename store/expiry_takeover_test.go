@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
 	"github.com/cairn-sd/cairn/wire"
@@ -50,7 +51,7 @@ func TestGraceSurvivesAWriteBeforeTakeover(t *testing.T) {
 	}
 	got, _ := s.Instance(key("a"))
 	t.Logf("wrote before ready %v; %s LeaseExpiry %v now %v", wrote, got.Lifecycle, s.LeaseExpiry(got), clk.Now())
-	if got.Lifecycle == wire.Terminated || !s.LeaseExpiry(got).After(clk.Now()) {
+	if got.Lifecycle == status.Terminated || !s.LeaseExpiry(got).After(clk.Now()) {
 		t.Errorf("lease a lost its grace")
 	}
 }
@@ -78,7 +79,7 @@ func TestGraceCarriesAcrossASecondLeader(t *testing.T) {
 	clk.Advance(2 * time.Second)
 	n = storetest.Single(t, cfg) // leader B, 5 s after A took over
 	got, _ := n.Instance(key("a"))
-	if got.Lifecycle == wire.Terminated {
+	if got.Lifecycle == status.Terminated {
 		t.Fatalf("a terminated after the second takeover")
 	}
 	if _, err := n.Renew(t.Context(), key("a"), a.Incarnation); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
 	"github.com/cairn-sd/cairn/wire"
@@ -129,7 +130,7 @@ func TestClusterHardExpiry(t *testing.T) {
 	long := registration("sentinel", "10.0.0.3")
 	long.LeaseTTL = wire.Duration(wire.MaxLeaseTTL)
 	sentinel := mustRegister(t, leader.Store, long)
-	if a.Lifecycle != wire.Ready || b.Lifecycle != wire.Ready {
+	if a.Lifecycle != status.Ready || b.Lifecycle != status.Ready {
 		t.Fatalf("registered %s and %s, want both ready", a.Lifecycle, b.Lifecycle)
 	}
 
@@ -145,7 +146,7 @@ func TestClusterHardExpiry(t *testing.T) {
 	clk.Advance(hx.Sub(clk.Now()) - time.Millisecond)
 	housekept(t, leader, sentinel)
 	for _, id := range []string{"a", "b"} {
-		if got, _ := leader.Instance(key(id)); got.Lifecycle != wire.Ready {
+		if got, _ := leader.Instance(key(id)); got.Lifecycle != status.Ready {
 			t.Fatalf("instance %s is %s 1ms before its hard expiry, want ready", id, got.Lifecycle)
 		}
 		if evs := expiredEvents(leader, id); len(evs) != 0 {
@@ -162,7 +163,7 @@ func TestClusterHardExpiry(t *testing.T) {
 	for _, nd := range nodes {
 		storetest.WaitFor(t, wait, func() error {
 			got, _ := nd.Instance(key("a"))
-			if got.Lifecycle != wire.Terminated {
+			if got.Lifecycle != status.Terminated {
 				return fmt.Errorf("%s: instance a is %s at its hard expiry", nd.NodeID(), got.Lifecycle)
 			}
 			if got.TerminatedAt.Before(hx) {
@@ -178,7 +179,7 @@ func TestClusterHardExpiry(t *testing.T) {
 			t.Fatalf("%s: expiry events of a %+v, want one", nd.NodeID(), evs)
 		}
 		e := evs[0]
-		if e.Incarnation != a.Incarnation || e.From != string(wire.Ready) || e.To != string(wire.Terminated) ||
+		if e.Incarnation != a.Incarnation || e.From != status.Ready.String() || e.To != status.Terminated.String() ||
 			e.Actor != "node:n1" || !strings.Contains(e.Reason, "hard expiry") || !strings.Contains(e.Reason, "5 × lease_ttl") {
 			t.Errorf("%s: expiry event %+v; want incarnation %d ready → terminated by node:n1, the reason naming the hard expiry",
 				nd.NodeID(), e, a.Incarnation)
@@ -187,7 +188,7 @@ func TestClusterHardExpiry(t *testing.T) {
 	housekept(t, leader, sentinel)
 	for _, nd := range nodes {
 		got, _ := nd.Instance(key("b"))
-		if got.Lifecycle != wire.Ready || got.LeaseDeadline.Before(renewed.LeaseDeadline) {
+		if got.Lifecycle != status.Ready || got.LeaseDeadline.Before(renewed.LeaseDeadline) {
 			t.Errorf("%s: b, renewed 1ms before its hard expiry, is %s with deadline %v; want ready, %v",
 				nd.NodeID(), got.Lifecycle, got.LeaseDeadline, renewed.LeaseDeadline)
 		}
@@ -202,7 +203,7 @@ func TestClusterHardExpiry(t *testing.T) {
 		t.Errorf("renewing a after its hard expiry: %v, want ErrFenced", err)
 	}
 	again := mustRegister(t, leader.Store, registration("a", "10.0.0.9"))
-	if again.Incarnation <= a.Incarnation || again.Lifecycle != wire.Ready {
+	if again.Incarnation <= a.Incarnation || again.Lifecycle != status.Ready {
 		t.Errorf("registering a again after its hard expiry: %+v", again)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -124,7 +125,7 @@ func (s *Store) expiryAllowance(svc wire.ServiceKey, base int) int {
 func (s *Store) registrationsLocked(svc wire.ServiceKey) int {
 	n := 0
 	for _, r := range s.fsm.instances.svcs[svc] {
-		if r.lifecycle != lcTerminated {
+		if r.lifecycle != status.Terminated {
 			n++
 		}
 	}

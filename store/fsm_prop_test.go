@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 	"pgregory.net/rapid"
 )
@@ -28,7 +29,7 @@ var (
 	propWeights = []int{0, wire.DefaultWeight, 7}
 	propTTLs    = []wire.Duration{0, wire.Duration(30 * time.Second), wire.Duration(5 * time.Second)}
 	propPlaces  = [][2]string{{"", ""}, {"eu", "eu-1"}, {"eu", "eu-2"}}
-	propLife    = []wire.Lifecycle{"", wire.Starting, wire.Ready}
+	propLife    = []string{"", "starting", "ready"}
 	propReports = []wire.Report{
 		{Ready: true},
 		{Ready: false},
@@ -65,10 +66,10 @@ func genHealth(t *rapid.T, inc uint64, at time.Time) wire.Health {
 	}
 	h := wire.Health{
 		Incarnation:    inc,
-		Verdict:        rapid.SampledFrom([]string{"unknown", "healthy", "degraded", "unhealthy", "quarantined"}).Draw(t, "verdict"),
+		Verdict:        rapid.SampledFrom([]status.Verdict{status.Unknown, status.Healthy, status.Degraded, status.Unhealthy, status.Quarantined}).Draw(t, "verdict"),
 		Eligible:       rapid.Bool().Draw(t, "eligible"),
 		HealthEligible: rapid.Bool().Draw(t, "health eligible"),
-		Flags:          uint8(rapid.IntRange(0, 63).Draw(t, "flags")),
+		Flags:          status.Flags(rapid.IntRange(0, 63).Draw(t, "flags")),
 		Reasons:        slices.Clone(rapid.SampledFrom([][]string{nil, {"probe failing: 3 consecutive failures"}, {"lifecycle draining", "slow start"}}).Draw(t, "reasons")),
 		At:             at,
 	}
@@ -85,7 +86,7 @@ func genHealth(t *rapid.T, inc uint64, at time.Time) wire.Health {
 	if rapid.Bool().Draw(t, "evidence") {
 		h.Evidence = &wire.Evidence{Class: "probe", Observer: rapid.SampledFrom([]string{"n1", "n2"}).Draw(t, "observer"), At: ago("evidence at")}
 	}
-	if h.Verdict == "quarantined" {
+	if h.Verdict == status.Quarantined {
 		h.QuarantineLevel = rapid.IntRange(1, 3).Draw(t, "quarantine level")
 		h.QuarantineUntil = at.Add(time.Minute)
 	}
@@ -202,11 +203,11 @@ func registrationFenced(old *wire.Instance, reg wire.Registration) string {
 		return ""
 	case reg.RegistrationID != "" && slices.Contains(old.RetiredRegistrationIDs, reg.RegistrationID):
 		return "a retired registration id"
-	case (old.Lifecycle == wire.Starting || old.Lifecycle == wire.Ready) && sameRegistration(reg, old):
+	case (old.Lifecycle == status.Starting || old.Lifecycle == status.Ready) && sameRegistration(reg, old):
 		return "" // a retry
 	case reg.Replaces != 0 && reg.Replaces != old.Incarnation:
 		return "replaces names another incarnation"
-	case reg.Replaces == 0 && reg.RegistrationID == "" && old.Lifecycle != wire.Terminated:
+	case reg.Replaces == 0 && reg.RegistrationID == "" && old.Lifecycle != status.Terminated:
 		return "replaces a live record it does not name"
 	}
 	return ""
@@ -229,17 +230,17 @@ func (m *fencingModel) register(t *rapid.T) {
 		reg.LeaseTTL = m.svc.Policy.LeaseTTL
 	}
 	if reg.Lifecycle == "" {
-		reg.Lifecycle = wire.Ready
+		reg.Lifecycle = "ready"
 	}
 	old := m.instances[id]
 	// A starting or ready record past its hard expiry is over, ended or
 	// not yet: a registration is fenced as if it had ended, and ends it.
-	over := old != nil && (old.Lifecycle == wire.Starting || old.Lifecycle == wire.Ready) && old.LeaseTTL > 0 &&
+	over := old != nil && (old.Lifecycle == status.Starting || old.Lifecycle == status.Ready) && old.LeaseTTL > 0 &&
 		!at.Before(old.LeaseDeadline.Add((HardExpiryTTLs-1)*old.LeaseTTL.D()))
 	against := old
 	if over {
 		ended := *old
-		ended.Lifecycle = wire.Terminated
+		ended.Lifecycle = status.Terminated
 		against = &ended
 	}
 	if why := registrationFenced(against, reg); why != "" {
@@ -256,10 +257,10 @@ func (m *fencingModel) register(t *rapid.T) {
 		t.Fatalf("registration refused: %v", r.Err)
 	}
 	if over {
-		old.Lifecycle, old.TerminatedAt = wire.Terminated, at
+		old.Lifecycle, old.TerminatedAt = status.Terminated, at
 		m.events++ // expired
 	}
-	if old != nil && (old.Lifecycle == wire.Starting || old.Lifecycle == wire.Ready) && sameRegistration(reg, old) {
+	if old != nil && (old.Lifecycle == status.Starting || old.Lifecycle == status.Ready) && sameRegistration(reg, old) {
 		if r.Created || r.Instance.Incarnation != old.Incarnation {
 			t.Fatalf("identical retry of live %s (incarnation %d): created=%t incarnation %d, want the committed one",
 				id, old.Incarnation, r.Created, r.Instance.Incarnation)
@@ -268,8 +269,8 @@ func (m *fencingModel) register(t *rapid.T) {
 			old.LeaseDeadline = d
 		}
 		// A retry may move starting → ready, never back.
-		if old.Lifecycle == wire.Starting && reg.Lifecycle == wire.Ready {
-			old.Lifecycle = reg.Lifecycle
+		if old.Lifecycle == status.Starting && reg.Lifecycle == "ready" {
+			old.Lifecycle = status.Ready
 			m.events++
 		}
 		return
@@ -294,7 +295,7 @@ func (m *fencingModel) register(t *rapid.T) {
 		RetiredRegistrationIDs: retired, LeaseTTLDefault: ttlDefault,
 		Namespace: "prod", Service: "web", ID: id, Incarnation: m.maxInc,
 		Addresses: reg.Addresses, Ports: reg.Ports, Region: reg.Region, Zone: reg.Zone,
-		Weight: reg.Weight, Lifecycle: reg.Lifecycle, LeaseTTL: reg.LeaseTTL,
+		Weight: reg.Weight, Lifecycle: mustLifecycle(t, reg.Lifecycle), LeaseTTL: reg.LeaseTTL,
 		LeaseDeadline: at.Add(reg.LeaseTTL.D()), Registrar: "registrar", RegistrationID: reg.RegistrationID,
 		SourceRevision: m.l.index, RegisteredAt: at,
 	}
@@ -345,7 +346,7 @@ func (m *fencingModel) mutation(t *rapid.T, id string, c command) (*wire.Instanc
 	case c.Incarnation != cur.Incarnation:
 		unchanged(ErrFenced)
 		return nil, r
-	case cur.Lifecycle == wire.Terminated && c.Op != opDeregister:
+	case cur.Lifecycle == status.Terminated && c.Op != opDeregister:
 		unchanged(ErrFenced)
 		return nil, r
 	}
@@ -362,8 +363,8 @@ func (m *fencingModel) drain(t *rapid.T) {
 	if r.Err != nil {
 		t.Fatalf("drain of %s refused: %v", id, r.Err)
 	}
-	if cur.Lifecycle != wire.Draining {
-		cur.Lifecycle, cur.DrainingSince = wire.Draining, at
+	if cur.Lifecycle != status.Draining {
+		cur.Lifecycle, cur.DrainingSince = status.Draining, at
 		m.events++
 	}
 }
@@ -378,8 +379,8 @@ func (m *fencingModel) deregister(t *rapid.T) {
 	if r.Err != nil {
 		t.Fatalf("deregistration of %s refused: %v", id, r.Err)
 	}
-	if cur.Lifecycle != wire.Terminated {
-		cur.Lifecycle, cur.TerminatedAt = wire.Terminated, at
+	if cur.Lifecycle != status.Terminated {
+		cur.Lifecycle, cur.TerminatedAt = status.Terminated, at
 		m.events++
 	}
 }
@@ -421,7 +422,7 @@ func (m *fencingModel) renew(t *rapid.T) {
 	beforeIn, existed := m.stateOf(id)
 	m.l.must(command{Op: opHousekeep, Leases: []leaseUpdate{{fence{webKey(id), inc}, d}}})
 	cur := m.instances[id]
-	if cur == nil || inc != cur.Incarnation || cur.Lifecycle == wire.Terminated {
+	if cur == nil || inc != cur.Incarnation || cur.Lifecycle == status.Terminated {
 		if afterIn, _ := m.stateOf(id); existed && !reflect.DeepEqual(beforeIn, afterIn) {
 			t.Fatalf("a checkpoint for incarnation %d changed %s:\nbefore %+v\nafter  %+v", inc, id, beforeIn, afterIn)
 		}
@@ -437,8 +438,8 @@ func (m *fencingModel) terminate(t *rapid.T) {
 	inc := m.drawInc(t, id)
 	at := m.tick(t)
 	m.l.must(command{Op: opHousekeep, Terminate: []fence{{webKey(id), inc}}})
-	if cur := m.instances[id]; cur != nil && cur.Incarnation == inc && cur.Lifecycle == wire.Draining {
-		cur.Lifecycle, cur.TerminatedAt = wire.Terminated, at
+	if cur := m.instances[id]; cur != nil && cur.Incarnation == inc && cur.Lifecycle == status.Draining {
+		cur.Lifecycle, cur.TerminatedAt = status.Terminated, at
 		m.events++
 	}
 }
@@ -468,14 +469,14 @@ func (m *fencingModel) expire(t *rapid.T) {
 	at := m.tick(t)
 	beforeIn, existed := m.stateOf(id)
 	m.l.must(command{Op: opHousekeep, Actor: "node:n1", Expire: []leaseUpdate{{fence{webKey(id), inc}, deadline}}})
-	if cur == nil || cur.Incarnation != inc || cur.Lifecycle == wire.Terminated ||
+	if cur == nil || cur.Incarnation != inc || cur.Lifecycle == status.Terminated ||
 		cur.LeaseDeadline.After(deadline) || at.Before(deadline.Add(4*cur.LeaseTTL.D())) {
 		if afterIn, _ := m.stateOf(id); existed && !reflect.DeepEqual(beforeIn, afterIn) {
 			t.Fatalf("an expiry of incarnation %d judged at %v changed %s:\nbefore %+v\nafter  %+v", inc, deadline, id, beforeIn, afterIn)
 		}
 		return
 	}
-	cur.Lifecycle, cur.TerminatedAt = wire.Terminated, at
+	cur.Lifecycle, cur.TerminatedAt = status.Terminated, at
 	m.events++
 }
 
@@ -484,7 +485,7 @@ func (m *fencingModel) prune(t *rapid.T) {
 	before := at.Add(-time.Duration(rapid.IntRange(0, 60).Draw(t, "age")) * time.Second)
 	m.l.must(command{Op: opHousekeep, PruneBefore: before})
 	for id, in := range m.instances {
-		if in.Lifecycle == wire.Terminated && in.TerminatedAt.Before(before) {
+		if in.Lifecycle == status.Terminated && in.TerminatedAt.Before(before) {
 			delete(m.instances, id)
 		}
 	}
@@ -505,7 +506,7 @@ func (m *fencingModel) health(t *rapid.T) {
 		ServiceEvents: evs})
 	m.events += evaluatorEvents(evs)
 	cur := m.instances[id]
-	if cur == nil || inc != cur.Incarnation || cur.Lifecycle == wire.Terminated {
+	if cur == nil || inc != cur.Incarnation || cur.Lifecycle == status.Terminated {
 		if afterIn, _ := m.stateOf(id); existed && !reflect.DeepEqual(beforeIn, afterIn) {
 			t.Fatalf("health for incarnation %d changed %s:\nbefore %+v\nafter  %+v", inc, id, beforeIn, afterIn)
 		}
@@ -792,7 +793,7 @@ func TestPropRegistrationFencing(t *testing.T) {
 					t.Fatalf("new incarnation %d after %d: incarnations must only grow", r.Instance.Incarnation, maxInc)
 				}
 				maxInc = r.Instance.Incarnation
-				if old != nil && old.Lifecycle != wire.Terminated && reg.RegistrationID == "" && reg.Replaces != old.Incarnation {
+				if old != nil && old.Lifecycle != status.Terminated && reg.RegistrationID == "" && reg.Replaces != old.Incarnation {
 					t.Fatalf("registration %+v without a registration id replaced live incarnation %d (%s) it did not name",
 						reg, old.Incarnation, old.Lifecycle)
 				}
@@ -853,4 +854,13 @@ func TestPropRegistrationFencing(t *testing.T) {
 			},
 		})
 	})
+}
+
+// mustLifecycle is the lifecycle a normalized registration names.
+func mustLifecycle(t *rapid.T, s string) status.Lifecycle {
+	l, err := status.ParseLifecycle(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 	"github.com/hashicorp/raft"
 )
@@ -329,12 +330,12 @@ func TestFSMRegisterRetryWithNewLifecycleKeepsIncarnation(t *testing.T) {
 	l := newLog(t)
 	l.must(applySvc(webService()))
 	c := registerCmd("a")
-	c.Register.Lifecycle = wire.Starting
+	c.Register.Lifecycle = "starting"
 	first := l.must(c).Instance
 	c = registerCmd("a")
-	c.Register.Lifecycle = wire.Ready
+	c.Register.Lifecycle = "ready"
 	r := l.must(c)
-	if r.Created || r.Instance.Incarnation != first.Incarnation || r.Instance.Lifecycle != wire.Ready {
+	if r.Created || r.Instance.Incarnation != first.Incarnation || r.Instance.Lifecycle != status.Ready {
 		t.Errorf("starting→ready retry: created=%t incarnation %d lifecycle %s, want false %d ready",
 			r.Created, r.Instance.Incarnation, r.Instance.Lifecycle, first.Incarnation)
 	}
@@ -375,29 +376,29 @@ func TestFSMAuditRingIsCapped(t *testing.T) {
 func TestFSMHousekeepTerminatesOnlyMatchingDrainingInstance(t *testing.T) {
 	tests := []struct {
 		name      string
-		lifecycle wire.Lifecycle
+		lifecycle status.Lifecycle
 		staleInc  bool
-		want      wire.Lifecycle
+		want      status.Lifecycle
 	}{
-		{"draining, current incarnation", wire.Draining, false, wire.Terminated},
-		{"draining, stale incarnation", wire.Draining, true, wire.Draining},
-		{"ready, current incarnation", wire.Ready, false, wire.Ready},
-		{"starting, current incarnation", wire.Starting, false, wire.Starting},
-		{"terminated, current incarnation", wire.Terminated, false, wire.Terminated},
+		{"draining, current incarnation", status.Draining, false, status.Terminated},
+		{"draining, stale incarnation", status.Draining, true, status.Draining},
+		{"ready, current incarnation", status.Ready, false, status.Ready},
+		{"starting, current incarnation", status.Starting, false, status.Starting},
+		{"terminated, current incarnation", status.Terminated, false, status.Terminated},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			l := newLog(t)
 			l.must(applySvc(webService()))
 			c := registerCmd("a")
-			if tt.lifecycle == wire.Starting {
-				c.Register.Lifecycle = wire.Starting
+			if tt.lifecycle == status.Starting {
+				c.Register.Lifecycle = "starting"
 			}
 			inc := l.must(c).Instance.Incarnation
 			switch tt.lifecycle {
-			case wire.Draining:
+			case status.Draining:
 				l.must(mutateCmd(opDrain, "a", inc))
-			case wire.Terminated:
+			case status.Terminated:
 				l.must(mutateCmd(opDeregister, "a", inc))
 			}
 			fenceInc := inc
@@ -412,7 +413,7 @@ func TestFSMHousekeepTerminatesOnlyMatchingDrainingInstance(t *testing.T) {
 				t.Fatalf("lifecycle %s, want %s", after.Lifecycle, tt.want)
 			}
 			st := l.f.state()
-			if tt.want == wire.Terminated && tt.lifecycle == wire.Draining {
+			if tt.want == status.Terminated && tt.lifecycle == status.Draining {
 				if after.TerminatedAt != l.now {
 					t.Errorf("TerminatedAt %v, want the entry's time %v", after.TerminatedAt, l.now)
 				}
@@ -667,8 +668,8 @@ func TestFSMRegistrationID(t *testing.T) {
 	if r := l.apply(command{Op: opDrain, Key: webKey("a"), Incarnation: first.Incarnation}); !errors.Is(r.Err, ErrFenced) {
 		t.Fatalf("the old process drained the new one: %v", r.Err)
 	}
-	c.Register.Lifecycle = wire.Starting
-	if r := l.must(c); r.Created || r.Instance.Lifecycle != wire.Ready {
+	c.Register.Lifecycle = "starting"
+	if r := l.must(c); r.Created || r.Instance.Lifecycle != status.Ready {
 		t.Fatalf("a late retry saying starting: created=%t lifecycle %s, want false ready", r.Created, r.Instance.Lifecycle)
 	}
 	// A late retry of the predecessor's registration does not fence its

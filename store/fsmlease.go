@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -18,7 +19,7 @@ func (f *fsm) housekeep(c command) int {
 	expired := 0
 	for _, l := range c.Leases {
 		in := f.instances.get(l.Key)
-		if in == nil || in.incarnation != l.Incarnation || in.lifecycle == lcTerminated {
+		if in == nil || in.incarnation != l.Incarnation || in.lifecycle == status.Terminated {
 			continue
 		}
 		if d := nanos(l.Deadline); d > in.leaseDeadline {
@@ -27,19 +28,19 @@ func (f *fsm) housekeep(c command) int {
 	}
 	for _, t := range c.Terminate {
 		in := f.instances.get(t.Key)
-		if in == nil || in.incarnation != t.Incarnation || in.lifecycle != lcDraining {
+		if in == nil || in.incarnation != t.Incarnation || in.lifecycle != status.Draining {
 			continue
 		}
-		in.lifecycle = lcTerminated
+		in.lifecycle = status.Terminated
 		in.change(func(m *recordMore) { m.terminatedAt = nanos(c.At) })
 		f.withdraw(in)
 		f.record(wire.Event{At: c.At, Kind: wire.EventTerminated, Namespace: in.svc.Namespace, Service: in.svc.Name,
-			Instance: in.id, Incarnation: in.incarnation, From: string(wire.Draining), To: string(wire.Terminated),
+			Instance: in.id, Incarnation: in.incarnation, From: status.Draining.String(), To: status.Terminated.String(),
 			Reason: "drain window over", Actor: c.Actor})
 	}
 	for _, l := range c.Expire {
 		in := f.instances.get(l.Key)
-		if in == nil || in.incarnation != l.Incarnation || in.lifecycle == lcTerminated || in.leaseTTL <= 0 {
+		if in == nil || in.incarnation != l.Incarnation || in.lifecycle == status.Terminated || in.leaseTTL <= 0 {
 			continue
 		}
 		// A renewal applied since the leader judged the lease wins, and
@@ -54,7 +55,7 @@ func (f *fsm) housekeep(c command) int {
 	if !c.PruneBefore.IsZero() {
 		before := nanos(c.PruneBefore)
 		for in := range f.instances.all {
-			if in.lifecycle == lcTerminated && in.terminatedAt() < before {
+			if in.lifecycle == status.Terminated && in.terminatedAt() < before {
 				f.instances.del(in)
 			}
 		}
@@ -65,12 +66,12 @@ func (f *fsm) housekeep(c command) int {
 // endAtHardExpiry terminates in, whose lease ran out at deadline and is
 // past its hard expiry at at, with an audit event "expired".
 func (f *fsm) endAtHardExpiry(in *record, at, deadline time.Time, actor, why string) {
-	from := in.lifecycle.wire()
-	in.lifecycle = lcTerminated
+	from := in.lifecycle
+	in.lifecycle = status.Terminated
 	in.change(func(m *recordMore) { m.terminatedAt = nanos(at) })
 	f.withdraw(in)
 	f.record(wire.Event{At: at, Kind: wire.EventExpired, Namespace: in.svc.Namespace, Service: in.svc.Name,
-		Instance: in.id, Incarnation: in.incarnation, From: string(from), To: string(wire.Terminated),
+		Instance: in.id, Incarnation: in.incarnation, From: from.String(), To: status.Terminated.String(),
 		Reason: fmt.Sprintf("lease past its hard expiry (%d × lease_ttl %s since the last renewal; the lease ran out at %s)%s",
 			HardExpiryTTLs, in.leaseTTL, deadline.Format(time.RFC3339Nano), why),
 		Actor: actor})
@@ -83,7 +84,7 @@ func (f *fsm) endAtHardExpiry(in *record, at, deadline time.Time, actor, why str
 // draining one is on its way out, and replacing it still needs its
 // incarnation named.)
 func overAt(in *record, at time.Time) bool {
-	return in != nil && (in.lifecycle == lcStarting || in.lifecycle == lcReady) && in.leaseTTL > 0 &&
+	return in != nil && (in.lifecycle == status.Starting || in.lifecycle == status.Ready) && in.leaseTTL > 0 &&
 		!at.Before(hardExpiry(fromNanos(in.leaseDeadline), in.leaseTTL.D()))
 }
 
@@ -106,7 +107,7 @@ func hardExpiry(exp time.Time, ttl time.Duration) time.Time {
 // that was over by silent stays over. O(instances), once per takeover.
 func (f *fsm) grace(since, silent time.Time) {
 	for in := range f.instances.all {
-		if in.lifecycle == lcTerminated || in.leaseTTL <= 0 {
+		if in.lifecycle == status.Terminated || in.leaseTTL <= 0 {
 			continue
 		}
 		ttl := in.leaseTTL.D()

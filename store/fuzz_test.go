@@ -127,7 +127,7 @@ func FuzzFSMApply(f *testing.F) {
 		applySvc(fullService(f), wire.Service{Namespace: "x"}),
 		registerCmd("a"),
 		registerCmd("d", "2001:db8::1"),
-		{Op: opRegister, Key: key("a"), Register: &wire.Registration{ID: "a", Addresses: []string{"10.0.0.1"}, Ports: map[string]int{"http": 8080}, Lifecycle: wire.Starting}},
+		{Op: opRegister, Key: key("a"), Register: &wire.Registration{ID: "a", Addresses: []string{"10.0.0.1"}, Ports: map[string]int{"http": 8080}, Lifecycle: "starting"}},
 		mutateCmd(opDrain, "a", 1),
 		mutateCmd(opDrain, "a", 2),
 		mutateCmd(opDeregister, "b", 2),

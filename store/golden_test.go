@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -38,23 +39,23 @@ func golden(t *testing.T, name string, got []byte) {
 // the JSON and the binary health form.
 func goldenCommands() []command {
 	at := t0.Add(time.Minute)
-	reg := func(id string, lc wire.Lifecycle) command {
+	reg := func(id string, lc string) command {
 		return command{Op: opRegister, At: at, Actor: "registrar", Key: webKey(id), Register: &wire.Registration{
 			Namespace: "prod", Service: "web", ID: id, Addresses: []string{"10.0.0.9"}, Ports: map[string]int{"http": 8080},
 			Weight: 100, LeaseTTL: wire.Duration(30 * time.Second), Lifecycle: lc}}
 	}
 	ev := &wire.Evidence{Class: "probe", Observer: "n1", At: at}
 	var updates []HealthUpdate
-	for i, v := range []string{"unknown", "healthy", "degraded", "unhealthy", "quarantined"} {
-		h := wire.Health{Incarnation: uint64(i + 1), Verdict: v, Eligible: i < 3, HealthEligible: i < 2, Flags: uint8(1<<i | 1<<(6-i)),
-			EligibleSince: at, Reasons: []string{v}, At: at}
+	for i, v := range []status.Verdict{status.Unknown, status.Healthy, status.Degraded, status.Unhealthy, status.Quarantined} {
+		h := wire.Health{Incarnation: uint64(i + 1), Verdict: v, Eligible: i < 3, HealthEligible: i < 2, Flags: status.Flags(1<<i | 1<<(6-i)),
+			EligibleSince: at, Reasons: []string{v.String()}, At: at}
 		if i >= 3 {
 			h.FailingSince = at
 			h.Failing = []wire.FailingClass{{Class: "probe", Since: at, Hard: i == 3, Why: "refused"}}
 			h.QuarantineLevel, h.QuarantineUntil = i-3, at.Add(time.Minute)
 			h.Evidence = ev
 		}
-		u := HealthUpdate{Key: webKey(v), Health: h}
+		u := HealthUpdate{Key: webKey(v.String()), Health: h}
 		if i == 4 {
 			u.Transition = &Transition{From: "eligible", To: "withdrawn", Reason: "flapping"}
 		}
@@ -65,7 +66,7 @@ func goldenCommands() []command {
 	// A health command with anything else set goes as JSON.
 	asJSON := health
 	asJSON.Incarnation = 1
-	return []command{reg("s", wire.Starting), reg("r", wire.Ready), health, asJSON,
+	return []command{reg("s", "starting"), reg("r", "ready"), health, asJSON,
 		mutateCmd(opDrain, "r", 2), {Op: opHousekeep, At: at, Terminate: []fence{{webKey("r"), 2}}}}
 }
 
@@ -101,7 +102,7 @@ func TestGoldenSnapshot(t *testing.T) {
 	l := goldenLog(t)
 	at := l.now.Add(time.Second)
 	s := l.must(command{Op: opRegister, Actor: "svc:api", Key: wire.InstanceKey{Namespace: "prod", Service: "api", ID: "s"},
-		Register: &wire.Registration{ID: "s", Addresses: []string{"10.1.0.3"}, Ports: map[string]int{"grpc": 9000}, Lifecycle: wire.Starting}})
+		Register: &wire.Registration{ID: "s", Addresses: []string{"10.1.0.3"}, Ports: map[string]int{"grpc": 9000}, Lifecycle: "starting"}})
 	y := l.f.state().Instances
 	var yInc uint64
 	for _, in := range y {
@@ -111,9 +112,9 @@ func TestGoldenSnapshot(t *testing.T) {
 	}
 	l.must(command{Op: opHealth, At: at, Actor: "evaluator@n1", Health: []HealthUpdate{
 		{Key: wire.InstanceKey{Namespace: "prod", Service: "api", ID: "s"}, Health: wire.Health{Incarnation: s.Instance.Incarnation,
-			Verdict: "unhealthy", Flags: 0x10, FailingSince: at, Reasons: []string{"lease expired"}, At: at}},
+			Verdict: status.Unhealthy, Flags: 0x10, FailingSince: at, Reasons: []string{"lease expired"}, At: at}},
 		{Key: wire.InstanceKey{Namespace: "prod", Service: "api", ID: "y"}, Health: wire.Health{Incarnation: yInc,
-			Verdict: "degraded", Eligible: true, HealthEligible: true, Flags: 0x49, EligibleSince: at, At: at}},
+			Verdict: status.Degraded, Eligible: true, HealthEligible: true, Flags: 0x49, EligibleSince: at, At: at}},
 	}})
 	snap := snapshotBytes(t, l.f)
 	golden(t, "snapshot.golden", snap)

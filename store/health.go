@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -73,7 +74,7 @@ func (s *Store) CommitHealth(ctx context.Context, actor string, ups []HealthUpda
 func (f *fsm) commitHealth(c command) {
 	for _, u := range c.Health {
 		in := f.instances.get(u.Key)
-		if in == nil || in.incarnation != u.Health.Incarnation || in.lifecycle == lcTerminated {
+		if in == nil || in.incarnation != u.Health.Incarnation || in.lifecycle == status.Terminated {
 			continue
 		}
 		h := u.Health

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
 	"github.com/cairn-sd/cairn/wire"
@@ -17,7 +18,7 @@ import (
 // incarnation inc.
 func sampleHealth(inc uint64, at time.Time) wire.Health {
 	return wire.Health{
-		Incarnation: inc, Verdict: "unhealthy", Eligible: false, HealthEligible: false, Flags: 1 << 4,
+		Incarnation: inc, Verdict: status.Unhealthy, Eligible: false, HealthEligible: false, Flags: 1 << 4,
 		EligibleSince: at.Add(-time.Hour), FailingSince: at.Add(-time.Minute),
 		Failing: []wire.FailingClass{
 			{Class: "probe", Since: at.Add(-time.Minute), Hard: true, Why: "hard failure (connection refused)"},
@@ -118,7 +119,7 @@ func TestCommitHealth(t *testing.T) {
 
 	// The next verdict replaces the last.
 	clk.Advance(time.Second)
-	healed := wire.Health{Incarnation: a.Incarnation, Verdict: "healthy", Eligible: true, HealthEligible: true, Flags: 1,
+	healed := wire.Health{Incarnation: a.Incarnation, Verdict: status.Healthy, Eligible: true, HealthEligible: true, Flags: 1,
 		EligibleSince: clk.Now(), At: clk.Now()}
 	if err := n.CommitHealth(ctx, "evaluator@n1", []store.HealthUpdate{{Key: key("a"), Health: healed}}, nil); err != nil {
 		t.Fatal(err)
@@ -168,7 +169,7 @@ func TestCommitHealthLimits(t *testing.T) {
 
 	many := make([]store.HealthUpdate, store.MaxHealthUpdates+1)
 	for i := range many {
-		many[i] = store.HealthUpdate{Key: key(fmt.Sprintf("i%d", i)), Health: wire.Health{Incarnation: 1, Verdict: "healthy"}}
+		many[i] = store.HealthUpdate{Key: key(fmt.Sprintf("i%d", i)), Health: wire.Health{Incarnation: 1, Verdict: status.Healthy}}
 	}
 	err := n.CommitHealth(ctx, "evaluator@n1", many, nil)
 	var fe *wire.FieldError
@@ -194,7 +195,7 @@ func TestCommitHealthOnFollower(t *testing.T) {
 	leader := storetest.Leader(t, nodes)
 	mustApply(t, leader.Store, webService(time.Hour))
 	a := mustRegister(t, leader.Store, registration("a", "10.0.0.1"))
-	up := []store.HealthUpdate{{Key: key("a"), Health: wire.Health{Incarnation: a.Incarnation, Verdict: "healthy", Eligible: true}}}
+	up := []store.HealthUpdate{{Key: key("a"), Health: wire.Health{Incarnation: a.Incarnation, Verdict: status.Healthy, Eligible: true}}}
 	for _, f := range followers(nodes, leader) {
 		storetest.WaitFor(t, wait, func() error {
 			if _, ok := f.Instance(key("a")); !ok {

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -149,7 +150,10 @@ func (e *healthEncoder) update(u *HealthUpdate) {
 	e.str(u.Key.ID)
 	h := &u.Health
 	e.uint(h.Incarnation)
-	e.str(h.Verdict)
+	if h.Verdict > status.Quarantined {
+		e.bad = true // nameless: JSON refuses it too
+	}
+	e.str(h.Verdict.String())
 	var bits byte
 	if h.Eligible {
 		bits |= hbEligible
@@ -163,7 +167,7 @@ func (e *healthEncoder) update(u *HealthUpdate) {
 	if u.Transition != nil {
 		bits |= hbTransition
 	}
-	e.b = append(e.b, bits, h.Flags)
+	e.b = append(e.b, bits, byte(h.Flags))
 	e.time(h.EligibleSince)
 	e.time(h.FailingSince)
 	e.uint(uint64(len(h.Failing)))
@@ -354,7 +358,11 @@ func (d *healthDecoder) update(u *HealthUpdate) {
 	u.Key.ID = d.str()
 	h := &u.Health
 	h.Incarnation = d.uint()
-	h.Verdict = d.str()
+	if v, err := status.ParseVerdict(d.str()); err != nil {
+		d.fail("%v", err)
+	} else {
+		h.Verdict = v
+	}
 	bits := d.byte()
 	if bits&^hbKnown != 0 {
 		d.fail("unknown health bits %#x", bits)
@@ -362,7 +370,7 @@ func (d *healthDecoder) update(u *HealthUpdate) {
 	}
 	h.Eligible = bits&hbEligible != 0
 	h.HealthEligible = bits&hbHealthEligible != 0
-	h.Flags = d.byte()
+	h.Flags = status.Flags(d.byte())
 	h.EligibleSince = d.time()
 	h.FailingSince = d.time()
 	if n := d.count(minFailingBytes); n > 0 {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -17,7 +18,7 @@ import (
 func sampleHealthCommands(at time.Time) []command {
 	ns := time.Date(2025, 3, 1, 12, 0, 1, 123456789, time.UTC)
 	full := wire.Health{
-		Incarnation: 1, Verdict: "unhealthy", Eligible: false, HealthEligible: true, Flags: 0x15,
+		Incarnation: 1, Verdict: status.Unhealthy, Eligible: false, HealthEligible: true, Flags: 0x15,
 		EligibleSince: ns, FailingSince: ns.Add(time.Second),
 		Failing: []wire.FailingClass{
 			{Class: "probe", Since: ns, Hard: true, Why: "connection refused"},
@@ -28,8 +29,8 @@ func sampleHealthCommands(at time.Time) []command {
 		Evidence: &wire.Evidence{Class: "probe", Observer: "n1", At: ns},
 		At:       at,
 	}
-	bare := wire.Health{Incarnation: 2, Verdict: "healthy", Eligible: true, HealthEligible: true, At: at}
-	negative := wire.Health{Incarnation: 1 << 40, Verdict: "unknown", QuarantineLevel: -1,
+	bare := wire.Health{Incarnation: 2, Verdict: status.Healthy, Eligible: true, HealthEligible: true, At: at}
+	negative := wire.Health{Incarnation: 1 << 40, Verdict: status.Unknown, QuarantineLevel: -1,
 		EligibleSince: time.Date(1969, 12, 31, 23, 59, 59, 999999999, time.UTC),
 		Failing:       []wire.FailingClass{}, Reasons: []string{}, Evidence: &wire.Evidence{}}
 	return []command{
@@ -88,7 +89,7 @@ func TestHealthEntryReadsAsJSON(t *testing.T) {
 // as JSON rather than failing the commit.
 func TestHealthEntryFallsBackToJSON(t *testing.T) {
 	for name, h := range map[string]wire.Health{
-		"invalid UTF-8": {Verdict: "bad\xff"},
+		"invalid UTF-8": {Reasons: []string{"bad\xff"}},
 		"year 10000":    {At: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)},
 		"another field": {},
 	} {
@@ -195,7 +196,7 @@ func BenchmarkHealthEntry(b *testing.B) {
 	ups := make([]HealthUpdate, 200)
 	for i := range ups {
 		ups[i] = HealthUpdate{Key: wire.InstanceKey{Namespace: "prod", Service: "svc-17", ID: "i-" + string(rune('a'+i%26)) + "0123456789"},
-			Health: wire.Health{Incarnation: uint64(i + 1), Verdict: "unhealthy", HealthEligible: false, Flags: 4,
+			Health: wire.Health{Incarnation: uint64(i + 1), Verdict: status.Unhealthy, HealthEligible: false, Flags: 4,
 				EligibleSince: at.Add(-time.Hour), FailingSince: at,
 				Failing:  []wire.FailingClass{{Class: "probe", Since: at, Why: "connection refused"}},
 				Reasons:  []string{"probe failing"},

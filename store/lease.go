@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -43,7 +44,7 @@ func (s *Store) Renew(ctx context.Context, key wire.InstanceKey, inc uint64) (wi
 	if err != nil {
 		return wire.Instance{}, err
 	}
-	if rec.lifecycle == lcTerminated {
+	if rec.lifecycle == status.Terminated {
 		return wire.Instance{}, fmt.Errorf("instance %s is deregistered: %w", key, ErrFenced)
 	}
 	in := rec.view()
@@ -69,7 +70,7 @@ func (s *Store) Renew(ctx context.Context, key wire.InstanceKey, inc uint64) (wi
 		// later reading of the clock and committed its end first.
 		s.fsm.mu.RLock()
 		cur, ferr := s.fsm.current(key, inc)
-		ended := ferr == nil && cur.lifecycle == lcTerminated
+		ended := ferr == nil && cur.lifecycle == status.Terminated
 		s.fsm.mu.RUnlock()
 		if ferr != nil {
 			return wire.Instance{}, ferr
@@ -169,7 +170,7 @@ func (s *Store) overlay(in wire.Instance) wire.Instance {
 	s.leaseMu.Lock()
 	l, ok := s.leases[in.Key()]
 	s.leaseMu.Unlock()
-	if ok && l.Incarnation == in.Incarnation && in.Lifecycle != wire.Terminated && l.Deadline.After(in.LeaseDeadline) {
+	if ok && l.Incarnation == in.Incarnation && in.Lifecycle != status.Terminated && l.Deadline.After(in.LeaseDeadline) {
 		in.LeaseDeadline = l.Deadline
 	}
 	return in
@@ -187,7 +188,7 @@ func (s *Store) replyDeadline(in wire.Instance) wire.Instance {
 	}
 	s.fsm.mu.RLock()
 	cur := s.fsm.instances.get(in.Key())
-	if cur != nil && cur.incarnation == in.Incarnation && cur.lifecycle != lcTerminated && cur.leaseDeadline > nanos(in.LeaseDeadline) {
+	if cur != nil && cur.incarnation == in.Incarnation && cur.lifecycle != status.Terminated && cur.leaseDeadline > nanos(in.LeaseDeadline) {
 		in.LeaseDeadline = fromNanos(cur.leaseDeadline)
 	}
 	s.fsm.mu.RUnlock()
@@ -390,7 +391,7 @@ func (s *Store) housekeepOnce(ctx context.Context) (bool, error) {
 		if s.fsm.instances.get(k) != in {
 			continue // gone or replaced meanwhile
 		}
-		if in.lifecycle == lcDraining {
+		if in.lifecycle == status.Draining {
 			svc := s.fsm.services[k.ServiceKey()]
 			if svc != nil && !now.Before(fromNanos(in.drainingSince()).Add(svc.Policy.DrainWindow.D())) {
 				if len(c.Terminate) == maxTerminationsPerEntry {
@@ -402,7 +403,7 @@ func (s *Store) housekeepOnce(ctx context.Context) (bool, error) {
 			}
 		}
 		switch {
-		case in.lifecycle == lcTerminated:
+		case in.lifecycle == status.Terminated:
 			if in.terminatedAt() < nanos(pruneBefore) {
 				c.PruneBefore = pruneBefore
 			}
@@ -413,7 +414,7 @@ func (s *Store) housekeepOnce(ctx context.Context) (bool, error) {
 			// The overlay takes leaseMu under the FSM's read lock; nothing
 			// takes them in the other order.
 			exp := s.leaseExpiry(s.overlay(wire.Instance{Namespace: k.Namespace, Service: k.Service, ID: k.ID,
-				Incarnation: in.incarnation, Lifecycle: in.lifecycle.wire(), LeaseTTL: in.leaseTTL,
+				Incarnation: in.incarnation, Lifecycle: in.lifecycle, LeaseTTL: in.leaseTTL,
 				LeaseDeadline: fromNanos(in.leaseDeadline)}), since)
 			if now.Before(hardExpiry(exp, in.leaseTTL.D())) {
 				continue

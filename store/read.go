@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -66,7 +67,7 @@ func (s *Store) AllInstances() []wire.Instance {
 type Entry struct {
 	Key          wire.InstanceKey
 	Incarnation  uint64
-	Lifecycle    wire.Lifecycle
+	Lifecycle    status.Lifecycle
 	Region, Zone string
 	Addresses    []string
 	Ports        map[string]int
@@ -88,7 +89,7 @@ func (s *Store) EachInstance(fn func(Entry)) {
 	s.fsm.mu.RLock()
 	defer s.fsm.mu.RUnlock()
 	for in := range s.fsm.instances.all {
-		fn(Entry{Key: in.key(), Incarnation: in.incarnation, Lifecycle: in.lifecycle.wire(),
+		fn(Entry{Key: in.key(), Incarnation: in.incarnation, Lifecycle: in.lifecycle,
 			Region: in.origin.region, Zone: in.origin.zone, Addresses: in.addresses, Ports: in.ports,
 			Weight: int(in.weight), LeaseTTL: in.leaseTTL, LeaseDeadline: in.leaseDeadline,
 			RegisteredAt: in.registeredAt, Report: in.report(), Verdict: in.verdict})

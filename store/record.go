@@ -7,13 +7,14 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 )
 
 // record is how the FSM keeps one instance: what wire.Instance says, in
 // 128 bytes instead of 336 and its verdict in 48 instead of about 200.
 // Times are unix nanoseconds in UTC (see nanos); the service's name, the
-// locality and registrar, and a verdict's name, flags and reasons point
+// locality and registrar, and a verdict's reasons point
 // at copies the records share; what most live instances lack (a
 // registration id, retired ids, a self-report, a drain or an end) sits
 // behind one pointer, nil until there is some. The API's wire.Instance is made
@@ -38,7 +39,7 @@ type record struct {
 	leaseDeadline  int64
 	registeredAt   int64
 	weight         uint16 // 1–65535 (wire.Registration.Normalize)
-	lifecycle      lifecycle
+	lifecycle      status.Lifecycle
 	ttlDefault     bool
 }
 
@@ -71,39 +72,6 @@ func (r *record) get() recordMore {
 		return recordMore{drainingSince: noTime, terminatedAt: noTime}
 	}
 	return *r.more
-}
-
-// lifecycle is a wire.Lifecycle in a byte.
-type lifecycle uint8
-
-const (
-	lcStarting lifecycle = iota
-	lcReady
-	lcDraining
-	lcTerminated
-)
-
-func (l lifecycle) wire() wire.Lifecycle {
-	switch l {
-	case lcStarting:
-		return wire.Starting
-	case lcReady:
-		return wire.Ready
-	case lcDraining:
-		return wire.Draining
-	}
-	return wire.Terminated
-}
-
-// lifecycleOf returns the code of l; ok is false for a name SPEC §1 does
-// not define.
-func lifecycleOf(l wire.Lifecycle) (lifecycle, bool) {
-	for c := lcStarting; c <= lcTerminated; c++ {
-		if c.wire() == l {
-			return c, true
-		}
-	}
-	return 0, false
 }
 
 // noTime is the nanoseconds of the zero time.
@@ -169,7 +137,7 @@ func (r *record) bare() wire.Instance {
 		Region:                 r.origin.region,
 		Zone:                   r.origin.zone,
 		Weight:                 int(r.weight),
-		Lifecycle:              r.lifecycle.wire(),
+		Lifecycle:              r.lifecycle,
 		LeaseTTL:               r.leaseTTL,
 		LeaseTTLDefault:        r.ttlDefault,
 		LeaseDeadline:          fromNanos(r.leaseDeadline),
@@ -188,9 +156,9 @@ func (r *record) bare() wire.Instance {
 // what it repeats with the FSM's other records. It refuses what no
 // version of the FSM writes, naming the field.
 func (f *fsm) recordOf(in *wire.Instance) (*record, error) {
-	lc, ok := lifecycleOf(in.Lifecycle)
-	if !ok {
-		return nil, fmt.Errorf("instance %s: %w", in.Key(), invalid("lifecycle", "%q is not starting, ready, draining or terminated", in.Lifecycle))
+	lc := in.Lifecycle // a name: decoding refuses other text
+	if lc > status.Terminated {
+		return nil, fmt.Errorf("instance %s: %w", in.Key(), invalid("lifecycle", "%s is not starting, ready, draining or terminated", in.Lifecycle))
 	}
 	if in.Weight < 1 || in.Weight > 65535 {
 		return nil, fmt.Errorf("instance %s: %w", in.Key(), invalid("weight", "%d is out of range 1-65535", in.Weight))
@@ -232,9 +200,9 @@ type Verdict struct {
 
 // verdictHead is what many instances' verdicts have in common.
 type verdictHead struct {
-	name                     string
+	verdict                  status.Verdict
 	eligible, healthEligible bool
-	flags                    uint8
+	flags                    status.Flags
 	reasons                  []string
 }
 
@@ -250,15 +218,15 @@ type verdictMore struct {
 // Incarnation is the incarnation the verdict judges.
 func (v *Verdict) Incarnation() uint64 { return v.incarnation }
 
-// Name is the verdict: unknown, healthy, degraded, unhealthy or
-// quarantined.
-func (v *Verdict) Name() string { return v.head.name }
+// Verdict is the verdict itself: unknown, healthy, degraded, unhealthy
+// or quarantined.
+func (v *Verdict) Verdict() status.Verdict { return v.head.verdict }
 
 // Eligible is the published eligibility.
 func (v *Verdict) Eligible() bool { return v.head.eligible }
 
 // Flags are the status table's flag bits.
-func (v *Verdict) Flags() uint8 { return v.head.flags }
+func (v *Verdict) Flags() status.Flags { return v.head.flags }
 
 // EligibleSince is when the instance was last published.
 func (v *Verdict) EligibleSince() time.Time { return fromNanos(v.eligibleSince) }
@@ -266,7 +234,7 @@ func (v *Verdict) EligibleSince() time.Time { return fromNanos(v.eligibleSince) 
 // Health returns the verdict in its wire form. It allocates nothing: its
 // lists and its evidence are the verdict's, read-only.
 func (v *Verdict) Health() wire.Health {
-	h := wire.Health{Incarnation: v.incarnation, Verdict: v.head.name, Eligible: v.head.eligible,
+	h := wire.Health{Incarnation: v.incarnation, Verdict: v.head.verdict, Eligible: v.head.eligible,
 		HealthEligible: v.head.healthEligible, Flags: v.head.flags, EligibleSince: fromNanos(v.eligibleSince),
 		Reasons: v.head.reasons, Evidence: v.evidence, At: fromNanos(v.at)}
 	if m := v.more; m != nil {
@@ -316,11 +284,10 @@ func (f *fsm) verdictOf(h *wire.Health) *Verdict {
 // verdictHead returns the shared head of h's verdict, making it if no
 // record has one like it. The table is bounded as the interner is.
 func (f *fsm) verdictHead(h *wire.Health) *verdictHead {
-	// Each string with its length first, so that no two heads share a
-	// key.
+	// The verdict, flags and booleans in three bytes, then each reason
+	// with its length first, so that no two heads share a key.
 	b := f.headKey[:0]
-	b = append(b, h.Flags, boolByte(h.Eligible)|boolByte(h.HealthEligible)<<1)
-	b = appendString(b, h.Verdict)
+	b = append(b, byte(h.Verdict), byte(h.Flags), boolByte(h.Eligible)|boolByte(h.HealthEligible)<<1)
 	for _, r := range h.Reasons {
 		b = appendString(b, r)
 	}
@@ -328,7 +295,7 @@ func (f *fsm) verdictHead(h *wire.Health) *verdictHead {
 	if v, ok := f.heads[string(b)]; ok {
 		return v
 	}
-	v := &verdictHead{name: f.strs.str(h.Verdict), eligible: h.Eligible, healthEligible: h.HealthEligible, flags: h.Flags}
+	v := &verdictHead{verdict: h.Verdict, eligible: h.Eligible, healthEligible: h.HealthEligible, flags: h.Flags}
 	if len(h.Reasons) > 0 {
 		v.reasons = make([]string, len(h.Reasons))
 		for i, r := range h.Reasons {

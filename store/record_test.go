@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -39,7 +40,7 @@ func TestVerdictKeepsEveryValue(t *testing.T) {
 func TestVerdictHeadsAreShared(t *testing.T) {
 	f := newFSM()
 	h := func(at time.Time, reasons ...string) *wire.Health {
-		return &wire.Health{Incarnation: 1, Verdict: "unknown", Eligible: true, Reasons: reasons, At: at, EligibleSince: at}
+		return &wire.Health{Incarnation: 1, Verdict: status.Unknown, Eligible: true, Reasons: reasons, At: at, EligibleSince: at}
 	}
 	a, b := f.verdictOf(h(t0, "x")), f.verdictOf(h(t0.Add(time.Second), "x"))
 	if a.head != b.head {
@@ -49,7 +50,7 @@ func TestVerdictHeadsAreShared(t *testing.T) {
 		t.Errorf("times %v and %v, want %v and %v", a.Health().At, b.Health().At, t0, t0.Add(time.Second))
 	}
 	c, d := f.verdictOf(h(t0, "x\x00y")), f.verdictOf(h(t0, "x", "y"))
-	e := f.verdictOf(&wire.Health{Verdict: "unknown\x01", Eligible: true})
+	e := f.verdictOf(&wire.Health{Verdict: status.Healthy, Eligible: true, Reasons: []string{"x"}})
 	if c.head == d.head || c.head == a.head || e.head == a.head {
 		t.Error("verdicts with other reasons share a head")
 	}

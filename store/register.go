@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -65,7 +66,7 @@ func (f *fsm) register(index uint64, c command) (wire.Instance, bool, error) {
 	over, chk := overAt(old, c.At), old
 	if over {
 		ended := *old
-		ended.lifecycle = lcTerminated
+		ended.lifecycle = status.Terminated
 		chk = &ended
 	}
 	if err := fenceRegistration(chk, reg, ttlDefault); err != nil {
@@ -74,6 +75,7 @@ func (f *fsm) register(index uint64, c command) (wire.Instance, bool, error) {
 	if over {
 		f.endAtHardExpiry(old, c.At, fromNanos(old.leaseDeadline), c.Actor, "; registered again")
 	}
+	lc, _ := status.ParseLifecycle(reg.Lifecycle) // starting or ready: Normalize checked
 	if isRetry(old, reg, ttlDefault) {
 		// A retry of the committed registration: same incarnation. It
 		// re-arms the lease, as any sign of life does.
@@ -81,14 +83,13 @@ func (f *fsm) register(index uint64, c command) (wire.Instance, bool, error) {
 			old.leaseDeadline = d
 		}
 		// A retry may move starting → ready, never back.
-		if old.lifecycle == lcStarting && reg.Lifecycle == wire.Ready {
+		if old.lifecycle == status.Starting && lc == status.Ready {
 			f.record(wire.Event{At: c.At, Kind: wire.EventRegistered, Namespace: key.Namespace, Service: key.Service,
-				Instance: key.ID, Incarnation: old.incarnation, From: string(wire.Starting), To: string(reg.Lifecycle), Actor: c.Actor})
-			old.lifecycle = lcReady
+				Instance: key.ID, Incarnation: old.incarnation, From: status.Starting.String(), To: reg.Lifecycle, Actor: c.Actor})
+			old.lifecycle = status.Ready
 		}
 		return cloneInstance(old.view()), false, nil
 	}
-	lc, _ := lifecycleOf(reg.Lifecycle) // starting or ready: Normalize checked
 	f.nextInc++
 	in := &record{
 		svc: f.serviceKey(svc.Key()), id: key.ID,
@@ -106,7 +107,7 @@ func (f *fsm) register(index uint64, c command) (wire.Instance, bool, error) {
 	}
 	var retired []string
 	e := wire.Event{At: c.At, Kind: wire.EventRegistered, Namespace: key.Namespace, Service: key.Service,
-		Instance: key.ID, Incarnation: in.incarnation, To: string(reg.Lifecycle), Actor: c.Actor}
+		Instance: key.ID, Incarnation: in.incarnation, To: reg.Lifecycle, Actor: c.Actor}
 	if old != nil {
 		retired = slices.Clone(old.retired())
 		if id := old.registrationID(); id != "" && id != reg.RegistrationID {
@@ -115,16 +116,16 @@ func (f *fsm) register(index uint64, c command) (wire.Instance, bool, error) {
 		if n := len(retired); n > maxRetiredIDs {
 			retired = retired[n-maxRetiredIDs:]
 		}
-		e.From = string(old.lifecycle.wire())
+		e.From = old.lifecycle.String()
 		e.Reason = fmt.Sprintf("replaces incarnation %d", old.incarnation)
 	}
 	if reg.RegistrationID != "" || len(retired) > 0 {
 		in.change(func(m *recordMore) { m.registrationID, m.retired = reg.RegistrationID, retired })
 	}
-	if old != nil && old.lifecycle != lcTerminated {
+	if old != nil && old.lifecycle != status.Terminated {
 		// The old incarnation is gone, and its address may not be the
 		// new one's.
-		f.withdrawn = append(f.withdrawn, Withdrawal{Key: key, Incarnation: old.incarnation, Lifecycle: wire.Terminated})
+		f.withdrawn = append(f.withdrawn, Withdrawal{Key: key, Incarnation: old.incarnation, Lifecycle: status.Terminated})
 	}
 	f.instances.put(in)
 	f.record(e)
@@ -137,7 +138,7 @@ func (f *fsm) register(index uint64, c command) (wire.Instance, bool, error) {
 // says it replaces does not matter: the retry of a registration that
 // replaced incarnation N names N, and must still find its own result.
 func isRetry(old *record, reg wire.Registration, ttlDefault bool) bool {
-	return old != nil && (old.lifecycle == lcStarting || old.lifecycle == lcReady) && sameAs(reg, old, ttlDefault)
+	return old != nil && (old.lifecycle == status.Starting || old.lifecycle == status.Ready) && sameAs(reg, old, ttlDefault)
 }
 
 // fenceRegistration returns an ErrFenced error when reg (normalised) may
@@ -168,11 +169,11 @@ func fenceRegistration(old *record, reg wire.Registration, ttlDefault bool) erro
 	if reg.Replaces != 0 && reg.Replaces != inc {
 		return fmt.Errorf("instance %s: replaces %d is not the current incarnation %d (%s): the registration is late or was "+
 			"sent on an old view; read the instance and pass replaces %d (cairn register --replaces %d) to replace it: %w",
-			key, reg.Replaces, inc, old.lifecycle.wire(), inc, inc, ErrFenced)
+			key, reg.Replaces, inc, old.lifecycle, inc, inc, ErrFenced)
 	}
-	if reg.Replaces == 0 && reg.RegistrationID == "" && old.lifecycle != lcTerminated {
+	if reg.Replaces == 0 && reg.RegistrationID == "" && old.lifecycle != status.Terminated {
 		what := "with other content"
-		if old.lifecycle == lcDraining {
+		if old.lifecycle == status.Draining {
 			what = "and draining"
 		}
 		return fmt.Errorf("instance %s is registered as incarnation %d %s; to replace it, register with replaces %d "+
@@ -201,29 +202,29 @@ func (f *fsm) mutate(c command) (wire.Instance, error) {
 		return wire.Instance{}, err
 	}
 	e := wire.Event{At: c.At, Namespace: in.svc.Namespace, Service: in.svc.Name, Instance: in.id,
-		Incarnation: in.incarnation, From: string(in.lifecycle.wire()), Actor: c.Actor}
+		Incarnation: in.incarnation, From: in.lifecycle.String(), Actor: c.Actor}
 	switch c.Op {
 	case opDrain:
 		switch in.lifecycle {
-		case lcDraining:
+		case status.Draining:
 			return cloneInstance(in.view()), nil // a retry
-		case lcTerminated:
+		case status.Terminated:
 			return wire.Instance{}, fmt.Errorf("instance %s is deregistered: %w", c.Key, ErrFenced)
 		}
-		in.lifecycle = lcDraining
+		in.lifecycle = status.Draining
 		in.change(func(m *recordMore) { m.drainingSince = nanos(c.At) })
 		f.withdraw(in)
 		e.Kind = wire.EventDrained
 	case opDeregister:
-		if in.lifecycle == lcTerminated {
+		if in.lifecycle == status.Terminated {
 			return cloneInstance(in.view()), nil // a retry
 		}
-		in.lifecycle = lcTerminated
+		in.lifecycle = status.Terminated
 		in.change(func(m *recordMore) { m.terminatedAt = nanos(c.At) })
 		f.withdraw(in)
 		e.Kind = wire.EventDeregistered
 	case opReport:
-		if in.lifecycle == lcTerminated {
+		if in.lifecycle == status.Terminated {
 			return wire.Instance{}, fmt.Errorf("instance %s is deregistered: %w", c.Key, ErrFenced)
 		}
 		if c.Report == nil {
@@ -253,7 +254,7 @@ func (f *fsm) mutate(c command) (wire.Instance, error) {
 		}
 	}
 	if e.Kind != wire.EventReported {
-		e.To = string(in.lifecycle.wire())
+		e.To = in.lifecycle.String()
 	}
 	f.record(e)
 	return cloneInstance(in.view()), nil

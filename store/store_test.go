@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/raft"
 	"go.uber.org/goleak"
 
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
 	"github.com/cairn-sd/cairn/wire"
@@ -85,7 +86,7 @@ func TestSingleNodeLifecycle(t *testing.T) {
 	}
 
 	in, created, err := n.Register(ctx, "registrar", registration("a", "10.0.0.1"))
-	if err != nil || !created || in.Incarnation == 0 || in.Lifecycle != wire.Ready || in.Registrar != "registrar" {
+	if err != nil || !created || in.Incarnation == 0 || in.Lifecycle != status.Ready || in.Registrar != "registrar" {
 		t.Fatalf("Register: %+v created=%t err=%v", in, created, err)
 	}
 	retry, created, err := n.Register(ctx, "registrar", registration("a", "10.0.0.1"))
@@ -133,11 +134,11 @@ func TestSingleNodeLifecycle(t *testing.T) {
 	}
 
 	drained, err := n.Drain(ctx, "admin", key("a"), in.Incarnation)
-	if err != nil || drained.Lifecycle != wire.Draining || drained.DrainingSince.IsZero() {
+	if err != nil || drained.Lifecycle != status.Draining || drained.DrainingSince.IsZero() {
 		t.Fatalf("Drain: %+v err %v", drained, err)
 	}
 	gone, err := n.Deregister(ctx, "admin", key("a"), in.Incarnation)
-	if err != nil || gone.Lifecycle != wire.Terminated {
+	if err != nil || gone.Lifecycle != status.Terminated {
 		t.Fatalf("Deregister: %+v err %v", gone, err)
 	}
 	if _, err := n.Renew(ctx, key("a"), in.Incarnation); !errors.Is(err, store.ErrFenced) {
@@ -254,7 +255,7 @@ func TestClusterFollowerWritesReturnNotLeader(t *testing.T) {
 			t.Errorf("follower %s claims to lead", f.NodeID())
 		}
 	}
-	if got, _ := leader.Instance(key("a")); got.Lifecycle != wire.Ready {
+	if got, _ := leader.Instance(key("a")); got.Lifecycle != status.Ready {
 		t.Errorf("refused follower writes changed instance a: %+v", got)
 	}
 }
@@ -314,7 +315,7 @@ func TestClusterDrainedInstanceTerminatedAfterWindow(t *testing.T) {
 	for _, nd := range nodes {
 		storetest.WaitFor(t, wait, func() error {
 			got, _ := nd.Instance(key("a"))
-			if got.Lifecycle != wire.Terminated {
+			if got.Lifecycle != status.Terminated {
 				return fmt.Errorf("%s: instance a is %s", nd.NodeID(), got.Lifecycle)
 			}
 			if d := got.TerminatedAt.Sub(drained.DrainingSince); d < window {

@@ -3,6 +3,7 @@ package store
 import (
 	"sync"
 
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -62,7 +63,7 @@ func (s *Store) TakeWithdrawals() (rev uint64, ws []Withdrawal, overflow bool) {
 type Withdrawal struct {
 	Key         wire.InstanceKey
 	Incarnation uint64
-	Lifecycle   wire.Lifecycle
+	Lifecycle   status.Lifecycle
 	// Rev is the revision of the entry.
 	Rev uint64
 }
@@ -70,5 +71,5 @@ type Withdrawal struct {
 // withdraw records in as taken out of rotation by the entry being
 // applied (under f.mu).
 func (f *fsm) withdraw(in *record) {
-	f.withdrawn = append(f.withdrawn, Withdrawal{Key: in.key(), Incarnation: in.incarnation, Lifecycle: in.lifecycle.wire()})
+	f.withdrawn = append(f.withdrawn, Withdrawal{Key: in.key(), Incarnation: in.incarnation, Lifecycle: in.lifecycle})
 }

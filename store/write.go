@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -128,10 +129,10 @@ func (s *Store) Register(ctx context.Context, actor string, reg wire.Registratio
 			// and starts a new incarnation.
 			k := old.key()
 			in := s.overlay(wire.Instance{Namespace: k.Namespace, Service: k.Service, ID: k.ID, Incarnation: old.incarnation,
-				Lifecycle: old.lifecycle.wire(), LeaseTTL: old.leaseTTL, LeaseDeadline: fromNanos(old.leaseDeadline)})
+				Lifecycle: old.lifecycle, LeaseTTL: old.leaseTTL, LeaseDeadline: fromNanos(old.leaseDeadline)})
 			if !now.Before(hardExpiry(in.LeaseDeadline, in.LeaseTTL.D())) {
 				over := *old
-				over.lifecycle = lcTerminated
+				over.lifecycle = status.Terminated
 				old = &over
 			}
 		}
@@ -163,7 +164,7 @@ func (s *Store) precheck(op opcode, key wire.InstanceKey, inc uint64, rep *wire.
 	if err != nil {
 		return err
 	}
-	if op != opDeregister && in.lifecycle == lcTerminated {
+	if op != opDeregister && in.lifecycle == status.Terminated {
 		return fmt.Errorf("instance %s is deregistered: %w", key, ErrFenced)
 	}
 	if rep != nil {

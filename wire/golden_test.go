@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -47,39 +48,39 @@ func goldenInstances() []wire.Instance {
 	base := func(id string, inc uint64) wire.Instance {
 		return wire.Instance{Namespace: "prod", Service: "web", ID: id, Incarnation: inc,
 			Addresses: []string{"10.0.0.1", "2001:db8::1"}, Ports: map[string]int{"http": 8080, "admin": 9090},
-			Region: "eu", Zone: "eu-1", Weight: 100, Lifecycle: wire.Ready, LeaseTTL: wire.Duration(30 * time.Second),
+			Region: "eu", Zone: "eu-1", Weight: 100, Lifecycle: status.Ready, LeaseTTL: wire.Duration(30 * time.Second),
 			LeaseDeadline: t0.Add(30 * time.Second), Registrar: "registrar", SourceRevision: inc + 1, RegisteredAt: t0}
 	}
 	starting := base("a", 1)
-	starting.Lifecycle = wire.Starting
+	starting.Lifecycle = status.Starting
 	starting.LeaseTTLDefault = true
 	starting.RegistrationID = "boot-2"
 	starting.RetiredRegistrationIDs = []string{"boot-0", "boot-1"}
 	starting.Report = &wire.SelfReport{Ready: false, Dependencies: map[string]wire.DependencyState{
 		"db": wire.DepFailed, "cache": wire.DepOK, "queue": wire.DepDegraded}, At: t0, Reporter: "instance:a"}
-	starting.Health = &wire.Health{Incarnation: 1, Verdict: "unknown", Reasons: []string{"lifecycle starting"}, At: t0}
+	starting.Health = &wire.Health{Incarnation: 1, Verdict: status.Unknown, Reasons: []string{"lifecycle starting"}, At: t0}
 
 	ready := base("b", 2)
-	ready.Health = &wire.Health{Incarnation: 2, Verdict: "healthy", Eligible: true, HealthEligible: true,
+	ready.Health = &wire.Health{Incarnation: 2, Verdict: status.Healthy, Eligible: true, HealthEligible: true,
 		Flags: 0x01 | 0x04, EligibleSince: t0, Evidence: ev, At: t0.Add(time.Second)}
 
 	degraded := base("c", 3)
-	degraded.Health = &wire.Health{Incarnation: 3, Verdict: "degraded", Eligible: true, HealthEligible: true,
+	degraded.Health = &wire.Health{Incarnation: 3, Verdict: status.Degraded, Eligible: true, HealthEligible: true,
 		Flags: 0x01 | 0x08 | 0x40, EligibleSince: t0, Reasons: []string{"dependency cache degraded"}, Evidence: ev, At: t0}
 
 	draining := base("d", 4)
-	draining.Lifecycle = wire.Draining
+	draining.Lifecycle = status.Draining
 	draining.DrainingSince = t0.Add(2 * time.Second)
-	draining.Health = &wire.Health{Incarnation: 4, Verdict: "unhealthy", Flags: 0x10 | 0x20 | 0x02, FailingSince: t0,
+	draining.Health = &wire.Health{Incarnation: 4, Verdict: status.Unhealthy, Flags: 0x10 | 0x20 | 0x02, FailingSince: t0,
 		Failing: []wire.FailingClass{{Class: "probe", Since: t0, Hard: true, Why: "connection refused"},
 			{Class: "report", Since: t0, Why: "not ready"}},
 		Reasons: []string{"probe failing", "lifecycle draining"}, Evidence: &wire.Evidence{}, At: t0}
 
 	terminated := base("e", 5)
-	terminated.Lifecycle = wire.Terminated
+	terminated.Lifecycle = status.Terminated
 	terminated.DrainingSince = t0
 	terminated.TerminatedAt = t0.Add(time.Minute)
-	terminated.Health = &wire.Health{Incarnation: 5, Verdict: "quarantined", Flags: 0x80, FailingSince: t0,
+	terminated.Health = &wire.Health{Incarnation: 5, Verdict: status.Quarantined, Flags: 0x80, FailingSince: t0,
 		Failing:         []wire.FailingClass{{Class: "outcome", Since: t0, Why: "3 of 4 callers failing"}},
 		QuarantineLevel: 2, QuarantineUntil: t0.Add(2 * time.Minute), Reasons: []string{"flapping"}, Evidence: ev, At: t0}
 
@@ -114,15 +115,15 @@ func goldenEvents() []wire.Event {
 func goldenViews() map[string]any {
 	tier := 1
 	ep := wire.Endpoint{InstanceID: "b", Incarnation: 2, Addresses: []string{"10.0.0.2"}, Ports: map[string]int{"http": 8080},
-		Region: "eu", Zone: "eu-1", Lifecycle: wire.Draining, Verdict: "degraded", Eligible: true, Weight: 40, BaseWeight: 100,
+		Region: "eu", Zone: "eu-1", Lifecycle: status.Draining, Verdict: status.Degraded, Eligible: true, Weight: 40, BaseWeight: 100,
 		Reasons: []string{"slow start"}, LeaseDeadline: t0, LeaseExpiry: t0.Add(time.Second), LeaseExpired: true,
 		Registrar: "registrar", Report: &wire.SelfReport{Ready: true, At: t0, Reporter: "instance:b"},
 		Flags: []string{"eligible", "slow_start"}, VerdictEvidence: ev, VerdictAt: t0,
 		Evidence: []wire.ClassEvidence{{Class: "probe", Observer: "n1", At: t0, OK: true, Detail: "200"}},
 		Tier:     &tier, InTable: true, TableVersion: 11, TableRevision: 10,
-		Evaluator: &wire.EvaluatorVerdict{Verdict: "unhealthy", Eligible: false, HealthEligible: false,
+		Evaluator: &wire.EvaluatorVerdict{Verdict: status.Unhealthy, Eligible: false, HealthEligible: false,
 			Reasons: []string{"probe failing"}, Evidence: ev, At: t0}}
-	bare := wire.Endpoint{InstanceID: "c", Lifecycle: wire.Terminated, Verdict: "unknown"}
+	bare := wire.Endpoint{InstanceID: "c", Lifecycle: status.Terminated, Verdict: status.Unknown}
 	view := wire.View{Revision: 10, HealthDisregarded: true, TableVersion: 11, TableRevision: 10,
 		Freshness: wire.Freshness{Stale: true, AgeSeconds: 1.5}, Endpoints: []wire.Endpoint{ep, bare}}
 	return map[string]any{
@@ -133,7 +134,7 @@ func goldenViews() map[string]any {
 		"registered": wire.Registered{Instance: goldenInstances()[0], Created: true},
 		"registration": []wire.Registration{
 			{Namespace: "prod", Service: "web", ID: "a", Addresses: []string{"10.0.0.1"}, Ports: map[string]int{"http": 8080},
-				Region: "eu", Zone: "eu-1", Weight: 7, LeaseTTL: wire.Duration(10 * time.Second), Lifecycle: wire.Starting,
+				Region: "eu", Zone: "eu-1", Weight: 7, LeaseTTL: wire.Duration(10 * time.Second), Lifecycle: "starting",
 				RegistrationID: "boot-1", Replaces: 3},
 			{ID: "b", Addresses: []string{"10.0.0.2"}, Ports: map[string]int{"http": 8080}},
 		},

@@ -3,6 +3,8 @@ package wire
 import (
 	"fmt"
 	"time"
+
+	"github.com/cairn-sd/cairn/status"
 )
 
 // Health is the evaluator's committed judgement of one incarnation of an
@@ -11,18 +13,19 @@ import (
 // verdicts and a new leader starts from the last committed ones: a
 // failover never sends a withdrawn instance back into rotation.
 //
-// The store does not interpret it beyond the incarnation fence: the
-// vocabulary (verdict names, flag bits, classes) is the evaluator's.
+// The store does not interpret it beyond the incarnation fence. The
+// verdict and the flags are status's (their names, their bits); the
+// evidence classes are the evaluator's.
 type Health struct {
 	Incarnation uint64 `json:"incarnation"`
 	// Verdict is unknown, healthy, degraded, unhealthy or quarantined.
-	Verdict string `json:"verdict"`
+	Verdict status.Verdict `json:"verdict"`
 	// Eligible is the published eligibility; HealthEligible the
 	// evaluator's judgement before the guard and the shrink cap.
 	Eligible       bool `json:"eligible"`
 	HealthEligible bool `json:"health_eligible"`
-	// Flags are the status table's flag bits (status.Flags).
-	Flags uint8 `json:"flags"`
+	// Flags are the status table's flag bits, a number in JSON.
+	Flags status.Flags `json:"flags"`
 	// EligibleSince is when the instance was last published (slow start
 	// counts from it); FailingSince when it last stopped being healthy.
 	EligibleSince time.Time `json:"eligible_since,omitzero"`

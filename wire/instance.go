@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/cairn-sd/cairn/status"
 )
 
 // InstanceKey names one instance of a service.
@@ -17,17 +19,6 @@ func (k InstanceKey) String() string { return k.Namespace + "/" + k.Service + "/
 
 // ServiceKey returns the key of the service k belongs to.
 func (k InstanceKey) ServiceKey() ServiceKey { return ServiceKey{k.Namespace, k.Service} }
-
-// Lifecycle is the stage of an instance's life, as its registrar tells it.
-type Lifecycle string
-
-// The lifecycles of SPEC §1.
-const (
-	Starting   Lifecycle = "starting"
-	Ready      Lifecycle = "ready"
-	Draining   Lifecycle = "draining"
-	Terminated Lifecycle = "terminated"
-)
 
 // DependencyState is what an instance reports of one dependency.
 type DependencyState string
@@ -59,8 +50,10 @@ type Instance struct {
 	Region      string         `json:"region,omitempty"`
 	Zone        string         `json:"zone,omitempty"`
 	Weight      int            `json:"weight"`
-	Lifecycle   Lifecycle      `json:"lifecycle"`
-	LeaseTTL    Duration       `json:"lease_ttl"`
+	// Lifecycle is the stage of the instance's life as its registrar
+	// told it (SPEC §1), in status's words.
+	Lifecycle status.Lifecycle `json:"lifecycle"`
+	LeaseTTL  Duration         `json:"lease_ttl"`
 	// LeaseTTLDefault is set when the registration left lease_ttl to the
 	// service's policy, so that an identical retry still matches after
 	// the policy changes.
@@ -108,8 +101,12 @@ type Registration struct {
 	Weight int `json:"weight,omitempty"`
 	// LeaseTTL defaults to the service's policy lease_ttl.
 	LeaseTTL Duration `json:"lease_ttl,omitempty"`
-	// Lifecycle is starting or ready; defaults to ready.
-	Lifecycle Lifecycle `json:"lifecycle,omitempty"`
+	// Lifecycle is "starting" or "ready" (status.Lifecycle's names);
+	// empty means ready. It stays text in a request, unlike
+	// Instance.Lifecycle: absent must differ from starting (status's
+	// zero value), and a name a registration may not ask for is refused
+	// by Normalize, naming the field.
+	Lifecycle string `json:"lifecycle,omitempty"`
 	// RegistrationID optionally names this registration (a process's boot
 	// id, say). A retry with the same id and content returns the committed
 	// record; a new id always allocates a new incarnation, so a restarted
@@ -198,8 +195,8 @@ func (r *Registration) Normalize(svc Service) error {
 	}
 	switch r.Lifecycle {
 	case "":
-		r.Lifecycle = Ready
-	case Starting, Ready:
+		r.Lifecycle = status.Ready.String()
+	case status.Starting.String(), status.Ready.String():
 	default:
 		return invalid("lifecycle", "%q must be starting or ready", r.Lifecycle)
 	}

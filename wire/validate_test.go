@@ -149,7 +149,7 @@ func TestRegistrationNormalizeNamesField(t *testing.T) {
 	if err := r.Normalize(svc); err != nil {
 		t.Fatalf("valid registration: %v", err)
 	}
-	if r.Weight != DefaultWeight || r.LeaseTTL != svc.Policy.LeaseTTL || r.Lifecycle != Ready {
+	if r.Weight != DefaultWeight || r.LeaseTTL != svc.Policy.LeaseTTL || r.Lifecycle != "ready" {
 		t.Errorf("defaults: weight %d lease %s lifecycle %q, want %d %s ready", r.Weight, r.LeaseTTL, r.Lifecycle, DefaultWeight, svc.Policy.LeaseTTL)
 	}
 	tests := []struct {
@@ -178,7 +178,7 @@ func TestRegistrationNormalizeNamesField(t *testing.T) {
 		{"weight range", func(r *Registration) { r.Weight = 65536 }, "weight"},
 		{"weight positive", func(r *Registration) { r.Weight = -1 }, "weight"},
 		{"lease ttl range", func(r *Registration) { r.LeaseTTL = Duration(time.Millisecond) }, "lease_ttl"},
-		{"lifecycle starting or ready", func(r *Registration) { r.Lifecycle = Draining }, "lifecycle"},
+		{"lifecycle starting or ready", func(r *Registration) { r.Lifecycle = "draining" }, "lifecycle"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,6 +1,10 @@
 package wire
 
-import "time"
+import (
+	"time"
+
+	"github.com/cairn-sd/cairn/status"
+)
 
 // Error is the body of every error response (SPEC §6).
 type Error struct {
@@ -58,18 +62,18 @@ type ZoneCount struct {
 // store's; Evaluator is the evaluator's committed verdict beside what is
 // served.
 type Endpoint struct {
-	InstanceID  string         `json:"instance_id"`
-	Incarnation uint64         `json:"incarnation"`
-	Addresses   []string       `json:"addresses"`
-	Ports       map[string]int `json:"ports"`
-	Region      string         `json:"region"`
-	Zone        string         `json:"zone"`
-	Lifecycle   Lifecycle      `json:"lifecycle"`
-	Verdict     string         `json:"verdict"`
-	Eligible    bool           `json:"eligible"`
-	Weight      int            `json:"weight"`
-	BaseWeight  int            `json:"base_weight"`
-	Reasons     []string       `json:"reasons"`
+	InstanceID  string           `json:"instance_id"`
+	Incarnation uint64           `json:"incarnation"`
+	Addresses   []string         `json:"addresses"`
+	Ports       map[string]int   `json:"ports"`
+	Region      string           `json:"region"`
+	Zone        string           `json:"zone"`
+	Lifecycle   status.Lifecycle `json:"lifecycle"`
+	Verdict     status.Verdict   `json:"verdict"`
+	Eligible    bool             `json:"eligible"`
+	Weight      int              `json:"weight"`
+	BaseWeight  int              `json:"base_weight"`
+	Reasons     []string         `json:"reasons"`
 	// LeaseDeadline is the deadline recorded by the last renewal;
 	// LeaseExpiry is when the lease runs out as this node tells it, which
 	// is later for one TTL after a leader change (see docs/decisions.md).
@@ -113,7 +117,7 @@ type Endpoint struct {
 // EvaluatorVerdict is the evaluator's judgement of one incarnation as
 // committed to the store (Health), beside what the table serves.
 type EvaluatorVerdict struct {
-	Verdict string `json:"verdict"`
+	Verdict status.Verdict `json:"verdict"`
 	// Eligible is the eligibility the evaluator decided, after the guard
 	// and the shrink cap; HealthEligible its judgement of the evidence
 	// alone.

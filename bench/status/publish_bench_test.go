@@ -42,7 +42,7 @@ func BenchmarkPublishBuild(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			ups = append(ups, store.HealthUpdate{Key: in.Key(), Health: wire.Health{Incarnation: in.Incarnation, Verdict: "healthy",
+			ups = append(ups, store.HealthUpdate{Key: in.Key(), Health: wire.Health{Incarnation: in.Incarnation, Verdict: status.Healthy,
 				Eligible: true, HealthEligible: true, EligibleSince: time.Now().Add(-time.Hour), At: time.Now()}})
 		}
 	}

@@ -33,6 +33,7 @@ package agentview
 
 import (
 	"cmp"
+	"encoding"
 	"errors"
 	"fmt"
 	"math"
@@ -342,8 +343,8 @@ func decodeInstance(lb *endpointv3.LbEndpoint, field string) (Instance, error) {
 	}
 	f := fields{m: md, prefix: field + ".metadata." + InstanceKey + "."}
 	in.Incarnation = f.uint("incarnation")
-	in.Verdict = status.Verdict(f.enum("verdict", func(i int) string { return status.Verdict(i).String() }))
-	in.Lifecycle = status.Lifecycle(f.enum("lifecycle", func(i int) string { return status.Lifecycle(i).String() }))
+	f.text("verdict", &in.Verdict)
+	f.text("lifecycle", &in.Lifecycle)
 	in.Flags = status.Flags(f.num("flags", 0, 255))
 	in.Weight = uint16(f.num("weight", 0, 65535))
 	in.BaseWeight = uint16(f.num("base_weight", 0, 65535))
@@ -429,15 +430,15 @@ func (f *fields) frac(key string, lo float64) float64 {
 	return v.NumberValue
 }
 
-func (f *fields) enum(key string, name func(int) string) int {
+// text reads a name in status's text form (a verdict, a lifecycle) into v.
+func (f *fields) text(key string, v encoding.TextUnmarshaler) {
 	s := f.str(key)
-	for i := 0; i < 8; i++ {
-		if name(i) == s {
-			return i
-		}
+	if f.err != nil {
+		return
 	}
-	f.fail(key, "%q is not one of cairn's names", s)
-	return 0
+	if err := v.UnmarshalText([]byte(s)); err != nil {
+		f.fail(key, "%v", err)
+	}
 }
 
 func (f *fields) list(key string) []*structpb.Value {

@@ -77,11 +77,53 @@ type View struct {
 }
 
 // SlotEntry is one used slot: its entry and what readers need of its
-// instance.
+// instance. Its JSON is fileSlot's.
 type SlotEntry struct {
+	Slot     int
+	Entry    status.Entry
+	Instance *status.InstanceInfo
+}
+
+// fileSlot is a SlotEntry as the file holds it: the entry's fields are
+// numbers under their Go names, as format 1 has always written them
+// (status.Entry's Verdict and Lifecycle marshal as names; the file keeps
+// the numbers).
+type fileSlot struct {
 	Slot     int                  `json:"slot"`
-	Entry    status.Entry         `json:"entry"`
+	Entry    fileEntry            `json:"entry"`
 	Instance *status.InstanceInfo `json:"instance,omitempty"`
+}
+
+type fileEntry struct {
+	Key                       uint64
+	Incarnation               uint64
+	Service                   uint32
+	Weight, BaseWeight        uint16
+	Region, Zone              uint16
+	Verdict, Lifecycle, Flags uint8
+}
+
+func (se *SlotEntry) file() fileSlot {
+	e := &se.Entry
+	return fileSlot{Slot: se.Slot, Instance: se.Instance, Entry: fileEntry{Key: e.Key, Incarnation: e.Incarnation,
+		Service: e.Service, Weight: e.Weight, BaseWeight: e.BaseWeight, Region: e.Region, Zone: e.Zone,
+		Verdict: uint8(e.Verdict), Lifecycle: uint8(e.Lifecycle), Flags: uint8(e.Flags)}}
+}
+
+// MarshalJSON writes se as the file holds it.
+func (se SlotEntry) MarshalJSON() ([]byte, error) { return json.Marshal(se.file()) }
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (se *SlotEntry) UnmarshalJSON(b []byte) error {
+	var f fileSlot
+	if err := json.Unmarshal(b, &f); err != nil {
+		return err
+	}
+	e := f.Entry
+	*se = SlotEntry{Slot: f.Slot, Instance: f.Instance, Entry: status.Entry{Key: e.Key, Incarnation: e.Incarnation,
+		Service: e.Service, Weight: e.Weight, BaseWeight: e.BaseWeight, Region: e.Region, Zone: e.Zone,
+		Verdict: status.Verdict(e.Verdict), Lifecycle: status.Lifecycle(e.Lifecycle), Flags: status.Flags(e.Flags)}}
+	return nil
 }
 
 // Take copies t into a Snapshot; synced is when the table was last known
@@ -356,7 +398,8 @@ func encode(w io.Writer, s *Snapshot, p *pace.Pacer) error {
 		write(closeList)
 		return werr
 	}
-	if err := list("entries", len(s.Entries), func(i int) any { return &s.Entries[i] }); err != nil {
+	var slot fileSlot // one for every entry: Encode is done with it before the next
+	if err := list("entries", len(s.Entries), func(i int) any { slot = s.Entries[i].file(); return &slot }); err != nil {
 		return err
 	}
 	write(comma)
