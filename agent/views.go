@@ -10,6 +10,7 @@ import (
 
 	"github.com/cairn-sd/cairn/internal/agentview"
 	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // view is one service as the agent holds it: the last view the server
@@ -71,10 +72,10 @@ func (v *view) serve(now time.Time) bool {
 	got := v.got
 	capFrac, window := got.Service.ShrinkCap, got.Service.ShrinkWindow
 	if capFrac <= 0 || capFrac > 1 {
-		capFrac = 0.33 // SPEC §2's default, for a view that names none
+		capFrac = wire.DefaultShrinkCap // for a view that names none
 	}
 	if window <= 0 {
-		window = 10 * time.Second
+		window = wire.DefaultShrinkWindow
 	}
 	// A window opens on what is served: the first view has nothing to
 	// shrink from.

@@ -31,6 +31,8 @@ var importRules = []struct {
 	{"eval", "github.com/cairn-sd/cairn/api", "data flows one way: eval feeds the servers, never the reverse", nil},
 	{"eval", "github.com/cairn-sd/cairn/client", "data flows one way: eval feeds the servers, never the reverse", nil},
 	{"eval", "github.com/cairn-sd/cairn/cmd", "only cmd wires", nil},
+	{"eval", "github.com/cairn-sd/cairn/", "eval is pure: of cairn it knows status's vocabulary and wire's policy defaults (their one home, which clients show)",
+		[]string{"github.com/cairn-sd/cairn/status", "github.com/cairn-sd/cairn/wire"}},
 	{"zones", "github.com/cairn-sd/cairn/", "zones is zone data and lookup rules: it knows nothing of the store (only the label rule)",
 		[]string{"github.com/cairn-sd/cairn/internal/dnsname"}},
 	{"internal/dnsname", "github.com/cairn-sd/cairn/", "dnsname is a leaf: the label rule every package checks names with", nil},

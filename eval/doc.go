@@ -16,7 +16,9 @@
 // prober or raft (cmd/deps_test.go). The loop that gathers instances and
 // evidence every round and commits the verdicts is package health; the
 // status table is built from those commits (status.Entry takes Verdict
-// and Flags unconverted).
+// and Flags unconverted). Of cairn it imports status (the verdicts,
+// lifecycles and flags) and wire, where the policy defaults a service
+// definition may set live once.
 //
 // # Threading
 //

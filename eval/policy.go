@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // Readiness is the readiness signal a service's capability declares
@@ -148,30 +150,20 @@ type Policy struct {
 	CorrelatedFailureFraction float64
 }
 
-// The defaults (SPEC §2 and §6.1).
+// The defaults of what only the evaluator tunes (SPEC §2). Those a
+// service definition may set, and the shrink window, live once, in wire
+// (wire.Default*), where clients show and validate them; WithDefaults
+// reads them from there.
 const (
-	DefaultCheckInterval          = 2 * time.Second
-	DefaultWithdrawAfter          = 3
-	DefaultAdmitAfter             = 5
-	DefaultAdmitMin               = 10 * time.Second
 	DefaultFailureThreshold       = 0.5
 	DefaultScoreHalfLife          = 30 * time.Second
 	DefaultScoreMinWeight         = 5
-	DefaultLeaseTTL               = 30 * time.Second
-	DefaultMinHealthyFraction     = 0.5
-	DefaultShrinkCap              = 0.33
-	DefaultShrinkWindow           = 10 * time.Second
-	DefaultFlapLimit              = 4
 	DefaultFlapWindow             = 2 * time.Minute
 	DefaultQuarantineBase         = time.Minute
 	DefaultQuarantineMax          = 30 * time.Minute
-	DefaultSlowStart              = 30 * time.Second
 	DefaultSharedDependencyFactor = 0.5
-	DefaultOutcomeQuorum          = 2
 	DefaultOutcomeWindow          = 30 * time.Second
 	DefaultOutcomeWeightFactor    = 0.5
-	DefaultMaxEjectionPercent     = 10
-	DefaultCorrelatedFailure      = 0.5
 )
 
 // WithDefaults returns p with every zero field set to its default.
@@ -191,30 +183,30 @@ func (p Policy) WithDefaults() Policy {
 			*f = v
 		}
 	}
-	setD(&p.CheckInterval, DefaultCheckInterval)
+	setD(&p.CheckInterval, wire.DefaultCheckInterval)
 	setD(&p.Freshness, 3*p.CheckInterval)
-	setI(&p.WithdrawAfter, DefaultWithdrawAfter)
-	setI(&p.AdmitAfter, DefaultAdmitAfter)
-	setD(&p.AdmitMin, DefaultAdmitMin)
+	setI(&p.WithdrawAfter, wire.DefaultWithdrawAfter)
+	setI(&p.AdmitAfter, wire.DefaultAdmitAfter)
+	setD(&p.AdmitMin, wire.DefaultAdmitMin)
 	setF(&p.FailureThreshold, DefaultFailureThreshold)
 	setD(&p.ScoreHalfLife, DefaultScoreHalfLife)
 	setF(&p.ScoreMinWeight, DefaultScoreMinWeight)
-	setD(&p.LeaseTTL, DefaultLeaseTTL)
+	setD(&p.LeaseTTL, wire.DefaultLeaseTTL)
 	setD(&p.HardExpiry, 5*p.LeaseTTL)
-	setF(&p.MinHealthyFraction, DefaultMinHealthyFraction)
-	setF(&p.ShrinkCap, DefaultShrinkCap)
-	setD(&p.ShrinkWindow, DefaultShrinkWindow)
-	setI(&p.FlapLimit, DefaultFlapLimit)
+	setF(&p.MinHealthyFraction, wire.DefaultMinHealthyFraction)
+	setF(&p.ShrinkCap, wire.DefaultShrinkCap)
+	setD(&p.ShrinkWindow, wire.DefaultShrinkWindow)
+	setI(&p.FlapLimit, wire.DefaultFlapLimit)
 	setD(&p.FlapWindow, DefaultFlapWindow)
 	setD(&p.QuarantineBase, DefaultQuarantineBase)
 	setD(&p.QuarantineMax, DefaultQuarantineMax)
-	setD(&p.SlowStart, DefaultSlowStart)
+	setD(&p.SlowStart, wire.DefaultSlowStart)
 	setF(&p.SharedDependencyFactor, DefaultSharedDependencyFactor)
-	setI(&p.OutcomeQuorum, DefaultOutcomeQuorum)
+	setI(&p.OutcomeQuorum, wire.DefaultOutcomeQuorum)
 	setD(&p.OutcomeWindow, DefaultOutcomeWindow)
 	setF(&p.OutcomeWeightFactor, DefaultOutcomeWeightFactor)
-	setI(&p.MaxEjectionPercent, DefaultMaxEjectionPercent)
-	setF(&p.CorrelatedFailureFraction, DefaultCorrelatedFailure)
+	setI(&p.MaxEjectionPercent, wire.DefaultMaxEjectionPercent)
+	setF(&p.CorrelatedFailureFraction, wire.DefaultCorrelatedFailure)
 	return p
 }
 

@@ -116,6 +116,9 @@ const (
 	DefaultDrainWindow        = 30 * time.Second
 	DefaultLeaseTTL           = 30 * time.Second
 	DefaultShrinkCap          = 0.33
+	// DefaultShrinkWindow is the shrink cap's window; no service sets
+	// it (SPEC §2: "1/3 per 10 s").
+	DefaultShrinkWindow       = 10 * time.Second
 	DefaultMaxEjectionPercent = 10
 	DefaultFlapLimit          = 4
 	DefaultOutcomeQuorum      = 2

@@ -26,6 +26,7 @@ import (
 
 	"github.com/cairn-sd/cairn/eval"
 	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 func BenchmarkEvaluate(b *testing.B) {
@@ -95,7 +96,7 @@ func benchEvaluate(b *testing.B, n int, outcomes, reuse bool) {
 		st = next
 	}
 	// Past the first evaluation and the slow-start window.
-	for range int(eval.DefaultSlowStart/time.Second) + 2 {
+	for range int(wire.DefaultSlowStart/time.Second) + 2 {
 		advance()
 		evaluate()
 	}
