@@ -15,9 +15,6 @@ import (
 	"github.com/cairn-sd/cairn/status/tablefile"
 )
 
-// EndpointType is the type URL of the views: ClusterLoadAssignments.
-const EndpointType = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
-
 // Agent subscribes to views, serves them through its status table, and
 // keeps them on disk.
 type Agent struct {

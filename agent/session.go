@@ -13,6 +13,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -103,7 +104,7 @@ func (a *Agent) session(ctx context.Context, addr string) (answered bool, err er
 	}
 	node := &corev3.Node{Id: a.cfg.NodeID, Locality: &corev3.Locality{Region: a.cfg.Region, Zone: a.cfg.Zone}}
 	names, held := a.subscription()
-	if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: EndpointType,
+	if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: resourcev3.EndpointType,
 		ResourceNamesSubscribe: names, InitialResourceVersions: held}); err != nil {
 		return false, err
 	}
@@ -156,7 +157,7 @@ func (a *Agent) session(ctx context.Context, addr string) (answered bool, err er
 			}
 			answered = true
 			silent.Stop()
-			req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: EndpointType, ResponseNonce: r.resp.Nonce}
+			req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResponseNonce: r.resp.Nonce}
 			if err := a.apply(r.resp); err != nil {
 				a.m.nacks.Inc()
 				a.cfg.Logger.Warn("refused a view", "server", addr, "err", err)
@@ -167,7 +168,7 @@ func (a *Agent) session(ctx context.Context, addr string) (answered bool, err er
 			}
 		case <-a.wake:
 			if sub, unsub := a.takeChanges(); len(sub)+len(unsub) > 0 {
-				if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: EndpointType,
+				if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType,
 					ResourceNamesSubscribe: sub, ResourceNamesUnsubscribe: unsub}); err != nil {
 					return answered, err
 				}
@@ -213,8 +214,8 @@ func (a *Agent) takeChanges() (sub, unsub []string) {
 // that removes a view held from a table older than it, is refused whole,
 // and the agent keeps what it holds.
 func (a *Agent) apply(resp *discoveryv3.DeltaDiscoveryResponse) error {
-	if resp.TypeUrl != "" && resp.TypeUrl != EndpointType {
-		return fmt.Errorf("agent: response of type %s, not %s", resp.TypeUrl, EndpointType)
+	if resp.TypeUrl != "" && resp.TypeUrl != resourcev3.EndpointType {
+		return fmt.Errorf("agent: response of type %s, not %s", resp.TypeUrl, resourcev3.EndpointType)
 	}
 	// The store revision of the table the response is built from: what a
 	// removal, which carries no version, is judged by. A server that

@@ -22,13 +22,13 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	lrsv3 "github.com/envoyproxy/go-control-plane/envoy/service/load_stats/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/cairn-sd/cairn/client"
-	"github.com/cairn-sd/cairn/xdsserver"
 )
 
 // TestMetricNames lints every metric family `cairn server` registers
@@ -265,7 +265,7 @@ func xdsRoundTrip(t *testing.T, ctx context.Context, addr string) {
 		if err != nil {
 			return err
 		}
-		req := &discoveryv3.DiscoveryRequest{TypeUrl: xdsserver.ClusterType, Node: &corev3.Node{Id: "metrics-test"}}
+		req := &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.ClusterType, Node: &corev3.Node{Id: "metrics-test"}}
 		if err := stream.Send(req); err != nil {
 			return err
 		}
@@ -278,7 +278,7 @@ func xdsRoundTrip(t *testing.T, ctx context.Context, addr string) {
 		}
 		// The stream's requests are handled in order: once a later one is
 		// answered, the refusal has been counted.
-		if err := stream.Send(&discoveryv3.DiscoveryRequest{TypeUrl: xdsserver.ListenerType}); err != nil {
+		if err := stream.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.ListenerType}); err != nil {
 			return err
 		}
 		_, err = stream.Recv()

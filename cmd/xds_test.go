@@ -18,13 +18,12 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
-
-	"github.com/cairn-sd/cairn/xdsserver"
 )
 
 // TestXDSUsesTheClusterTokens: with ACLs on, `cairn server` authenticates
@@ -73,7 +72,7 @@ func TestXDSUsesTheClusterTokens(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		if err := stream.Send(&discoveryv3.DiscoveryRequest{TypeUrl: xdsserver.ClusterType, Node: &corev3.Node{Id: "acl-test"}}); err != nil && err != io.EOF {
+		if err := stream.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.ClusterType, Node: &corev3.Node{Id: "acl-test"}}); err != nil && err != io.EOF {
 			return nil, err
 		}
 		resp, err := stream.Recv()
@@ -141,7 +140,7 @@ func TestEndpointsShowsSubscribers(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		req := &discoveryv3.DiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNames: []string{"web.demo:http"}, Node: &corev3.Node{Id: "endpoints-test"}}
+		req := &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNames: []string{"web.demo:http"}, Node: &corev3.Node{Id: "endpoints-test"}}
 		if err := stream.Send(req); err != nil {
 			return err
 		}

@@ -13,6 +13,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -236,7 +237,7 @@ func (d *deltaRecorder) session(ctx context.Context, cc *grpc.ClientConn) {
 		held = map[string]string{d.name: d.version}
 	}
 	d.mu.Unlock()
-	if s.Subscribe(xdstest.EndpointType, []string{d.name}, held) != nil {
+	if s.Subscribe(resourcev3.EndpointType, []string{d.name}, held) != nil {
 		return
 	}
 	for {

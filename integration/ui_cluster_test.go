@@ -11,6 +11,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"github.com/cairn-sd/cairn/xdsserver/xdstest"
 )
@@ -51,7 +52,7 @@ func TestUIClusterXDSAndLastContact(t *testing.T) {
 		for sctx.Err() == nil {
 			s, err := xdstest.Open(sctx, cc, xdstest.Options{})
 			if err == nil {
-				err = s.Subscribe(xdstest.EndpointType, []string{svc + "." + healthNS + ":http"}, nil)
+				err = s.Subscribe(resourcev3.EndpointType, []string{svc + "." + healthNS + ":http"}, nil)
 			}
 			for err == nil {
 				var resp *discoveryv3.DeltaDiscoveryResponse

@@ -7,11 +7,11 @@ import (
 
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"github.com/cairn-sd/cairn/internal/agentview"
 	cstatus "github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/status/statustest"
-	"github.com/cairn-sd/cairn/xdsserver"
 )
 
 // agentView decodes the one view resp carries.
@@ -45,8 +45,8 @@ func TestAgentViews(t *testing.T) {
 	twoServices(t, tb, false, []cstatus.Entry{inRotation, withdrawn}) // revision 1001
 	c := newDeltaClient(t, ctx, startXDS(t, pub))
 
-	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop", "cart.shop"}})
-	r1 := c.recv(xdsserver.EndpointType)
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: []string{"pay.shop", "cart.shop"}})
+	r1 := c.recv(resourcev3.EndpointType)
 	expect(t, "first subscription", r1, []string{"pay.shop"}, []string{"cart.shop"})
 	c.ack(r1, false)
 	v := agentView(t, r1)
@@ -64,7 +64,7 @@ func TestAgentViews(t *testing.T) {
 	// 1003 brings pay-1 back: the view comes at 1003.
 	twoServices(t, tb, false, []cstatus.Entry{inRotation, withdrawn})
 	twoServices(t, tb, false, []cstatus.Entry{inRotation, inRotation})
-	r2 := c.recv(xdsserver.EndpointType)
+	r2 := c.recv(resourcev3.EndpointType)
 	c.ack(r2, false)
 	if v2 := agentView(t, r2); v2.Revision != 1003 || !v2.Instances[1].Eligible() {
 		t.Errorf("after pay-1's return: revision %d, pay-1 eligible %v; want 1003, true", v2.Revision, v2.Instances[1].Eligible())
@@ -87,8 +87,8 @@ func TestDeltaResponsesNameTheirRevision(t *testing.T) {
 	twoServices(t, tb, false, []cstatus.Entry{inRotation, inRotation}) // revision 1001
 	c := newDeltaClient(t, ctx, startXDS(t, pub))
 
-	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop"}})
-	r1 := c.recv(xdsserver.EndpointType)
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: []string{"pay.shop"}})
+	r1 := c.recv(resourcev3.EndpointType)
 	expect(t, "first subscription", r1, []string{"pay.shop"}, nil)
 	c.ack(r1, false)
 	if r1.SystemVersionInfo != "1001" {
@@ -97,7 +97,7 @@ func TestDeltaResponsesNameTheirRevision(t *testing.T) {
 
 	// Revision 1002 has no pay: its removal names 1002.
 	publishServices(t, tb, []cstatus.ServiceInfo{{}}, nil, nil)
-	r2 := c.recv(xdsserver.EndpointType)
+	r2 := c.recv(resourcev3.EndpointType)
 	expect(t, "pay deleted", r2, nil, []string{"pay.shop"})
 	c.ack(r2, false)
 	if r2.SystemVersionInfo != "1002" {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
@@ -72,23 +73,23 @@ func TestSubscriptionsAreAuthorised(t *testing.T) {
 		{payToken, []string{"pay.shop:grpc"}},
 	} {
 		c := newADSClient(t, withToken(ctx, tc.token), addr)
-		c.send(xdsserver.ClusterType, nil, nil, false) // wildcard
-		if got := names(t, c.recv(xdsserver.ClusterType)); !slices.Equal(got, tc.want) {
+		c.send(resourcev3.ClusterType, nil, nil, false) // wildcard
+		if got := names(t, c.recv(resourcev3.ClusterType)); !slices.Equal(got, tc.want) {
 			t.Errorf("state of the world, %s: clusters %v, want %v", tc.token[:4], got, tc.want)
 		}
-		c.send(xdsserver.EndpointType, all, nil, false)
-		if got := names(t, c.recv(xdsserver.EndpointType)); !slices.Equal(got, tc.want) {
+		c.send(resourcev3.EndpointType, all, nil, false)
+		if got := names(t, c.recv(resourcev3.EndpointType)); !slices.Equal(got, tc.want) {
 			t.Errorf("state of the world, %s: assignments %v, want %v", tc.token[:4], got, tc.want)
 		}
 	}
 
 	d := newDeltaClient(t, withToken(ctx, shopReader), addr)
-	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.ClusterType, ResourceNamesSubscribe: []string{"*"}})
-	expect(t, "delta wildcard clusters", d.recv(xdsserver.ClusterType), []string{"pay.shop:grpc"}, nil)
-	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: all})
-	expect(t, "delta assignments", d.recv(xdsserver.EndpointType), []string{"pay.shop:grpc"}, []string{"vault.bank:grpc"})
-	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.ListenerType, ResourceNamesSubscribe: []string{"vault.bank", "pay.shop"}})
-	expect(t, "delta listeners", d.recv(xdsserver.ListenerType), []string{"pay.shop"}, []string{"vault.bank"})
+	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ClusterType, ResourceNamesSubscribe: []string{"*"}})
+	expect(t, "delta wildcard clusters", d.recv(resourcev3.ClusterType), []string{"pay.shop:grpc"}, nil)
+	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: all})
+	expect(t, "delta assignments", d.recv(resourcev3.EndpointType), []string{"pay.shop:grpc"}, []string{"vault.bank:grpc"})
+	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ListenerType, ResourceNamesSubscribe: []string{"vault.bank", "pay.shop"}})
+	expect(t, "delta listeners", d.recv(resourcev3.ListenerType), []string{"pay.shop"}, []string{"vault.bank"})
 }
 
 // TestUnauthenticatedStreamsAreRefused: with ACLs on, a stream without a
@@ -105,7 +106,7 @@ func TestUnauthenticatedStreamsAreRefused(t *testing.T) {
 	} {
 		cl := newADSClient(t, c, addr)
 		// The refusal may come before the request is sent.
-		_ = cl.stream.Send(&discoveryv3.DiscoveryRequest{Node: cl.node, TypeUrl: xdsserver.ClusterType})
+		_ = cl.stream.Send(&discoveryv3.DiscoveryRequest{Node: cl.node, TypeUrl: resourcev3.ClusterType})
 		resp, err := cl.stream.Recv()
 		if grpcstatus.Code(err) != codes.Unauthenticated {
 			t.Errorf("%s: got %v, %v; want UNAUTHENTICATED", name, resp, err)

@@ -11,6 +11,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	cstatus "github.com/cairn-sd/cairn/status"
@@ -126,28 +127,28 @@ func TestDeltaSubscriptions(t *testing.T) {
 
 	// A name that exists and one that does not: the second is reported
 	// removed at once, so the client need not wait out its timer.
-	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType,
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType,
 		ResourceNamesSubscribe: []string{"pay.shop:grpc", "cart.shop:http"}})
-	r1 := c.recv(xdsserver.EndpointType)
+	r1 := c.recv(resourcev3.EndpointType)
 	expect(t, "first subscription", r1, []string{"pay.shop:grpc"}, []string{"cart.shop:http"})
 	c.ack(r1, false)
 
 	// The missing name is sent when it appears; pay's assignment, which
 	// did not change, is not.
 	twoServices(t, tb, true, []cstatus.Entry{inRotation, inRotation})
-	expect(t, "cart appears", c.recv(xdsserver.EndpointType), []string{"cart.shop:http"}, nil)
+	expect(t, "cart appears", c.recv(resourcev3.EndpointType), []string{"cart.shop:http"}, nil)
 
 	// A withdrawal changes pay's assignment only.
 	twoServices(t, tb, true, []cstatus.Entry{inRotation, withdrawn})
-	r3 := c.recv(xdsserver.EndpointType)
+	r3 := c.recv(resourcev3.EndpointType)
 	expect(t, "withdrawal", r3, []string{"pay.shop:grpc"}, nil)
 	c.ack(r3, false)
 
 	// Unsubscribing needs no answer; subscribing again to a resource the
 	// client held is answered with it, unchanged as it is.
-	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesUnsubscribe: []string{"pay.shop:grpc"}})
-	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"}})
-	r4 := c.recv(xdsserver.EndpointType)
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesUnsubscribe: []string{"pay.shop:grpc"}})
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"}})
+	r4 := c.recv(resourcev3.EndpointType)
 	expect(t, "resubscription", r4, []string{"pay.shop:grpc"}, nil)
 	if versions(r4)["pay.shop:grpc"] != versions(r3)["pay.shop:grpc"] {
 		t.Errorf("resubscription sent version %s, want the unchanged %s", versions(r4)["pay.shop:grpc"], versions(r3)["pay.shop:grpc"])
@@ -155,7 +156,7 @@ func TestDeltaSubscriptions(t *testing.T) {
 
 	// A service that goes away is removed from a client holding it.
 	twoServices(t, tb, false, []cstatus.Entry{inRotation, withdrawn})
-	expect(t, "cart gone", c.recv(xdsserver.EndpointType), nil, []string{"cart.shop:http"})
+	expect(t, "cart gone", c.recv(resourcev3.EndpointType), nil, []string{"cart.shop:http"})
 }
 
 func TestDeltaWildcardClusters(t *testing.T) {
@@ -166,16 +167,16 @@ func TestDeltaWildcardClusters(t *testing.T) {
 	twoServices(t, tb, false, []cstatus.Entry{inRotation, inRotation})
 	c := newDeltaClient(t, ctx, startXDS(t, pub))
 
-	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.ClusterType}) // legacy wildcard
-	r1 := c.recv(xdsserver.ClusterType)
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ClusterType}) // legacy wildcard
+	r1 := c.recv(resourcev3.ClusterType)
 	expect(t, "wildcard", r1, []string{"pay.shop:grpc"}, nil)
 	c.ack(r1, false)
 	twoServices(t, tb, true, []cstatus.Entry{inRotation, inRotation})
-	r2 := c.recv(xdsserver.ClusterType)
+	r2 := c.recv(resourcev3.ClusterType)
 	expect(t, "a service added", r2, []string{"cart.shop:http"}, nil)
 	c.ack(r2, false)
 	twoServices(t, tb, false, []cstatus.Entry{inRotation, inRotation})
-	expect(t, "a service removed", c.recv(xdsserver.ClusterType), nil, []string{"cart.shop:http"})
+	expect(t, "a service removed", c.recv(resourcev3.ClusterType), nil, []string{"cart.shop:http"})
 }
 
 // TestDeltaReconnect: a client reconnecting with initial_resource_versions
@@ -190,30 +191,30 @@ func TestDeltaReconnect(t *testing.T) {
 
 	sctx, stop := context.WithCancel(ctx)
 	c := newDeltaClient(t, sctx, addr)
-	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.ClusterType, ResourceNamesSubscribe: []string{"*"}})
-	held := versions(c.recv(xdsserver.ClusterType)) // the clusters' versions (assignments share their names)
-	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc", "cart.shop:http"}})
-	c.recv(xdsserver.EndpointType)
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ClusterType, ResourceNamesSubscribe: []string{"*"}})
+	held := versions(c.recv(resourcev3.ClusterType)) // the clusters' versions (assignments share their names)
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc", "cart.shop:http"}})
+	c.recv(resourcev3.EndpointType)
 	stop()
 
 	// Away: pay's assignment changes, cart goes.
 	twoServices(t, tb, false, []cstatus.Entry{inRotation, withdrawn})
 
 	c2 := newDeltaClient(t, ctx, addr)
-	c2.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.ClusterType, ResourceNamesSubscribe: []string{"*"},
+	c2.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ClusterType, ResourceNamesSubscribe: []string{"*"},
 		InitialResourceVersions: map[string]string{"pay.shop:grpc": held["pay.shop:grpc"], "cart.shop:http": held["cart.shop:http"]}})
 	// pay's cluster did not change: not sent; cart's is gone: removed.
-	expect(t, "clusters on reconnection", c2.recv(xdsserver.ClusterType), nil, []string{"cart.shop:http"})
-	c2.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc", "cart.shop:http"},
+	expect(t, "clusters on reconnection", c2.recv(resourcev3.ClusterType), nil, []string{"cart.shop:http"})
+	c2.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc", "cart.shop:http"},
 		InitialResourceVersions: map[string]string{"pay.shop:grpc": "an old version", "cart.shop:http": "another"}})
-	expect(t, "assignments on reconnection", c2.recv(xdsserver.EndpointType), []string{"pay.shop:grpc"}, []string{"cart.shop:http"})
+	expect(t, "assignments on reconnection", c2.recv(resourcev3.EndpointType), []string{"pay.shop:grpc"}, []string{"cart.shop:http"})
 
 	// A reconnection holding every current version is answered, empty:
 	// an Envoy waits for that answer to finish starting.
 	c3 := newDeltaClient(t, ctx, addr)
-	c3.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.ClusterType, ResourceNamesSubscribe: []string{"*"},
+	c3.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ClusterType, ResourceNamesSubscribe: []string{"*"},
 		InitialResourceVersions: map[string]string{"pay.shop:grpc": held["pay.shop:grpc"]}})
-	expect(t, "nothing changed", c3.recv(xdsserver.ClusterType), nil, nil)
+	expect(t, "nothing changed", c3.recv(resourcev3.ClusterType), nil, nil)
 }
 
 // TestDeltaNACK: a refused version is not sent again; the next change is.
@@ -225,19 +226,19 @@ func TestDeltaNACK(t *testing.T) {
 	twoServices(t, tb, true, []cstatus.Entry{inRotation, inRotation})
 	c := newDeltaClient(t, ctx, startXDS(t, pub))
 
-	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"}})
-	r1 := c.recv(xdsserver.EndpointType)
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"}})
+	r1 := c.recv(resourcev3.EndpointType)
 	c.ack(r1, false)
 	twoServices(t, tb, true, []cstatus.Entry{inRotation, withdrawn})
-	r2 := c.recv(xdsserver.EndpointType)
+	r2 := c.recv(resourcev3.EndpointType)
 	c.ack(r2, true) // refused: the client stays on r1
 	// Another name subscribed to: answered with it alone, not with the
 	// refused version of pay's.
-	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"cart.shop:http"}})
-	expect(t, "a subscription after the refusal", c.recv(xdsserver.EndpointType), []string{"cart.shop:http"}, nil)
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: []string{"cart.shop:http"}})
+	expect(t, "a subscription after the refusal", c.recv(resourcev3.EndpointType), []string{"cart.shop:http"}, nil)
 	// New content: sent.
 	twoServices(t, tb, true, []cstatus.Entry{withdrawn, inRotation})
-	r3 := c.recv(xdsserver.EndpointType)
+	r3 := c.recv(resourcev3.EndpointType)
 	if versions(r3)["pay.shop:grpc"] == versions(r2)["pay.shop:grpc"] {
 		t.Fatal("the refused version was sent again")
 	}
@@ -268,16 +269,16 @@ func TestDeltaRequestDoesNotSwallowTableChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newDeltaClient(t, ctx, serve(t, srv))
-	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"}})
-	c.ack(c.recv(xdsserver.EndpointType), false)
-	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.ListenerType, ResourceNamesSubscribe: []string{"pay.shop"}})
-	c.ack(c.recv(xdsserver.ListenerType), false)
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"}})
+	c.ack(c.recv(resourcev3.EndpointType), false)
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ListenerType, ResourceNamesSubscribe: []string{"pay.shop"}})
+	c.ack(c.recv(resourcev3.ListenerType), false)
 	for i := range 200 {
 		second := []cstatus.Entry{withdrawn, inRotation}[i%2]
 		// A name that does not exist: answered at once, removed. Sent
 		// before the table is published, on odd rounds, and after it, on
 		// even ones, so that both reach the stream's loop in either order.
-		req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.ListenerType, ResourceNamesSubscribe: []string{fmt.Sprintf("nobody-%d", i)}}
+		req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ListenerType, ResourceNamesSubscribe: []string{fmt.Sprintf("nobody-%d", i)}}
 		if i%2 == 1 {
 			c.send(req)
 		}
@@ -294,7 +295,7 @@ func TestDeltaRequestDoesNotSwallowTableChange(t *testing.T) {
 			seen[resp.TypeUrl] = true
 			c.ack(resp, false)
 		}
-		if !seen[xdsserver.EndpointType] || !seen[xdsserver.ListenerType] {
+		if !seen[resourcev3.EndpointType] || !seen[resourcev3.ListenerType] {
 			t.Fatalf("round %d: responses %v, want the assignment's change and the listener request's answer", i, seen)
 		}
 	}
@@ -337,19 +338,19 @@ func TestDeliveryLanes(t *testing.T) {
 		return 0
 	}
 	d := newDeltaClient(t, ctx, addr)
-	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"}})
-	d.ack(d.recv(xdsserver.EndpointType), false)
+	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"}})
+	d.ack(d.recv(resourcev3.EndpointType), false)
 	s := newADSClient(t, ctx, addr)
-	s.send(xdsserver.EndpointType, []string{"pay.shop:grpc"}, nil, false)
-	first := s.recv(xdsserver.EndpointType)
-	s.send(xdsserver.EndpointType, []string{"pay.shop:grpc"}, first, false)
+	s.send(resourcev3.EndpointType, []string{"pay.shop:grpc"}, nil, false)
+	first := s.recv(resourcev3.EndpointType)
+	s.send(resourcev3.EndpointType, []string{"pay.shop:grpc"}, first, false)
 	// Barriers: a later request's answer proves the acknowledgements were
 	// handled (requests are handled in order).
-	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.ListenerType, ResourceNamesSubscribe: []string{"pay.shop"}})
-	d.ack(d.recv(xdsserver.ListenerType), false)
-	s.send(xdsserver.ListenerType, []string{"pay.shop"}, nil, false)
-	sl := s.recv(xdsserver.ListenerType)
-	s.send(xdsserver.ListenerType, []string{"pay.shop"}, sl, false)
+	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ListenerType, ResourceNamesSubscribe: []string{"pay.shop"}})
+	d.ack(d.recv(resourcev3.ListenerType), false)
+	s.send(resourcev3.ListenerType, []string{"pay.shop"}, nil, false)
+	sl := s.recv(resourcev3.ListenerType)
+	s.send(resourcev3.ListenerType, []string{"pay.shop"}, sl, false)
 	if w, a := count("withdrawal"), count("admission"); w != 0 || a != 0 {
 		t.Fatalf("after first answers only: withdrawal %d, admission %d deliveries timed; want none", w, a)
 	}
@@ -363,16 +364,16 @@ func TestDeliveryLanes(t *testing.T) {
 		t.Helper()
 		barrier++
 		name := fmt.Sprintf("barrier-%d", barrier)
-		d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.ListenerType, ResourceNamesSubscribe: []string{name}})
-		d.recv(xdsserver.ListenerType)
-		s.send(xdsserver.ListenerType, []string{"pay.shop", name}, sl, false)
-		sl = s.recv(xdsserver.ListenerType)
+		d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ListenerType, ResourceNamesSubscribe: []string{name}})
+		d.recv(resourcev3.ListenerType)
+		s.send(resourcev3.ListenerType, []string{"pay.shop", name}, sl, false)
+		sl = s.recv(resourcev3.ListenerType)
 	}
 	for _, e := range []cstatus.Entry{withdrawn, inRotation} {
 		twoServices(t, tb, false, []cstatus.Entry{inRotation, e})
-		d.ack(d.recv(xdsserver.EndpointType), false)
-		r := s.recv(xdsserver.EndpointType)
-		s.send(xdsserver.EndpointType, []string{"pay.shop:grpc"}, r, false)
+		d.ack(d.recv(resourcev3.EndpointType), false)
+		r := s.recv(resourcev3.EndpointType)
+		s.send(resourcev3.EndpointType, []string{"pay.shop:grpc"}, r, false)
 		acked()
 	}
 	if w, a := count("withdrawal"), count("admission"); w != 2 || a != 2 {
@@ -393,15 +394,15 @@ func TestNodeNamedLate(t *testing.T) {
 	twoServices(t, tb, false, []cstatus.Entry{inRotation, inRotation})
 	c := newADSClient(t, ctx, startXDS(t, pub))
 	c.node = nil
-	c.send(xdsserver.EndpointType, []string{"pay.shop:grpc"}, nil, false)
-	c.recv(xdsserver.EndpointType)
+	c.send(resourcev3.EndpointType, []string{"pay.shop:grpc"}, nil, false)
+	c.recv(resourcev3.EndpointType)
 	c.node = &corev3.Node{Id: "late", Locality: &corev3.Locality{Region: "eu", Zone: "eu-1a"}}
-	c.send(xdsserver.ListenerType, []string{"pay.shop"}, nil, false)
-	if n := names(t, c.recv(xdsserver.ListenerType)); !slices.Equal(n, []string{"pay.shop"}) {
+	c.send(resourcev3.ListenerType, []string{"pay.shop"}, nil, false)
+	if n := names(t, c.recv(resourcev3.ListenerType)); !slices.Equal(n, []string{"pay.shop"}) {
 		t.Fatalf("listeners %v, want pay.shop", n)
 	}
 	twoServices(t, tb, false, []cstatus.Entry{inRotation, withdrawn})
-	c.recv(xdsserver.EndpointType)
+	c.recv(resourcev3.EndpointType)
 }
 
 // TestDeltaNackedRemovalIsSentAgain: a response removing cart's
@@ -417,24 +418,24 @@ func TestDeltaNackedRemovalIsSentAgain(t *testing.T) {
 	pub := tb.Publisher
 	twoServices(t, tb, true, []cstatus.Entry{inRotation, inRotation})
 	c := newDeltaClient(t, ctx, startXDS(t, pub))
-	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType,
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType,
 		ResourceNamesSubscribe: []string{"pay.shop:grpc", "cart.shop:http"}})
-	c.ack(c.recv(xdsserver.EndpointType), false)
+	c.ack(c.recv(resourcev3.EndpointType), false)
 
 	twoServices(t, tb, false, []cstatus.Entry{inRotation, inRotation}) // cart deleted
-	r2 := c.recv(xdsserver.EndpointType)
+	r2 := c.recv(resourcev3.EndpointType)
 	expect(t, "cart gone", r2, nil, []string{"cart.shop:http"})
 	c.ack(r2, true) // refused: the client still holds cart
 
 	// The next pass (a request, so that it surely comes after the
 	// refusal): the old code looked at every name and removed cart again.
-	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"nobody"}})
-	r3 := c.recv(xdsserver.EndpointType)
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: []string{"nobody"}})
+	r3 := c.recv(resourcev3.EndpointType)
 	_, removed := got(r3)
 	c.ack(r3, false)
 	// And a table change (pay's).
 	twoServices(t, tb, false, []cstatus.Entry{inRotation, withdrawn})
-	r4 := c.recv(xdsserver.EndpointType)
+	r4 := c.recv(resourcev3.EndpointType)
 	_, removed4 := got(r4)
 	if !slices.Contains(removed, "cart.shop:http") && !slices.Contains(removed4, "cart.shop:http") {
 		t.Fatalf("cart's refused removal never sent again")

@@ -11,10 +11,9 @@ import (
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/cairn-sd/cairn/xdsserver"
 )
 
 // FuzzDeltaStream sends a sequence of delta requests decoded from the
@@ -86,7 +85,7 @@ type deltaRun struct {
 }
 
 func deltaTypeIndex(url string) int {
-	return slices.Index([]string{xdsserver.ClusterType, xdsserver.EndpointType, xdsserver.ListenerType, xdsserver.RouteType}, url)
+	return slices.Index([]string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType}, url)
 }
 
 // runDelta runs one input on a delta stream: with raw, its requests are
@@ -126,7 +125,7 @@ func runDelta(t *testing.T, h *fuzzHub, in *fuzzInput, raw bool) error {
 		d.apply(req)
 		// The barrier replaces the one before, so that barriers do not
 		// add up to the cap on names.
-		barrier := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.RouteType, ResourceNamesSubscribe: []string{barrierName(n)},
+		barrier := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.RouteType, ResourceNamesSubscribe: []string{barrierName(n)},
 			ResourceNamesUnsubscribe: []string{barrierName(n - 1)}}
 		d.apply(barrier)
 		if cs.SendMsg(msg) != nil || cs.SendMsg(barrier) != nil {
@@ -253,7 +252,7 @@ func (d *deltaRun) await(barrier string, recv <-chan *discoveryv3.DeltaDiscovery
 			if err := d.check(r); err != nil {
 				return true, err
 			}
-			if r.TypeUrl == xdsserver.RouteType && slices.Contains(r.RemovedResources, barrier) {
+			if r.TypeUrl == resourcev3.RouteType && slices.Contains(r.RemovedResources, barrier) {
 				if d.mustAny && !d.answered {
 					return true, fmt.Errorf("the first request of %s was not answered", d.prevTypeURL())
 				}
@@ -272,7 +271,7 @@ func (d *deltaRun) await(barrier string, recv <-chan *discoveryv3.DeltaDiscovery
 }
 
 func (d *deltaRun) prevTypeURL() string {
-	return []string{xdsserver.ClusterType, xdsserver.EndpointType, xdsserver.ListenerType, xdsserver.RouteType}[d.mustType]
+	return []string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType}[d.mustType]
 }
 
 // check checks one response against what the stream asked for.

@@ -17,6 +17,7 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -183,7 +184,7 @@ var (
 	fuzzNames = []string{"pay.shop:grpc", "pay.shop", "cart.shop:http", "cart.shop", "vault.bank:grpc", "vault.bank",
 		"*", "", "nobody.shop:grpc", "pay.shop:http", "pay.shop:", ":grpc", ".", "pay.shop:grpc:grpc", "PAY.SHOP:grpc",
 		"pay.shop\x00:grpc", "ünï.shop:grpc", strings.Repeat("x", 300)}
-	fuzzTypes = []string{xdsserver.ClusterType, xdsserver.EndpointType, xdsserver.ListenerType, xdsserver.RouteType,
+	fuzzTypes = []string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType,
 		"", "type.googleapis.com/envoy.config.cluster.v3.Cluster ", "type.googleapis.com/google.protobuf.Empty"}
 	fuzzVersions = []string{"", "1", "0-abc", "1001-", "-", "99999999999-deadbeef", "18446744073709551615-x",
 		"18446744073709551616-x", "abc"}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -64,11 +65,11 @@ func FuzzRequestBytes(f *testing.F) {
 		}
 		f.Add(b)
 	}
-	add(true, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.ClusterType},
-		&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc", "pay.shop"},
+	add(true, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ClusterType},
+		&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc", "pay.shop"},
 			InitialResourceVersions: map[string]string{"pay.shop": "5-x"}})
-	add(false, &discoveryv3.DiscoveryRequest{TypeUrl: xdsserver.ListenerType, ResourceNames: []string{"pay.shop", "*"}},
-		&discoveryv3.DiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNames: []string{"pay.shop:grpc"}, VersionInfo: "1-x"})
+	add(false, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.ListenerType, ResourceNames: []string{"pay.shop", "*"}},
+		&discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNames: []string{"pay.shop:grpc"}, VersionInfo: "1-x"})
 	f.Add([]byte{0, 1, 3, 0xff, 0xff, 0xff}) // a frame that does not decode
 	// A request, then a frame that does not decode, on a state-of-the-world
 	// stream: grpc-go ends the stream before the handler returns, so the
@@ -154,7 +155,7 @@ func runSotW(t *testing.T, h *fuzzHub, in *fuzzInput, raw bool) error {
 			if proto.Unmarshal(f, req) != nil {
 				return garbage(cs, f, recv, done, valid)
 			}
-			if req.TypeUrl == xdsserver.RouteType {
+			if req.TypeUrl == resourcev3.RouteType {
 				continue // its answer could not be told from the barrier's
 			}
 			msg = rawFrame(f)
@@ -167,7 +168,7 @@ func runSotW(t *testing.T, h *fuzzHub, in *fuzzInput, raw bool) error {
 		// The barrier: routes are never asked for by the inputs, so
 		// that the next route response is its answer.
 		rt := &d.subs[3]
-		barrier := &discoveryv3.DiscoveryRequest{TypeUrl: xdsserver.RouteType, ResourceNames: []string{barrierName(n)}}
+		barrier := &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.RouteType, ResourceNames: []string{barrierName(n)}}
 		if rt.last != nil {
 			barrier.ResponseNonce, barrier.VersionInfo = rt.last.Nonce, rt.last.VersionInfo
 		}
@@ -203,8 +204,8 @@ func (d *sotwRun) next(t *testing.T, h *fuzzHub, in *fuzzInput) *discoveryv3.Dis
 		return nil
 	}
 	url := fuzzTypes[in.pick(len(fuzzTypes))]
-	if url == xdsserver.RouteType {
-		url = xdsserver.EndpointType
+	if url == resourcev3.RouteType {
+		url = resourcev3.EndpointType
 	}
 	req := &discoveryv3.DiscoveryRequest{TypeUrl: url}
 	flags := in.byte()
@@ -304,7 +305,7 @@ func (d *sotwRun) await(recv <-chan *discoveryv3.DiscoveryResponse, done <-chan 
 			if err := d.check(r); err != nil {
 				return true, err
 			}
-			if r.TypeUrl == xdsserver.RouteType {
+			if r.TypeUrl == resourcev3.RouteType {
 				if d.mustType >= 0 {
 					return true, fmt.Errorf("a request of type %d, the first or one that changed its names, was not answered", d.mustType)
 				}

@@ -13,6 +13,7 @@ import (
 
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	cstatus "github.com/cairn-sd/cairn/status"
@@ -98,9 +99,9 @@ func TestWithdrawalsDoNotWaitForAdmissions(t *testing.T) {
 			switch proto {
 			case "delta":
 				c := newDeltaClient(t, ctx, addr)
-				c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: names})
+				c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: names})
 				next = func() map[string]*endpointv3.ClusterLoadAssignment {
-					resp := c.recv(xdsserver.EndpointType)
+					resp := c.recv(resourcev3.EndpointType)
 					c.ack(resp, false)
 					out := map[string]*endpointv3.ClusterLoadAssignment{}
 					for _, r := range resp.Resources {
@@ -114,10 +115,10 @@ func TestWithdrawalsDoNotWaitForAdmissions(t *testing.T) {
 				}
 			default:
 				c := newADSClient(t, ctx, addr)
-				c.send(xdsserver.EndpointType, names, nil, false)
+				c.send(resourcev3.EndpointType, names, nil, false)
 				next = func() map[string]*endpointv3.ClusterLoadAssignment {
-					resp := c.recv(xdsserver.EndpointType)
-					c.send(xdsserver.EndpointType, names, resp, false)
+					resp := c.recv(resourcev3.EndpointType)
+					c.send(resourcev3.EndpointType, names, resp, false)
 					out := map[string]*endpointv3.ClusterLoadAssignment{}
 					for _, a := range resp.Resources {
 						var cla endpointv3.ClusterLoadAssignment
@@ -183,14 +184,14 @@ func TestAdmissionsShedUnderLoad(t *testing.T) {
 	var cs []*deltaClient
 	for range 2 {
 		c := newDeltaClient(t, ctx, addr)
-		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"}})
-		c.ack(c.recv(xdsserver.EndpointType), false)
+		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"}})
+		c.ack(c.recv(resourcev3.EndpointType), false)
 		cs = append(cs, c)
 	}
 	// One token for two streams: one goes, the other waits for the next.
 	publishPayCart(t, tb, [2]cstatus.Entry{weighted(50), inRotation}, in)
 	for _, c := range cs {
-		expect(t, "weight change", c.recv(xdsserver.EndpointType), []string{"pay.shop:grpc"}, nil)
+		expect(t, "weight change", c.recv(resourcev3.EndpointType), []string{"pay.shop:grpc"}, nil)
 	}
 	if n := deferred(t, reg, "shed"); n != 1 {
 		t.Errorf("admissions shed: %v, want 1", n)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
@@ -89,18 +90,18 @@ func TestNamesPerStreamCap(t *testing.T) {
 	addr, reg := startCapped(t, xdsserver.Limits{MaxNames: 5}, nil)
 
 	d := newDeltaClient(t, ctx, addr)
-	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.ClusterType, ResourceNamesSubscribe: []string{"pay.shop:grpc", "x"}})
-	d.recv(xdsserver.ClusterType)
-	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: append([]string{"pay.shop:grpc"}, junk(0, 2)...)})
-	d.recv(xdsserver.EndpointType) // 5 names: at the cap
-	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: junk(2, 1)})
+	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ClusterType, ResourceNamesSubscribe: []string{"pay.shop:grpc", "x"}})
+	d.recv(resourcev3.ClusterType)
+	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: append([]string{"pay.shop:grpc"}, junk(0, 2)...)})
+	d.recv(resourcev3.EndpointType) // 5 names: at the cap
+	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: junk(2, 1)})
 	_, err := d.s.Recv()
 	refusedFor(t, err, reg, "names_per_stream", "--xds-max-names-per-stream", 1)
 
 	s := newADSClient(t, ctx, addr)
-	s.send(xdsserver.EndpointType, junk(0, 5), nil, false)
-	r := s.recv(xdsserver.EndpointType)
-	s.send(xdsserver.EndpointType, junk(0, 6), r, false)
+	s.send(resourcev3.EndpointType, junk(0, 5), nil, false)
+	r := s.recv(resourcev3.EndpointType)
+	s.send(resourcev3.EndpointType, junk(0, 6), r, false)
 	_, err = s.stream.Recv()
 	refusedFor(t, err, reg, "names_per_stream", "--xds-max-names-per-stream", 2)
 }
@@ -112,10 +113,10 @@ func TestTypesPerStreamCap(t *testing.T) {
 	defer cancel()
 	addr, reg := startCapped(t, xdsserver.Limits{MaxTypes: 2}, nil)
 	s := newADSClient(t, ctx, addr)
-	s.send(xdsserver.ClusterType, nil, nil, false)
-	s.recv(xdsserver.ClusterType)
+	s.send(resourcev3.ClusterType, nil, nil, false)
+	s.recv(resourcev3.ClusterType)
 	s.send("type.googleapis.com/made.up.Type", nil, nil, false) // not served, never answered, but counted
-	s.send(xdsserver.EndpointType, []string{"pay.shop:grpc"}, nil, false)
+	s.send(resourcev3.EndpointType, []string{"pay.shop:grpc"}, nil, false)
 	_, err := s.stream.Recv()
 	refusedFor(t, err, reg, "types_per_stream", "--xds-max-types-per-stream", 1)
 }
@@ -123,7 +124,7 @@ func TestTypesPerStreamCap(t *testing.T) {
 // open opens a delta stream and waits for its first answer: it is then
 // counted as open by the server. It returns the first error instead.
 func open(ctx context.Context, cc *xdstest.Stream) error {
-	if err := cc.Subscribe(xdsserver.EndpointType, []string{"pay.shop:grpc"}, nil); err != nil {
+	if err := cc.Subscribe(resourcev3.EndpointType, []string{"pay.shop:grpc"}, nil); err != nil {
 		return err
 	}
 	_, err := cc.Recv()

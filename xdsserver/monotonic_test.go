@@ -8,6 +8,7 @@ import (
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -96,8 +97,8 @@ func TestDeltaResumeNeverOlder(t *testing.T) {
 	newer := newerTable.Publisher
 	payCartAt(t, newerTable, 1002, true, []cstatus.Entry{inRotation, draining})
 	c := newDeltaClient(t, ctx, startXDS(t, newer))
-	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc", "cart.shop:http"}})
-	r1 := c.recv(xdsserver.EndpointType)
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc", "cart.shop:http"}})
+	r1 := c.recv(resourcev3.EndpointType)
 	expect(t, "the first answer", r1, []string{"cart.shop:http", "pay.shop:grpc"}, nil)
 	held := versions(r1)
 	for name, v := range held {
@@ -112,15 +113,15 @@ func TestDeltaResumeNeverOlder(t *testing.T) {
 	payCartAt(t, restoredTable, 900, false, []cstatus.Entry{inRotation, inRotation})
 	reg := prometheus.NewRegistry()
 	c2 := newDeltaClient(t, ctx, startXDSMetered(t, restored, reg))
-	c2.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc", "cart.shop:http"},
+	c2.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc", "cart.shop:http"},
 		InitialResourceVersions: held})
-	first := c2.recv(xdsserver.EndpointType)
+	first := c2.recv(resourcev3.EndpointType)
 	expect(t, "the first answer of a server behind", first, nil, nil)
 	waitRefreshes(t, reg, 1)
 
 	// Past the client's revision, with pay's content unchanged since 900.
 	payCartAt(t, restoredTable, 1100, false, []cstatus.Entry{inRotation, inRotation})
-	r2 := c2.recv(xdsserver.EndpointType)
+	r2 := c2.recv(resourcev3.EndpointType)
 	expect(t, "once the table passes the client's", r2, []string{"pay.shop:grpc"}, []string{"cart.shop:http"})
 	if v := versions(r2)["pay.shop:grpc"]; revOf(v) != 1100 {
 		t.Fatalf("pay sent at version %q, want revision 1100 in it", v)
@@ -134,9 +135,9 @@ func TestDeltaResumeNeverOlder(t *testing.T) {
 	// the answer to a new subscription, until a newer table.
 	payCartAt(t, restoredTable, 1050, true, []cstatus.Entry{inRotation, withdrawn})
 	waitRefreshes(t, reg, 3)
-	c2.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"cart.shop:http"}})
+	c2.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: []string{"cart.shop:http"}})
 	payCartAt(t, restoredTable, 1200, true, []cstatus.Entry{inRotation, withdrawn})
-	r3 := c2.recv(xdsserver.EndpointType)
+	r3 := c2.recv(resourcev3.EndpointType)
 	expect(t, "after an older table, a newer one", r3, []string{"cart.shop:http", "pay.shop:grpc"}, nil)
 	for name, v := range versions(r3) {
 		if revOf(v) != 1200 {
@@ -153,7 +154,7 @@ func TestDeltaResumeSameContent(t *testing.T) {
 	defer cancel()
 	held := payHeldAt(ctx, t, 1002, []cstatus.Entry{inRotation, inRotation})
 	c2, _ := payResumedAt(ctx, t, 900, []cstatus.Entry{inRotation, inRotation}, held)
-	expect(t, "the same content from a server behind", c2.recv(xdsserver.EndpointType), nil, nil)
+	expect(t, "the same content from a server behind", c2.recv(resourcev3.EndpointType), nil, nil)
 }
 
 // payHeldAt returns the versions a delta client subscribed to pay is sent
@@ -165,8 +166,8 @@ func payHeldAt(ctx context.Context, t *testing.T, rev uint64, es []cstatus.Entry
 	pub := tb.Publisher
 	payCartAt(t, tb, rev, false, es)
 	c := newDeltaClient(t, ctx, startXDS(t, pub))
-	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"}})
-	return versions(c.recv(xdsserver.EndpointType))
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"}})
+	return versions(c.recv(resourcev3.EndpointType))
 }
 
 // payResumedAt starts a server whose table, at store revision rev, holds
@@ -179,7 +180,7 @@ func payResumedAt(ctx context.Context, t *testing.T, rev uint64, es []cstatus.En
 	pub := tb.Publisher
 	payCartAt(t, tb, rev, false, es)
 	c := newDeltaClient(t, ctx, startXDS(t, pub))
-	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"},
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"},
 		InitialResourceVersions: held})
 	return c, tb
 }
@@ -199,8 +200,8 @@ func TestSotWResumeNeverOlder(t *testing.T) {
 	newer := newerTable.Publisher
 	payCartAt(t, newerTable, 1002, false, []cstatus.Entry{inRotation, draining})
 	c := newADSClient(t, ctx, startXDS(t, newer))
-	c.send(xdsserver.EndpointType, []string{"pay.shop:grpc"}, nil, false)
-	r1 := c.recv(xdsserver.EndpointType)
+	c.send(resourcev3.EndpointType, []string{"pay.shop:grpc"}, nil, false)
+	r1 := c.recv(resourcev3.EndpointType)
 	if revOf(r1.VersionInfo) != 1002 {
 		t.Fatalf("version_info %q, want revision 1002 in it", r1.VersionInfo)
 	}
@@ -210,18 +211,18 @@ func TestSotWResumeNeverOlder(t *testing.T) {
 	payCartAt(t, restoredTable, 900, false, []cstatus.Entry{inRotation, inRotation})
 	addr := startXDS(t, restored)
 	c2 := newADSClient(t, ctx, addr)
-	if err := c2.stream.Send(&discoveryv3.DiscoveryRequest{Node: c2.node, TypeUrl: xdsserver.EndpointType,
+	if err := c2.stream.Send(&discoveryv3.DiscoveryRequest{Node: c2.node, TypeUrl: resourcev3.EndpointType,
 		ResourceNames: []string{"pay.shop:grpc"}, VersionInfo: r1.VersionInfo}); err != nil {
 		t.Fatal(err)
 	}
 	// Requests are answered in order: a cluster answer first means the
 	// assignments were not answered.
-	c2.send(xdsserver.ClusterType, nil, nil, false)
-	if got := names(t, c2.recv(xdsserver.ClusterType)); !slices.Equal(got, []string{"pay.shop:grpc"}) {
+	c2.send(resourcev3.ClusterType, nil, nil, false)
+	if got := names(t, c2.recv(resourcev3.ClusterType)); !slices.Equal(got, []string{"pay.shop:grpc"}) {
 		t.Fatalf("clusters: %v", got)
 	}
 	payCartAt(t, restoredTable, 1100, false, []cstatus.Entry{inRotation, inRotation})
-	r2 := c2.recv(xdsserver.EndpointType)
+	r2 := c2.recv(resourcev3.EndpointType)
 	if revOf(r2.VersionInfo) != 1100 || len(endpoints(t, r2)) != 2 {
 		t.Fatalf("once the table passes the client's: version %q, endpoints %v; want revision 1100, both backends", r2.VersionInfo, endpoints(t, r2))
 	}
@@ -229,14 +230,14 @@ func TestSotWResumeNeverOlder(t *testing.T) {
 	// The same content, named at a newer revision: answered at once, as
 	// the client names it.
 	payCartAt(t, newerTable, 1003, false, []cstatus.Entry{inRotation, inRotation})
-	c.send(xdsserver.EndpointType, []string{"pay.shop:grpc"}, r1, false)
-	same := c.recv(xdsserver.EndpointType)
+	c.send(resourcev3.EndpointType, []string{"pay.shop:grpc"}, r1, false)
+	same := c.recv(resourcev3.EndpointType)
 	c3 := newADSClient(t, ctx, startXDSAt(t, 900))
-	if err := c3.stream.Send(&discoveryv3.DiscoveryRequest{Node: c3.node, TypeUrl: xdsserver.EndpointType,
+	if err := c3.stream.Send(&discoveryv3.DiscoveryRequest{Node: c3.node, TypeUrl: resourcev3.EndpointType,
 		ResourceNames: []string{"pay.shop:grpc"}, VersionInfo: same.VersionInfo}); err != nil {
 		t.Fatal(err)
 	}
-	if r := c3.recv(xdsserver.EndpointType); r.VersionInfo != same.VersionInfo || len(endpoints(t, r)) != 2 {
+	if r := c3.recv(resourcev3.EndpointType); r.VersionInfo != same.VersionInfo || len(endpoints(t, r)) != 2 {
 		t.Fatalf("the same content from a server behind: version %q, endpoints %v; want %q, both backends", r.VersionInfo, endpoints(t, r), same.VersionInfo)
 	}
 }
@@ -260,11 +261,11 @@ func TestDeltaHoldEndsWithAnAnswer(t *testing.T) {
 	defer cancel()
 	held := payHeldAt(ctx, t, 1002, []cstatus.Entry{inRotation, draining})
 	c2, restored := payResumedAt(ctx, t, 900, []cstatus.Entry{inRotation, inRotation}, held)
-	if r := c2.recv(xdsserver.EndpointType); len(r.Resources)+len(r.RemovedResources) != 0 || r.SystemVersionInfo != "900" {
+	if r := c2.recv(resourcev3.EndpointType); len(r.Resources)+len(r.RemovedResources) != 0 || r.SystemVersionInfo != "900" {
 		t.Fatalf("first answer: %v removed %v at %q; want empty, at 900", r.Resources, r.RemovedResources, r.SystemVersionInfo)
 	}
 	payCartAt(t, restored, 1100, false, []cstatus.Entry{inRotation, draining})
-	if r := c2.recv(xdsserver.EndpointType); len(r.Resources)+len(r.RemovedResources) != 0 || r.SystemVersionInfo != "1100" {
+	if r := c2.recv(resourcev3.EndpointType); len(r.Resources)+len(r.RemovedResources) != 0 || r.SystemVersionInfo != "1100" {
 		t.Fatalf("once caught up: %v removed %v at %q; want empty, at 1100", r.Resources, r.RemovedResources, r.SystemVersionInfo)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -146,22 +147,22 @@ func TestNACKIsNotResent(t *testing.T) {
 	publish(t, tb, bs, []cstatus.Entry{inRotation, inRotation})
 	c := newADSClient(t, ctx, startXDS(t, pub))
 
-	c.send(xdsserver.EndpointType, []string{"pay.shop:grpc"}, nil, false)
-	first := c.recv(xdsserver.EndpointType)
+	c.send(resourcev3.EndpointType, []string{"pay.shop:grpc"}, nil, false)
+	first := c.recv(resourcev3.EndpointType)
 	if got := endpoints(t, first); !slices.Equal(got, []string{"10.0.0.1:8443", "10.0.0.2:8443"}) {
 		t.Fatalf("first assignment %v", got)
 	}
-	c.send(xdsserver.EndpointType, []string{"pay.shop:grpc"}, first, true) // NACK
+	c.send(resourcev3.EndpointType, []string{"pay.shop:grpc"}, first, true) // NACK
 	// The server handles a stream's requests in order: had the NACK been
 	// answered with a resend, it would come before the listener.
-	c.send(xdsserver.ListenerType, []string{"pay.shop"}, nil, false)
-	c.recv(xdsserver.ListenerType)
+	c.send(resourcev3.ListenerType, []string{"pay.shop"}, nil, false)
+	c.recv(resourcev3.ListenerType)
 
 	// A table with the same content: nothing to send. Then new content:
 	// the next assignment is it, never the refused one again.
 	publish(t, tb, bs, []cstatus.Entry{inRotation, inRotation})
 	publish(t, tb, bs, []cstatus.Entry{inRotation, withdrawn})
-	next := c.recv(xdsserver.EndpointType)
+	next := c.recv(resourcev3.EndpointType)
 	if next.VersionInfo == first.VersionInfo {
 		t.Fatalf("the refused version %s was sent again", first.VersionInfo)
 	}
@@ -182,32 +183,32 @@ func TestSubscriptionChangesAreAnswered(t *testing.T) {
 	addr := startXDS(t, pub)
 	c := newADSClient(t, ctx, addr)
 
-	c.send(xdsserver.ListenerType, []string{"pay.shop"}, nil, false)
-	r1 := c.recv(xdsserver.ListenerType)
-	c.send(xdsserver.ListenerType, []string{"pay.shop", "pay.shop:grpc"}, r1, false)
-	r2 := c.recv(xdsserver.ListenerType)
+	c.send(resourcev3.ListenerType, []string{"pay.shop"}, nil, false)
+	r1 := c.recv(resourcev3.ListenerType)
+	c.send(resourcev3.ListenerType, []string{"pay.shop", "pay.shop:grpc"}, r1, false)
+	r2 := c.recv(resourcev3.ListenerType)
 	if got := names(t, r2); !slices.Equal(got, []string{"pay.shop", "pay.shop:grpc"}) {
 		t.Errorf("after subscribing to a second listener: %v", got)
 	}
-	c.send(xdsserver.ListenerType, []string{"pay.shop"}, r2, false)
-	r3 := c.recv(xdsserver.ListenerType)
+	c.send(resourcev3.ListenerType, []string{"pay.shop"}, r2, false)
+	r3 := c.recv(resourcev3.ListenerType)
 	if got := names(t, r3); !slices.Equal(got, []string{"pay.shop"}) {
 		t.Errorf("after unsubscribing: %v", got)
 	}
 	// Subscribing again to what was sent before: answered again.
-	c.send(xdsserver.ListenerType, []string{"pay.shop", "pay.shop:grpc"}, r3, false)
-	r4 := c.recv(xdsserver.ListenerType)
+	c.send(resourcev3.ListenerType, []string{"pay.shop", "pay.shop:grpc"}, r3, false)
+	r4 := c.recv(resourcev3.ListenerType)
 	if r4.VersionInfo != r2.VersionInfo || !slices.Equal(names(t, r4), names(t, r2)) {
 		t.Errorf("resubscription answered with version %s %v, want %s's content again", r4.VersionInfo, names(t, r4), r2.VersionInfo)
 	}
 
 	// A new stream claiming to hold the current version is answered.
 	c2 := newADSClient(t, ctx, addr)
-	if err := c2.stream.Send(&discoveryv3.DiscoveryRequest{Node: c2.node, TypeUrl: xdsserver.ListenerType,
+	if err := c2.stream.Send(&discoveryv3.DiscoveryRequest{Node: c2.node, TypeUrl: resourcev3.ListenerType,
 		ResourceNames: []string{"pay.shop"}, VersionInfo: r1.VersionInfo}); err != nil {
 		t.Fatal(err)
 	}
-	if got := names(t, c2.recv(xdsserver.ListenerType)); !slices.Equal(got, []string{"pay.shop"}) {
+	if got := names(t, c2.recv(resourcev3.ListenerType)); !slices.Equal(got, []string{"pay.shop"}) {
 		t.Errorf("reconnecting stream got %v", got)
 	}
 }
@@ -223,32 +224,32 @@ func TestClustersBeforeAssignmentsBeforeListeners(t *testing.T) {
 	publish(t, tb, nil, nil) // pay.shop without instances
 	c := newADSClient(t, ctx, startXDS(t, pub))
 
-	c.send(xdsserver.ListenerType, nil, nil, false) // legacy wildcard
-	l := c.recv(xdsserver.ListenerType)
-	c.send(xdsserver.ListenerType, nil, l, false)
-	c.send(xdsserver.ClusterType, []string{"*"}, nil, false)
-	cl := c.recv(xdsserver.ClusterType)
+	c.send(resourcev3.ListenerType, nil, nil, false) // legacy wildcard
+	l := c.recv(resourcev3.ListenerType)
+	c.send(resourcev3.ListenerType, nil, l, false)
+	c.send(resourcev3.ClusterType, []string{"*"}, nil, false)
+	cl := c.recv(resourcev3.ClusterType)
 	if got := names(t, cl); !slices.Equal(got, []string{"pay.shop:grpc"}) {
 		t.Fatalf("clusters %v", got)
 	}
-	c.send(xdsserver.ClusterType, []string{"*"}, cl, false)
-	c.send(xdsserver.EndpointType, []string{"pay.shop:grpc"}, nil, false)
-	e := c.recv(xdsserver.EndpointType)
+	c.send(resourcev3.ClusterType, []string{"*"}, cl, false)
+	c.send(resourcev3.EndpointType, []string{"pay.shop:grpc"}, nil, false)
+	e := c.recv(resourcev3.EndpointType)
 	if got := endpoints(t, e); len(got) != 0 {
 		t.Fatalf("an assignment without instances has endpoints %v", got)
 	}
-	c.send(xdsserver.EndpointType, []string{"pay.shop:grpc"}, e, false)
+	c.send(resourcev3.EndpointType, []string{"pay.shop:grpc"}, e, false)
 
 	// Instances arrive, and the service gains a port: every type changes.
 	publishPorts(t, tb, []cstatus.Port{{Name: "grpc", Number: 8443, Protocol: "tcp"}, {Name: "admin", Number: 9000, Protocol: "tcp"}},
 		fixedBackends(), []cstatus.Entry{inRotation, inRotation})
-	if got := names(t, c.recv(xdsserver.ClusterType)); !slices.Equal(got, []string{"pay.shop:admin", "pay.shop:grpc"}) {
+	if got := names(t, c.recv(resourcev3.ClusterType)); !slices.Equal(got, []string{"pay.shop:admin", "pay.shop:grpc"}) {
 		t.Errorf("clusters %v", got)
 	}
-	if got := endpoints(t, c.recv(xdsserver.EndpointType)); !slices.Equal(got, []string{"10.0.0.1:8443", "10.0.0.2:8443"}) {
+	if got := endpoints(t, c.recv(resourcev3.EndpointType)); !slices.Equal(got, []string{"10.0.0.1:8443", "10.0.0.2:8443"}) {
 		t.Errorf("assignment %v", got)
 	}
-	if got := names(t, c.recv(xdsserver.ListenerType)); !slices.Equal(got, []string{"pay.shop", "pay.shop:admin", "pay.shop:grpc"}) {
+	if got := names(t, c.recv(resourcev3.ListenerType)); !slices.Equal(got, []string{"pay.shop", "pay.shop:admin", "pay.shop:grpc"}) {
 		t.Errorf("listeners %v", got)
 	}
 }
@@ -268,7 +269,7 @@ func TestNotReadyIsUnavailable(t *testing.T) {
 	c := newADSClient(t, ctx, addr)
 	// The server may refuse the stream before the request is sent: Send
 	// then reports io.EOF, and the refusal comes from Recv.
-	if err := c.stream.Send(&discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: xdsserver.ClusterType}); err != nil && !errors.Is(err, io.EOF) {
+	if err := c.stream.Send(&discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: resourcev3.ClusterType}); err != nil && !errors.Is(err, io.EOF) {
 		t.Fatalf("send: %v", err)
 	}
 	_, err = c.stream.Recv()
@@ -286,9 +287,9 @@ func TestUnservedTypeIsIgnored(t *testing.T) {
 	pub := tb.Publisher
 	publish(t, tb, fixedBackends(), []cstatus.Entry{inRotation, inRotation})
 	c := newADSClient(t, ctx, startXDS(t, pub))
-	c.send("type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret", []string{"x"}, nil, false)
-	c.send(xdsserver.ClusterType, nil, nil, false)
-	if got := names(t, c.recv(xdsserver.ClusterType)); !slices.Equal(got, []string{"pay.shop:grpc"}) {
+	c.send(resourcev3.SecretType, []string{"x"}, nil, false)
+	c.send(resourcev3.ClusterType, nil, nil, false)
+	if got := names(t, c.recv(resourcev3.ClusterType)); !slices.Equal(got, []string{"pay.shop:grpc"}) {
 		t.Errorf("clusters %v", got)
 	}
 }
@@ -320,7 +321,7 @@ func TestAdmissionAfterRestart(t *testing.T) {
 		c := newADSClient(t, ctx, addr)
 		// A refused stream may end before the request is sent (io.EOF);
 		// Recv then reports why.
-		if err := c.stream.Send(&discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: xdsserver.ClusterType}); err != nil && !errors.Is(err, io.EOF) {
+		if err := c.stream.Send(&discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: resourcev3.ClusterType}); err != nil && !errors.Is(err, io.EOF) {
 			return err
 		}
 		_, err := c.stream.Recv()

@@ -12,6 +12,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -66,7 +67,7 @@ func (d *deltaStreams) open(held map[string]string) (deltaStream, *discoveryv3.D
 	if err != nil {
 		d.t.Fatal(err)
 	}
-	err = s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "stale-test"}, TypeUrl: xdsserver.EndpointType,
+	err = s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "stale-test"}, TypeUrl: resourcev3.EndpointType,
 		ResourceNamesSubscribe: []string{"pay.shop:grpc"}, InitialResourceVersions: held})
 	if err != nil && !errors.Is(err, io.EOF) { // a refusal: Recv says why
 		d.t.Fatalf("send: %v", err)
@@ -140,7 +141,7 @@ func TestStaleServerLetsSubscribersGo(t *testing.T) {
 	_, _, err = ds.open(held)
 	wantStale(t, "a delta client holding a view, stale", err)
 	sotw := newADSClient(t, ctx, addr)
-	if err := sotw.stream.Send(&discoveryv3.DiscoveryRequest{Node: sotw.node, TypeUrl: xdsserver.EndpointType,
+	if err := sotw.stream.Send(&discoveryv3.DiscoveryRequest{Node: sotw.node, TypeUrl: resourcev3.EndpointType,
 		ResourceNames: []string{"pay.shop:grpc"}, VersionInfo: "v1"}); err != nil && !errors.Is(err, io.EOF) {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	cstatus "github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/status/statustest"
@@ -61,38 +62,38 @@ func TestSubscribersByRevision(t *testing.T) {
 	waitSubscribers(t, srv, "shop", "pay", revs())
 	dctx, closeDelta := context.WithCancel(ctx)
 	d := newDeltaClient(t, dctx, addr)
-	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"}})
-	d.ack(d.recv(xdsserver.EndpointType), false)
+	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc"}})
+	d.ack(d.recv(resourcev3.EndpointType), false)
 	sctx, closeSotW := context.WithCancel(ctx)
 	s := newADSClient(t, sctx, addr)
-	s.send(xdsserver.EndpointType, []string{"pay.shop:grpc"}, nil, false)
-	first := s.recv(xdsserver.EndpointType)
+	s.send(resourcev3.EndpointType, []string{"pay.shop:grpc"}, nil, false)
+	first := s.recv(resourcev3.EndpointType)
 	// Answered, so its subscription is recorded; not acknowledged yet:
 	// behind, holding nothing.
 	want0 := revs(wire.XDSRevision{Revision: 1001, Subscribers: 1}, wire.XDSRevision{Revision: 0, Subscribers: 1, Behind: 1})
 	waitSubscribers(t, srv, "shop", "pay", want0)
-	s.send(xdsserver.EndpointType, []string{"pay.shop:grpc"}, first, false)
+	s.send(resourcev3.EndpointType, []string{"pay.shop:grpc"}, first, false)
 	waitSubscribers(t, srv, "shop", "pay", revs(wire.XDSRevision{Revision: 1001, Subscribers: 2}))
 	waitSubscribers(t, srv, "bank", "vault", revs())
 
 	// A withdrawal (revision 1002): the delta subscriber acknowledges it,
 	// the state-of-the-world one has not yet, then refuses it.
 	publish(t, tb, bs, []cstatus.Entry{inRotation, withdrawn})
-	d.ack(d.recv(xdsserver.EndpointType), false)
-	next := s.recv(xdsserver.EndpointType)
+	d.ack(d.recv(resourcev3.EndpointType), false)
+	next := s.recv(resourcev3.EndpointType)
 	want := revs(wire.XDSRevision{Revision: 1002, Subscribers: 1}, wire.XDSRevision{Revision: 1001, Subscribers: 1, Behind: 1})
 	waitSubscribers(t, srv, "shop", "pay", want)
-	s.send(xdsserver.EndpointType, []string{"pay.shop:grpc"}, next, true)
+	s.send(resourcev3.EndpointType, []string{"pay.shop:grpc"}, next, true)
 	// The stream handles requests in order: once this is answered, the
 	// refusal has been.
-	s.send(xdsserver.ListenerType, []string{"pay.shop"}, nil, false)
-	s.recv(xdsserver.ListenerType)
+	s.send(resourcev3.ListenerType, []string{"pay.shop"}, nil, false)
+	s.recv(resourcev3.ListenerType)
 	if got := srv.Subscribers("shop", "pay"); !reflect.DeepEqual(got, want) {
 		t.Errorf("after a refusal: %+v, want %+v", got, want)
 	}
 
 	// The delta stream unsubscribes; the other one ends.
-	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesUnsubscribe: []string{"pay.shop:grpc"}})
+	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesUnsubscribe: []string{"pay.shop:grpc"}})
 	waitSubscribers(t, srv, "shop", "pay", revs(wire.XDSRevision{Revision: 1001, Subscribers: 1, Behind: 1}))
 	closeSotW()
 	waitSubscribers(t, srv, "shop", "pay", revs())
@@ -136,8 +137,8 @@ func TestSubscribersSummary(t *testing.T) {
 
 	// Both services' assignments, acknowledged: one subscriber.
 	d := newDeltaClient(t, ctx, addr)
-	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc", "vault.bank:grpc"}})
-	d.ack(d.recv(xdsserver.EndpointType), false)
+	d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: []string{"pay.shop:grpc", "vault.bank:grpc"}})
+	d.ack(d.recv(resourcev3.EndpointType), false)
 	waitSubscribers(t, srv, "bank", "vault", revs(wire.XDSRevision{Revision: 1001, Subscribers: 1}))
 	waitSubscribers(t, srv, "shop", "pay", revs(wire.XDSRevision{Revision: 1001, Subscribers: 1}))
 	waitSummary(t, srv, wire.XDSSummary{Streams: 1, XDSSubscribers: revs(wire.XDSRevision{Revision: 1001, Subscribers: 1})})
@@ -145,15 +146,15 @@ func TestSubscribersSummary(t *testing.T) {
 	// A listener only: a stream, no subscriber.
 	lctx, closeL := context.WithCancel(ctx)
 	l := newADSClient(t, lctx, addr)
-	l.send(xdsserver.ListenerType, []string{"pay.shop"}, nil, false)
-	l.recv(xdsserver.ListenerType)
+	l.send(resourcev3.ListenerType, []string{"pay.shop"}, nil, false)
+	l.recv(resourcev3.ListenerType)
 	waitSummary(t, srv, wire.XDSSummary{Streams: 2, XDSSubscribers: revs(wire.XDSRevision{Revision: 1001, Subscribers: 1})})
 
 	// Named, answered, not acknowledged: behind at revision 0.
 	sctx, closeS := context.WithCancel(ctx)
 	s := newADSClient(t, sctx, addr)
-	s.send(xdsserver.EndpointType, []string{"vault.bank:grpc"}, nil, false)
-	s.recv(xdsserver.EndpointType)
+	s.send(resourcev3.EndpointType, []string{"vault.bank:grpc"}, nil, false)
+	s.recv(resourcev3.EndpointType)
 	waitSummary(t, srv, wire.XDSSummary{Streams: 3, XDSSubscribers: revs(
 		wire.XDSRevision{Revision: 1001, Subscribers: 1}, wire.XDSRevision{Revision: 0, Subscribers: 1, Behind: 1})})
 

@@ -10,20 +10,15 @@ import (
 
 	"github.com/cairn-sd/cairn/internal/agentview"
 
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/cairn-sd/cairn/status"
 )
 
-// The resource types a stream may ask for, in the order they are sent
-// when several changed at once: clusters before the assignments that
-// fill them, both before the listeners that route to them
-// (make-before-break, as the xDS protocol asks).
+// Each resource type's index in typeURLs, the wildcard subscription's
+// name, and the bytes of SHA-256 a response's version carries.
 const (
-	ClusterType    = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
-	EndpointType   = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
-	ListenerType   = "type.googleapis.com/envoy.config.listener.v3.Listener"
-	RouteType      = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
 	numTypes       = 4
 	clusterIdx     = 0
 	endpointIdx    = 1
@@ -33,7 +28,12 @@ const (
 	versionDigestN = 16 // bytes of SHA-256 in a response's version
 )
 
-var typeURLs = [numTypes]string{ClusterType, EndpointType, ListenerType, RouteType}
+// typeURLs are the resource types a stream may ask for (go-control-plane's
+// names), in the order they are sent when several changed at once:
+// clusters before the assignments that fill them, both before the
+// listeners that route to them (make-before-break, as the xDS protocol
+// asks).
+var typeURLs = [numTypes]string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType}
 
 // typeIndex returns the index of a type URL, or false for one cairn
 // does not serve.

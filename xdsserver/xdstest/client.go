@@ -23,12 +23,6 @@ import (
 	"google.golang.org/grpc/metadata"
 )
 
-// Type URLs of the resources cairn serves.
-const (
-	ClusterType  = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
-	EndpointType = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
-)
-
 // Dial returns a client connection to addr, without TLS (loopback
 // tests and benches). It connects lazily, on the first stream.
 func Dial(addr string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -89,8 +90,8 @@ func recvAssignment(t *testing.T, s *xdstest.Stream, d *xdstest.Decoder[[]netip.
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.TypeUrl != xdstest.EndpointType || len(resp.Resources) != 1 || resp.Resources[0].Name != name {
-		t.Fatalf("got %s with %d resources (removed %v), want %s with %s alone", resp.TypeUrl, len(resp.Resources), resp.RemovedResources, xdstest.EndpointType, name)
+	if resp.TypeUrl != resourcev3.EndpointType || len(resp.Resources) != 1 || resp.Resources[0].Name != name {
+		t.Fatalf("got %s with %d resources (removed %v), want %s with %s alone", resp.TypeUrl, len(resp.Resources), resp.RemovedResources, resourcev3.EndpointType, name)
 	}
 	eps, err := d.Decode(resp.Resources[0])
 	if err != nil {
@@ -138,7 +139,7 @@ func TestStreamsShareConnectionAndDecodings(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Subscribe(xdstest.EndpointType, []string{name}, nil); err != nil {
+		if err := s.Subscribe(resourcev3.EndpointType, []string{name}, nil); err != nil {
 			t.Fatal(err)
 		}
 		ss = append(ss, s)
@@ -189,7 +190,7 @@ func TestStreamsShareConnectionAndDecodings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Subscribe(xdstest.EndpointType, []string{name}, map[string]string{name: current}); err != nil {
+	if err := s.Subscribe(resourcev3.EndpointType, []string{name}, map[string]string{name: current}); err != nil {
 		t.Fatal(err)
 	}
 	r, err := s.Recv()

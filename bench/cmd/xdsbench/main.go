@@ -46,6 +46,7 @@ import (
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -230,7 +231,7 @@ func run(ctx context.Context, o options) error {
 				failed.Add(1)
 				return
 			}
-			req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: xdsserver.EndpointType, ResourceNamesSubscribe: s.watch}
+			req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: s.watch}
 			if err := stream.Send(req); err != nil {
 				failed.Add(1)
 				return

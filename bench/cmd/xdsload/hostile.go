@@ -16,6 +16,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
@@ -383,7 +384,7 @@ func openDelta(ctx context.Context, cc *grpc.ClientConn, node *corev3.Node) (con
 		return conversation{}, err
 	}
 	return conversation{
-		send: func(names []string) error { return st.Subscribe(xdstest.EndpointType, names, nil) },
+		send: func(names []string) error { return st.Subscribe(resourcev3.EndpointType, names, nil) },
 		recv: func() error { _, err := st.Recv(); return err },
 	}, nil
 }
@@ -402,7 +403,7 @@ func openSotw(ctx context.Context, cc *grpc.ClientConn, node *corev3.Node) (conv
 	return conversation{
 		send: func(names []string) error {
 			all = append(all, names...)
-			req := &discoveryv3.DiscoveryRequest{TypeUrl: xdstest.EndpointType, ResourceNames: all}
+			req := &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNames: all}
 			if first {
 				req.Node, first = node, false
 			}

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 
 	"github.com/cairn-sd/cairn/bench/benchproc"
@@ -305,7 +306,7 @@ func waitLayout(ctx context.Context, tgt *target, o options, w *world) error {
 	return benchproc.Poll(ctx, 2*time.Minute, 200*time.Millisecond, func() error {
 		st, err := xdstest.Open(ctx, cc, xdstest.Options{})
 		if err == nil {
-			err = st.Subscribe(xdstest.EndpointType, names, nil)
+			err = st.Subscribe(resourcev3.EndpointType, names, nil)
 		}
 		if err != nil {
 			return err

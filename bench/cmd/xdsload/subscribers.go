@@ -10,6 +10,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 
 	"github.com/cairn-sd/cairn/xdsserver/xdstest"
@@ -147,7 +148,7 @@ func (w *world) run(ctx context.Context, cc grpc.ClientConnInterface, s *subscri
 		var err error
 		st, err = xdstest.Open(sctx, cc, xdstest.Options{Node: node})
 		if err == nil {
-			err = st.Subscribe(xdstest.EndpointType, s.names, nil)
+			err = st.Subscribe(resourcev3.EndpointType, s.names, nil)
 		}
 		if err == nil {
 			resp, err = st.Recv()

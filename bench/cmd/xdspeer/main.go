@@ -37,13 +37,12 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
-
-const endpointType = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
 
 type options struct {
 	grpcAddr, httpAddr  string
@@ -111,7 +110,7 @@ func run(ctx context.Context, o options) error {
 		}
 		initial[name(s)] = p.assignment(s)
 	}
-	p.cache = cachev3.NewLinearCache(endpointType, cachev3.WithInitialResources(initial))
+	p.cache = cachev3.NewLinearCache(resourcev3.EndpointType, cachev3.WithInitialResources(initial))
 	xs := serverv3.NewServer(ctx, p.cache, nil)
 	// The keepalive settings of go-control-plane's own example server
 	// (pkg/test/server.go), as a user would copy them.
