@@ -31,7 +31,7 @@ var importRules = []struct {
 	{"eval", "github.com/cairn-sd/cairn/api", "data flows one way: eval feeds the servers, never the reverse", nil},
 	{"eval", "github.com/cairn-sd/cairn/client", "data flows one way: eval feeds the servers, never the reverse", nil},
 	{"eval", "github.com/cairn-sd/cairn/cmd", "only cmd wires", nil},
-	{"eval", "github.com/cairn-sd/cairn/", "eval is pure: of cairn it knows status's vocabulary and wire's policy defaults (their one home, which clients show)",
+	{"eval", "github.com/cairn-sd/cairn/", "eval is pure: of cairn it knows status's vocabulary, wire's policy defaults (their one home, which clients show) and the committed verdict (wire.Health) it maps its state to and from",
 		[]string{"github.com/cairn-sd/cairn/status", "github.com/cairn-sd/cairn/wire"}},
 	{"zones", "github.com/cairn-sd/cairn/", "zones is zone data and lookup rules: it knows nothing of the store (only the label rule)",
 		[]string{"github.com/cairn-sd/cairn/internal/dnsname"}},

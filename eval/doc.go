@@ -18,7 +18,8 @@
 // status table is built from those commits (status.Entry takes Verdict
 // and Flags unconverted). Of cairn it imports status (the verdicts,
 // lifecycles and flags) and wire, where the policy defaults a service
-// definition may set live once.
+// definition may set live once, and the committed verdict it maps its
+// state to and from.
 //
 // # Threading
 //
@@ -34,7 +35,9 @@
 // evidence.go (samples, observers, outcome quorum, per-class counters),
 // judge.go (verdict, flap quarantine, the service's guard and shrink cap,
 // weights), policy.go (Policy and its defaults), input.go (what goes
-// in), state.go (what carries over between rounds).
+// in), state.go (what carries over between rounds), commit.go (the one
+// mapping between an instance's state and its committed verdict,
+// wire.Health: Commit, Resume, Evaluator.Unchanged).
 //
 // # One instance, step by step
 //

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // work is one instance's evaluation in progress.
@@ -79,6 +80,8 @@ type Evaluator struct {
 	classes   []*ClassState
 	reports   []*ReportState
 	recents   []*Recent
+	// draft is the committed verdict Unchanged builds to compare.
+	draft wire.Health
 }
 
 // maxSpare bounds each of an Evaluator's lists of recycled memory.

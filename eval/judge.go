@@ -285,7 +285,7 @@ func finish(p Policy, w *work, now time.Time, arena *[]string) InstanceResult {
 		r.Weight, slow = Weight(p, w.in.BaseWeight, st.EligibleSince.Time(), flags, now)
 		if slow {
 			flags |= status.SlowStart
-			reasons = append(reasons, "slow start")
+			reasons = append(reasons, slowStartReason)
 		}
 		flags |= status.Eligible
 		if flags.Has(status.WithdrawalDeferred) {
@@ -331,7 +331,7 @@ func Weight(p Policy, base int, eligibleSince time.Time, flags Flags, now time.T
 
 func transitionReason(r InstanceResult) string {
 	for _, s := range r.Reasons {
-		if s != "slow start" {
+		if s != slowStartReason {
 			return s
 		}
 	}

@@ -2,7 +2,6 @@ package health
 
 import (
 	"context"
-	"slices"
 	"time"
 
 	"github.com/cairn-sd/cairn/eval"
@@ -87,7 +86,7 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 				// A new term: resume from the committed verdict. The
 				// instances come in id order, so on a fresh State this
 				// appends.
-				prev.Set(seed(in.Health.Health(), cs.Record(i), now))
+				prev.Set(eval.Resume(in.Health.Health(), id, in.Lifecycle, now))
 				if in.Health.Flags().Has(status.HealthDisregarded) {
 					prev.HealthDisregarded = true
 				}
@@ -118,10 +117,10 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 		}
 		for i, r := range res.Instances {
 			st := &next.Instances[i] // the state of r (eval.State)
-			if old := stored[r.ID]; old != nil && old.Incarnation() == r.Incarnation && unchanged(old.Health(), r, *st) {
+			if old := stored[r.ID]; old != nil && old.Incarnation() == r.Incarnation && n.ev.Unchanged(old.Health(), r, *st) {
 				continue // the common case: nothing to build, nothing to commit
 			}
-			h := healthOf(r, *st, now)
+			h := eval.Commit(r, *st, now)
 			u := store.HealthUpdate{Key: wire.InstanceKey{Namespace: cs.Key.Namespace, Service: cs.Key.Name, ID: r.ID}, Health: h}
 			if t, ok := trans[r.ID]; ok {
 				u.Transition = &store.Transition{From: t.From.String(), To: t.To.String(), Reason: t.Reason}
@@ -220,138 +219,4 @@ func (n *Node) evalInstance(cs *publish.Service, i int, rep *eval.Report) eval.I
 		e.Report = rep
 	}
 	return e
-}
-
-// healthOf is the committed form of one instance's result.
-func healthOf(r eval.InstanceResult, st eval.InstanceState, now time.Time) wire.Health {
-	h := wire.Health{Incarnation: r.Incarnation, Verdict: r.Verdict, Eligible: r.Eligible,
-		HealthEligible: st.HealthEligible, Flags: r.Flags, FailingSince: st.FailingSince.Time(),
-		QuarantineLevel: st.QuarantineLevel, QuarantineUntil: st.QuarantineUntil.Time(),
-		Reasons: withoutSlowStart(r.Reasons), At: now}
-	// Slow start is the table builders' to compute, from EligibleSince:
-	// its end is not worth a commit.
-	h.Flags &^= status.SlowStart
-	if r.Eligible {
-		h.EligibleSince = st.EligibleSince.Time()
-	}
-	for i, c := range st.Classes {
-		if c != nil && c.Failing {
-			h.Failing = append(h.Failing, wire.FailingClass{Class: eval.Class(i).String(), Since: c.FailingSince,
-				Hard: c.Hard, Why: c.Why})
-		}
-	}
-	if r := st.Report; r != nil && r.Failing {
-		h.Failing = append(h.Failing, wire.FailingClass{Class: eval.ClassReport.String(), Since: r.Since, Why: r.Why})
-	}
-	if !r.Evidence.At.IsZero() {
-		h.Evidence = &wire.Evidence{Class: r.Evidence.Class.String(), Observer: r.Evidence.Observer, At: r.Evidence.At}
-	}
-	return h
-}
-
-// unchanged reports whether the committed verdict old already says
-// everything a reader acts on of the result r (with its state st): the
-// evidence's time and the decision's are left out, or every probe would be
-// a commit, and so is slow start, which the table builders compute. It
-// allocates nothing: it runs for every instance every round.
-func unchanged(old wire.Health, r eval.InstanceResult, st eval.InstanceState) bool {
-	const slow = status.SlowStart
-	eligibleSince := time.Time{}
-	if r.Eligible {
-		eligibleSince = st.EligibleSince.Time()
-	}
-	if old.Verdict != r.Verdict || old.Eligible != r.Eligible || old.HealthEligible != st.HealthEligible ||
-		old.Flags&^slow != r.Flags&^slow || !old.EligibleSince.Equal(eligibleSince) ||
-		!old.FailingSince.Equal(st.FailingSince.Time()) ||
-		old.QuarantineLevel != st.QuarantineLevel || !old.QuarantineUntil.Equal(st.QuarantineUntil.Time()) {
-		return false
-	}
-	i := 0
-	for c, cs := range st.Classes {
-		if cs == nil || !cs.Failing {
-			continue
-		}
-		if i >= len(old.Failing) {
-			return false
-		}
-		f := old.Failing[i]
-		if f.Class != eval.Class(c).String() || f.Hard != cs.Hard || !f.Since.Equal(cs.FailingSince) {
-			return false
-		}
-		i++
-	}
-	if r := st.Report; r != nil && r.Failing {
-		if i >= len(old.Failing) {
-			return false
-		}
-		f := old.Failing[i]
-		if f.Class != eval.ClassReport.String() || !f.Since.Equal(r.Since) {
-			return false
-		}
-		i++
-	}
-	if i != len(old.Failing) {
-		return false
-	}
-	// The reasons, "slow start" left out on both sides.
-	j := 0
-	for _, reason := range r.Reasons {
-		if reason == "slow start" {
-			continue
-		}
-		for j < len(old.Reasons) && old.Reasons[j] == "slow start" {
-			j++
-		}
-		if j >= len(old.Reasons) || old.Reasons[j] != reason {
-			return false
-		}
-		j++
-	}
-	for j < len(old.Reasons) && old.Reasons[j] == "slow start" {
-		j++
-	}
-	return j == len(old.Reasons)
-}
-
-func withoutSlowStart(rs []string) []string {
-	return slices.DeleteFunc(slices.Clone(rs), func(s string) bool { return s == "slow start" })
-}
-
-// seed rebuilds an instance's evaluator state from its committed
-// verdict: a new leader resumes failing classes (re-admission still
-// takes the full run of successes), publication, slow start and
-// quarantine. Flap history and scores start afresh.
-//
-// A failing probe class of an instance still in rotation (its probers
-// disagreed) is not resumed: the new leader has neither prober's result,
-// and would withdraw it; the probers' next results decide again. A
-// failing outcome class resumes as last heard from at now, so the
-// callers' silence ends it no earlier than one outcome window after the
-// takeover.
-func seed(h wire.Health, in wire.Instance, now time.Time) eval.InstanceState {
-	st := eval.InstanceState{ID: in.ID, Incarnation: h.Incarnation, Seen: true, Lifecycle: in.Lifecycle,
-		HealthEligible: h.HealthEligible, Published: h.Eligible, Verdict: h.Verdict,
-		EligibleSince: eval.NanosOf(h.EligibleSince), FailingSince: eval.NanosOf(h.FailingSince),
-		QuarantineLevel: h.QuarantineLevel, QuarantineUntil: eval.NanosOf(h.QuarantineUntil)}
-	for _, f := range h.Failing {
-		if f.Class == eval.ClassReport.String() {
-			// Re-admission still waits for the ready report's run.
-			st.Report = &eval.ReportState{Failing: true, Since: f.Since, Why: f.Why}
-			continue
-		}
-		i, last := eval.ClassProbe, f.Since
-		switch f.Class {
-		case eval.ClassOutcome.String():
-			i, last = eval.ClassOutcome, now
-		case eval.ClassProbe.String():
-			if h.HealthEligible {
-				continue
-			}
-		default:
-			continue
-		}
-		st.Classes[i] = &eval.ClassState{Failing: true, FailingSince: f.Since, Hard: f.Hard, Why: f.Why,
-			Trigger: eval.EvidenceRef{Class: i, At: f.Since}, Last: eval.EvidenceRef{Class: i, At: last}}
-	}
-	return st
 }
