@@ -20,6 +20,11 @@
 //     entry from a plain description of services and instances, and
 //     publishes a table of them at every Build.
 //
+// It is also the one home of the vocabulary the table speaks: Verdict and
+// Lifecycle, with their text form in the SPEC's words (MarshalText,
+// ParseVerdict, ParseLifecycle), and Flags. wire, the store and the
+// agent's views use these types rather than strings of their own.
+//
 // # Constant work
 //
 // The evaluator rebuilds the table on a fixed cadence (every second)

@@ -13,8 +13,9 @@
 // replication delay.
 //
 // Imports: raft and bolt (it is the only package that does), the wire
-// types it stores, and two helpers (the label rule, the pacing of long
-// work); no other cairn package (cmd/deps_test.go).
+// types it stores and status's vocabulary they use (verdicts,
+// lifecycles, flags), and two helpers (the label rule, the pacing of
+// long work); no other cairn package (cmd/deps_test.go).
 //
 // Threading: every method is safe for concurrent use. The FSM's state is
 // behind one RWMutex, written only by raft's apply goroutine; reads take

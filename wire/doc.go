@@ -9,9 +9,11 @@
 // Both sides import it: the server (store keeps these records, api serves
 // them, health reads and writes verdicts and reports) and every client
 // (package client, the CLI, the agent). It has no server code behind it:
-// it imports the standard library, the YAML decoder and the label rule
-// (package dnsname), so a program that only calls the API links neither
-// raft nor bolt nor Prometheus. cmd/deps_test.go keeps it that way.
+// it imports the standard library, the YAML decoder, the label rule
+// (package dnsname) and status, a standard-library leaf whose Verdict,
+// Lifecycle and Flags are the API's words for them, so a program that
+// only calls the API links neither raft nor bolt nor Prometheus.
+// cmd/deps_test.go keeps it that way.
 //
 // Invalid input is a *FieldError, which names the field and the rule it
 // breaks and wraps ErrInvalid; the API answers it with 400.
