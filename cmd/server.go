@@ -270,7 +270,7 @@ func buildHealth(cfg serverConfig, nodeID string, st *store.Store, table *status
 		return nil, nil, nil, err
 	}
 	hn, err := health.New(health.Config{Store: st, Publish: pn, Prober: prober, Push: fw.ProbeResults,
-		Interval: cfg.EvalInterval, Logger: log, Registerer: reg})
+		Logger: log, Registerer: reg})
 	if err != nil {
 		return nil, nil, nil, err
 	}

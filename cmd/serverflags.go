@@ -12,9 +12,9 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/cairn-sd/cairn/dnsserver"
-	"github.com/cairn-sd/cairn/health"
 	"github.com/cairn-sd/cairn/internal/acl"
 	"github.com/cairn-sd/cairn/probe"
+	"github.com/cairn-sd/cairn/publish"
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 	"github.com/cairn-sd/cairn/xdsserver"
@@ -94,7 +94,7 @@ func serverCommand() *cli.Command {
 			&cli.IntFlag{Name: "probe-workers", Value: probe.DefaultWorkers, Usage: "concurrent health checks on this node (0: this node does not probe)"},
 			&cli.IntFlag{Name: "probe-capacity", Value: probe.DefaultCapacity, Usage: "most probe targets this node takes (its batch size)"},
 			&cli.IntFlag{Name: "table-capacity", Value: status.DefaultCapacity, Usage: "status table slots: most instances this node publishes"},
-			&cli.DurationFlag{Name: "eval-interval", Value: health.DefaultInterval, Usage: "health evaluation and status table cadence"},
+			&cli.DurationFlag{Name: "eval-interval", Value: publish.DefaultInterval, Usage: "health evaluation and status table cadence"},
 			&cli.DurationFlag{Name: "load-report-interval", Value: xdsserver.DefaultLoadReportInterval, Usage: "how often xDS clients (Envoy, gRPC) are asked for load reports over LRS, taken as caller-observed outcomes: 1s to 10s (more often costs the leader a report per subscriber per interval)"},
 			&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"CAIRN_TLS_CERT"}, Usage: "this server's certificate (cairn tls cert create --server): TLS on the API and gRPC, mutual TLS on raft and between servers"},
 			&cli.StringFlag{Name: "tls-key", EnvVars: []string{"CAIRN_TLS_KEY"}, Usage: "the certificate's key"},

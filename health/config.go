@@ -31,10 +31,6 @@ type Config struct {
 	// node is a follower, and returns the leader's reply. nil: a follower
 	// drops its results (counted).
 	Push func(ctx context.Context, r wire.ProbeReport) (wire.ProbeReply, error)
-	// Interval is the evaluation's cadence: the publisher's
-	// (publish.Config.Interval), which runs the round. Evidence younger
-	// than one Interval waits for the next round. Defaults to 1s.
-	Interval time.Duration
 	// Replicas is how many nodes probe each target. Defaults to 2.
 	Replicas int
 	// LiveTimeout: a member whose probe results have not reached the
@@ -61,7 +57,6 @@ type Config struct {
 
 // The defaults.
 const (
-	DefaultInterval            = time.Second
 	DefaultReplicas            = 2
 	DefaultLiveTimeout         = 5 * time.Second
 	DefaultOutcomeHorizon      = 2 * time.Minute
@@ -69,9 +64,6 @@ const (
 )
 
 func (c *Config) setDefaults() {
-	if c.Interval == 0 {
-		c.Interval = DefaultInterval
-	}
 	if c.Replicas == 0 {
 		c.Replicas = DefaultReplicas
 	}
@@ -101,8 +93,6 @@ func (c *Config) validate() error {
 		return errors.New("health: Store is required")
 	case c.Publish == nil:
 		return errors.New("health: Publish is required")
-	case c.Interval < 10*time.Millisecond:
-		return errors.New("health: Interval must be at least 10ms")
 	case c.Replicas < 1:
 		return errors.New("health: Replicas must be at least 1")
 	case c.LiveTimeout <= 0, c.OutcomeHorizon <= 0, c.MaxOutcomeObservers < 1:

@@ -25,7 +25,7 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 	// Evidence younger than one interval waits for the next round, so
 	// that a late batch from another observer is not behind the class's
 	// watermark when it arrives.
-	cutoff := now.Add(-n.cfg.Interval)
+	cutoff := now.Add(-n.pub.Interval())
 	states := n.spareStates
 	if states == nil {
 		states = make(map[wire.ServiceKey]*eval.State, len(n.pub.Catalog().Services))

@@ -89,7 +89,7 @@ func newNode(t *testing.T, s *store.Store, clk *clock, capacity int, mod func(*C
 }
 
 // newNodeWith is newNode with pmod, if set, changing the publisher's
-// Config, which takes the Node's Interval and Slice first.
+// Config, which takes the Node's Slice first.
 func newNodeWith(t *testing.T, s *store.Store, clk *clock, capacity int, mod func(*Config), pmod func(*publish.Config)) *Node {
 	t.Helper()
 	if capacity == 0 {
@@ -107,7 +107,7 @@ func newNodeWith(t *testing.T, s *store.Store, clk *clock, capacity int, mod fun
 	if mod != nil {
 		mod(&cfg)
 	}
-	pc := publish.Config{Store: s, Table: pub, Interval: cfg.Interval, Slice: cfg.Slice, Now: cfg.Now, Logger: cfg.Logger,
+	pc := publish.Config{Store: s, Table: pub, Slice: cfg.Slice, Now: cfg.Now, Logger: cfg.Logger,
 		Registerer: cfg.Registerer}
 	if pmod != nil {
 		pmod(&pc)

@@ -204,7 +204,7 @@ func (n *Node) handleBatch(ctx context.Context, b *probe.Batch) {
 		return
 	}
 	// An empty report is sent too: it tells the leader this node is live.
-	ctx, cancel := context.WithTimeout(ctx, max(n.cfg.Interval, time.Second))
+	ctx, cancel := context.WithTimeout(ctx, max(n.pub.Interval(), time.Second))
 	defer cancel()
 	reply, err := n.cfg.Push(ctx, r)
 	if err != nil {
@@ -247,7 +247,7 @@ func (n *Node) ProbeReport(r wire.ProbeReport) wire.ProbeReply {
 		case !probe.AssignedZoned(res.Target, r.Observer, live, zoneOf, n.cfg.Replicas) &&
 			!probe.AssignedZoned(res.Target, r.Observer, all, zoneOf, n.cfg.Replicas):
 			n.m.discarded.WithLabelValues("unassigned").Inc()
-		case res.At.After(now.Add(n.cfg.Interval)):
+		case res.At.After(now.Add(n.pub.Interval())):
 			n.m.discarded.WithLabelValues("future").Inc()
 		case !known:
 			n.m.discarded.WithLabelValues("unknown_endpoint").Inc()

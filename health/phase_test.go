@@ -84,7 +84,7 @@ func TestOnPhaseUnderRun(t *testing.T) {
 	var mu sync.Mutex
 	var got []publish.Phase
 	idle := make(chan struct{}, 1)
-	h := newHarnessWith(t, nil, 0, func(c *Config) { c.Interval = time.Hour }, func(c *publish.Config) {
+	h := newHarnessWith(t, nil, 0, nil, func(c *publish.Config) {
 		c.Interval = time.Hour // one round: the first
 		c.OnPhase = func(p publish.Phase) {
 			mu.Lock()

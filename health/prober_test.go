@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cairn-sd/cairn/probe"
+	"github.com/cairn-sd/cairn/publish"
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
@@ -113,7 +114,7 @@ func TestRunWithProber(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := newNode(t, st.Store, nil, 0, func(c *Config) { c.Prober = p; c.Interval = 20 * time.Millisecond })
+	n := newNodeWith(t, st.Store, nil, 0, func(c *Config) { c.Prober = p }, func(c *publish.Config) { c.Interval = 20 * time.Millisecond })
 	stop := run(t, n)
 
 	entryOf := func(in wire.Instance) status.Entry {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cairn-sd/cairn/probe"
+	"github.com/cairn-sd/cairn/publish"
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store/storetest"
 	"github.com/cairn-sd/cairn/wire"
@@ -94,8 +95,8 @@ func TestProbeReport(t *testing.T) {
 
 	t.Run("a result from the future is discarded", func(t *testing.T) {
 		r := h.n.ProbeReport(wire.ProbeReport{Observer: "n1", Results: []wire.ProbeResult{
-			{Target: target, At: h.clk.Now().Add(2 * DefaultInterval), OK: true},
-			{Target: target, At: h.clk.Now().Add(DefaultInterval / 2), OK: true}, // clock skew within an interval
+			{Target: target, At: h.clk.Now().Add(2 * publish.DefaultInterval), OK: true},
+			{Target: target, At: h.clk.Now().Add(publish.DefaultInterval / 2), OK: true}, // clock skew within an interval
 		}})
 		if r.Accepted != 1 || r.Discarded != 1 || h.metric(discarded, "reason", "future") != 1 {
 			t.Fatalf("reply %+v, discarded{reason=future} %v; want 1 accepted, 1 discarded as future", r, h.metric(discarded, "reason", "future"))

@@ -234,7 +234,6 @@ func TestNewValidatesConfig(t *testing.T) {
 	}{
 		{"no store", func(c *Config) { c.Store = nil }, "Store is required"},
 		{"no publisher", func(c *Config) { c.Publish = nil }, "Publish is required"},
-		{"interval too short", func(c *Config) { c.Interval = time.Millisecond }, "Interval"},
 		{"negative replicas", func(c *Config) { c.Replicas = -1 }, "Replicas"},
 		{"negative live timeout", func(c *Config) { c.LiveTimeout = -time.Second }, "LiveTimeout"},
 		{"negative outcome observers", func(c *Config) { c.MaxOutcomeObservers = -1 }, "MaxOutcomeObservers"},
@@ -251,7 +250,7 @@ func TestNewValidatesConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.cfg.Interval != DefaultInterval || n.cfg.Replicas != DefaultReplicas || n.cfg.LiveTimeout != DefaultLiveTimeout ||
+	if n.cfg.Replicas != DefaultReplicas || n.cfg.LiveTimeout != DefaultLiveTimeout ||
 		n.cfg.OutcomeHorizon != DefaultOutcomeHorizon || n.cfg.MaxOutcomeObservers != DefaultMaxOutcomeObservers {
 		t.Errorf("defaults not applied: %+v", n.cfg)
 	}
