@@ -2,7 +2,6 @@ package cmd
 
 import (
 	"encoding/json"
-	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -98,58 +97,6 @@ var graphRules = []struct {
 	{"agent", "github.com/cairn-sd/cairn/publish", "the agent publishes its own table from views, through status.Writer; the server's publisher is no part of it"},
 	{"internal/agentview", "github.com/cairn-sd/cairn/store", "a view is made from the published status table, never the store"},
 	{"internal/agentview", "github.com/cairn-sd/cairn/health", "a view is made from the published status table, never the health loop"},
-}
-
-// rootLayout is the root of the tree, which shows the pipeline: every
-// directory there is a stage of the flow, an edge where callers meet it,
-// or a home for what is not production code. A helper with one job that
-// the pipeline leans on goes under internal/, so that a reader sees the
-// stages first; a new root directory must say here which it is.
-var rootLayout = map[string]string{
-	"store":       "stage 1: the replicated desired state (raft, snapshots, leases)",
-	"probe":       "stage 2: active checks, results for the evaluator",
-	"eval":        "stage 3: the pure evaluator: evidence and policy in, verdicts out",
-	"health":      "stage 4: the leader's work: evidence intake, probe targets, correlated failures, evaluation rounds, commits",
-	"publish":     "stage 4: every node's work: the store's mirror, the table writer, withdrawals on commit, the kept table restored",
-	"status":      "stage 5: the one immutable table both servers read, and its file on disk",
-	"zones":       "stage 5: zone data and lookup rules beside the table",
-	"dnsserver":   "stage 6: answers DNS from the table",
-	"xdsserver":   "stage 6: answers xDS from the table",
-	"agent":       "stage 7: the client-side agent, fed by the xDS server",
-	"wire":        "edge: the API's types and rules, linked by clients",
-	"api":         "edge: the HTTP API and its handlers",
-	"client":      "edge: the Go client of the API, used by the CLI",
-	"cmd":         "edge: flags to Configs, wiring, lifecycle",
-	"internal":    "helpers with one job each (retry timing, label rule, file safety, certificates, tokens, the dashboard's files)",
-	"docs":        "documents, and the leaf package that embeds what the API serves",
-	"integration": "tests with real processes",
-	"bench":       "benchmarks and their tools",
-	"deploy":      "what runs the binary elsewhere; no Go package imports it",
-	"scripts":     "scripts the Makefile and CI call",
-	"bin":         "build output, not committed",
-}
-
-// TestRootLayout: the root holds the pipeline's stages and edges only.
-func TestRootLayout(t *testing.T) {
-	ents, err := os.ReadDir("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := map[string]bool{}
-	for _, e := range ents {
-		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
-			continue
-		}
-		seen[e.Name()] = true
-		if _, ok := rootLayout[e.Name()]; !ok {
-			t.Errorf("root directory %s has no role in rootLayout: a helper goes under internal/, a stage says which", e.Name())
-		}
-	}
-	for d := range rootLayout {
-		if !seen[d] && d != "bin" {
-			t.Errorf("rootLayout names %s, which is not in the tree", d)
-		}
-	}
 }
 
 // allowed lists the packages a rule does not apply to.
