@@ -353,7 +353,10 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, _ acl.Identity) 
 	lid, _ := s.cfg.Store.Leader()
 	st := wire.Status{NodeID: s.cfg.Store.NodeID(), State: s.cfg.Store.State(), LeaderID: lid,
 		Revision: s.cfg.Store.Revision(), CaughtUp: s.cfg.Store.CaughtUp(), LastContact: s.cfg.Store.LastContact().UTC(),
-		Freshness: s.freshness(s.cfg.Now()), TableVersion: s.tableVersion(), GRPCAddr: s.cfg.GRPCAddr}
+		Freshness: s.freshness(s.cfg.Now()), GRPCAddr: s.cfg.GRPCAddr}
+	p := s.acquire()
+	st.TableVersion, st.TableRevision = p.version(), p.revision()
+	p.release()
 	if s.cfg.XDSSummary != nil {
 		x := s.xdsSummary()
 		st.XDS = &x

@@ -207,6 +207,11 @@ type Status struct {
 	// evaluation round, writes or not: a page showing what is served
 	// (weights in slow start) reloads when it moves.
 	TableVersion uint64 `json:"table_version"`
+	// TableRevision is the store revision that table was built from (0:
+	// none yet). It catches up with Revision a round after a write: a
+	// page showing what is served reloads when it moves, so that it
+	// never keeps what it read between a commit and its publication.
+	TableRevision uint64 `json:"table_revision"`
 	// GRPCAddr is the address this node's xDS server (gRPC) listens on,
 	// as bound: HOST:PORT, the host possibly unspecified (0.0.0.0, ::)
 	// when it listens on every interface. cairn xds-bootstrap points its

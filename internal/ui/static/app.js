@@ -64,8 +64,9 @@ const cairn = (() => {
   }
 
   // follow calls load once, then again whenever the node's revision
-  // (GET /v1/status, which needs no token) changes: one small request a
-  // second per open page, and a reload only when something was written.
+  // (GET /v1/status, which needs no token) changes, and once more when
+  // its table has caught up with it: one small request a second per
+  // open page, and a reload only when something was written.
   // While the page is hidden it does not poll. watch, if given, is told
   // each poll's outcome: watch(status) after GET /v1/status and the load
   // it may start succeed, watch(null, error) when either fails; it is for
@@ -114,7 +115,10 @@ const cairn = (() => {
       const st = await get('status');
       $('node-status').textContent = 'node ' + st.node_id + ' (' + st.state + '), leader ' +
         (st.leader_id || 'unknown') + ', revision ' + st.revision;
-      const mark = byTable ? st.revision + '/' + st.table_version : st.revision;
+      // Every page reloads when the table catches up with a write
+      // (table_revision): what a page shows of the table (eligible,
+      // health disregarded) is published a round after the commit.
+      const mark = st.revision + '/' + (byTable ? st.table_version : st.table_revision);
       if (needToken || mark === seen) return st;
       try {
         await load();
