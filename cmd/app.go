@@ -1,6 +1,21 @@
 // Package cmd is cairn's command line: it turns flags and environment into
 // the packages' Configs, wires them together, runs them under one context
-// and maps errors to exit codes. It holds no logic of its own.
+// and maps errors to exit codes. It holds no logic of its own: a rule a
+// command needs lives in the package that owns the concept, with its tests.
+//
+// Imports: every cairn package (it is the only one that may import api,
+// and the only one that builds the pipeline); cmd/deps_test.go and
+// cmd/layout_test.go hold the project's import and layout rules.
+//
+// Threading: a server runs its parts under one errgroup bound to the
+// signal context (serverrun.go), stops them in order on the way out
+// (not ready, lame duck, leadership handed over, HTTP drained, xDS
+// streams stopped, then the store) and waits for each.
+//
+// Files: app.go (the commands), commands.go (the CLI's client commands),
+// server.go and serverflags.go (cairn server: constructions and flags),
+// serverrun.go (its lifecycle), agent.go, tls.go, bootstrap.go,
+// xdslimits.go, process.go, clidocs.go (docs/cli.md).
 package cmd
 
 import (
