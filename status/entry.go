@@ -92,12 +92,20 @@ func (v Verdict) MarshalText() ([]byte, error) {
 }
 
 // UnmarshalText reads a name MarshalText writes (ParseVerdict).
+//
+// A name this version does not know reads as Unknown, not as an error:
+// a verdict is a judgement, and unknown is the one that withdraws
+// nothing. A newer server's verdict must not stop an older replica from
+// applying the log or restoring a snapshot that carries it, nor an older
+// client from reading an answer (the rule health's reading of verdicts
+// had before status owned their names). ParseVerdict is the strict form.
 func (v *Verdict) UnmarshalText(b []byte) error {
 	p, err := ParseVerdict(string(b))
-	if err == nil {
-		*v = p
+	if err != nil {
+		p = Unknown
 	}
-	return err
+	*v = p
+	return nil
 }
 
 // Lifecycle is the stage of an instance's life as its registrar declared

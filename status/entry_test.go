@@ -122,9 +122,14 @@ func TestText(t *testing.T) {
 			t.Errorf("lifecycle %d: %q, %v; back %v", l, b, err, back)
 		}
 	}
-	for _, bad := range []string{"", "Healthy", "eligible", "ready "} {
+	for _, bad := range []string{"", "Healthy", "eligible", "ready ", "suspect"} {
 		if _, err := ParseVerdict(bad); err == nil || !strings.Contains(err.Error(), strconv.Quote(bad)) {
 			t.Errorf("ParseVerdict(%q) = %v; want an error naming it", bad, err)
+		}
+		// Decoding is forgiving: a newer server's verdict reads as unknown.
+		back := Healthy
+		if err := back.UnmarshalText([]byte(bad)); err != nil || back != Unknown {
+			t.Errorf("UnmarshalText(%q) = %v, %v; want unknown, no error", bad, back, err)
 		}
 	}
 	for _, bad := range []string{"", "Ready", "healthy", "stopped"} {
@@ -149,8 +154,11 @@ func TestText(t *testing.T) {
 	if b, _ := json.Marshal(v); string(b) != `{"V":"degraded","L":"draining","F":21}` {
 		t.Errorf("encoded %s", b)
 	}
-	if err := json.Unmarshal([]byte(`{"V":"sick"}`), &v); err == nil || !strings.Contains(err.Error(), `"sick"`) {
-		t.Errorf("an unknown verdict decoded: %v", err)
+	if err := json.Unmarshal([]byte(`{"V":"sick"}`), &v); err != nil || v.V != Unknown {
+		t.Errorf("a verdict this version does not know: %v, %v; want unknown", v.V, err)
+	}
+	if err := json.Unmarshal([]byte(`{"L":"paused"}`), &v); err == nil || !strings.Contains(err.Error(), `"paused"`) {
+		t.Errorf("an unknown lifecycle decoded: %v", err)
 	}
 	for f := range 256 {
 		want := []string{}

@@ -358,11 +358,10 @@ func (d *healthDecoder) update(u *HealthUpdate) {
 	u.Key.ID = d.str()
 	h := &u.Health
 	h.Incarnation = d.uint()
-	if v, err := status.ParseVerdict(d.str()); err != nil {
-		d.fail("%v", err)
-	} else {
-		h.Verdict = v
-	}
+	// A verdict name this version does not know reads as unknown
+	// (status.Verdict.UnmarshalText): refusing it would stop this
+	// replica applying a newer leader's log.
+	_ = h.Verdict.UnmarshalText([]byte(d.str()))
 	bits := d.byte()
 	if bits&^hbKnown != 0 {
 		d.fail("unknown health bits %#x", bits)

@@ -33,7 +33,6 @@ package agentview
 
 import (
 	"cmp"
-	"encoding"
 	"errors"
 	"fmt"
 	"math"
@@ -343,8 +342,9 @@ func decodeInstance(lb *endpointv3.LbEndpoint, field string) (Instance, error) {
 	}
 	f := fields{m: md, prefix: field + ".metadata." + InstanceKey + "."}
 	in.Incarnation = f.uint("incarnation")
-	f.text("verdict", &in.Verdict)
-	f.text("lifecycle", &in.Lifecycle)
+	// Strict, as a view always was: an agent serves what it can check.
+	in.Verdict = parsed(&f, "verdict", status.ParseVerdict)
+	in.Lifecycle = parsed(&f, "lifecycle", status.ParseLifecycle)
 	in.Flags = status.Flags(f.num("flags", 0, 255))
 	in.Weight = uint16(f.num("weight", 0, 65535))
 	in.BaseWeight = uint16(f.num("base_weight", 0, 65535))
@@ -430,15 +430,19 @@ func (f *fields) frac(key string, lo float64) float64 {
 	return v.NumberValue
 }
 
-// text reads a name in status's text form (a verdict, a lifecycle) into v.
-func (f *fields) text(key string, v encoding.TextUnmarshaler) {
+// parsed reads a name in status's text form (a verdict, a lifecycle)
+// with parse, which refuses a name it does not know.
+func parsed[T any](f *fields, key string, parse func(string) (T, error)) T {
 	s := f.str(key)
+	var v T
 	if f.err != nil {
-		return
+		return v
 	}
-	if err := v.UnmarshalText([]byte(s)); err != nil {
+	v, err := parse(s)
+	if err != nil {
 		f.fail(key, "%v", err)
 	}
+	return v
 }
 
 func (f *fields) list(key string) []*structpb.Value {
