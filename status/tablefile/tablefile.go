@@ -120,6 +120,15 @@ func (se *SlotEntry) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	e := f.Entry
+	// A verdict or lifecycle without a name would be served and then fail
+	// every answer that names it: the file is refused (its previous copy
+	// is read instead).
+	if _, err := status.Verdict(e.Verdict).MarshalText(); err != nil {
+		return fmt.Errorf("slot %d: %w", f.Slot, err)
+	}
+	if _, err := status.Lifecycle(e.Lifecycle).MarshalText(); err != nil {
+		return fmt.Errorf("slot %d: %w", f.Slot, err)
+	}
 	*se = SlotEntry{Slot: f.Slot, Instance: f.Instance, Entry: status.Entry{Key: e.Key, Incarnation: e.Incarnation,
 		Service: e.Service, Weight: e.Weight, BaseWeight: e.BaseWeight, Region: e.Region, Zone: e.Zone,
 		Verdict: status.Verdict(e.Verdict), Lifecycle: status.Lifecycle(e.Lifecycle), Flags: status.Flags(e.Flags)}}

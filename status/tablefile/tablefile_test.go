@@ -361,3 +361,22 @@ func TestSaveAllocations(t *testing.T) {
 		t.Errorf("loaded %d entries (revision %d), want %d (revision 7)", len(got.Entries), got.Revision, len(s.Entries))
 	}
 }
+
+// TestSlotEntryRefusesNamelessValues: a slot whose verdict or lifecycle
+// has no name is refused as it is read, not served to fail every answer
+// that names it later.
+func TestSlotEntryRefusesNamelessValues(t *testing.T) {
+	var se SlotEntry
+	good := `{"slot":1,"entry":{"Key":7,"Incarnation":1,"Service":1,"Weight":1,"BaseWeight":1,"Region":0,"Zone":0,"Verdict":1,"Lifecycle":1,"Flags":1}}`
+	if err := json.Unmarshal([]byte(good), &se); err != nil || se.Entry.Verdict != status.Healthy || se.Entry.Lifecycle != status.Ready {
+		t.Fatalf("a good slot: %+v, %v", se, err)
+	}
+	for name, bad := range map[string]string{
+		"verdict":   strings.Replace(good, `"Verdict":1`, `"Verdict":9`, 1),
+		"lifecycle": strings.Replace(good, `"Lifecycle":1`, `"Lifecycle":7`, 1),
+	} {
+		if err := json.Unmarshal([]byte(bad), &se); err == nil || !strings.Contains(err.Error(), "slot 1") {
+			t.Errorf("%s without a name: %v; want an error naming the slot", name, err)
+		}
+	}
+}
