@@ -174,10 +174,6 @@ func (n *Node) CurrentIncarnation(key string) (uint64, bool) {
 // for concurrent use.
 func (n *Node) ServedAt(slot int) int64 { return n.served[slot].Load() }
 
-// Directory returns the Directory of the loop's layout (nil before the
-// first). Only the loop's goroutine may call it.
-func (n *Node) Directory() *status.Directory { return n.w.Directory() }
-
 // Interval is the table's cadence (Config.Interval).
 func (n *Node) Interval() time.Duration { return n.cfg.Interval }
 
@@ -191,19 +187,6 @@ func (n *Node) Status(key string, inc uint64) (status.Entry, bool) {
 		return e, true
 	}
 	return status.Entry{}, false
-}
-
-// TableVersion is the version of the status table this node publishes
-// (status.Table.Version); 0 before the first build and while it serves
-// the table kept on disk. A reader that derives something from the
-// table's entries can keep it until this moves.
-func (n *Node) TableVersion() uint64 {
-	pub := n.Published()
-	defer pub.Release()
-	if pub.t == nil {
-		return 0
-	}
-	return pub.t.Version()
 }
 
 // Publication is one look at what this node publishes: the current table,

@@ -348,12 +348,6 @@ func (w *Writer) Build(fill func(slot int, ref Ref, e *Entry)) (uint64, error) {
 	return v, err
 }
 
-// Publisher returns the publisher the writer builds into.
-func (w *Writer) Publisher() *Publisher { return w.pub }
-
-// Revision is the revision of the last layout.
-func (w *Writer) Revision() uint64 { return w.rev }
-
 // Directory returns the last layout's Directory (nil before the first).
 func (w *Writer) Directory() *Directory { return w.dir }
 

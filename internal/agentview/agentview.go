@@ -92,14 +92,6 @@ type Instance struct {
 	BaseWeight   uint16
 }
 
-// Entry returns the instance's status entry for a table whose service
-// id is service and whose locality ids are region and zone.
-func (in *Instance) Entry(namespace, svc string, service uint32, region, zone uint16) status.Entry {
-	return status.Entry{Key: status.KeyHash(namespace + "/" + svc + "/" + in.ID), Incarnation: in.Incarnation,
-		Service: service, Weight: in.Weight, BaseWeight: in.BaseWeight, Region: region, Zone: zone,
-		Verdict: in.Verdict, Lifecycle: in.Lifecycle, Flags: in.Flags}
-}
-
 // Eligible reports whether the instance is in rotation.
 func (in *Instance) Eligible() bool { return in.Flags.Has(status.Eligible) }
 
