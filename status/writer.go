@@ -45,9 +45,13 @@ type Writer struct {
 	locs     *Names // the localities in use, sorted
 	dir      *Directory
 
-	// Per slot, rewritten by each layout.
+	// Per slot, rewritten by each layout. What an entry holds beside
+	// them comes from elsewhere at Build: its key's hash from slots, its
+	// incarnation from infos, its service id from ids, its locality ids
+	// from locIDs; state is the rest, kept small because it is one more
+	// array of the table's capacity.
 	refs  []Ref
-	base  []Entry
+	state []slotState
 	pair  []int32 // index in pairs of the slot's (region, zone)
 	infos []*InstanceInfo
 
@@ -58,6 +62,7 @@ type Writer struct {
 	lastPorts []map[string]uint16
 	pairs     []locPair
 	pairIDs   map[locPair]int32
+	locIDs    []locIDs // by index in pairs, set by End
 	keyBuf    []byte
 	fresh     bool // an InstanceInfo was made or moved in this layout
 }
@@ -107,12 +112,24 @@ type Instance struct {
 
 type locPair struct{ region, zone string }
 
+// slotState is the part of a slot's entry a layout takes from its
+// Instance as given.
+type slotState struct {
+	weight, baseWeight uint16
+	verdict            Verdict
+	lifecycle          Lifecycle
+	flags              Flags
+}
+
+// locIDs are a (region, zone) pair's ids in the layout's localities.
+type locIDs struct{ region, zone uint16 }
+
 // NewWriter returns the Writer of pub's tables, with Slots of its
 // capacity. pub has one Writer: its tables' slots are the Writer's.
 func NewWriter(pub *Publisher, cfg WriterConfig) *Writer {
 	c := pub.Capacity()
 	w := &Writer{pub: pub, slots: NewSlots(c), step: cfg.Step, dropped: cfg.Dropped,
-		refs: make([]Ref, c), base: make([]Entry, c), pair: make([]int32, c), infos: make([]*InstanceInfo, c)}
+		refs: make([]Ref, c), state: make([]slotState, c), pair: make([]int32, c), infos: make([]*InstanceInfo, c)}
 	if w.step == nil {
 		w.step = func() {}
 	}
@@ -145,7 +162,7 @@ func (w *Writer) Begin(rev uint64, services []ServiceInfo) {
 	for i := range w.refs {
 		w.refs[i] = Ref{-1, -1}
 	}
-	clear(w.base)
+	clear(w.state)
 	clear(w.infos)
 	w.pairs = w.pairs[:0]
 	if w.pairIDs == nil {
@@ -180,9 +197,8 @@ func (w *Writer) Add(svc int, in Instance) (key string, slot int) {
 		return key, -1
 	}
 	w.refs[slot] = ref
-	_, hash, _ := w.slots.Key(slot)
-	w.base[slot] = Entry{Key: hash, Incarnation: in.Incarnation, Service: w.ids[svc], Weight: in.Weight,
-		BaseWeight: in.BaseWeight, Verdict: in.Verdict, Lifecycle: in.Lifecycle, Flags: in.Flags}
+	w.state[slot] = slotState{weight: in.Weight, baseWeight: in.BaseWeight, verdict: in.Verdict,
+		lifecycle: in.Lifecycle, flags: in.Flags}
 	p := locPair{in.Region, in.Zone}
 	pi, ok := w.pairIDs[p]
 	if !ok {
@@ -262,19 +278,11 @@ func (w *Writer) End() {
 		}
 	}
 	w.locs = intern(w.locs, locs)
-	type ids struct{ region, zone uint16 }
-	pairIDs := make([]ids, len(w.pairs))
+	w.locIDs = slices.Grow(w.locIDs[:0], len(w.pairs))[:len(w.pairs)]
 	for i, p := range w.pairs {
 		r, _ := w.locs.ID(p.region)
 		z, _ := w.locs.ID(p.zone)
-		pairIDs[i] = ids{uint16(r), uint16(z)}
-	}
-	for slot, ref := range w.refs {
-		if ref.Service >= 0 {
-			e := &w.base[slot]
-			p := pairIDs[w.pair[slot]]
-			e.Region, e.Zone = p.region, p.zone
-		}
+		w.locIDs[i] = locIDs{uint16(r), uint16(z)}
 	}
 	w.directory()
 	w.infoSvc = nil
@@ -335,8 +343,17 @@ func (w *Writer) Build(fill func(slot int, ref Ref, e *Entry)) (uint64, error) {
 		for slot := range es {
 			w.step()
 			e := &es[slot]
-			*e = w.base[slot]
-			if ref := w.refs[slot]; fill != nil && ref.Service >= 0 {
+			ref := w.refs[slot]
+			if ref.Service < 0 {
+				*e = Entry{}
+				continue
+			}
+			_, hash, _ := w.slots.Key(slot)
+			st, loc := &w.state[slot], w.locIDs[w.pair[slot]]
+			*e = Entry{Key: hash, Incarnation: w.infos[slot].Incarnation, Service: w.ids[ref.Service],
+				Weight: st.weight, BaseWeight: st.baseWeight, Region: loc.region, Zone: loc.zone,
+				Verdict: st.verdict, Lifecycle: st.lifecycle, Flags: st.flags}
+			if fill != nil {
 				fill(slot, ref, e)
 			}
 		}

@@ -95,13 +95,13 @@ func TestWriterReusesLayout(t *testing.T) {
 	}
 	w := NewWriter(pub, WriterConfig{})
 	layOut(t, w, 1, "a", "b", "c")
-	dir, refs, base := w.dir, &w.refs[0], &w.base[0]
+	dir, refs, state := w.dir, &w.refs[0], &w.state[0]
 	for rev := uint64(2); rev < 8; rev++ {
 		layOut(t, w, rev, "a", "b", "c")
 	}
-	if w.dir != dir || &w.refs[0] != refs || &w.base[0] != base {
+	if w.dir != dir || &w.refs[0] != refs || &w.state[0] != state {
 		t.Errorf("an unchanged layout made a new directory (%v) or per-slot arrays (%v, %v)",
-			w.dir != dir, &w.refs[0] != refs, &w.base[0] != base)
+			w.dir != dir, &w.refs[0] != refs, &w.state[0] != state)
 	}
 	_, err = w.Build(func(slot int, ref Ref, e *Entry) { e.Verdict, e.Flags, e.Weight = Unhealthy, 0, 0 })
 	if err != nil {
