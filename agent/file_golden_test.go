@@ -2,16 +2,14 @@ package agent
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/cairn-sd/cairn/internal/golden"
+
 	"github.com/cairn-sd/cairn/status/tablefile"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from what the code reads today")
 
 // TestKeptFileGolden: the table file's golden (status/tablefile's, an
 // agent's kept views with members of every verdict, lifecycle and flag)
@@ -36,21 +34,5 @@ func TestKeptFileGolden(t *testing.T) {
 				in.ID, in.Incarnation, in.Region, in.Zone, in.Verdict, in.Lifecycle, in.Flags, in.Weight, in.BaseWeight, in.Addrs, in.Ports)
 		}
 	}
-	path := filepath.Join("testdata", "kept-views.golden")
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to write it)", err)
-	}
-	if !bytes.Equal(b.Bytes(), want) {
-		t.Errorf("the kept views restore as\n%s\nwant\n%s", b.Bytes(), want)
-	}
+	golden.Check(t, "kept-views.golden", b.Bytes())
 }

@@ -21,6 +21,7 @@ var importRules = []struct {
 	{"", "testing", "no testing package in production code", nil},
 	{"", "github.com/cairn-sd/cairn/store/storetest", "test helpers stay in tests", nil},
 	{"", "github.com/cairn-sd/cairn/status/statustest", "test helpers stay in tests", nil},
+	{"", "github.com/cairn-sd/cairn/internal/golden", "test helpers stay in tests", nil},
 	{"internal/", "github.com/cairn-sd/cairn/", "a helper under internal/ serves the pipeline and never reaches into a stage of it (but the label rule, safe file writes, the wire types and the table a view is made of)",
 		[]string{"github.com/cairn-sd/cairn/internal/dnsname", "github.com/cairn-sd/cairn/internal/durable", "github.com/cairn-sd/cairn/internal/certs", "github.com/cairn-sd/cairn/wire", "github.com/cairn-sd/cairn/status"}},
 	{"internal/acl", "github.com/cairn-sd/cairn/", "acl is a leaf", nil},
@@ -105,6 +106,7 @@ var allowed = map[string][]string{
 	"testing":                   {"store/storetest", "integration"},
 	"github.com/cairn-sd/cairn/store/storetest":   {},
 	"github.com/cairn-sd/cairn/status/statustest": {},
+	"github.com/cairn-sd/cairn/internal/golden":   {},
 }
 
 func TestImportRules(t *testing.T) {

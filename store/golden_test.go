@@ -3,36 +3,15 @@ package store
 import (
 	"bytes"
 	"encoding/hex"
-	"flag"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cairn-sd/cairn/internal/golden"
+
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from what the code writes today")
-
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to write it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s: the encoding changed; got\n%s\nwant\n%s", name, got, want)
-	}
-}
 
 // goldenCommands are log entries that carry every lifecycle a
 // registration names and every verdict the evaluator commits, in both
@@ -92,7 +71,7 @@ func TestGoldenCommands(t *testing.T) {
 			t.Errorf("%s decodes and encodes back as\n%q\nnot\n%q", c.Op, again, b)
 		}
 	}
-	golden(t, "commands.golden", []byte(out.String()))
+	golden.Check(t, "commands.golden", []byte(out.String()))
 }
 
 // TestGoldenSnapshot pins the bytes of a snapshot that holds every
@@ -117,7 +96,7 @@ func TestGoldenSnapshot(t *testing.T) {
 			Verdict: status.Degraded, Eligible: true, HealthEligible: true, Flags: 0x49, EligibleSince: at, At: at}},
 	}})
 	snap := snapshotBytes(t, l.f)
-	golden(t, "snapshot.golden", snap)
+	golden.Check(t, "snapshot.golden", snap)
 	f := newFSM()
 	if err := f.Restore(nopCloser{bytes.NewReader(snap)}); err != nil {
 		t.Fatal(err)

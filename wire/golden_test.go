@@ -3,38 +3,17 @@ package wire_test
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
 
+	"github.com/cairn-sd/cairn/internal/golden"
+
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from what the code writes today")
-
-// golden compares got with testdata/name, or writes it there with
-// -update.
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to write it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s: the encoding changed; got\n%s\nwant\n%s", name, got, want)
-	}
-}
 
 var (
 	t0 = time.Date(2025, 3, 1, 12, 0, 1, 123456789, time.UTC)
@@ -190,8 +169,8 @@ func TestGoldenJSON(t *testing.T) {
 		{"registration.golden", views["registration"]},
 	}
 	for _, c := range cases {
-		golden(t, c.name, indent(t, c.v))
-		if !*update {
+		golden.Check(t, c.name, indent(t, c.v))
+		if !golden.Updating() {
 			roundTrip(t, c.name, c.v)
 		}
 	}

@@ -3,19 +3,16 @@ package agentview
 import (
 	"bytes"
 	"encoding/hex"
-	"flag"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/cairn-sd/cairn/internal/golden"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-sd/cairn/status"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from what the code writes today")
 
 // TestGoldenEncoding pins the bytes of a view (deterministic protobuf,
 // in hex) with a member of every verdict, lifecycle and flag: an agent
@@ -38,23 +35,7 @@ func TestGoldenEncoding(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := []byte(hex.EncodeToString(b) + "\n")
-	path := filepath.Join("testdata", "view.golden")
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to write it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("the view's encoding changed; got\n%s\nwant\n%s", got, want)
-	}
+	want := golden.Check(t, "view.golden", got)
 	// What the golden bytes hold decodes to the view they were made from.
 	raw, _ := hex.DecodeString(string(bytes.TrimSpace(want)))
 	cla := v.Encode()

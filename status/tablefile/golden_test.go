@@ -2,17 +2,16 @@ package tablefile
 
 import (
 	"bytes"
-	"flag"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/cairn-sd/cairn/internal/golden"
+
 	"github.com/cairn-sd/cairn/status"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from what the code writes today")
 
 // goldenSnapshot is a table with an entry of every verdict, every
 // lifecycle and every flag, and the views an agent keeps with it.
@@ -76,24 +75,8 @@ func TestGoldenFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gpath := filepath.Join("testdata", "table.golden")
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(gpath, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(gpath)
-	if err != nil {
-		t.Fatalf("%v (run with -update to write it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("the table file changed; got\n%s\nwant\n%s", got, want)
-	}
-	s, err := Load(gpath)
+	want := golden.Check(t, "table.golden", got)
+	s, err := Load(filepath.Join("testdata", "table.golden"))
 	if err != nil {
 		t.Fatal(err)
 	}
