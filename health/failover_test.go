@@ -21,7 +21,7 @@ func TestFailoverKeepsWithdrawn(t *testing.T) {
 	ctx := t.Context()
 	// The stores stamp real time here; the Nodes' clock starts there too,
 	// and the leases (1h) outlive the test.
-	clk := &clock{t: time.Now().UTC().Round(0)}
+	clk := storetest.NewClock(time.Now().UTC().Round(0))
 	hn := map[*storetest.Node]*Node{}
 	for _, nd := range nodes {
 		hn[nd] = newNode(t, nd.Store, clk, 0, nil)

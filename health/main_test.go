@@ -29,16 +29,9 @@ const wait = 10 * time.Second
 // clock is the injected clock of the tests that drive Node.Tick by hand.
 // The store of a single-node harness shares it, so that registration
 // times, lease deadlines and the evaluator's now agree.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+type clock = storetest.Clock
 
-func newClock() *clock { return &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-
-func (c *clock) Advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+func newClock() *clock { return storetest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)) }
 
 // harness is one Node over a real store replica, with its own status
 // table and metrics registry.

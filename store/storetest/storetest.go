@@ -208,3 +208,20 @@ func WaitFor(t testing.TB, d time.Duration, cond func() error) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// Clock is a clock a test moves by hand (Advance), safe for concurrent
+// use: a store (store.Config.Now) and the loops over it share one, so
+// that registration times, lease deadlines and each round's now agree.
+type Clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+// NewClock returns a Clock reading at.
+func NewClock(at time.Time) *Clock { return &Clock{t: at} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+// Advance moves the clock d forward.
+func (c *Clock) Advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
