@@ -1,7 +1,6 @@
 package xdsserver_test
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -92,15 +91,9 @@ func deltaTypeIndex(url string) int {
 // frames of protobuf, sent as they are (a frame that does not decode is
 // sent too, and must end the stream with a status that says so).
 func runDelta(t *testing.T, h *fuzzHub, in *fuzzInput, raw bool) error {
-	tok, valid, shopOnly := fuzzToken(in)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*fuzzWait)
-	if tok != "" {
-		ctx = withToken(ctx, tok)
-	}
-	cs, err := h.openStream(ctx, "DeltaAggregatedResources")
+	cs, cancel, valid, shopOnly, err := h.fuzzStream(in, "DeltaAggregatedResources")
 	if err != nil {
-		cancel()
-		return fmt.Errorf("opening a stream: %v", err)
+		return err
 	}
 	recv, done := receive(recvAs[discoveryv3.DeltaDiscoveryResponse](cs))
 	defer func() { cancel(); drain(recv) }()

@@ -385,6 +385,21 @@ func (rawCodec) Unmarshal(b []byte, v any) error { return proto.Unmarshal(b, v.(
 
 // openStream opens a stream of method (the ADS service's) on h's
 // connection, whose messages go through rawCodec.
+// fuzzStream opens a stream of method as the caller in's first byte
+// names (fuzzToken), bounded by 3 × fuzzWait; cancel ends it.
+func (h *fuzzHub) fuzzStream(in *fuzzInput, method string) (cs grpc.ClientStream, cancel func(), valid, shopOnly bool, err error) {
+	tok, valid, shopOnly := fuzzToken(in)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*fuzzWait)
+	if tok != "" {
+		ctx = withToken(ctx, tok)
+	}
+	if cs, err = h.openStream(ctx, method); err != nil {
+		cancel()
+		return nil, nil, false, false, fmt.Errorf("opening a stream: %v", err)
+	}
+	return cs, cancel, valid, shopOnly, nil
+}
+
 func (h *fuzzHub) openStream(ctx context.Context, method string) (grpc.ClientStream, error) {
 	return h.cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true},
 		"/envoy.service.discovery.v3.AggregatedDiscoveryService/"+method, grpc.ForceCodec(rawCodec{}))

@@ -1,7 +1,6 @@
 package xdsserver_test
 
 import (
-	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -131,15 +130,9 @@ type sotwRun struct {
 // runSotW runs one input on a state-of-the-world stream (raw: as
 // runDelta).
 func runSotW(t *testing.T, h *fuzzHub, in *fuzzInput, raw bool) error {
-	tok, valid, shopOnly := fuzzToken(in)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*fuzzWait)
-	if tok != "" {
-		ctx = withToken(ctx, tok)
-	}
-	cs, err := h.openStream(ctx, "StreamAggregatedResources")
+	cs, cancel, valid, shopOnly, err := h.fuzzStream(in, "StreamAggregatedResources")
 	if err != nil {
-		cancel()
-		return fmt.Errorf("opening a stream: %v", err)
+		return err
 	}
 	recv, done := receive(recvAs[discoveryv3.DiscoveryResponse](cs))
 	defer func() { cancel(); drain(recv) }()
