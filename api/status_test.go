@@ -111,3 +111,31 @@ func TestFreshness(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusTableRevision: GET /v1/status names the store revision the
+// served table was built from, which lags a write until the next build
+// and then catches up (the dashboard reloads when it moves).
+func TestStatusTableRevision(t *testing.T) {
+	clk := &clock{t: time.Unix(1_700_000_000, 0)}
+	e := newEnv(t, options{health: true, clock: clk, now: clk.Now})
+	status := func() wire.Status {
+		r := e.call(t, http.MethodGet, "/v1/status", "", "")
+		wantStatus(t, r, http.StatusOK)
+		return decodeAs[wire.Status](t, r)
+	}
+	e.tick(t)
+	built := status()
+	if built.TableRevision == 0 || built.TableRevision != built.Revision {
+		t.Fatalf("after a build: table_revision %d, revision %d; want them equal", built.TableRevision, built.Revision)
+	}
+	e.apply(t, "", slowYAML)
+	written := status()
+	if written.Revision <= built.Revision || written.TableRevision != built.TableRevision {
+		t.Errorf("after a write, before a build: revision %d, table_revision %d; want the revision past %d, the table's still %d",
+			written.Revision, written.TableRevision, built.Revision, built.TableRevision)
+	}
+	e.tick(t)
+	if caught := status(); caught.TableRevision != caught.Revision {
+		t.Errorf("after the next build: table_revision %d, revision %d; want them equal", caught.TableRevision, caught.Revision)
+	}
+}
