@@ -139,7 +139,7 @@ func viewsOf(s *tablefile.Snapshot) ([]*view, error) {
 		e := se.Entry
 		v.got.Instances = append(v.got.Instances, agentview.Instance{InstanceInfo: *se.Instance,
 			Region: loc(e.Region), Zone: loc(e.Zone), Verdict: e.Verdict, Lifecycle: e.Lifecycle, Flags: e.Flags,
-			Weight: e.Weight, BaseWeight: e.BaseWeight})
+			Weight: e.Weight, BaseWeight: e.BaseWeight, Shift: e.Shift})
 	}
 	out := make([]*view, 0, len(byName))
 	for _, v := range byName {

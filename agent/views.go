@@ -155,7 +155,7 @@ func eligible(ins []agentview.Instance) int {
 func sameInstance(a, b agentview.Instance) bool {
 	return a.ID == b.ID && a.Incarnation == b.Incarnation && a.Region == b.Region && a.Zone == b.Zone &&
 		a.Verdict == b.Verdict && a.Lifecycle == b.Lifecycle && a.Flags == b.Flags && a.Weight == b.Weight &&
-		a.BaseWeight == b.BaseWeight && slices.Equal(a.Addrs, b.Addrs) && maps.Equal(a.Ports, b.Ports)
+		a.BaseWeight == b.BaseWeight && a.Shift == b.Shift && slices.Equal(a.Addrs, b.Addrs) && maps.Equal(a.Ports, b.Ports)
 }
 
 // build lays out the views (sorted by name) in w, the writer of the
@@ -175,7 +175,7 @@ func build(w *status.Writer, views []*view, revision uint64) (dropped int, err e
 			in := &v.served[j]
 			if _, slot := w.Add(i, status.Instance{ID: in.ID, Incarnation: in.Incarnation, Region: in.Region, Zone: in.Zone,
 				Info: &in.InstanceInfo, Verdict: in.Verdict, Lifecycle: in.Lifecycle, Flags: in.Flags,
-				Weight: in.Weight, BaseWeight: in.BaseWeight}); slot < 0 {
+				Weight: in.Weight, BaseWeight: in.BaseWeight, Shift: in.Shift}); slot < 0 {
 				dropped++
 			}
 		}

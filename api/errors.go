@@ -46,6 +46,8 @@ func status(err error) (int, string) {
 		return http.StatusNotFound, wire.CodeNotFound
 	case errors.Is(err, store.ErrFenced):
 		return http.StatusConflict, wire.CodeFenced
+	case errors.Is(err, store.ErrCapacity):
+		return http.StatusConflict, wire.CodeCapacity
 	case errors.Is(err, errConflict):
 		return http.StatusConflict, wire.CodeConflict
 	case errors.Is(err, errMethod):

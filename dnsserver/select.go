@@ -24,6 +24,9 @@ type candidate struct {
 type selection struct {
 	chosen      []candidate
 	disregarded bool
+	// evacuated: the answer holds endpoints of an evacuated zone, because
+	// nothing nearer could carry the caller (status.TierEvacuated).
+	evacuated bool
 }
 
 // servable reports whether an entry's instance may be served at all when
@@ -40,9 +43,14 @@ func healthy(e status.Entry) bool {
 }
 
 // weightOf is the weight an entry is sampled with: its published weight
-// when healthy, its base weight when served with health disregarded.
+// times its zone's share while the zone returns from an evacuation (at
+// least 1) when healthy, its base weight when served with health
+// disregarded.
 func weightOf(e status.Entry) uint16 {
 	if healthy(e) && e.Weight > 0 {
+		if e.Returning() {
+			return uint16(max(math.Round(float64(e.Weight)*e.Share()), 1))
+		}
 		return e.Weight
 	}
 	return max(e.BaseWeight, 1)
@@ -75,7 +83,7 @@ func selectA(t *status.Table, members []uint32, loc status.Locality, minFrac flo
 		if !servable(e) || !has(slot) {
 			continue
 		}
-		counts.Add(status.TierOf(loc, e), healthy(e), float64(weightOf(e)), float64(e.Weight))
+		counts.Add(status.TierOf(loc, e), healthy(e), e.Share(), float64(weightOf(e)), float64(weightOf(e)))
 	}
 	sp := counts.Spill(minFrac)
 	sel := selection{chosen: buf[:0]}
@@ -112,6 +120,7 @@ func selectA(t *status.Table, members []uint32, loc status.Locality, minFrac flo
 	}
 	for _, c := range sel.chosen {
 		sel.disregarded = sel.disregarded || c.disregarded
+		sel.evacuated = sel.evacuated || c.tier == status.TierEvacuated
 	}
 	return sel
 }

@@ -71,12 +71,20 @@ func (s *Server) addrs(m *msg, q *query, t *status.Table, d *status.Directory, i
 // disregardedText is EDE 0's text on an answer served under the guard.
 const disregardedText = "health-disregarded: fewer healthy endpoints than the service's minimum healthy fraction"
 
+// evacuatedText is EDE 0's text on an answer that holds endpoints of an
+// evacuated zone because nothing else could carry it (SPEC §6).
+const evacuatedText = "evacuated-zone: nothing outside the evacuated zone can carry this answer"
+
 // noteDisregarded marks an answer whose selection served endpoints under
-// the guard: EDE 0, decided before its records are written.
+// the guard, or from an evacuated zone: EDE 0, decided before its
+// records are written.
 func (s *Server) noteDisregarded(m *msg, q *query, sel selection) {
 	if sel.disregarded {
 		q.addEDE(m, dns.ExtendedErrorCodeOther, disregardedText)
 		s.m.disregarded.Inc()
+	}
+	if sel.evacuated {
+		q.addEDE(m, dns.ExtendedErrorCodeOther, evacuatedText)
 	}
 }
 

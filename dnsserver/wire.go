@@ -159,7 +159,7 @@ type opt struct {
 	udpSize uint16
 	do      bool
 	// edes are the Extended DNS Errors (RFC 8914), nede of them.
-	edes [2]ede
+	edes [3]ede
 	nede int
 	// ecs echoes a used client subnet (RFC 7871), when ecsFamily != 0.
 	ecsFamily uint16

@@ -19,7 +19,7 @@ func (n *Node) build(now time.Time) {
 	_, err := n.w.Build(func(slot int, ref status.Ref, e *status.Entry) {
 		cs := &n.cat.Services[ref.Service]
 		in := &cs.Instances[ref.Instance]
-		e.Verdict, e.Flags, e.Weight = status.Unknown, 0, 0
+		e.Verdict, e.Flags, e.Weight, e.Shift = status.Unknown, 0, 0, in.Shift
 		since := FromNanos(in.RegisteredAt)
 		eligible := in.Lifecycle == status.Ready
 		if h := in.Health; h != nil && h.Incarnation() == in.Incarnation {

@@ -58,6 +58,9 @@ type Instance struct {
 	LeaseTTL      wire.Duration
 	Weight        int32 // 1–65535 (wire.Registration validates it)
 	Lifecycle     status.Lifecycle
+	// Shift is status.Entry.Shift: how much of its traffic the
+	// evacuations of its zone move away from it.
+	Shift uint8
 }
 
 // InstanceID returns instance i's id: the end of its key.
@@ -167,6 +170,11 @@ func (n *Node) Refresh() {
 			RegisteredAt: in.RegisteredAt, LeaseTTL: in.LeaseTTL, Weight: int32(in.Weight),
 			Lifecycle: in.Lifecycle})
 	})
+	if evs := st.Evacuations(); len(evs) > 0 {
+		for si := range c.Services {
+			shiftOf(&c.Services[si], evs)
+		}
+	}
 	n.w.Begin(rev, infos)
 	for si := range c.Services {
 		cs := &c.Services[si]
@@ -198,6 +206,24 @@ func (n *Node) Refresh() {
 		}
 	}
 	n.cat = c
+}
+
+// shiftOf sets the Shift of each of cs's instances from the evacuations
+// in force: the largest any of those covering it asks for, a zone
+// evacuated moving all of it (status.ShiftAll), a zone returning what
+// its share has not yet taken back.
+func shiftOf(cs *Service, evs []wire.Evacuation) {
+	window := cs.Def.Policy.ShiftBackWindow()
+	for i := range cs.Instances {
+		in := &cs.Instances[i]
+		for _, e := range evs {
+			if !e.Covers(cs.Key.Namespace, cs.Key.Name, in.Loc.Region, in.Loc.Zone) {
+				continue
+			}
+			s := uint8(math.Round(status.ShiftAll * (1 - e.Share(window))))
+			in.Shift = max(in.Shift, s)
+		}
+	}
 }
 
 // serviceInfo is what the readers need of a service.

@@ -39,6 +39,36 @@ type Entry struct {
 	Verdict      Verdict
 	Lifecycle    Lifecycle
 	Flags        Flags
+	// Shift is how much of the traffic its zone would get an evacuation
+	// (SPEC §6, `cairn evacuate`) moves away from the instance, in
+	// percent: 0 none (the zero value: no evacuation), ShiftAll while
+	// its zone is evacuated (it is in TierEvacuated for every caller),
+	// and in between while the zone comes back (see Share).
+	Shift uint8
+}
+
+// ShiftAll is the Shift of an instance whose zone is evacuated.
+const ShiftAll = 100
+
+// Evacuated reports whether the instance's zone is evacuated: it is in
+// the last tier, TierEvacuated, for every caller.
+func (e Entry) Evacuated() bool { return e.Shift >= ShiftAll }
+
+// Returning reports whether the instance's zone is coming back from an
+// evacuation: in its own tier again, at a share below 1.
+func (e Entry) Returning() bool { return e.Shift > 0 && e.Shift < ShiftAll }
+
+// Share is the fraction of its tier's traffic the instance's zone takes
+// back while it returns from an evacuation (1 − Shift/100): the tier
+// rules count it healthy only in that fraction, and its weight is
+// scaled by it, as if that much of the zone were healthy (SPEC §6's
+// rate-capped shift-back). 1 when nothing is shifted, and 1 for an
+// evacuated instance too: in TierEvacuated it counts whole.
+func (e Entry) Share() float64 {
+	if e.Shift == 0 || e.Shift >= ShiftAll {
+		return 1
+	}
+	return 1 - float64(e.Shift)/ShiftAll
 }
 
 // Used reports whether the slot holds an instance (a non-zero Key).

@@ -12,17 +12,23 @@ const Overprovisioning = 1.4
 // how the caller spills, so that an answer and an assignment agree.
 type TierCounts struct {
 	total, good [NumTiers]int
+	// share counts the healthy endpoints each in its Entry.Share: a zone
+	// returning from an evacuation is as healthy, for the spill, as the
+	// share it has taken back.
+	share       [NumTiers]float64
 	allW, goodW [NumTiers]float64
 }
 
-// Add counts one servable endpoint in tier: weight is what it weighs
-// when health is disregarded, healthyWeight what it weighs in rotation
-// (used only if healthy).
-func (c *TierCounts) Add(tier int, healthy bool, weight, healthyWeight float64) {
+// Add counts one servable endpoint in tier: share is its Entry.Share,
+// weight what it weighs when health is disregarded, healthyWeight what
+// it weighs in rotation (used only if healthy; its share already
+// applied).
+func (c *TierCounts) Add(tier int, healthy bool, share, weight, healthyWeight float64) {
 	c.total[tier]++
 	c.allW[tier] += weight
 	if healthy {
 		c.good[tier]++
+		c.share[tier] += share
 		c.goodW[tier] += healthyWeight
 	}
 }
@@ -31,12 +37,17 @@ func (c *TierCounts) Add(tier int, healthy bool, weight, healthyWeight float64) 
 type Spill struct {
 	// Use marks the tiers the caller uses: the best tier with servable
 	// endpoints, and the next ones while the last one used has a healthy
-	// fraction × Overprovisioning below 1. Used counts them.
+	// fraction × Overprovisioning below 1 (the fraction counts a
+	// returning zone's endpoints in their share). Used counts them. A
+	// caller that uses TierEvacuated is served from an evacuated zone
+	// because nothing nearer can carry it, and its answer says so.
 	Use  [NumTiers]bool
 	Used int
 	// Disregard: the tiers used together have fewer healthy endpoints
 	// than the minimum healthy fraction of their servable ones, so every
-	// servable endpoint of them is served, healthy or not.
+	// servable endpoint of them is served, healthy or not. (A returning
+	// zone's healthy endpoints count whole here: the guard is about
+	// health, not preference.)
 	Disregard bool
 	// Load is each used tier's share of the caller's load, as Envoy's
 	// priority levels share it: the first min(1, 1.4 × its healthy
@@ -61,7 +72,7 @@ func (c *TierCounts) Spill(minFrac float64) Spill {
 		sp.Used++
 		usedTotal += c.total[tr]
 		usedGood += c.good[tr]
-		if float64(c.good[tr])/float64(c.total[tr])*Overprovisioning >= 1 {
+		if c.share[tr]/float64(c.total[tr])*Overprovisioning >= 1 {
 			break
 		}
 	}
@@ -80,7 +91,7 @@ func (c *TierCounts) Spill(minFrac float64) Spill {
 		case tr == last:
 			sp.Load[tr], sp.Weight[tr] = remaining, c.goodW[tr]
 		default:
-			sp.Load[tr], sp.Weight[tr] = min(remaining, float64(c.good[tr])/float64(c.total[tr])*Overprovisioning), c.goodW[tr]
+			sp.Load[tr], sp.Weight[tr] = min(remaining, c.share[tr]/float64(c.total[tr])*Overprovisioning), c.goodW[tr]
 		}
 		remaining -= sp.Load[tr]
 	}

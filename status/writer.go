@@ -108,6 +108,7 @@ type Instance struct {
 	Lifecycle          Lifecycle
 	Flags              Flags
 	Weight, BaseWeight uint16
+	Shift              uint8
 }
 
 type locPair struct{ region, zone string }
@@ -119,6 +120,7 @@ type slotState struct {
 	verdict            Verdict
 	lifecycle          Lifecycle
 	flags              Flags
+	shift              uint8
 }
 
 // locIDs are a (region, zone) pair's ids in the layout's localities.
@@ -198,7 +200,7 @@ func (w *Writer) Add(svc int, in Instance) (key string, slot int) {
 	}
 	w.refs[slot] = ref
 	w.state[slot] = slotState{weight: in.Weight, baseWeight: in.BaseWeight, verdict: in.Verdict,
-		lifecycle: in.Lifecycle, flags: in.Flags}
+		lifecycle: in.Lifecycle, flags: in.Flags, shift: in.Shift}
 	p := locPair{in.Region, in.Zone}
 	pi, ok := w.pairIDs[p]
 	if !ok {
@@ -329,7 +331,7 @@ func (w *Writer) sameInstances(old *Directory) bool {
 // Build publishes a table of the last layout. fill, if not nil, is
 // called for every slot holding an instance, with the instance's Ref and
 // its entry as the layout described it, to rewrite what moved since
-// (Verdict, Flags, Weight, BaseWeight, Lifecycle); it must not change
+// (Verdict, Flags, Weight, BaseWeight, Lifecycle, Shift); it must not change
 // Key, Incarnation, Service, Region or Zone. Free slots are written
 // empty. After a successful Build, the slots the last layout freed may
 // be handed out again.
@@ -352,7 +354,7 @@ func (w *Writer) Build(fill func(slot int, ref Ref, e *Entry)) (uint64, error) {
 			st, loc := &w.state[slot], w.locIDs[w.pair[slot]]
 			*e = Entry{Key: hash, Incarnation: w.infos[slot].Incarnation, Service: w.ids[ref.Service],
 				Weight: st.weight, BaseWeight: st.baseWeight, Region: loc.region, Zone: loc.zone,
-				Verdict: st.verdict, Lifecycle: st.lifecycle, Flags: st.flags}
+				Verdict: st.verdict, Lifecycle: st.lifecycle, Flags: st.flags, Shift: st.shift}
 			if fill != nil {
 				fill(slot, ref, e)
 			}

@@ -40,6 +40,10 @@ const (
 	opPutTokens  opcode = "put_tokens"
 	opDelToken   opcode = "del_token"
 	opHealth     opcode = "health"
+	// opEvacuate starts or ends an evacuation; opEvacuationStep is the
+	// leader's move of them (expiry, return, pause, end).
+	opEvacuate       opcode = "evacuate"
+	opEvacuationStep opcode = "evacuation_step"
 )
 
 // command is one entry of the raft log. Everything Apply needs travels in
@@ -77,6 +81,9 @@ type command struct {
 	// Health and ServiceEvents are the evaluator's commits.
 	Health        []HealthUpdate `json:"health,omitempty"`
 	ServiceEvents []ServiceEvent `json:"service_events,omitempty"`
+	// Evacuate and EvacSteps are the evacuations' entries.
+	Evacuate  *wire.EvacuateRequest `json:"evacuate,omitempty"`
+	EvacSteps []evacStep            `json:"evac_steps,omitempty"`
 }
 
 // fence names one incarnation of an instance.
@@ -96,7 +103,9 @@ type result struct {
 	Created  bool
 	Expired  int // registrations a housekeeping entry ended at their hard expiry
 	Rev      uint64
-	Err      error
+	// Evacuation is what an opEvacuate entry started or ended.
+	Evacuation wire.Evacuation
+	Err        error
 }
 
 // fsm is the replicated state machine. Apply, Snapshot and Restore are
@@ -114,7 +123,9 @@ type fsm struct {
 	tokenRev  uint64                 // index of the last token change
 	// leaderSince is when the current leader took over.
 	leaderSince time.Time
-	events      ring // at most AuditCapacity
+	// evacs are the evacuations in force, by id.
+	evacs  map[uint64]*wire.Evacuation
+	events ring // at most AuditCapacity
 	refusals    ring // at most RefusalCapacity
 
 	// The log's clock, for a new leader's takeover entry (silentSince);
@@ -155,6 +166,7 @@ func newFSM() *fsm {
 		instances: newIndex(),
 		members:   map[string]wire.Member{},
 		tokens:    map[string]TokenRecord{},
+		evacs:     map[uint64]*wire.Evacuation{},
 		events:    newRing(AuditCapacity),
 		refusals:  newRing(RefusalCapacity),
 		keys:      map[wire.ServiceKey]*wire.ServiceKey{},
@@ -233,6 +245,10 @@ func (f *fsm) apply(index uint64, c command) result {
 		}
 	case opHealth:
 		f.commitHealth(c)
+	case opEvacuate:
+		r.Evacuation, r.Err = f.evacuate(index, c)
+	case opEvacuationStep:
+		f.stepEvacuations(c)
 	case opPutTokens:
 		r.Err = f.putTokens(index, c)
 	case opDelToken:

@@ -312,6 +312,9 @@ func (s *Store) housekeep(ctx context.Context) error {
 	if err := s.recordSelf(ctx); err != nil {
 		return err
 	}
+	if err := s.stepEvacuationsNow(ctx); err != nil {
+		return err
+	}
 	for i := 0; i < maxEntriesPerTick; i++ {
 		more, err := s.housekeepOnce(ctx)
 		if err != nil || !more {

@@ -26,6 +26,9 @@ type fsmState struct {
 	LeaderSince time.Time       `json:"leader_since"`
 	Events      []wire.Event    `json:"events"`
 	Refusals    []wire.Event    `json:"refusals"`
+	// Evacuations are the evacuations in force; absent when none, so
+	// that a snapshot without any reads as it did before they existed.
+	Evacuations []wire.Evacuation `json:"evacuations,omitempty"`
 }
 
 // state copies the whole state, the instances as the API shows them
@@ -54,6 +57,9 @@ func (f *fsm) copyStateLocked() (fsmState, []record) {
 	s := fsmState{Rev: f.rev, NextInc: f.nextInc, EventSeq: f.eventSeq,
 		TokenRev: f.tokenRev, LeaderSince: f.leaderSince,
 		Events: f.events.list(), Refusals: f.refusals.list()}
+	if len(f.evacs) > 0 {
+		s.Evacuations = f.evacuationList()
+	}
 	for _, t := range f.tokens {
 		t.Namespaces = slices.Clone(t.Namespaces)
 		s.Tokens = append(s.Tokens, t)
@@ -124,6 +130,10 @@ func (f *fsm) load(s fsmState) error {
 		f.tokens[t.Accessor] = t
 	}
 	f.tokenRev, f.leaderSince = s.TokenRev, s.LeaderSince
+	f.evacs = make(map[uint64]*wire.Evacuation, len(s.Evacuations))
+	for i := range s.Evacuations {
+		f.evacs[s.Evacuations[i].ID] = &s.Evacuations[i]
+	}
 	// The log's clock is not in a snapshot: the latest time it shows
 	// (the newest audit event, or the last takeover), of no known term.
 	f.logTime, f.prevTermTime, f.logTerm = s.LeaderSince, time.Time{}, 0
@@ -211,6 +221,11 @@ func writeState(w io.Writer, st *fsmState, n int, instance func(i int) wire.Inst
 		value("refusals", st.Refusals),
 	} {
 		if err != nil {
+			return err
+		}
+	}
+	if len(st.Evacuations) > 0 { // omitempty
+		if err := value("evacuations", st.Evacuations); err != nil {
 			return err
 		}
 	}

@@ -49,3 +49,13 @@ const (
 	EventProbesSetAside EventKind = "probes_set_aside"
 	EventProbesRestored EventKind = "probes_restored"
 )
+
+// Audit event kinds of evacuations (SPEC §6): one started (or renewed),
+// ended (undone or expired: its zone starts to return), its return
+// paused or resumed, and its zone back.
+const (
+	EventEvacuated          EventKind = "evacuated"
+	EventEvacuationEnded    EventKind = "evacuation_ended"
+	EventEvacuationPaused   EventKind = "evacuation_paused"
+	EventEvacuationReturned EventKind = "evacuation_returned"
+)

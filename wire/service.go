@@ -74,6 +74,20 @@ type Policy struct {
 	// FlapLimit: more than this many eligibility changes in 2 minutes
 	// quarantine an instance; 0 never quarantines.
 	FlapLimit *int `json:"flap_limit,omitempty" yaml:"flap_limit"` // default 4
+	// ShiftBack is how long a zone takes to return once its evacuation
+	// ends (SPEC §6): its share rises in EvacuationSteps steps over it.
+	// Unlike the fields above it is not filled in by WithDefaults (a
+	// definition applied before it existed reads the same); ShiftBackWindow
+	// gives the window.
+	ShiftBack *Duration `json:"shift_back,omitempty" yaml:"shift_back"` // default 5m; 0 = at once
+}
+
+// ShiftBackWindow is the policy's shift_back, or its default.
+func (p Policy) ShiftBackWindow() time.Duration {
+	if p.ShiftBack == nil {
+		return DefaultShiftBack
+	}
+	return p.ShiftBack.D()
 }
 
 // Service is a service definition: the desired state applied with
@@ -126,6 +140,9 @@ const (
 	DefaultCheckInterval      = 2 * time.Second
 	DefaultCheckTimeout       = 1 * time.Second
 	DefaultWeight             = 100
+	DefaultShiftBack          = 5 * time.Minute
+	// MaxShiftBack bounds a return: an evacuated zone back within a day.
+	MaxShiftBack = 24 * time.Hour
 
 	// MinLeaseTTL is five lease checkpoints, so that a follower's view of
 	// a renewed lease (replicated once a checkpoint) never looks expired;
@@ -305,6 +322,9 @@ func (s Service) Validate() error {
 	}
 	if p.AdmitMin.D() < 0 {
 		return invalid("policy.admit_min", "%s is negative", *p.AdmitMin)
+	}
+	if p.ShiftBack != nil && (*p.ShiftBack < 0 || p.ShiftBack.D() > MaxShiftBack) {
+		return invalid("policy.shift_back", "%s is outside [0, %s]", *p.ShiftBack, Duration(MaxShiftBack))
 	}
 	if p.SlowStart.D() < 0 {
 		return invalid("policy.slow_start", "%s is negative", *p.SlowStart)

@@ -22,6 +22,7 @@ const (
 	CodeNotFound         = "not_found"
 	CodeFenced           = "fenced"
 	CodeConflict         = "conflict"
+	CodeCapacity         = "insufficient_capacity"
 	CodeMethod           = "method_not_allowed"
 	CodeNoLeader         = "no_leader"
 	CodeInternal         = "internal"

@@ -69,7 +69,8 @@ const (
 	connectTimeout = 5 * time.Second
 	// metadataNamespace holds cairn's endpoint metadata: under the
 	// minimum-healthy-fraction guard each endpoint carries
-	// cairn.health_disregarded = true (SPEC §4).
+	// cairn.health_disregarded = true (SPEC §4), and an endpoint of an
+	// evacuated zone cairn.evacuated = true (SPEC §6).
 	metadataNamespace = "cairn"
 )
 
@@ -162,6 +163,9 @@ type lbEndpoint struct {
 	health       corev3.HealthStatus
 	weight       uint32
 	disregarded  bool
+	// share is the entry's status.Share: below 1 while its zone returns
+	// from an evacuation (weight already scaled by it).
+	share float64
 	// servable: ready, so counted in its tier's total (SPEC §2: draining,
 	// starting and terminated instances never are); good: in rotation on
 	// the evidence (eligible, and not only through the evaluator's
@@ -250,9 +254,14 @@ func buildAssignment(t *status.Table, service uint32, svc status.ServiceInfo, po
 			// HEALTHY, flagged, at its base weight.
 			h, w, disregarded = corev3.HealthStatus_HEALTHY, uint32(max(e.BaseWeight, 1)), true
 		}
+		if good && e.Returning() {
+			// Its zone comes back from an evacuation: a share of its
+			// weight, as slow start publishes one.
+			w = uint32(max(math.Round(float64(w)*e.Share()), 1))
+		}
 		eps = append(eps, lbEndpoint{tier: status.TierOf(loc, e), region: t.Locality(e.Region), zone: t.Locality(e.Zone),
 			id: in.ID, addrs: in.Addrs, port: num, health: h, weight: w, disregarded: disregarded,
-			servable: servable, good: good})
+			share: e.Share(), servable: servable, good: good})
 	}
 	sp := spillOf(eps, svc.MinHealthyFraction)
 	// The tiers the caller uses come first, as one priority; the others
@@ -344,7 +353,7 @@ func spillOf(eps []lbEndpoint, minFrac float64) spill {
 	var counts status.TierCounts
 	for _, ep := range eps {
 		if ep.servable {
-			counts.Add(ep.tier, ep.good, float64(ep.weight), float64(ep.weight))
+			counts.Add(ep.tier, ep.good, ep.share, float64(ep.weight), float64(ep.weight))
 		}
 	}
 	s := counts.Spill(minFrac)
@@ -379,10 +388,18 @@ func lbEndpointOf(ep lbEndpoint) *endpointv3.LbEndpoint {
 		HealthStatus:        ep.health,
 		LoadBalancingWeight: wrapperspb.UInt32(ep.weight),
 	}
+	var md map[string]*structpb.Value
 	if ep.disregarded {
-		lb.Metadata = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
-			metadataNamespace: {Fields: map[string]*structpb.Value{"health_disregarded": structpb.NewBoolValue(true)}},
-		}}
+		md = map[string]*structpb.Value{"health_disregarded": structpb.NewBoolValue(true)}
+	}
+	if ep.tier == status.TierEvacuated {
+		if md == nil {
+			md = map[string]*structpb.Value{}
+		}
+		md["evacuated"] = structpb.NewBoolValue(true)
+	}
+	if md != nil {
+		lb.Metadata = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{metadataNamespace: {Fields: md}}}
 	}
 	return lb
 }

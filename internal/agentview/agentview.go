@@ -90,6 +90,9 @@ type Instance struct {
 	Flags        status.Flags
 	Weight       uint16
 	BaseWeight   uint16
+	// Shift is status.Entry.Shift: how much of its traffic an
+	// evacuation of its zone moves away from it.
+	Shift uint8
 }
 
 // Eligible reports whether the instance is in rotation.
@@ -111,7 +114,8 @@ func Of(t *status.Table, service uint32) (*View, error) {
 			continue
 		}
 		v.Instances = append(v.Instances, Instance{InstanceInfo: *in, Region: t.Locality(e.Region), Zone: t.Locality(e.Zone),
-			Verdict: e.Verdict, Lifecycle: e.Lifecycle, Flags: e.Flags, Weight: e.Weight, BaseWeight: e.BaseWeight})
+			Verdict: e.Verdict, Lifecycle: e.Lifecycle, Flags: e.Flags, Weight: e.Weight, BaseWeight: e.BaseWeight,
+			Shift: e.Shift})
 	}
 	slices.SortFunc(v.Instances, func(a, b Instance) int { return strings.Compare(a.ID, b.ID) })
 	return v, nil
@@ -191,7 +195,7 @@ func (in *Instance) encode(svc status.ServiceInfo) *endpointv3.LbEndpoint {
 	for name, num := range in.Ports {
 		ports[name] = float64(num)
 	}
-	md, _ := structpb.NewStruct(map[string]any{
+	m := map[string]any{
 		"incarnation": strconv.FormatUint(in.Incarnation, 10),
 		"verdict":     in.Verdict.String(),
 		"lifecycle":   in.Lifecycle.String(),
@@ -199,7 +203,13 @@ func (in *Instance) encode(svc status.ServiceInfo) *endpointv3.LbEndpoint {
 		"weight":      float64(in.Weight),
 		"base_weight": float64(in.BaseWeight),
 		"ports":       ports,
-	})
+	}
+	if in.Shift != 0 {
+		// Only when shifted: a view without evacuations encodes as it
+		// did before they existed, and an older agent reads it.
+		m["shift"] = float64(in.Shift)
+	}
+	md, _ := structpb.NewStruct(m)
 	h := corev3.HealthStatus_UNHEALTHY
 	switch {
 	case in.Lifecycle == status.Draining:
@@ -340,6 +350,9 @@ func decodeInstance(lb *endpointv3.LbEndpoint, field string) (Instance, error) {
 	in.Flags = status.Flags(f.num("flags", 0, 255))
 	in.Weight = uint16(f.num("weight", 0, 65535))
 	in.BaseWeight = uint16(f.num("base_weight", 0, 65535))
+	if _, ok := f.m["shift"]; ok {
+		in.Shift = uint8(f.num("shift", 0, status.ShiftAll))
+	}
 	if ports := f.m["ports"].GetStructValue().GetFields(); len(ports) > 0 {
 		in.Ports = make(map[string]uint16, len(ports))
 		pf := fields{m: ports, prefix: f.prefix + "ports."}

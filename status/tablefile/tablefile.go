@@ -101,13 +101,16 @@ type fileEntry struct {
 	Weight, BaseWeight        uint16
 	Region, Zone              uint16
 	Verdict, Lifecycle, Flags uint8
+	// Shift is left out when 0: a table without evacuations is written
+	// as it was before they existed.
+	Shift uint8 `json:",omitempty"`
 }
 
 func (se *SlotEntry) file() fileSlot {
 	e := &se.Entry
 	return fileSlot{Slot: se.Slot, Instance: se.Instance, Entry: fileEntry{Key: e.Key, Incarnation: e.Incarnation,
 		Service: e.Service, Weight: e.Weight, BaseWeight: e.BaseWeight, Region: e.Region, Zone: e.Zone,
-		Verdict: uint8(e.Verdict), Lifecycle: uint8(e.Lifecycle), Flags: uint8(e.Flags)}}
+		Verdict: uint8(e.Verdict), Lifecycle: uint8(e.Lifecycle), Flags: uint8(e.Flags), Shift: e.Shift}}
 }
 
 // MarshalJSON writes se as the file holds it.
@@ -131,7 +134,8 @@ func (se *SlotEntry) UnmarshalJSON(b []byte) error {
 	}
 	*se = SlotEntry{Slot: f.Slot, Instance: f.Instance, Entry: status.Entry{Key: e.Key, Incarnation: e.Incarnation,
 		Service: e.Service, Weight: e.Weight, BaseWeight: e.BaseWeight, Region: e.Region, Zone: e.Zone,
-		Verdict: status.Verdict(e.Verdict), Lifecycle: status.Lifecycle(e.Lifecycle), Flags: status.Flags(e.Flags)}}
+		Verdict: status.Verdict(e.Verdict), Lifecycle: status.Lifecycle(e.Lifecycle), Flags: status.Flags(e.Flags),
+		Shift: min(e.Shift, status.ShiftAll)}}
 	return nil
 }
 

@@ -1,0 +1,370 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/wire"
+)
+
+// ErrCapacity is an evacuation refused because the rest of a service
+// could not carry it; nothing was changed.
+var ErrCapacity = errors.New("store: not enough capacity")
+
+// evacStep is the leader's move of one evacuation, in an
+// opEvacuationStep entry: an expiry, a step of its return, a pause or
+// a resumption, or its end once the zone is back.
+type evacStep struct {
+	ID uint64 `json:"id"`
+	// Expire ends an evacuation at its expiry: its return begins.
+	Expire bool `json:"expire,omitempty"`
+	// Returned and Paused are the return's progress as of the entry's
+	// time; Reason says why it pauses.
+	Returned wire.Duration `json:"returned,omitempty"`
+	Paused   bool          `json:"paused,omitempty"`
+	Reason   string        `json:"reason,omitempty"`
+	// Done removes the evacuation: the zone is back for every service.
+	Done bool `json:"done,omitempty"`
+}
+
+// Evacuations returns the evacuations in force (evacuated, or their
+// zone returning), oldest first.
+func (s *Store) Evacuations() []wire.Evacuation {
+	s.fsm.mu.RLock()
+	defer s.fsm.mu.RUnlock()
+	return s.fsm.evacuationList()
+}
+
+func (f *fsm) evacuationList() []wire.Evacuation {
+	out := make([]wire.Evacuation, 0, len(f.evacs))
+	for _, e := range f.evacs {
+		out = append(out, *e)
+	}
+	slices.SortFunc(out, func(a, b wire.Evacuation) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Evacuate starts an evacuation of req's scope, or, with req.Undo, ends
+// the one of exactly that scope: its zone starts to return. Starting one
+// of a scope already evacuated renews its reason and expiry; starting
+// one of a scope returning sends the zone back to evacuated. An
+// evacuation the rest of a service could not carry is refused with
+// ErrCapacity unless req.Force.
+func (s *Store) Evacuate(ctx context.Context, actor string, req wire.EvacuateRequest) (wire.Evacuation, error) {
+	if err := req.Validate(); err != nil {
+		return wire.Evacuation{}, err
+	}
+	if req.Service != "" && s.LeaderReady() {
+		if _, ok := s.Service(req.Namespace, req.Service); !ok {
+			return wire.Evacuation{}, fmt.Errorf("service %s/%s is not defined: %w", req.Namespace, req.Service, ErrNotFound)
+		}
+	}
+	r, err := s.propose(ctx, command{Op: opEvacuate, Actor: actor, Evacuate: &req})
+	if err != nil {
+		return wire.Evacuation{}, err
+	}
+	return r.Evacuation, nil
+}
+
+// evacuate applies an opEvacuate entry.
+func (f *fsm) evacuate(index uint64, c command) (wire.Evacuation, error) {
+	req := c.Evacuate
+	if req == nil {
+		return wire.Evacuation{}, invalid("evacuate", "is required")
+	}
+	if err := req.Validate(); err != nil {
+		return wire.Evacuation{}, err
+	}
+	var cur *wire.Evacuation
+	for _, e := range f.evacs {
+		if req.Covers(*e) {
+			cur = e
+		}
+	}
+	if req.Undo {
+		if cur == nil || !cur.EndedAt.IsZero() {
+			return wire.Evacuation{}, fmt.Errorf("%s is not evacuated (see `cairn evacuations`): %w", req, ErrNotFound)
+		}
+		f.endEvacuation(cur, c.At, c.Actor, fmt.Sprintf("undone by %s", c.Actor))
+		return *cur, nil
+	}
+	if req.Service != "" {
+		if _, ok := f.services[wire.ServiceKey{Namespace: req.Namespace, Name: req.Service}]; !ok {
+			return wire.Evacuation{}, fmt.Errorf("service %s/%s is not defined: %w", req.Namespace, req.Service, ErrNotFound)
+		}
+	}
+	expires := req.Expires.D()
+	if expires == 0 {
+		expires = wire.DefaultEvacuationExpiry
+	}
+	e := wire.Evacuation{ID: index, Region: req.Region, Zone: req.Zone, Namespace: req.Namespace, Service: req.Service,
+		Reason: req.Reason, Actor: c.Actor, StartedAt: c.At, ExpiresAt: c.At.Add(expires)}
+	if cur != nil && cur.EndedAt.IsZero() {
+		// Renewed: the same evacuation, with its new reason and expiry.
+		e.ID, e.StartedAt, e.Forced = cur.ID, cur.StartedAt, cur.Forced
+	}
+	short := f.shortfall(e, cur)
+	if len(short) > 0 && !req.Force {
+		return wire.Evacuation{}, fmt.Errorf("evacuating %s refused: %s; --force overrides: %w",
+			req, strings.Join(short, "; "), ErrCapacity)
+	}
+	e.Forced = e.Forced || len(short) > 0
+	if cur != nil {
+		delete(f.evacs, cur.ID)
+	}
+	f.evacs[e.ID] = &e
+	why := "started"
+	switch {
+	case cur != nil && cur.EndedAt.IsZero():
+		why = "renewed"
+	case cur != nil:
+		why = "started again while the zone was returning"
+	}
+	reason := fmt.Sprintf("%s %s by %s until %s", e.Scope(), why, c.Actor, e.ExpiresAt.Format(time.RFC3339))
+	if e.Reason != "" {
+		reason += ": " + e.Reason
+	}
+	if len(short) > 0 {
+		reason += " (forced past the capacity check: " + strings.Join(short, "; ") + ")"
+	}
+	f.record(wire.Event{At: c.At, Kind: wire.EventEvacuated, Namespace: e.Namespace, Service: e.Service,
+		To: "evacuated", Reason: reason, Actor: c.Actor})
+	return e, nil
+}
+
+// shortfall lists the services in e's scope whose eligible instances
+// outside every evacuated zone (e's included, old's left out: e
+// replaces it) would fall below their minimum healthy fraction of the
+// service's ready instances, at least one: how many would be left and
+// how many are needed.
+func (f *fsm) shortfall(e wire.Evacuation, old *wire.Evacuation) []string {
+	others := make([]*wire.Evacuation, 0, len(f.evacs))
+	for _, o := range f.evacs {
+		if o != old && o.EndedAt.IsZero() {
+			others = append(others, o)
+		}
+	}
+	var out []string
+	keys := f.instances.services(nil)
+	slices.SortFunc(keys, func(a, b wire.ServiceKey) int { return strings.Compare(a.String(), b.String()) })
+	for _, k := range keys {
+		if e.Service != "" && (k.Namespace != e.Namespace || k.Name != e.Service) {
+			continue
+		}
+		svc := f.services[k]
+		if svc == nil {
+			continue
+		}
+		ready, inZone, left := 0, 0, 0
+		for _, in := range f.instances.svcs[k] {
+			if in.lifecycle != status.Ready {
+				continue
+			}
+			ready++
+			region, zone := in.origin.region, in.origin.zone
+			if e.Covers(k.Namespace, k.Name, region, zone) {
+				inZone++
+				continue
+			}
+			if !in.eligible() || slices.ContainsFunc(others, func(o *wire.Evacuation) bool {
+				return o.Covers(k.Namespace, k.Name, region, zone)
+			}) {
+				continue
+			}
+			left++
+		}
+		if inZone == 0 {
+			continue
+		}
+		frac := wire.DefaultMinHealthyFraction
+		if p := svc.Policy.MinHealthyFraction; p != nil {
+			frac = *p
+		}
+		need := max(1, int(math.Ceil(frac*float64(ready)-1e-9)))
+		if left < need {
+			out = append(out, fmt.Sprintf("%s would keep %d eligible instance(s) outside the zone and needs %d (min_healthy_fraction %g of %d ready)",
+				k, left, need, frac, ready))
+		}
+	}
+	return out
+}
+
+// eligible reports whether the record's instance is in rotation as the
+// store knows it: its evaluator's last verdict, or, before the first,
+// ready (unknown is eligible, SPEC §0.3).
+func (r *record) eligible() bool {
+	if r.lifecycle != status.Ready {
+		return false
+	}
+	if r.verdict != nil && r.verdict.Incarnation() == r.incarnation {
+		return r.verdict.Eligible()
+	}
+	return true
+}
+
+// endEvacuation ends e at at: its zone starts to return, from the
+// number of instances withdrawn there now.
+func (f *fsm) endEvacuation(e *wire.Evacuation, at time.Time, by, why string) {
+	e.EndedAt, e.EndedBy, e.ReturnedAt, e.Returned = at, by, at, 0
+	e.Baseline, e.Paused, e.PauseReason = f.withdrawnIn(*e), false, ""
+	f.record(wire.Event{At: at, Kind: wire.EventEvacuationEnded, Namespace: e.Namespace, Service: e.Service,
+		From: "evacuated", To: "returning", Reason: fmt.Sprintf("%s %s; the zone returns over its services' shift_back", e.Scope(), why),
+		Actor: by})
+}
+
+// withdrawnIn counts the ready instances in e's scope that are not in
+// rotation.
+func (f *fsm) withdrawnIn(e wire.Evacuation) int {
+	n := 0
+	f.eachInScope(e, func(_ *wire.Service, in *record) {
+		if in.lifecycle == status.Ready && !in.eligible() {
+			n++
+		}
+	})
+	return n
+}
+
+// eachInScope calls fn with every live instance in e's scope and its
+// service.
+func (f *fsm) eachInScope(e wire.Evacuation, fn func(*wire.Service, *record)) {
+	visit := func(k wire.ServiceKey, m map[string]*record) {
+		svc := f.services[k]
+		if svc == nil {
+			return
+		}
+		for _, in := range m {
+			if in.lifecycle != status.Terminated && e.Covers(k.Namespace, k.Name, in.origin.region, in.origin.zone) {
+				fn(svc, in)
+			}
+		}
+	}
+	if e.Service != "" {
+		k := wire.ServiceKey{Namespace: e.Namespace, Name: e.Service}
+		visit(k, f.instances.svcs[k])
+		return
+	}
+	for k, m := range f.instances.svcs {
+		visit(k, m)
+	}
+}
+
+// stepEvacuations applies an opEvacuationStep entry: each step names
+// its evacuation by id, and one whose evacuation is gone or has moved
+// on (ended, renewed) is ignored.
+func (f *fsm) stepEvacuations(c command) {
+	for _, st := range c.EvacSteps {
+		e := f.evacs[st.ID]
+		if e == nil {
+			continue
+		}
+		switch {
+		case st.Expire:
+			if e.EndedAt.IsZero() && !c.At.Before(e.ExpiresAt) {
+				f.endEvacuation(e, c.At, "expiry", "expired (set at "+e.StartedAt.Format(time.RFC3339)+" by "+e.Actor+")")
+			}
+			continue
+		case e.EndedAt.IsZero():
+			continue
+		}
+		if st.Returned < e.Returned {
+			continue // an older leader's view
+		}
+		was := e.Paused
+		e.Returned, e.ReturnedAt, e.Paused, e.PauseReason = st.Returned, c.At, st.Paused, st.Reason
+		switch {
+		case st.Done:
+			delete(f.evacs, e.ID)
+			f.record(wire.Event{At: c.At, Kind: wire.EventEvacuationReturned, Namespace: e.Namespace, Service: e.Service,
+				From: "returning", To: "returned", Reason: e.Scope() + " is back: its share of the traffic is whole again", Actor: c.Actor})
+		case st.Paused && !was:
+			f.record(wire.Event{At: c.At, Kind: wire.EventEvacuationPaused, Namespace: e.Namespace, Service: e.Service,
+				From: "returning", To: "paused", Reason: e.Scope() + ": " + st.Reason, Actor: c.Actor})
+		case !st.Paused && was:
+			f.record(wire.Event{At: c.At, Kind: wire.EventEvacuationPaused, Namespace: e.Namespace, Service: e.Service,
+				From: "paused", To: "returning", Reason: e.Scope() + ": its return resumes", Actor: c.Actor})
+		}
+	}
+}
+
+// evacuationSteps is the leader's look at the evacuations at now: the
+// steps due (expiries, returns moved on, pauses and resumptions, ends).
+// A return moves on in the log only when some service's share changes,
+// it pauses or resumes, or it is done, so that a return of five minutes
+// costs a few entries, not one a tick.
+func (f *fsm) evacuationSteps(now time.Time) []evacStep {
+	var out []evacStep
+	for _, id := range f.sortedEvacIDs() {
+		e := f.evacs[id]
+		if e.EndedAt.IsZero() {
+			if !now.Before(e.ExpiresAt) {
+				out = append(out, evacStep{ID: id, Expire: true})
+			}
+			continue
+		}
+		windows := map[time.Duration]bool{}
+		withdrawn := 0
+		f.eachInScope(*e, func(svc *wire.Service, in *record) {
+			windows[svc.Policy.ShiftBackWindow()] = true
+			if in.lifecycle == status.Ready && !in.eligible() {
+				withdrawn++
+			}
+		})
+		returned := e.Returned
+		if !e.Paused {
+			returned += wire.Duration(max(now.Sub(e.ReturnedAt), 0))
+		}
+		next := *e
+		next.Returned = returned
+		done, moved := true, false
+		for w := range windows {
+			done = done && next.Done(w)
+			moved = moved || next.Share(w) != e.Share(w)
+		}
+		st := evacStep{ID: id, Returned: returned}
+		switch {
+		case withdrawn > e.Baseline:
+			st.Paused = true
+			st.Reason = fmt.Sprintf("its return pauses: %d of the zone's ready instances are withdrawn, %d were when it began", withdrawn, e.Baseline)
+			if e.Paused && e.PauseReason == st.Reason {
+				continue
+			}
+		case done:
+			st.Done = true
+		case !moved && !e.Paused:
+			continue
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+func (f *fsm) sortedEvacIDs() []uint64 {
+	ids := make([]uint64, 0, len(f.evacs))
+	for id := range f.evacs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// stepEvacuationsNow commits the leader's due evacuation steps, if any.
+func (s *Store) stepEvacuationsNow(ctx context.Context) error {
+	now := s.now()
+	s.fsm.mu.RLock()
+	steps := s.fsm.evacuationSteps(now)
+	s.fsm.mu.RUnlock()
+	if len(steps) == 0 {
+		return nil
+	}
+	if _, err := s.propose(ctx, command{Op: opEvacuationStep, At: now, Actor: "node:" + s.cfg.NodeID, EvacSteps: steps}); err != nil {
+		return fmt.Errorf("stepping evacuations: %w", err)
+	}
+	return nil
+}

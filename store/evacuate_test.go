@@ -1,0 +1,231 @@
+package store
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/wire"
+)
+
+// zonedLog is a log with prod/web's six instances, two in each of
+// zones a, b and c of region r1, registered ready.
+func zonedLog(t *testing.T, shiftBack time.Duration) *fsmLog {
+	t.Helper()
+	l := newLog(t)
+	svc := webService()
+	sb := wire.Duration(shiftBack)
+	svc.Policy.ShiftBack = &sb
+	l.must(applySvc(svc))
+	for i, z := range []string{"a", "a", "b", "b", "c", "c"} {
+		c := registerCmd(z+string(rune('1'+i%2)), "10.0.0."+string(rune('1'+i)))
+		c.Register.Region, c.Register.Zone = "r1", z
+		l.must(c)
+	}
+	return l
+}
+
+func evacCmd(req wire.EvacuateRequest) command {
+	return command{Op: opEvacuate, Actor: "admin:ops", Evacuate: &req}
+}
+
+// withdraw commits a withdrawing verdict for instance id of prod/web.
+func withdraw(l *fsmLog, t *testing.T, id string) {
+	t.Helper()
+	in := instanceOf(t, l.f, webKey(id))
+	l.must(command{Op: opHealth, Actor: "evaluator@n1", Health: []HealthUpdate{{Key: webKey(id),
+		Health: wire.Health{Incarnation: in.Incarnation, Verdict: status.Unhealthy, At: l.now}}}})
+}
+
+func TestEvacuateAndUndo(t *testing.T) {
+	l := zonedLog(t, 100*time.Second)
+	r := l.must(evacCmd(wire.EvacuateRequest{Zone: "a", Reason: "power work"}))
+	e := r.Evacuation
+	if e.ID == 0 || e.State() != "evacuated" || e.ExpiresAt != e.StartedAt.Add(wire.DefaultEvacuationExpiry) || e.Actor != "admin:ops" {
+		t.Fatalf("started %+v", e)
+	}
+	if got := l.f.evacuationList(); len(got) != 1 || got[0].ID != e.ID {
+		t.Fatalf("evacuations %+v", got)
+	}
+	// The instances stay registered and ready: a preference shift.
+	if in := instanceOf(t, l.f, webKey("a1")); in.Lifecycle != status.Ready {
+		t.Fatalf("a1 is %s", in.Lifecycle)
+	}
+	// Undo of another scope is not found and changes nothing.
+	before := withoutRev(l.f)
+	if r := l.apply(evacCmd(wire.EvacuateRequest{Zone: "b", Undo: true})); !errors.Is(r.Err, ErrNotFound) {
+		t.Fatalf("undo of b: %v", r.Err)
+	}
+	after := withoutRev(l.f)
+	if len(before.Events) != len(after.Events) || len(after.Evacuations) != 1 {
+		t.Fatalf("a refused undo changed the state")
+	}
+	r = l.must(evacCmd(wire.EvacuateRequest{Zone: "a", Undo: true}))
+	if r.Evacuation.State() != "returning" || r.Evacuation.EndedBy != "admin:ops" || r.Evacuation.Share(100*time.Second) != 0.1 {
+		t.Fatalf("undone %+v", r.Evacuation)
+	}
+	var kinds []string
+	for _, ev := range l.f.events.list() {
+		if ev.Kind != wire.EventRegistered && ev.Kind != wire.EventApplied {
+			kinds = append(kinds, string(ev.Kind))
+		}
+	}
+	if got := strings.Join(kinds, " "); got != "evacuated evacuation_ended" {
+		t.Fatalf("events %q", got)
+	}
+}
+
+func TestEvacuateRefusedWithoutCapacity(t *testing.T) {
+	l := zonedLog(t, time.Minute)
+	// Zones b and c: 4 of 6 ready; withdraw three of them and only one
+	// is left outside a, below 0.5 × 6.
+	for _, id := range []string{"b1", "b2", "c1"} {
+		withdraw(l, t, id)
+	}
+	before := withoutRev(l.f)
+	r := l.apply(evacCmd(wire.EvacuateRequest{Zone: "a"}))
+	if !errors.Is(r.Err, ErrCapacity) {
+		t.Fatalf("evacuate: %v, want ErrCapacity", r.Err)
+	}
+	for _, want := range []string{"prod/web", "keep 1 eligible", "needs 3", "--force"} {
+		if !strings.Contains(r.Err.Error(), want) {
+			t.Errorf("error %q does not say %q", r.Err, want)
+		}
+	}
+	if after := withoutRev(l.f); len(after.Evacuations) != 0 || len(after.Events) != len(before.Events) {
+		t.Fatalf("a refused evacuation changed the state")
+	}
+	r = l.must(evacCmd(wire.EvacuateRequest{Zone: "a", Force: true}))
+	if !r.Evacuation.Forced {
+		t.Fatalf("forced evacuation not marked: %+v", r.Evacuation)
+	}
+	last := l.f.events.at(l.f.events.len() - 1)
+	if last.Kind != wire.EventEvacuated || !strings.Contains(last.Reason, "forced past the capacity check") {
+		t.Fatalf("audit %+v", last)
+	}
+	// A second zone on top of the first: b's two are the only others,
+	// and evacuating c too leaves none outside.
+	if r := l.apply(evacCmd(wire.EvacuateRequest{Zone: "c", Namespace: "prod", Service: "web"})); !errors.Is(r.Err, ErrCapacity) {
+		t.Fatalf("second zone: %v", r.Err)
+	}
+	if r := l.apply(evacCmd(wire.EvacuateRequest{Zone: "c", Namespace: "prod", Service: "nope"})); !errors.Is(r.Err, ErrNotFound) {
+		t.Fatalf("unknown service: %v", r.Err)
+	}
+}
+
+func TestEvacuationReturnsInSteps(t *testing.T) {
+	l := zonedLog(t, 100*time.Second)
+	l.must(evacCmd(wire.EvacuateRequest{Zone: "a"}))
+	r := l.must(evacCmd(wire.EvacuateRequest{Zone: "a", Undo: true}))
+	id, start := r.Evacuation.ID, l.now
+	step := func(at time.Time) []evacStep {
+		l.f.mu.RLock()
+		defer l.f.mu.RUnlock()
+		return l.f.evacuationSteps(at)
+	}
+	// Within the first step nothing is due: the share has not moved.
+	if s := step(start.Add(5 * time.Second)); len(s) != 0 {
+		t.Fatalf("steps at +5s: %+v", s)
+	}
+	s := step(start.Add(25 * time.Second))
+	if len(s) != 1 || s[0].ID != id || s[0].Returned.D() != 25*time.Second || s[0].Paused || s[0].Done {
+		t.Fatalf("steps at +25s: %+v", s)
+	}
+	l.must(command{Op: opEvacuationStep, At: start.Add(25 * time.Second), Actor: "node:n1", EvacSteps: s})
+	if got := l.f.evacs[id].Share(100 * time.Second); got != 0.3 {
+		t.Fatalf("share at +25s: %v, want 0.3", got)
+	}
+	// An instance of the zone withdrawn: the return pauses, once.
+	l.now = start.Add(30 * time.Second)
+	withdraw(l, t, "a1")
+	s = step(start.Add(40 * time.Second))
+	if len(s) != 1 || !s[0].Paused || !strings.Contains(s[0].Reason, "1 of the zone's ready instances are withdrawn, 0 were") {
+		t.Fatalf("steps after a withdrawal: %+v", s)
+	}
+	l.must(command{Op: opEvacuationStep, At: start.Add(40 * time.Second), Actor: "node:n1", EvacSteps: s})
+	if e := l.f.evacs[id]; e.State() != "paused" {
+		t.Fatalf("state %s", e.State())
+	}
+	if s := step(start.Add(200 * time.Second)); len(s) != 0 {
+		t.Fatalf("a paused return moved: %+v", s)
+	}
+	// Its leader changes: a snapshot restored elsewhere carries on.
+	into := newFSM()
+	roundTrip(t, l.f, into)
+	if e := into.evacs[id]; e == nil || e.State() != "paused" || e.Returned.D() != 40*time.Second {
+		t.Fatalf("restored %+v", e)
+	}
+	// The instance is back: the return resumes from where it was, and
+	// ends once the whole window has passed.
+	in := instanceOf(t, l.f, webKey("a1"))
+	l.must(command{Op: opHealth, Actor: "evaluator@n1", Health: []HealthUpdate{{Key: webKey("a1"),
+		Health: wire.Health{Incarnation: in.Incarnation, Verdict: status.Healthy, Eligible: true, At: l.now}}}})
+	s = step(start.Add(300 * time.Second))
+	if len(s) != 1 || s[0].Paused || s[0].Returned.D() != 40*time.Second {
+		t.Fatalf("resume: %+v", s)
+	}
+	l.must(command{Op: opEvacuationStep, At: start.Add(300 * time.Second), Actor: "node:n1", EvacSteps: s})
+	s = step(start.Add(360 * time.Second))
+	if len(s) != 1 || !s[0].Done {
+		t.Fatalf("end: %+v", s)
+	}
+	l.must(command{Op: opEvacuationStep, At: start.Add(360 * time.Second), Actor: "node:n1", EvacSteps: s})
+	if len(l.f.evacs) != 0 {
+		t.Fatalf("evacuation left: %+v", l.f.evacuationList())
+	}
+	if last := l.f.events.at(l.f.events.len() - 1); last.Kind != wire.EventEvacuationReturned {
+		t.Fatalf("last event %+v", last)
+	}
+}
+
+func TestEvacuationExpires(t *testing.T) {
+	l := zonedLog(t, time.Minute)
+	r := l.must(evacCmd(wire.EvacuateRequest{Zone: "a", Expires: wire.Duration(time.Hour)}))
+	id := r.Evacuation.ID
+	l.f.mu.RLock()
+	early, due := l.f.evacuationSteps(l.now.Add(59*time.Minute)), l.f.evacuationSteps(l.now.Add(time.Hour))
+	l.f.mu.RUnlock()
+	if len(early) != 0 || len(due) != 1 || !due[0].Expire {
+		t.Fatalf("early %+v due %+v", early, due)
+	}
+	// An expiry entry applied before its time (a leader's clock ahead)
+	// changes nothing: time travels in the log.
+	l.must(command{Op: opEvacuationStep, At: l.now.Add(30 * time.Minute), Actor: "node:n1", EvacSteps: due})
+	if l.f.evacs[id].State() != "evacuated" {
+		t.Fatal("expired early")
+	}
+	l.must(command{Op: opEvacuationStep, At: r.Evacuation.ExpiresAt, Actor: "node:n1", EvacSteps: due})
+	e := l.f.evacs[id]
+	if e.State() != "returning" || e.EndedBy != "expiry" {
+		t.Fatalf("after expiry %+v", e)
+	}
+	last := l.f.events.at(l.f.events.len() - 1)
+	if last.Kind != wire.EventEvacuationEnded || !strings.Contains(last.Reason, "expired") {
+		t.Fatalf("event %+v", last)
+	}
+}
+
+func TestEvacuateValidates(t *testing.T) {
+	l := zonedLog(t, time.Minute)
+	for _, tc := range []struct {
+		req   wire.EvacuateRequest
+		field string
+	}{
+		{wire.EvacuateRequest{}, "zone"},
+		{wire.EvacuateRequest{Zone: "A_1"}, "zone"},
+		{wire.EvacuateRequest{Zone: "a", Service: "web"}, "service"},
+		{wire.EvacuateRequest{Zone: "a", Expires: wire.Duration(8 * 24 * time.Hour)}, "expires"},
+		{wire.EvacuateRequest{Zone: "a", Undo: true, Force: true}, "undo"},
+	} {
+		r := l.apply(evacCmd(tc.req))
+		var fe *wire.FieldError
+		if !errors.As(r.Err, &fe) || fe.Field != tc.field {
+			t.Errorf("%+v: %v, want a field error on %s", tc.req, r.Err, tc.field)
+		}
+	}
+	if len(l.f.evacs) != 0 {
+		t.Fatal("an invalid request started an evacuation")
+	}
+}
