@@ -124,9 +124,9 @@ type fsm struct {
 	// leaderSince is when the current leader took over.
 	leaderSince time.Time
 	// evacs are the evacuations in force, by id.
-	evacs  map[uint64]*wire.Evacuation
-	events ring // at most AuditCapacity
-	refusals    ring // at most RefusalCapacity
+	evacs    map[uint64]*wire.Evacuation
+	events   ring // at most AuditCapacity
+	refusals ring // at most RefusalCapacity
 
 	// The log's clock, for a new leader's takeover entry (silentSince);
 	// not part of the replicated state (a restore estimates it). logTime
