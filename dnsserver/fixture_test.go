@@ -32,6 +32,7 @@ type inst struct {
 	lifecycle    status.Lifecycle
 	flags        status.Flags
 	ports        map[string]uint16
+	shift        uint8 // status.Entry.Shift
 }
 
 // svc is one fixture service.
@@ -150,7 +151,8 @@ func (f *fixture) publish(svcs []svc) {
 		svc := statustest.Service{ServiceInfo: info}
 		for _, i := range s.insts {
 			in := statustest.Instance{ID: i.id, Incarnation: 7, Addrs: i.addrs, Ports: i.ports, Region: i.region, Zone: i.zone,
-				Verdict: i.verdict, Lifecycle: i.lifecycle, Flags: i.flags, BaseWeight: i.base}
+				Verdict: i.verdict, Lifecycle: i.lifecycle, Flags: i.flags, BaseWeight: i.base,
+				Shift: i.shift}
 			if in.BaseWeight == 0 {
 				in.BaseWeight = 100
 			}

@@ -340,3 +340,71 @@ func TestDisregardedSRVFits(t *testing.T) {
 		t.Fatalf("no EDNS: TC=%v with %d answers; want 8", r.Truncated, len(r.Answer))
 	}
 }
+
+// An evacuated zone is last for every caller: its own callers get the
+// region, SRV lists it at the last priority, nothing is withdrawn; with
+// nothing else left, the answer spills into it and says so.
+func TestEvacuatedZone(t *testing.T) {
+	const name = "geo.shop.svc.cairn.internal."
+	svcs := topologyServices()
+	svcs[0].insts[0].shift, svcs[0].insts[1].shift = status.ShiftAll, status.ShiftAll // eu-a
+	f := start(t, svcs, func(c *dnsserver.Config) { c.Own = dnsserver.Place{Region: "eu", Zone: "eu-a"} })
+	r := f.ask("udp", query(name, dns.TypeA, true))
+	if got := answerAddrs(r); !slices.Equal(got, []string{"10.0.2.1"}) || len(ede(r)) != 0 {
+		t.Fatalf("eu-a evacuated, caller in eu-a: %v (EDE %v), want the region's b1 alone", got, ede(r))
+	}
+	r = f.ask("udp", query("_http._tcp."+name, dns.TypeSRV, true))
+	prio := map[string]uint16{}
+	for _, rr := range r.Answer {
+		s := rr.(*dns.SRV)
+		prio[strings.SplitN(s.Target, ".", 2)[0]] = s.Priority
+	}
+	if len(prio) != 4 || prio["b1"] != 1 || prio["c1"] != 2 || prio["a1"] != status.TierEvacuated || prio["a2"] != status.TierEvacuated {
+		t.Fatalf("SRV priorities %v, want b1 1, c1 2, a1 and a2 last (%d)", prio, status.TierEvacuated)
+	}
+	// The rest withdrawn: the caller spills into the evacuated zone,
+	// flagged.
+	svcs[0].insts[2].eligible, svcs[0].insts[2].verdict = false, status.Unhealthy
+	svcs[0].insts[3].eligible, svcs[0].insts[3].verdict = false, status.Unhealthy
+	svcs[0].minFrac = 0.1
+	f.publish(svcs)
+	r = f.ask("udp", query(name, dns.TypeA, true))
+	eds := ede(r)
+	if got := answerAddrs(r); !slices.Equal(got, []string{"10.0.1.1", "10.0.1.2"}) || len(eds) != 1 ||
+		!strings.HasPrefix(eds[0].ExtraText, "evacuated-zone") {
+		t.Fatalf("nothing else left: %v (EDE %v), want a1 and a2 with EDE 0 evacuated-zone", got, eds)
+	}
+}
+
+// A zone returning from an evacuation takes back its share: a caller
+// in it sends 1.4 × share of its load there, the rest to the region,
+// and SRV weights carry the share.
+func TestReturningZoneShare(t *testing.T) {
+	s := svc{ns: "shop", name: "back", ports: []status.Port{{Name: "http", Number: 80, Protocol: "tcp"}}}
+	s.insts = append(zoneOf("a", "eu", "eu-a", 4, 4), zoneOf("bb", "eu", "eu-b", 4, 4)...)
+	for i := range 4 {
+		s.insts[i].shift = 70 // a share of 0.3
+	}
+	f := start(t, []svc{s}, func(c *dnsserver.Config) { c.Own = dnsserver.Place{Region: "eu", Zone: "eu-a"} })
+	got := firstRecordZones(t, f, "back.shop.svc.cairn.internal.", 4000, func(a string) string {
+		if strings.HasPrefix(a, "10.1.") {
+			return "eu-a"
+		}
+		return "eu-b"
+	})
+	share := float64(got["eu-a"]) / 4000
+	if share < 0.38 || share > 0.46 {
+		t.Fatalf("%.3f of first records in the returning zone, want about 1.4 × 0.3 = 0.42", share)
+	}
+	r := f.ask("udp", query("_http._tcp.back.shop.svc.cairn.internal.", dns.TypeSRV, true))
+	for _, rr := range r.Answer {
+		srv := rr.(*dns.SRV)
+		want := uint16(100)
+		if strings.HasPrefix(srv.Target, "a") {
+			want = 30
+		}
+		if srv.Weight != want {
+			t.Errorf("%s weight %d, want %d", srv.Target, srv.Weight, want)
+		}
+	}
+}

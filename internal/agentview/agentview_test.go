@@ -136,3 +136,25 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestShiftRoundTrip: an evacuation's shift travels to the agent; a
+// view without one encodes no shift field, as before evacuations.
+func TestShiftRoundTrip(t *testing.T) {
+	v := sample()
+	if md := v.Encode().Endpoints[1].LbEndpoints[0].GetMetadata().GetFilterMetadata()[InstanceKey].GetFields(); md["shift"] != nil {
+		t.Fatalf("unshifted instance encodes a shift: %v", md["shift"])
+	}
+	v.Instances[0].Shift, v.Instances[1].Shift = 70, status.ShiftAll
+	got, err := Decode(v.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, v) {
+		t.Fatalf("decoded\n%+v\nwant\n%+v", got, v)
+	}
+	cla := v.Encode()
+	cla.Endpoints[1].LbEndpoints[0].Metadata.FilterMetadata[InstanceKey].Fields["shift"] = structpb.NewNumberValue(101)
+	if _, err := Decode(cla); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "shift") {
+		t.Fatalf("shift 101: %v", err)
+	}
+}

@@ -48,6 +48,8 @@ type Instance struct {
 	Flags        status.Flags
 	Weight       uint16
 	BaseWeight   uint16
+	// Shift is status.Entry.Shift (evacuations).
+	Shift uint8
 }
 
 // Ready returns an instance in rotation: healthy, ready, eligible,
@@ -66,7 +68,7 @@ func Withdrawn(id string, addrs ...string) Instance {
 // lifecycle, flags and weights), at the given addresses.
 func FromEntry(id string, e status.Entry, addrs ...string) Instance {
 	return Instance{ID: id, Addrs: addrs, Verdict: e.Verdict, Lifecycle: e.Lifecycle, Flags: e.Flags, Weight: e.Weight,
-		BaseWeight: e.BaseWeight}
+		BaseWeight: e.BaseWeight, Shift: e.Shift}
 }
 
 // In returns in in region and zone.
@@ -149,7 +151,8 @@ func instance(t TB, in Instance) status.Instance {
 		info.Addrs = append(info.Addrs, ip.Unmap())
 	}
 	wi := status.Instance{ID: in.ID, Incarnation: in.Incarnation, Region: in.Region, Zone: in.Zone, Info: info,
-		Verdict: in.Verdict, Lifecycle: in.Lifecycle, Flags: in.Flags, Weight: in.Weight, BaseWeight: in.BaseWeight}
+		Verdict: in.Verdict, Lifecycle: in.Lifecycle, Flags: in.Flags, Weight: in.Weight, BaseWeight: in.BaseWeight,
+		Shift: in.Shift}
 	if wi.Incarnation == 0 {
 		wi.Incarnation = 1
 	}
