@@ -308,6 +308,8 @@ func (s *Server) routes() {
 		// one in the repository and holds nothing of the cluster.
 		writeEncoded(w, r, http.StatusOK, encodedJSON{plain: s.openapi})
 	})
+	m.HandleFunc("GET /v1/evacuations", s.read("evacuations", s.listEvacuations))
+	m.HandleFunc("POST /v1/evacuations", s.write("evacuate", s.evacuate))
 	m.HandleFunc("GET /v1/members", s.read("members", s.members))
 	m.HandleFunc("POST /v1/members", s.write("join", s.join))
 	m.HandleFunc("DELETE /v1/members/{id}", s.write("leave", s.leave))

@@ -118,6 +118,7 @@ func (s *Server) overlay(p served, e *wire.Endpoint, in wire.Instance) int {
 	e.Flags = ent.Flags.Names()
 	tier := cstatus.TierOf(p.loc, ent)
 	e.Tier = &tier
+	evacuation(e, ent)
 	switch c := in.Health; {
 	case c != nil && c.Incarnation == in.Incarnation && c.Verdict == e.Verdict && c.Eligible == e.Eligible:
 		e.Reasons = slices.Clone(c.Reasons)
@@ -138,6 +139,21 @@ func (s *Server) overlay(p served, e *wire.Endpoint, in wire.Instance) int {
 	}
 	s.evidence(e, in)
 	return slot
+}
+
+// evacuation sets what an evacuation of its zone does to the endpoint,
+// as the table serves it.
+func evacuation(e *wire.Endpoint, ent cstatus.Entry) {
+	switch {
+	case ent.Evacuated():
+		e.Evacuation = "evacuated"
+		share := 0.0
+		e.Share = &share
+	case ent.Returning():
+		e.Evacuation = "returning"
+		share := ent.Share()
+		e.Share = &share
+	}
 }
 
 // evidence sets the evidence the leader holds about in.
@@ -187,6 +203,7 @@ func tableOnly(p served, slot int, ent cstatus.Entry, restored bool) wire.Endpoi
 	}
 	tier := cstatus.TierOf(p.loc, ent)
 	e.Tier = &tier
+	evacuation(&e, ent)
 	why := "served from this node's status table; its store replica no longer holds this incarnation"
 	if restored {
 		why = "served from the status table kept on disk: this node's store replica has not caught up yet"
@@ -219,6 +236,13 @@ func (s *Server) view(ns, svc string, all bool) wire.View {
 		}
 		v.HealthDisregarded = v.HealthDisregarded || slices.Contains(e.Flags, "health_disregarded")
 		v.Endpoints = append(v.Endpoints, e)
+	}
+	for _, ev := range s.cfg.Store.Evacuations() {
+		if slices.ContainsFunc(v.Endpoints, func(e wire.Endpoint) bool {
+			return e.Lifecycle != cstatus.Terminated && ev.Covers(ns, svc, e.Region, e.Zone)
+		}) {
+			v.Evacuations = append(v.Evacuations, evacuationView(ev, now))
+		}
 	}
 	if p.t == nil {
 		return v

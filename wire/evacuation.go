@@ -174,3 +174,13 @@ func (r EvacuateRequest) Covers(e Evacuation) bool {
 func (r EvacuateRequest) String() string {
 	return Evacuation{Region: r.Region, Zone: r.Zone, Namespace: r.Namespace, Service: r.Service}.Scope()
 }
+
+// EvacuationView is an evacuation as the API lists it: with its state
+// ("evacuated", "returning", "paused") and, while evacuated, the time
+// left before it expires.
+type EvacuationView struct {
+	Evacuation
+	State     string   `json:"state"`
+	ExpiresIn Duration `json:"expires_in,omitempty"`
+	Note      string   `json:"note,omitempty"`
+}

@@ -96,10 +96,17 @@ type Endpoint struct {
 	Evidence []ClassEvidence `json:"evidence,omitzero"`
 	// Tier is the priority the endpoint has for a caller at the node's
 	// own locality (its --region/--zone): 0 same zone, 1 same region, 2
-	// another region, as the DNS server ranks it for a caller of unknown
-	// place and the xDS server for a subscriber in the node's zone.
-	// Omitted when the table does not hold the incarnation.
+	// another region, 3 an evacuated zone, as the DNS server ranks it for
+	// a caller of unknown place and the xDS server for a subscriber in
+	// the node's zone. Omitted when the table does not hold the
+	// incarnation.
 	Tier *int `json:"tier,omitempty"`
+	// Evacuation is "evacuated" while an evacuation of the endpoint's
+	// zone puts it last for every caller, "returning" while the zone
+	// comes back, Share being the fraction of its traffic it has taken
+	// back; both omitted otherwise.
+	Evacuation string   `json:"evacuation,omitempty"`
+	Share      *float64 `json:"share,omitempty"`
 	// InTable: the table holds this incarnation.
 	InTable bool `json:"in_table"`
 	// TableVersion is the version of the status table the row was read
@@ -140,6 +147,8 @@ type View struct {
 	// Freshness is the answering node's, as its DNS answers have it.
 	Freshness
 	Endpoints []Endpoint `json:"endpoints"`
+	// Evacuations are those in force over some of the endpoints' zones.
+	Evacuations []EvacuationView `json:"evacuations,omitempty"`
 }
 
 // Freshness is how current a node's published view is, by the rule its

@@ -309,6 +309,9 @@ const (
 	// subscribers reported over LRS, each under the observer the server
 	// authenticated: an admin, or a prober token that names its node.
 	ForwardOutcomes
+	// Evacuate starts and ends evacuations (SPEC §6): of a whole zone, an
+	// admin's; of one service, its namespace's registrar may too.
+	Evacuate
 )
 
 // Allows reports whether id may do act on the namespace, service and
@@ -319,7 +322,7 @@ func (id Identity) Allows(act Action, ns, svc, inst string) bool {
 		return true
 	case Registrar:
 		switch act {
-		case Read, Apply, Register, Renew, Drain, Deregister, Outcome:
+		case Read, Apply, Register, Renew, Drain, Deregister, Outcome, Evacuate:
 			return slices.Contains(id.Namespaces, ns)
 		case ReadCluster:
 			return true
