@@ -489,3 +489,17 @@ func (c *Client) ProbeResults(ctx context.Context, rep wire.ProbeReport) (wire.P
 	err := c.json(ctx, http.MethodPost, "/v1/internal/probe-results", rep, &out)
 	return out, err
 }
+
+// Evacuate starts an evacuation, or with req.Undo ends one.
+func (c *Client) Evacuate(ctx context.Context, req wire.EvacuateRequest) (wire.EvacuationView, error) {
+	var out wire.EvacuationView
+	err := c.json(ctx, http.MethodPost, "/v1/evacuations", req, &out)
+	return out, err
+}
+
+// Evacuations lists the evacuations in force.
+func (c *Client) Evacuations(ctx context.Context) ([]wire.EvacuationView, error) {
+	var out []wire.EvacuationView
+	err := c.json(ctx, http.MethodGet, "/v1/evacuations", nil, &out)
+	return out, err
+}

@@ -101,6 +101,8 @@ func App(stdout, stderr io.Writer) *cli.App {
 			membersCommand(),
 			joinCommand(),
 			leaveCommand(),
+			evacuateCommand(),
+			evacuationsCommand(),
 			xdsBootstrapCommand(),
 			agentCommand(),
 			tlsCommand(),

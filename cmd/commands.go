@@ -320,7 +320,7 @@ func endpointsCommand() *cli.Command {
 					tier = fmt.Sprint(*e.Tier)
 				}
 				rows = append(rows, []string{e.InstanceID, fmt.Sprint(e.Incarnation), strings.Join(e.Addresses, ","),
-					orDash(e.Zone), e.Lifecycle.String(), e.Verdict.String(), fmt.Sprint(e.Eligible), fmt.Sprint(e.Weight), tier,
+					zoneCell(e), e.Lifecycle.String(), e.Verdict.String(), fmt.Sprint(e.Eligible), fmt.Sprint(e.Weight), tier,
 					evaluatorSummary(e), lease, orDash(evidenceSummary(e, time.Now())), orDash(strings.Join(e.Reasons, "; "))})
 				tableVersion, tableRevision = e.TableVersion, e.TableRevision
 			}
@@ -339,6 +339,18 @@ func endpointsCommand() *cli.Command {
 			return err
 		},
 	}
+}
+
+// zoneCell is the endpoint's zone, and what an evacuation does to it:
+// "a (evacuated)", "a (returning, 30%)".
+func zoneCell(e wire.Endpoint) string {
+	switch {
+	case e.Evacuation == "evacuated":
+		return orDash(e.Zone) + " (evacuated)"
+	case e.Evacuation != "" && e.Share != nil:
+		return fmt.Sprintf("%s (%s, %.0f%%)", orDash(e.Zone), e.Evacuation, *e.Share*100)
+	}
+	return orDash(e.Zone)
 }
 
 // evaluatorSummary is the evaluator's committed verdict beside what is
