@@ -78,8 +78,13 @@ func TestEvacuations(t *testing.T) {
 		t.Fatalf("undone %+v", ev)
 	}
 	kinds := []wire.EventKind{}
+	zoneWide := false
 	for _, ev := range e.node.Events("shop", "web", 0) {
 		kinds = append(kinds, ev.Kind)
+		zoneWide = zoneWide || ev.Kind == wire.EventEvacuated && ev.Namespace == ""
+	}
+	if !zoneWide {
+		t.Error("the zone-wide evacuation is not in shop/web's audit trail")
 	}
 	for _, k := range []wire.EventKind{wire.EventEvacuated, wire.EventEvacuationEnded} {
 		if !slices.Contains(kinds, k) {

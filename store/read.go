@@ -108,8 +108,9 @@ func (s *Store) Instance(key wire.InstanceKey) (wire.Instance, bool) {
 	return s.overlay(out), in != nil
 }
 
-// Events returns up to limit audit events of one service, newest last. An
-// empty ns returns every service's.
+// Events returns up to limit audit events of one service, newest last,
+// with the events of evacuations of every service (a zone-wide
+// evacuation concerns each). An empty ns returns every service's.
 func (s *Store) Events(ns, svc string, limit int) []wire.Event {
 	s.fsm.mu.RLock()
 	defer s.fsm.mu.RUnlock()
@@ -124,7 +125,7 @@ func (s *Store) Events(ns, svc string, limit int) []wire.Event {
 		} else {
 			e, j = rf.at(j), j-1
 		}
-		if ns == "" || e.Namespace == ns && e.Service == svc {
+		if ns == "" || e.Namespace == ns && e.Service == svc || e.Namespace == "" && e.Kind.Evacuation() {
 			out = append(out, e)
 		}
 	}

@@ -50,6 +50,15 @@ const (
 	EventProbesRestored EventKind = "probes_restored"
 )
 
+// Evacuation reports whether k is one of an evacuation's kinds.
+func (k EventKind) Evacuation() bool {
+	switch k {
+	case EventEvacuated, EventEvacuationEnded, EventEvacuationPaused, EventEvacuationReturned:
+		return true
+	}
+	return false
+}
+
 // Audit event kinds of evacuations (SPEC §6): one started (or renewed),
 // ended (undone or expired: its zone starts to return), its return
 // paused or resumed, and its zone back.
