@@ -196,15 +196,16 @@ func (f *fsm) shortfall(e wire.Evacuation, old *wire.Evacuation) []string {
 	return out
 }
 
-// eligible reports whether the record's instance is in rotation as the
-// store knows it: its evaluator's last verdict, or, before the first,
-// ready (unknown is eligible, SPEC §0.3).
+// eligible reports whether the record's instance is in rotation on its
+// own health as the store knows it: its evaluator's last verdict (not
+// one that serves it only because the guard disregards health), or,
+// before the first, ready (unknown is eligible, SPEC §0.3).
 func (r *record) eligible() bool {
 	if r.lifecycle != status.Ready {
 		return false
 	}
-	if r.verdict != nil && r.verdict.Incarnation() == r.incarnation {
-		return r.verdict.Eligible()
+	if v := r.verdict; v != nil && v.Incarnation() == r.incarnation {
+		return v.Eligible() && !v.Flags().Has(status.HealthDisregarded)
 	}
 	return true
 }

@@ -229,3 +229,18 @@ func TestEvacuateValidates(t *testing.T) {
 		t.Fatal("an invalid request started an evacuation")
 	}
 }
+
+// An instance served only because the guard disregards health is no
+// capacity: the rest of a service at the guard cannot carry a zone.
+func TestEvacuateDisregardedIsNoCapacity(t *testing.T) {
+	l := zonedLog(t, time.Minute)
+	for _, id := range []string{"b1", "b2", "c1", "c2"} {
+		in := instanceOf(t, l.f, webKey(id))
+		l.must(command{Op: opHealth, Actor: "evaluator@n1", Health: []HealthUpdate{{Key: webKey(id),
+			Health: wire.Health{Incarnation: in.Incarnation, Verdict: status.Unhealthy, Eligible: true,
+				Flags: status.Eligible | status.HealthDisregarded, At: l.now}}}})
+	}
+	if r := l.apply(evacCmd(wire.EvacuateRequest{Zone: "a"})); !errors.Is(r.Err, ErrCapacity) || !strings.Contains(r.Err.Error(), "keep 0") {
+		t.Fatalf("evacuate with the rest under the guard: %v", r.Err)
+	}
+}
