@@ -61,9 +61,15 @@ func (s *Store) Evacuate(ctx context.Context, actor string, req wire.EvacuateReq
 	if err := req.Validate(); err != nil {
 		return wire.Evacuation{}, err
 	}
-	if req.Service != "" && s.LeaderReady() {
-		if _, ok := s.Service(req.Namespace, req.Service); !ok {
-			return wire.Evacuation{}, fmt.Errorf("service %s/%s is not defined: %w", req.Namespace, req.Service, ErrNotFound)
+	// A ready leader refuses what the FSM would refuse without a log
+	// entry, so that a refusal leaves the revision alone; before it has
+	// caught up, the FSM alone decides.
+	if s.LeaderReady() {
+		s.fsm.mu.RLock()
+		_, err := s.fsm.checkEvacuate(req)
+		s.fsm.mu.RUnlock()
+		if err != nil {
+			return wire.Evacuation{}, err
 		}
 	}
 	r, err := s.propose(ctx, command{Op: opEvacuate, Actor: actor, Evacuate: &req})
@@ -79,26 +85,13 @@ func (f *fsm) evacuate(index uint64, c command) (wire.Evacuation, error) {
 	if req == nil {
 		return wire.Evacuation{}, invalid("evacuate", "is required")
 	}
-	if err := req.Validate(); err != nil {
+	cur, err := f.checkEvacuate(*req)
+	if err != nil {
 		return wire.Evacuation{}, err
 	}
-	var cur *wire.Evacuation
-	for _, e := range f.evacs {
-		if req.Covers(*e) {
-			cur = e
-		}
-	}
 	if req.Undo {
-		if cur == nil || !cur.EndedAt.IsZero() {
-			return wire.Evacuation{}, fmt.Errorf("%s is not evacuated (see `cairn evacuations`): %w", req, ErrNotFound)
-		}
 		f.endEvacuation(cur, c.At, c.Actor, fmt.Sprintf("undone by %s", c.Actor))
 		return *cur, nil
-	}
-	if req.Service != "" {
-		if _, ok := f.services[wire.ServiceKey{Namespace: req.Namespace, Name: req.Service}]; !ok {
-			return wire.Evacuation{}, fmt.Errorf("service %s/%s is not defined: %w", req.Namespace, req.Service, ErrNotFound)
-		}
 	}
 	expires := req.Expires.D()
 	if expires == 0 {
@@ -111,10 +104,6 @@ func (f *fsm) evacuate(index uint64, c command) (wire.Evacuation, error) {
 		e.ID, e.StartedAt, e.Forced = cur.ID, cur.StartedAt, cur.Forced
 	}
 	short := f.shortfall(e, cur)
-	if len(short) > 0 && !req.Force {
-		return wire.Evacuation{}, fmt.Errorf("evacuating %s refused: %s; --force overrides: %w",
-			req, strings.Join(short, "; "), ErrCapacity)
-	}
 	e.Forced = e.Forced || len(short) > 0
 	if cur != nil {
 		delete(f.evacs, cur.ID)
@@ -137,6 +126,40 @@ func (f *fsm) evacuate(index uint64, c command) (wire.Evacuation, error) {
 	f.record(wire.Event{At: c.At, Kind: wire.EventEvacuated, Namespace: e.Namespace, Service: e.Service,
 		To: "evacuated", Reason: reason, Actor: c.Actor})
 	return e, nil
+}
+
+// checkEvacuate refuses what an opEvacuate entry of req must not do,
+// with the error the FSM gives, and returns the evacuation of exactly
+// req's scope, if any.
+func (f *fsm) checkEvacuate(req wire.EvacuateRequest) (*wire.Evacuation, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	var cur *wire.Evacuation
+	for _, e := range f.evacs {
+		if req.Covers(*e) {
+			cur = e
+		}
+	}
+	if req.Undo {
+		if cur == nil || !cur.EndedAt.IsZero() {
+			return nil, fmt.Errorf("%s is not evacuated (see `cairn evacuations`): %w", req, ErrNotFound)
+		}
+		return cur, nil
+	}
+	if req.Service != "" {
+		if _, ok := f.services[wire.ServiceKey{Namespace: req.Namespace, Name: req.Service}]; !ok {
+			return nil, fmt.Errorf("service %s/%s is not defined: %w", req.Namespace, req.Service, ErrNotFound)
+		}
+	}
+	if req.Force {
+		return cur, nil
+	}
+	e := wire.Evacuation{Region: req.Region, Zone: req.Zone, Namespace: req.Namespace, Service: req.Service}
+	if short := f.shortfall(e, cur); len(short) > 0 {
+		return nil, fmt.Errorf("evacuating %s refused: %s; --force overrides: %w", req, strings.Join(short, "; "), ErrCapacity)
+	}
+	return cur, nil
 }
 
 // shortfall lists the services in e's scope whose eligible instances

@@ -46,6 +46,23 @@ func newMetrics(reg prometheus.Registerer, s *Store) *metrics {
 		return m
 	}
 	states := []raft.RaftState{raft.Follower, raft.Candidate, raft.Leader, raft.Shutdown}
+	for _, state := range []string{"evacuated", "returning", "paused"} {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "cairn", Subsystem: "store", Name: "evacuations",
+			Help:        "Evacuations in force in this node's replica, by state: evacuated, returning (its zone coming back) or paused (its return held while the zone's instances fail).",
+			ConstLabels: prometheus.Labels{"state": state},
+		}, func() float64 {
+			s.fsm.mu.RLock()
+			defer s.fsm.mu.RUnlock()
+			n := 0
+			for _, e := range s.fsm.evacs {
+				if e.State() == state {
+					n++
+				}
+			}
+			return float64(n)
+		}))
+	}
 	for _, st := range states {
 		st := st
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
