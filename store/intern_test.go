@@ -93,7 +93,9 @@ func TestWriteStateIsJSON(t *testing.T) {
 		l.must(registerCmd(fmt.Sprint("i", i), fmt.Sprint("10.0.0.", i+1)))
 	}
 	l.must(reportCmd("i1", 2, wire.Report{Ready: true}))
-	for _, st := range []fsmState{l.f.state(), newFSM().state()} {
+	without := l.f.state()
+	l.must(command{Op: opEvacuate, Actor: "ops", Evacuate: &wire.EvacuateRequest{Zone: "a", Reason: "power", Force: true}})
+	for _, st := range []fsmState{without, l.f.state(), newFSM().state()} {
 		var got bytes.Buffer
 		if err := writeState(&got, &st, len(st.Instances), func(i int) wire.Instance { return st.Instances[i] }); err != nil {
 			t.Fatal(err)
