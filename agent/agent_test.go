@@ -589,3 +589,64 @@ func TestAgentLeavesASilentServer(t *testing.T) {
 	f := startAgentWith(t, func(c *agent.Config) { c.AnswerTimeout = 200 * time.Millisecond }, "", silent.Addr().String(), s.addr)
 	f.waitFor("the view from the second server", f.has(3, 100))
 }
+
+// TestAgentEvacuatedZone: the server's view carries an evacuation; an
+// agent in the evacuated zone answers from the other zone, as the
+// server's DNS would, and follows the zone as it returns.
+func TestAgentEvacuatedZone(t *testing.T) {
+	s1 := startServer(t)
+	cart := statustest.Service{ServiceInfo: cartInfo}
+	for i := range 4 {
+		in := statustest.Ready(fmt.Sprintf("i%d", i), fmt.Sprintf("10.0.0.%d", i+1)).In("eu", []string{"eu-1a", "eu-1b"}[i/2])
+		in.Ports = map[string]uint16{"http": 8080}
+		if i < 2 {
+			in.Shift = status.ShiftAll
+		}
+		cart.Instances = append(cart.Instances, in)
+	}
+	s1.tb.PublishAt(t, 7, cart)
+	pub, err := status.New(status.Config{Capacity: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Config{Servers: []string{s1.addr}, NodeID: "agent-eu-1a", Region: "eu", Zone: "eu-1a", Table: pub,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serveDNS(t, a, pub, "eu", "eu-1a")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	ask := func() []string {
+		q := new(dns.Msg)
+		q.SetQuestion("cart.shop.svc.cairn.internal.", dns.TypeA)
+		q.SetEdns0(1232, false)
+		r, _, err := (&dns.Client{Timeout: 5 * time.Second}).Exchange(q, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, rr := range r.Answer {
+			got = append(got, rr.(*dns.A).A.String())
+		}
+		slices.Sort(got)
+		return got
+	}
+	if got := ask(); !slices.Equal(got, []string{"10.0.0.3", "10.0.0.4"}) {
+		t.Fatalf("agent in the evacuated eu-1a: %v, want eu-1b's", got)
+	}
+	// Back whole: its own zone again.
+	for i := range 2 {
+		cart.Instances[i].Shift = 0
+	}
+	s1.tb.PublishAt(t, 8, cart)
+	deadline := time.Now().Add(10 * time.Second)
+	for got := ask(); !slices.Equal(got, []string{"10.0.0.1", "10.0.0.2"}); got = ask() {
+		if time.Now().After(deadline) {
+			t.Fatalf("agent after the return: %v, want eu-1a's", got)
+		}
+		time.Sleep(20 * time.Millisecond) // a poll with a deadline
+	}
+}
