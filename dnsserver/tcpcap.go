@@ -43,8 +43,10 @@ func (l *capListener) Accept() (net.Conn, error) {
 		case l.slots <- struct{}{}:
 			return &capConn{Conn: c, slots: l.slots}, nil
 		default:
-			_ = c.Close()
+			// Counted before the close, so that whoever sees the
+			// connection closed sees it counted.
 			l.rejected()
+			_ = c.Close()
 		}
 	}
 }
