@@ -106,8 +106,9 @@
 //     withdrawals (drain) are neither capped nor counted. The first
 //     window of a fresh State has Base 0 and so allows one withdrawal.
 //   - Slow start: an instance newly published gets 10% of its base weight,
-//     rising linearly to 100% over SlowStart (flag slow_start); the
-//     weight is at least 1 and 0 when not published.
+//     rising linearly to 100% over SlowStart, or over the instance's
+//     deploy ramp when that is longer (Instance.Ramp; flag slow_start);
+//     the weight is at least 1 and 0 when not published.
 //   - Transitions: every change of published eligibility or verdict, and
 //     each instance's first evaluation, with its reason and evidence.
 package eval

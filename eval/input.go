@@ -35,6 +35,10 @@ type Instance struct {
 	Region, Zone string
 	// BaseWeight is the registered weight, 1–65535; 0 means 100.
 	BaseWeight int
+	// Ramp is the incarnation's deploy ramp (wire.Registration.Ramp), 0
+	// for none: its slow start lasts the longer of it and the policy's
+	// SlowStart (wire.SlowStartWindow).
+	Ramp time.Duration
 	// Lifecycle: only Ready instances are ever eligible.
 	Lifecycle Lifecycle
 	// LeaseExpiry is when the lease runs out as this node knows it; the

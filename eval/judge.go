@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // capEjections keeps the instances that caller outcomes alone withdraw
@@ -282,7 +283,7 @@ func finish(p Policy, w *work, now time.Time, arena *[]string) InstanceResult {
 			st.EligibleSince = NanosOf(now)
 		}
 		var slow bool
-		r.Weight, slow = Weight(p, w.in.BaseWeight, st.EligibleSince.Time(), flags, now)
+		r.Weight, slow = Weight(p, w.in.BaseWeight, w.in.Ramp, st.EligibleSince.Time(), flags, now)
 		if slow {
 			flags |= status.SlowStart
 			reasons = append(reasons, slowStartReason)
@@ -303,21 +304,22 @@ func finish(p Policy, w *work, now time.Time, arena *[]string) InstanceResult {
 
 // Weight is the published weight of an eligible instance (SPEC §2): its
 // base weight (0 means 100, at most 65535), rising linearly from 10% to
-// 100% over p.SlowStart from eligibleSince, times
+// 100% from eligibleSince over its slow-start window (the longer of
+// p.SlowStart and the incarnation's deploy ramp, wire.SlowStartWindow), times
 // p.SharedDependencyFactor when flags has status.DependencyDegraded and
 // p.OutcomeWeightFactor when it has status.OutcomeDegraded; never below
 // 1. slow reports whether slow start still applies.
 // p must have its defaults (WithDefaults). The status table builders of
 // every node call it each rebuild, so that weights keep rising between
 // the evaluator's commits.
-func Weight(p Policy, base int, eligibleSince time.Time, flags Flags, now time.Time) (weight int, slow bool) {
+func Weight(p Policy, base int, ramp time.Duration, eligibleSince time.Time, flags Flags, now time.Time) (weight int, slow bool) {
 	if base <= 0 {
 		base = 100
 	}
 	base = min(base, 65535)
 	f := 1.0
-	if age := now.Sub(eligibleSince); age < p.SlowStart {
-		f = 0.1 + 0.9*max(0, float64(age))/float64(p.SlowStart)
+	if window := wire.SlowStartWindow(p.SlowStart, ramp); now.Sub(eligibleSince) < window {
+		f = 0.1 + 0.9*max(0, float64(now.Sub(eligibleSince)))/float64(window)
 		slow = true
 	}
 	if flags.Has(status.DependencyDegraded) {

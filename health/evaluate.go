@@ -204,7 +204,7 @@ func (n *Node) currentInc(key string) (uint64, bool) { return n.pub.CurrentIncar
 func (n *Node) evalInstance(cs *publish.Service, i int, rep *eval.Report) eval.Instance {
 	in := &cs.Instances[i]
 	e := eval.Instance{ID: cs.InstanceID(i), Incarnation: in.Incarnation, Region: in.Loc.Region, Zone: in.Loc.Zone,
-		BaseWeight: int(in.Weight), Lifecycle: in.Lifecycle, LeaseDeadline: publish.FromNanos(in.LeaseDeadline)}
+		BaseWeight: int(in.Weight), Ramp: in.Ramp(), Lifecycle: in.Lifecycle, LeaseDeadline: publish.FromNanos(in.LeaseDeadline)}
 	if in.LeaseTTL > 0 {
 		e.LeaseExpiry = n.cfg.Store.LeaseExpiry(cs.Record(i))
 	}

@@ -29,7 +29,7 @@ func (n *Node) build(now time.Time) {
 			since = h.EligibleSince()
 		}
 		if eligible {
-			w, slow := eval.Weight(cs.Policy, int(in.Weight), since, e.Flags, now)
+			w, slow := eval.Weight(cs.Policy, int(in.Weight), in.Ramp(), since, e.Flags, now)
 			e.Weight = uint16(w)
 			e.Flags |= status.Eligible
 			if slow {

@@ -61,7 +61,14 @@ type Instance struct {
 	// Shift is status.Entry.Shift: how much of its traffic the
 	// evacuations of its zone move away from it.
 	Shift uint8
+	// RampSeconds is the incarnation's deploy ramp in seconds (0: none;
+	// wire.Registration keeps it to whole seconds up to an hour), in
+	// what Weight, Lifecycle and Shift leave of the struct's last word.
+	RampSeconds uint16
 }
+
+// Ramp returns the instance's deploy ramp.
+func (in *Instance) Ramp() time.Duration { return time.Duration(in.RampSeconds) * time.Second }
 
 // InstanceID returns instance i's id: the end of its key.
 func (cs *Service) InstanceID(i int) string { return cs.Instances[i].Key[cs.idOffset:] }
@@ -168,7 +175,7 @@ func (n *Node) Refresh() {
 			Incarnation: in.Incarnation, Loc: n.locality(in.Region, in.Zone), Addresses: in.Addresses, Ports: in.Ports,
 			Report: in.Report, Health: in.Verdict, LeaseDeadline: in.LeaseDeadline,
 			RegisteredAt: in.RegisteredAt, LeaseTTL: in.LeaseTTL, Weight: int32(in.Weight),
-			Lifecycle: in.Lifecycle})
+			Lifecycle: in.Lifecycle, RampSeconds: uint16(min(in.Ramp.D()/time.Second, math.MaxUint16))})
 	})
 	if evs := st.Evacuations(); len(evs) > 0 {
 		for si := range c.Services {

@@ -35,7 +35,7 @@ func cloneInstance(in wire.Instance) wire.Instance {
 func sameAs(r wire.Registration, in *record, ttlDefault bool) bool {
 	sameTTL := r.LeaseTTL == in.leaseTTL || ttlDefault && in.ttlDefault
 	if r.ID != in.id || r.RegistrationID != in.registrationID() || r.Region != in.origin.region || r.Zone != in.origin.zone ||
-		r.Weight != int(in.weight) || !sameTTL ||
+		r.Weight != int(in.weight) || !sameTTL || r.Ramp != in.ramp() ||
 		len(r.Addresses) != len(in.addresses) || len(r.Ports) != len(in.ports) {
 		return false
 	}

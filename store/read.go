@@ -79,6 +79,9 @@ type Entry struct {
 	Report                      *wire.SelfReport
 	// Verdict is the last committed verdict, nil before the first.
 	Verdict *Verdict
+	// Ramp is the incarnation's deploy ramp (wire.Instance.Ramp), 0 for
+	// none.
+	Ramp wire.Duration
 }
 
 // EachInstance calls fn with every instance, terminated ones included,
@@ -92,7 +95,7 @@ func (s *Store) EachInstance(fn func(Entry)) {
 		fn(Entry{Key: in.key(), Incarnation: in.incarnation, Lifecycle: in.lifecycle,
 			Region: in.origin.region, Zone: in.origin.zone, Addresses: in.addresses, Ports: in.ports,
 			Weight: int(in.weight), LeaseTTL: in.leaseTTL, LeaseDeadline: in.leaseDeadline,
-			RegisteredAt: in.registeredAt, Report: in.report(), Verdict: in.verdict})
+			RegisteredAt: in.registeredAt, Report: in.report(), Verdict: in.verdict, Ramp: in.ramp()})
 	}
 }
 

@@ -56,6 +56,10 @@ type recordMore struct {
 	report         *wire.SelfReport
 	drainingSince  int64 // noTime until drained
 	terminatedAt   int64 // noTime until terminated
+	// ramp is the deploy ramp the incarnation was registered with
+	// (wire.Registration.Ramp), 0 for none: a few instances of a
+	// rollout have one, most none, so it lives here.
+	ramp wire.Duration
 }
 
 // change stores a new recordMore: the record's changed by fn.
@@ -115,6 +119,8 @@ func (r *record) drainingSince() int64 { return r.get().drainingSince }
 
 func (r *record) terminatedAt() int64 { return r.get().terminatedAt }
 
+func (r *record) ramp() wire.Duration { return r.get().ramp }
+
 // view is the record as the API shows it. It shares the record's
 // addresses, ports, retired ids, report and the verdict's lists,
 // read-only; its Health is its own.
@@ -149,6 +155,7 @@ func (r *record) bare() wire.Instance {
 		DrainingSince:          fromNanos(r.drainingSince()),
 		TerminatedAt:           fromNanos(r.terminatedAt()),
 		Report:                 r.report(),
+		Ramp:                   r.ramp(),
 	}
 }
 
@@ -163,6 +170,9 @@ func (f *fsm) recordOf(in *wire.Instance) (*record, error) {
 	if in.Weight < 1 || in.Weight > 65535 {
 		return nil, fmt.Errorf("instance %s: %w", in.Key(), invalid("weight", "%d is out of range 1-65535", in.Weight))
 	}
+	if in.Ramp < 0 || in.Ramp.D() > wire.MaxRamp {
+		return nil, fmt.Errorf("instance %s: %w", in.Key(), invalid("ramp", "%s is out of range 0-%s", in.Ramp, wire.MaxRamp))
+	}
 	r := &record{
 		svc: f.serviceKey(wire.ServiceKey{Namespace: in.Namespace, Name: in.Service}), id: in.ID,
 		incarnation: in.Incarnation, sourceRevision: in.SourceRevision,
@@ -172,8 +182,8 @@ func (f *fsm) recordOf(in *wire.Instance) (*record, error) {
 		weight: uint16(in.Weight), lifecycle: lc, ttlDefault: in.LeaseTTLDefault,
 	}
 	m := recordMore{registrationID: in.RegistrationID, retired: in.RetiredRegistrationIDs, report: in.Report,
-		drainingSince: nanos(in.DrainingSince), terminatedAt: nanos(in.TerminatedAt)}
-	if m.registrationID != "" || m.retired != nil || m.report != nil || m.drainingSince != noTime || m.terminatedAt != noTime {
+		drainingSince: nanos(in.DrainingSince), terminatedAt: nanos(in.TerminatedAt), ramp: in.Ramp}
+	if m.registrationID != "" || m.retired != nil || m.report != nil || m.drainingSince != noTime || m.terminatedAt != noTime || m.ramp != 0 {
 		r.more = &m
 	}
 	if rep := m.report; rep != nil {

@@ -119,8 +119,8 @@ func (f *fsm) register(index uint64, c command) (wire.Instance, bool, error) {
 		e.From = old.lifecycle.String()
 		e.Reason = fmt.Sprintf("replaces incarnation %d", old.incarnation)
 	}
-	if reg.RegistrationID != "" || len(retired) > 0 {
-		in.change(func(m *recordMore) { m.registrationID, m.retired = reg.RegistrationID, retired })
+	if reg.RegistrationID != "" || len(retired) > 0 || reg.Ramp != 0 {
+		in.change(func(m *recordMore) { m.registrationID, m.retired, m.ramp = reg.RegistrationID, retired, reg.Ramp })
 	}
 	if old != nil && old.lifecycle != status.Terminated {
 		// The old incarnation is gone, and its address may not be the

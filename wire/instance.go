@@ -80,6 +80,9 @@ type Instance struct {
 	// incarnation; nil until the first one (unknown, and eligible when
 	// ready).
 	Health *Health `json:"health,omitempty"`
+	// Ramp is the slow-start window this incarnation asked for at its
+	// registration (Registration.Ramp); omitted when it asked for none.
+	Ramp Duration `json:"ramp,omitempty"`
 }
 
 // Key returns the instance's key.
@@ -121,6 +124,39 @@ type Registration struct {
 	// record exists. It is not part of a registration's content: an
 	// identical retry matches whatever it carries.
 	Replaces uint64 `json:"replaces,omitempty"`
+	// Ramp is a deploy ramp: a slow start of this length for the new
+	// incarnation, even when the service's policy slow_start is shorter
+	// (the longer of the two applies, see SlowStartWindow), for as long
+	// as the incarnation lives. 0 (absent) means the policy's alone;
+	// whole seconds up to MaxRamp. It is part of a registration's
+	// content: a retry with another ramp is another registration.
+	Ramp Duration `json:"ramp,omitempty"`
+}
+
+// MaxRamp is the longest deploy ramp a registration may ask for: an
+// instance an hour in slow start has been given all the time a rollout
+// needs, and a longer one is a typo (30h for 30m) that would keep it
+// underweight for days.
+const MaxRamp = time.Hour
+
+// SlowStartWindow is the slow-start window of an incarnation registered
+// with ramp under a policy slow start of policy: the longer of the two.
+// A window of 0 or less means no slow start. It is the one home of the
+// rule: the evaluator's weights and flags, every node's table builds and
+// the API's rollout view all take their window from it.
+func SlowStartWindow(policy, ramp time.Duration) time.Duration { return max(policy, ramp) }
+
+// checkRamp refuses a ramp out of range or finer than a second.
+func checkRamp(field string, d Duration) error {
+	switch {
+	case d < 0:
+		return invalid(field, "%s is negative; a ramp is 0 (none) or a slow-start window up to %s", d, MaxRamp)
+	case d.D() > MaxRamp:
+		return invalid(field, "%s is longer than the %s a ramp may last", d, MaxRamp)
+	case d.D()%time.Second != 0:
+		return invalid(field, "%s is not a whole number of seconds", d)
+	}
+	return nil
 }
 
 // Key returns the key of the instance r registers.
@@ -191,6 +227,9 @@ func (r *Registration) Normalize(svc Service) error {
 		r.LeaseTTL = svc.Policy.LeaseTTL
 	}
 	if err := checkLeaseTTL("lease_ttl", r.LeaseTTL); err != nil {
+		return err
+	}
+	if err := checkRamp("ramp", r.Ramp); err != nil {
 		return err
 	}
 	switch r.Lifecycle {
