@@ -290,6 +290,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/services/{ns}/{svc}/endpoints", s.read("endpoints", s.endpoints))
 	m.HandleFunc("GET /v1/services/{ns}/{svc}/subscribers", s.read("subscribers", s.subscribers))
 	m.HandleFunc("GET /v1/services/{ns}/{svc}/events", s.read("events", s.events))
+	m.HandleFunc("GET /v1/services/{ns}/{svc}/rollout", s.read("rollout", s.rollout))
 	m.HandleFunc("POST /v1/services/{ns}/{svc}/instances", s.write("register", s.register))
 	m.HandleFunc("POST /v1/services/{ns}/{svc}/instances/{id}/renew", s.write("renew", s.mutate(acl.Renew)))
 	m.HandleFunc("POST /v1/services/{ns}/{svc}/instances/{id}/drain", s.write("drain", s.mutate(acl.Drain)))

@@ -87,6 +87,9 @@ type options struct {
 	// env.tick, on clock when set.
 	health bool
 	clock  *clock
+	// storeClock gives the store clock's time too (registration times,
+	// leases); by default it runs on the real clock.
+	storeClock bool
 	// restore is the table kept on disk the evaluator starts serving.
 	restore *tablefile.Snapshot
 }
@@ -167,7 +170,11 @@ func newEnv(t *testing.T, o options) *env {
 	logs := &syncBuffer{}
 	logger := testLogger(t, logs)
 	reg := prometheus.NewRegistry()
-	node := storetest.Single(t, store.Config{HTTPAddr: net.JoinHostPort(ownHost, "8480"), Logger: logger, Registerer: reg})
+	scfg := store.Config{HTTPAddr: net.JoinHostPort(ownHost, "8480"), Logger: logger, Registerer: reg}
+	if o.storeClock {
+		scfg.Now = o.clock.Now
+	}
+	node := storetest.Single(t, scfg)
 	// The new leader records its own address right after it is ready;
 	// wait for that so that the revision holds still from here on.
 	storetest.WaitFor(t, 10*time.Second, func() error {

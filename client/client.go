@@ -323,6 +323,14 @@ func (c *Client) Subscribers(ctx context.Context, ns, svc string) (wire.XDSSubsc
 	return out, err
 }
 
+// Rollout returns how far a service's newest rollout has come: its
+// live instances, the latest set marked and counted (wire.Rollout).
+func (c *Client) Rollout(ctx context.Context, ns, svc string) (wire.Rollout, error) {
+	var out wire.Rollout
+	err := c.json(ctx, http.MethodGet, svcPath(ns, svc)+"/rollout", nil, &out)
+	return out, err
+}
+
 // Events returns a service's audit trail, oldest first.
 func (c *Client) Events(ctx context.Context, ns, svc string, limit int) ([]wire.Event, error) {
 	var out []wire.Event

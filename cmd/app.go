@@ -98,6 +98,7 @@ func App(stdout, stderr io.Writer) *cli.App {
 			servicesCommand(),
 			endpointsCommand(),
 			eventsCommand(),
+			rolloutCommand(),
 			membersCommand(),
 			joinCommand(),
 			leaveCommand(),

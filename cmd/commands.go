@@ -118,6 +118,8 @@ func registerCommand() *cli.Command {
 			&cli.IntFlag{Name: "weight", DefaultText: fmt.Sprint(wire.DefaultWeight), Usage: "base weight 1-65535"},
 			&cli.DurationFlag{Name: "lease-ttl", DefaultText: "the service's lease_ttl", Usage: "lease TTL, 5s-24h"},
 			&cli.StringFlag{Name: "registration-id", Usage: "names this registration (a boot id): a new id always gets a new incarnation"},
+			&cli.DurationFlag{Name: "ramp", DefaultText: "none: the service's slow_start", Usage: "a deploy ramp for the new incarnation, whole seconds up to " +
+				"1h: its slow start lasts the longer of this and the service's slow_start"},
 			&cli.Uint64Flag{Name: "replaces", DefaultText: "none", Usage: "the incarnation this registration replaces, as register or endpoints printed it: " +
 				"needed to change a live registration without --registration-id"},
 		},
@@ -138,13 +140,16 @@ func registerCommand() *cli.Command {
 			if d := c.Duration("lease-ttl"); c.IsSet("lease-ttl") && (d < wire.MinLeaseTTL || d > wire.MaxLeaseTTL) {
 				return usage("--lease-ttl: %s is out of range %s-%s", d, wire.MinLeaseTTL, wire.MaxLeaseTTL)
 			}
+			if err := wire.CheckRamp("--ramp", wire.Duration(c.Duration("ramp"))); err != nil {
+				return usage("%v", err)
+			}
 			if c.IsSet("replaces") && c.Uint64("replaces") == 0 {
 				return usage("--replaces: 0 is not an incarnation (incarnations start at 1)")
 			}
 			reg := wire.Registration{ID: c.String("instance"), Addresses: c.StringSlice("address"),
 				Ports: map[string]int{}, Region: c.String("region"), Zone: c.String("zone"),
 				Weight: c.Int("weight"), LeaseTTL: wire.Duration(c.Duration("lease-ttl")),
-				RegistrationID: c.String("registration-id"), Replaces: c.Uint64("replaces")}
+				RegistrationID: c.String("registration-id"), Replaces: c.Uint64("replaces"), Ramp: wire.Duration(c.Duration("ramp"))}
 			for k, v := range ports {
 				n, err := strconv.Atoi(v)
 				if err != nil {

@@ -146,8 +146,8 @@ const MaxRamp = time.Hour
 // the API's rollout view all take their window from it.
 func SlowStartWindow(policy, ramp time.Duration) time.Duration { return max(policy, ramp) }
 
-// checkRamp refuses a ramp out of range or finer than a second.
-func checkRamp(field string, d Duration) error {
+// CheckRamp refuses a ramp out of range or finer than a second.
+func CheckRamp(field string, d Duration) error {
 	switch {
 	case d < 0:
 		return invalid(field, "%s is negative; a ramp is 0 (none) or a slow-start window up to %s", d, MaxRamp)
@@ -229,7 +229,7 @@ func (r *Registration) Normalize(svc Service) error {
 	if err := checkLeaseTTL("lease_ttl", r.LeaseTTL); err != nil {
 		return err
 	}
-	if err := checkRamp("ramp", r.Ramp); err != nil {
+	if err := CheckRamp("ramp", r.Ramp); err != nil {
 		return err
 	}
 	switch r.Lifecycle {
