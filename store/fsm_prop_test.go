@@ -53,6 +53,8 @@ func genRegistration(id string) *rapid.Generator[wire.Registration] {
 			// A registration id is usually absent, sometimes one of two
 			// boot ids: a new id must fence the old process.
 			RegistrationID: rapid.SampledFrom([]string{"", "", "boot-1", "boot-2"}).Draw(t, "registration id"),
+			// A deploy ramp is usually absent: part of the content.
+			Ramp: rapid.SampledFrom([]wire.Duration{0, 0, wire.Duration(20 * time.Second), wire.Duration(time.Minute)}).Draw(t, "ramp"),
 		}
 	})
 }
@@ -182,7 +184,7 @@ func (m *fencingModel) stateOf(id string) (wire.Instance, bool) {
 func sameRegistration(r wire.Registration, in *wire.Instance) bool {
 	return slices.Equal(r.Addresses, in.Addresses) && maps.Equal(r.Ports, in.Ports) &&
 		r.Region == in.Region && r.Zone == in.Zone && r.Weight == in.Weight && r.LeaseTTL == in.LeaseTTL &&
-		r.RegistrationID == in.RegistrationID
+		r.RegistrationID == in.RegistrationID && r.Ramp == in.Ramp
 }
 
 // drawReplaces draws what a registration says it replaces: mostly
@@ -296,7 +298,7 @@ func (m *fencingModel) register(t *rapid.T) {
 		Namespace: "prod", Service: "web", ID: id, Incarnation: m.maxInc,
 		Addresses: reg.Addresses, Ports: reg.Ports, Region: reg.Region, Zone: reg.Zone,
 		Weight: reg.Weight, Lifecycle: mustLifecycle(t, reg.Lifecycle), LeaseTTL: reg.LeaseTTL,
-		LeaseDeadline: at.Add(reg.LeaseTTL.D()), Registrar: "registrar", RegistrationID: reg.RegistrationID,
+		LeaseDeadline: at.Add(reg.LeaseTTL.D()), Registrar: "registrar", RegistrationID: reg.RegistrationID, Ramp: reg.Ramp,
 		SourceRevision: m.l.index, RegisteredAt: at,
 	}
 	m.events++
