@@ -83,10 +83,13 @@ func TestRolloutView(t *testing.T) {
 	e.tick(t)
 	clk.Advance(5 * time.Second)
 	register(t, "new-2", "10.0.3.4", "20s") // within new-1's ramp: the same rollout
+	starting := mustJSON(map[string]any{"instance_id": "new-3", "addresses": []string{"10.0.3.5"}, "ports": map[string]int{"http": 8080},
+		"lifecycle": "starting"})
+	wantStatus(t, e.call(t, http.MethodPost, path+"/instances", "", starting), http.StatusCreated)
 	e.tick(t)
 	t.Run("ramping past the policy's slow start", func(t *testing.T) {
 		ro := get(t)
-		wantSummary(t, ro, wire.RolloutSummary{Instances: 4, Latest: 2, InRotation: 2, Ramping: 2})
+		wantSummary(t, ro, wire.RolloutSummary{Instances: 5, Latest: 3, InRotation: 2, Ramping: 2, NotEligible: 1})
 		if !ro.StartedAt.Equal(first.RegisteredAt) {
 			t.Errorf("started at %v, want new-1's registration %v", ro.StartedAt, first.RegisteredAt)
 		}
@@ -94,7 +97,7 @@ func TestRolloutView(t *testing.T) {
 		for _, in := range ro.Instances {
 			order = append(order, in.InstanceID)
 		}
-		if got := strings.Join(order, " "); got != "new-1 new-2 old-1 old-2" {
+		if got := strings.Join(order, " "); got != "new-1 new-2 new-3 old-1 old-2" {
 			t.Errorf("order %q, want the latest set in registration order, then the others", got)
 		}
 		m := byID(ro)
@@ -107,6 +110,9 @@ func TestRolloutView(t *testing.T) {
 		if in := m["new-2"]; in.Phase != wire.PhaseRamping || in.Weight != 10 || in.RampPercent != 10 {
 			t.Errorf("new-2: %+v; want ramping at 10 of 100", in)
 		}
+		if in := m["new-3"]; !in.Latest || in.Phase != wire.PhaseNotEligible || in.Eligible || in.RampPercent != 0 || in.Lifecycle.String() != "starting" {
+			t.Errorf("new-3: %+v; want latest, starting, not eligible", in)
+		}
 		if in := m["old-1"]; in.Latest || in.Phase != wire.PhaseFullWeight || in.Weight != 100 || in.Ramp != 0 || in.SlowStart.D() != 2*time.Second {
 			t.Errorf("old-1: %+v; want outside the latest set, at full weight, no ramp, the policy's 2s", in)
 		}
@@ -114,12 +120,21 @@ func TestRolloutView(t *testing.T) {
 
 	clk.Advance(20 * time.Second)
 	e.tick(t)
-	t.Run("in rotation at full weight", func(t *testing.T) {
+	t.Run("in rotation at full weight, but for one not eligible", func(t *testing.T) {
 		ro := get(t)
-		wantSummary(t, ro, wire.RolloutSummary{Instances: 4, Latest: 2, InRotation: 2, FullWeight: 2, Complete: true})
+		wantSummary(t, ro, wire.RolloutSummary{Instances: 5, Latest: 3, InRotation: 2, FullWeight: 2, NotEligible: 1})
 		if in := byID(ro)["new-2"]; in.Weight != 100 || in.RampPercent != 100 || in.Phase != wire.PhaseFullWeight {
 			t.Errorf("new-2: %+v; want full weight", in)
 		}
+	})
+
+	ready := mustJSON(map[string]any{"instance_id": "new-3", "addresses": []string{"10.0.3.5"}, "ports": map[string]int{"http": 8080}})
+	wantStatus(t, e.call(t, http.MethodPost, path+"/instances", "", ready), http.StatusOK) // a retry moves starting to ready
+	e.tick(t)
+	clk.Advance(2 * time.Second) // the policy's slow start: new-3 has no ramp
+	e.tick(t)
+	t.Run("complete", func(t *testing.T) {
+		wantSummary(t, get(t), wire.RolloutSummary{Instances: 5, Latest: 3, InRotation: 3, FullWeight: 3, Complete: true})
 	})
 
 	t.Run("a bad ramp is refused, naming the field and the rule, and changes nothing", func(t *testing.T) {
