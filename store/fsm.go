@@ -84,6 +84,13 @@ type command struct {
 	// Evacuate and EvacSteps are the evacuations' entries.
 	Evacuate  *wire.EvacuateRequest `json:"evacuate,omitempty"`
 	EvacSteps []evacStep            `json:"evac_steps,omitempty"`
+
+	// Budget, on a drain or a deregistration, judges it against the
+	// service's disruption budget, and Force lets it past, audited.
+	// Entries written before budgets carry neither, and replay as they
+	// were applied.
+	Budget bool `json:"budget,omitempty"`
+	Force  bool `json:"force,omitempty"`
 }
 
 // fence names one incarnation of an instance.

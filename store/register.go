@@ -203,6 +203,7 @@ func (f *fsm) mutate(c command) (wire.Instance, error) {
 	}
 	e := wire.Event{At: c.At, Namespace: in.svc.Namespace, Service: in.svc.Name, Instance: in.id,
 		Incarnation: in.incarnation, From: in.lifecycle.String(), Actor: c.Actor}
+	var override *wire.Event // a forced disruption past the budget
 	switch c.Op {
 	case opDrain:
 		switch in.lifecycle {
@@ -211,6 +212,9 @@ func (f *fsm) mutate(c command) (wire.Instance, error) {
 		case status.Terminated:
 			return wire.Instance{}, fmt.Errorf("instance %s is deregistered: %w", c.Key, ErrFenced)
 		}
+		if override, err = f.disruption(c, in); err != nil {
+			return wire.Instance{}, err
+		}
 		in.lifecycle = status.Draining
 		in.change(func(m *recordMore) { m.drainingSince = nanos(c.At) })
 		f.withdraw(in)
@@ -218,6 +222,9 @@ func (f *fsm) mutate(c command) (wire.Instance, error) {
 	case opDeregister:
 		if in.lifecycle == status.Terminated {
 			return cloneInstance(in.view()), nil // a retry
+		}
+		if override, err = f.disruption(c, in); err != nil {
+			return wire.Instance{}, err
 		}
 		in.lifecycle = status.Terminated
 		in.change(func(m *recordMore) { m.terminatedAt = nanos(c.At) })
@@ -255,6 +262,9 @@ func (f *fsm) mutate(c command) (wire.Instance, error) {
 	}
 	if e.Kind != wire.EventReported {
 		e.To = in.lifecycle.String()
+	}
+	if override != nil {
+		f.record(*override)
 	}
 	f.record(e)
 	return cloneInstance(in.view()), nil

@@ -267,7 +267,9 @@ func TestClusterLeaderStopKeepsWritesAndLeases(t *testing.T) {
 	nodes := storetest.Cluster(t, 3)
 	old := storetest.Leader(t, nodes)
 	ctx := t.Context()
-	mustApply(t, old.Store, webService(time.Hour))
+	svc := webService(time.Hour)
+	svc.Policy.MaxUnavailable = "100%" // not a test of budgets: b drains, then a goes
+	mustApply(t, old.Store, svc)
 	a := mustRegister(t, old.Store, registration("a", "10.0.0.1"))
 	b := mustRegister(t, old.Store, registration("b", "10.0.0.2"))
 	if _, err := old.Drain(ctx, "admin", key("b"), b.Incarnation); err != nil {
@@ -462,7 +464,9 @@ func TestPersistenceAcrossRestart(t *testing.T) {
 	dir := t.TempDir()
 	ctx := t.Context()
 	n := storetest.Single(t, store.Config{DataDir: dir})
-	mustApply(t, n.Store, webService(time.Hour))
+	svc := webService(time.Hour)
+	svc.Policy.MaxUnavailable = "2" // not a test of budgets: b drains, then a goes
+	mustApply(t, n.Store, svc)
 	a := mustRegister(t, n.Store, registration("a", "10.0.0.1"))
 	b := mustRegister(t, n.Store, registration("b", "10.0.0.2"))
 	if _, err := n.Drain(ctx, "admin", key("b"), b.Incarnation); err != nil {

@@ -18,6 +18,9 @@ var (
 	// ErrFenced is a mutation carrying an incarnation other than the
 	// instance's current one; nothing was changed.
 	ErrFenced = errors.New("store: fenced")
+	// ErrBudget is a drain or a deregistration the service's disruption
+	// budget does not allow; nothing was changed.
+	ErrBudget = errors.New("store: disruption budget exhausted")
 	// ErrNotLeader means this node cannot accept writes now.
 	ErrNotLeader = errors.New("store: not leader")
 	// ErrNoLeader means no leader is known: the cluster has lost quorum

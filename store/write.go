@@ -151,45 +151,61 @@ func (s *Store) Register(ctx context.Context, actor string, reg wire.Registratio
 }
 
 // precheck refuses, before anything is proposed, a mutation the FSM would
-// refuse: so that a stale incarnation costs no log entry and leaves the
-// revision alone. The FSM checks again when the entry applies; before this
-// leader has caught up (LeaderReady) the FSM alone decides.
-func (s *Store) precheck(op opcode, key wire.InstanceKey, inc uint64, rep *wire.Report) error {
+// refuse: so that a stale incarnation, or a drain the disruption budget
+// does not allow, costs no log entry and leaves the revision alone. The
+// FSM checks again when the entry applies; before this leader has caught
+// up (LeaderReady) the FSM alone decides.
+func (s *Store) precheck(c command) error {
 	if !s.LeaderReady() {
 		return nil
 	}
 	s.fsm.mu.RLock()
 	defer s.fsm.mu.RUnlock()
-	in, err := s.fsm.current(key, inc)
+	in, err := s.fsm.current(c.Key, c.Incarnation)
 	if err != nil {
 		return err
 	}
-	if op != opDeregister && in.lifecycle == status.Terminated {
-		return fmt.Errorf("instance %s is deregistered: %w", key, ErrFenced)
+	if c.Op != opDeregister && in.lifecycle == status.Terminated {
+		return fmt.Errorf("instance %s is deregistered: %w", c.Key, ErrFenced)
 	}
-	if rep != nil {
-		return rep.Validate(*s.fsm.services[key.ServiceKey()])
+	if c.Report != nil {
+		return c.Report.Validate(*s.fsm.services[c.Key.ServiceKey()])
 	}
-	return nil
+	_, err = s.fsm.disruption(c, in)
+	return err
 }
 
 // Drain marks an instance draining; it is terminated after the service's
-// drain window.
+// drain window. A drain the service's disruption budget does not allow
+// is refused with ErrBudget (ForceDrain overrides it).
 func (s *Store) Drain(ctx context.Context, actor string, key wire.InstanceKey, inc uint64) (wire.Instance, error) {
-	if err := s.precheck(opDrain, key, inc, nil); err != nil {
+	return s.drain(ctx, actor, key, inc, false)
+}
+
+func (s *Store) drain(ctx context.Context, actor string, key wire.InstanceKey, inc uint64, force bool) (wire.Instance, error) {
+	c := command{Op: opDrain, Actor: actor, Key: key, Incarnation: inc, Budget: true, Force: force}
+	if err := s.precheck(c); err != nil {
 		return wire.Instance{}, err
 	}
-	r, err := s.propose(ctx, command{Op: opDrain, Actor: actor, Key: key, Incarnation: inc})
+	r, err := s.propose(ctx, c)
 	return s.replyDeadline(r.Instance), err
 }
 
 // Deregister terminates an instance. The record stays as a tombstone for
-// TombstoneTTL so that its incarnation stays fenced.
+// TombstoneTTL so that its incarnation stays fenced. The deregistration
+// of a ready, available instance is a voluntary disruption, judged
+// against the disruption budget like a drain (ForceDeregister overrides
+// it).
 func (s *Store) Deregister(ctx context.Context, actor string, key wire.InstanceKey, inc uint64) (wire.Instance, error) {
-	if err := s.precheck(opDeregister, key, inc, nil); err != nil {
+	return s.deregister(ctx, actor, key, inc, false)
+}
+
+func (s *Store) deregister(ctx context.Context, actor string, key wire.InstanceKey, inc uint64, force bool) (wire.Instance, error) {
+	c := command{Op: opDeregister, Actor: actor, Key: key, Incarnation: inc, Budget: true, Force: force}
+	if err := s.precheck(c); err != nil {
 		return wire.Instance{}, err
 	}
-	r, err := s.propose(ctx, command{Op: opDeregister, Actor: actor, Key: key, Incarnation: inc})
+	r, err := s.propose(ctx, c)
 	if err == nil {
 		s.forgetLease(key)
 	}
@@ -198,10 +214,11 @@ func (s *Store) Deregister(ctx context.Context, actor string, key wire.InstanceK
 
 // Report stores an instance's self-report.
 func (s *Store) Report(ctx context.Context, actor string, key wire.InstanceKey, inc uint64, rep wire.Report) (wire.Instance, error) {
-	if err := s.precheck(opReport, key, inc, &rep); err != nil {
+	c := command{Op: opReport, Actor: actor, Key: key, Incarnation: inc, Report: &rep}
+	if err := s.precheck(c); err != nil {
 		return wire.Instance{}, err
 	}
-	r, err := s.propose(ctx, command{Op: opReport, Actor: actor, Key: key, Incarnation: inc, Report: &rep})
+	r, err := s.propose(ctx, c)
 	return s.replyDeadline(r.Instance), err
 }
 

@@ -18,6 +18,9 @@ const (
 	EventRefused      EventKind = "refused"
 	EventTokenCreated EventKind = "token_created"
 	EventTokenDeleted EventKind = "token_deleted"
+	// EventBudgetOverridden: a forced drain or deregistration took a
+	// service past its disruption budget.
+	EventBudgetOverridden EventKind = "budget_overridden"
 )
 
 // Event is one entry of the durable audit trail.

@@ -80,6 +80,13 @@ type Policy struct {
 	// definition applied before it existed reads the same); ShiftBackWindow
 	// gives the window.
 	ShiftBack *Duration `json:"shift_back,omitempty" yaml:"shift_back"` // default 5m; 0 = at once
+	// MaxUnavailable is the disruption budget: a count ("2") or a
+	// percentage ("25%") of the instances that may be unavailable before
+	// a voluntary disruption is refused. Like ShiftBack it stays unset
+	// when left out, and means DefaultMaxUnavailable where it is judged
+	// (Budget.Limit), so that definitions stored before it existed read
+	// and compare as they did.
+	MaxUnavailable Budget `json:"max_unavailable,omitempty" yaml:"max_unavailable,omitempty"` // default 25%
 }
 
 // ShiftBackWindow is the policy's shift_back, or its default.
@@ -143,6 +150,10 @@ const (
 	DefaultShiftBack          = 5 * time.Minute
 	// MaxShiftBack bounds a return: an evacuated zone back within a day.
 	MaxShiftBack = 24 * time.Hour
+	// DefaultMaxUnavailable is the disruption budget of a service that
+	// sets none: a quarter, rounded up, so that at least one instance of
+	// any service may be drained (docs/decisions.md "Disruption budgets").
+	DefaultMaxUnavailable Budget = "25%"
 
 	// MinLeaseTTL is five lease checkpoints, so that a follower's view of
 	// a renewed lease (replicated once a checkpoint) never looks expired;
@@ -349,6 +360,9 @@ func (s Service) Validate() error {
 	}
 	if f := p.CorrelatedFailureFraction; !(f > 0 && f <= 1) {
 		return invalid("policy.correlated_failure_fraction", "%g is out of range (0, 1]", f)
+	}
+	if err := p.MaxUnavailable.check(); err != nil {
+		return invalid("policy.max_unavailable", "%v", err)
 	}
 	return nil
 }

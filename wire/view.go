@@ -25,7 +25,10 @@ const (
 	CodeCapacity         = "insufficient_capacity"
 	CodeMethod           = "method_not_allowed"
 	CodeNoLeader         = "no_leader"
-	CodeInternal         = "internal"
+	// CodeBudget: a voluntary disruption the service's disruption budget
+	// does not allow (429); force overrides it.
+	CodeBudget   = "disruption_budget"
+	CodeInternal = "internal"
 )
 
 // ServiceSummary is one row of GET /v1/services.
@@ -166,6 +169,8 @@ type Freshness struct {
 type ServiceDetail struct {
 	Definition Service `json:"definition"`
 	View       View    `json:"view"`
+	// Budget is the disruption budget and what holds it.
+	Budget *DisruptionBudget `json:"disruption_budget,omitempty"`
 }
 
 // Registered is the answer to a registration.
@@ -194,6 +199,9 @@ type MutateRequest struct {
 	Incarnation  uint64                     `json:"incarnation"`
 	Ready        *bool                      `json:"ready,omitempty"`
 	Dependencies map[string]DependencyState `json:"dependencies,omitempty"`
+	// Force, on a drain or a deregistration, overrides the service's
+	// disruption budget; the override is audited.
+	Force bool `json:"force,omitempty"`
 }
 
 // Status is GET /v1/status: this node as it sees itself.
