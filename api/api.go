@@ -453,20 +453,25 @@ func (s *Server) deny(r *http.Request, id acl.Identity, what string, key wire.In
 		target = key.ServiceKey().String()
 	}
 	s.log.Warn("refused", "identity", id.Name, "action", what, "target", target)
-	if s.allowAudit(id.Name) {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 2*time.Second)
-		defer cancel()
-		err := s.cfg.Store.Audit(ctx, wire.Event{Kind: wire.EventRefused, Namespace: key.Namespace,
-			Service: key.Service, Instance: key.ID, Actor: id.Name,
-			Reason: fmt.Sprintf("%s token may not %s %s", id.Scope, what, target)})
-		if err != nil {
-			s.log.Warn("recording refusal in the audit trail", "err", err)
-			s.metrics.unaudited.Inc()
-		}
-	} else {
+	s.auditRefusal(r, id, key, fmt.Sprintf("%s token may not %s %s", id.Scope, what, target))
+	return fmt.Errorf("%s token may not %s %s: %w", id.Scope, what, target, acl.ErrDenied)
+}
+
+// auditRefusal records a refusal of id's request about key in the audit
+// trail, rate-limited (allowAudit).
+func (s *Server) auditRefusal(r *http.Request, id acl.Identity, key wire.InstanceKey, reason string) {
+	if !s.allowAudit(id.Name) {
+		s.metrics.unaudited.Inc()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 2*time.Second)
+	defer cancel()
+	err := s.cfg.Store.Audit(ctx, wire.Event{Kind: wire.EventRefused, Namespace: key.Namespace,
+		Service: key.Service, Instance: key.ID, Actor: id.Name, Reason: reason})
+	if err != nil {
+		s.log.Warn("recording refusal in the audit trail", "err", err)
 		s.metrics.unaudited.Inc()
 	}
-	return fmt.Errorf("%s token may not %s %s: %w", id.Scope, what, target, acl.ErrDenied)
 }
 
 // allowAudit rations refusals written to the audit trail: at most

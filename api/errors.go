@@ -50,6 +50,8 @@ func status(err error) (int, string) {
 		return http.StatusConflict, wire.CodeCapacity
 	case errors.Is(err, errConflict):
 		return http.StatusConflict, wire.CodeConflict
+	case errors.Is(err, store.ErrBudget):
+		return http.StatusTooManyRequests, wire.CodeBudget
 	case errors.Is(err, errMethod):
 		return http.StatusMethodNotAllowed, wire.CodeMethod
 	case errors.Is(err, store.ErrNotLeader), errors.Is(err, store.ErrNoLeader), errors.Is(err, store.ErrClosed):
@@ -64,7 +66,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, route string
 	// Sentinel suffixes (": invalid input") say nothing to a user.
 	for _, p := range []string{": " + wire.ErrInvalid.Error(), ": " + errBadRequest.Error(),
 		": " + addrpolicy.ErrForbidden.Error(), ": " + acl.ErrDenied.Error(), ": " + store.ErrFenced.Error(),
-		": " + store.ErrNotFound.Error(), ": " + errConflict.Error()} {
+		": " + store.ErrNotFound.Error(), ": " + errConflict.Error(), ": " + store.ErrBudget.Error()} {
 		msg = strings.TrimSuffix(msg, p)
 	}
 	if code == http.StatusInternalServerError {
@@ -109,6 +111,9 @@ func decode(r *http.Request, v any) error {
 			}
 			if typeErr.Type == reflect.TypeFor[wire.Duration]() {
 				return badRequest(field, "want a duration string such as \"30s\", got %s", typeErr.Value)
+			}
+			if typeErr.Type == reflect.TypeFor[wire.Budget]() {
+				return badRequest(field, "want a count such as 2 or a percentage such as \"25%%\", got %s", typeErr.Value)
 			}
 			return badRequest(field, "want %s, got JSON %s", typeErr.Type, typeErr.Value)
 		case errors.As(err, &synErr):

@@ -1,7 +1,9 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -127,7 +129,11 @@ func (s *Server) getService(w http.ResponseWriter, r *http.Request, id acl.Ident
 	if err != nil {
 		return 0, nil, err
 	}
-	return http.StatusOK, wire.ServiceDetail{Definition: svc, View: s.view(svc.Namespace, svc.Name, false)}, nil
+	d := wire.ServiceDetail{Definition: svc, View: s.view(svc.Namespace, svc.Name, false)}
+	if b, ok := s.cfg.Store.Budget(svc.Namespace, svc.Name); ok {
+		d.Budget = &b
+	}
+	return http.StatusOK, d, nil
 }
 
 func (s *Server) endpoints(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
@@ -316,16 +322,19 @@ func (s *Server) mutate(act acl.Action) handler {
 		if act != acl.Report && (req.Ready != nil || req.Dependencies != nil) {
 			return 0, nil, badRequest("ready", "only a report carries readiness and dependencies")
 		}
+		if req.Force && act != acl.Drain && act != acl.Deregister {
+			return 0, nil, badRequest("force", "only a drain or a deregistration may be forced past the disruption budget")
+		}
 		var in wire.Instance
 		ctx := r.Context()
 		switch act {
 		case acl.Renew:
 			in, err = s.cfg.Store.Renew(ctx, key, req.Incarnation)
 		case acl.Drain, acl.Deregister:
-			if act == acl.Drain {
-				in, err = s.cfg.Store.Drain(ctx, id.Name, key, req.Incarnation)
-			} else {
-				in, err = s.cfg.Store.Deregister(ctx, id.Name, key, req.Incarnation)
+			in, err = s.disrupt(ctx, act, id.Name, key, req)
+			if errors.Is(err, store.ErrBudget) {
+				s.log.Warn("refused", "identity", id.Name, "action", verb, "target", key.String(), "err", err)
+				s.auditRefusal(r, id, key, strings.TrimSuffix(err.Error(), ": "+store.ErrBudget.Error()))
 			}
 			if err != nil {
 				return 0, nil, err
@@ -347,6 +356,20 @@ func (s *Server) mutate(act acl.Action) handler {
 		}
 		return http.StatusOK, in, nil
 	}
+}
+
+// disrupt drains or deregisters key, past the disruption budget when
+// req says force.
+func (s *Server) disrupt(ctx context.Context, act acl.Action, actor string, key wire.InstanceKey, req wire.MutateRequest) (wire.Instance, error) {
+	switch {
+	case act == acl.Drain && req.Force:
+		return s.cfg.Store.ForceDrain(ctx, actor, key, req.Incarnation)
+	case act == acl.Drain:
+		return s.cfg.Store.Drain(ctx, actor, key, req.Incarnation)
+	case req.Force:
+		return s.cfg.Store.ForceDeregister(ctx, actor, key, req.Incarnation)
+	}
+	return s.cfg.Store.Deregister(ctx, actor, key, req.Incarnation)
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request, _ acl.Identity) (int, any, error) {

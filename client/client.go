@@ -289,6 +289,18 @@ func (c *Client) Deregister(ctx context.Context, k wire.InstanceKey, inc uint64)
 	return c.mutate(ctx, "deregister", k, wire.MutateRequest{Incarnation: inc})
 }
 
+// ForceDrain is Drain past the service's disruption budget: where Drain
+// gets a 429 *Error of code "disruption_budget", ForceDrain goes through
+// and the override is in the audit trail.
+func (c *Client) ForceDrain(ctx context.Context, k wire.InstanceKey, inc uint64) (wire.Instance, error) {
+	return c.mutate(ctx, "drain", k, wire.MutateRequest{Incarnation: inc, Force: true})
+}
+
+// ForceDeregister is Deregister past the service's disruption budget.
+func (c *Client) ForceDeregister(ctx context.Context, k wire.InstanceKey, inc uint64) (wire.Instance, error) {
+	return c.mutate(ctx, "deregister", k, wire.MutateRequest{Incarnation: inc, Force: true})
+}
+
 // Report sends a self-report.
 func (c *Client) Report(ctx context.Context, k wire.InstanceKey, inc uint64, ready bool, deps map[string]wire.DependencyState) (wire.Instance, error) {
 	return c.mutate(ctx, "report", k, wire.MutateRequest{Incarnation: inc, Ready: &ready, Dependencies: deps})

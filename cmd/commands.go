@@ -200,11 +200,16 @@ func printInstance(c *cli.Context, in wire.Instance) error {
 }
 
 func mutateCommand(name, help string) *cli.Command {
+	flags := instanceFlags()
+	if name != "renew" {
+		flags = append(flags, &cli.BoolFlag{Name: "force",
+			Usage: "go past the service's disruption budget (policy.max_unavailable); the override is audited"})
+	}
 	return &cli.Command{
 		Name:      name,
 		Usage:     help,
 		ArgsUsage: "NS/SVC",
-		Flags:     instanceFlags(),
+		Flags:     flags,
 		Action: func(c *cli.Context) error {
 			key, err := instanceKey(c)
 			if err != nil {
@@ -220,9 +225,17 @@ func mutateCommand(name, help string) *cli.Command {
 			case "renew":
 				in, err = cl.Renew(c.Context, key, inc)
 			case "drain":
-				in, err = cl.Drain(c.Context, key, inc)
+				if c.Bool("force") {
+					in, err = cl.ForceDrain(c.Context, key, inc)
+				} else {
+					in, err = cl.Drain(c.Context, key, inc)
+				}
 			default:
-				in, err = cl.Deregister(c.Context, key, inc)
+				if c.Bool("force") {
+					in, err = cl.ForceDeregister(c.Context, key, inc)
+				} else {
+					in, err = cl.Deregister(c.Context, key, inc)
+				}
 			}
 			if err != nil {
 				return failed(err)
@@ -336,6 +349,13 @@ func endpointsCommand() *cli.Command {
 				fmt.Fprintf(c.App.Writer, "served by this server's DNS and xDS: status table version %d (store revision %d); tier from this server's locality\n",
 					tableVersion, tableRevision)
 			}
+			detail, err := cl.Service(c.Context, ns, svc)
+			if err != nil {
+				return failed(err)
+			}
+			if b := detail.Budget; b != nil {
+				fmt.Fprintln(c.App.Writer, budgetLine(*b))
+			}
 			subs, err := cl.Subscribers(c.Context, ns, svc)
 			if err != nil {
 				return failed(err)
@@ -370,6 +390,15 @@ func evaluatorSummary(e wire.Endpoint) string {
 		return v.Verdict.String() + ", eligible"
 	}
 	return v.Verdict.String() + ", withdrawn"
+}
+
+// budgetLine is the disruption budget in use: "disruption budget:
+// max_unavailable 2 of 10 instances, 1 in use: i1 (draining)".
+func budgetLine(b wire.DisruptionBudget) string {
+	if b.InUse == 0 {
+		return fmt.Sprintf("disruption budget: %s, none in use", b.Describe())
+	}
+	return fmt.Sprintf("disruption budget: %s, %d in use: %s", b.Describe(), b.InUse, b.Holders())
 }
 
 // subscribersLine says which revisions the xDS subscribers of the
