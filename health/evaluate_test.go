@@ -153,6 +153,7 @@ func TestWithdrawAndReadmit(t *testing.T) {
 func TestDrainLeavesAtOnce(t *testing.T) {
 	h := newHarness(t, nil, 0, nil)
 	svc := tcpService("shop", "cart")
+	svc.Policy.MaxUnavailable = "2" // not a test of budgets: two of three drain
 	h.apply(svc)
 	fleet := h.fleet(svc, "a", 3)
 	h.tick(0)

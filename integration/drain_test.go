@@ -87,7 +87,8 @@ func TestDrainLeavesDNSBeforeTheCallReturns(t *testing.T) {
 	ctx := ctxT(t, 2*time.Minute)
 	const svc = "drainy"
 	applyDefinition(ctx, t, c, healthService(svc, "{type: tcp, port: http, interval: 1s, timeout: 500ms}",
-		"{lease_ttl: 10m, drain_window: 1h, dns_ttl: 1s, slow_start: 0s}"))
+		// max_unavailable: not a test of budgets; two of the four drain.
+		"{lease_ttl: 10m, drain_window: 1h, dns_ttl: 1s, slow_start: 0s, max_unavailable: 2}"))
 	// Four backends on four loopback addresses, one port.
 	addrs := []string{"127.0.0.41", "127.0.0.42", "127.0.0.43", "127.0.0.44"}
 	port := serveAll(t, addrs, func(ln net.Listener) func() {

@@ -328,7 +328,7 @@ func (d *deltaRecorder) neverBack(addr string) error {
 func grpcHealthFleet(ctx context.Context, t *testing.T, c *Cluster, svc, prefix string, addrs []string) (map[string]uint64, int) {
 	t.Helper()
 	applyDefinition(ctx, t, c, healthService(svc, "{type: tcp, port: http, interval: 1s, timeout: 500ms}",
-		"{lease_ttl: 10m, drain_window: 1h, slow_start: 0s}"))
+		"{lease_ttl: 10m, drain_window: 1h, slow_start: 0s, max_unavailable: 2}")) // not a test of budgets: two of three drain
 	port := serveAll(t, addrs, func(ln net.Listener) func() {
 		gs := grpc.NewServer()
 		healthpb.RegisterHealthServer(gs, health.NewServer())

@@ -17,6 +17,7 @@ import (
 func TestWithdrawalsPublishedOnCommit(t *testing.T) {
 	h := newHarness(t, 0, nil)
 	svc := tcpService("shop", "cart")
+	svc.Policy.MaxUnavailable = "2" // not a test of budgets: one drains, one goes
 	h.apply(svc)
 	fleet := h.fleet(svc, "a", 4)
 	h.tick(0)

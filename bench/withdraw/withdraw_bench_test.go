@@ -152,8 +152,9 @@ func benchDrains(b *testing.B, services, per int) {
 	var svcs []wire.Service
 	for s := range services {
 		svcs = append(svcs, wire.Service{Namespace: "bench", Name: fmt.Sprintf("s%d", s),
-			Ports:  []wire.Port{{Name: "http", Number: 8080}},
-			Policy: wire.Policy{LeaseTTL: wire.Duration(time.Hour), DrainWindow: wire.Duration(time.Hour)}})
+			Ports: []wire.Port{{Name: "http", Number: 8080}},
+			// Up to every instance drains: no disruption budget.
+			Policy: wire.Policy{LeaseTTL: wire.Duration(time.Hour), DrainWindow: wire.Duration(time.Hour), MaxUnavailable: "100%"}})
 	}
 	if _, err := st.ApplyServices(ctx, "bench", svcs); err != nil {
 		b.Fatal(err)

@@ -116,8 +116,9 @@ func (c *cairn) setup(ctx context.Context) error {
 		for s := i; s < min(i+batch, c.o.services); s++ {
 			// No check: instances are in rotation once registered. No slow
 			// start and no flap limit: a change is one assignment update,
-			// and an endpoint may change often in a burst.
-			fmt.Fprintf(&b, "---\nnamespace: %s\nname: %s\nports: [{name: %s, number: %d, protocol: tcp}]\npolicy:\n  lease_ttl: 1h\n  slow_start: 0s\n  flap_limit: 0\n",
+			// and an endpoint may change often in a burst. No disruption
+			// budget: the churn withdraws endpoints at will.
+			fmt.Fprintf(&b, "---\nnamespace: %s\nname: %s\nports: [{name: %s, number: %d, protocol: tcp}]\npolicy:\n  lease_ttl: 1h\n  slow_start: 0s\n  flap_limit: 0\n  max_unavailable: 100%%\n",
 				namespace, serviceName(s), portName, basePort)
 		}
 		if _, err := c.cls[0].Apply(ctx, []byte(b.String())); err != nil {
