@@ -50,12 +50,13 @@ CODES = {
     405: {"method_not_allowed"},
     409: {"fenced", "conflict"},
     413: {"too_large"},
+    429: {"disruption_budget"},
     503: {"no_leader"},
 }
 
 # Audit events only a client's write makes; the rest are the server's own
 # (evaluator, housekeeping) or a refusal's record.
-CLIENT_KINDS = {"applied", "registered", "drained", "deregistered", "reported"}
+CLIENT_KINDS = {"applied", "registered", "drained", "deregistered", "reported", "budget_overridden"}
 
 
 def _header(response, name):
