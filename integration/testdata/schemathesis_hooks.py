@@ -48,7 +48,7 @@ CODES = {
     403: {"permission_denied", "forbidden_address"},
     404: {"not_found"},
     405: {"method_not_allowed"},
-    409: {"fenced", "conflict"},
+    409: {"fenced", "conflict", "insufficient_capacity"},
     413: {"too_large"},
     429: {"disruption_budget"},
     503: {"no_leader"},
