@@ -100,3 +100,25 @@ func TestDisruptionBudgetInvalid(t *testing.T) {
 		t.Error("a refused definition was stored")
 	}
 }
+
+// TestSelfDrainPastTheBudget: an instance draining itself is not judged
+// against the budget (it leaves anyway; refused, it would leave
+// undrained), and counts toward it afterwards.
+func TestSelfDrainPastTheBudget(t *testing.T) {
+	t.Parallel()
+	e, regs := newACLEnv(t, options{})
+	e.apply(t, adminSecret, "namespace: shop\nname: web\nports: [{name: http, number: 8080}, {name: admin, number: 9090}]\n"+
+		"policy: {drain_window: 1h, max_unavailable: 0}\n")
+	wantError(t, e.call(t, http.MethodPost, instPath("shop", "web", "i-2", "drain"), registrarSecret, incBody(regs["i-2"].Incarnation)),
+		http.StatusTooManyRequests, wire.CodeBudget)
+	wantStatus(t, e.call(t, http.MethodPost, instPath("shop", "web", "i-1", "drain"), instanceSecret, incBody(regs["i-1"].Incarnation)), http.StatusOK)
+	d := decodeAs[wire.ServiceDetail](t, e.call(t, http.MethodGet, svcPath("shop", "web"), adminSecret, ""))
+	if b := d.Budget; b == nil || b.InUse != 1 {
+		t.Fatalf("budget after the self-drain: %+v", d.Budget)
+	}
+	for _, ev := range e.node.Events("shop", "web", 0) {
+		if ev.Kind == wire.EventBudgetOverridden {
+			t.Fatalf("a self-drain recorded as an override: %+v", ev)
+		}
+	}
+}

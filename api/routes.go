@@ -331,7 +331,7 @@ func (s *Server) mutate(act acl.Action) handler {
 		case acl.Renew:
 			in, err = s.cfg.Store.Renew(ctx, key, req.Incarnation)
 		case acl.Drain, acl.Deregister:
-			in, err = s.disrupt(ctx, act, id.Name, key, req)
+			in, err = s.disrupt(ctx, act, id, key, req)
 			if errors.Is(err, store.ErrBudget) {
 				s.log.Warn("refused", "identity", id.Name, "action", verb, "target", key.String(), "err", err)
 				s.auditRefusal(r, id, key, strings.TrimSuffix(err.Error(), ": "+store.ErrBudget.Error()))
@@ -359,9 +359,15 @@ func (s *Server) mutate(act acl.Action) handler {
 }
 
 // disrupt drains or deregisters key, past the disruption budget when
-// req says force.
-func (s *Server) disrupt(ctx context.Context, act acl.Action, actor string, key wire.InstanceKey, req wire.MutateRequest) (wire.Instance, error) {
+// req says force. An instance draining itself is not judged against the
+// budget (it counts, as an involuntary loss does): a process on its way
+// out leaves whatever the answer, and refusing its drain would only make
+// it leave undrained (docs/decisions.md).
+func (s *Server) disrupt(ctx context.Context, act acl.Action, id acl.Identity, key wire.InstanceKey, req wire.MutateRequest) (wire.Instance, error) {
+	actor := id.Name
 	switch {
+	case act == acl.Drain && id.Scope == acl.Instance:
+		return s.cfg.Store.DrainSelf(ctx, actor, key, req.Incarnation)
 	case act == acl.Drain && req.Force:
 		return s.cfg.Store.ForceDrain(ctx, actor, key, req.Incarnation)
 	case act == acl.Drain:

@@ -182,6 +182,18 @@ func (s *Store) Drain(ctx context.Context, actor string, key wire.InstanceKey, i
 	return s.drain(ctx, actor, key, inc, false)
 }
 
+// DrainSelf is the drain an instance asks for itself: it counts toward
+// the disruption budget but is not judged against it, as an involuntary
+// loss is not (the process leaves anyway).
+func (s *Store) DrainSelf(ctx context.Context, actor string, key wire.InstanceKey, inc uint64) (wire.Instance, error) {
+	c := command{Op: opDrain, Actor: actor, Key: key, Incarnation: inc}
+	if err := s.precheck(c); err != nil {
+		return wire.Instance{}, err
+	}
+	r, err := s.propose(ctx, c)
+	return s.replyDeadline(r.Instance), err
+}
+
 func (s *Store) drain(ctx context.Context, actor string, key wire.InstanceKey, inc uint64, force bool) (wire.Instance, error) {
 	c := command{Op: opDrain, Actor: actor, Key: key, Incarnation: inc, Budget: true, Force: force}
 	if err := s.precheck(c); err != nil {
