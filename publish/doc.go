@@ -17,6 +17,9 @@
 //     instance out of rotation is published at once, as a copy of the
 //     current table with those entries withdrawn, not at the next build
 //     (SPEC §2), and WaitPublished, which a drain waits on;
+//   - evacuations on commit: an entry that starts, ends or moves on an
+//     evacuation has the table rebuilt from the replica at once, between
+//     rounds, not at the next one (issue 30: within a second);
 //   - the kept table (status/tablefile), published at start and served,
 //     stale, until the replica has caught up with a leader (SPEC §7);
 //   - what readers ask of the table: Serving (readiness), Synced and

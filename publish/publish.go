@@ -99,7 +99,8 @@ func New(cfg Config) (*Node, error) {
 
 // Run runs the loop until ctx is done: a round every Interval (Tick,
 // with round, which may be nil), and between rounds the withdrawals the
-// store applies, published at once (publishWithdrawals). It builds a
+// store applies, published at once (publishWithdrawals), and the
+// evacuations it starts, ends and moves on (publishShift). It builds a
 // first table at once, so that the servers reading the table have one
 // to read.
 func (n *Node) Run(ctx context.Context, round Round) error {
@@ -117,6 +118,8 @@ func (n *Node) Run(ctx context.Context, round Round) error {
 				n.publishWithdrawals(ctx)
 			case <-n.nudge:
 				n.publishWithdrawals(ctx)
+			case <-n.cfg.Store.Shifted():
+				n.publishShift()
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package publish
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -38,5 +39,47 @@ func TestShiftOf(t *testing.T) {
 		if in.Shift != want[in.Key] {
 			t.Errorf("%s: shift %d, want %d", in.Key, in.Shift, want[in.Key])
 		}
+	}
+}
+
+// TestShiftPublishedOnCommit: an evacuation is in the table as soon as
+// the store has applied it and the loop has taken the signal, before
+// any round: its zone's instances shifted whole, the others not. With
+// the table current, the signal builds nothing more.
+func TestShiftPublishedOnCommit(t *testing.T) {
+	h := newHarness(t, 0, nil)
+	svc := tcpService("shop", "cart")
+	h.apply(svc)
+	var fleet []wire.Instance
+	for i, z := range []string{"a", "b"} {
+		r := reg(svc, z+"1", fmt.Sprintf("10.0.0.%d", i+1))
+		r.Region, r.Zone = "r1", z
+		fleet = append(fleet, h.register(r))
+	}
+	h.tick(0)
+	if _, err := h.st.Evacuate(t.Context(), "admin", wire.EvacuateRequest{Zone: "a", Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-h.st.Shifted():
+	default:
+		t.Fatal("the store did not signal the evacuation")
+	}
+	h.n.publishShift()
+	if e := h.entry(fleet[0]); !e.Evacuated() || !e.Flags.Has(status.Eligible) {
+		t.Errorf("a1 after the evacuation, before any round: %+v; want evacuated and eligible", e)
+	}
+	if e := h.entry(fleet[1]); e.Shift != 0 {
+		t.Errorf("b1 after the evacuation of zone a: shift %d, want 0", e.Shift)
+	}
+	v := h.pub.Acquire()
+	before := v.Version()
+	v.Release()
+	h.n.publishShift()
+	v = h.pub.Acquire()
+	after := v.Version()
+	v.Release()
+	if after != before {
+		t.Errorf("with the table current, publishShift built table version %d over %d", after, before)
 	}
 }

@@ -99,6 +99,32 @@ func (n *Node) publishWithdrawals(ctx context.Context) {
 	n.m.withdrawSeconds.Observe(time.Since(start).Seconds())
 }
 
+// publishShift rebuilds the table from the replica at once, without an
+// evaluation, after the store applied an entry that moved an evacuation
+// (store.Shifted): an evacuation reaches the answers within a second
+// (issue 30), not at the next round, and every node publishes a
+// return's step when it applies it. It runs on the loop's goroutine,
+// between rounds; it builds nothing when the table already holds the
+// replica's revision (a round's build read the shift first).
+func (n *Node) publishShift() {
+	if n.restored.Load() || !n.cfg.Store.CaughtUp() {
+		return // the first round after the replica has caught up builds it
+	}
+	cur := n.cfg.Table.Acquire()
+	if cur != nil {
+		current := cur.StoreRevision() >= n.cfg.Store.Revision()
+		cur.Release()
+		if current {
+			return
+		}
+	}
+	prev := n.Enter(PhaseRefresh)
+	n.Refresh()
+	n.Enter(PhaseBuild)
+	n.build(n.cfg.Now())
+	n.Enter(prev)
+}
+
 // PublishPending publishes, from the leader's round, the withdrawals
 // (and answers the WaitPublished nudge) that arrived since the round
 // began or last published: after the first catalog refresh, at the

@@ -34,6 +34,14 @@ type evacStep struct {
 	Done bool `json:"done,omitempty"`
 }
 
+// Shifted is signalled when an applied log entry has started, renewed,
+// ended or moved on an evacuation: the zone's share of the traffic
+// changed. The one reader, the node's table builder, then rebuilds its
+// table from the replica at once rather than at its next round, so that
+// an evacuation reaches DNS and xDS within a second (issue 30) and every
+// node publishes a return's step together.
+func (s *Store) Shifted() <-chan struct{} { return s.shifts }
+
 // Evacuations returns the evacuations in force (evacuated, or their
 // zone returning), oldest first.
 func (s *Store) Evacuations() []wire.Evacuation {
@@ -91,6 +99,7 @@ func (f *fsm) evacuate(index uint64, c command) (wire.Evacuation, error) {
 	}
 	if req.Undo {
 		f.endEvacuation(cur, c.At, c.Actor, fmt.Sprintf("undone by %s", c.Actor))
+		f.shifted = true
 		return *cur, nil
 	}
 	expires := req.Expires.D()
@@ -109,6 +118,7 @@ func (f *fsm) evacuate(index uint64, c command) (wire.Evacuation, error) {
 		delete(f.evacs, cur.ID)
 	}
 	f.evacs[e.ID] = &e
+	f.shifted = true
 	why := "started"
 	switch {
 	case cur != nil && cur.EndedAt.IsZero():
@@ -292,6 +302,7 @@ func (f *fsm) stepEvacuations(c command) {
 		case st.Expire:
 			if e.EndedAt.IsZero() && !c.At.Before(e.ExpiresAt) {
 				f.endEvacuation(e, c.At, "expiry", "expired (set at "+e.StartedAt.Format(time.RFC3339)+" by "+e.Actor+")")
+				f.shifted = true
 			}
 			continue
 		case e.EndedAt.IsZero():
@@ -302,6 +313,7 @@ func (f *fsm) stepEvacuations(c command) {
 		}
 		was := e.Paused
 		e.Returned, e.ReturnedAt, e.Paused, e.PauseReason = st.Returned, c.At, st.Paused, st.Reason
+		f.shifted = true
 		switch {
 		case st.Done:
 			delete(f.evacs, e.ID)

@@ -244,3 +244,49 @@ func TestEvacuateDisregardedIsNoCapacity(t *testing.T) {
 		t.Fatalf("evacuate with the rest under the guard: %v", r.Err)
 	}
 }
+
+// TestEvacuationEntriesSignalShift: every entry that moves an
+// evacuation (start, renewal, undo, expiry, a step of the return) calls
+// onShift once applied, so that the table builder publishes it at once;
+// a refused evacuation, a step that changes nothing and entries about
+// something else do not.
+func TestEvacuationEntriesSignalShift(t *testing.T) {
+	l := zonedLog(t, 100*time.Second)
+	shifts := 0
+	l.f.onShift = func() {
+		if !l.f.mu.TryLock() {
+			t.Error("onShift called under the fsm's lock")
+			return
+		}
+		l.f.mu.Unlock()
+		shifts++
+	}
+	want := func(what string, n int) {
+		t.Helper()
+		if shifts != n {
+			t.Fatalf("%s: onShift called %d times in all, want %d", what, shifts, n)
+		}
+	}
+	withdraw(l, t, "b1")
+	want("a withdrawal", 0)
+	r := l.must(evacCmd(wire.EvacuateRequest{Zone: "a", Expires: wire.Duration(time.Hour)}))
+	want("a start", 1)
+	l.must(evacCmd(wire.EvacuateRequest{Zone: "a", Reason: "renewed", Expires: wire.Duration(time.Hour)}))
+	want("a renewal", 2)
+	if r := l.apply(evacCmd(wire.EvacuateRequest{Zone: "b", Namespace: "prod", Service: "nope"})); r.Err == nil {
+		t.Fatal("an evacuation of an unknown service was accepted")
+	}
+	want("a refusal", 2)
+	// A step naming the evacuation before its expiry changes nothing.
+	id := r.Evacuation.ID
+	l.must(command{Op: opEvacuationStep, At: l.now.Add(time.Minute), Actor: "node:n1", EvacSteps: []evacStep{{ID: id, Expire: true}}})
+	want("an expiry applied early", 2)
+	l.must(command{Op: opEvacuationStep, At: l.now.Add(2 * time.Hour), Actor: "node:n1", EvacSteps: []evacStep{{ID: id, Expire: true}}})
+	want("the expiry", 3)
+	l.must(command{Op: opEvacuationStep, At: l.now.Add(3 * time.Hour), Actor: "node:n1",
+		EvacSteps: []evacStep{{ID: id, Returned: wire.Duration(30 * time.Second)}}})
+	want("a step of the return", 4)
+	l.must(evacCmd(wire.EvacuateRequest{Zone: "c"}))
+	l.must(evacCmd(wire.EvacuateRequest{Zone: "c", Undo: true}))
+	want("a second evacuation started and undone", 6)
+}

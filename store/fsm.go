@@ -159,6 +159,11 @@ type fsm struct {
 	// under f.mu: it must only queue them.
 	withdrawn  []Withdrawal
 	onWithdraw func(rev uint64, ws []Withdrawal)
+	// shifted is set during an Apply that started, renewed, ended or
+	// stepped an evacuation (traffic moves between zones); onShift, if
+	// set, is called after such an Apply, under no lock.
+	shifted bool
+	onShift func()
 
 	// onRegister is called, under no lock, after a registration created a
 	// new incarnation, and onExpire with the number of registrations an
@@ -205,8 +210,12 @@ func (f *fsm) Apply(l *raft.Log) any {
 		}
 		f.onWithdraw(l.Index, ws)
 	}
-	f.withdrawn = nil
+	shifted := f.shifted
+	f.withdrawn, f.shifted = nil, false
 	f.mu.Unlock()
+	if shifted && f.onShift != nil {
+		f.onShift()
+	}
 	if r.Created && f.onRegister != nil {
 		f.onRegister()
 	}

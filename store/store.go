@@ -99,6 +99,9 @@ type Store struct {
 	// withdrawals feeds the entries' withdrawals to the table's builder
 	// (Withdrawn, TakeWithdrawals).
 	withdrawals withdrawalFeed
+	// shifts is signalled (capacity 1) after an applied entry moved an
+	// evacuation (Shifted).
+	shifts chan struct{}
 
 	closeOnce sync.Once
 	closeErr  error
@@ -119,6 +122,13 @@ func Open(cfg Config) (*Store, error) {
 	s.fsm.onRegister = s.metrics.registrations.Inc
 	s.withdrawals.ch = make(chan struct{}, 1)
 	s.fsm.onWithdraw = s.noteWithdrawals
+	s.shifts = make(chan struct{}, 1)
+	s.fsm.onShift = func() {
+		select {
+		case s.shifts <- struct{}{}:
+		default:
+		}
+	}
 	s.fsm.onExpire = func(n int) { s.metrics.hardExpiries.Add(float64(n)) }
 
 	rc := raft.DefaultConfig()
