@@ -1,6 +1,7 @@
 // The cluster page: GET /v1/status (this node, its last contact with the
 // leader and its xDS subscribers) and GET /v1/members (the raft
-// configuration, with the leader marked), as `cairn members` shows.
+// configuration, with the leader marked), as `cairn members` shows, and
+// GET /v1/evacuations, as `cairn evacuations` shows.
 'use strict';
 
 (() => {
@@ -88,9 +89,38 @@
       '; updated ' + new Date().toLocaleTimeString();
   }
 
+  // evacState is an evacuation's state with what a reader needs beside
+  // it, as `cairn evacuations` says it: "evacuated, forced", "returning
+  // for 1m10s (ended by expiry)", "paused: …".
+  function evacState(e) {
+    let s = e.state;
+    if (e.state === 'returning') s += ' for ' + (e.returned || '0s') + ' (ended by ' + (e.ended_by || '?') + ')';
+    if (e.state === 'paused') s += ': ' + (e.pause_reason || 'no reason given');
+    return s + (e.forced ? ', forced' : '');
+  }
+
+  function renderEvacuations(es) {
+    const rows = es.map((e) => el('tr', { 'data-evacuation': String(e.id), 'data-state': e.state, class: 'evac-' + e.state },
+      el('td', { class: 'num id', text: String(e.id) }),
+      el('td', { class: 'region', text: e.region || 'every region' }),
+      el('td', { class: 'zone', text: e.zone }),
+      el('td', { class: 'service', text: e.service ? e.namespace + '/' + e.service : 'every service' }),
+      el('td', { class: 'state', text: evacState(e) }),
+      el('td', { class: 'actor', text: e.actor || '-' }),
+      el('td', { class: 'started', title: e.started_at, text: new Date(e.started_at).toLocaleString() }),
+      el('td', { class: 'expires', title: e.expires_at, text: e.state === 'evacuated' ? new Date(e.expires_at).toLocaleString() : '-' }),
+      el('td', { class: 'reason', text: [e.reason, e.note].filter(Boolean).join('; ') || '-' })));
+    $('cluster-evacuations').tBodies[0].replaceChildren(...rows);
+    $('cluster-evacuations').hidden = rows.length === 0;
+    const n = (state) => es.filter((e) => e.state === state).length;
+    $('evacuations-summary').textContent = es.length === 0 ? 'No zone is evacuated or returning.'
+      : n('evacuated') + ' evacuated, ' + n('returning') + ' returning, ' + n('paused') + ' paused';
+  }
+
   follow(async () => {
     const st = await get('status');
     renderMembers(await get('members'), st.node_id);
+    renderEvacuations(await get('evacuations'));
   }, (st) => {
     if (st) renderStatus(st);
   });

@@ -13,7 +13,8 @@
   const limit = 1000;
   // The kinds docs/api.md lists, offered even before one occurs.
   const kinds = ['applied', 'registered', 'drained', 'deregistered', 'terminated', 'expired', 'reported', 'refused',
-    'eligibility', 'health_disregarded', 'health_restored', 'quarantined', 'probes_set_aside', 'probes_restored'];
+    'eligibility', 'health_disregarded', 'health_restored', 'quarantined', 'probes_set_aside', 'probes_restored',
+    'evacuated', 'evacuation_ended', 'evacuation_paused', 'evacuation_returned'];
   let events = [];
 
   document.title = 'cairn · events · ' + ns + '/' + svc;
@@ -44,6 +45,13 @@
     sel.value = current;
   }
 
+  // change is the event's transition: "draining → terminated", "→ ready"
+  // when it has no state before (a registration, an evacuation's start).
+  function change(e) {
+    if (!e.from && !e.to) return '-';
+    return (e.from ? e.from + ' ' : '') + '→ ' + (e.to || '?');
+  }
+
   function shown(e) {
     return (!filter.kind || e.kind === filter.kind) && (!filter.instance || e.instance_id === filter.instance);
   }
@@ -56,15 +64,21 @@
     const rows = list.map((e) => {
       let cls = 'k-' + e.kind;
       if (e.kind === 'eligibility') cls += (e.to || '').startsWith('withdrawn') ? ' out' : ' in';
+      // An evacuation's events say its zone went last (out), came back
+      // (in) or stopped coming back (paused: out).
+      if (e.kind === 'evacuated' || e.kind === 'evacuation_paused' && e.to === 'paused') cls += ' out';
+      else if (e.kind.startsWith('evacuation_')) cls += ' in';
+      // An evacuation of a zone for every service is in every service's
+      // trail, without a service of its own: the cell says so.
       const inst = e.instance_id
         ? el('a', { href: '?' + new URLSearchParams({ ns, svc, instance: e.instance_id }), text: e.instance_id },
           e.incarnation ? '#' + e.incarnation : '')
-        : '-';
+        : !e.namespace && !e.service ? el('span', { class: 'muted', title: 'an event of an evacuation of a zone for every service', text: 'every service' }) : '-';
       return el('tr', { 'data-seq': String(e.seq), 'data-kind': e.kind, 'data-instance': e.instance_id || '', class: cls },
         el('td', { class: 'at', title: e.at, text: when(e.at) }),
         el('td', { class: 'kind', text: e.kind }),
         el('td', { class: 'instance' }, inst),
-        el('td', { class: 'change', text: e.from || e.to ? (e.from || '?') + ' → ' + (e.to || '?') : '-' }),
+        el('td', { class: 'change', text: change(e) }),
         el('td', { class: 'reason', text: e.reason || '-' }),
         el('td', { class: 'evidence' }, evidence(e.evidence) || '-'),
         el('td', { class: 'actor', text: e.actor || '-' }),
