@@ -4,7 +4,8 @@
 // table, with the evaluator's committed verdict beside it, and the
 // evacuations over the service's zones: an evacuated zone and one coming
 // back, with the share of its traffic taken back, beside each endpoint's
-// zone and in a section of their own.
+// zone and in a section of their own; and the newest rollout (GET
+// .../rollout, as `cairn rollout status` shows it).
 'use strict';
 
 (() => {
@@ -196,10 +197,40 @@
       text: v.verdict + (v.eligible ? ', eligible' : ', withdrawn') });
   }
 
-  function render(d) {
+  // instance is the instance's cell: its id and, while the newest
+  // rollout is in progress, whether it is of the latest set and its
+  // deploy ramp.
+  function instance(e, ro) {
+    const td = el('td', { class: 'instance' }, e.instance_id);
+    const ri = ro && !ro.summary.complete &&
+      ro.instances.find((i) => i.instance_id === e.instance_id && i.incarnation === e.incarnation);
+    if (ri && ri.latest) {
+      td.append(' ', el('span', { class: 'flag rollout-latest', title: 'of the latest set: registered since the newest rollout began; ' +
+        ri.phase.replace('_', ' ') + ', slow start over ' + ri.slow_start, text: 'latest' }));
+      if (ri.ramp) td.append(' ', el('span', { class: 'flag rollout-ramp', title: 'its deploy ramp: a slow start of ' + ri.ramp, text: 'ramp ' + ri.ramp }));
+    }
+    return td;
+  }
+
+  // renderRollout says how far the newest rollout has come, as `cairn
+  // rollout status` does.
+  function renderRollout(ro) {
+    const p = $('rollout');
+    const s = ro.summary;
+    p.hidden = s.latest === 0;
+    if (p.hidden) return;
+    p.classList.toggle('in-progress', !s.complete);
+    p.dataset.started = ro.started_at;
+    p.title = 'the latest set: the instances registered since the newest rollout began (' + ro.started_at + ')';
+    p.textContent = 'Rollout since ' + new Date(ro.started_at).toLocaleTimeString() + ': ' + s.latest + ' of ' + s.instances +
+      ' instance' + (s.instances === 1 ? '' : 's') + '; ' + s.in_rotation + ' in rotation (' + s.full_weight + ' at full weight, ' +
+      s.ramping + ' ramping), ' + s.not_eligible + ' not eligible; ' + (s.complete ? 'complete.' : 'in progress.');
+  }
+
+  function render(d, ro) {
     const v = d.view;
     const rows = v.endpoints.map((e) => el('tr', { 'data-instance': e.instance_id, class: 'lc-' + e.lifecycle + (e.evacuation ? ' evac-' + e.evacuation : '') },
-      el('td', { class: 'instance', text: e.instance_id }),
+      instance(e, ro),
       el('td', { class: 'num incarnation', text: String(e.incarnation) }),
       el('td', { class: 'addresses', text: addresses(e) }),
       zone(e),
@@ -218,6 +249,7 @@
     $('empty').hidden = rows.length > 0;
     $('disregarded').hidden = !v.health_disregarded;
     renderEvacuations(v);
+    renderRollout(ro);
     shown = v.revision;
     showStale(v.stale ? 'STALE: this node\'s view is ' + duration(v.age_seconds) + ' old; its DNS answers say so (EDE 3; SERVFAIL past --max-stale).' : '');
     const elig = v.endpoints.filter((e) => e.eligible).length;
@@ -246,6 +278,7 @@
     document.body.classList.toggle('stale', !!why);
   }
   follow(async () => {
-    render(await get('services/' + encodeURIComponent(ns) + '/' + encodeURIComponent(svc)));
+    const path = 'services/' + encodeURIComponent(ns) + '/' + encodeURIComponent(svc);
+    render(...await Promise.all([get(path), get(path + '/rollout')]));
   }, (st, err) => showStale(staleness(st, err ? err.message || String(err) : null, shown)), { table: true });
 })();
