@@ -66,7 +66,8 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, route string
 	// Sentinel suffixes (": invalid input") say nothing to a user.
 	for _, p := range []string{": " + wire.ErrInvalid.Error(), ": " + errBadRequest.Error(),
 		": " + addrpolicy.ErrForbidden.Error(), ": " + acl.ErrDenied.Error(), ": " + store.ErrFenced.Error(),
-		": " + store.ErrNotFound.Error(), ": " + errConflict.Error(), ": " + store.ErrBudget.Error()} {
+		": " + store.ErrNotFound.Error(), ": " + errConflict.Error(), ": " + store.ErrBudget.Error(),
+		": " + store.ErrCapacity.Error()} {
 		msg = strings.TrimSuffix(msg, p)
 	}
 	if code == http.StatusInternalServerError {

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -32,13 +31,7 @@ func (s *Server) evacuate(w http.ResponseWriter, r *http.Request, id acl.Identit
 	}
 	e, err := s.cfg.Store.Evacuate(r.Context(), id.Name, req)
 	if errors.Is(err, store.ErrCapacity) {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 2*time.Second)
-		defer cancel()
-		if aerr := s.cfg.Store.Audit(ctx, wire.Event{Kind: wire.EventRefused, Namespace: req.Namespace, Service: req.Service,
-			Actor: id.Name, Reason: err.Error()}); aerr != nil {
-			s.log.Warn("recording refusal in the audit trail", "err", aerr)
-			s.metrics.unaudited.Inc()
-		}
+		s.auditRefusal(r, id, wire.InstanceKey{Namespace: req.Namespace, Service: req.Service}, err.Error())
 	}
 	if err != nil {
 		return 0, nil, err

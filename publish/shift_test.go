@@ -83,3 +83,35 @@ func TestShiftPublishedOnCommit(t *testing.T) {
 		t.Errorf("with the table current, publishShift built table version %d over %d", after, before)
 	}
 }
+
+// TestShiftPublishedAfterAWithdrawalCopy: a withdrawal published on
+// commit after the evacuation stamps a copy of the table with a newer
+// revision; the shift is still built at once, not at the next round.
+func TestShiftPublishedAfterAWithdrawalCopy(t *testing.T) {
+	h := newHarness(t, 0, nil)
+	svc := tcpService("shop", "cart")
+	svc.Policy.MaxUnavailable = "100%" // not a test of budgets
+	h.apply(svc)
+	var fleet []wire.Instance
+	for i, z := range []string{"a", "b", "b"} {
+		r := reg(svc, fmt.Sprintf("%s%d", z, i), fmt.Sprintf("10.0.0.%d", i+1))
+		r.Region, r.Zone = "r1", z
+		fleet = append(fleet, h.register(r))
+	}
+	h.tick(0)
+	if _, err := h.st.Evacuate(t.Context(), "admin", wire.EvacuateRequest{Zone: "a", Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.st.Drain(t.Context(), "admin", fleet[2].Key(), fleet[2].Incarnation); err != nil {
+		t.Fatal(err)
+	}
+	<-h.st.Withdrawn()
+	h.n.publishWithdrawals(t.Context())
+	if e := h.entry(fleet[0]); e.Evacuated() {
+		t.Fatal("the withdrawal copy carried the shift: this test no longer tests the copy")
+	}
+	h.n.publishShift()
+	if e := h.entry(fleet[0]); !e.Evacuated() {
+		t.Fatalf("a0 after the evacuation and a withdrawal copy, before any round: %+v; want evacuated", e)
+	}
+}

@@ -104,19 +104,17 @@ func (n *Node) publishWithdrawals(ctx context.Context) {
 // (store.Shifted): an evacuation reaches the answers within a second
 // (issue 30), not at the next round, and every node publishes a
 // return's step when it applies it. It runs on the loop's goroutine,
-// between rounds; it builds nothing when the table already holds the
-// replica's revision (a round's build read the shift first).
+// between rounds; it builds nothing when the last build's catalog was
+// read at or after the shift (a round's build read it first). It asks
+// the catalog, not the table: a withdrawal published on commit stamps
+// a copy of the table with a newer revision without reading the replica,
+// so the table's revision says nothing of the shift.
 func (n *Node) publishShift() {
 	if n.restored.Load() || !n.cfg.Store.CaughtUp() {
 		return // the first round after the replica has caught up builds it
 	}
-	cur := n.cfg.Table.Acquire()
-	if cur != nil {
-		current := cur.StoreRevision() >= n.cfg.Store.Revision()
-		cur.Release()
-		if current {
-			return
-		}
+	if n.laidOut && n.cat.Rev >= n.cfg.Store.ShiftRevision() {
+		return
 	}
 	prev := n.Enter(PhaseRefresh)
 	n.Refresh()

@@ -42,6 +42,15 @@ type evacStep struct {
 // node publishes a return's step together.
 func (s *Store) Shifted() <-chan struct{} { return s.shifts }
 
+// ShiftRevision is the revision of the last applied entry (or installed
+// snapshot) that moved an evacuation: a table built from a replica at
+// that revision or later holds the shift.
+func (s *Store) ShiftRevision() uint64 {
+	s.fsm.mu.RLock()
+	defer s.fsm.mu.RUnlock()
+	return s.fsm.shiftRev
+}
+
 // Evacuations returns the evacuations in force (evacuated, or their
 // zone returning), oldest first.
 func (s *Store) Evacuations() []wire.Evacuation {
@@ -97,9 +106,13 @@ func (f *fsm) evacuate(index uint64, c command) (wire.Evacuation, error) {
 	if err != nil {
 		return wire.Evacuation{}, err
 	}
-	if req.Undo {
+	switch {
+	case req.Undo && cur.EndedAt.IsZero():
 		f.endEvacuation(cur, c.At, c.Actor, fmt.Sprintf("undone by %s", c.Actor))
 		f.shifted = true
+		return *cur, nil
+	case req.Undo:
+		f.rebase(cur, c.At, c.Actor)
 		return *cur, nil
 	}
 	expires := req.Expires.D()
@@ -131,7 +144,7 @@ func (f *fsm) evacuate(index uint64, c command) (wire.Evacuation, error) {
 		reason += ": " + e.Reason
 	}
 	if len(short) > 0 {
-		reason += " (forced past the capacity check: " + strings.Join(short, "; ") + ")"
+		reason += " (forced past the capacity check: " + listShort(short) + ")"
 	}
 	f.record(wire.Event{At: c.At, Kind: wire.EventEvacuated, Namespace: e.Namespace, Service: e.Service,
 		To: "evacuated", Reason: reason, Actor: c.Actor})
@@ -152,7 +165,7 @@ func (f *fsm) checkEvacuate(req wire.EvacuateRequest) (*wire.Evacuation, error) 
 		}
 	}
 	if req.Undo {
-		if cur == nil || !cur.EndedAt.IsZero() {
+		if cur == nil {
 			return nil, fmt.Errorf("%s is not evacuated (see `cairn evacuations`): %w", req, ErrNotFound)
 		}
 		return cur, nil
@@ -166,10 +179,32 @@ func (f *fsm) checkEvacuate(req wire.EvacuateRequest) (*wire.Evacuation, error) 
 		return cur, nil
 	}
 	e := wire.Evacuation{Region: req.Region, Zone: req.Zone, Namespace: req.Namespace, Service: req.Service}
+	n := 0
+	f.eachInScope(e, func(*wire.Service, *record) { n++ })
+	if n == 0 {
+		// A zone named wrong would otherwise be "evacuated" and the
+		// operator none the wiser.
+		return nil, fmt.Errorf("%s holds no instance; --force evacuates it all the same: %w", req, ErrNotFound)
+	}
 	if short := f.shortfall(e, cur); len(short) > 0 {
-		return nil, fmt.Errorf("evacuating %s refused: %s; --force overrides: %w", req, strings.Join(short, "; "), ErrCapacity)
+		return nil, fmt.Errorf("evacuating %s refused: %s; --force overrides: %w", req, listShort(short), ErrCapacity)
 	}
 	return cur, nil
+}
+
+// maxShortListed is how many services an evacuation's refusal or forced
+// start names: a zone of thousands of single-zone services would
+// otherwise make an error, an audit event and a log entry of hundreds
+// of kilobytes.
+const maxShortListed = 5
+
+// listShort joins the first maxShortListed shortfalls and counts the
+// rest.
+func listShort(short []string) string {
+	if len(short) <= maxShortListed {
+		return strings.Join(short, "; ")
+	}
+	return fmt.Sprintf("%s; and %d more service(s)", strings.Join(short[:maxShortListed], "; "), len(short)-maxShortListed)
 }
 
 // shortfall lists the services in e's scope whose eligible instances
@@ -253,6 +288,22 @@ func (f *fsm) endEvacuation(e *wire.Evacuation, at time.Time, by, why string) {
 		Actor: by})
 }
 
+// rebase is an undo of an evacuation already returning: the return
+// resumes from where it is, counting its pause rule from the instances
+// withdrawn now. It is how an operator moves on a return held by a
+// failure the zone will not recover from (an instance that stays down).
+func (f *fsm) rebase(e *wire.Evacuation, at time.Time, by string) {
+	was := e.State()
+	if !e.Paused {
+		e.Returned += wire.Duration(max(at.Sub(e.ReturnedAt), 0))
+	}
+	e.ReturnedAt, e.Baseline, e.Paused, e.PauseReason = at, f.withdrawnIn(*e), false, ""
+	f.shifted = true
+	f.record(wire.Event{At: at, Kind: wire.EventEvacuationPaused, Namespace: e.Namespace, Service: e.Service,
+		From: was, To: "returning", Actor: by,
+		Reason: fmt.Sprintf("%s: its return resumes at the undo of %s, counting from the %d instance(s) withdrawn now", e.Scope(), by, e.Baseline)})
+}
+
 // withdrawnIn counts the ready instances in e's scope that are not in
 // rotation.
 func (f *fsm) withdrawnIn(e wire.Evacuation) int {
@@ -286,6 +337,26 @@ func (f *fsm) eachInScope(e wire.Evacuation, fn func(*wire.Service, *record)) {
 	}
 	for k, m := range f.instances.svcs {
 		visit(k, m)
+	}
+}
+
+// holdReturns, on a new leader's takeover entry, keeps the time without
+// a leader out of every return: a return counts from the last step the
+// log holds up to silent (the last moment a leader was at work), then
+// again from the takeover at since. Without it the new leader's first
+// step would count the outage as return, and a long one would bring the
+// zone back whole at once (SPEC §0.5: recovery is the dangerous event).
+func (f *fsm) holdReturns(since, silent time.Time) {
+	for _, e := range f.evacs {
+		if e.EndedAt.IsZero() || e.Paused {
+			continue
+		}
+		if !silent.IsZero() && silent.After(e.ReturnedAt) {
+			e.Returned += wire.Duration(silent.Sub(e.ReturnedAt))
+		}
+		if since.After(e.ReturnedAt) {
+			e.ReturnedAt = since
+		}
 	}
 }
 

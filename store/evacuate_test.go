@@ -290,3 +290,71 @@ func TestEvacuationEntriesSignalShift(t *testing.T) {
 	l.must(evacCmd(wire.EvacuateRequest{Zone: "c", Undo: true}))
 	want("a second evacuation started and undone", 6)
 }
+
+// TestReturnHeldWithoutLeader: ten minutes without a leader in the
+// middle of a return count for nothing; the new leader carries on from
+// the share the log held.
+func TestReturnHeldWithoutLeader(t *testing.T) {
+	l := zonedLog(t, 100*time.Second)
+	l.must(evacCmd(wire.EvacuateRequest{Zone: "a"}))
+	r := l.must(evacCmd(wire.EvacuateRequest{Zone: "a", Undo: true}))
+	id, start := r.Evacuation.ID, l.now
+	at := start.Add(25 * time.Second)
+	l.f.mu.RLock()
+	s := l.f.evacuationSteps(at)
+	l.f.mu.RUnlock()
+	l.must(command{Op: opEvacuationStep, At: at, Actor: "node:n1", EvacSteps: s})
+	// The last entry of the old term at +27 s; a new leader at +10 min.
+	silent, takeover := start.Add(27*time.Second), start.Add(10*time.Minute)
+	l.must(command{Op: opLeader, At: takeover, Actor: "node:n2", Grace: true, SilentSince: silent})
+	e := l.f.evacs[id]
+	if e.Returned.D() != 27*time.Second || !e.ReturnedAt.Equal(takeover) {
+		t.Fatalf("after the takeover: returned %s at %s; want 27s at the takeover", e.Returned, e.ReturnedAt)
+	}
+	l.f.mu.RLock()
+	s = l.f.evacuationSteps(takeover.Add(time.Second))
+	l.f.mu.RUnlock()
+	if len(s) != 0 {
+		t.Fatalf("the new leader's first tick steps %+v; the share has not moved", s)
+	}
+	if got := e.Share(100 * time.Second); got != 0.3 {
+		t.Fatalf("share %v, want 0.3", got)
+	}
+}
+
+// TestUndoResumesAPausedReturn: a return held by an instance that stays
+// down moves on when the operator undoes again, counting from the
+// instances withdrawn now; a zone of nothing is refused unless forced.
+func TestUndoResumesAPausedReturn(t *testing.T) {
+	l := zonedLog(t, 100*time.Second)
+	l.must(evacCmd(wire.EvacuateRequest{Zone: "a"}))
+	id := l.must(evacCmd(wire.EvacuateRequest{Zone: "a", Undo: true})).Evacuation.ID
+	withdraw(l, t, "a1")
+	l.f.mu.RLock()
+	s := l.f.evacuationSteps(l.now.Add(time.Second))
+	l.f.mu.RUnlock()
+	l.must(command{Op: opEvacuationStep, At: l.now.Add(time.Second), Actor: "node:n1", EvacSteps: s})
+	if l.f.evacs[id].State() != "paused" {
+		t.Fatalf("state %s, want paused", l.f.evacs[id].State())
+	}
+	r := l.must(evacCmd(wire.EvacuateRequest{Zone: "a", Undo: true}))
+	if e := r.Evacuation; e.State() != "returning" || e.Baseline != 1 || e.ID != id {
+		t.Fatalf("after a second undo: %+v", e)
+	}
+	l.f.mu.RLock()
+	s = l.f.evacuationSteps(l.now.Add(time.Second))
+	l.f.mu.RUnlock()
+	for _, st := range s {
+		if st.Paused {
+			t.Fatalf("paused again by the instance the undo counted: %+v", st)
+		}
+	}
+	last := l.f.events.at(l.f.events.len() - 1)
+	if last.Kind != wire.EventEvacuationPaused || last.From != "paused" || last.To != "returning" {
+		t.Fatalf("event %+v", last)
+	}
+	if r := l.apply(evacCmd(wire.EvacuateRequest{Zone: "typo"})); !errors.Is(r.Err, ErrNotFound) || !strings.Contains(r.Err.Error(), "holds no instance") {
+		t.Fatalf("a zone of nothing: %v", r.Err)
+	}
+	l.must(evacCmd(wire.EvacuateRequest{Zone: "typo", Force: true}))
+}

@@ -163,6 +163,10 @@ type fsm struct {
 	// stepped an evacuation (traffic moves between zones); onShift, if
 	// set, is called after such an Apply, under no lock.
 	shifted bool
+	// shiftRev is the index of the last entry that moved a shift (or
+	// of the snapshot installed last): not replicated state, what a
+	// table builder compares its catalog's revision with (ShiftRevision).
+	shiftRev uint64
 	onShift func()
 
 	// onRegister is called, under no lock, after a registration created a
@@ -211,6 +215,9 @@ func (f *fsm) Apply(l *raft.Log) any {
 		f.onWithdraw(l.Index, ws)
 	}
 	shifted := f.shifted
+	if shifted {
+		f.shiftRev = l.Index
+	}
 	f.withdrawn, f.shifted = nil, false
 	f.mu.Unlock()
 	if shifted && f.onShift != nil {
@@ -258,6 +265,7 @@ func (f *fsm) apply(index uint64, c command) result {
 		f.leaderSince = c.At
 		if c.Grace {
 			f.grace(c.At, c.SilentSince)
+			f.holdReturns(c.At, c.SilentSince)
 		}
 	case opHealth:
 		f.commitHealth(c)

@@ -313,7 +313,8 @@ func (s *Store) housekeep(ctx context.Context) error {
 		return err
 	}
 	if err := s.stepEvacuationsNow(ctx); err != nil {
-		return err
+		// The leases and drains below are due whatever became of it.
+		s.log.Warn("housekeeping", "err", err)
 	}
 	for i := 0; i < maxEntriesPerTick; i++ {
 		more, err := s.housekeepOnce(ctx)

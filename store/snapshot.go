@@ -95,6 +95,14 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if err := f.load(s); err != nil {
 		return fmt.Errorf("store: restoring snapshot: %w", err)
 	}
+	// The snapshot may start, end or move evacuations: the table builder
+	// rebuilds from it at once, as after an entry that does.
+	f.mu.Lock()
+	f.shiftRev = s.Rev
+	f.mu.Unlock()
+	if f.onShift != nil {
+		f.onShift()
+	}
 	return nil
 }
 

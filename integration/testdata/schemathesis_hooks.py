@@ -56,7 +56,8 @@ CODES = {
 
 # Audit events only a client's write makes; the rest are the server's own
 # (evaluator, housekeeping) or a refusal's record.
-CLIENT_KINDS = {"applied", "registered", "drained", "deregistered", "reported", "budget_overridden"}
+CLIENT_KINDS = {"applied", "registered", "drained", "deregistered", "reported", "budget_overridden",
+                "evacuated", "evacuation_ended"}
 
 
 def _header(response, name):
