@@ -135,25 +135,69 @@ func cmpBool(a, b bool) int {
 	return -1
 }
 
+// srvMergedWeight is what the weights of tiers merged into one SRV
+// priority add up to: within SRV's 16 bits, fine enough for a tier's
+// share.
+const srvMergedWeight = 60000
+
 // selectSRV chooses the SRV endpoints of a service for a caller: every
 // eligible endpoint (every servable one of the tiers used, when health is
 // disregarded as for selectA), priority = tier, in weighted random order
 // within a tier, so a client that takes the first record still spreads
 // its load by weight.
+//
+// One exception: while a zone returns from an evacuation and the caller
+// uses its tier together with the next ones (the spill selectA
+// computes), those tiers share the priority of the first of them, each
+// endpoint's weight its tier's share of the load (as the xDS server
+// merges them). A client takes the lowest priority whole, so the
+// returning zone alone at priority 0 would take back all its callers at
+// once; merged, it takes its share.
 func selectSRV(t *status.Table, members []uint32, loc status.Locality, minFrac float64,
 	has func(slot uint32) bool, rnd func() float64, buf []candidate) selection {
-	var total, good int
+	var (
+		total, good int
+		counts      status.TierCounts
+		returning   [status.NumTiers]bool
+	)
 	for _, slot := range members {
 		e := t.Entry(int(slot))
 		if !servable(e) || !has(slot) {
 			continue
 		}
 		total++
-		if healthy(e) {
+		ok := healthy(e)
+		tr := status.TierOf(loc, e)
+		if ok {
 			good++
+			returning[tr] = returning[tr] || e.Returning()
 		}
+		counts.Add(tr, ok, e.Share(), float64(weightOf(e)), float64(weightOf(e)))
 	}
 	disregard := total > 0 && minFrac > 0 && float64(good) < minFrac*float64(total)
+	// perW[tr] turns a weight of merged tier tr into its share of
+	// srvMergedWeight; 0 for a tier not merged.
+	var (
+		merged bool
+		first  = -1
+		perW   [status.NumTiers]float64
+	)
+	if sp := counts.Spill(minFrac); !disregard && !sp.Disregard && sp.Used > 1 {
+		for tr := range status.NumTiers {
+			merged = merged || sp.Use[tr] && returning[tr]
+		}
+		for tr := range status.NumTiers {
+			if !merged || !sp.Use[tr] {
+				continue
+			}
+			if first < 0 {
+				first = tr
+			}
+			if sp.Weight[tr] > 0 {
+				perW[tr] = sp.Load[tr] / sp.Weight[tr] * srvMergedWeight
+			}
+		}
+	}
 	sel := selection{chosen: buf[:0]}
 	for _, slot := range members {
 		e := t.Entry(int(slot))
@@ -164,9 +208,13 @@ func selectSRV(t *status.Table, members []uint32, loc status.Locality, minFrac f
 		if !ok && !disregard {
 			continue
 		}
-		w := weightOf(e)
-		c := candidate{slot: slot, tier: uint8(status.TierOf(loc, e)), weight: w, disregarded: !ok}
-		c.key = sampleKey(rnd(), float64(w))
+		w, tr := weightOf(e), status.TierOf(loc, e)
+		c := candidate{slot: slot, tier: uint8(tr), weight: w, disregarded: !ok}
+		if perW[tr] > 0 {
+			c.tier = uint8(first)
+			c.weight = uint16(min(max(math.Round(float64(w)*perW[tr]), 1), 65535))
+		}
+		c.key = sampleKey(rnd(), float64(c.weight))
 		sel.chosen = append(sel.chosen, c)
 		sel.disregarded = sel.disregarded || c.disregarded
 	}

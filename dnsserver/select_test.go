@@ -2,6 +2,7 @@ package dnsserver_test
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"slices"
@@ -396,15 +397,35 @@ func TestReturningZoneShare(t *testing.T) {
 	if share < 0.38 || share > 0.46 {
 		t.Fatalf("%.3f of first records in the returning zone, want about 1.4 × 0.3 = 0.42", share)
 	}
+	// SRV: the caller's zone and the region share priority 0, the
+	// weights carrying each one's share (a client takes priority 0
+	// whole, so the zone alone there would take back all its callers).
 	r := f.ask("udp", query("_http._tcp.back.shop.svc.cairn.internal.", dns.TypeSRV, true))
+	var zoneW, allW float64
 	for _, rr := range r.Answer {
 		srv := rr.(*dns.SRV)
-		want := uint16(100)
-		if strings.HasPrefix(srv.Target, "a") {
-			want = 30
+		if srv.Priority != 0 {
+			t.Fatalf("%s at priority %d, want 0 (merged)", srv.Target, srv.Priority)
 		}
-		if srv.Weight != want {
-			t.Errorf("%s weight %d, want %d", srv.Target, srv.Weight, want)
+		allW += float64(srv.Weight)
+		if strings.HasPrefix(srv.Target, "a") {
+			zoneW += float64(srv.Weight)
+		}
+	}
+	if len(r.Answer) != 8 || math.Abs(zoneW/allW-0.42) > 0.001 {
+		t.Fatalf("SRV: %d records, the returning zone weighing %.3f; want 8, 0.42", len(r.Answer), zoneW/allW)
+	}
+	// A caller in eu-b has its own zone whole: tiers as priorities, the
+	// returning zone's weights at its share.
+	g := start(t, []svc{s}, func(c *dnsserver.Config) { c.Own = dnsserver.Place{Region: "eu", Zone: "eu-b"} })
+	for _, rr := range g.ask("udp", query("_http._tcp.back.shop.svc.cairn.internal.", dns.TypeSRV, true)).Answer {
+		srv := rr.(*dns.SRV)
+		prio, want := uint16(0), uint16(100)
+		if strings.HasPrefix(srv.Target, "a") {
+			prio, want = 1, 30
+		}
+		if srv.Priority != prio || srv.Weight != want {
+			t.Errorf("caller in eu-b: %s priority %d weight %d, want %d %d", srv.Target, srv.Priority, srv.Weight, prio, want)
 		}
 	}
 }
