@@ -405,7 +405,54 @@ func (f *fsm) stepEvacuations(c command) {
 // A return moves on in the log only when some service's share changes,
 // it pauses or resumes, or it is done, so that a return of five minutes
 // costs a few entries, not one a tick.
-func (f *fsm) evacuationSteps(now time.Time) []evacStep {
+func (f *fsm) evacuationSteps(now time.Time) []evacStep { return f.evacuationStepsWith(now, f.scanScope) }
+
+// evacScan is what a return's step needs of its scope: the shift_back
+// windows of its services and how many of its ready instances are
+// withdrawn, as of the replica's revision rev.
+type evacScan struct {
+	rev       uint64
+	windows   []time.Duration
+	withdrawn int
+}
+
+// scanScope visits every live instance in e's scope: a millisecond or
+// more at 100,000 instances, under the FSM's lock, so the leader keeps
+// the answer until the replica moves (Store.scanEvacuation).
+func (f *fsm) scanScope(e *wire.Evacuation) evacScan {
+	sc := evacScan{rev: f.rev}
+	visit := func(k wire.ServiceKey, m map[string]*record) {
+		svc := f.services[k]
+		if svc == nil || len(m) == 0 {
+			return
+		}
+		seen := false
+		for _, in := range m {
+			if in.lifecycle == status.Terminated || !e.Covers(k.Namespace, k.Name, in.origin.region, in.origin.zone) {
+				continue
+			}
+			seen = true
+			if in.lifecycle == status.Ready && !in.eligible() {
+				sc.withdrawn++
+			}
+		}
+		if w := svc.Policy.ShiftBackWindow(); seen && !slices.Contains(sc.windows, w) {
+			sc.windows = append(sc.windows, w)
+		}
+	}
+	if e.Service != "" {
+		k := wire.ServiceKey{Namespace: e.Namespace, Name: e.Service}
+		visit(k, f.instances.svcs[k])
+		return sc
+	}
+	for k, m := range f.instances.svcs {
+		visit(k, m)
+	}
+	return sc
+}
+
+// evacuationStepsWith is evacuationSteps with the scope's scan given.
+func (f *fsm) evacuationStepsWith(now time.Time, scan func(*wire.Evacuation) evacScan) []evacStep {
 	var out []evacStep
 	for _, id := range f.sortedEvacIDs() {
 		e := f.evacs[id]
@@ -415,14 +462,8 @@ func (f *fsm) evacuationSteps(now time.Time) []evacStep {
 			}
 			continue
 		}
-		windows := map[time.Duration]bool{}
-		withdrawn := 0
-		f.eachInScope(*e, func(svc *wire.Service, in *record) {
-			windows[svc.Policy.ShiftBackWindow()] = true
-			if in.lifecycle == status.Ready && !in.eligible() {
-				withdrawn++
-			}
-		})
+		sc := scan(e)
+		windows, withdrawn := sc.windows, sc.withdrawn
 		returned := e.Returned
 		if !e.Paused {
 			returned += wire.Duration(max(now.Sub(e.ReturnedAt), 0))
@@ -430,7 +471,7 @@ func (f *fsm) evacuationSteps(now time.Time) []evacStep {
 		next := *e
 		next.Returned = returned
 		done, moved := true, false
-		for w := range windows {
+		for _, w := range windows {
 			done = done && next.Done(w)
 			moved = moved || next.Share(w) != e.Share(w)
 		}
@@ -461,11 +502,27 @@ func (f *fsm) sortedEvacIDs() []uint64 {
 	return ids
 }
 
+// scanEvacuation is fsm.scanScope, kept while the replica's revision
+// holds still: a return of five minutes is looked at every tick, and its
+// scope changes only with the log. Called by the housekeeping goroutine
+// alone, under the FSM's read lock.
+func (s *Store) scanEvacuation(e *wire.Evacuation) evacScan {
+	if sc, ok := s.evacScans[e.ID]; ok && sc.rev == s.fsm.rev {
+		return sc
+	}
+	if len(s.evacScans) > 64 {
+		clear(s.evacScans) // ended evacuations' scans
+	}
+	sc := s.fsm.scanScope(e)
+	s.evacScans[e.ID] = sc
+	return sc
+}
+
 // stepEvacuationsNow commits the leader's due evacuation steps, if any.
 func (s *Store) stepEvacuationsNow(ctx context.Context) error {
 	now := s.now()
 	s.fsm.mu.RLock()
-	steps := s.fsm.evacuationSteps(now)
+	steps := s.fsm.evacuationStepsWith(now, s.scanEvacuation)
 	s.fsm.mu.RUnlock()
 	if len(steps) == 0 {
 		return nil

@@ -102,6 +102,9 @@ type Store struct {
 	// shifts is signalled (capacity 1) after an applied entry moved an
 	// evacuation (Shifted).
 	shifts chan struct{}
+	// evacScans are the leader's scans of returning evacuations' scopes
+	// (scanEvacuation), by id; only the housekeeping goroutine uses them.
+	evacScans map[uint64]evacScan
 
 	closeOnce sync.Once
 	closeErr  error
@@ -123,6 +126,7 @@ func Open(cfg Config) (*Store, error) {
 	s.withdrawals.ch = make(chan struct{}, 1)
 	s.fsm.onWithdraw = s.noteWithdrawals
 	s.shifts = make(chan struct{}, 1)
+	s.evacScans = map[uint64]evacScan{}
 	s.fsm.onShift = func() {
 		select {
 		case s.shifts <- struct{}{}:
