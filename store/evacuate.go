@@ -405,7 +405,9 @@ func (f *fsm) stepEvacuations(c command) {
 // A return moves on in the log only when some service's share changes,
 // it pauses or resumes, or it is done, so that a return of five minutes
 // costs a few entries, not one a tick.
-func (f *fsm) evacuationSteps(now time.Time) []evacStep { return f.evacuationStepsWith(now, f.scanScope) }
+func (f *fsm) evacuationSteps(now time.Time) []evacStep {
+	return f.evacuationStepsWith(now, f.scanScope)
+}
 
 // evacScan is what a return's step needs of its scope: the shift_back
 // windows of its services and how many of its ready instances are

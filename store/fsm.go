@@ -167,7 +167,7 @@ type fsm struct {
 	// of the snapshot installed last): not replicated state, what a
 	// table builder compares its catalog's revision with (ShiftRevision).
 	shiftRev uint64
-	onShift func()
+	onShift  func()
 
 	// onRegister is called, under no lock, after a registration created a
 	// new incarnation, and onExpire with the number of registrations an
