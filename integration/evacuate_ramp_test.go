@@ -138,6 +138,28 @@ func TestEvacuationReturnsInSteps(t *testing.T) {
 	runCLI(ctx, t, n, append([]string{"evacuate", "--undo"}, scope...)...)
 	r := &rampSampler{f: f, n: n, id: "a-0"}
 	r.until(t, 10*time.Second, "zone a's share reaches 0.3", func(w int) bool { return w >= 30 })
+	// A caller in zone a itself: its zone and the region share SRV
+	// priority 0, zone a weighing 1.4 × its share (under 0.72 so far),
+	// not alone at priority 0, where a client would send it everything.
+	own, err := f.srv(n, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var zoneA, all float64
+	for id, rec := range own {
+		if rec.prio != 0 {
+			t.Fatalf("SRV to a caller in the returning zone a: %s at priority %d, want 0 (merged): %v", id, rec.prio, own)
+		}
+		all += float64(rec.weight)
+		if strings.HasPrefix(id, "a-") {
+			zoneA += float64(rec.weight)
+		}
+	}
+	if frac := zoneA / all; len(own) != 6 || frac <= 0 || frac >= 1 {
+		t.Fatalf("SRV to a caller in the returning zone a: zone a weighs %.2f of priority 0 (%v); want a share", frac, own)
+	} else {
+		t.Logf("SRV to a caller in zone a at the start of the return: zone a weighs %.2f of priority 0", frac)
+	}
 
 	// a-1 fails its probes: the return pauses where its step left it.
 	f.setDown(t, "a-1", true)
