@@ -34,7 +34,8 @@ const minCorrelated = 2
 // correlation counts every observer's reach into every zone from its
 // latest fresh probe result of each live instance. It takes n.mu a slice
 // at a time (paced, between services). Freshness
-// is the instance's service's: the window in which its results count.
+// is the instance's service's (Node.freshness): the window in which its
+// results count.
 func (n *Node) correlation(now time.Time) map[asideKey]reach {
 	out := map[asideKey]reach{}
 	zones := map[zoneKey]int{}
@@ -45,7 +46,7 @@ func (n *Node) correlation(now time.Time) map[asideKey]reach {
 		n.latest = latest[:0]
 	}()
 	for _, cs := range n.pub.Catalog().Services {
-		fresh := cs.Policy.Freshness
+		fresh := n.freshness(cs.Policy)
 		if n.pacer.Due() {
 			n.mu.Unlock()
 			n.pacer.Pause()

@@ -99,7 +99,9 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 		}
 		n.mu.Unlock()
 		n.insBuf, n.sampleBuf = ins[:0], buf[:0]
-		res, next := n.ev.Evaluate(cs.Policy, ins, samples, *prev, now)
+		pol := cs.Policy
+		pol.Freshness = n.freshness(pol)
+		res, next := n.ev.Evaluate(pol, ins, samples, *prev, now)
 		n.ev.Recycle(*prev)
 		// The replaced State stays in the previous round's map until
 		// the next round clears it: it must not keep its list, or the
@@ -185,6 +187,18 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 		ups = ups[k:]
 	}
 	return committed
+}
+
+// freshness is how old evidence about an instance of a service of
+// policy p may be and still count: the policy's (3 × its check
+// interval), but never less than three rounds. Every result but a
+// refusal waits out a round's hold-back before the evaluator consumes
+// it (evaluate), so the newest consumed is always at least a round old:
+// a check more frequent than the round is judged as one at the round's
+// interval would be, or none of its evidence would ever be fresh
+// (docs/decisions.md).
+func (n *Node) freshness(p eval.Policy) time.Duration {
+	return max(p.Freshness, 3*n.pub.Interval())
 }
 
 func eligibility(e bool) string {
