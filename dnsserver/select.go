@@ -43,18 +43,25 @@ func healthy(e status.Entry) bool {
 }
 
 // weightOf is the weight an entry is sampled with: its published weight
-// times its zone's share while the zone returns from an evacuation (at
-// least 1) when healthy, its base weight when served with health
-// disregarded.
+// when healthy, its base weight when served with health disregarded. It
+// stays small enough to inline (the hot path calls it for every member
+// of every answer); the share of a zone returning from an evacuation is
+// applied beside it (sampleWeight, srvWeight).
 func weightOf(e status.Entry) uint16 {
 	if healthy(e) && e.Weight > 0 {
-		if e.Returning() {
-			return uint16(max(math.Round(float64(e.Weight)*e.Share()), 1))
-		}
 		return e.Weight
 	}
 	return max(e.BaseWeight, 1)
 }
+
+// sampleWeight is weightOf times the entry's share (status.Entry.Share:
+// 1 unless its zone returns from an evacuation).
+func sampleWeight(e status.Entry) float64 { return float64(weightOf(e)) * e.Share() }
+
+// sharedWeight is the SRV weight of an entry whose zone an evacuation
+// shifts: weightOf times its share, at least 1 (the callers test Shift
+// first, so that the common path makes no call).
+func sharedWeight(e status.Entry) uint16 { return uint16(max(math.Round(sampleWeight(e)), 1)) }
 
 // selectA chooses the A/AAAA endpoints of a service for a caller at loc
 // (SPEC §3). Every member is examined, whatever its state (constant work
@@ -83,7 +90,8 @@ func selectA(t *status.Table, members []uint32, loc status.Locality, minFrac flo
 		if !servable(e) || !has(slot) {
 			continue
 		}
-		counts.Add(status.TierOf(loc, e), healthy(e), e.Share(), float64(weightOf(e)), float64(weightOf(e)))
+		w := sampleWeight(e)
+		counts.Add(status.TierOf(loc, e), healthy(e), e.Share(), w, w)
 	}
 	sp := counts.Spill(minFrac)
 	sel := selection{chosen: buf[:0]}
@@ -107,9 +115,8 @@ func selectA(t *status.Table, members []uint32, loc status.Locality, minFrac flo
 		if !sp.Use[tr] || !ok && !sp.Disregard || perW[tr] == 0 {
 			continue
 		}
-		w := weightOf(e)
-		c := candidate{slot: slot, tier: uint8(tr), weight: w, disregarded: !ok}
-		c.key = sampleKey(rnd(), float64(w)*perW[tr])
+		c := candidate{slot: slot, tier: uint8(tr), weight: weightOf(e), disregarded: !ok}
+		c.key = sampleKey(rnd(), sampleWeight(e)*perW[tr])
 		sel.chosen = append(sel.chosen, c)
 	}
 	slices.SortFunc(sel.chosen, func(a, b candidate) int {
@@ -155,48 +162,29 @@ const srvMergedWeight = 60000
 // once; merged, it takes its share.
 func selectSRV(t *status.Table, members []uint32, loc status.Locality, minFrac float64,
 	has func(slot uint32) bool, rnd func() float64, buf []candidate) selection {
-	var (
-		total, good int
-		counts      status.TierCounts
-		returning   [status.NumTiers]bool
-	)
+	var total, good int
+	returning := false
 	for _, slot := range members {
 		e := t.Entry(int(slot))
 		if !servable(e) || !has(slot) {
 			continue
 		}
 		total++
-		ok := healthy(e)
-		tr := status.TierOf(loc, e)
-		if ok {
+		if healthy(e) {
 			good++
-			returning[tr] = returning[tr] || e.Returning()
+			returning = returning || e.Returning()
 		}
-		counts.Add(tr, ok, e.Share(), float64(weightOf(e)), float64(weightOf(e)))
 	}
 	disregard := total > 0 && minFrac > 0 && float64(good) < minFrac*float64(total)
 	// perW[tr] turns a weight of merged tier tr into its share of
-	// srvMergedWeight; 0 for a tier not merged.
+	// srvMergedWeight; 0 for a tier not merged (every tier, unless a zone
+	// returns: the common path pays nothing for the rule).
 	var (
-		merged bool
-		first  = -1
-		perW   [status.NumTiers]float64
+		first = -1
+		perW  [status.NumTiers]float64
 	)
-	if sp := counts.Spill(minFrac); !disregard && !sp.Disregard && sp.Used > 1 {
-		for tr := range status.NumTiers {
-			merged = merged || sp.Use[tr] && returning[tr]
-		}
-		for tr := range status.NumTiers {
-			if !merged || !sp.Use[tr] {
-				continue
-			}
-			if first < 0 {
-				first = tr
-			}
-			if sp.Weight[tr] > 0 {
-				perW[tr] = sp.Load[tr] / sp.Weight[tr] * srvMergedWeight
-			}
-		}
+	if returning && !disregard {
+		first, perW = mergedTiers(t, members, loc, minFrac, has)
 	}
 	sel := selection{chosen: buf[:0]}
 	for _, slot := range members {
@@ -208,11 +196,14 @@ func selectSRV(t *status.Table, members []uint32, loc status.Locality, minFrac f
 		if !ok && !disregard {
 			continue
 		}
-		w, tr := weightOf(e), status.TierOf(loc, e)
-		c := candidate{slot: slot, tier: uint8(tr), weight: w, disregarded: !ok}
+		tr := status.TierOf(loc, e)
+		c := candidate{slot: slot, tier: uint8(tr), weight: weightOf(e), disregarded: !ok}
+		if e.Shift != 0 {
+			c.weight = sharedWeight(e)
+		}
 		if perW[tr] > 0 {
 			c.tier = uint8(first)
-			c.weight = uint16(min(max(math.Round(float64(w)*perW[tr]), 1), 65535))
+			c.weight = uint16(min(max(math.Round(sampleWeight(e)*perW[tr]), 1), 65535))
 		}
 		c.key = sampleKey(rnd(), float64(c.weight))
 		sel.chosen = append(sel.chosen, c)
@@ -220,6 +211,50 @@ func selectSRV(t *status.Table, members []uint32, loc status.Locality, minFrac f
 	}
 	sortCandidates(sel.chosen)
 	return sel
+}
+
+// mergedTiers is selectSRV's rule while a zone returns: when the caller
+// uses a tier holding a returning endpoint together with others (the
+// spill selectA computes), the first of them and, per tier, the factor
+// that turns an endpoint's weight into its tier's share of
+// srvMergedWeight; none (-1) otherwise.
+func mergedTiers(t *status.Table, members []uint32, loc status.Locality, minFrac float64,
+	has func(slot uint32) bool) (first int, perW [status.NumTiers]float64) {
+	var (
+		counts    status.TierCounts
+		returning [status.NumTiers]bool
+	)
+	for _, slot := range members {
+		e := t.Entry(int(slot))
+		if !servable(e) || !has(slot) {
+			continue
+		}
+		ok, tr := healthy(e), status.TierOf(loc, e)
+		returning[tr] = returning[tr] || ok && e.Returning()
+		w := sampleWeight(e)
+		counts.Add(tr, ok, e.Share(), w, w)
+	}
+	sp := counts.Spill(minFrac)
+	merged := false
+	for tr := range status.NumTiers {
+		merged = merged || sp.Use[tr] && returning[tr]
+	}
+	first = -1
+	if sp.Disregard || sp.Used < 2 || !merged {
+		return first, perW
+	}
+	for tr := range status.NumTiers {
+		if !sp.Use[tr] {
+			continue
+		}
+		if first < 0 {
+			first = tr
+		}
+		if sp.Weight[tr] > 0 {
+			perW[tr] = sp.Load[tr] / sp.Weight[tr] * srvMergedWeight
+		}
+	}
+	return first, perW
 }
 
 // sampleKey is the Efraimidis–Spirakis key of weighted sampling without
