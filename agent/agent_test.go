@@ -415,20 +415,7 @@ func TestAgentAnswersFromItsPlace(t *testing.T) {
 	s1.tb.PublishAt(t, 7, cart)
 	for zone, want := range map[string][]string{"eu-1a": {"10.0.0.1", "10.0.0.2"}, "eu-1b": {"10.0.0.3", "10.0.0.4"}} {
 		t.Run(zone, func(t *testing.T) {
-			pub, err := status.New(status.Config{Capacity: 64})
-			if err != nil {
-				t.Fatal(err)
-			}
-			a, err := agent.New(agent.Config{Servers: []string{s1.addr}, NodeID: "agent-" + zone, Region: "eu", Zone: zone, Table: pub,
-				Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-			if err != nil {
-				t.Fatal(err)
-			}
-			addr := serveDNS(t, a, pub, "eu", zone)
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan struct{})
-			go func() { defer close(done); _ = a.Run(ctx) }()
-			defer func() { cancel(); <-done }()
+			addr := runPlacedAgent(t, s1, zone)
 
 			// Not subscribed yet: the first query waits for the view.
 			q := new(dns.Msg)
@@ -448,6 +435,28 @@ func TestAgentAnswersFromItsPlace(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runPlacedAgent runs, until the test ends, an agent of s1 in zone of
+// region eu with a DNS server of its table, and returns that server's
+// address.
+func runPlacedAgent(t *testing.T, s1 *server, zone string) string {
+	t.Helper()
+	pub, err := status.New(status.Config{Capacity: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Config{Servers: []string{s1.addr}, NodeID: "agent-" + zone, Region: "eu", Zone: zone, Table: pub,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serveDNS(t, a, pub, "eu", zone)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return addr
 }
 
 // serveDNS runs a DNS server of the agent's table, placed at region and
@@ -605,20 +614,7 @@ func TestAgentEvacuatedZone(t *testing.T) {
 		cart.Instances = append(cart.Instances, in)
 	}
 	s1.tb.PublishAt(t, 7, cart)
-	pub, err := status.New(status.Config{Capacity: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := agent.New(agent.Config{Servers: []string{s1.addr}, NodeID: "agent-eu-1a", Region: "eu", Zone: "eu-1a", Table: pub,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := serveDNS(t, a, pub, "eu", "eu-1a")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	addr := runPlacedAgent(t, s1, "eu-1a")
 	ask := func() []string {
 		q := new(dns.Msg)
 		q.SetQuestion("cart.shop.svc.cairn.internal.", dns.TypeA)

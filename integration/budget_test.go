@@ -1,11 +1,8 @@
 package integration
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -135,27 +132,4 @@ func lastSeq(ctx context.Context, t *testing.T, n *Node, svc string) uint64 {
 		return 0
 	}
 	return evs[len(evs)-1].Seq
-}
-
-// runCLIResult runs the cairn binary as a client of node n and returns
-// its output (stdout and stderr) and how it ended: an *exec.ExitError
-// for a refusal.
-func runCLIResult(ctx context.Context, t *testing.T, n *Node, args ...string) (string, error) {
-	t.Helper()
-	bin, err := Binary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	args = append(append([]string{"--addr", n.URL()}, n.c.cliTLSArgs()...), args...)
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = childEnv()
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err = cmd.Run()
-	if ee := (*exec.ExitError)(nil); err != nil && !errors.As(err, &ee) {
-		t.Fatalf("cairn %s: %v", strings.Join(args, " "), err)
-	}
-	return out.String(), err
 }

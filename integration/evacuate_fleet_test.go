@@ -1,13 +1,10 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -395,35 +392,6 @@ func (f *evacFleet) checkXDS(s *zoneSub, aEvacuated bool) error {
 		return fmt.Errorf("the subscriber in zone %s of %s holds %+v; want %v", s.zone, s.node, got, up)
 	}
 	return nil
-}
-
-// cairnCLI runs the cairn binary as a client of node n and returns its
-// standard output and error, and its exit code (-1: it did not run to
-// an exit).
-func cairnCLI(ctx context.Context, t *testing.T, n *Node, args ...string) (stdout, stderr string, code int) {
-	t.Helper()
-	bin, err := Binary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	args = append(append([]string{"--addr", n.URL()}, n.c.cliTLSArgs()...), args...)
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = childEnv()
-	var out, errs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errs
-	err = cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-		code = 0
-	case errors.As(err, &exit) && exit.ExitCode() >= 0:
-		code = exit.ExitCode()
-	default:
-		code = -1
-	}
-	return out.String(), errs.String(), code
 }
 
 // cliJSON runs a cairn command with -o json against n and decodes its

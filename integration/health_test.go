@@ -1,14 +1,12 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -423,27 +421,6 @@ func eventLines(evs []wire.Event) string {
 			e.Instance, e.Incarnation, e.From, e.To, e.Reason, e.Actor)
 	}
 	return b.String()
-}
-
-// runCLI runs the cairn binary as a client of node n and returns its
-// standard output.
-func runCLI(ctx context.Context, t *testing.T, n *Node, args ...string) []byte {
-	t.Helper()
-	bin, err := Binary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	args = append(append([]string{"--addr", n.URL()}, n.c.cliTLSArgs()...), args...)
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = childEnv()
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("cairn %s: %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, stdout.String(), stderr.String())
-	}
-	return stdout.Bytes()
 }
 
 // loadavg is the machine's load, for a timing failure's message.
