@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -15,10 +16,16 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	grpcstatus "google.golang.org/grpc/status"
+
+	"github.com/cairn-sd/cairn/integration"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	// The cairn binary TestEvacuateDuringBurst built (integration.Binary).
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		integration.RemoveBinary()
+		os.Exit(code)
+	}))
 }
 
 // capServer is an ADS server that ends a stream with RESOURCE_EXHAUSTED

@@ -70,6 +70,22 @@
 // prints the medians and the ratio of honest withdrawal p99 (SPEC §9:
 // hostile subscribers move it by ≤ 10%).
 //
+// With -evacuate-at D (cairn only; evacuate.go), the instances are
+// spread over -zones zones of region eu (endpoint e in zone eu-1 and
+// the letter e mod -zones), and D into the changes xdsload evacuates
+// -evacuate-zone (POST /v1/evacuations, forced: under churn a service
+// may lack the capacity outside the zone), and with -undo-at undoes
+// it. Every subscriber is in zone eu-1a. A subscriber sees the shift
+// in a service's assignment when the zone's endpoints sit at its last
+// priority, flagged cairn.evacuated (the undo: no longer flagged). The
+// report adds how long the shift took to reach 99% of the subscribers
+// (each in every service it watches that had endpoints in the zone at
+// the commit and kept one until the shift came), and the withdrawals
+// committed while it travelled, from
+// the evacuation's call to the last subscriber's view, beside those
+// committed outside: SPEC §4, a withdrawal is never delayed behind an
+// admission or weight change.
+//
 // Modes set the SPEC's loads: -mode steady (400 services, each
 // subscriber watching 10, 600 changes a minute) and -mode burst (40
 // services, watching 10, 40,000 changes a minute); flags given
@@ -109,44 +125,15 @@ type options struct {
 	hostileSotw, hostileConns, honestSrcs            int
 	hostileSrc                                       string
 	hostileSettle                                    time.Duration
+	// The evacuation in the middle of the changes (evacuate.go).
+	zones              int
+	evacZone           string
+	evacuateAt, undoAt time.Duration
 }
 
 func main() {
 	var o options
-	flag.StringVar(&o.target, "target", "cairn", "cairn or linearcache (bench/cmd/xdspeer)")
-	flag.StringVar(&o.mode, "mode", "steady", "steady (400 services, 600 changes a minute) or burst (40 services, 40,000 a minute)")
-	flag.StringVar(&o.withdraw, "withdraw", "deregister", "how cairn withdraws an endpoint: deregister or drain")
-	flag.IntVar(&o.streams, "streams", 2000, "delta subscriptions")
-	flag.IntVar(&o.conns, "conns", 0, "HTTP/2 connections the streams share (default: streams/100, 20 to 600)")
-	flag.IntVar(&o.services, "services", 0, "services (default: the mode's)")
-	flag.IntVar(&o.endpoints, "endpoints", 8, "endpoints per service")
-	flag.IntVar(&o.watch, "watch", 10, "services each subscriber watches")
-	flag.Float64Var(&o.rate, "rate", 0, "changes a minute (default: the mode's)")
-	flag.DurationVar(&o.duration, "duration", 0, "time the changes are made for (default: steady 60s, burst 30s)")
-	flag.IntVar(&o.workers, "workers", 0, "concurrent API callers making the changes (default: steady 4, burst 128)")
-	flag.IntVar(&o.out, "out", 0, "endpoints out of rotation (or being taken out) before withdrawals and admissions alternate (default: 2 × -workers, so that the callers always have an endpoint to change, and at most half the endpoints)")
-	flag.DurationVar(&o.admitTimeout, "admit-timeout", 5*time.Minute, "most time for every stream to get its first answer")
-	flag.DurationVar(&o.linger, "linger", 40*time.Second, "most time to wait for the last deliveries after the last change")
-	flag.DurationVar(&o.timeout, "timeout", 20*time.Minute, "upper bound on the whole run")
-	flag.StringVar(&o.bin, "bin", "", "cairn binary (default: build one from the working tree)")
-	flag.StringVar(&o.peerBin, "peer-bin", "", "xdspeer binary (default: build one from the working tree)")
-	flag.Uint64Var(&o.seed, "seed", 1, "seed of the subscriptions and the changes")
-	flag.StringVar(&o.perf, "perf", "", "record the server's CPU profile with `perf record -g` during the changes into this file (perf report -i FILE)")
-	flag.IntVar(&o.envoys, "envoys", 0, "real Envoy processes (the shipped bootstrap, delta ADS) subscribed to the server beside the simulated subscribers, each to every cluster; -target cairn only")
-	flag.IntVar(&o.envoyWatch, "envoy-watch", 0, "time withdrawals on the first this many Envoys only (default: all); the others run and are measured for RSS and CPU, and their admin is not polled")
-	flag.StringVar(&o.envoyBin, "envoy-bin", "", "Envoy binary (default: integration.EnvoyBinary: $CAIRN_ENVOY, then what make envoy installs, then PATH)")
-	flag.DurationVar(&o.envoyPoll, "envoy-poll", 5*time.Millisecond, "how often each Envoy's admin is asked again about the services it has yet to show a withdrawal of (it is asked at once when one commits)")
-	flag.BoolVar(&o.keep, "keep", false, "keep the target's folder (data dir and log; printed on stderr)")
-	flag.IntVar(&o.hostile, "hostile", 0, "hostile streams beside the honest ones: each declares a made-up locality of its own and subscribes to -hostile-real real and -hostile-names junk names, and holds on; opened and subscribed before the honest streams")
-	flag.IntVar(&o.hostileNames, "hostile-names", 10000, "junk names (names of nothing) each hostile stream subscribes to")
-	flag.IntVar(&o.hostileReal, "hostile-real", 10, "real assignment names each hostile stream also subscribes to (first)")
-	flag.IntVar(&o.hostileBatch, "hostile-batch", 1000, "names per subscription request of a hostile stream")
-	flag.IntVar(&o.hostileSotw, "hostile-sotw", 0, "how many of the hostile streams speak state of the world (the rest delta)")
-	flag.IntVar(&o.hostileConns, "hostile-conns", 0, "HTTP/2 connections the hostile streams share (default: hostile/100, at least 1)")
-	flag.StringVar(&o.hostileSrc, "hostile-src", "127.0.0.2", "source address of the hostile connections (empty: any)")
-	flag.DurationVar(&o.hostileSettle, "hostile-settle", 3*time.Minute, "most time for the hostile streams to reach their names (or a cap) before the honest streams open; the run goes on after it in any case")
-	flag.IntVar(&o.honestSrcs, "honest-srcs", -1, "source addresses the honest connections are spread over, 127.0.1.1 on (0: any; default: enough for at most 500 streams each, at least 8), so that the server's cap on streams per peer address (--xds-max-streams-per-address, 1,000) does not refuse them")
-	flag.BoolVar(&o.compare, "compare", false, "compare the runs in the files named as arguments (xdsload's output): without hostile streams and with, medians and the ratio; no run")
+	o.flags(flag.CommandLine)
 	flag.Parse()
 	if o.compare {
 		if err := compare(os.Stdout, flag.Args()); err != nil {
@@ -161,7 +148,10 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	err := run(ctx, o)
+	r, err := run(ctx, o)
+	if r != nil {
+		r.print()
+	}
 	cancel()
 	stop()
 	integration.RemoveBinary()
@@ -169,6 +159,48 @@ func main() {
 		fmt.Fprintln(os.Stderr, "xdsload:", err)
 		os.Exit(1)
 	}
+}
+
+// flags defines the command's flags on fs, into o.
+func (o *options) flags(fs *flag.FlagSet) {
+	fs.StringVar(&o.target, "target", "cairn", "cairn or linearcache (bench/cmd/xdspeer)")
+	fs.StringVar(&o.mode, "mode", "steady", "steady (400 services, 600 changes a minute) or burst (40 services, 40,000 a minute)")
+	fs.StringVar(&o.withdraw, "withdraw", "deregister", "how cairn withdraws an endpoint: deregister or drain")
+	fs.IntVar(&o.streams, "streams", 2000, "delta subscriptions")
+	fs.IntVar(&o.conns, "conns", 0, "HTTP/2 connections the streams share (default: streams/100, 20 to 600)")
+	fs.IntVar(&o.services, "services", 0, "services (default: the mode's)")
+	fs.IntVar(&o.endpoints, "endpoints", 8, "endpoints per service")
+	fs.IntVar(&o.watch, "watch", 10, "services each subscriber watches")
+	fs.Float64Var(&o.rate, "rate", 0, "changes a minute (default: the mode's)")
+	fs.DurationVar(&o.duration, "duration", 0, "time the changes are made for (default: steady 60s, burst 30s)")
+	fs.IntVar(&o.workers, "workers", 0, "concurrent API callers making the changes (default: steady 4, burst 128)")
+	fs.IntVar(&o.out, "out", 0, "endpoints out of rotation (or being taken out) before withdrawals and admissions alternate (default: 2 × -workers, so that the callers always have an endpoint to change, and at most half the endpoints)")
+	fs.DurationVar(&o.admitTimeout, "admit-timeout", 5*time.Minute, "most time for every stream to get its first answer")
+	fs.DurationVar(&o.linger, "linger", 40*time.Second, "most time to wait for the last deliveries after the last change")
+	fs.DurationVar(&o.timeout, "timeout", 20*time.Minute, "upper bound on the whole run")
+	fs.StringVar(&o.bin, "bin", "", "cairn binary (default: build one from the working tree)")
+	fs.StringVar(&o.peerBin, "peer-bin", "", "xdspeer binary (default: build one from the working tree)")
+	fs.Uint64Var(&o.seed, "seed", 1, "seed of the subscriptions and the changes")
+	fs.StringVar(&o.perf, "perf", "", "record the server's CPU profile with `perf record -g` during the changes into this file (perf report -i FILE)")
+	fs.IntVar(&o.envoys, "envoys", 0, "real Envoy processes (the shipped bootstrap, delta ADS) subscribed to the server beside the simulated subscribers, each to every cluster; -target cairn only")
+	fs.IntVar(&o.envoyWatch, "envoy-watch", 0, "time withdrawals on the first this many Envoys only (default: all); the others run and are measured for RSS and CPU, and their admin is not polled")
+	fs.StringVar(&o.envoyBin, "envoy-bin", "", "Envoy binary (default: integration.EnvoyBinary: $CAIRN_ENVOY, then what make envoy installs, then PATH)")
+	fs.DurationVar(&o.envoyPoll, "envoy-poll", 5*time.Millisecond, "how often each Envoy's admin is asked again about the services it has yet to show a withdrawal of (it is asked at once when one commits)")
+	fs.BoolVar(&o.keep, "keep", false, "keep the target's folder (data dir and log; printed on stderr)")
+	fs.IntVar(&o.hostile, "hostile", 0, "hostile streams beside the honest ones: each declares a made-up locality of its own and subscribes to -hostile-real real and -hostile-names junk names, and holds on; opened and subscribed before the honest streams")
+	fs.IntVar(&o.hostileNames, "hostile-names", 10000, "junk names (names of nothing) each hostile stream subscribes to")
+	fs.IntVar(&o.hostileReal, "hostile-real", 10, "real assignment names each hostile stream also subscribes to (first)")
+	fs.IntVar(&o.hostileBatch, "hostile-batch", 1000, "names per subscription request of a hostile stream")
+	fs.IntVar(&o.hostileSotw, "hostile-sotw", 0, "how many of the hostile streams speak state of the world (the rest delta)")
+	fs.IntVar(&o.hostileConns, "hostile-conns", 0, "HTTP/2 connections the hostile streams share (default: hostile/100, at least 1)")
+	fs.StringVar(&o.hostileSrc, "hostile-src", "127.0.0.2", "source address of the hostile connections (empty: any)")
+	fs.DurationVar(&o.hostileSettle, "hostile-settle", 3*time.Minute, "most time for the hostile streams to reach their names (or a cap) before the honest streams open; the run goes on after it in any case")
+	fs.IntVar(&o.honestSrcs, "honest-srcs", -1, "source addresses the honest connections are spread over, 127.0.1.1 on (0: any; default: enough for at most 500 streams each, at least 8), so that the server's cap on streams per peer address (--xds-max-streams-per-address, 1,000) does not refuse them")
+	fs.IntVar(&o.zones, "zones", 0, "zones of region eu the endpoints are spread over, eu-1a on (default: 3 with -evacuate-at, else none)")
+	fs.DurationVar(&o.evacuateAt, "evacuate-at", 0, "evacuate -evacuate-zone this long into the changes (cairn only; 0: no evacuation)")
+	fs.StringVar(&o.evacZone, "evacuate-zone", "eu-1a", "the zone -evacuate-at evacuates (the subscribers' own)")
+	fs.DurationVar(&o.undoAt, "undo-at", 0, "undo the evacuation this long into the changes (0: never)")
+	fs.BoolVar(&o.compare, "compare", false, "compare the runs in the files named as arguments (xdsload's output): without hostile streams and with, medians and the ratio; no run")
 }
 
 // applyMode fills what the flags left to the mode, and checks the rest.
@@ -242,5 +274,5 @@ func (o *options) applyMode() error {
 	case o.rate <= 0 || o.duration <= 0 || o.admitTimeout <= 0 || o.linger <= 0 || o.timeout <= 0:
 		return fmt.Errorf("-rate, -duration, -admit-timeout, -linger and -timeout must be positive")
 	}
-	return nil
+	return o.checkEvacuation()
 }

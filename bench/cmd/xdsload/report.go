@@ -87,11 +87,13 @@ type report struct {
 	Envoys *envoyReport `json:"envoys,omitempty"`
 	// Hostile is what the hostile streams (-hostile) did, if any.
 	Hostile *hostileReport `json:"hostile,omitempty"`
+	// Evacuation is how the shift of -evacuate-at travelled, if any.
+	Evacuation *evacReport `json:"evacuation,omitempty"`
 }
 
 // summarize computes the per-kind figures from every subscriber's
-// deliveries.
-func summarize(o options, w *world, subs []*subscriber, watchers [][]int) report {
+// deliveries, of the changes keep keeps (nil: all).
+func summarize(o options, w *world, subs []*subscriber, watchers [][]int, keep func(change) bool) report {
 	r := report{CDFPercentiles: cdfPercentiles(), Streams: o.streams, Conns: o.conns, Services: o.services, Endpoints: o.endpoints, Watch: o.watch,
 		RatePerMinute: o.rate, Go: runtime.Version(), CPUs: runtime.NumCPU()}
 	if o.target == "cairn" {
@@ -140,7 +142,7 @@ func summarize(o options, w *world, subs []*subscriber, watchers [][]int) report
 	var api [2][]time.Duration
 	ks := [2]*kindStats{&r.Withdrawals, &r.Admissions}
 	for id, c := range changes {
-		if c.failed {
+		if c.failed || keep != nil && !keep(c) {
 			continue
 		}
 		k := kindOf(c)
@@ -173,7 +175,7 @@ func summarize(o options, w *world, subs []*subscriber, watchers [][]int) report
 		}
 	}
 	for id, c := range changes {
-		if !c.failed {
+		if !c.failed && (keep == nil || keep(c)) {
 			ks[kindOf(c)].Shed += int64(shedOf[id])
 			ks[kindOf(c)].Moot += int64(mootOf[id])
 		}
@@ -246,6 +248,9 @@ func (r report) print() {
 	}
 	if r.Hostile != nil {
 		r.Hostile.print()
+	}
+	if r.Evacuation != nil {
+		r.Evacuation.print()
 	}
 	b, _ := json.Marshal(r)
 	fmt.Println(string(b))

@@ -21,10 +21,13 @@ import (
 	"github.com/cairn-sd/cairn/xdsserver/xdstest"
 )
 
-func run(ctx context.Context, o options) error {
+// run makes one run and returns its report; with an error, the report
+// when the run got as far as one (streams that failed, an evacuation
+// refused).
+func run(ctx context.Context, o options) (*report, error) {
 	dir, remove, err := benchproc.TempDir("xdsload", o.keep)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer remove()
 	var tgt *target
@@ -34,7 +37,7 @@ func run(ctx context.Context, o options) error {
 		tgt, err = startPeer(ctx, o, dir)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer tgt.close()
 	pid := tgt.proc.Pid()
@@ -54,17 +57,17 @@ func run(ctx context.Context, o options) error {
 	if o.envoys > 0 {
 		t0 := time.Now()
 		if fl, err = startFleet(ctx, o, w, dir, tgt.grpcAddr); err != nil {
-			return fmt.Errorf("%w\n%s", err, tgt.proc.Tail())
+			return nil, fmt.Errorf("%w\n%s", err, tgt.proc.Tail())
 		}
 		defer fl.close()
 		fl.layout = time.Since(t0)
 	}
 	if err := waitLayout(ctx, tgt, o, w); err != nil {
-		return fmt.Errorf("waiting for the layout over xDS: %w\n%s", err, tgt.proc.Tail())
+		return nil, fmt.Errorf("waiting for the layout over xDS: %w\n%s", err, tgt.proc.Tail())
 	}
 	rssIdle, err := rss(pid)
 	if err != nil {
-		return err
+		return nil, err
 	}
 
 	sctx, stopStreams := context.WithCancel(ctx)
@@ -75,7 +78,7 @@ func run(ctx context.Context, o options) error {
 	rssBase := rssIdle // what the honest streams' memory is counted from
 	if o.hostile > 0 {
 		if hs, hr, err = startHostile(ctx, o, tgt.grpcAddr, func() (uint64, error) { return rss(pid) }); err != nil {
-			return err
+			return nil, err
 		}
 		defer hs.close()
 		rssBase = uint64(hr.RSSMiB * (1 << 20))
@@ -83,7 +86,7 @@ func run(ctx context.Context, o options) error {
 	conns := make([]*grpc.ClientConn, o.conns)
 	for i := range conns {
 		if conns[i], err = dialFrom(tgt.grpcAddr, honestSrc(o, i)); err != nil {
-			return err
+			return nil, err
 		}
 		defer conns[i].Close()
 	}
@@ -95,26 +98,26 @@ func run(ctx context.Context, o options) error {
 	select {
 	case <-w.allIn:
 	case <-time.After(o.admitTimeout):
-		return fmt.Errorf("only %d of %d streams answered within -admit-timeout %s", w.admitted.Load(), o.streams, o.admitTimeout)
+		return nil, fmt.Errorf("only %d of %d streams answered within -admit-timeout %s", w.admitted.Load(), o.streams, o.admitTimeout)
 	case <-ctx.Done():
-		return fmt.Errorf("only %d of %d streams answered: %w", w.admitted.Load(), o.streams, ctx.Err())
+		return nil, fmt.Errorf("only %d of %d streams answered: %w", w.admitted.Load(), o.streams, ctx.Err())
 	}
 	admitAll := w.now() - admitStart
 	rssStreams, err := rss(pid)
 	if err != nil {
-		return err
+		return nil, err
 	}
 
 	// The changes.
 	cpuS0, err := procCPU(pid)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cpuG0 := selfCPU()
 	var prof *profiler
 	if o.perf != "" {
 		if prof, err = startPerf(pid, o.perf); err != nil {
-			return err
+			return nil, err
 		}
 		defer prof.stop()
 	}
@@ -122,10 +125,10 @@ func run(ctx context.Context, o options) error {
 	var envoyRSS []float64
 	if fl != nil {
 		if envoyRSS, err = fl.rss(); err != nil {
-			return err
+			return nil, err
 		}
 		if err := fl.startPolls(ctx); err != nil {
-			return err
+			return nil, err
 		}
 		d.after = fl.mark
 	}
@@ -133,7 +136,16 @@ func run(ctx context.Context, o options) error {
 		hr.HeldAtChanges, hr.OpenAtChanges = hs.held()
 	}
 	changesStart := w.now()
-	issued, skipped := d.drive(ctx, w)
+	dctx, stopDrive := context.WithCancel(ctx)
+	defer stopDrive()
+	var evacs sync.WaitGroup
+	if o.evacuateAt > 0 {
+		// Its calls fall within the changes: it ends with them, or
+		// stops them when a call fails.
+		evacs.Go(func() { w.evacuations(dctx, tgt, changesStart, stopDrive) })
+	}
+	issued, skipped := d.drive(dctx, w)
+	evacs.Wait()
 	changesEnd := w.now()
 	// The last deliveries: until every expected delivery is seen or
 	// shed, or -linger has passed.
@@ -184,7 +196,7 @@ func run(ctx context.Context, o options) error {
 	lingered := w.now() - changesEnd
 	cpuS1, err := procCPU(pid)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cpuG1 := selfCPU()
 	var envoyCPU, envoyCPUOthers time.Duration
@@ -193,10 +205,10 @@ func run(ctx context.Context, o options) error {
 	var envoyRSSAfter []float64
 	if fl != nil {
 		if envoyCPU, envoyCPUOthers, err = fl.cpu(); err != nil {
-			return err
+			return nil, err
 		}
 		if envoyRSSAfter, err = fl.rss(); err != nil {
-			return err
+			return nil, err
 		}
 		fl.stopPolls()
 		fl.wg.Wait()
@@ -204,12 +216,12 @@ func run(ctx context.Context, o options) error {
 	}
 	if prof != nil {
 		if err := prof.stop(); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	rssAfter, err := rss(pid)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if hs != nil {
 		hr.HeldAfter, _ = hs.held()
@@ -221,7 +233,7 @@ func run(ctx context.Context, o options) error {
 		hs.report(hr)
 	}
 	if ctx.Err() != nil {
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
 	for _, s := range subs {
 		s.settle(w)
@@ -232,7 +244,8 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 
-	r := summarize(o, w, subs, watchers)
+	r := summarize(o, w, subs, watchers, nil)
+	r.Evacuation = evacSummary(o, w, subs, watchers, changesStart, changesEnd)
 	r.Target, r.Mode = tgt.name, o.mode
 	r.Rev = revision(ctx, o)
 	r.Skipped = skipped
@@ -257,7 +270,7 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	if fl != nil {
-		er := summarize(o, w, fl.subs, fl.watchers)
+		er := summarize(o, w, fl.subs, fl.watchers, nil)
 		e := &envoyReport{Envoys: o.envoys, Watched: o.envoyWatch, Bin: fl.bin, PollMs: ms(o.envoyPoll), LayoutSeconds: fl.layout.Seconds(),
 			Polls: fl.polls.Load(), PollErrors: fl.pollErrs.Load(),
 			AllShown: envoysErr == nil, Withdrawals: er.Withdrawals,
@@ -280,11 +293,15 @@ func run(ctx context.Context, o options) error {
 		e.PollRTTP50ms, e.PollRTTP99ms = ms(pct(rtt, 50)), ms(pct(rtt, 99))
 		r.Envoys = e
 	}
-	r.print()
-	if r.StreamsFailed > 0 {
-		return fmt.Errorf("%d streams failed after their first answer", r.StreamsFailed)
+	switch {
+	case r.StreamsFailed > 0:
+		return &r, fmt.Errorf("%d streams failed after their first answer", r.StreamsFailed)
+	case w.evac.err != nil:
+		return &r, fmt.Errorf("evacuating %s: %w", o.evacZone, w.evac.err)
+	case w.undo.err != nil:
+		return &r, fmt.Errorf("undoing the evacuation of %s: %w", o.evacZone, w.undo.err)
 	}
-	return nil
+	return &r, nil
 }
 
 // waitLayout opens one stream watching every service and waits until
@@ -322,7 +339,7 @@ func waitLayout(ctx context.Context, tgt *target, o options, w *world) error {
 					return err
 				}
 				ok := true
-				for _, p := range got {
+				for _, p := range got.ports {
 					ok = ok && p == basePort
 				}
 				full[r.Name] = ok

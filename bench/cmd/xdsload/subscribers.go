@@ -89,23 +89,35 @@ type subscriber struct {
 	// Only the stream's goroutine touches these until the run is over.
 	// tally counts its deliveries and sheds: the world's seen for the
 	// simulated subscribers, the fleet's for Envoys.
-	tally            *atomic.Int64
-	deliveries       []delivery
+	tally      *atomic.Int64
+	deliveries []delivery
+	// zone is where the last assignment of each watched service (by
+	// watch index) put the evacuated zone; zoneMoves its changes once
+	// the world is tracking.
+	zone             []uint8
+	zoneMoves        []zoneMove
 	admitted         time.Duration
 	ok               bool
 	failedAfterAdmit bool
 }
 
-// ports is a decoded assignment: each endpoint's port in rotation, 0
-// when it is not.
+// ports is a decoded assignment's endpoints: each endpoint's port in
+// rotation, 0 when it is not.
 type ports []uint16
 
-// newDecoder decodes assignments into ports, once per name and version.
-func newDecoder(o options) *xdstest.Decoder[ports] {
-	return xdstest.NewDecoder(func(r *discoveryv3.Resource) (ports, error) {
+// assignment is a decoded assignment: its endpoints, and where it puts
+// the zone -evacuate-at evacuates (zoneNone when there is none).
+type assignment struct {
+	ports ports
+	zone  uint8
+}
+
+// newDecoder decodes assignments, once per name and version.
+func newDecoder(o options) *xdstest.Decoder[assignment] {
+	return xdstest.NewDecoder(func(r *discoveryv3.Resource) (assignment, error) {
 		cla, err := xdstest.DecodeAssignment(r)
 		if err != nil {
-			return nil, err
+			return assignment{}, err
 		}
 		out := make(ports, o.endpoints)
 		for _, ap := range xdstest.InRotation(cla) {
@@ -114,7 +126,11 @@ func newDecoder(o options) *xdstest.Decoder[ports] {
 				out[ep] = ap.Port()
 			}
 		}
-		return out, nil
+		a := assignment{ports: out}
+		if o.evacuateAt > 0 {
+			a.zone = zoneOf(cla, o.evacZone)
+		}
+		return a, nil
 	})
 }
 
@@ -122,7 +138,7 @@ func newDecoder(o options) *xdstest.Decoder[ports] {
 type world struct {
 	o        options
 	log      *changeLog
-	dec      *xdstest.Decoder[ports]
+	dec      *xdstest.Decoder[assignment]
 	svcOf    map[string]int // assignment name → service
 	epoch    time.Time
 	streams  int64
@@ -130,6 +146,12 @@ type world struct {
 	allIn    chan struct{} // closed when every stream has its first answer
 	// seen counts deliveries and sheds, for the wait after the changes.
 	seen atomic.Int64
+	// tracking is set once the evacuation is asked for: from then on
+	// the subscribers record where their views put its zone.
+	tracking atomic.Bool
+	// evac and undo are the evacuation's calls, set once the changes
+	// are over.
+	evac, undo evacCall
 }
 
 func (w *world) now() time.Duration { return time.Since(w.epoch) }
@@ -208,7 +230,8 @@ func (s *subscriber) observe(w *world, resp *discoveryv3.DeltaDiscoveryResponse,
 		if err != nil {
 			continue
 		}
-		s.see(w, svc, wi, got, at)
+		s.see(w, svc, wi, got.ports, at)
+		s.track(w, wi, got.zone, at)
 	}
 }
 
@@ -297,7 +320,7 @@ func newSubscribers(o options, rng *rand.Rand) ([]*subscriber, [][]int) {
 	subs := make([]*subscriber, o.streams)
 	watchers := make([][]int, o.services)
 	for i := range subs {
-		s := &subscriber{id: i}
+		s := &subscriber{id: i, zone: make([]uint8, o.watch)}
 		for _, svc := range rng.Perm(o.services)[:o.watch] {
 			s.watch = append(s.watch, svc)
 			s.names = append(s.names, resourceName(svc))

@@ -45,7 +45,11 @@ type target struct {
 	// takes it out, and returns once the target has committed it.
 	// Changes of one endpoint never overlap.
 	change func(ctx context.Context, svc, ep int, port uint16) error
-	close  func()
+	// evacuate evacuates -evacuate-zone (forced), or with undo ends
+	// that evacuation, and returns once the target has committed it;
+	// nil where the target has no evacuations.
+	evacuate func(ctx context.Context, undo bool) error
+	close    func()
 }
 
 // startCairn starts `cairn server --dev` in dir and registers the
@@ -97,7 +101,7 @@ func startCairn(ctx context.Context, o options, dir string) (*target, error) {
 		p.Stop()
 		return nil, fmt.Errorf("registering the layout in cairn: %w\n%s", err, p.Tail())
 	}
-	return &target{name: "cairn", proc: p, grpcAddr: grpcAddr, change: c.change,
+	return &target{name: "cairn", proc: p, grpcAddr: grpcAddr, change: c.change, evacuate: c.evacuate,
 		close: func() { closeAll(); p.Stop() }}, nil
 }
 
@@ -131,7 +135,8 @@ func (c *cairn) setup(ctx context.Context) error {
 	return each(ctx, c.o.services*c.o.endpoints, 16, func(ctx context.Context, i int) error {
 		s, e := i/c.o.endpoints, i%c.o.endpoints
 		r, err := c.cls[0].Register(ctx, namespace, serviceName(s), wire.Registration{ID: fmt.Sprintf("ep-%d", e),
-			Addresses: []string{endpointAddr(s, e)}, Ports: map[string]int{portName: basePort}})
+			Addresses: []string{endpointAddr(s, e)}, Ports: map[string]int{portName: basePort},
+			Region: regionOf(c.o, e), Zone: zoneName(c.o, e)})
 		if err != nil {
 			return fmt.Errorf("registering endpoint %d of %s: %w", e, serviceName(s), err)
 		}
@@ -156,12 +161,26 @@ func (c *cairn) change(ctx context.Context, svc, ep int, port uint16) error {
 	// replacing the drained or deregistered one.
 	r, err := cl.Register(ctx, namespace, serviceName(svc), wire.Registration{ID: k.ID,
 		Addresses: []string{endpointAddr(svc, ep)}, Ports: map[string]int{portName: int(port)},
+		Region: regionOf(c.o, ep), Zone: zoneName(c.o, ep),
 		RegistrationID: fmt.Sprintf("p%d", port), Replaces: c.inc[svc][ep]})
 	if err != nil {
 		return err
 	}
 	c.inc[svc][ep] = r.Incarnation
 	return nil
+}
+
+// evacuate evacuates -evacuate-zone in every region, or ends that
+// evacuation. Forced: under churn a service may have fewer instances
+// outside the zone than its minimum healthy fraction, and what is
+// measured is how the shift travels, not the capacity check.
+func (c *cairn) evacuate(ctx context.Context, undo bool) error {
+	req := wire.EvacuateRequest{Zone: c.o.evacZone, Undo: undo}
+	if !undo {
+		req.Reason, req.Force = "xdsload", true
+	}
+	_, err := c.cls[0].Evacuate(ctx, req)
+	return err
 }
 
 // startPeer starts bench/cmd/xdspeer with the same layout.
