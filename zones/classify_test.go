@@ -154,8 +154,12 @@ func TestClassifyOtherDomain(t *testing.T) {
 func TestClassifyRoundTrip(t *testing.T) {
 	z := mustNew(t, testConfig(""))
 	label := rapid.StringMatching(`[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?`)
+	// A port's label is "_" and its name: a name of 63 characters makes
+	// a label of 64, which no DNS name holds (NotFound, as TestClassify
+	// has it); the property is about names that can be asked.
+	portLabel := rapid.StringMatching(`[a-zA-Z0-9]([a-zA-Z0-9-]{0,60}[a-zA-Z0-9])?`)
 	rapid.Check(t, func(t *rapid.T) {
-		ns, svc, inst, port := label.Draw(t, "ns"), label.Draw(t, "svc"), label.Draw(t, "instance"), label.Draw(t, "port")
+		ns, svc, inst, port := label.Draw(t, "ns"), label.Draw(t, "svc"), label.Draw(t, "instance"), portLabel.Draw(t, "port")
 		proto := rapid.SampledFrom([]string{"tcp", "udp", "TCP", "Udp"}).Draw(t, "proto")
 		domain := rapid.SampledFrom([]string{"svc.cairn.internal.", "SVC.Cairn.Internal", "svc.cairn.internal"}).Draw(t, "domain")
 		cases := map[string]Name{
