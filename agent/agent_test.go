@@ -418,23 +418,31 @@ func TestAgentAnswersFromItsPlace(t *testing.T) {
 			addr := runPlacedAgent(t, s1, zone)
 
 			// Not subscribed yet: the first query waits for the view.
-			q := new(dns.Msg)
-			q.SetQuestion("cart.shop.svc.cairn.internal.", dns.TypeA)
-			q.SetEdns0(1232, false)
-			r, _, err := (&dns.Client{Timeout: 5 * time.Second}).Exchange(q, addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, rr := range r.Answer {
-				got = append(got, rr.(*dns.A).A.String())
-			}
-			slices.Sort(got)
-			if r.Rcode != dns.RcodeSuccess || !slices.Equal(got, want) {
-				t.Errorf("agent in %s: rcode %s, answers %v; want %v", zone, dns.RcodeToString[r.Rcode], got, want)
+			rcode, got := askCartA(t, addr)
+			if rcode != dns.RcodeSuccess || !slices.Equal(got, want) {
+				t.Errorf("agent in %s: rcode %s, answers %v; want %v", zone, dns.RcodeToString[rcode], got, want)
 			}
 		})
 	}
+}
+
+// askCartA asks the DNS server at addr for cart.shop's A records and
+// returns the rcode and the addresses, sorted.
+func askCartA(t *testing.T, addr string) (int, []string) {
+	t.Helper()
+	q := new(dns.Msg)
+	q.SetQuestion("cart.shop.svc.cairn.internal.", dns.TypeA)
+	q.SetEdns0(1232, false)
+	r, _, err := (&dns.Client{Timeout: 5 * time.Second}).Exchange(q, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, rr := range r.Answer {
+		got = append(got, rr.(*dns.A).A.String())
+	}
+	slices.Sort(got)
+	return r.Rcode, got
 }
 
 // runPlacedAgent runs, until the test ends, an agent of s1 in zone of
@@ -615,21 +623,7 @@ func TestAgentEvacuatedZone(t *testing.T) {
 	}
 	s1.tb.PublishAt(t, 7, cart)
 	addr := runPlacedAgent(t, s1, "eu-1a")
-	ask := func() []string {
-		q := new(dns.Msg)
-		q.SetQuestion("cart.shop.svc.cairn.internal.", dns.TypeA)
-		q.SetEdns0(1232, false)
-		r, _, err := (&dns.Client{Timeout: 5 * time.Second}).Exchange(q, addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for _, rr := range r.Answer {
-			got = append(got, rr.(*dns.A).A.String())
-		}
-		slices.Sort(got)
-		return got
-	}
+	ask := func() []string { _, got := askCartA(t, addr); return got }
 	if got := ask(); !slices.Equal(got, []string{"10.0.0.3", "10.0.0.4"}) {
 		t.Fatalf("agent in the evacuated eu-1a: %v, want eu-1b's", got)
 	}

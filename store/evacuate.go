@@ -306,15 +306,7 @@ func (f *fsm) rebase(e *wire.Evacuation, at time.Time, by string) {
 
 // withdrawnIn counts the ready instances in e's scope that are not in
 // rotation.
-func (f *fsm) withdrawnIn(e wire.Evacuation) int {
-	n := 0
-	f.eachInScope(e, func(_ *wire.Service, in *record) {
-		if in.lifecycle == status.Ready && !in.eligible() {
-			n++
-		}
-	})
-	return n
-}
+func (f *fsm) withdrawnIn(e wire.Evacuation) int { return f.scanScope(&e).withdrawn }
 
 // eachInScope calls fn with every live instance in e's scope and its
 // service.
@@ -423,33 +415,14 @@ type evacScan struct {
 // the answer until the replica moves (Store.scanEvacuation).
 func (f *fsm) scanScope(e *wire.Evacuation) evacScan {
 	sc := evacScan{rev: f.rev}
-	visit := func(k wire.ServiceKey, m map[string]*record) {
-		svc := f.services[k]
-		if svc == nil || len(m) == 0 {
-			return
-		}
-		seen := false
-		for _, in := range m {
-			if in.lifecycle == status.Terminated || !e.Covers(k.Namespace, k.Name, in.origin.region, in.origin.zone) {
-				continue
-			}
-			seen = true
-			if in.lifecycle == status.Ready && !in.eligible() {
-				sc.withdrawn++
-			}
-		}
-		if w := svc.Policy.ShiftBackWindow(); seen && !slices.Contains(sc.windows, w) {
+	f.eachInScope(*e, func(svc *wire.Service, in *record) {
+		if w := svc.Policy.ShiftBackWindow(); !slices.Contains(sc.windows, w) {
 			sc.windows = append(sc.windows, w)
 		}
-	}
-	if e.Service != "" {
-		k := wire.ServiceKey{Namespace: e.Namespace, Name: e.Service}
-		visit(k, f.instances.svcs[k])
-		return sc
-	}
-	for k, m := range f.instances.svcs {
-		visit(k, m)
-	}
+		if in.lifecycle == status.Ready && !in.eligible() {
+			sc.withdrawn++
+		}
+	})
 	return sc
 }
 
