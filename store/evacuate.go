@@ -175,6 +175,12 @@ func (f *fsm) checkEvacuate(req wire.EvacuateRequest) (*wire.Evacuation, error) 
 			return nil, fmt.Errorf("service %s/%s is not defined: %w", req.Namespace, req.Service, ErrNotFound)
 		}
 	}
+	if cur == nil && len(f.evacs) >= MaxEvacuations {
+		// Every table refresh weighs each instance against each
+		// evacuation: their number is bounded, force or not.
+		return nil, fmt.Errorf("evacuating %s refused: %d evacuations are in force, the most a cluster keeps; undo one or let it end first: %w",
+			req, len(f.evacs), ErrCapacity)
+	}
 	if req.Force {
 		return cur, nil
 	}
@@ -191,6 +197,13 @@ func (f *fsm) checkEvacuate(req wire.EvacuateRequest) (*wire.Evacuation, error) 
 	}
 	return cur, nil
 }
+
+// MaxEvacuations is how many evacuations may be in force at once
+// (evacuated or returning). Each table build weighs every instance
+// against every evacuation, and a registrar may start them (of its
+// services, forced): without a bound, a token could make every build
+// as slow as it liked. An operator evacuates zones, a handful at most.
+const MaxEvacuations = 64
 
 // maxShortListed is how many services an evacuation's refusal or forced
 // start names: a zone of thousands of single-zone services would

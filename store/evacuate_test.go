@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -357,4 +358,22 @@ func TestUndoResumesAPausedReturn(t *testing.T) {
 		t.Fatalf("a zone of nothing: %v", r.Err)
 	}
 	l.must(evacCmd(wire.EvacuateRequest{Zone: "typo", Force: true}))
+}
+
+// TestEvacuationsBounded: past MaxEvacuations in force a new one is
+// refused, force or not, and changes nothing; renewing one in force is
+// not a new one.
+func TestEvacuationsBounded(t *testing.T) {
+	l := zonedLog(t, time.Minute)
+	for i := range MaxEvacuations {
+		l.must(evacCmd(wire.EvacuateRequest{Zone: fmt.Sprintf("z%d", i), Force: true}))
+	}
+	r := l.apply(evacCmd(wire.EvacuateRequest{Zone: "a", Force: true}))
+	if !errors.Is(r.Err, ErrCapacity) || !strings.Contains(r.Err.Error(), "evacuations are in force") {
+		t.Fatalf("one past the bound: %v", r.Err)
+	}
+	if len(l.f.evacs) != MaxEvacuations {
+		t.Fatalf("%d evacuations in force", len(l.f.evacs))
+	}
+	l.must(evacCmd(wire.EvacuateRequest{Zone: "z0", Reason: "renewed", Force: true}))
 }
