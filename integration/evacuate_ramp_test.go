@@ -114,9 +114,9 @@ func shareWeight(e wire.EvacuationView, window time.Duration) int {
 }
 
 // TestEvacuationReturnsInSteps: after `cairn evacuate --undo`, zone a's
-// share of a service with shift_back 10s rises in steps, measured from a
+// share of a service with shift_back 20s rises in steps, measured from a
 // zone-b caller's SRV weights and a zone-b xDS subscriber's endpoint
-// weights, never falling, over at least 9 s (the tenth step). When one of
+// weights, never falling, over at least 18 s (the tenth step). When one of
 // zone a's instances fails its probes midway, `cairn evacuations` says
 // paused and the share holds still while it is down; once it passes
 // again the return resumes and ends with the zone whole. The audit
@@ -127,8 +127,10 @@ func TestEvacuationReturnsInSteps(t *testing.T) {
 	c := StartCluster(t, 1, evacArgs()...)
 	ctx := ctxT(t, 2*time.Minute)
 	n := c.Nodes[0]
-	const window = 10 * time.Second
-	f := startEvacFleet(ctx, t, c, "ramp", ", shift_back: 10s", 2, 2, 2)
+	// 20 s: room for a-1's withdrawal (three failed probes a second
+	// apart) to pause the return before it is over, on a loaded machine.
+	const window = 20 * time.Second
+	f := startEvacFleet(ctx, t, c, "ramp", ", shift_back: 20s", 2, 2, 2)
 	sub := f.subscribe(ctx, t, n, "b")
 	scope := []string{"--zone", "a", "--service", healthNS + "/" + f.svc}
 	runCLI(ctx, t, n, append([]string{"evacuate"}, scope...)...)
@@ -206,7 +208,7 @@ func TestEvacuationReturnsInSteps(t *testing.T) {
 
 	// a-1 passes again: the return resumes and ends.
 	f.setDown(t, "a-1", false)
-	Eventually(t, 20*time.Second, func() error {
+	Eventually(t, 40*time.Second, func() error {
 		if _, err := r.sample(); err != nil {
 			return err
 		}
