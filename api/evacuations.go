@@ -12,8 +12,9 @@ import (
 )
 
 // evacuate starts an evacuation (POST /v1/evacuations), or ends one
-// with "undo": true. A refusal for want of capacity is recorded in the
-// audit trail, as a forced start is (by the store).
+// with "undo": true. A refusal for want of capacity or of disruption
+// budget is recorded in the audit trail, as a forced start is (by the
+// store).
 func (s *Server) evacuate(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
 	var req wire.EvacuateRequest
 	if err := decode(r, &req); err != nil {
@@ -30,7 +31,7 @@ func (s *Server) evacuate(w http.ResponseWriter, r *http.Request, id acl.Identit
 		return 0, nil, err
 	}
 	e, err := s.cfg.Store.Evacuate(r.Context(), id.Name, req)
-	if errors.Is(err, store.ErrCapacity) {
+	if errors.Is(err, store.ErrCapacity) || errors.Is(err, store.ErrBudget) {
 		s.auditRefusal(r, id, wire.InstanceKey{Namespace: req.Namespace, Service: req.Service}, err.Error())
 	}
 	if err != nil {
@@ -66,7 +67,7 @@ func evacuationView(e wire.Evacuation, now time.Time) wire.EvacuationView {
 		v.ExpiresIn = wire.Duration(max(e.ExpiresAt.Sub(now), 0).Round(time.Second))
 	}
 	if e.Forced {
-		v.Note = fmt.Sprintf("started past the capacity check by %s", e.Actor)
+		v.Note = fmt.Sprintf("started by %s past the capacity check or a disruption budget (its evacuated event says which)", e.Actor)
 	}
 	return v
 }

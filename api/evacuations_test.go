@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cairn-sd/cairn/wire"
 )
@@ -21,7 +22,9 @@ func (e *env) registerIn(t *testing.T, id, addr, zone string) {
 
 func TestEvacuations(t *testing.T) {
 	t.Parallel()
-	e, _ := newACLEnv(t, options{}) // shop/web i-1, i-2 in no zone
+	// Refusals are audited at most one a second per identity.
+	clk := &clock{t: time.Now()}
+	e, _ := newACLEnv(t, options{now: clk.Now}) // shop/web i-1, i-2 in no zone
 	e.registerIn(t, "a1", "10.0.1.1", "a")
 	e.registerIn(t, "a2", "10.0.1.2", "a")
 	// Scopes: a zone of every service is an admin's; of one service,
@@ -35,10 +38,23 @@ func TestEvacuations(t *testing.T) {
 	wantError(t, e.call(t, http.MethodPost, "/v1/evacuations", adminSecret, `{"zone": "a", "expires": "200h"}`), http.StatusBadRequest, wire.CodeInvalid, "expires")
 	wantError(t, e.call(t, http.MethodPost, "/v1/evacuations", adminSecret, `{"zone": "b", "undo": true}`), http.StatusNotFound, wire.CodeNotFound, "not evacuated")
 
-	r := e.call(t, http.MethodPost, "/v1/evacuations", registrarSecret, `{"zone": "a", "namespace": "shop", "service": "web", "reason": "rack swap", "expires": "2h"}`)
+	// An evacuation is a voluntary disruption: a and a2 are half of
+	// shop/web, past the default budget (25% of 4 rounds up to 1).
+	clk.Advance(time.Second)
+	before := e.snapshot(t)
+	evacuateA := `{"zone": "a", "namespace": "shop", "service": "web", "reason": "rack swap", "expires": "2h"}`
+	wantError(t, e.call(t, http.MethodPost, "/v1/evacuations", registrarSecret, evacuateA), http.StatusTooManyRequests, wire.CodeBudget,
+		"shop/web: its 2 available instance(s) in the zone would make 2 unavailable", "max_unavailable 25% (the default) = 1 of 4 instances", "--force")
+	if evs := e.node.Events("shop", "web", 0); evs[len(evs)-1].Kind != wire.EventRefused || !strings.Contains(evs[len(evs)-1].Reason, "disruption budget") {
+		t.Fatalf("budget refusal not audited: %+v", evs[len(evs)-1])
+	}
+	e.wantDataUnchanged(t, before, "a refused evacuation")
+	e.apply(t, adminSecret, strings.Replace(webYAML, "drain_window: 1h}", "drain_window: 1h, max_unavailable: 50%}", 1))
+
+	r := e.call(t, http.MethodPost, "/v1/evacuations", registrarSecret, evacuateA)
 	wantStatus(t, r, http.StatusCreated)
 	ev := decodeAs[wire.EvacuationView](t, r)
-	if ev.State != "evacuated" || ev.Reason != "rack swap" || ev.ExpiresIn.D().Hours() != 2 || ev.Actor != identity("registrar", registrarSecret) {
+	if ev.State != "evacuated" || ev.Reason != "rack swap" || ev.ExpiresIn.D() < 2*time.Hour-time.Minute || ev.ExpiresIn.D() > 2*time.Hour || ev.Actor != identity("registrar", registrarSecret) {
 		t.Fatalf("evacuation %+v", ev)
 	}
 	list := decodeAs[[]wire.EvacuationView](t, e.call(t, http.MethodGet, "/v1/evacuations", readerSecret, ""))
@@ -56,7 +72,8 @@ func TestEvacuations(t *testing.T) {
 	r = e.call(t, http.MethodPost, "/v1/evacuations", adminSecret, `{"zone": "a"}`)
 	wantStatus(t, r, http.StatusCreated)
 	e.registerIn(t, "b1", "10.0.2.1", "b")
-	before := e.snapshot(t)
+	clk.Advance(time.Second)
+	before = e.snapshot(t)
 	wantError(t, e.call(t, http.MethodPost, "/v1/evacuations", adminSecret, `{"zone": "b", "namespace": "shop", "service": "web"}`),
 		http.StatusConflict, wire.CodeCapacity, "shop/web", "keep 2", "needs 3", "--force")
 	evs := e.node.Events("shop", "web", 0)

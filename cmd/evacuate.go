@@ -22,7 +22,7 @@ func evacuateCommand() *cli.Command {
 			&cli.StringFlag{Name: "reason", Usage: "why, for the audit trail and cairn evacuations"},
 			&cli.DurationFlag{Name: "expires", DefaultText: wire.DefaultEvacuationExpiry.String(),
 				Usage: "end the evacuation after this long if nobody undoes it (at most " + wire.MaxEvacuationExpiry.String() + ")"},
-			&cli.BoolFlag{Name: "force", Usage: "evacuate even when the rest of a service could not carry it (audited)"},
+			&cli.BoolFlag{Name: "force", Usage: "evacuate even when the rest of a service could not carry it or it exceeds a disruption budget (audited)"},
 			&cli.BoolFlag{Name: "undo", Usage: "end the evacuation of exactly this scope: the zone starts to return"},
 		},
 		Action: func(c *cli.Context) error {

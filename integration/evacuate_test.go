@@ -109,7 +109,8 @@ func TestEvacuateZoneShiftsEveryAnswer(t *testing.T) {
 // 0.5, so two eligible instances must stay outside it. With b-0's
 // listener closed (withdrawn by its probes) only c-0 would, and
 // `cairn evacuate` exits non-zero with an error naming how many would
-// be left and how many are needed; nothing changes, and the refusal is
+// be left and how many are needed (before b-0 closed, the disruption
+// budget refused it); nothing changes, and the refusal is
 // in the audit trail. --force is accepted, noted in the evacuation and
 // its event; a caller in zone a is then served from the evacuated zone
 // again (the rest cannot carry it: the tier rules spill), and its
@@ -121,11 +122,19 @@ func TestEvacuateRefusedWithoutCapacity(t *testing.T) {
 	ctx := ctxT(t, 2*time.Minute)
 	n := c.Nodes[0]
 	f := startEvacFleet(ctx, t, c, "lean", "", 2, 1, 1)
+	args := []string{"evacuate", "--zone", "a", "--service", healthNS + "/" + f.svc}
+	// With every instance healthy, b-0 and c-0 could carry it, but the
+	// evacuation is a voluntary disruption of two of four instances, past
+	// the default budget (25% of 4 rounds up to 1): refused too.
+	const past = "its 2 available instance(s) in the zone would make 2 unavailable, past its disruption budget max_unavailable 25% (the default) = 1 of 4 instances"
+	if stdout, stderr, code := cairnCLI(ctx, t, n, args...); code != 1 || !strings.Contains(stderr, past) || !strings.Contains(stderr, "--force") {
+		t.Fatalf("cairn %s: exit %d, stdout %q, stderr %q; want exit 1 and an error saying %q and naming --force",
+			strings.Join(args, " "), code, stdout, stderr, past)
+	}
 	f.setDown(t, "b-0", true)
 	withdrawnVerdict(ctx, t, n, f.svc, "b-0")
 	Eventually(t, 10*time.Second, func() error { return f.checkDNS(n, "a", false) })
 
-	args := []string{"evacuate", "--zone", "a", "--service", healthNS + "/" + f.svc}
 	stdout, stderr, code := cairnCLI(ctx, t, n, args...)
 	const short = "shop/lean would keep 1 eligible instance(s) outside the zone and needs 2"
 	if code != 1 || !strings.Contains(stderr, short) || !strings.Contains(stderr, "--force") {
@@ -150,7 +159,7 @@ func TestEvacuateRefusedWithoutCapacity(t *testing.T) {
 
 	const reason = "drill"
 	out := runCLI(ctx, t, n, append(args, "--force", "--reason", reason)...)
-	if !strings.Contains(string(out), "started past the capacity check") {
+	if !strings.Contains(string(out), "past the capacity check or a disruption budget") {
 		t.Errorf("cairn evacuate --force printed %q; want it to say the capacity check was passed over", out)
 	}
 	evs, err := evacuationsOn(ctx, n)

@@ -68,7 +68,7 @@ func TestUIEvacuation(t *testing.T) {
 	n := c.Nodes[0]
 	ctx := ctxT(t, 2*time.Minute)
 	const svc = "uievac"
-	applyDefinition(ctx, t, c, healthService(svc, "", "{lease_ttl: 10m, drain_window: 1h, slow_start: 0s, shift_back: 10s}"))
+	applyDefinition(ctx, t, c, healthService(svc, "", "{lease_ttl: 10m, drain_window: 1h, slow_start: 0s, shift_back: 10s, max_unavailable: 50%}"))
 	zoneOf := map[string]string{}
 	for i, zone := range []string{"a", "a", "b", "b"} {
 		id := fmt.Sprintf("ev-%s%d", zone, i%2)

@@ -21,10 +21,13 @@ import (
 // unavailable is not a new disruption and always goes through. Failed
 // probes and expiring leases count toward the budget and are never
 // refused: they reach the store as verdicts and hard expiries, which are
-// not judged here.
+// not judged here. An evacuation is a voluntary disruption too: a ready,
+// available instance in a zone an evacuation holds counts as unavailable
+// ("evacuated"), and an evacuation that would take a service past its
+// budget is refused like a drain (overBudget).
 
 // unavailable says whether r, not terminated, holds part of its
-// service's budget, and why.
+// service's budget on its own, and why.
 func unavailable(r *record) (string, bool) {
 	switch r.lifecycle {
 	case status.Starting, status.Draining:
@@ -37,8 +40,40 @@ func unavailable(r *record) (string, bool) {
 	return "", false
 }
 
+// whyUnavailable is unavailable, or, for a ready instance available on
+// its own, "evacuated" when one of evacs covers it.
+func whyUnavailable(r *record, evacs []*wire.Evacuation) (string, bool) {
+	if why, ok := unavailable(r); ok || r.lifecycle != status.Ready {
+		return why, ok
+	}
+	for _, e := range evacs {
+		if e.Covers(r.svc.Namespace, r.svc.Name, r.origin.region, r.origin.zone) {
+			return "evacuated", true
+		}
+	}
+	return "", false
+}
+
+// evacuating lists the evacuations in force (not returning) that may
+// cover service k, leaving skip out.
+func (f *fsm) evacuating(k wire.ServiceKey, skip *wire.Evacuation) []*wire.Evacuation {
+	var out []*wire.Evacuation
+	for _, e := range f.evacs {
+		if e != skip && e.EndedAt.IsZero() && (e.Service == "" || e.Namespace == k.Namespace && e.Service == k.Name) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // budget is svc's disruption budget as the replica holds it.
 func (f *fsm) budget(svc *wire.Service) wire.DisruptionBudget {
+	return f.budgetWith(svc, f.evacuating(svc.Key(), nil))
+}
+
+// budgetWith is svc's disruption budget with evacs the evacuations in
+// force that hold part of it.
+func (f *fsm) budgetWith(svc *wire.Service, evacs []*wire.Evacuation) wire.DisruptionBudget {
 	d := wire.DisruptionBudget{MaxUnavailable: svc.Policy.MaxUnavailable.OrDefault(),
 		Default: svc.Policy.MaxUnavailable == "", Unavailable: []wire.Unavailable{}}
 	for _, r := range f.instances.svcs[svc.Key()] {
@@ -46,7 +81,7 @@ func (f *fsm) budget(svc *wire.Service) wire.DisruptionBudget {
 			continue
 		}
 		d.Instances++
-		if why, ok := unavailable(r); ok {
+		if why, ok := whyUnavailable(r, evacs); ok {
 			d.Unavailable = append(d.Unavailable, wire.Unavailable{InstanceID: r.id, Incarnation: r.incarnation, Why: why})
 		}
 	}
@@ -66,14 +101,15 @@ func (f *fsm) disruption(c command, in *record) (*wire.Event, error) {
 	if !c.Budget || in.lifecycle != status.Ready {
 		return nil, nil
 	}
-	if _, ok := unavailable(in); ok {
-		return nil, nil // already counted: not a new disruption
-	}
 	svc := f.services[*in.svc]
 	if svc == nil {
 		return nil, nil
 	}
-	b := f.budget(svc)
+	evacs := f.evacuating(svc.Key(), nil)
+	if _, ok := whyUnavailable(in, evacs); ok {
+		return nil, nil // already counted: not a new disruption
+	}
+	b := f.budgetWith(svc, evacs)
 	if b.InUse < b.Limit {
 		return nil, nil
 	}
@@ -112,4 +148,45 @@ func (s *Store) ForceDrain(ctx context.Context, actor string, key wire.InstanceK
 // audited like ForceDrain.
 func (s *Store) ForceDeregister(ctx context.Context, actor string, key wire.InstanceKey, inc uint64) (wire.Instance, error) {
 	return s.deregister(ctx, actor, key, inc, true)
+}
+
+// overBudget lists the services in e's scope that e would take past
+// their disruption budgets: each one's budget, what holds it and how
+// many available instances e would add. An instance already
+// unavailable, or held by an evacuation in force (the one e renews
+// included), is not a new disruption.
+func (f *fsm) overBudget(e wire.Evacuation) []string {
+	fresh := map[wire.ServiceKey]int{}
+	evacs := map[wire.ServiceKey][]*wire.Evacuation{}
+	f.eachInScope(e, func(svc *wire.Service, r *record) {
+		k := svc.Key()
+		others, ok := evacs[k]
+		if !ok {
+			others = f.evacuating(k, nil)
+			evacs[k] = others
+		}
+		if _, held := whyUnavailable(r, others); !held && r.lifecycle == status.Ready {
+			fresh[k]++
+		}
+	})
+	keys := make([]wire.ServiceKey, 0, len(fresh))
+	for k := range fresh {
+		keys = append(keys, k)
+	}
+	// By name: map order must not reach a message every replica writes.
+	slices.SortFunc(keys, func(a, b wire.ServiceKey) int { return strings.Compare(a.String(), b.String()) })
+	var out []string
+	for _, k := range keys {
+		b := f.budgetWith(f.services[k], evacs[k])
+		if b.InUse+fresh[k] <= b.Limit {
+			continue
+		}
+		held := ""
+		if b.InUse > 0 {
+			held = ", already used by " + b.Holders()
+		}
+		out = append(out, fmt.Sprintf("%s: its %d available instance(s) in the zone would make %d unavailable, past its disruption budget %s%s",
+			k, fresh[k], b.InUse+fresh[k], b.Describe(), held))
+	}
+	return out
 }

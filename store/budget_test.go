@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
@@ -227,4 +228,71 @@ func TestFSMBudgetSurvivesSnapshot(t *testing.T) {
 	}
 	l.f = restored
 	refused(t, l, disrupt(opDrain, "i2", incs["i2"], false), "i0 (draining), i1 (unhealthy)")
+}
+
+// judged is an evacuation as Store.Evacuate writes it: judged against
+// the disruption budgets of the services in its scope.
+func judged(req wire.EvacuateRequest) command {
+	c := evacCmd(req)
+	c.Budget = true
+	return c
+}
+
+// TestFSMBudgetEvacuations: an evacuation is a voluntary disruption. One
+// that would take a service past its budget is refused, naming the
+// budget and what holds it; forced, it is audited; in force, its
+// instances hold the budget against drains; renewing it is no new
+// disruption, and an entry written before evacuations were judged
+// replays as it was applied.
+func TestFSMBudgetEvacuations(t *testing.T) {
+	l := zonedLog(t, time.Minute) // a1 a2, b1 b2, c1 c2
+	svc := webService()
+	svc.Policy.MaxUnavailable = "2"
+	sb := wire.Duration(time.Minute)
+	svc.Policy.ShiftBack = &sb
+	l.must(applySvc(svc))
+	inc := func(id string) uint64 { return instanceOf(t, l.f, webKey(id)).Incarnation }
+	l.must(disrupt(opDrain, "b1", inc("b1"), false))
+
+	before := withoutRev(l.f)
+	r := l.apply(judged(wire.EvacuateRequest{Zone: "a"}))
+	if !errors.Is(r.Err, ErrBudget) {
+		t.Fatalf("evacuate a: %v, want ErrBudget", r.Err)
+	}
+	for _, want := range []string{"evacuating zone a refused", "prod/web: its 2 available instance(s) in the zone would make 3 unavailable",
+		"max_unavailable 2 of 6 instances, already used by b1 (draining)", "--force"} {
+		if !strings.Contains(r.Err.Error(), want) {
+			t.Errorf("refusal %q does not say %q", r.Err, want)
+		}
+	}
+	if after := withoutRev(l.f); !reflect.DeepEqual(before, after) {
+		t.Fatal("a refused evacuation changed the state")
+	}
+	// An entry from before evacuations were judged replays as applied.
+	old := zonedLog(t, time.Minute)
+	one := svc
+	one.Policy.MaxUnavailable = "1"
+	old.must(applySvc(one))
+	old.must(evacCmd(wire.EvacuateRequest{Zone: "a"}))
+
+	req := wire.EvacuateRequest{Zone: "a", Force: true}
+	if e := l.must(judged(req)).Evacuation; !e.Forced {
+		t.Fatalf("forced evacuation not marked: %+v", e)
+	}
+	if ev := lastEvent(l); ev.Kind != wire.EventEvacuated || !strings.Contains(ev.Reason, "forced past the disruption budget: prod/web") {
+		t.Fatalf("audit %+v", ev)
+	}
+	// In force, a1 and a2 hold the budget: c1's drain is refused; a1's
+	// is no new disruption.
+	refused(t, l, disrupt(opDrain, "c1", inc("c1"), false), "a1 (evacuated), a2 (evacuated), b1 (draining)")
+	l.must(disrupt(opDrain, "a1", inc("a1"), false))
+	req.Force = false
+	l.must(judged(req)) // renewed
+	// Returning, the zone holds no budget of its own.
+	req.Undo = true
+	l.must(judged(req))
+	b := l.f.budget(l.f.services[wire.ServiceKey{Namespace: "prod", Name: "web"}])
+	if got := b.Holders(); got != "a1 (draining), b1 (draining)" {
+		t.Fatalf("holders after the undo: %s", got)
+	}
 }

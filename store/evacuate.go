@@ -73,7 +73,8 @@ func (f *fsm) evacuationList() []wire.Evacuation {
 // of a scope already evacuated renews its reason and expiry; starting
 // one of a scope returning sends the zone back to evacuated. An
 // evacuation the rest of a service could not carry is refused with
-// ErrCapacity unless req.Force.
+// ErrCapacity, and one past a service's disruption budget with
+// ErrBudget, unless req.Force.
 func (s *Store) Evacuate(ctx context.Context, actor string, req wire.EvacuateRequest) (wire.Evacuation, error) {
 	if err := req.Validate(); err != nil {
 		return wire.Evacuation{}, err
@@ -83,13 +84,13 @@ func (s *Store) Evacuate(ctx context.Context, actor string, req wire.EvacuateReq
 	// caught up, the FSM alone decides.
 	if s.LeaderReady() {
 		s.fsm.mu.RLock()
-		_, err := s.fsm.checkEvacuate(req)
+		_, err := s.fsm.checkEvacuate(req, true)
 		s.fsm.mu.RUnlock()
 		if err != nil {
 			return wire.Evacuation{}, err
 		}
 	}
-	r, err := s.propose(ctx, command{Op: opEvacuate, Actor: actor, Evacuate: &req})
+	r, err := s.propose(ctx, command{Op: opEvacuate, Actor: actor, Evacuate: &req, Budget: true})
 	if err != nil {
 		return wire.Evacuation{}, err
 	}
@@ -102,7 +103,7 @@ func (f *fsm) evacuate(index uint64, c command) (wire.Evacuation, error) {
 	if req == nil {
 		return wire.Evacuation{}, invalid("evacuate", "is required")
 	}
-	cur, err := f.checkEvacuate(*req)
+	cur, err := f.checkEvacuate(*req, c.Budget)
 	if err != nil {
 		return wire.Evacuation{}, err
 	}
@@ -126,7 +127,11 @@ func (f *fsm) evacuate(index uint64, c command) (wire.Evacuation, error) {
 		e.ID, e.StartedAt, e.Forced = cur.ID, cur.StartedAt, cur.Forced
 	}
 	short := f.shortfall(e, cur)
-	e.Forced = e.Forced || len(short) > 0
+	var over []string
+	if c.Budget {
+		over = f.overBudget(e)
+	}
+	e.Forced = e.Forced || len(short) > 0 || len(over) > 0
 	if cur != nil {
 		delete(f.evacs, cur.ID)
 	}
@@ -146,6 +151,9 @@ func (f *fsm) evacuate(index uint64, c command) (wire.Evacuation, error) {
 	if len(short) > 0 {
 		reason += " (forced past the capacity check: " + listShort(short) + ")"
 	}
+	if len(over) > 0 {
+		reason += " (forced past the disruption budget: " + listShort(over) + ")"
+	}
 	f.record(wire.Event{At: c.At, Kind: wire.EventEvacuated, Namespace: e.Namespace, Service: e.Service,
 		To: "evacuated", Reason: reason, Actor: c.Actor})
 	return e, nil
@@ -153,8 +161,11 @@ func (f *fsm) evacuate(index uint64, c command) (wire.Evacuation, error) {
 
 // checkEvacuate refuses what an opEvacuate entry of req must not do,
 // with the error the FSM gives, and returns the evacuation of exactly
-// req's scope, if any.
-func (f *fsm) checkEvacuate(req wire.EvacuateRequest) (*wire.Evacuation, error) {
+// req's scope, if any. With judge (the entry's Budget flag; entries
+// written before budgets judged evacuations carry none, and replay as
+// they were applied) an evacuation past a service's disruption budget
+// is refused with ErrBudget.
+func (f *fsm) checkEvacuate(req wire.EvacuateRequest, judge bool) (*wire.Evacuation, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
@@ -194,6 +205,12 @@ func (f *fsm) checkEvacuate(req wire.EvacuateRequest) (*wire.Evacuation, error) 
 	}
 	if short := f.shortfall(e, cur); len(short) > 0 {
 		return nil, fmt.Errorf("evacuating %s refused: %s; --force overrides: %w", req, listShort(short), ErrCapacity)
+	}
+	if !judge {
+		return cur, nil
+	}
+	if over := f.overBudget(e); len(over) > 0 {
+		return nil, fmt.Errorf("evacuating %s refused: %s; --force overrides: %w", req, listShort(over), ErrBudget)
 	}
 	return cur, nil
 }

@@ -23,7 +23,8 @@ type Evacuation struct {
 	Service   string `json:"service,omitempty"`
 	Reason    string `json:"reason,omitempty"`
 	// Actor is who started it; Forced says it was started past the
-	// capacity check (`--force`).
+	// capacity check or a disruption budget (`--force`; its evacuated
+	// event says which).
 	Actor     string    `json:"actor"`
 	Forced    bool      `json:"forced,omitempty"`
 	StartedAt time.Time `json:"started_at"`
