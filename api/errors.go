@@ -62,14 +62,7 @@ func status(err error) (int, string) {
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, route string, err error) {
 	code, c := status(err)
-	msg := err.Error()
-	// Sentinel suffixes (": invalid input") say nothing to a user.
-	for _, p := range []string{": " + wire.ErrInvalid.Error(), ": " + errBadRequest.Error(),
-		": " + addrpolicy.ErrForbidden.Error(), ": " + acl.ErrDenied.Error(), ": " + store.ErrFenced.Error(),
-		": " + store.ErrNotFound.Error(), ": " + errConflict.Error(), ": " + store.ErrBudget.Error(),
-		": " + store.ErrCapacity.Error()} {
-		msg = strings.TrimSuffix(msg, p)
-	}
+	msg := userMessage(err)
 	if code == http.StatusInternalServerError {
 		s.log.Error("request failed", "route", route, "err", err)
 	}
@@ -147,4 +140,17 @@ func bearer(r *http.Request) (string, error) {
 		return "", fmt.Errorf("authorization header must be \"Bearer TOKEN\": %w", acl.ErrNoToken)
 	}
 	return tok, nil
+}
+
+// userMessage is err's text without its sentinel suffix (": invalid
+// input"), which says nothing to a user.
+func userMessage(err error) string {
+	msg := err.Error()
+	for _, p := range []string{": " + wire.ErrInvalid.Error(), ": " + errBadRequest.Error(),
+		": " + addrpolicy.ErrForbidden.Error(), ": " + acl.ErrDenied.Error(), ": " + store.ErrFenced.Error(),
+		": " + store.ErrNotFound.Error(), ": " + errConflict.Error(), ": " + store.ErrBudget.Error(),
+		": " + store.ErrCapacity.Error()} {
+		msg = strings.TrimSuffix(msg, p)
+	}
+	return msg
 }

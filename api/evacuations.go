@@ -32,7 +32,7 @@ func (s *Server) evacuate(w http.ResponseWriter, r *http.Request, id acl.Identit
 	}
 	e, err := s.cfg.Store.Evacuate(r.Context(), id.Name, req)
 	if errors.Is(err, store.ErrCapacity) || errors.Is(err, store.ErrBudget) {
-		s.auditRefusal(r, id, wire.InstanceKey{Namespace: req.Namespace, Service: req.Service}, err.Error())
+		s.auditRefusal(r, id, wire.InstanceKey{Namespace: req.Namespace, Service: req.Service}, userMessage(err))
 	}
 	if err != nil {
 		return 0, nil, err

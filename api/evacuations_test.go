@@ -38,7 +38,7 @@ func TestEvacuations(t *testing.T) {
 	wantError(t, e.call(t, http.MethodPost, "/v1/evacuations", adminSecret, `{"zone": "a", "expires": "200h"}`), http.StatusBadRequest, wire.CodeInvalid, "expires")
 	wantError(t, e.call(t, http.MethodPost, "/v1/evacuations", adminSecret, `{"zone": "b", "undo": true}`), http.StatusNotFound, wire.CodeNotFound, "not evacuated")
 
-	// An evacuation is a voluntary disruption: a and a2 are half of
+	// An evacuation is a voluntary disruption: a1 and a2 are half of
 	// shop/web, past the default budget (25% of 4 rounds up to 1).
 	clk.Advance(time.Second)
 	before := e.snapshot(t)
@@ -47,6 +47,8 @@ func TestEvacuations(t *testing.T) {
 		"shop/web: its 2 available instance(s) in the zone would make 2 unavailable", "max_unavailable 25% (the default) = 1 of 4 instances", "--force")
 	if evs := e.node.Events("shop", "web", 0); evs[len(evs)-1].Kind != wire.EventRefused || !strings.Contains(evs[len(evs)-1].Reason, "disruption budget") {
 		t.Fatalf("budget refusal not audited: %+v", evs[len(evs)-1])
+	} else if r := evs[len(evs)-1].Reason; strings.Contains(r, "store:") {
+		t.Errorf("the audited refusal carries the store's sentinel: %q", r)
 	}
 	e.wantDataUnchanged(t, before, "a refused evacuation")
 	e.apply(t, adminSecret, strings.Replace(webYAML, "drain_window: 1h}", "drain_window: 1h, max_unavailable: 50%}", 1))

@@ -334,7 +334,7 @@ func (s *Server) mutate(act acl.Action) handler {
 			in, err = s.disrupt(ctx, act, id, key, req)
 			if errors.Is(err, store.ErrBudget) {
 				s.log.Warn("refused", "identity", id.Name, "action", verb, "target", key.String(), "err", err)
-				s.auditRefusal(r, id, key, strings.TrimSuffix(err.Error(), ": "+store.ErrBudget.Error()))
+				s.auditRefusal(r, id, key, userMessage(err))
 			}
 			if err != nil {
 				return 0, nil, err

@@ -55,11 +55,11 @@ func whyUnavailable(r *record, evacs []*wire.Evacuation) (string, bool) {
 }
 
 // evacuating lists the evacuations in force (not returning) that may
-// cover service k, leaving skip out.
-func (f *fsm) evacuating(k wire.ServiceKey, skip *wire.Evacuation) []*wire.Evacuation {
+// cover service k.
+func (f *fsm) evacuating(k wire.ServiceKey) []*wire.Evacuation {
 	var out []*wire.Evacuation
 	for _, e := range f.evacs {
-		if e != skip && e.EndedAt.IsZero() && (e.Service == "" || e.Namespace == k.Namespace && e.Service == k.Name) {
+		if e.EndedAt.IsZero() && (e.Service == "" || e.Namespace == k.Namespace && e.Service == k.Name) {
 			out = append(out, e)
 		}
 	}
@@ -68,7 +68,7 @@ func (f *fsm) evacuating(k wire.ServiceKey, skip *wire.Evacuation) []*wire.Evacu
 
 // budget is svc's disruption budget as the replica holds it.
 func (f *fsm) budget(svc *wire.Service) wire.DisruptionBudget {
-	return f.budgetWith(svc, f.evacuating(svc.Key(), nil))
+	return f.budgetWith(svc, f.evacuating(svc.Key()))
 }
 
 // budgetWith is svc's disruption budget with evacs the evacuations in
@@ -105,7 +105,10 @@ func (f *fsm) disruption(c command, in *record) (*wire.Event, error) {
 	if svc == nil {
 		return nil, nil
 	}
-	evacs := f.evacuating(svc.Key(), nil)
+	var evacs []*wire.Evacuation
+	if c.Evacs {
+		evacs = f.evacuating(svc.Key())
+	}
 	if _, ok := whyUnavailable(in, evacs); ok {
 		return nil, nil // already counted: not a new disruption
 	}
@@ -162,7 +165,7 @@ func (f *fsm) overBudget(e wire.Evacuation) []string {
 		k := svc.Key()
 		others, ok := evacs[k]
 		if !ok {
-			others = f.evacuating(k, nil)
+			others = f.evacuating(k)
 			evacs[k] = others
 		}
 		if _, held := whyUnavailable(r, others); !held && r.lifecycle == status.Ready {

@@ -32,7 +32,7 @@ func budgetLog(t *testing.T, b wire.Budget, n int) (*fsmLog, map[string]uint64) 
 // Store.Deregister write it: judged against the budget.
 func disrupt(op opcode, id string, inc uint64, force bool) command {
 	c := mutateCmd(op, id, inc)
-	c.Actor, c.Budget, c.Force = "admin", true, force
+	c.Actor, c.Budget, c.Evacs, c.Force = "admin", true, true, force
 	return c
 }
 
@@ -274,6 +274,11 @@ func TestFSMBudgetEvacuations(t *testing.T) {
 	one.Policy.MaxUnavailable = "1"
 	old.must(applySvc(one))
 	old.must(evacCmd(wire.EvacuateRequest{Zone: "a"}))
+	// So does a drain judged before evacuations held budgets: a1 and a2
+	// do not count against b1's.
+	drain := disrupt(opDrain, "b1", instanceOf(t, old.f, webKey("b1")).Incarnation, false)
+	drain.Evacs = false
+	old.must(drain)
 
 	req := wire.EvacuateRequest{Zone: "a", Force: true}
 	if e := l.must(judged(req)).Evacuation; !e.Forced {
@@ -287,7 +292,9 @@ func TestFSMBudgetEvacuations(t *testing.T) {
 	refused(t, l, disrupt(opDrain, "c1", inc("c1"), false), "a1 (evacuated), a2 (evacuated), b1 (draining)")
 	l.must(disrupt(opDrain, "a1", inc("a1"), false))
 	req.Force = false
-	l.must(judged(req)) // renewed
+	if e := l.must(judged(req)).Evacuation; !e.Forced { // renewed
+		t.Fatalf("a renewal forgot the evacuation was forced: %+v", e)
+	}
 	// Returning, the zone holds no budget of its own.
 	req.Undo = true
 	l.must(judged(req))

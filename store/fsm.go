@@ -91,6 +91,13 @@ type command struct {
 	// were applied.
 	Budget bool `json:"budget,omitempty"`
 	Force  bool `json:"force,omitempty"`
+	// Evacs, on a drain or deregistration judged against the budget,
+	// counts the evacuations in force as holding part of it. Entries
+	// written before evacuations were voluntary disruptions carry
+	// Budget alone, and replay as they were applied. (An opEvacuate
+	// entry is judged by its Budget flag: none was written with one
+	// before.)
+	Evacs bool `json:"evacs,omitempty"`
 }
 
 // fence names one incarnation of an instance.

@@ -195,7 +195,7 @@ func (s *Store) DrainSelf(ctx context.Context, actor string, key wire.InstanceKe
 }
 
 func (s *Store) drain(ctx context.Context, actor string, key wire.InstanceKey, inc uint64, force bool) (wire.Instance, error) {
-	c := command{Op: opDrain, Actor: actor, Key: key, Incarnation: inc, Budget: true, Force: force}
+	c := command{Op: opDrain, Actor: actor, Key: key, Incarnation: inc, Budget: true, Evacs: true, Force: force}
 	if err := s.precheck(c); err != nil {
 		return wire.Instance{}, err
 	}
@@ -213,7 +213,7 @@ func (s *Store) Deregister(ctx context.Context, actor string, key wire.InstanceK
 }
 
 func (s *Store) deregister(ctx context.Context, actor string, key wire.InstanceKey, inc uint64, force bool) (wire.Instance, error) {
-	c := command{Op: opDeregister, Actor: actor, Key: key, Incarnation: inc, Budget: true, Force: force}
+	c := command{Op: opDeregister, Actor: actor, Key: key, Incarnation: inc, Budget: true, Evacs: true, Force: force}
 	if err := s.precheck(c); err != nil {
 		return wire.Instance{}, err
 	}
