@@ -103,6 +103,13 @@ func serve(ctx context.Context, cfg serverConfig, logw io.Writer) error {
 		return fmt.Errorf("listening for gRPC on %q: %w", cfg.GRPCAddr, err)
 	}
 	defer grpcLn.Close()
+	var debugLn net.Listener // nil: no --debug-addr
+	if cfg.DebugAddr != "" {
+		if debugLn, err = net.Listen("tcp", cfg.DebugAddr); err != nil {
+			return fmt.Errorf("listening for --debug-addr on %q: %w", cfg.DebugAddr, err)
+		}
+		defer debugLn.Close()
+	}
 
 	st, err := openStore(cfg, nodeID, httpAddr, sec, log, reg)
 	if err != nil {
@@ -138,7 +145,7 @@ func serve(ctx context.Context, cfg serverConfig, logw io.Writer) error {
 	defer a.Close()
 	late.api = a
 
-	p := &serverParts{cfg: cfg, log: log, nodeID: nodeID, httpAddr: httpAddr, httpLn: httpLn, grpcLn: grpcLn, sec: sec,
+	p := &serverParts{cfg: cfg, log: log, nodeID: nodeID, httpAddr: httpAddr, httpLn: httpLn, grpcLn: grpcLn, debugLn: debugLn, sec: sec,
 		st: st, hn: hn, keeper: keeper, ds: ds, xs: xs, gs: gs, srv: newHTTPServer(a, log), ready: rd}
 	if err := p.writeAddrs(); err != nil {
 		return err

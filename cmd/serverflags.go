@@ -61,6 +61,8 @@ type serverConfig struct {
 	DNSCookies dnsserver.CookieConfig
 	// DNSCookieSecretFile is --dns-cookie-secret-file, re-read on SIGHUP.
 	DNSCookieSecretFile string
+	// DebugAddr is --debug-addr: net/http/pprof, on loopback ("": off).
+	DebugAddr string
 }
 
 func serverCommand() *cli.Command {
@@ -106,6 +108,7 @@ func serverCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "dns-rrl-exempt", Usage: "CIDR never rate-limited, e.g. your resolvers (repeatable)"},
 			&cli.StringFlag{Name: "dns-cookies", Value: "auto", Usage: "DNS cookies (RFC 7873; a valid one exempts from rate limiting): auto (on unless --dns-addr is loopback), on or off"},
 			&cli.StringFlag{Name: "dns-cookie-secret-file", DefaultText: "a random secret per process", Usage: "file of the server-cookie secret, 32 hex digits, and optionally the previous one on a second line (share it across servers; re-read on SIGHUP, to roll it)"},
+			debugAddrFlag(),
 		}, xdsLimitFlags()...),
 		Action: func(c *cli.Context) error {
 			cfg, err := serverConfigFromFlags(c)
@@ -134,6 +137,10 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 		NamespaceCIDRs: map[string][]netip.Prefix{},
 		TLS:            tlsFiles{Cert: c.String("tls-cert"), Key: c.String("tls-key"), CA: c.String("tls-ca")},
 		Plaintext:      c.Bool("insecure-plaintext"),
+		DebugAddr:      c.String("debug-addr"),
+	}
+	if err := checkDebugAddr(cfg.DebugAddr); err != nil {
+		return cfg, err
 	}
 	if cfg.DataDir == "" && !cfg.Dev {
 		return cfg, errors.New("--data-dir is required (or --dev for a throw-away node)")

@@ -32,6 +32,7 @@ type serverParts struct {
 	nodeID         string
 	httpAddr       string // advertised
 	httpLn, grpcLn net.Listener
+	debugLn        net.Listener // nil: no --debug-addr
 	sec            securityConfig
 	st             *store.Store
 	hn             *health.Node
@@ -95,6 +96,9 @@ func (p *serverParts) run(ctx context.Context) error {
 	if tlsf := p.sec.files; tlsf != nil {
 		g.Go(func() error { return tlsf.Run(runCtx) })
 		g.Go(func() error { return reloadOnHUP(runCtx, tlsf, p.log) })
+	}
+	if p.debugLn != nil {
+		g.Go(func() error { return serveDebug(gctx, p.debugLn) })
 	}
 	if f := p.cfg.DNSCookieSecretFile; f != "" {
 		g.Go(func() error { return onHUP(runCtx, func() { p.reloadCookieSecrets(f) }) })
