@@ -9,9 +9,15 @@
 // garbage between collections). It then applies -n/100 services through
 // the API, registers -n instances over them with -c concurrent clients,
 // waits for the server to settle again (-rounds health rounds after the
-// last write, then two collections), and reads both figures again. It prints one Markdown
-// table row for BENCHMARKS.md and one JSON line with the same figures;
-// the per-instance figures are (after − idle) / n.
+// last write, then two collections), and reads both figures again:
+// "settled". It then leaves the server alone for -quiet (60 s), reads
+// them again ("quiet": what the collector's own pace keeps resident),
+// forces a collection through the server's --debug-addr and reads them
+// once more ("forced"; the idle server was read the same way). It
+// prints one Markdown table row and one JSON line with the same figures
+// (and where the rest of the resident set is: heap idle and released,
+// stacks, bolt's mapped raft.db); the per-instance figures are
+// (after − idle) / n for each reading.
 //
 // The services have no health check and a lease of an hour, so that
 // nothing probes, expires or changes while the figures are read: what is
@@ -26,21 +32,17 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -65,6 +67,8 @@ type options struct {
 	timeout     time.Duration
 	hold        time.Duration
 	keep        bool
+	quiet       time.Duration
+	profile     string
 	renew       bool
 	serverFlags string
 }
@@ -80,11 +84,13 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "upper bound on the whole run")
 	flag.DurationVar(&o.hold, "hold", 0, "keep the server running this long after the figures are read (to inspect it; its address goes to stderr)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the data dir and the server log (their folder is printed)")
+	flag.DurationVar(&o.quiet, "quiet", 60*time.Second, "after the settled reading, read again after this long without forcing a collection, then force one and read again")
+	flag.StringVar(&o.profile, "profile", "", "write the server's heap profiles (idle and after, each taken with the forced collection) into this folder")
 	flag.BoolVar(&o.renew, "renew", false, "renew every instance once after registering it, as a live instance does, before reading the figures")
 	flag.StringVar(&o.serverFlags, "server-flags", "", "extra flags for `cairn server`, space-separated")
 	flag.Parse()
-	if o.n < 1 || o.perService < 1 || o.conc < 1 || o.rounds < 1 || o.settle <= 0 || o.timeout <= 0 || o.hold < 0 {
-		fmt.Fprintln(os.Stderr, "membench: -n, -per-service, -c, -rounds, -settle and -timeout must be positive")
+	if o.n < 1 || o.perService < 1 || o.conc < 1 || o.rounds < 1 || o.settle <= 0 || o.timeout <= 0 || o.hold < 0 || o.quiet < 0 {
+		fmt.Fprintln(os.Stderr, "membench: -n, -per-service, -c, -rounds, -settle and -timeout must be positive, -hold and -quiet not negative")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -99,37 +105,34 @@ func main() {
 	}
 }
 
-// sample is the server's memory at one moment.
-type sample struct {
-	RSS       uint64 `json:"rss_bytes"`
-	RSSAnon   uint64 `json:"rss_anon_bytes"` // of RSS: the process's own memory
-	RSSFile   uint64 `json:"rss_file_bytes"` // of RSS: mapped files (bolt's data file, the binary)
-	HeapInuse uint64 `json:"heap_inuse_bytes"`
-	// Where the rest of the resident set goes: heap spans the runtime
-	// holds but has not returned to the kernel (idle − released), and the
-	// heap size at which the next collection starts.
-	HeapIdle     uint64 `json:"heap_idle_bytes"`
-	HeapReleased uint64 `json:"heap_released_bytes"`
-	NextGC       uint64 `json:"next_gc_bytes"`
-	Builds       uint64 `json:"-"` // status tables published so far
-	GCs          uint64 `json:"-"` // garbage collections completed so far
-}
-
 // report is the JSON line: the same figures as the Markdown row.
 type report struct {
-	Rev             string  `json:"cairn"`
-	Go              string  `json:"go"`
-	Instances       int     `json:"instances"`
-	Services        int     `json:"services"`
-	Renewed         bool    `json:"renewed"`
-	Idle            sample  `json:"idle"`
-	After           sample  `json:"after"`
+	Rev          string  `json:"cairn"`
+	Go           string  `json:"go"`
+	Instances    int     `json:"instances"`
+	Services     int     `json:"services"`
+	Renewed      bool    `json:"renewed"`
+	Idle         sample  `json:"idle"`
+	IdleForced   sample  `json:"idle_forced"` // the idle server right after a forced collection
+	After        sample  `json:"after"`       // settled: two collections of its own after the last write
+	Quiet        sample  `json:"quiet"`       // -quiet later, no collection forced
+	Forced       sample  `json:"forced"`      // right after that, a forced collection
+	QuietSeconds float64 `json:"quiet_seconds"`
+	// What the server spent while left alone for -quiet: its CPU, in
+	// percent of one core, and the collections it ran.
+	QuietCPUPercent float64 `json:"quiet_cpu_percent"`
+	QuietGCs        uint64  `json:"quiet_gcs"`
 	RSSPerInstance  float64 `json:"rss_bytes_per_instance"`
 	HeapPerInstance float64 `json:"heap_inuse_bytes_per_instance"`
-	RegisterSeconds float64 `json:"register_seconds"`
-	RegistrationsPS float64 `json:"registrations_per_second"`
-	SettleSeconds   float64 `json:"settle_seconds"`
-	ServerRevision  uint64  `json:"server_revision"`
+	// Quiet − Idle and Forced − IdleForced, over the instances.
+	RSSPerInstanceQuiet   float64 `json:"rss_bytes_per_instance_quiet"`
+	HeapPerInstanceQuiet  float64 `json:"heap_inuse_bytes_per_instance_quiet"`
+	RSSPerInstanceForced  float64 `json:"rss_bytes_per_instance_forced"`
+	HeapPerInstanceForced float64 `json:"heap_inuse_bytes_per_instance_forced"`
+	RegisterSeconds       float64 `json:"register_seconds"`
+	RegistrationsPS       float64 `json:"registrations_per_second"`
+	SettleSeconds         float64 `json:"settle_seconds"`
+	ServerRevision        uint64  `json:"server_revision"`
 }
 
 func run(ctx context.Context, o options) error {
@@ -168,6 +171,10 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("settling before registering: %w\n%s", err, srv.Tail())
 	}
+	idleForced, err := srv.forced(ctx, o, "idle")
+	if err != nil {
+		return err
+	}
 
 	services := (o.n + o.perService - 1) / o.perService
 	if err := applyServices(ctx, cl, services); err != nil {
@@ -192,6 +199,21 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("settling after registering: %w\n%s", err, srv.Tail())
 	}
+	select { // no collection forced: what the server holds on its own
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-srv.Exited():
+		return errors.New("the server exited")
+	case <-time.After(o.quiet):
+	}
+	quiet, err := srv.read(ctx)
+	if err != nil {
+		return err
+	}
+	forced, err := srv.forced(ctx, o, "after")
+	if err != nil {
+		return err
+	}
 
 	// The revision of the working tree says what was measured only when
 	// the server was built from it.
@@ -201,21 +223,31 @@ func run(ctx context.Context, o options) error {
 	} else if out, err := exec.CommandContext(ctx, "git", "describe", "--always", "--dirty").Output(); err == nil {
 		rev = strings.TrimSpace(string(out))
 	}
-	r := report{Rev: rev, Go: runtime.Version(), Instances: o.n, Services: services, Renewed: o.renew, Idle: idle, After: after,
-		RSSPerInstance:  (float64(after.RSS) - float64(idle.RSS)) / float64(o.n),
-		HeapPerInstance: (float64(after.HeapInuse) - float64(idle.HeapInuse)) / float64(o.n),
-		RegisterSeconds: regTime.Seconds(),
-		RegistrationsPS: float64(o.n) / regTime.Seconds(),
-		SettleSeconds:   settled.Seconds(),
-		ServerRevision:  st.Revision,
+	per := func(a, b uint64) float64 { return (float64(a) - float64(b)) / float64(o.n) }
+	r := report{Rev: rev, Go: runtime.Version(), Instances: o.n, Services: services, Renewed: o.renew,
+		Idle: idle, IdleForced: idleForced, After: after, Quiet: quiet, Forced: forced, QuietSeconds: o.quiet.Seconds(),
+		QuietCPUPercent:       100 * (quiet.CPU - after.CPU) / max(o.quiet.Seconds(), 1e-9),
+		QuietGCs:              quiet.GCs - after.GCs,
+		RSSPerInstance:        per(after.RSS, idle.RSS),
+		HeapPerInstance:       per(after.HeapInuse, idle.HeapInuse),
+		RSSPerInstanceQuiet:   per(quiet.RSS, idle.RSS),
+		HeapPerInstanceQuiet:  per(quiet.HeapInuse, idle.HeapInuse),
+		RSSPerInstanceForced:  per(forced.RSS, idleForced.RSS),
+		HeapPerInstanceForced: per(forced.HeapInuse, idleForced.HeapInuse),
+		RegisterSeconds:       regTime.Seconds(),
+		RegistrationsPS:       float64(o.n) / regTime.Seconds(),
+		SettleSeconds:         settled.Seconds(),
+		ServerRevision:        st.Revision,
 	}
 	fmt.Printf("<!-- membench %s: cairn %s, %s, %s/%s, %d CPUs, -n %d -c %d -renew=%t; one `cairn server --dev`, bolt data dir in a temporary folder -->\n",
 		time.Now().UTC().Format(time.RFC3339), rev, runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), o.n, o.conc, o.renew)
-	fmt.Println("| instances (services) | RSS idle → after | RSS per instance | heap in use idle → after | heap per instance | registered in |")
-	fmt.Println("|---|---|---|---|---|---|")
-	fmt.Printf("| %d (%d) | %s → %s | %s | %s → %s | %s | %.1f s (%.0f/s) |\n",
-		o.n, services, mib(idle.RSS), mib(after.RSS), kib(r.RSSPerInstance),
-		mib(idle.HeapInuse), mib(after.HeapInuse), kib(r.HeapPerInstance), r.RegisterSeconds, r.RegistrationsPS)
+	fmt.Printf("| instances (services) | RSS idle → after | RSS per instance: settled / %s later / forced GC | heap in use idle → after | heap per instance: settled / %s later / forced GC | raft.db RSS | CPU, GCs in the %s | registered in |\n",
+		o.quiet, o.quiet, o.quiet)
+	fmt.Println("|---|---|---|---|---|---|---|---|")
+	fmt.Printf("| %d (%d) | %s → %s | %s / %s / %s | %s → %s | %s / %s / %s | %s | %.1f%%, %d | %.1f s (%.0f/s) |\n",
+		o.n, services, mib(idle.RSS), mib(after.RSS), kib(r.RSSPerInstance), kib(r.RSSPerInstanceQuiet), kib(r.RSSPerInstanceForced),
+		mib(idle.HeapInuse), mib(after.HeapInuse), kib(r.HeapPerInstance), kib(r.HeapPerInstanceQuiet), kib(r.HeapPerInstanceForced),
+		mib(forced.RaftDB), r.QuietCPUPercent, r.QuietGCs, r.RegisterSeconds, r.RegistrationsPS)
 	line, _ := json.Marshal(r)
 	fmt.Println(string(line))
 
@@ -233,22 +265,23 @@ func run(ctx context.Context, o options) error {
 // server is the cairn process under measurement.
 type server struct {
 	*benchproc.Process
-	httpAddr string
-	hc       *http.Client
+	httpAddr  string
+	debugAddr string // --debug-addr: net/http/pprof
+	hc        *http.Client
 }
 
 // startServer starts `cairn server --dev` on free loopback ports with its
 // data in dir and waits until it is ready.
 func startServer(ctx context.Context, bin, dir string, extra []string) (*server, error) {
-	ports, err := integration.FreePorts(4)
+	ports, err := integration.FreePorts(5)
 	if err != nil {
 		return nil, err
 	}
 	addr := func(p int) string { return fmt.Sprintf("127.0.0.1:%d", p) }
-	s := &server{httpAddr: addr(ports[0]), hc: &http.Client{Timeout: 10 * time.Second}}
+	s := &server{httpAddr: addr(ports[0]), debugAddr: addr(ports[4]), hc: &http.Client{Timeout: time.Minute}}
 	args := append([]string{"server", "--dev", "--data-dir", filepath.Join(dir, "data"),
 		"--http-addr", s.httpAddr, "--raft-addr", addr(ports[1]), "--dns-addr", addr(ports[2]),
-		"--grpc-addr", addr(ports[3]), "--log-level", "warn"}, extra...)
+		"--grpc-addr", addr(ports[3]), "--debug-addr", s.debugAddr, "--log-level", "warn"}, extra...)
 	if s.Process, err = benchproc.Start(bin, args, filepath.Join(dir, "server.log")); err != nil {
 		return nil, err
 	}
@@ -257,44 +290,6 @@ func startServer(ctx context.Context, bin, dir string, extra []string) (*server,
 		return nil, fmt.Errorf("starting the server: %w\n%s", err, s.Tail())
 	}
 	return s, nil
-}
-
-// read samples the server's memory.
-func (s *server) read(ctx context.Context) (sample, error) {
-	var out sample
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.Pid()))
-	if err != nil {
-		return out, fmt.Errorf("reading the server's VmRSS: %w", err)
-	}
-	if out.RSS, err = statusKB(b, "VmRSS"); err != nil {
-		return out, err
-	}
-	if out.RSSAnon, err = statusKB(b, "RssAnon"); err != nil {
-		return out, err
-	}
-	if out.RSSFile, err = statusKB(b, "RssFile"); err != nil {
-		return out, err
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.httpAddr+"/metrics", nil)
-	if err != nil {
-		return out, err
-	}
-	resp, err := s.hc.Do(req)
-	if err != nil {
-		return out, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return out, fmt.Errorf("/metrics: %s", resp.Status)
-	}
-	m, err := scrape(resp.Body, "go_memstats_heap_inuse_bytes", "cairn_health_table_build_seconds_count", "go_gc_duration_seconds_count",
-		"go_memstats_heap_idle_bytes", "go_memstats_heap_released_bytes", "go_memstats_next_gc_bytes")
-	if err != nil {
-		return out, err
-	}
-	out.HeapInuse, out.Builds, out.GCs = uint64(m[0]), uint64(m[1]), uint64(m[2])
-	out.HeapIdle, out.HeapReleased, out.NextGC = uint64(m[3]), uint64(m[4]), uint64(m[5])
-	return out, nil
 }
 
 // settle waits until the server has applied revision rev (0: any) and
@@ -368,6 +363,23 @@ func (s *server) settle(ctx context.Context, o options, rev uint64) (sample, tim
 	}
 }
 
+// forced forces a collection in the server and reads its memory right
+// after; with -profile it keeps the heap profile as heap-<name>.pb.gz.
+func (s *server) forced(ctx context.Context, o options, name string) (sample, error) {
+	prof, err := s.forceGC(ctx)
+	if err != nil {
+		return sample{}, err
+	}
+	out, err := s.read(ctx)
+	if err != nil || o.profile == "" {
+		return out, err
+	}
+	if err := os.MkdirAll(o.profile, 0o755); err != nil {
+		return out, err
+	}
+	return out, os.WriteFile(filepath.Join(o.profile, "heap-"+name+".pb.gz"), prof, 0o644)
+}
+
 // collectWindow bounds the wait for a second collection after the first.
 const collectWindow = 30 * time.Second
 
@@ -389,58 +401,6 @@ func (s *server) revision(ctx context.Context) (uint64, error) {
 		return 0, fmt.Errorf("/v1/status: %w", err)
 	}
 	return st.Revision, nil
-}
-
-// statusKB returns the named field (VmRSS, RssAnon, …), in bytes, from
-// the text of /proc/PID/status.
-func statusKB(status []byte, field string) (uint64, error) {
-	sc := bufio.NewScanner(bytes.NewReader(status))
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), field+":")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(rest) // "123456 kB"
-		if len(f) != 2 || f[1] != "kB" {
-			return 0, fmt.Errorf("%s line %q", field, sc.Text())
-		}
-		kb, err := strconv.ParseUint(f[0], 10, 64)
-		return kb * 1024, err
-	}
-	return 0, fmt.Errorf("no %s line in /proc/PID/status", field)
-}
-
-// scrape returns the values of the named unlabelled samples from a
-// Prometheus text exposition, in order; a missing one is an error.
-func scrape(r io.Reader, names ...string) ([]float64, error) {
-	vals := make([]float64, len(names))
-	found := make([]bool, len(names))
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		name, v, ok := strings.Cut(sc.Text(), " ")
-		if !ok {
-			continue
-		}
-		for i, n := range names {
-			if name == n {
-				f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-				if err != nil {
-					return nil, fmt.Errorf("/metrics: %s %q: %w", n, v, err)
-				}
-				vals[i], found[i] = f, true
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	for i, ok := range found {
-		if !ok {
-			return nil, fmt.Errorf("/metrics has no %s", names[i])
-		}
-	}
-	return vals, nil
 }
 
 // serviceName is the name of service i.
