@@ -32,9 +32,10 @@ type Result struct {
 // A target keeps its slot (its index in Results) while it stays in the
 // target set; a target that has not been probed yet, and every unused
 // slot, has an empty TargetID: for the evaluator, silence. A Batch is
-// never modified after it is published: the consumer owns it. Making one
-// copies Capacity results of about 100 bytes: 1 MB a second at the
-// defaults.
+// never modified after it is published: the consumer owns it, until it
+// hands it back with Recycle. Making one copies Capacity results of about
+// 100 bytes, into a recycled batch when there is one: otherwise 1 MB of
+// garbage a second at the defaults, which sets the collector's pace.
 type Batch struct {
 	Observer string
 	// Seq numbers batches from 1; a gap means the consumer missed the
@@ -62,6 +63,7 @@ type Prober struct {
 	check func(ctx context.Context, t Target, c *conn) (o Outcome, broken bool)
 
 	batches chan *Batch   // 1-buffered, latest wins
+	spare   chan *Batch   // 2-buffered: batches handed back (Recycle), or replaced before anyone took them
 	update  chan struct{} // 1-buffered: pending holds a new target set
 	ran     atomic.Bool
 
@@ -87,6 +89,7 @@ func New(cfg Config) (*Prober, error) {
 		metrics: m,
 		check:   runCheck,
 		batches: make(chan *Batch, 1),
+		spare:   make(chan *Batch, 2),
 		update:  make(chan struct{}, 1),
 	}, nil
 }
@@ -200,7 +203,7 @@ func (p *Prober) Run(ctx context.Context) error {
 		case d := <-dones:
 			s.finish(d)
 		case <-tick.C:
-			p.publish(s.batch())
+			p.publish(s.batch(p.spare))
 		}
 	}
 }
@@ -242,9 +245,24 @@ func (p *Prober) publish(b *Batch) {
 	// buffer has room (unless the consumer took it meanwhile, which
 	// leaves room too).
 	select {
-	case <-p.batches:
+	case old := <-p.batches:
 		p.metrics.dropped.Inc()
+		p.Recycle(old)
 	default:
 	}
 	p.batches <- b
+}
+
+// Recycle hands a batch taken from Batches back to the prober, which
+// writes a later batch into it. The caller must not touch b, or any
+// slice of it, afterwards. Recycling is optional: a batch not handed back
+// is garbage like any other.
+func (p *Prober) Recycle(b *Batch) {
+	if b == nil || len(b.Results) != p.cfg.Capacity {
+		return
+	}
+	select {
+	case p.spare <- b:
+	default: // enough spares
+	}
 }

@@ -604,3 +604,65 @@ func TestSetTargetsChangedTarget(t *testing.T) {
 		})
 	})
 }
+
+// TestRecycle: a batch handed back is written over by a later one, which
+// then holds that batch's results and nothing of the older one's; one of
+// another length is not taken; a batch replaced before the consumer took
+// it is reused too.
+func TestRecycle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := newRecorder()
+		p, _ := newTestProber(t, Config{Capacity: 4, BatchInterval: time.Second}, rec.check)
+		ts := tcpTargets(2, time.Second)
+		if err := p.SetTargets(ts); err != nil {
+			t.Fatal(err)
+		}
+		start(t, p)
+		time.Sleep(time.Second + time.Second/2)
+		synctest.Wait()
+		first := <-p.Batches()
+		if len(first.Results) != 4 {
+			t.Fatalf("batch of %d results; want Capacity, 4", len(first.Results))
+		}
+		firstSeq := first.Seq
+		for i := range first.Results {
+			first.Results[i] = Result{TargetID: "scribbled"} // the consumer's, until recycled
+		}
+		p.Recycle(first)
+		p.Recycle(&Batch{Results: make([]Result, 3)}) // not Capacity long: dropped
+		p.Recycle(nil)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		next := <-p.Batches()
+		if next != first {
+			t.Fatalf("the batch after a Recycle is a new one; want the recycled batch written over")
+		}
+		if next.Seq <= firstSeq {
+			t.Fatalf("recycled batch Seq %d; want after %d", next.Seq, firstSeq)
+		}
+		ids := map[string]bool{}
+		for _, r := range next.Results {
+			if r.TargetID == "scribbled" {
+				t.Fatalf("recycled batch still holds what the consumer wrote: %+v", next.Results)
+			}
+			ids[r.TargetID] = true
+		}
+		for _, tg := range ts {
+			if !ids[tg.ID] {
+				t.Errorf("recycled batch lacks %s: %+v", tg.ID, next.Results)
+			}
+		}
+		// Replaced before anyone took it: the newer batch reuses it.
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		last := <-p.Batches()
+		if n := counter(t, p.metrics.dropped); n != 1 {
+			t.Errorf("batches dropped = %v; want 1", n)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if b := <-p.Batches(); b == last {
+			t.Errorf("a batch the consumer still holds was reused")
+		}
+	})
+}

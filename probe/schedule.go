@@ -224,16 +224,19 @@ func (s *scheduler) closeAll() {
 	}
 }
 
-// batch copies the latest results into a new Batch: Capacity results,
-// whatever the number of targets.
-func (s *scheduler) batch() *Batch {
+// batch copies the latest results into a Batch, a spare one if there is
+// one: Capacity results, whatever the number of targets.
+func (s *scheduler) batch(spare <-chan *Batch) *Batch {
 	s.seq++
-	return &Batch{
-		Observer: s.p.cfg.Observer,
-		Seq:      s.seq,
-		At:       s.p.cfg.Now(),
-		Results:  slices.Clone(s.latest),
+	var b *Batch
+	select {
+	case b = <-spare:
+		copy(b.Results, s.latest)
+	default:
+		b = &Batch{Results: slices.Clone(s.latest)}
 	}
+	b.Observer, b.Seq, b.At = s.p.cfg.Observer, s.seq, s.p.cfg.Now()
+	return b
 }
 
 // arm sets t to fire when the earliest probe is due.
