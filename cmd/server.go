@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -59,6 +60,7 @@ const XDSSubscribersFile = "xds-subscribers.json"
 // anything runs.
 func serve(ctx context.Context, cfg serverConfig, logw io.Writer) error {
 	log := slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	cfg.GCPercent = setGCPercent(cfg.GCPercent, os.Getenv) // the value in force
 	dir, cleanup, err := dataDir(cfg.DataDir, "cairn-dev-")
 	if err != nil {
 		return err

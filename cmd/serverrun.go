@@ -70,7 +70,7 @@ func (p *serverParts) writeAddrs() error {
 		return err
 	}
 	p.log.Info("cairn server started", "http", p.httpAddr, "raft", p.st.RaftAddr(), "dns", dnsUDP.String(), "grpc", p.grpcLn.Addr().String(),
-		"data_dir", p.cfg.DataDir, "dev", p.cfg.Dev, "open_files_limit", openFilesLimit())
+		"data_dir", p.cfg.DataDir, "dev", p.cfg.Dev, "gc_percent", p.cfg.GCPercent, "open_files_limit", openFilesLimit())
 	return nil
 }
 
