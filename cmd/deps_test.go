@@ -40,6 +40,7 @@ var importRules = []struct {
 		[]string{"github.com/cairn-sd/cairn/internal/dnsname", "github.com/cairn-sd/cairn/internal/durable", "github.com/cairn-sd/cairn/wire"}},
 	{"internal/pace", "github.com/cairn-sd/cairn/", "pace is a leaf: it times work and knows nothing of what the work is", nil},
 	{"internal/backoff", "github.com/cairn-sd/cairn/", "backoff is a leaf: it times retries and knows nothing of what is retried", nil},
+	{"internal/gcpace", "github.com/cairn-sd/cairn/", "gcpace is a leaf: it paces the collector and knows nothing of what the heap holds", nil},
 	{"internal/durable", "github.com/cairn-sd/cairn/", "durable is a leaf: it replaces files safely for the server and the client alike and knows nothing of what they hold", nil},
 	{"store", "github.com/cairn-sd/cairn/", "store sits at the start of the flow and imports no other cairn package (but leaves: pace, dnsname, the wire types it stores and status's vocabulary they use)",
 		[]string{"github.com/cairn-sd/cairn/internal/pace", "github.com/cairn-sd/cairn/internal/dnsname", "github.com/cairn-sd/cairn/wire", "github.com/cairn-sd/cairn/status"}},

@@ -60,7 +60,7 @@ const XDSSubscribersFile = "xds-subscribers.json"
 // anything runs.
 func serve(ctx context.Context, cfg serverConfig, logw io.Writer) error {
 	log := slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: cfg.LogLevel}))
-	cfg.GCPercent = setGCPercent(cfg.GCPercent, os.Getenv) // the value in force
+	gcPace, gcDesc := gcPacing(cfg.GCPercent, os.Getenv)
 	dir, cleanup, err := dataDir(cfg.DataDir, "cairn-dev-")
 	if err != nil {
 		return err
@@ -147,7 +147,7 @@ func serve(ctx context.Context, cfg serverConfig, logw io.Writer) error {
 	defer a.Close()
 	late.api = a
 
-	p := &serverParts{cfg: cfg, log: log, nodeID: nodeID, httpAddr: httpAddr, httpLn: httpLn, grpcLn: grpcLn, debugLn: debugLn, sec: sec,
+	p := &serverParts{cfg: cfg, log: log, nodeID: nodeID, httpAddr: httpAddr, httpLn: httpLn, grpcLn: grpcLn, debugLn: debugLn, gcPace: gcPace, gcDesc: gcDesc, sec: sec,
 		st: st, hn: hn, keeper: keeper, ds: ds, xs: xs, gs: gs, srv: newHTTPServer(a, log), ready: rd}
 	if err := p.writeAddrs(); err != nil {
 		return err

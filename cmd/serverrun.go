@@ -18,6 +18,7 @@ import (
 	"github.com/cairn-sd/cairn/dnsserver"
 	"github.com/cairn-sd/cairn/health"
 	"github.com/cairn-sd/cairn/internal/durable"
+	"github.com/cairn-sd/cairn/internal/gcpace"
 	"github.com/cairn-sd/cairn/publish"
 	"github.com/cairn-sd/cairn/status/tablefile"
 	"github.com/cairn-sd/cairn/store"
@@ -32,7 +33,9 @@ type serverParts struct {
 	nodeID         string
 	httpAddr       string // advertised
 	httpLn, grpcLn net.Listener
-	debugLn        net.Listener // nil: no --debug-addr
+	debugLn        net.Listener   // nil: no --debug-addr
+	gcPace         *gcpace.Config // nil: GOGC fixed (gcPacing)
+	gcDesc         string         // the GOGC in force, for the log
 	sec            securityConfig
 	st             *store.Store
 	hn             *health.Node
@@ -70,7 +73,7 @@ func (p *serverParts) writeAddrs() error {
 		return err
 	}
 	p.log.Info("cairn server started", "http", p.httpAddr, "raft", p.st.RaftAddr(), "dns", dnsUDP.String(), "grpc", p.grpcLn.Addr().String(),
-		"data_dir", p.cfg.DataDir, "dev", p.cfg.Dev, "gc_percent", p.cfg.GCPercent, "open_files_limit", openFilesLimit())
+		"data_dir", p.cfg.DataDir, "dev", p.cfg.Dev, "gc_percent", p.gcDesc, "open_files_limit", openFilesLimit())
 	return nil
 }
 
@@ -96,6 +99,9 @@ func (p *serverParts) run(ctx context.Context) error {
 	if tlsf := p.sec.files; tlsf != nil {
 		g.Go(func() error { return tlsf.Run(runCtx) })
 		g.Go(func() error { return reloadOnHUP(runCtx, tlsf, p.log) })
+	}
+	if gp := p.gcPace; gp != nil {
+		g.Go(func() error { return gcpace.Run(runCtx, *gp) })
 	}
 	if p.debugLn != nil {
 		g.Go(func() error { return serveDebug(gctx, p.debugLn) })
