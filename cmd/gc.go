@@ -17,34 +17,43 @@ import (
 // lets the heap grow to its goal before marking, and the runtime keeps
 // 10% above the goal mapped. At Go's 100 that is 2.2 × what the server
 // holds; at 25, 1.4 × (docs/decisions.md, "The server collects at
-// GOGC 25 while it is quiet").
-const defaultGCPercent = gcpace.DefaultLow
+// GOGC 25").
+const defaultGCPercent = 25
 
-// gcPercentFlag is --gc-percent.
-func gcPercentFlag() cli.Flag {
-	return &cli.IntFlag{Name: "gc-percent", Value: defaultGCPercent,
-		Usage: "the Go collector's GOGC while the server makes little garbage: how far, in percent of the live heap, the heap grows before the next collection; lower holds less memory. Below 100 it is raised toward 100 while the server allocates fast, to keep collections 2s apart (10 to 1000; the GOGC environment variable, when set, wins and stays)"}
+// gcFlags are --gc-percent and --gc-percent-burst.
+func gcFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.IntFlag{Name: "gc-percent", Value: defaultGCPercent,
+			Usage: "the Go collector's GOGC: how far, in percent of the live heap, the heap grows before the next collection; lower holds less memory and collects more often (10 to 1000; the GOGC environment variable, when set, wins)"},
+		&cli.IntFlag{Name: "gc-percent-burst", DefaultText: "off: --gc-percent throughout",
+			Usage: "while the server allocates fast, raise GOGC from --gc-percent up to this, to keep collections 2s apart (registration bursts collect less often; memory comes back once quiet); above --gc-percent, at most 1000"},
+	}
 }
 
-// checkGCPercent refuses a --gc-percent outside 10–1000.
-func checkGCPercent(p int) error {
+// checkGCPercent refuses a --gc-percent outside 10–1000, and a
+// --gc-percent-burst (0: off) not above it or above 1000.
+func checkGCPercent(p, burst int) error {
 	if p < 10 || p > 1000 {
 		return fmt.Errorf("--gc-percent: %d is outside 10 to 1000", p)
+	}
+	if burst != 0 && (burst <= p || burst > 1000) {
+		return fmt.Errorf("--gc-percent-burst: %d must be above --gc-percent (%d) and at most 1000", burst, p)
 	}
 	return nil
 }
 
-// gcPacing applies --gc-percent p. It returns the pacing to run (nil:
-// none) and what is in force, for the log: nothing when the GOGC
-// environment variable (getenv) already told the runtime what to do;
-// p itself from 100 up; below, gcpace from p up to 100.
-func gcPacing(p int, getenv func(string) string) (*gcpace.Config, string) {
+// gcPacing applies --gc-percent p and --gc-percent-burst burst. It
+// returns the pacing to run (nil: none) and what is in force, for the
+// log: nothing when the GOGC environment variable (getenv) already told
+// the runtime what to do; p itself without burst; gcpace from p up to
+// burst with it.
+func gcPacing(p, burst int, getenv func(string) string) (*gcpace.Config, string) {
 	if v := getenv("GOGC"); v != "" {
 		return nil, "GOGC=" + v
 	}
-	if p >= gcpace.DefaultHigh {
+	if burst == 0 {
 		debug.SetGCPercent(p)
 		return nil, fmt.Sprint(p)
 	}
-	return &gcpace.Config{Low: p, High: gcpace.DefaultHigh}, fmt.Sprintf("%d to %d by allocation rate", p, gcpace.DefaultHigh)
+	return &gcpace.Config{Low: p, High: burst}, fmt.Sprintf("%d to %d by allocation rate", p, burst)
 }

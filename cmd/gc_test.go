@@ -5,32 +5,32 @@ import (
 	"testing"
 )
 
-// TestGCPercent: --gc-percent takes 10 to 1000; below 100 it is the low
-// end of a paced GOGC, from 100 up a fixed one; GOGC in the environment
-// wins and nothing is set or run.
+// TestGCPercent: --gc-percent takes 10 to 1000 and is fixed unless
+// --gc-percent-burst (above it, at most 1000) makes it the low end of a
+// paced GOGC; GOGC in the environment wins and nothing is set or run.
 func TestGCPercent(t *testing.T) {
-	for _, bad := range []int{-1, 0, 9, 1001} {
-		if err := checkGCPercent(bad); err == nil {
-			t.Errorf("checkGCPercent(%d) = nil, want an error", bad)
+	for _, bad := range [][2]int{{-1, 0}, {0, 0}, {9, 0}, {1001, 0}, {25, 25}, {25, 20}, {25, 1001}, {25, -1}} {
+		if err := checkGCPercent(bad[0], bad[1]); err == nil {
+			t.Errorf("checkGCPercent(%d, %d) = nil, want an error", bad[0], bad[1])
 		}
 	}
-	for _, good := range []int{10, defaultGCPercent, 1000} {
-		if err := checkGCPercent(good); err != nil {
-			t.Errorf("checkGCPercent(%d) = %v", good, err)
+	for _, good := range [][2]int{{10, 0}, {defaultGCPercent, 0}, {1000, 0}, {25, 100}, {25, 1000}} {
+		if err := checkGCPercent(good[0], good[1]); err != nil {
+			t.Errorf("checkGCPercent(%d, %d) = %v", good[0], good[1], err)
 		}
 	}
 	was := debug.SetGCPercent(100)
 	defer debug.SetGCPercent(was)
 	noEnv := func(string) string { return "" }
-	pace, desc := gcPacing(30, noEnv)
-	if pace == nil || pace.Low != 30 || pace.High != 100 || desc != "30 to 100 by allocation rate" {
-		t.Errorf("gcPacing(30) = %+v, %q; want pacing from 30 to 100", pace, desc)
+	if pace, desc := gcPacing(30, 0, noEnv); pace != nil || desc != "30" {
+		t.Errorf("gcPacing(30, 0) = %+v, %q; want a fixed 30", pace, desc)
 	}
-	if pace, desc := gcPacing(150, noEnv); pace != nil || desc != "150" {
-		t.Errorf("gcPacing(150) = %+v, %q; want a fixed 150", pace, desc)
+	if cur := debug.SetGCPercent(100); cur != 30 {
+		t.Errorf("the collector's GOGC after gcPacing(30, 0) is %d", cur)
 	}
-	if cur := debug.SetGCPercent(100); cur != 150 {
-		t.Errorf("the collector's GOGC after gcPacing(150) is %d", cur)
+	pace, desc := gcPacing(30, 80, noEnv)
+	if pace == nil || pace.Low != 30 || pace.High != 80 || desc != "30 to 80 by allocation rate" {
+		t.Errorf("gcPacing(30, 80) = %+v, %q; want pacing from 30 to 80", pace, desc)
 	}
 	env := func(k string) string {
 		if k == "GOGC" {
@@ -38,8 +38,10 @@ func TestGCPercent(t *testing.T) {
 		}
 		return ""
 	}
-	if pace, desc := gcPacing(30, env); pace != nil || desc != "GOGC=80" {
-		t.Errorf("gcPacing(30) with GOGC=80 = %+v, %q; want the environment's, nothing run", pace, desc)
+	for _, burst := range []int{0, 100} {
+		if pace, desc := gcPacing(30, burst, env); pace != nil || desc != "GOGC=80" {
+			t.Errorf("gcPacing(30, %d) with GOGC=80 = %+v, %q; want the environment's, nothing run", burst, pace, desc)
+		}
 	}
 	if cur := debug.SetGCPercent(100); cur != 100 {
 		t.Errorf("gcPacing with GOGC set changed the collector's GOGC to %d", cur)

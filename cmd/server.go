@@ -60,7 +60,7 @@ const XDSSubscribersFile = "xds-subscribers.json"
 // anything runs.
 func serve(ctx context.Context, cfg serverConfig, logw io.Writer) error {
 	log := slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: cfg.LogLevel}))
-	gcPace, gcDesc := gcPacing(cfg.GCPercent, os.Getenv)
+	gcPace, gcDesc := gcPacing(cfg.GCPercent, cfg.GCPercentBurst, os.Getenv)
 	dir, cleanup, err := dataDir(cfg.DataDir, "cairn-dev-")
 	if err != nil {
 		return err

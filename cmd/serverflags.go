@@ -63,8 +63,9 @@ type serverConfig struct {
 	DNSCookieSecretFile string
 	// DebugAddr is --debug-addr: net/http/pprof, on loopback ("": off).
 	DebugAddr string
-	// GCPercent is --gc-percent, the collector's GOGC.
-	GCPercent int
+	// GCPercent is --gc-percent, the collector's GOGC; GCPercentBurst
+	// is --gc-percent-burst, how far it may rise in a burst (0: fixed).
+	GCPercent, GCPercentBurst int
 }
 
 func serverCommand() *cli.Command {
@@ -111,8 +112,7 @@ func serverCommand() *cli.Command {
 			&cli.StringFlag{Name: "dns-cookies", Value: "auto", Usage: "DNS cookies (RFC 7873; a valid one exempts from rate limiting): auto (on unless --dns-addr is loopback), on or off"},
 			&cli.StringFlag{Name: "dns-cookie-secret-file", DefaultText: "a random secret per process", Usage: "file of the server-cookie secret, 32 hex digits, and optionally the previous one on a second line (share it across servers; re-read on SIGHUP, to roll it)"},
 			debugAddrFlag(),
-			gcPercentFlag(),
-		}, xdsLimitFlags()...),
+		}, append(gcFlags(), xdsLimitFlags()...)...),
 		Action: func(c *cli.Context) error {
 			cfg, err := serverConfigFromFlags(c)
 			if err != nil {
@@ -141,12 +141,12 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 		TLS:            tlsFiles{Cert: c.String("tls-cert"), Key: c.String("tls-key"), CA: c.String("tls-ca")},
 		Plaintext:      c.Bool("insecure-plaintext"),
 		DebugAddr:      c.String("debug-addr"),
-		GCPercent:      c.Int("gc-percent"),
+		GCPercent:      c.Int("gc-percent"), GCPercentBurst: c.Int("gc-percent-burst"),
 	}
 	if err := checkDebugAddr(cfg.DebugAddr); err != nil {
 		return cfg, err
 	}
-	if err := checkGCPercent(cfg.GCPercent); err != nil {
+	if err := checkGCPercent(cfg.GCPercent, cfg.GCPercentBurst); err != nil {
 		return cfg, err
 	}
 	if cfg.DataDir == "" && !cfg.Dev {

@@ -1,5 +1,5 @@
 // Package gcpace sets the Go collector's GOGC from the garbage the
-// process makes: Low while it makes little, so that what stays resident
+// process makes (cairn server --gc-percent-burst): Low while it makes little, so that what stays resident
 // is close to what the heap holds, and higher, up to High, while it makes
 // a lot, so that a burst of writes is not collected every few
 // milliseconds.
