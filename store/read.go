@@ -1,8 +1,9 @@
 package store
 
 import (
+	"cmp"
 	"slices"
-	"sort"
+	"strings"
 
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
@@ -16,8 +17,27 @@ func (s *Store) Services() []wire.Service {
 		out = append(out, *svc)
 	}
 	s.fsm.mu.RUnlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].Key().String() < out[j].Key().String() })
+	// By "namespace/name" as strings, without making them: a refresh of
+	// the publish loop sorts every service this way.
+	slices.SortFunc(out, func(a, b wire.Service) int { return compareServiceKeys(a.Namespace, a.Name, b.Namespace, b.Name) })
 	return out
+}
+
+// compareServiceKeys compares ns1+"/"+n1 with ns2+"/"+n2, allocating nothing.
+func compareServiceKeys(ns1, n1, ns2, n2 string) int {
+	if ns1 == ns2 {
+		return strings.Compare(n1, n2)
+	}
+	// The first difference is within the shorter namespace, or where
+	// it ends: there one key has '/' and the other a namespace byte.
+	l := min(len(ns1), len(ns2))
+	if c := strings.Compare(ns1[:l], ns2[:l]); c != 0 {
+		return c
+	}
+	if len(ns1) == l {
+		return cmp.Compare(byte('/'), ns2[l])
+	}
+	return cmp.Compare(ns1[l], byte('/'))
 }
 
 // Service returns one service definition.
@@ -92,11 +112,27 @@ func (s *Store) EachInstance(fn func(Entry)) {
 	s.fsm.mu.RLock()
 	defer s.fsm.mu.RUnlock()
 	for in := range s.fsm.instances.all {
-		fn(Entry{Key: in.key(), Incarnation: in.incarnation, Lifecycle: in.lifecycle,
-			Region: in.origin.region, Zone: in.origin.zone, Addresses: in.addresses, Ports: in.ports,
-			Weight: int(in.weight), LeaseTTL: in.leaseTTL, LeaseDeadline: in.leaseDeadline,
-			RegisteredAt: in.registeredAt, Report: in.report(), Verdict: in.verdict, Ramp: in.ramp()})
+		fn(entryOf(in))
 	}
+}
+
+// EachInstanceOf is EachInstance for the instances of one service: the
+// read lock is held for that service only, so that a caller walking
+// every service (the publish loop's catalog) may pause between two and
+// let the one core answer queries meanwhile.
+func (s *Store) EachInstanceOf(k wire.ServiceKey, fn func(Entry)) {
+	s.fsm.mu.RLock()
+	defer s.fsm.mu.RUnlock()
+	for _, in := range s.fsm.instances.svcs[k] {
+		fn(entryOf(in))
+	}
+}
+
+func entryOf(in *record) Entry {
+	return Entry{Key: in.key(), Incarnation: in.incarnation, Lifecycle: in.lifecycle,
+		Region: in.origin.region, Zone: in.origin.zone, Addresses: in.addresses, Ports: in.ports,
+		Weight: int(in.weight), LeaseTTL: in.leaseTTL, LeaseDeadline: in.leaseDeadline,
+		RegisteredAt: in.registeredAt, Report: in.report(), Verdict: in.verdict, Ramp: in.ramp()}
 }
 
 // Instance returns one instance, a copy of its own.
