@@ -12,6 +12,9 @@
 #   SERVERS="cairn cairn-rrl" bench/dns/run.sh   # the cost of RRL and cookies only
 #   MODE=flip bench/dns/run.sh                   # cairn under 0/50/100% steady-eligible churn
 #   MODE=flip FLIP_STYLE=today bench/dns/run.sh  # the same with the first churn driver
+#   MODE=rollout bench/dns/run.sh                # the tail right after 8,000 registrations,
+#                                                # then steady, and Knot (bench/dns/rollout.sh)
+#   MODE=rollout PROFILE=1 ROUNDS=1 bench/dns/run.sh   # the same, with pprof on the server
 #   bench/dns/summarize.sh                       # medians, ratios, tables, plots
 #   make bench-dns                               # install check, the three runs above, summarize
 #
@@ -85,9 +88,15 @@
 # the answers the driver sampled for a few services, ten a second, and the
 # share that differed from half the service.
 #
+# MODE=rollout: see bench/dns/rollout.sh. Its rows have a phase (rollout:
+# the ROLLOUT_SECONDS from the end of the registrations; steady: the same
+# server STEADY_AFTER s after them, and the peers), load_s (how long the
+# registrations took) and start_s (seconds from their end to the run).
+#
 # Environment (defaults in brackets):
-#   ROUNDS [3]  ROUND_BASE [0]  SERVERS [cairn cairn-rrl coredns knot]  MODE [main|flip]
-#   TAG [main, or flip for MODE=flip]  N [1000]  SEED [1]
+#   ROUNDS [3]  ROUND_BASE [0]  SERVERS [cairn cairn-rrl coredns knot; cairn knot for rollout]
+#   MODE [main|flip|rollout]  TAG [main, or flip, or rollout]  N [1000]  SEED [1]
+#   ROLLOUT_SECONDS [30]  STEADY_AFTER [60]  PROFILE [0]  TRACE_SECONDS [5]
 #   WARMUP [3]  MEASURE [15]  LAT_SECONDS [15]  LAT_QPS [10000]  SETTLE [1]
 #   FLIP_RATES [0 50 100]  FLIP_N [50]  FLIP_STYLE [steady|today]
 #   FLIP_INTERVAL [500ms steady, 1s today]  FLIP_SETUP_TIMEOUT [60]
@@ -106,8 +115,12 @@ MODE=${MODE:-main}
 case $MODE in
 main) TAG=${TAG:-main} ;;
 flip) TAG=${TAG:-flip} ;;
+rollout)
+	TAG=${TAG:-rollout}
+	SERVERS=${SERVERS:-cairn knot}
+	;;
 *)
-	echo "run.sh: MODE=$MODE: want main or flip" >&2
+	echo "run.sh: MODE=$MODE: want main, flip or rollout" >&2
 	exit 2
 	;;
 esac
@@ -137,6 +150,10 @@ if [[ ! $FLIP_INTERVAL =~ ^[0-9]+(ms|s)$ ]]; then
 	exit 2
 fi
 FLIP_SETUP_TIMEOUT=${FLIP_SETUP_TIMEOUT:-60}
+ROLLOUT_SECONDS=${ROLLOUT_SECONDS:-30}
+STEADY_AFTER=${STEADY_AFTER:-60}
+PROFILE=${PROFILE:-0}
+TRACE_SECONDS=${TRACE_SECONDS:-5}
 SERVER_CPU=${SERVER_CPU:-1}
 CLIENT_CPU=${CLIENT_CPU:-0}
 DISTURBED_PCT=${DISTURBED_PCT:-25}
@@ -159,7 +176,7 @@ NAMESPACE=bench
 RESULTS_DIR=$root/bench/results
 RESULTS=$RESULTS_DIR/dns-$TAG.tsv
 
-for v in ROUNDS ROUND_BASE N WARMUP MEASURE LAT_SECONDS LAT_QPS SETTLE FLIP_N FLIP_SETUP_TIMEOUT SERVER_CPU CLIENT_CPU QUIET_TRIES READY_TIMEOUT; do
+for v in ROUNDS ROUND_BASE N WARMUP MEASURE LAT_SECONDS LAT_QPS SETTLE FLIP_N FLIP_SETUP_TIMEOUT ROLLOUT_SECONDS STEADY_AFTER PROFILE TRACE_SECONDS SERVER_CPU CLIENT_CPU QUIET_TRIES READY_TIMEOUT; do
 	if [[ ! ${!v} =~ ^[0-9]+$ ]]; then
 		echo "run.sh: $v=${!v}: want a whole number" >&2
 		exit 2
@@ -187,6 +204,7 @@ done
 WORK=$(mktemp -d /tmp/cairn-dnsbench.XXXXXX)
 server_pid=
 driver_pid=
+prof_pids=()
 
 # stop_pid PID: SIGTERM, up to 5 s, then SIGKILL. Only our own children.
 stop_pid() {
@@ -202,6 +220,8 @@ stop_pid() {
 }
 
 cleanup() {
+	local p
+	for p in "${prof_pids[@]}"; do stop_pid "$p"; done
 	stop_pid "$driver_pid"
 	stop_pid "$server_pid"
 	driver_pid='' server_pid=''
@@ -420,6 +440,8 @@ start_server() {
 		# so the rounds run at its tick (see FLIP_STYLE above).
 		[[ $MODE == flip ]] && set -- "$@" --eval-interval "$FLIP_INTERVAL"
 		[[ $name == cairn-rrl ]] && set -- "$@" "${CAIRN_RRL_FLAGS[@]}"
+		# MODE=rollout PROFILE=1: Go's profiles (bench/dns/rollout.sh).
+		[[ $PROFILE == 1 ]] && set -- "$@" --debug-addr "127.0.0.1:$((CAIRN_HTTP_PORT + 3))"
 		;;
 	esac
 	local p
@@ -490,7 +512,7 @@ load_cairn() {
 
 # ---------------------------------------------------------------- one run
 
-header="time	tag	round	mode	flip_pct	server	version	n	qps	completed	lost	avg_lat_ms	run_s	server_cpu_s	server_busy_pct	qps_per_core_s	dnsperf_busy_pct	foreign_pct	p50_ms	p99_ms	p999_ms	max_ms	lat_qps	lat_lost	lat_foreign_pct	rss_idle_kib	rss_loaded_kib	rss_hwm_kib	resp_bytes	noerror	nxdomain	start_s	load_s	flip_style	flip_interval	flip_reports_per_s	flip_change_pct	flip_quarantined	flip_deferred	flip_dns_a_min	flip_dns_a_max	flip_dns_off_pct	status	note"
+header="time	tag	round	mode	flip_pct	server	version	n	qps	completed	lost	avg_lat_ms	run_s	server_cpu_s	server_busy_pct	qps_per_core_s	dnsperf_busy_pct	foreign_pct	p50_ms	p99_ms	p999_ms	max_ms	lat_qps	lat_lost	lat_foreign_pct	rss_idle_kib	rss_loaded_kib	rss_hwm_kib	resp_bytes	noerror	nxdomain	start_s	load_s	flip_style	flip_interval	flip_reports_per_s	flip_change_pct	flip_quarantined	flip_deferred	flip_dns_a_min	flip_dns_a_max	flip_dns_off_pct	phase	status	note"
 header_checked=0
 
 # row FIELD=VALUE...: appends one TSV row; absent fields are "-". Before
@@ -714,7 +736,13 @@ go build -o "$WORK/gen" ./bench/dns/gen
 go build -o "$WORK/drive" ./bench/dns/drive
 
 churn=today # the services' policy; no health changes in MODE=main
-if [[ $MODE == flip ]]; then
+if [[ $MODE == rollout ]]; then
+	# shellcheck source=bench/dns/rollout.sh
+	source "$root/bench/dns/rollout.sh"
+	n_services=$N
+	FLIP_RATES=-
+	churn=rollout
+elif [[ $MODE == flip ]]; then
 	SERVERS=cairn
 	n_services=$FLIP_N
 	churn=$FLIP_STYLE
@@ -728,10 +756,16 @@ queries=$data/queries.txt
 
 for name in $SERVERS; do
 	case $name in
-	cairn | cairn-rrl) [[ -x $CAIRN_BIN ]] || {
-		echo "run.sh: $CAIRN_BIN missing: make build (or set CAIRN_BIN)" >&2
-		exit 1
-	} ;;
+	cairn | cairn-rrl)
+		if [[ $MODE == rollout && $name == cairn-rrl ]]; then
+			echo "run.sh: MODE=rollout runs cairn, knot and coredns, not cairn-rrl" >&2
+			exit 2
+		fi
+		[[ -x $CAIRN_BIN ]] || {
+			echo "run.sh: $CAIRN_BIN missing: make build (or set CAIRN_BIN)" >&2
+			exit 1
+		}
+		;;
 	coredns) [[ -x $COREDNS_BIN ]] || {
 		echo "run.sh: $COREDNS_BIN missing: bench/dns/install-peers.sh" >&2
 		exit 1
@@ -771,7 +805,13 @@ for ((r = ROUND_BASE + 1; r <= ROUND_BASE + ROUNDS; r++)); do
 			if [[ $rate == - ]]; then log "round $r: $name"; else log "round $r: $name, flip $rate%"; fi
 			# Every run gets the data as generated: cairn's load writes
 			# instances.jsonl beside it, the peers only read it.
-			run_one "$r" "$name" "$data" "$rate"
+			if [[ $MODE == rollout && $name == cairn ]]; then
+				run_rollout "$r" "$data"
+			elif [[ $MODE == rollout ]]; then
+				run_fixed "$r" "$name" "$data"
+			else
+				run_one "$r" "$name" "$data" "$rate"
+			fi
 		done
 	done
 done

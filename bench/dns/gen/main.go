@@ -22,7 +22,7 @@
 // default, as the first churn runs had it) or steady (re-admission as
 // quick as the store allows).
 //
-//	go run ./bench/dns/gen -n 1000 -out /tmp/dnsdata [-churn today|steady]
+//	go run ./bench/dns/gen -n 1000 -out /tmp/dnsdata [-churn today|steady|rollout]
 package main
 
 import (
@@ -61,7 +61,7 @@ func main() {
 	flag.StringVar(&cfg.Domain, "domain", "cairn.internal.", "zone apex")
 	flag.IntVar(&cfg.NXPercent, "nx", 5, "percent of queries for names that do not exist")
 	flag.Uint64Var(&cfg.Seed, "seed", 1, "seed of the query shuffle")
-	flag.StringVar(&cfg.Churn, "churn", "today", "the services' policy, for the churn driver's style: today or steady")
+	flag.StringVar(&cfg.Churn, "churn", "today", "the services' policy: today or steady (the churn driver's style) or rollout (the defaults, slow start on)")
 	flag.Parse()
 	if *out == "" {
 		fmt.Fprintln(os.Stderr, "gen: -out is required")
@@ -88,7 +88,7 @@ func (c Config) validate() error {
 	case len(c.Domain) == 0 || c.Domain[len(c.Domain)-1] != '.':
 		return fmt.Errorf("-domain %q: want a fully qualified name (trailing dot)", c.Domain)
 	case policies[c.Churn] == "":
-		return fmt.Errorf("-churn %q: want today or steady", c.Churn)
+		return fmt.Errorf("-churn %q: want today, steady or rollout", c.Churn)
 	}
 	return nil
 }
@@ -180,6 +180,10 @@ const servicesHeader = `# DNS benchmark services (bench/dns/gen): no check, so n
 var policies = map[string]string{
 	"today":  "min_healthy_fraction: 0, shrink_cap: 1, flap_limit: 0, slow_start: 0s, lease_ttl: 24h",
 	"steady": "min_healthy_fraction: 0, withdraw_after: 1, admit_after: 2, admit_min: 0s, shrink_cap: 1, flap_limit: 0, slow_start: 0s, lease_ttl: 24h",
+	// rollout (MODE=rollout) keeps every default, slow start (30 s)
+	// included, as a deploy tool's services would have them; only the
+	// lease is long, so that no instance withdraws for want of reports.
+	"rollout": "lease_ttl: 24h",
 }
 
 // servicesYAML is the definitions for cairn apply, with the policy of

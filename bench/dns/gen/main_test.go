@@ -109,7 +109,7 @@ func TestWriteIsConsistent(t *testing.T) {
 }
 
 // TestPoliciesAreValid applies the store's own defaults and validation
-// to both policies, and checks that the steady one re-admits as quickly
+// to every policy, and checks that the steady one re-admits as quickly
 // as the steady churn driver assumes (bench/dns/drive, flip_steady.go).
 func TestPoliciesAreValid(t *testing.T) {
 	for churn := range policies {
@@ -132,6 +132,13 @@ func TestPoliciesAreValid(t *testing.T) {
 					t.Fatalf("%s: %v", s.Name, err)
 				}
 				p := s.Policy
+				if churn == "rollout" {
+					// A real rollout: slow start at its default.
+					if p.SlowStart.D() != wire.DefaultSlowStart {
+						t.Errorf("%s: slow_start %s, want the default %s", s.Name, p.SlowStart.D(), wire.DefaultSlowStart)
+					}
+					continue
+				}
 				if *p.FlapLimit != 0 || p.SlowStart.D() != 0 || *p.MinHealthyFraction != 0 || p.ShrinkCap != 1 {
 					t.Errorf("%s: flap_limit %d, slow_start %s, min_healthy_fraction %g, shrink_cap %g: want 0, 0s, 0, 1",
 						s.Name, *p.FlapLimit, p.SlowStart.D(), *p.MinHealthyFraction, p.ShrinkCap)
