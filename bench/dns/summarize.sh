@@ -2,7 +2,8 @@
 # summarize.sh: medians, ratios and a plot of the DNS benchmark's results.
 #
 #   bench/dns/summarize.sh [TAG...]      # default: $TAG if set, flip if MODE=flip,
-#                                        # else main, and flip when it exists
+#                                        # rollout if MODE=rollout, else main, and
+#                                        # flip when it exists
 #
 # Reads bench/results/dns-TAG.tsv (bench/dns/run.sh), prints Markdown tables
 # ready for BENCHMARKS.md (medians of undisturbed runs, ×CoreDNS and ×Knot
@@ -10,7 +11,9 @@
 # max at the fixed rate, RSS; when both cairn and cairn-rrl ran, the two side
 # by side with the ratios cairn-rrl / cairn of QPS, QPS per core-second and
 # latency: what RRL and cookies cost; a MODE=flip table per churn style when
-# there are flip rows) and keeps a copy in bench/results/dns-summary.md. Draws
+# there are flip rows; the MODE=rollout table, the tail after a mass
+# registration beside steady and the peers, when there are rollout rows)
+# and keeps a copy in bench/results/dns-summary.md. Draws
 # with gnuplot, from the MODE=main rows:
 #
 #   bench/results/dns-bench.png    the QPS of each server, the ratios as labels
@@ -34,6 +37,8 @@ if ((${#tags[@]} == 0)); then
 		tags=("$TAG") # as run.sh was given
 	elif [[ ${MODE:-main} == flip ]]; then
 		tags=(flip)
+	elif [[ ${MODE:-main} == rollout ]]; then
+		tags=(rollout)
 	else
 		tags=(main)
 		if [[ -s $results/dns-flip.tsv ]]; then tags+=(flip); fi

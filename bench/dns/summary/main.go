@@ -136,6 +136,7 @@ type summary struct {
 	threshold float64
 	servers   []figures           // mode main, by QPS, highest first
 	flips     []figures           // mode flip, by style (steady first), then rate
+	rollouts  []figures           // mode rollout, named server/phase (rollout.go)
 	versions  map[string][]string // per server, every version seen, in order
 	tags      []string
 }
@@ -246,6 +247,7 @@ func summarize(rows []row, threshold float64) summary {
 	main := map[string][]row{}
 	type flipKey struct{ style, pct string }
 	flip := map[flipKey][]row{}
+	rollout := map[string][]row{}
 	for _, r := range rows {
 		if !slices.Contains(s.tags, r["tag"]) {
 			s.tags = append(s.tags, r["tag"])
@@ -254,6 +256,9 @@ func summarize(rows []row, threshold float64) summary {
 			s.versions[r["server"]] = append(s.versions[r["server"]], v)
 		}
 		switch r["mode"] {
+		case "rollout":
+			k := rolloutName(r["server"], r["phase"])
+			rollout[k] = append(rollout[k], r)
 		case "flip":
 			k := flipKey{flipStyle(r), r["flip_pct"]}
 			flip[k] = append(flip[k], r)
@@ -271,6 +276,10 @@ func summarize(rows []row, threshold float64) summary {
 		}
 		return cmp.Compare(a.name, b.name)
 	})
+	for k, rs := range rollout {
+		s.rollouts = append(s.rollouts, figuresOf(k, rs, threshold))
+	}
+	sortRollouts(s.rollouts)
 	for k, rs := range flip {
 		f := figuresOf(k.pct, rs, threshold)
 		f.style = k.style

@@ -118,3 +118,29 @@ func rowsOf(t *testing.T, lines []string) []row {
 	}
 	return rows
 }
+
+// TestRollout: MODE=rollout rows are grouped by server and phase, apart
+// from the main table, and the ratios are to cairn's steady p99 and
+// Knot's.
+func TestRollout(t *testing.T) {
+	h := "time\ttag\tround\tmode\tflip_pct\tserver\tversion\tqps\tforeign_pct\tp50_ms\tp99_ms\tp999_ms\tmax_ms\tlat_foreign_pct\tserver_busy_pct\tphase\tstatus"
+	lines := []string{h,
+		"t1\tr\t1\trollout\t-\tcairn\tv\t-\t1\t0.07\t0.40\t1\t2\t1\t30\trollout\tok",
+		"t2\tr\t1\trollout\t-\tcairn\tv\t-\t1\t0.06\t0.20\t0.5\t1\t1\t30\tsteady\tok",
+		"t3\tr\t1\trollout\t-\tknot\tv\t-\t1\t0.05\t0.25\t0.4\t1\t1\t20\tsteady\tok",
+		"t4\tr\t2\trollout\t-\tcairn\tv\t-\t1\t0.07\t0.60\t1\t2\t1\t30\trollout\tok",
+		"t5\tr\t2\trollout\t-\tcairn\tv\t-\t1\t0.06\t0.20\t0.5\t1\t1\t30\tsteady\tok",
+	}
+	s := summarize(rowsOf(t, lines), 25)
+	if len(s.servers) != 0 || len(s.rollouts) != 3 {
+		t.Fatalf("%d main groups, %d rollout groups; want 0 and 3", len(s.servers), len(s.rollouts))
+	}
+	if f := s.rollouts[0]; f.name != "cairn/rollout" || f.p99 != 0.5 || f.latRuns != 2 {
+		t.Errorf("first group %s: p99 %g over %d runs; want cairn/rollout, 0.5 over 2", f.name, f.p99, f.latRuns)
+	}
+	var b bytes.Buffer
+	s.write(&b)
+	if out := b.String(); !strings.Contains(out, "| 0.500 (0.400-0.600) |") || !strings.Contains(out, "| 2.50 | 2.00 |") {
+		t.Errorf("the rollout table lacks cairn's rollout p99 and its ratios 2.50 (to steady) and 2.00 (to Knot):\n%s", out)
+	}
+}

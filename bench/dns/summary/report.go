@@ -75,6 +75,12 @@ func (s summary) write(w io.Writer) {
 	if len(s.servers) > 0 {
 		s.writeMain(w)
 	}
+	if len(s.rollouts) > 0 {
+		if len(s.servers) > 0 {
+			fmt.Fprintln(w)
+		}
+		s.writeRollout(w)
+	}
 	for i, f := range s.flips {
 		if i > 0 && f.style == s.flips[i-1].style {
 			continue
