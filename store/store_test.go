@@ -725,4 +725,24 @@ func TestEachInstance(t *testing.T) {
 	if len(seen) != len(want) || len(want) != 3 {
 		t.Errorf("visited %d instances, AllInstances lists %d, want 3", len(seen), len(want))
 	}
+
+	// EachInstanceOf: the same entries, of the service asked for only.
+	of := map[wire.InstanceKey]store.Entry{}
+	n.EachInstanceOf(key("a").ServiceKey(), func(e store.Entry) {
+		if _, dup := of[e.Key]; dup {
+			t.Errorf("EachInstanceOf visited %s twice", e.Key)
+		}
+		of[e.Key] = e
+	})
+	n.EachInstance(func(e store.Entry) {
+		if g, ok := of[e.Key]; !ok || !reflect.DeepEqual(g, e) {
+			t.Errorf("EachInstanceOf gave %s as %+v (visited %t), EachInstance as %+v", e.Key, g, ok, e)
+		}
+	})
+	if len(of) != 3 {
+		t.Errorf("EachInstanceOf visited %d instances, want 3", len(of))
+	}
+	n.EachInstanceOf(wire.ServiceKey{Namespace: "nowhere", Name: "none"}, func(e store.Entry) {
+		t.Errorf("EachInstanceOf of a service that does not exist visited %s", e.Key)
+	})
 }
