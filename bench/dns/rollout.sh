@@ -11,7 +11,9 @@
 # last registration, the same server at the same rate for ROLLOUT_SECONDS
 # again: the "steady" row. Knot, started afresh in the same round, gets
 # the same fixed-rate run: its "steady" row. No throughput run: the rate
-# is fixed, and the figures are p50/p99/p99.9/max and the server's CPU.
+# is fixed, and the figures are p50/p99/p99.9/max, the server's CPU and,
+# in cairn's note, the collections Go's GC ran during the phase
+# (gc_cycles, from go_gc_duration_seconds_count on /metrics).
 #
 # PROFILE=1 also records where cairn's core goes during each phase: it
 # starts cairn with --debug-addr (port CAIRN_HTTP_PORT+3) and keeps a CPU
@@ -47,7 +49,9 @@ prof_stop() {
 fixed_rate() {
 	local name=$1 round=$2 phase=$3 secs=$4
 	shift 4
-	local s0 s1 b0 b1 t0 t1 dp p50 p99 p999 pmax el foreign
+	local s0 s1 b0 b1 t0 t1 dp p50 p99 p999 pmax el foreign gc0=- gc1=- gcs=
+	# cairn's collections during the run (Go's collector on the one core).
+	[[ $name == cairn ]] && gc0=$(metric go_gc_duration_seconds_count)
 	s0=$(cpu_ticks "$server_pid") || return 1
 	b0=$(busy_ticks)
 	prof_start "$phase" "$round"
@@ -57,6 +61,8 @@ fixed_rate() {
 	s1=$(cpu_ticks "$server_pid") || return 1
 	b1=$(busy_ticks)
 	prof_stop
+	[[ $name == cairn ]] && gc1=$(metric go_gc_duration_seconds_count)
+	[[ $gc0 != - && $gc1 != - ]] && gcs="gc_cycles=$((gc1 - gc0))"
 	el=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print (b - a) * '"$CLK_TCK"' }')
 	foreign=$((b1 - b0 - (s1 - s0) - dp))
 	((foreign < 0)) && foreign=0
@@ -67,8 +73,8 @@ fixed_rate() {
 		lat_foreign_pct="$(fdiv $((foreign * 100)) "$el" 1)" foreign_pct="$(fdiv $((foreign * 100)) "$el" 1)" \
 		rss_loaded_kib="$(status_kib "$server_pid" VmRSS)" rss_hwm_kib="$(status_kib "$server_pid" VmHWM)" \
 		noerror="$(stat_of "$WORK/$phase.out" noerror)" nxdomain="$(stat_of "$WORK/$phase.out" nxdomain)" \
-		status=ok note="${rollout_note:-}$([[ $PROFILE == 1 ]] && echo "${rollout_note:+; }profiled")"
-	log "$name $phase: p50/p99/p99.9/max $p50/$p99/$p999/$pmax ms at $LAT_QPS QPS, server $(fdiv $(((s1 - s0) * 100)) "$el" 1)% of its core"
+		status=ok note="${rollout_note:-}${gcs:+${rollout_note:+; }$gcs}$([[ $PROFILE == 1 ]] && echo "; profiled")"
+	log "$name $phase: p50/p99/p99.9/max $p50/$p99/$p999/$pmax ms at $LAT_QPS QPS, server $(fdiv $(((s1 - s0) * 100)) "$el" 1)% of its core${gcs:+, $gcs}"
 }
 
 # run_rollout ROUND DATA_DIR: cairn through a rollout, then steady.
