@@ -28,6 +28,9 @@ import (
 	"github.com/cairn-sd/cairn/zones"
 )
 
+// agentInitialSlots is the size of the agent's first status tables.
+const agentInitialSlots = 256
+
 // Files in the agent's data dir.
 const (
 	AgentViewsFile = "views.cairn"
@@ -51,7 +54,7 @@ func agentCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "service", Usage: "NS/SVC to subscribe to from the start (repeatable); others are subscribed on their first query"},
 			&cli.DurationFlag{Name: "stale-after", Value: 5 * time.Second, Usage: "answers are marked stale when the views are older (no server stream)"},
 			&cli.DurationFlag{Name: "max-stale", Value: 24 * time.Hour, Usage: "past this, DNS answers SERVFAIL"},
-			&cli.IntFlag{Name: "table-capacity", Value: 1 << 16, Usage: "status table slots: most instances the agent holds"},
+			&cli.IntFlag{Name: "table-capacity", Value: 1 << 16, Usage: "most instances the agent holds: its status table starts small and doubles, up to this, as its views grow"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 			&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"CAIRN_TLS_CA"}, Usage: "TLS to the servers: the CA bundle their certificates are verified with (they must name the --server host)"},
 			&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"CAIRN_TLS_CERT"}, Usage: "the certificate the agent presents (cairn tls cert create --client)"},
@@ -163,7 +166,11 @@ func runAgent(ctx context.Context, cfg agentConfig, logw interface{ Write([]byte
 		return fmt.Errorf("listening for HTTP on %q: %w", cfg.HTTPAddr, err)
 	}
 	defer ln.Close()
-	table, err := status.New(status.Config{Capacity: cfg.TableCapacity})
+	// The table grows with the views held, from agentInitialSlots:
+	// an agent holds what its machine asks for, often a few hundred
+	// instances, and a table of its most (tens of thousands of slots,
+	// three times) would be most of its memory.
+	table, err := status.New(status.Config{Capacity: cfg.TableCapacity, Initial: min(agentInitialSlots, cfg.TableCapacity)})
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,15 @@ type Config struct {
 	// whatever changed (SPEC §0.6). A table takes 32 bytes a slot, plus 4
 	// for the service index: 3.6 MB at the default. Defaults to 100,000.
 	Capacity int
+	// Initial is the number of slots of the first tables, for a node
+	// whose tables grow with what it holds (the agent): its Writer
+	// doubles them, up to Capacity, when it lays out more instances
+	// than they have slots, and never shrinks them. The work of a
+	// build stays constant for a given size: the size follows the most
+	// instances held, not how many change. Defaults to Capacity: tables
+	// of one size from the start (the server's, whose per-slot arrays
+	// outside this package are sized once).
+	Initial int
 	// Tables is the number of tables allocated by New: the current one,
 	// the previous one (still read by the readers that acquired it just
 	// before the swap), and one to build into. Build allocates another,
@@ -37,6 +46,9 @@ func (c *Config) setDefaults() {
 	if c.Capacity == 0 {
 		c.Capacity = DefaultCapacity
 	}
+	if c.Initial == 0 {
+		c.Initial = c.Capacity
+	}
 	if c.Tables == 0 {
 		c.Tables = DefaultTables
 	}
@@ -52,6 +64,8 @@ func (c *Config) Validate() error {
 		return errors.New("status: Capacity must not be negative")
 	case c.Capacity > MaxCapacity:
 		return errors.New("status: Capacity must be at most MaxCapacity (16777216)")
+	case c.Initial < 0 || c.Initial > c.Capacity:
+		return errors.New("status: Initial must be between 0 and Capacity")
 	case c.Tables < 0:
 		return errors.New("status: Tables must not be negative")
 	case c.Tables == 1:

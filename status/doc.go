@@ -6,10 +6,12 @@
 //
 //   - Entry: one instance's verdict, eligibility, published weight, base
 //     weight, locality, lifecycle and flags, in 32 pointer-free bytes.
-//   - Table: Capacity entries (the same number whether one slot is used
-//     or all of them), the names that entries refer to by id (services,
-//     localities), and an index of each service's slots. A published
-//     table never changes while a reader holds it.
+//   - Table: Size entries (the same number whether one slot is used
+//     or all of them; Size is Capacity on a server, and follows the
+//     most instances held on an agent, doubling from Initial), the
+//     names that entries refer to by id (services, localities), and an
+//     index of each service's slots. A published table never changes
+//     while a reader holds it.
 //   - Publisher: a small pool of tables allocated once, Build to rewrite
 //     one and swap it in with an atomic pointer, Acquire and Release for
 //     readers, Changed to wait for a newer version, and Stats.

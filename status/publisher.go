@@ -2,6 +2,7 @@ package status
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -35,6 +36,9 @@ type Publisher struct {
 
 	builds, failed, extra, unindexed atomic.Uint64
 	tables                           atomic.Int64
+	// size is the slots of the tables Build makes now: Config.Initial,
+	// then what Grow set. Written under mu.
+	size atomic.Int64
 
 	// acquireHook, when set by a test, runs in Acquire between loading
 	// the current table and counting the reference.
@@ -44,7 +48,7 @@ type Publisher struct {
 	pool    []*Table   // every table the publisher owns, the current one included
 	version uint64     // of the last published table
 	b       Builder    // reused by every Build
-	scratch []uint32   // Capacity long: the service of each slot, for Table.index
+	scratch []uint32   // size long: the service of each slot, for Table.index
 }
 
 // Stats are counters for the metrics of whoever wires the publisher
@@ -90,15 +94,41 @@ func New(cfg Config) (*Publisher, error) {
 	close(p.closed)
 	p.pool = make([]*Table, cfg.Tables, cfg.Tables+2)
 	for i := range p.pool {
-		p.pool[i] = newTable(cfg.Capacity)
+		p.pool[i] = newTable(cfg.Initial)
 	}
-	p.scratch = make([]uint32, cfg.Capacity)
+	p.scratch = make([]uint32, cfg.Initial)
 	p.tables.Store(int64(cfg.Tables))
+	p.size.Store(int64(cfg.Initial))
 	return p, nil
 }
 
-// Capacity returns the number of slots of every table.
+// Capacity returns the most slots a table may have (Config.Capacity).
 func (p *Publisher) Capacity() int { return p.cfg.Capacity }
+
+// Size returns the number of slots of the tables Build makes now:
+// Config.Initial until Grow. It is safe for concurrent use.
+func (p *Publisher) Size() int { return int(p.size.Load()) }
+
+// Grow makes the tables of the next Builds n slots long, n between
+// Size and Capacity; the current table, and those readers hold, keep
+// their size (each table is read on its own: its entries, index and
+// Directory agree). The tables of the old size are let go as readers
+// release them; the new ones are allocated as Build needs them. The
+// table's writer calls it, before laying out an instance past Size.
+func (p *Publisher) Grow(n int) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	size := int(p.size.Load())
+	if n < size || n > p.cfg.Capacity {
+		return fmt.Errorf("status: growing the tables to %d slots: not between their size (%d) and Capacity (%d)", n, size, p.cfg.Capacity)
+	}
+	if n == size {
+		return nil
+	}
+	p.size.Store(int64(n))
+	p.scratch = make([]uint32, n)
+	return nil
+}
 
 // Acquire returns the current table, held until its Release, or nil
 // before the first Build. It never blocks: it retries only if a Build
@@ -176,7 +206,7 @@ func (p *Publisher) Changed(after uint64) <-chan struct{} {
 // Changed's waiters. It returns the new version. If fill returns an
 // error, nothing is published and Build returns that error.
 //
-// fill must write every one of the Capacity entries (Builder.Entries),
+// fill must write every one of the Size entries (Builder.Entries),
 // unused slots as the zero Entry: the entries it receives hold whatever
 // an older table held, and are not cleared first. Writing every slot at
 // every build is the point: the cost of a rebuild is the same whether no
@@ -226,17 +256,20 @@ func (p *Publisher) Build(fill func(b *Builder) error) (uint64, error) {
 	return t.version, nil
 }
 
-// spare returns a table that is not current and that no reader holds,
-// allocating one if there is none. The most recently published is
-// preferred, so that builds alternate between two tables while readers
-// release promptly: a table never built into is memory the kernel has
-// not backed yet (3.2 MB at the default capacity), and it is only
-// written when a reader holds the previous table at a build. Called
-// with p.mu held.
+// spare returns a table of Size slots that is not current and that no
+// reader holds, allocating one if there is none. The most recently
+// published is preferred, so that builds alternate between two tables
+// while readers release promptly: a table never built into is memory
+// the kernel has not backed yet (3.2 MB at the default capacity), and
+// it is only written when a reader holds the previous table at a build.
+// Tables of an older size (before Grow) leave the pool, but for the
+// current one, which leaves it at the next build. Called with p.mu held.
 func (p *Publisher) spare(cur *Table) *Table {
+	size := int(p.size.Load())
+	p.pool = slices.DeleteFunc(p.pool, func(t *Table) bool { return t != cur && len(t.entries) != size })
 	var best *Table
 	for _, t := range p.pool {
-		if t == cur || t.refs.Load() != 0 {
+		if t == cur || t.refs.Load() != 0 || len(t.entries) != size {
 			continue
 		}
 		if best == nil || t.version > best.version {
@@ -246,10 +279,12 @@ func (p *Publisher) spare(cur *Table) *Table {
 	if best != nil {
 		return best
 	}
-	best = newTable(p.cfg.Capacity)
+	best = newTable(size)
+	if len(p.pool) >= p.cfg.Tables {
+		p.extra.Add(1) // readers hold every spare
+	}
 	p.pool = append(p.pool, best)
-	p.tables.Add(1)
-	p.extra.Add(1)
+	p.tables.Store(int64(len(p.pool)))
 	return best
 }
 
@@ -268,7 +303,7 @@ func (p *Publisher) Stats() Stats {
 // Version returns the version of the table being built.
 func (b *Builder) Version() uint64 { return b.t.version }
 
-// Entries returns the table's entries, Capacity of them, for fill to
+// Entries returns the table's entries, Size of them, for fill to
 // write, every one (see Build).
 //
 // Write them in place (e := &entries[i]; *e = …; e.Weight = …), not by

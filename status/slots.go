@@ -31,7 +31,7 @@ type Slots struct {
 
 // NewSlots returns an allocator of capacity slots, all free, handed out
 // from slot 0 up. It panics if capacity is not in [1, MaxCapacity]; pass
-// Publisher.Capacity.
+// Publisher.Size.
 func NewSlots(capacity int) *Slots {
 	if capacity < 1 || capacity > MaxCapacity {
 		panic(fmt.Sprintf("status: NewSlots(%d): capacity out of range", capacity))
@@ -75,6 +75,28 @@ func (s *Slots) Assign(key string) (int, error) {
 	s.keys[slot] = key
 	s.hashes[slot] = KeyHash(key)
 	return int(slot), nil
+}
+
+// Grow adds free slots up to capacity, after those already free: the
+// new slots were never held, so they are handed out at once. It panics
+// if capacity is below Capacity or above MaxCapacity.
+func (s *Slots) Grow(capacity int) {
+	old := len(s.keys)
+	if capacity < old || capacity > MaxCapacity {
+		panic(fmt.Sprintf("status: Slots.Grow(%d): not between %d and MaxCapacity", capacity, old))
+	}
+	s.keys = append(s.keys, make([]string, capacity-old)...)
+	s.hashes = append(s.hashes, make([]uint64, capacity-old)...)
+	// The ring, unrolled from its head: the free slots in order, then
+	// the new ones.
+	free := make([]uint32, capacity)
+	for i := range s.n {
+		free[i] = s.free[(s.head+i)%old]
+	}
+	for i := range capacity - old {
+		free[s.n+i] = uint32(old + i)
+	}
+	s.free, s.head, s.n = free, 0, s.n+capacity-old
 }
 
 // Lookup returns key's slot.

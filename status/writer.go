@@ -1,6 +1,8 @@
 package status
 
 import (
+	"errors"
+	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
@@ -126,19 +128,42 @@ type slotState struct {
 // locIDs are a (region, zone) pair's ids in the layout's localities.
 type locIDs struct{ region, zone uint16 }
 
-// NewWriter returns the Writer of pub's tables, with Slots of its
-// capacity. pub has one Writer: its tables' slots are the Writer's.
+// NewWriter returns the Writer of pub's tables, with Slots of their
+// size. pub has one Writer: its tables' slots are the Writer's. When a
+// layout holds more instances than the tables have slots, the Writer
+// grows them (Publisher.Grow), doubling, up to the publisher's Capacity.
 func NewWriter(pub *Publisher, cfg WriterConfig) *Writer {
-	c := pub.Capacity()
-	w := &Writer{pub: pub, slots: NewSlots(c), step: cfg.Step, dropped: cfg.Dropped,
-		refs: make([]Ref, c), state: make([]slotState, c), pair: make([]int32, c), infos: make([]*InstanceInfo, c)}
+	w := &Writer{pub: pub, slots: NewSlots(pub.Size()), step: cfg.Step, dropped: cfg.Dropped}
 	if w.step == nil {
 		w.step = func() {}
 	}
-	for i := range w.refs {
+	w.extendSlots(pub.Size())
+	return w
+}
+
+// extendSlots lengthens the per-slot arrays to n, the new slots free.
+func (w *Writer) extendSlots(n int) {
+	old := len(w.refs)
+	w.refs = slices.Grow(w.refs, n-old)[:n]
+	for i := old; i < n; i++ {
 		w.refs[i] = Ref{-1, -1}
 	}
-	return w
+	w.state = append(w.state, make([]slotState, n-old)...)
+	w.pair = append(w.pair, make([]int32, n-old)...)
+	w.infos = append(w.infos, make([]*InstanceInfo, n-old)...)
+}
+
+// grow doubles the tables' slots, up to the publisher's Capacity,
+// reporting whether there is more room.
+func (w *Writer) grow() bool {
+	size := w.slots.Capacity()
+	n := min(2*size, w.pub.Capacity())
+	if n <= size || w.pub.Grow(n) != nil {
+		return false
+	}
+	w.slots.Grow(n)
+	w.extendSlots(n)
+	return true
 }
 
 // Begin starts a layout of the store (or the views) at revision rev, of
@@ -178,7 +203,8 @@ func (w *Writer) Begin(rev uint64, services []ServiceInfo) {
 // services. It returns the instance's key ("namespace/service/id"; the
 // string the writer holds for it, the same at every layout while the
 // instance keeps its slot) and its slot, or -1 if it has none: every
-// slot is taken (WriterConfig.Dropped is told).
+// slot is taken and the tables have the publisher's Capacity
+// (WriterConfig.Dropped is told).
 func (w *Writer) Add(svc int, in Instance) (key string, slot int) {
 	w.step()
 	s := &w.infoSvc[svc]
@@ -192,6 +218,9 @@ func (w *Writer) Add(svc int, in Instance) (key string, slot int) {
 		key = string(kb)
 	}
 	slot, err := w.slots.Assign(key)
+	for err != nil && errors.Is(err, ErrCapacity) && w.grow() {
+		slot, err = w.slots.Assign(key)
+	}
 	if err != nil {
 		if w.dropped != nil {
 			w.dropped(key, err)
@@ -342,6 +371,9 @@ func (w *Writer) Build(fill func(slot int, ref Ref, e *Entry)) (uint64, error) {
 		b.SetLocalities(w.locs)
 		b.SetDirectory(w.dir)
 		es := b.Entries()
+		if len(es) != len(w.refs) {
+			return fmt.Errorf("status: a table of %d slots for a writer of %d: the tables grew behind the writer", len(es), len(w.refs))
+		}
 		for slot := range es {
 			w.step()
 			e := &es[slot]

@@ -1,0 +1,124 @@
+package agent_test
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/cairn-sd/cairn/agent"
+	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/status/statustest"
+	"github.com/cairn-sd/cairn/xdsserver"
+	"github.com/cairn-sd/cairn/xdsserver/xdstest"
+)
+
+// TestAgentTableGrowsWithItsViews: an agent whose table starts at 16
+// slots holds 40 services of 8 instances (the table doubled to 512),
+// answers each over DNS with its 8 addresses, then, the views shrunk
+// to one instance each, answers that one, and grown again to 12 each,
+// answers 8 of the 12 (the A record limit) and serves all 12 over SRV
+// — in the slots freed by the shrink, without growing further.
+func TestAgentTableGrowsWithItsViews(t *testing.T) {
+	const services = 40
+	tb := statustest.New(t, 1024)
+	srv, err := xdsserver.New(xdsserver.Config{Table: tb.Publisher, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, stop, err := xdstest.Serve(srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	name := func(s int) string { return fmt.Sprintf("s%02d", s) }
+	publish := func(rev uint64, per int) {
+		t.Helper()
+		var all []statustest.Service
+		for s := range services {
+			svc := statustest.Service{ServiceInfo: status.ServiceInfo{Namespace: "shop", Name: name(s),
+				Ports: []status.Port{{Name: "http", Number: 80, Protocol: "tcp"}}, DNSTTL: 5 * time.Second, ARecordLimit: 8,
+				MinHealthyFraction: -1, ShrinkCap: 1, ShrinkWindow: 10 * time.Second}}
+			for i := range per {
+				in := statustest.Ready(fmt.Sprintf("i%d", i), fmt.Sprintf("10.%d.0.%d", s, i+1))
+				in.Ports = map[string]uint16{"http": 8080}
+				svc.Instances = append(svc.Instances, in.In("eu", "eu-1a"))
+			}
+			all = append(all, svc)
+		}
+		tb.PublishAt(t, rev, all...)
+	}
+	var subs []string
+	for s := range services {
+		subs = append(subs, "shop/"+name(s))
+	}
+	publish(100, 8)
+	pub, err := status.New(status.Config{Capacity: 4096, Initial: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The real clock: the DNS server judges staleness by it.
+	f := startAgentWith(t, func(c *agent.Config) { c.Services, c.Table, c.Now = subs, pub, nil }, filepath.Join(t.TempDir(), "views.cairn"), addr)
+	f.pub = pub
+	dnsAddr := serveDNS(t, f.a, pub, "eu", "eu-1a")
+	// answers polls, per service, until the agent's DNS server gives
+	// want A records and per SRV records at rev.
+	answers := func(rev uint64, want, per int) {
+		t.Helper()
+		f.waitFor(fmt.Sprintf("%d instances a service at revision %d", per, rev), func() bool {
+			tbl := pub.Acquire()
+			if tbl == nil {
+				return false
+			}
+			r := tbl.StoreRevision()
+			tbl.Release()
+			if r != rev {
+				return false
+			}
+			for s := range services {
+				host := name(s) + ".shop.svc.cairn.internal."
+				if len(ask(t, dnsAddr, host, dns.TypeA)) != want || len(ask(t, dnsAddr, "_http._tcp."+host, dns.TypeSRV)) != per {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	answers(100, 8, 8)
+	if got := pub.Size(); got != 512 {
+		t.Fatalf("table of %d slots for 320 instances; want 512 (16 doubled)", got)
+	}
+	publish(101, 1)
+	answers(101, 1, 1)
+	publish(102, 12)
+	answers(102, 8, 12)
+	if got := pub.Size(); got != 512 {
+		t.Fatalf("table of %d slots for 480 instances after 40; want 512 still", got)
+	}
+	// Each address is its own instance's: nothing moved into another's
+	// slot wrongly.
+	for s := range services {
+		for _, rr := range ask(t, dnsAddr, "i11."+name(s)+".shop.svc.cairn.internal.", dns.TypeA) {
+			if a := rr.(*dns.A).A.String(); a != fmt.Sprintf("10.%d.0.12", s) {
+				t.Errorf("i11 of %s: %s", name(s), a)
+			}
+		}
+	}
+}
+
+// ask returns the answers to a query for name of type qt at addr.
+func ask(t *testing.T, addr, name string, qt uint16) []dns.RR {
+	t.Helper()
+	q := new(dns.Msg)
+	q.SetQuestion(name, qt)
+	q.SetEdns0(4096, false)
+	r, _, err := (&dns.Client{Timeout: 5 * time.Second}).Exchange(q, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.Answer
+}
