@@ -7,7 +7,7 @@ STATICCHECK_VERSION ?= v0.8.2
 # on a machine where benches must not overlap.
 LOCK      ?=
 
-.PHONY: help build run envoy test integration scenarios bench bench-dns bench-xds bench-xds-hostile bench-envoy bench-xds-inprocess bench-ui soak fuzz fuzz-api lint docs fmt tidy
+.PHONY: help build run envoy test integration scenarios bench bench-dns bench-xds bench-xds-hostile bench-envoy bench-xds-inprocess bench-ui bench-agent soak fuzz fuzz-api lint docs fmt tidy
 help:        ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
 
@@ -89,6 +89,18 @@ bench-ui:    ## what open dashboards cost the server: 0–200 simulated dashboar
 		git worktree remove --force bin/base-src; [ $$rc -eq 0 ] || exit $$rc; fi
 	$(LOCK) taskset -c 1 bin/uiload -bin bin/cairn $(if $(BASE),-base-bin bin/cairn-base) > bench/results/uiload.md
 	cat bench/results/uiload.md
+
+bench-agent: ## the agent's memory (issue 31, SPEC §9): a real agent subscribed to 100 services × 8 and to 2,500 × 8 of a real server, RSS (file-backed and anonymous) and Go heap 60 s after it answers for all, 3 agents each; BASE=<commit> alternates that commit's agent with this one's; ~20 min; results in bench/results/ (bench/cmd/agentmem)
+	mkdir -p bench/results
+	$(LOCK) $(GO) build -o bin/cairn ./cmd/cairn
+	$(LOCK) $(GO) build -o bin/agentmem ./bench/cmd/agentmem
+	@if [ -n "$(BASE)" ]; then \
+		rm -rf bin/base-src && git worktree add -q --detach bin/base-src $(BASE) && \
+		(cd bin/base-src && $(LOCK) $(GO) build -o ../cairn-base ./cmd/cairn); rc=$$?; \
+		git worktree remove --force bin/base-src; [ $$rc -eq 0 ] || exit $$rc; fi
+	for s in 100 2500; do \
+		$(LOCK) bin/agentmem -bin bin/cairn $(if $(BASE),-base-bin bin/cairn-base) -services $$s > bench/results/agentmem-$$s.md || exit 1; cat bench/results/agentmem-$$s.md; \
+	done
 
 soak: build ## the agent through a 60-minute control-plane outage (issue 12): queries answered, errors, stale age, agent RSS; ~62 min (bench/cmd/soak)
 	$(GO) run ./bench/cmd/soak -bin bin/cairn

@@ -1,0 +1,380 @@
+// Command agentmem measures what a real `cairn agent` holds in memory
+// for the views it serves (SPEC §9: the agent ≤ 16 MiB for 800
+// instances; issue 31: ≤ 64 MiB for 20,000).
+//
+// It starts one real `cairn server --dev` on loopback ports, defines
+// -services services and registers -per-service instances in each
+// (no health check, a lease of an hour: nothing changes while the agent
+// is measured). Then, -runs times, it starts a real `cairn agent`
+// subscribed to every service (--service), waits until the agent answers
+// an A query for each service with all of its addresses, lets it settle
+// for -settle (nothing forces a collection in the agent: the figures are
+// what it holds after that time, the Go runtime's own collections and
+// scavenger included), and reads its resident set (VmRSS, and its two
+// parts RssAnon, what the agent allocated, and RssFile, the pages of
+// the binary it runs, from /proc/PID/status) and Go heap
+// (go_memstats_heap_inuse_bytes and go_memstats_sys_bytes from its
+// /metrics), then stops it. With
+// -base-bin, each run starts that binary's agent first and then -bin's,
+// against the same server, so the two are measured alternately in the
+// same window.
+//
+// It prints one Markdown row per agent started, then the medians per
+// binary, and one JSON line with every sample.
+//
+// Every wait has a deadline and the whole run -timeout; the processes
+// are stopped and the temporary folder removed at the end. `make
+// bench-agent` runs it at 800 and at 20,000 instances.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/cairn-sd/cairn/bench/benchproc"
+	"github.com/cairn-sd/cairn/client"
+	"github.com/cairn-sd/cairn/integration"
+	"github.com/cairn-sd/cairn/wire"
+)
+
+const benchNS = "agentmem"
+
+type options struct {
+	services, perService int
+	runs                 int
+	conc                 int
+	bin, baseBin         string
+	settle, timeout      time.Duration
+	keep                 bool
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.services, "services", 100, "services")
+	flag.IntVar(&o.perService, "per-service", 8, "instances per service")
+	flag.IntVar(&o.runs, "runs", 3, "agents started per binary")
+	flag.IntVar(&o.conc, "c", 16, "concurrent registering clients")
+	flag.StringVar(&o.bin, "bin", "", "cairn binary: the server, and the agent measured (default: build one from the working tree)")
+	flag.StringVar(&o.baseBin, "base-bin", "", "a second cairn binary whose agent is measured alternately with -bin's")
+	flag.DurationVar(&o.settle, "settle", 60*time.Second, "time the agent is left alone once it answers for every service, before its figures are read")
+	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "upper bound on the whole run")
+	flag.BoolVar(&o.keep, "keep", false, "keep the data dirs and logs")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "agentmem:", err)
+		os.Exit(1)
+	}
+}
+
+// sample is one agent's figures.
+type sample struct {
+	Bin        string  `json:"bin"`
+	Run        int     `json:"run"`
+	ServeSecs  float64 `json:"serve_all_seconds"`
+	RSSServed  uint64  `json:"rss_at_serve_bytes"`
+	RSS        uint64  `json:"rss_bytes"`
+	RSSAnon    uint64  `json:"rss_anon_bytes"`
+	RSSFile    uint64  `json:"rss_file_bytes"`
+	HeapInuse  uint64  `json:"heap_inuse_bytes"`
+	GoSys      uint64  `json:"go_sys_bytes"`
+	Goroutines uint64  `json:"goroutines"`
+}
+
+func run(ctx context.Context, o options) error {
+	dir, remove, err := benchproc.TempDir("agentmem", o.keep)
+	if err != nil {
+		return err
+	}
+	defer remove()
+	if o.bin == "" {
+		if o.bin, err = integration.Binary(); err != nil {
+			return err
+		}
+	}
+	ports, err := integration.FreePorts(6)
+	if err != nil {
+		return err
+	}
+	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
+	hc := &http.Client{Timeout: 10 * time.Second}
+	srv, err := benchproc.Start(o.bin, []string{"server", "--dev", "--data-dir", filepath.Join(dir, "server"),
+		"--http-addr", addr(0), "--raft-addr", addr(1), "--dns-addr", addr(2), "--grpc-addr", addr(3), "--log-level", "warn"},
+		filepath.Join(dir, "server.log"))
+	if err != nil {
+		return err
+	}
+	defer srv.Stop()
+	if err := srv.WaitReady(ctx, hc, "http://"+addr(0)+"/readyz", 30*time.Second); err != nil {
+		return fmt.Errorf("starting the server: %w\n%s", err, srv.Tail())
+	}
+	cl, err := client.New(addr(0), "")
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	start := time.Now()
+	if err := populate(ctx, cl, o); err != nil {
+		return fmt.Errorf("registering: %w\n%s", err, srv.Tail())
+	}
+	n := o.services * o.perService
+	fmt.Fprintf(os.Stderr, "agentmem: %d instances over %d services registered in %.1f s\n", n, o.services, time.Since(start).Seconds())
+
+	bins := []string{o.bin}
+	if o.baseBin != "" {
+		bins = []string{o.baseBin, o.bin}
+	}
+	var all []sample
+	fmt.Printf("| binary | run | instances | served all after | RSS at that moment | RSS after %s | RssAnon | RssFile | Go heap in use | Go sys |\n|---|---|---|---|---|---|---|---|---|---|\n", o.settle)
+	for r := range o.runs {
+		for _, bin := range bins {
+			s, err := measure(ctx, o, bin, filepath.Join(dir, fmt.Sprintf("agent-%d-%d", r, len(all))), addr(3), addr(4), addr(5))
+			if err != nil {
+				return err
+			}
+			s.Run = r + 1
+			all = append(all, s)
+			fmt.Printf("| %s | %d | %d | %.1f s | %s | **%s** | %s | %s | %s | %s |\n", bin, s.Run, n, s.ServeSecs, mib(s.RSSServed),
+				mib(s.RSS), mib(s.RSSAnon), mib(s.RSSFile), mib(s.HeapInuse), mib(s.GoSys))
+		}
+	}
+	fmt.Printf("\nmedians of %d (%d instances over %d services):\n\n| binary | RSS | RssAnon | RssFile | Go heap in use | Go sys | served all after |\n|---|---|---|---|---|---|---|\n", o.runs, n, o.services)
+	for _, bin := range bins {
+		var rss, anon, file, heap, sys, secs []float64
+		for _, s := range all {
+			if s.Bin == bin {
+				rss, anon, file = append(rss, float64(s.RSS)), append(anon, float64(s.RSSAnon)), append(file, float64(s.RSSFile))
+				heap, sys, secs = append(heap, float64(s.HeapInuse)), append(sys, float64(s.GoSys)), append(secs, s.ServeSecs)
+			}
+		}
+		fmt.Printf("| %s | **%s** | %s | %s | %s | %s | %.1f s |\n", bin, mib(uint64(median(rss))), mib(uint64(median(anon))),
+			mib(uint64(median(file))), mib(uint64(median(heap))), mib(uint64(median(sys))), median(secs))
+	}
+	b, _ := json.Marshal(map[string]any{"go": runtime.Version(), "instances": n, "services": o.services,
+		"settle_seconds": o.settle.Seconds(), "samples": all})
+	fmt.Println(string(b))
+	return nil
+}
+
+// measure starts one agent of bin subscribed to every service, waits
+// until it answers for all of them, lets it settle, reads its figures
+// and stops it.
+func measure(ctx context.Context, o options, bin, dir, grpcAddr, dnsAddr, httpAddr string) (sample, error) {
+	s := sample{Bin: bin}
+	args := []string{"agent", "--server", grpcAddr, "--dns-addr", dnsAddr, "--http-addr", httpAddr,
+		"--data-dir", dir, "--log-level", "warn"}
+	for i := range o.services {
+		args = append(args, "--service", benchNS+"/"+serviceName(i))
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return s, err
+	}
+	start := time.Now()
+	ag, err := benchproc.Start(bin, args, dir+".log")
+	if err != nil {
+		return s, err
+	}
+	defer ag.Stop()
+	hc := &http.Client{Timeout: 10 * time.Second}
+	if err := ag.WaitReady(ctx, hc, "http://"+httpAddr+"/readyz", 60*time.Second); err != nil {
+		return s, fmt.Errorf("starting the agent: %w\n%s", err, ag.Tail())
+	}
+	dc := &dns.Client{Timeout: 2 * time.Second}
+	next := 0 // services answered in full so far, in order
+	err = benchproc.Poll(ctx, 5*time.Minute, 100*time.Millisecond, func() error {
+		for ; next < o.services; next++ {
+			if got, err := answers(dc, dnsAddr, serviceName(next)+"."+benchNS+".svc.cairn.internal."); err != nil || got != o.perService {
+				return fmt.Errorf("service %d: %d addresses (%v)", next, got, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return s, fmt.Errorf("the agent does not answer for every service: %w\n%s", err, ag.Tail())
+	}
+	s.ServeSecs = time.Since(start).Seconds()
+	if s.RSSServed, _, _, err = rss(ag.Pid()); err != nil {
+		return s, err
+	}
+	select {
+	case <-ctx.Done():
+		return s, ctx.Err()
+	case <-time.After(o.settle):
+	}
+	if s.RSS, s.RSSAnon, s.RSSFile, err = rss(ag.Pid()); err != nil {
+		return s, err
+	}
+	vals, err := metrics(ctx, hc, "http://"+httpAddr+"/metrics", "go_memstats_heap_inuse_bytes", "go_memstats_sys_bytes", "go_goroutines")
+	if err != nil {
+		return s, err
+	}
+	s.HeapInuse, s.GoSys, s.Goroutines = uint64(vals[0]), uint64(vals[1]), uint64(vals[2])
+	return s, nil
+}
+
+// answers asks name's A records and returns how many came back.
+func answers(dc *dns.Client, server, name string) (int, error) {
+	q := new(dns.Msg)
+	q.SetQuestion(name, dns.TypeA)
+	q.SetEdns0(1232, false)
+	r, _, err := dc.Exchange(q, server)
+	if err != nil {
+		return 0, err
+	}
+	if r.Rcode != dns.RcodeSuccess {
+		return 0, fmt.Errorf("%s", dns.RcodeToString[r.Rcode])
+	}
+	return len(r.Answer), nil
+}
+
+// rss reads VmRSS, RssAnon and RssFile of pid.
+func rss(pid int) (vm, anon, file uint64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if vm, err = statusKB(b, "VmRSS"); err != nil {
+		return 0, 0, 0, err
+	}
+	if anon, err = statusKB(b, "RssAnon"); err != nil {
+		return 0, 0, 0, err
+	}
+	file, err = statusKB(b, "RssFile")
+	return vm, anon, file, err
+}
+
+func statusKB(status []byte, field string) (uint64, error) {
+	sc := bufio.NewScanner(bytes.NewReader(status))
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), field+":")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest) // "123456 kB"
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, fmt.Errorf("%s line %q", field, sc.Text())
+		}
+		kb, err := strconv.ParseUint(f[0], 10, 64)
+		return kb * 1024, err
+	}
+	return 0, fmt.Errorf("no %s line in /proc/PID/status", field)
+}
+
+// metrics returns the values of the named unlabelled samples at url, in
+// order; a missing one is an error.
+func metrics(ctx context.Context, hc *http.Client, url string, names ...string) ([]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	vals := make([]float64, len(names))
+	found := make([]bool, len(names))
+	sc := bufio.NewScanner(io.LimitReader(resp.Body, 16<<20))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, v, ok := strings.Cut(sc.Text(), " ")
+		if i := slices.Index(names, name); ok && i >= 0 {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				return nil, fmt.Errorf("/metrics: %s %q: %w", name, v, err)
+			}
+			vals[i], found[i] = f, true
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	for i, ok := range found {
+		if !ok {
+			return nil, fmt.Errorf("/metrics has no %s", names[i])
+		}
+	}
+	return vals, nil
+}
+
+func serviceName(i int) string { return fmt.Sprintf("s%05d", i) }
+
+// populate defines the services, 50 to a request, and registers their
+// instances from o.conc workers.
+func populate(ctx context.Context, cl *client.Client, o options) error {
+	const batch = 50
+	for i := 0; i < o.services; i += batch {
+		var b strings.Builder
+		for j := i; j < min(i+batch, o.services); j++ {
+			fmt.Fprintf(&b, "---\nnamespace: %s\nname: %s\nports: [{name: http, number: 8080, protocol: tcp}]\npolicy:\n  lease_ttl: 1h\n",
+				benchNS, serviceName(j))
+		}
+		if _, err := cl.Apply(ctx, []byte(b.String())); err != nil {
+			return err
+		}
+	}
+	n := o.services * o.perService
+	var (
+		next    atomic.Int64
+		wg      sync.WaitGroup
+		errOnce sync.Once
+		first   error
+	)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for range o.conc {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				reg := wire.Registration{ID: fmt.Sprintf("i%d", i/o.services),
+					Addresses: []string{fmt.Sprintf("10.%d.%d.%d", i/(254*256)%256, i/254%256, i%254+1)},
+					Ports:     map[string]int{"http": 8080}}
+				if _, err := cl.Register(ctx, benchNS, serviceName(i%o.services), reg); err != nil {
+					errOnce.Do(func() { first = fmt.Errorf("instance %d: %w", i, err) })
+					cancel()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	return ctx.Err()
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	slices.Sort(v)
+	return v[len(v)/2]
+}
+
+func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
