@@ -30,7 +30,9 @@ type Config struct {
 	// each view's revision, version and times). Empty: nothing is kept.
 	Path string
 	// Table is the status table the agent fills from its views, for a
-	// dnsserver to read. Required.
+	// dnsserver to read. Required. Its tables grow with the instances
+	// the views hold, up to its Capacity, when it is made with
+	// status.Config.Initial below Capacity (cmd starts it at 256 slots).
 	Table *status.Publisher
 	// Backoff times reconnections (full jitter; package backoff).
 	// Defaults to waits below 1s at first, doubling up to 30s: when a
