@@ -35,6 +35,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/netip"
 	"slices"
@@ -307,6 +308,12 @@ func Decode(cla *endpointv3.ClusterLoadAssignment) (*View, error) {
 			}
 			seen[in.ID] = true
 			in.Region, in.Zone = loc.GetRegion(), loc.GetZone()
+			// Instances of a service mostly hold the same port numbers:
+			// they share one map (read-only, status.InstanceInfo), which
+			// is most of what an instance costs the agent otherwise.
+			if n := len(v.Instances); n > 0 && maps.Equal(v.Instances[n-1].Ports, in.Ports) {
+				in.Ports = v.Instances[n-1].Ports
+			}
 			v.Instances = append(v.Instances, in)
 		}
 	}

@@ -158,3 +158,28 @@ func TestShiftRoundTrip(t *testing.T) {
 		t.Fatalf("shift 101: %v", err)
 	}
 }
+
+// TestDecodeSharesPorts: instances with the same port numbers share one
+// map once decoded (a map is most of what an instance costs the
+// agent), and one with other numbers keeps its own.
+func TestDecodeSharesPorts(t *testing.T) {
+	v := &View{Service: status.ServiceInfo{Namespace: "shop", Name: "cart", Ports: []status.Port{{Name: "http", Number: 80, Protocol: "tcp"}}}}
+	for i, p := range []uint16{8080, 8080, 9090, 8080} {
+		v.Instances = append(v.Instances, Instance{InstanceInfo: status.InstanceInfo{ID: string(rune('a' + i)), Incarnation: 1,
+			Ports: map[string]uint16{"http": p}}, Region: "eu", Zone: "eu-1a", Verdict: status.Healthy, Lifecycle: status.Ready})
+	}
+	got, err := Decode(v.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, v) {
+		t.Fatalf("decoded\n%+v\nwant\n%+v", got, v)
+	}
+	ptr := func(i int) uintptr { return reflect.ValueOf(got.Instances[i].Ports).Pointer() }
+	if ptr(0) != ptr(1) {
+		t.Error("a and b, both 8080, hold two maps")
+	}
+	if ptr(2) == ptr(1) || ptr(2) == ptr(3) {
+		t.Error("c, 9090, shares a map with 8080")
+	}
+}
