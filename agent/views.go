@@ -21,7 +21,9 @@ type view struct {
 	name    string // "<svc>.<ns>", the resource name
 	version string // the resource version got came in, for a resumed stream
 	got     *agentview.View
-	served  []agentview.Instance
+	// served is got.Instances itself when the cap defers nothing: read
+	// it, never write it.
+	served []agentview.Instance
 	// received is when got came; refreshed when the agent last knew got
 	// to be the server's current view (a stream open and answered).
 	received, refreshed time.Time
@@ -92,8 +94,12 @@ func (v *view) serve(now time.Time) bool {
 	if base := v.windowBase; base > 0 {
 		floor = base - max(1, int(math.Floor(capFrac*float64(base))))
 	}
-	next := slices.Clone(got.Instances)
+	// What is served is got's own slice unless the cap holds
+	// withdrawals back: most views are served as they came, and a copy
+	// of every instance would be a fifth of what the agent holds.
+	next := got.Instances
 	if n := eligible(next); n < floor && v.served != nil {
+		next = slices.Clone(next)
 		// Those in rotation now that the view takes out, by id; each
 		// keeps its served entry (its weight), marked deferred.
 		byID := make(map[string]int, len(next))
