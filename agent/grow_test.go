@@ -13,6 +13,7 @@ import (
 	"github.com/cairn-sd/cairn/agent"
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/status/statustest"
+	"github.com/cairn-sd/cairn/status/tablefile"
 	"github.com/cairn-sd/cairn/xdsserver"
 	"github.com/cairn-sd/cairn/xdsserver/xdstest"
 )
@@ -22,7 +23,8 @@ import (
 // answers each over DNS with its 8 addresses, then, the views shrunk
 // to one instance each, answers that one, and grown again to 12 each,
 // answers 8 of the 12 (the A record limit) and serves all 12 over SRV
-// — in the slots freed by the shrink, without growing further.
+// — in the slots freed by the shrink, without growing further; and
+// restarted from its file, with no server, serves all of them at once.
 func TestAgentTableGrowsWithItsViews(t *testing.T) {
 	const services = 40
 	tb := statustest.New(t, 1024)
@@ -62,7 +64,8 @@ func TestAgentTableGrowsWithItsViews(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The real clock: the DNS server judges staleness by it.
-	f := startAgentWith(t, func(c *agent.Config) { c.Services, c.Table, c.Now = subs, pub, nil }, filepath.Join(t.TempDir(), "views.cairn"), addr)
+	path := filepath.Join(t.TempDir(), "views.cairn")
+	f := startAgentWith(t, func(c *agent.Config) { c.Services, c.Table, c.Now = subs, pub, nil }, path, addr)
 	f.pub = pub
 	dnsAddr := serveDNS(t, f.a, pub, "eu", "eu-1a")
 	// answers polls, per service, until the agent's DNS server gives
@@ -107,6 +110,31 @@ func TestAgentTableGrowsWithItsViews(t *testing.T) {
 				t.Errorf("i11 of %s: %s", name(s), a)
 			}
 		}
+	}
+
+	// Restarted from its file, no server answering, into tables of 16
+	// slots again: every instance is served at once.
+	f.waitFor("the file at revision 102", func() bool {
+		kept, err := tablefile.Load(path)
+		return err == nil && kept != nil && kept.Revision == 102 && len(kept.Entries) == services*12
+	})
+	f.stop()
+	stop()
+	pub2, err := status.New(status.Config{Capacity: 4096, Initial: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startAgentWith(t, func(c *agent.Config) { c.Services, c.Table = subs, pub2 }, path, addr)
+	tbl := pub2.Acquire()
+	defer tbl.Release()
+	for s := range services {
+		id, ok := tbl.Directory().ServiceID(name(s) + ".shop")
+		if n := len(tbl.Members(id)); !ok || n != 12 {
+			t.Fatalf("%s from disk: %d members (%v), want 12", name(s), n, ok)
+		}
+	}
+	if tbl.Capacity() != 512 || tbl.StoreRevision() != 102 {
+		t.Errorf("from disk: a table of %d slots at revision %d, want 512 at 102", tbl.Capacity(), tbl.StoreRevision())
 	}
 }
 
