@@ -65,6 +65,7 @@ type options struct {
 	bin, baseBin         string
 	settle, timeout      time.Duration
 	keep                 bool
+	gogc                 string
 }
 
 func main() {
@@ -78,6 +79,7 @@ func main() {
 	flag.DurationVar(&o.settle, "settle", 60*time.Second, "time the agent is left alone once it answers for every service, before its figures are read")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "upper bound on the whole run")
 	flag.BoolVar(&o.keep, "keep", false, "keep the data dirs and logs")
+	flag.StringVar(&o.gogc, "gogc", "", "if set, a third agent each run: -bin's with GOGC set to this")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -146,6 +148,9 @@ func run(ctx context.Context, o options) error {
 	if o.baseBin != "" {
 		bins = []string{o.baseBin, o.bin}
 	}
+	if o.gogc != "" {
+		bins = append(bins, o.bin+" GOGC="+o.gogc)
+	}
 	var all []sample
 	fmt.Printf("| binary | run | instances | served all after | RSS at that moment | RSS after %s | RssAnon | RssFile | Go heap in use | Go sys |\n|---|---|---|---|---|---|---|---|---|---|\n", o.settle)
 	for r := range o.runs {
@@ -192,7 +197,16 @@ func measure(ctx context.Context, o options, bin, dir, grpcAddr, dnsAddr, httpAd
 		return s, err
 	}
 	start := time.Now()
-	ag, err := benchproc.Start(bin, args, dir+".log")
+	// The GOGC arm: the child inherits the environment at Start, and
+	// nothing else runs meanwhile.
+	exe, gogc, withGOGC := strings.Cut(bin, " GOGC=")
+	if withGOGC {
+		os.Setenv("GOGC", gogc)
+	}
+	ag, err := benchproc.Start(exe, args, dir+".log")
+	if withGOGC {
+		os.Unsetenv("GOGC")
+	}
 	if err != nil {
 		return s, err
 	}
