@@ -150,3 +150,63 @@ func ask(t *testing.T, addr, name string, qt uint16) []dns.RR {
 	}
 	return r.Answer
 }
+
+// TestAgentTakesALargeFirstResponse: the first response to an agent
+// subscribed to 2,500 services of 8 carries all 20,000 instances in one
+// message, past gRPC's default 4 MiB; the agent takes it and holds
+// every view.
+func TestAgentTakesALargeFirstResponse(t *testing.T) {
+	if testing.Short() {
+		t.Skip("20,000 instances")
+	}
+	const services, per = 2500, 8
+	tb := statustest.New(t, services*per)
+	srv, err := xdsserver.New(xdsserver.Config{Table: tb.Publisher, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, stop, err := xdstest.Serve(srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	var all []statustest.Service
+	var subs []string
+	for s := range services {
+		svc := statustest.Service{ServiceInfo: status.ServiceInfo{Namespace: "shop", Name: fmt.Sprintf("s%04d", s),
+			Ports: []status.Port{{Name: "http", Number: 80, Protocol: "tcp"}}}}
+		for i := range per {
+			in := statustest.Ready(fmt.Sprintf("instance-%d", i), fmt.Sprintf("10.%d.%d.%d", s/250, s%250, i+1))
+			in.Ports = map[string]uint16{"http": 8080}
+			svc.Instances = append(svc.Instances, in.In("eu", "eu-1a"))
+		}
+		all = append(all, svc)
+		subs = append(subs, "shop/"+svc.Name)
+	}
+	tb.PublishAt(t, 7, all...)
+	pub, err := status.New(status.Config{Capacity: 1 << 16, Initial: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Under -race the server takes seconds to encode 2,500 views: the
+	// agent waits for them, and the test a minute.
+	startAgentWith(t, func(c *agent.Config) { c.Services, c.Table, c.Path, c.AnswerTimeout = subs, pub, "", time.Minute }, "", addr)
+	held := func() int {
+		tbl := pub.Acquire()
+		if tbl == nil {
+			return 0
+		}
+		defer tbl.Release()
+		n := 0
+		for s := range services {
+			id, _ := tbl.Directory().ServiceID(fmt.Sprintf("s%04d.shop", s))
+			n += len(tbl.Members(id))
+		}
+		return n
+	}
+	for deadline := time.Now().Add(time.Minute); held() != services*per; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent holds %d instances, want %d", held(), services*per)
+		}
+	}
+}

@@ -25,6 +25,10 @@ import (
 	"github.com/cairn-sd/cairn/internal/backoff"
 )
 
+// maxResponse bounds one xDS response the agent reads: at some 220
+// bytes an instance, about a million instances.
+const maxResponse = 256 << 20
+
 // Run streams views from the servers, in turn, until ctx is done,
 // reconnecting with backoff and full jitter, and keeps the file.
 func (a *Agent) Run(ctx context.Context) error {
@@ -79,6 +83,10 @@ func (a *Agent) session(ctx context.Context, addr string) (answered bool, err er
 		// A stream that went silent (a server gone without a FIN, a
 		// partition) is found by pings within 40 s (field notes A3, A6).
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
+		// The first response of a stream carries every view subscribed
+		// to: 2,500 services of 8 are 4.4 MB, past gRPC's default of
+		// 4 MiB, and an agent refused it forever (bench/cmd/agentmem).
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxResponse)),
 	}, a.cfg.DialOptions...)
 	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
