@@ -8,6 +8,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/cairn-sd/cairn/store"
 )
 
 // Secrets of the ACL files the tests write.
@@ -62,5 +66,33 @@ func TestServerRefusesBadProbeToken(t *testing.T) {
 				t.Errorf("the refused server wrote %d entries to its data dir", len(ents))
 			}
 		})
+	}
+}
+
+// TestRaftElectionTimeoutFlag: --raft-election-timeout reaches the
+// server's config as given, the store's default when unset, and a value
+// outside 100ms..10s is refused, naming the flag and the range, before
+// the server writes anything.
+func TestRaftElectionTimeoutFlag(t *testing.T) {
+	parse := func(args ...string) time.Duration {
+		t.Helper()
+		var got serverConfig
+		app := &cli.App{Flags: serverCommand().Flags, Action: func(c *cli.Context) (err error) {
+			got, err = serverConfigFromFlags(c)
+			return err
+		}}
+		if err := app.Run(append([]string{"x", "--data-dir", t.TempDir()}, args...)); err != nil {
+			t.Fatal(err)
+		}
+		return got.RaftTimeout
+	}
+	if got := parse(); got != store.DefaultElectionTimeout {
+		t.Errorf("unset: %s, want the store's default %s", got, store.DefaultElectionTimeout)
+	}
+	if got := parse("--raft-election-timeout", "400ms"); got != 400*time.Millisecond {
+		t.Errorf("400ms: got %s", got)
+	}
+	for _, v := range []string{"99ms", "0s", "11s"} {
+		wantServerUsage(t, []string{"--raft-election-timeout", v}, "--raft-election-timeout: "+v+" is not between 100ms and 10s")
 	}
 }

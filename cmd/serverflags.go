@@ -16,6 +16,7 @@ import (
 	"github.com/cairn-sd/cairn/probe"
 	"github.com/cairn-sd/cairn/publish"
 	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/wire"
 	"github.com/cairn-sd/cairn/xdsserver"
 )
@@ -66,6 +67,9 @@ type serverConfig struct {
 	// GCPercent is --gc-percent, the collector's GOGC; GCPercentBurst
 	// is --gc-percent-burst, how far it may rise in a burst (0: fixed).
 	GCPercent, GCPercentBurst int
+	// RaftTimeout is raft's heartbeat and election timeout; the leader
+	// lease is half of it.
+	RaftTimeout time.Duration
 }
 
 func serverCommand() *cli.Command {
@@ -78,6 +82,7 @@ func serverCommand() *cli.Command {
 			&cli.StringFlag{Name: "node-id", DefaultText: "a random id kept in the data dir", Usage: "raft node id"},
 			&cli.StringFlag{Name: "http-addr", Value: "127.0.0.1:8480", Usage: "API, /metrics, /healthz, /readyz"},
 			&cli.StringFlag{Name: "raft-addr", Value: "127.0.0.1:8482", Usage: "raft transport; peers must reach it"},
+			&cli.DurationFlag{Name: "raft-election-timeout", Value: store.DefaultElectionTimeout, Usage: "a follower that has not heard from the leader for this long (randomised up to twice it) stands for election, and a leader without a quorum's answer for half of it steps down; a dead leader is replaced after 2 to 3 times it. Same on every server; raise it on a slow network or a starved host (false elections): 100ms to 10s"},
 			&cli.StringFlag{Name: "dns-addr", Value: "127.0.0.1:8053", Usage: "DNS (UDP and TCP)"},
 			&cli.StringFlag{Name: "grpc-addr", Value: "127.0.0.1:8481", Usage: "xDS over gRPC"},
 			&cli.StringFlag{Name: "domain", Value: "cairn.internal.", Usage: "DNS zone"},
@@ -134,6 +139,7 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 		GRPCAddr: c.String("grpc-addr"), Domain: c.String("domain"), Region: c.String("region"),
 		Zone: c.String("zone"), Join: c.String("join"), Token: c.String("token"), ProbeToken: c.String("probe-token"),
 		StaleAfter: c.Duration("stale-after"), MaxStale: c.Duration("max-stale"), LameDuck: c.Duration("lame-duck"),
+		RaftTimeout:   c.Duration("raft-election-timeout"),
 		AllowLoopback: c.Bool("dev") || c.Bool("allow-loopback-endpoints"),
 		ProbeWorkers:  c.Int("probe-workers"), ProbeCapacity: c.Int("probe-capacity"),
 		TableCapacity: c.Int("table-capacity"), EvalInterval: c.Duration("eval-interval"), LoadReportInterval: c.Duration("load-report-interval"), ZoneFile: c.String("zone-file"),
@@ -234,6 +240,8 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 		return cfg, fmt.Errorf("--probe-capacity: %d is not between 1 and 1000000", cfg.ProbeCapacity)
 	case cfg.TableCapacity < 1 || cfg.TableCapacity > status.MaxCapacity:
 		return cfg, fmt.Errorf("--table-capacity: %d is not between 1 and %d", cfg.TableCapacity, status.MaxCapacity)
+	case cfg.RaftTimeout < 100*time.Millisecond || cfg.RaftTimeout > 10*time.Second:
+		return cfg, fmt.Errorf("--raft-election-timeout: %s is not between 100ms and 10s", cfg.RaftTimeout)
 	case cfg.EvalInterval < 10*time.Millisecond || cfg.EvalInterval > time.Minute:
 		return cfg, fmt.Errorf("--eval-interval: %s is not between 10ms and 1m", cfg.EvalInterval)
 	case cfg.LoadReportInterval < time.Second || cfg.LoadReportInterval > xdsserver.DefaultLoadReportInterval:
