@@ -5,9 +5,12 @@
 //     one node and on a 3-node cluster (requests sent to the leader);
 //   - leader failover: kill -9 of the leader of a 3-node cluster while a
 //     writer registers at -failover-rate writes/s, to the first accepted
-//     write sent after the kill, over -failover-runs runs (median, p99,
-//     max), and how long the restarted node takes to reach the leader's
-//     applied revision;
+//     write sent after the kill, over -failover-runs runs (p50, p90, p99,
+//     max), split into phases read from the survivors' logs, with DNS
+//     queries to the live nodes throughout (every one must be answered),
+//     and how long the restarted node takes to reach the leader's applied
+//     revision; then, with -calm, the elections nobody caused while the
+//     cluster stays up under load (failover.go);
 //   - as a reference measured in the same run, etcd puts/s on one node
 //     with the same concurrency through etcd's v3 JSON gateway
 //     (POST /v3/kv/put), if an etcd binary is found (-etcd).
@@ -67,6 +70,11 @@ type options struct {
 	failoverRuns   int
 	failoverRate   int
 	failoverSteady time.Duration
+	dnsRate        int
+	serverArgs     []string
+	calm           time.Duration
+	calmHogs       int
+	calmDNSRate    int
 	etcd           string
 	keep           bool
 	skipThroughpt  bool
@@ -77,15 +85,25 @@ func main() {
 	flag.IntVar(&o.conc, "c", 16, "concurrent clients in the throughput runs")
 	flag.DurationVar(&o.dur, "d", 10*time.Second, "duration of each throughput run")
 	flag.IntVar(&o.maxOps, "max-ops", 2_000_000, "upper bound on the operations of one throughput run")
-	flag.IntVar(&o.failoverRuns, "failover-runs", 20, "leader kills to measure (0 skips)")
+	flag.IntVar(&o.failoverRuns, "failover-runs", 60, "leader kills to measure (0 skips)")
 	flag.IntVar(&o.failoverRate, "failover-rate", 50, "writes/s the writer offers during the failover runs")
 	flag.DurationVar(&o.failoverSteady, "failover-steady", time.Second, "writes accepted for this long before each kill")
 	flag.StringVar(&o.etcd, "etcd", "etcd", "etcd binary for the reference figure (looked up in PATH); empty skips it")
 	flag.BoolVar(&o.keep, "keep", false, "keep the data dirs and server logs (their folder is printed)")
 	flag.BoolVar(&o.skipThroughpt, "skip-throughput", false, "only measure failover (and etcd)")
+	flag.IntVar(&o.dnsRate, "dns-rate", 200, "DNS queries/s sent to the live nodes during the failover runs")
+	serverArgs := flag.String("server-args", "", "extra `cairn server` flags for every node, space-separated (e.g. --raft-election-timeout=200ms)")
+	flag.DurationVar(&o.calm, "calm", 0, "after the failover runs, count elections nobody caused for this long, the writer and DNS load running (0 skips)")
+	flag.IntVar(&o.calmHogs, "calm-hogs", 0, "busy-looping processes started beside the cluster during -calm")
+	flag.IntVar(&o.calmDNSRate, "calm-dns-rate", 2000, "DNS queries/s during -calm")
 	flag.Parse()
-	if o.conc < 1 || o.dur <= 0 || o.maxOps < 1 || o.failoverRate < 1 {
-		fmt.Fprintln(os.Stderr, "storebench: -c, -d, -max-ops and -failover-rate must be positive")
+	o.serverArgs = strings.Fields(*serverArgs)
+	if d := os.Getenv(hogEnv); d != "" {
+		hog(d) // a -calm-hogs child
+		return
+	}
+	if o.conc < 1 || o.dur <= 0 || o.maxOps < 1 || o.failoverRate < 1 || o.dnsRate < 1 || o.calmDNSRate < 1 || o.calmHogs < 0 {
+		fmt.Fprintln(os.Stderr, "storebench: -c, -d, -max-ops, -failover-rate, -dns-rate and -calm-dns-rate must be positive, -calm-hogs not negative")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -119,8 +137,8 @@ func run(ctx context.Context, o options) error {
 	if out, err := exec.CommandContext(ctx, "git", "describe", "--always", "--dirty").Output(); err == nil {
 		rev = strings.TrimSpace(string(out))
 	}
-	fmt.Printf("<!-- storebench %s: cairn %s, %s, %s/%s, %d CPUs, -c %d -d %s; servers and clients share the machine -->\n",
-		time.Now().UTC().Format(time.RFC3339), rev, runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), o.conc, o.dur)
+	fmt.Printf("<!-- storebench %s: cairn %s (binary %s), %s, %s/%s, %d CPUs, -c %d -d %s, server args %q; servers and clients share the machine -->\n",
+		time.Now().UTC().Format(time.RFC3339), rev, bin, runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), o.conc, o.dur, o.serverArgs)
 	fmt.Println("| measurement | result | details |")
 	fmt.Println("|---|---|---|")
 
@@ -131,7 +149,7 @@ func run(ctx context.Context, o options) error {
 			}
 		}
 	}
-	if o.failoverRuns > 0 {
+	if o.failoverRuns > 0 || o.calm > 0 {
 		if err := failover(ctx, o, bin, filepath.Join(dir, "failover")); err != nil {
 			return fmt.Errorf("failover: %w", err)
 		}
@@ -146,8 +164,8 @@ func run(ctx context.Context, o options) error {
 
 // startCluster starts a cluster with the harness and applies the bench
 // service through its leader.
-func startCluster(ctx context.Context, bin, dir string, nodes int) (*integration.Cluster, *integration.Node, error) {
-	c, err := integration.New(integration.Config{Nodes: nodes, Dir: dir, Bin: bin})
+func startCluster(ctx context.Context, o options, bin, dir string, nodes int) (*integration.Cluster, *integration.Node, error) {
+	c, err := integration.New(integration.Config{Nodes: nodes, Dir: dir, Bin: bin, Args: o.serverArgs})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -267,7 +285,7 @@ func regOf(w, i int) wire.Registration {
 // throughput measures registrations/s, then renewals/s of the instances
 // registered, sending everything to the leader.
 func throughput(ctx context.Context, o options, bin, dir string, nodes int) error {
-	c, leader, err := startCluster(ctx, bin, dir, nodes)
+	c, leader, err := startCluster(ctx, o, bin, dir, nodes)
 	if err != nil {
 		return err
 	}
@@ -315,118 +333,6 @@ func throughput(ctx context.Context, o options, bin, dir string, nodes int) erro
 	fmt.Printf("| cairn renewals/s, %s, %d clients | %.0f | %s; the %d instances registered above, round robin |\n",
 		where, o.conc, ren.rate(), ren.details(), reg.ok)
 	return nil
-}
-
-// steady waits until the writer has been getting through for d: for the
-// acknowledgement of a write sent from now on, then for that of one sent
-// at least d later.
-func steady(ctx context.Context, w *integration.Writer, d time.Duration) error {
-	first, err := w.FirstAckAfter(ctx, time.Now())
-	if err != nil {
-		return err
-	}
-	_, err = w.FirstAckAfter(ctx, first.Sent.Add(d))
-	return err
-}
-
-// failover kills the leader of a 3-node cluster o.failoverRuns times
-// under a steady write load, and restarts it each time.
-func failover(ctx context.Context, o options, bin, dir string) error {
-	c, _, err := startCluster(ctx, bin, dir, 3)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	// The writer registers instances f-0000000, f-0000001, ... to the
-	// nodes in turn, moving on to the next on 503 or no answer.
-	w := integration.StartWriter(ctx, c, integration.WriterConfig{
-		Namespace: benchNS,
-		Service:   benchSvc,
-		Rate:      o.failoverRate,
-		Registration: func(i int) wire.Registration {
-			return wire.Registration{
-				ID:        fmt.Sprintf("f-%07d", i),
-				Addresses: []string{fmt.Sprintf("10.200.%d.%d", (i/250)%250, i%250+1)},
-				Ports:     map[string]int{"http": 8080},
-			}
-		},
-	})
-	defer w.Stop()
-
-	var times, catchUps []time.Duration
-	var log []string
-	for run := 1; run <= o.failoverRuns; run++ {
-		leader, err := c.WaitLeader(30 * time.Second)
-		if err != nil {
-			return err
-		}
-		// Steady state before the kill: the writer gets through for
-		// -failover-steady (and at least one write).
-		if err := steady(ctx, w, o.failoverSteady); err != nil {
-			return fmt.Errorf("run %d, before the kill: %w", run, err)
-		}
-		killedAt := time.Now()
-		if err := leader.Kill(); err != nil {
-			return err
-		}
-		rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
-		first, err := w.FirstAckAfter(rctx, killedAt)
-		rcancel()
-		if err != nil {
-			return fmt.Errorf("run %d: no write accepted within 30 s of killing %s: %w\n%s", run, leader.ID, err, c.Logs(40))
-		}
-		d := first.Acked.Sub(killedAt)
-		times = append(times, d)
-
-		// Restart the killed node and time how long it takes to reach the
-		// revision the leader had when it was ready.
-		restartAt := time.Now()
-		if err := leader.Restart(); err != nil {
-			return fmt.Errorf("run %d: %w", run, err)
-		}
-		newLeader, err := c.WaitLeader(30 * time.Second)
-		if err != nil {
-			return err
-		}
-		target, err := revision(ctx, newLeader.Client())
-		if err != nil {
-			return err
-		}
-		err = integration.Poll(30*time.Second, 20*time.Millisecond, func() error {
-			rev, err := revision(ctx, leader.Client())
-			if err == nil && rev < target {
-				err = fmt.Errorf("%s at revision %d; the leader was at %d", leader.ID, rev, target)
-			}
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("run %d: %w", run, err)
-		}
-		catchUps = append(catchUps, time.Since(restartAt))
-		log = append(log, fmt.Sprintf("%s %s", leader.ID, ms(d)))
-	}
-	w.Stop()
-	if err := w.Err(); err != nil {
-		return err
-	}
-	acked := len(w.Acks())
-	under := 0
-	for _, d := range times {
-		if d < 5*time.Second {
-			under++
-		}
-	}
-	fmt.Printf("| cairn leader failover, 3 nodes, kill -9 → first accepted write, %d runs | median %s, p99 %s, max %s | %d of %d under 5 s (p99 is nearest-rank); writer offering %d writes/s to the nodes in turn, %d acknowledged, %s steady before each kill; per run (killed node, time): %s |\n",
-		len(times), ms(pct(times, 50)), ms(pct(times, 99)), ms(pct(times, 100)), under, len(times), o.failoverRate, acked, o.failoverSteady, strings.Join(log, ", "))
-	fmt.Printf("| cairn restarted node, restart → at the leader's revision, %d runs | median %s, max %s | includes process start and /readyz |\n",
-		len(catchUps), ms(pct(catchUps, 50)), ms(pct(catchUps, 100)))
-	return nil
-}
-
-// revision returns the node's applied store revision.
-func revision(ctx context.Context, cl *client.Client) (uint64, error) {
-	d, err := cl.Service(ctx, benchNS, benchSvc)
-	return d.View.Revision, err
 }
 
 // etcdPuts starts a single etcd member on loopback and measures puts/s
