@@ -50,16 +50,30 @@ type deltaSub struct {
 	// retry is the names a pass held back (an admission coalesced or
 	// shed, or a view older than what the client holds): a pass that
 	// looks only at what changed (woken) looks at them too.
-	retry   map[string]bool
-	again   bool // the next pass looks at every name (a frozen pass was to)
-	pending map[string]pendingResp
-	order   []string  // pending's nonces, oldest first
+	retry map[string]bool
+	again bool // the next pass looks at every name (a frozen pass was to)
+	// pending is the responses awaiting an answer, oldest first: a few
+	// at most (maxPending), and most often one or none. A slice, not a
+	// map by nonce: a map keeps the room of its largest size, some
+	// 650 bytes a stream for the one response a client answers at once.
+	pending []pendingResp
 	since   time.Time // when the subscription opened: earlier changes are not its deliveries
+}
+
+// mark sets name in the set *m, made at its first name: most streams
+// never hold anything back or refuse anything, and an empty map made
+// up front costs each of them its header.
+func mark(m *map[string]bool, name string) {
+	if *m == nil {
+		*m = map[string]bool{}
+	}
+	(*m)[name] = true
 }
 
 // pendingResp is a response awaiting its acknowledgement: what it
 // changed, when the oldest change it carries was made, and its lane.
 type pendingResp struct {
+	nonce    string
 	changes  map[string]change
 	since    time.Time // the subscription's start: older changes are not timed
 	origin   time.Time
@@ -93,9 +107,9 @@ func (st *deltaStream) request(req *discoveryv3.DeltaDiscoveryRequest) error {
 	}
 	sub := &st.subs[i]
 	if n := req.ResponseNonce; n != "" {
-		if pr, ok := sub.pending[n]; ok {
-			delete(sub.pending, n)
-			sub.order = slices.DeleteFunc(sub.order, func(x string) bool { return x == n })
+		if k := slices.IndexFunc(sub.pending, func(pr pendingResp) bool { return pr.nonce == n }); k >= 0 {
+			pr := sub.pending[k]
+			sub.pending = slices.Delete(sub.pending, k, k+1)
 			if req.ErrorDetail == nil {
 				if i == endpointIdx {
 					for name, c := range pr.changes {
@@ -114,7 +128,7 @@ func (st *deltaStream) request(req *discoveryv3.DeltaDiscoveryRequest) error {
 				// refused version is not sent again (sub.refused), but a
 				// refused removal is, or nothing would ever send it.
 				for name := range ch {
-					sub.retry[name] = true
+					mark(&sub.retry, name)
 				}
 				st.s.m.nacks.WithLabelValues(typeLabel[i]).Inc()
 				st.s.log.Warn("xDS subscriber refused a response", "node", st.node.GetId(), "type", typeLabel[i],
@@ -125,8 +139,8 @@ func (st *deltaStream) request(req *discoveryv3.DeltaDiscoveryRequest) error {
 	first := !sub.open
 	if first {
 		sub.open, sub.since = true, st.s.cfg.Now()
-		sub.names, sub.has, sub.refused, sub.pending = map[string]bool{}, map[string]string{}, map[string]string{}, map[string]pendingResp{}
-		sub.rot, sub.later, sub.retry = map[string][]string{}, map[string]bool{}, map[string]bool{}
+		// refused, later and retry are made at their first name.
+		sub.names, sub.has, sub.rot = map[string]bool{}, map[string]string{}, map[string][]string{}
 		// A reconnecting client says what it holds: what has not changed
 		// since is not sent again, what is gone is removed — unless the
 		// view is older than what it holds (send).
@@ -202,6 +216,9 @@ func (st *deltaStream) nameCounts() (n [numTypes]int) {
 func (sub *deltaSub) refuse(ch map[string]change) {
 	for name, c := range ch {
 		if c.sent != "" {
+			if sub.refused == nil {
+				sub.refused = map[string]string{}
+			}
 			sub.refused[name] = c.sent
 		}
 		if c.hadPrev {
@@ -254,11 +271,11 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool, w woken) 
 	w.all = w.all || sub.again
 	if frozen {
 		for n := range force {
-			sub.later[n] = true
+			mark(&sub.later, n)
 		}
 		// What the stream was woken for is looked at once it thaws.
 		for n := range w.names {
-			sub.retry[n] = true
+			mark(&sub.retry, n)
 		}
 		sub.again = w.all
 		sub.holding = true
@@ -334,7 +351,7 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool, w woken) 
 				if wait == 0 || rev < wait {
 					wait = rev
 				}
-				sub.retry[n] = true
+				mark(&sub.retry, n)
 				continue
 			}
 		}
@@ -354,7 +371,7 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool, w woken) 
 					asked, admit = true, st.admitNow(now)
 				}
 				if !admit {
-					sub.retry[n] = true
+					mark(&sub.retry, n)
 					continue
 				}
 				admitting = true
@@ -405,15 +422,14 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool, w woken) 
 	st.sentRev = max(st.sentRev, v.rev)
 	pr.changes = ch
 	resp.Nonce = st.nextNonce()
+	pr.nonce = resp.Nonce
 	if err := st.stream.Send(resp); err != nil {
 		return err
 	}
-	sub.pending[resp.Nonce] = pr
-	sub.order = append(sub.order, resp.Nonce)
-	if len(sub.order) > maxPending {
-		delete(sub.pending, sub.order[0])
-		sub.order = sub.order[1:]
+	if len(sub.pending) >= maxPending {
+		sub.pending = slices.Delete(sub.pending, 0, 1)
 	}
+	sub.pending = append(sub.pending, pr)
 	st.s.m.responses.WithLabelValues(typeLabel[i]).Inc()
 	return nil
 }

@@ -47,10 +47,15 @@ func serveLoop[Req any](ctx context.Context, pe *peer, first Req, stale bool, wa
 			}
 		}
 	}()
-	// held fires when admissions held back are due (pe.lane.due).
-	held := time.NewTimer(time.Hour)
-	held.Stop()
-	defer held.Stop()
+	// held fires when admissions held back are due (pe.lane.due); made
+	// the first time some are, as most streams never hold one back.
+	var held *time.Timer
+	var heldC <-chan time.Time
+	defer func() {
+		if held != nil {
+			held.Stop()
+		}
+	}()
 	var armed time.Time
 	for {
 		select {
@@ -76,7 +81,7 @@ func serveLoop[Req any](ctx context.Context, pe *peer, first Req, stale bool, wa
 			if err := changed(); err != nil {
 				return err
 			}
-		case <-held.C:
+		case <-heldC:
 			armed = time.Time{}
 			pe.lane.due = time.Time{}
 			if err := changed(); err != nil {
@@ -84,9 +89,16 @@ func serveLoop[Req any](ctx context.Context, pe *peer, first Req, stale bool, wa
 			}
 		}
 		if due := pe.lane.due; !due.Equal(armed) {
-			held.Stop()
+			if held != nil {
+				held.Stop()
+			}
 			if armed = due; !due.IsZero() {
-				held.Reset(max(0, due.Sub(pe.s.cfg.Now())))
+				if held == nil {
+					held = time.NewTimer(max(0, due.Sub(pe.s.cfg.Now())))
+					heldC = held.C
+				} else {
+					held.Reset(max(0, due.Sub(pe.s.cfg.Now())))
+				}
 			}
 		}
 	}

@@ -167,10 +167,7 @@ func (h *hub) join(p place, sig *signal, tracks bool) (*member, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &member{sig: sig, declared: p, home: ps, tracks: tracks}
-	for i := range numTypes {
-		m.names[i] = map[string]int{}
-	}
+	m := &member{sig: sig, declared: p, home: ps, tracks: tracks} // names: made by watch, per type asked for
 	ps.members++
 	h.members[m] = struct{}{}
 	h.m.places.Set(float64(len(h.places)))
@@ -209,6 +206,9 @@ func (h *hub) watch(m *member, i int, wildcard bool, add, remove []string) {
 	for _, name := range add {
 		if _, ok := m.names[i][name]; ok || name == wildcardName {
 			continue
+		}
+		if m.names[i] == nil {
+			m.names[i] = map[string]int{}
 		}
 		m.names[i][name] = len(h.names[i][name])
 		h.names[i][name] = append(h.names[i][name], m)
