@@ -71,6 +71,9 @@ type report struct {
 	ServerCPUSeconds    float64   `json:"server_cpu_s"`
 	ServerCPUPercent    float64   `json:"server_cpu_pct_of_a_core"`
 	GeneratorCPUSeconds float64   `json:"generator_cpu_s"`
+	// GeneratorLag is how long the generator's goroutines waited for a
+	// CPU during the changes (lag.go): its share of each delivery time.
+	GeneratorLag        lagStats  `json:"generator_sched_wait"`
 	GeneratorPeakRSSMiB float64   `json:"generator_peak_rss_mib"`
 	RSSIdleMiB          float64   `json:"rss_idle_mib"`
 	RSSStreamsMiB       float64   `json:"rss_streams_mib"`
@@ -243,6 +246,10 @@ func (r report) print() {
 		r.Target, r.Mode, r.Streams, r.Conns, r.RatePerMinute, r.AchievedPerMinute, w1, w2, w3, a1, a2, a3,
 		r.ServerCPUSeconds, r.ServerCPUPercent, r.GeneratorCPUSeconds, rssIdle, r.RSSStreamsMiB, r.RSSAfterMiB,
 		r.KiBPerSubAdmitted, r.KiBPerSubAfter, r.AdmitAllSeconds, r.Withdrawals.T99Within5s, r.Withdrawals.Changes, hostile, r.GeneratorPeakRSSMiB)
+	if l := r.GeneratorLag; l.Waits > 0 {
+		fmt.Printf("\nGenerator during the changes: %.1f s of CPU (%.0f%% of a core); its goroutines waited for a CPU p50 %s, p99 %s, p99.9 %s, max %s (%d waits): a delivery is timed after two such waits (the connection's reader, then the subscriber), so these are the generator's part of its time.\n",
+			r.GeneratorCPUSeconds, 100*r.GeneratorCPUSeconds/(r.ChangeSeconds+r.LingerSeconds), waitStr(l.P50ms), waitStr(l.P99ms), waitStr(l.P999), waitStr(l.MaxMs), l.Waits)
+	}
 	if r.Envoys != nil {
 		r.Envoys.print(r)
 	}

@@ -114,6 +114,7 @@ func run(ctx context.Context, o options) (*report, error) {
 		return nil, err
 	}
 	cpuG0 := selfCPU()
+	lag := startSchedLag()
 	var prof *profiler
 	if o.perf != "" {
 		if prof, err = startPerf(pid, o.perf); err != nil {
@@ -199,6 +200,7 @@ func run(ctx context.Context, o options) (*report, error) {
 		return nil, err
 	}
 	cpuG1 := selfCPU()
+	genLag := lag.stop()
 	var envoyCPU, envoyCPUOthers time.Duration
 	var endChecked, endAsWant int
 	var endFirst string
@@ -258,6 +260,7 @@ func run(ctx context.Context, o options) (*report, error) {
 	r.ServerCPUSeconds = (cpuS1 - cpuS0).Seconds()
 	r.ServerCPUPercent = 100 * r.ServerCPUSeconds / (changesEnd - changesStart + lingered).Seconds()
 	r.GeneratorCPUSeconds = (cpuG1 - cpuG0).Seconds()
+	r.GeneratorLag = genLag
 	r.RSSIdleMiB, r.RSSStreamsMiB, r.RSSAfterMiB = mibOf(rssIdle), mibOf(rssStreams), mibOf(rssAfter)
 	r.KiBPerSubAdmitted = (float64(rssStreams) - float64(rssBase)) / 1024 / float64(o.streams)
 	r.KiBPerSubAfter = (float64(rssAfter) - float64(rssBase)) / 1024 / float64(o.streams)
