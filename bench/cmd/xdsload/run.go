@@ -70,7 +70,13 @@ func run(ctx context.Context, o options) (*report, error) {
 		return nil, err
 	}
 
-	sctx, stopStreams := context.WithCancel(ctx)
+	// The streams' context ends with the run's but carries no deadline:
+	// a stream opened under a deadline sends it as grpc-timeout, and the
+	// server then keeps a timer and a deadline context per stream (some
+	// 0.55 KiB of its memory a subscription) that no Envoy or gRPC client
+	// asks of it, their ADS streams having none.
+	sctx, stopStreams := context.WithCancel(context.WithoutCancel(ctx))
+	defer context.AfterFunc(ctx, stopStreams)()
 	var wg sync.WaitGroup
 	defer func() { stopStreams(); wg.Wait() }()
 	var hr *hostileReport
