@@ -31,7 +31,12 @@
 // withdrawn endpoint absent or not HEALTHY/UNKNOWN, the admitted one in
 // rotation on its new port), decoded once per (name, version) for all
 // streams by xdstest.Decoder. It is timed from the API call's return
-// (the commit). A change a later change of the same endpoint overtook
+// (the commit) to the subscriber's Recv returning it (client-side
+// receipt, measured in this process), and from the call's start: a
+// client making the change sees the second, and the first leaves out
+// the reply's own delay (and counts a delivery seen before the reply as
+// 0). The generator's own wait for a CPU during the changes is
+// reported beside them (lag.go). A change a later change of the same endpoint overtook
 // before the subscriber saw it is shed for that subscriber. Per kind it
 // reports delivery p50/p99/max, the time until 99% of a change's
 // subscribers had it (median and max over changes), what was shed and

@@ -37,6 +37,8 @@ type kindStats struct {
 	// From the API call's start rather than its return: the two differ
 	// by how much of the propagation a target does before it answers.
 	FromCallP99ms float64 `json:"p99_from_call_ms"`
+	FromCallP50ms float64 `json:"p50_from_call_ms"`
+	FromCallMaxMs float64 `json:"max_from_call_ms"`
 	// CDF is the delivery time at each of cdfPercentiles, for plots
 	// (bench/cmd/xdsplot).
 	CDF        []float64 `json:"cdf_ms"`
@@ -188,7 +190,7 @@ func summarize(o options, w *world, subs []*subscriber, watchers [][]int, keep f
 		st.Missing = st.Expected - st.Delivered - st.Shed - st.Moot
 		slices.Sort(all[k])
 		slices.Sort(fromCall[k])
-		st.FromCallP99ms = ms(pct(fromCall[k], 99))
+		st.FromCallP50ms, st.FromCallP99ms, st.FromCallMaxMs = ms(pct(fromCall[k], 50)), ms(pct(fromCall[k], 99)), ms(pct(fromCall[k], 100))
 		slices.Sort(t99[k])
 		slices.Sort(api[k])
 		st.P50ms, st.P99ms, st.MaxMs = ms(pct(all[k], 50)), ms(pct(all[k], 99)), ms(pct(all[k], 100))
@@ -224,14 +226,15 @@ func kindOf(c change) int {
 func (r report) print() {
 	fmt.Printf("<!-- xdsload %s: %s, target %s (%s), %d CPUs, %s; server in its own process, generator in another, loopback -->\n",
 		time.Now().UTC().Format(time.RFC3339), r.Rev, r.Target, r.Mode, r.CPUs, r.Go)
-	fmt.Println("| target | mode | streams (conns) | changes/min asked → made | withdrawal p50 / p99 / max | withdrawal 99% of subscribers (median / max over changes) | withdrawals shed / moot / missing | admission p50 / p99 / max | admission 99% (median / max) | admissions shed / moot / missing | server CPU | generator CPU | server RSS idle → streams → after | per subscription | all admitted in | withdrawals at 99% within 5 s | hostile streams (names held at the changes) | generator peak RSS |")
+	fmt.Println("| target | mode | streams (conns) | changes/min asked → made | withdrawal p50 / p99 / max from the API call's return (from its start), to the subscriber's Recv | withdrawal 99% of subscribers (median / max over changes) | withdrawals shed / moot / missing | admission p50 / p99 / max | admission 99% (median / max) | admissions shed / moot / missing | server CPU | generator CPU | server RSS idle → streams → after | per subscription | all admitted in | withdrawals at 99% within 5 s | hostile streams (names held at the changes) | generator peak RSS |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	kind := func(k kindStats) (string, string, string) {
 		miss := ""
 		if k.T99Missed > 0 {
 			miss = fmt.Sprintf(", %d never", k.T99Missed)
 		}
-		return fmt.Sprintf("%s / **%s** / %s", msStr(k.P50ms), msStr(k.P99ms), msStr(k.MaxMs)),
+		return fmt.Sprintf("%s / **%s** / %s (from the call: %s / %s / %s)", msStr(k.P50ms), msStr(k.P99ms), msStr(k.MaxMs),
+				msStr(k.FromCallP50ms), msStr(k.FromCallP99ms), msStr(k.FromCallMaxMs)),
 			fmt.Sprintf("%s / %s%s", msStr(k.T99P50ms), msStr(k.T99MaxMs), miss),
 			fmt.Sprintf("%d / %d / %d of %d", k.Shed, k.Moot, k.Missing, k.Expected)
 	}
