@@ -85,7 +85,9 @@ type pendingResp struct {
 type deltaStream struct {
 	peer
 	stream grpc.BidiStreamingServer[discoveryv3.DeltaDiscoveryRequest, discoveryv3.DeltaDiscoveryResponse]
-	subs   [numTypes]deltaSub
+	// subs is made per type at its first request: a gRPC client asks for
+	// one or two types of four, and each costs some 180 bytes.
+	subs [numTypes]*deltaSub
 }
 
 // DeltaAggregatedResources serves one incremental ADS stream.
@@ -105,7 +107,10 @@ func (st *deltaStream) request(req *discoveryv3.DeltaDiscoveryRequest) error {
 	if !ok || err != nil {
 		return err
 	}
-	sub := &st.subs[i]
+	if st.subs[i] == nil {
+		st.subs[i] = &deltaSub{}
+	}
+	sub := st.subs[i]
 	if n := req.ResponseNonce; n != "" {
 		if k := slices.IndexFunc(sub.pending, func(pr pendingResp) bool { return pr.nonce == n }); k >= 0 {
 			pr := sub.pending[k]
@@ -206,7 +211,9 @@ func (st *deltaStream) request(req *discoveryv3.DeltaDiscoveryRequest) error {
 // nameCounts returns how many names the stream watches of each type.
 func (st *deltaStream) nameCounts() (n [numTypes]int) {
 	for i := range numTypes {
-		n[i] = len(st.subs[i].names)
+		if st.subs[i] != nil {
+			n[i] = len(st.subs[i].names)
+		}
 	}
 	return n
 }
@@ -239,7 +246,7 @@ func (sub *deltaSub) refuse(ch map[string]change) {
 // subscription.
 func (st *deltaStream) tableChanged() error {
 	for i := range numTypes {
-		if st.subs[i].open {
+		if st.subs[i] != nil && st.subs[i].open {
 			if err := st.send(i, nil, false, st.s.hub.take(st.mem, i)); err != nil {
 				return err
 			}
@@ -266,7 +273,7 @@ func (st *deltaStream) send(i int, force map[string]bool, always bool, w woken) 
 	if v == nil {
 		return nil // not joined: nothing asked for yet
 	}
-	sub := &st.subs[i]
+	sub := st.subs[i] // made by request before any send
 	frozen := st.older(v.rev)
 	w.all = w.all || sub.again
 	if frozen {

@@ -3,16 +3,28 @@ package xdsserver
 import (
 	"cmp"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/cairn-sd/cairn/wire"
 )
 
 // held is an assignment a subscriber acknowledged: its version, and the
-// store revision of the table that made that content.
+// store revision of the table that made that content. Its service is
+// read from its name when asked (serviceOf): a stream keeps one of
+// these for each name it holds, and two more strings made each some
+// 500 bytes a stream of room in the book's map.
 type held struct {
-	ns, svc, version string
-	rev              uint64
+	version string
+	rev     uint64
+}
+
+// serviceOf returns the service an assignment's name is of: "<svc>.<ns>:<port>",
+// or an agent's view "<svc>.<ns>".
+func serviceOf(name string) (svc, ns string, ok bool) {
+	host, _, _ := strings.Cut(name, ":")
+	svc, ns, ok = strings.Cut(host, ".")
+	return svc, ns, ok
 }
 
 // ackBook is what one stream's subscriber has acknowledged of the
@@ -39,7 +51,7 @@ func (b *ackBook) watch(names []string) {
 // set records that the subscriber holds r under name.
 func (b *ackBook) set(name string, r resource) {
 	b.mu.Lock()
-	b.held[name] = held{ns: r.ns, svc: r.svc, version: r.version, rev: r.rev}
+	b.held[name] = held{version: r.version, rev: r.rev}
 	b.mu.Unlock()
 }
 
@@ -57,7 +69,7 @@ func (b *ackBook) replace(v *view, names []string) {
 	clear(b.held)
 	for _, n := range names {
 		r := v.res[endpointIdx][n]
-		b.held[n] = held{ns: r.ns, svc: r.svc, version: r.version, rev: r.rev}
+		b.held[n] = held{version: r.version, rev: r.rev}
 	}
 	b.mu.Unlock()
 }
@@ -136,7 +148,7 @@ func (s *Server) tally(match func(ns, svc string) bool) (wire.XDSSubscribers, in
 		}
 		b.mu.Lock()
 		for name, h := range b.held {
-			if match(h.ns, h.svc) {
+			if svc, ns, ok := serviceOf(name); ok && match(ns, svc) {
 				count(h.rev, v == nil || v.res[endpointIdx][name].version != h.version)
 			}
 		}
