@@ -28,20 +28,16 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -269,31 +265,14 @@ func rss(pid int) (vm, anon, file uint64, err error) {
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	if vm, err = statusKB(b, "VmRSS"); err != nil {
+	if vm, err = benchproc.StatusBytes(b, "VmRSS"); err != nil {
 		return 0, 0, 0, err
 	}
-	if anon, err = statusKB(b, "RssAnon"); err != nil {
+	if anon, err = benchproc.StatusBytes(b, "RssAnon"); err != nil {
 		return 0, 0, 0, err
 	}
-	file, err = statusKB(b, "RssFile")
+	file, err = benchproc.StatusBytes(b, "RssFile")
 	return vm, anon, file, err
-}
-
-func statusKB(status []byte, field string) (uint64, error) {
-	sc := bufio.NewScanner(bytes.NewReader(status))
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), field+":")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(rest) // "123456 kB"
-		if len(f) != 2 || f[1] != "kB" {
-			return 0, fmt.Errorf("%s line %q", field, sc.Text())
-		}
-		kb, err := strconv.ParseUint(f[0], 10, 64)
-		return kb * 1024, err
-	}
-	return 0, fmt.Errorf("no %s line in /proc/PID/status", field)
 }
 
 // metrics returns the values of the named unlabelled samples at url, in
@@ -308,29 +287,7 @@ func metrics(ctx context.Context, hc *http.Client, url string, names ...string) 
 		return nil, err
 	}
 	defer resp.Body.Close()
-	vals := make([]float64, len(names))
-	found := make([]bool, len(names))
-	sc := bufio.NewScanner(io.LimitReader(resp.Body, 16<<20))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		name, v, ok := strings.Cut(sc.Text(), " ")
-		if i := slices.Index(names, name); ok && i >= 0 {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				return nil, fmt.Errorf("/metrics: %s %q: %w", name, v, err)
-			}
-			vals[i], found[i] = f, true
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	for i, ok := range found {
-		if !ok {
-			return nil, fmt.Errorf("/metrics has no %s", names[i])
-		}
-	}
-	return vals, nil
+	return benchproc.Scrape(resp.Body, names...)
 }
 
 func serviceName(i int) string { return fmt.Sprintf("s%05d", i) }

@@ -10,6 +10,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/cairn-sd/cairn/bench/benchproc"
 )
 
 // Reading the server's memory: /proc/PID/status and smaps, its /metrics,
@@ -48,13 +50,13 @@ func (s *server) read(ctx context.Context) (sample, error) {
 	if err != nil {
 		return out, fmt.Errorf("reading the server's VmRSS: %w", err)
 	}
-	if out.RSS, err = statusKB(b, "VmRSS"); err != nil {
+	if out.RSS, err = benchproc.StatusBytes(b, "VmRSS"); err != nil {
 		return out, err
 	}
-	if out.RSSAnon, err = statusKB(b, "RssAnon"); err != nil {
+	if out.RSSAnon, err = benchproc.StatusBytes(b, "RssAnon"); err != nil {
 		return out, err
 	}
-	if out.RSSFile, err = statusKB(b, "RssFile"); err != nil {
+	if out.RSSFile, err = benchproc.StatusBytes(b, "RssFile"); err != nil {
 		return out, err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.httpAddr+"/metrics", nil)
@@ -69,7 +71,7 @@ func (s *server) read(ctx context.Context) (sample, error) {
 	if resp.StatusCode != http.StatusOK {
 		return out, fmt.Errorf("/metrics: %s", resp.Status)
 	}
-	m, err := scrape(resp.Body, "go_memstats_heap_inuse_bytes", "cairn_health_table_build_seconds_count", "go_gc_duration_seconds_count",
+	m, err := benchproc.Scrape(resp.Body, "go_memstats_heap_inuse_bytes", "cairn_health_table_build_seconds_count", "go_gc_duration_seconds_count",
 		"go_memstats_heap_idle_bytes", "go_memstats_heap_released_bytes", "go_memstats_next_gc_bytes",
 		"go_memstats_heap_alloc_bytes", "go_memstats_stack_inuse_bytes", "go_goroutines", "process_cpu_seconds_total")
 	if err != nil {
@@ -129,56 +131,4 @@ func (s *server) forceGC(ctx context.Context) ([]byte, error) {
 		err = fmt.Errorf("/debug/pprof/heap: %s", resp.Status)
 	}
 	return b, err
-}
-
-// statusKB returns the named field (VmRSS, RssAnon, …), in bytes, from
-// the text of /proc/PID/status.
-func statusKB(status []byte, field string) (uint64, error) {
-	sc := bufio.NewScanner(bytes.NewReader(status))
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), field+":")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(rest) // "123456 kB"
-		if len(f) != 2 || f[1] != "kB" {
-			return 0, fmt.Errorf("%s line %q", field, sc.Text())
-		}
-		kb, err := strconv.ParseUint(f[0], 10, 64)
-		return kb * 1024, err
-	}
-	return 0, fmt.Errorf("no %s line in /proc/PID/status", field)
-}
-
-// scrape returns the values of the named unlabelled samples from a
-// Prometheus text exposition, in order; a missing one is an error.
-func scrape(r io.Reader, names ...string) ([]float64, error) {
-	vals := make([]float64, len(names))
-	found := make([]bool, len(names))
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		name, v, ok := strings.Cut(sc.Text(), " ")
-		if !ok {
-			continue
-		}
-		for i, n := range names {
-			if name == n {
-				f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-				if err != nil {
-					return nil, fmt.Errorf("/metrics: %s %q: %w", n, v, err)
-				}
-				vals[i], found[i] = f, true
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	for i, ok := range found {
-		if !ok {
-			return nil, fmt.Errorf("/metrics has no %s", names[i])
-		}
-	}
-	return vals, nil
 }
