@@ -117,21 +117,11 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
-	hc := &http.Client{Timeout: 10 * time.Second}
-	srv, err := benchproc.Start(o.bin, []string{"server", "--dev", "--data-dir", filepath.Join(dir, "server"),
-		"--http-addr", addr(0), "--raft-addr", addr(1), "--dns-addr", addr(2), "--grpc-addr", addr(3), "--log-level", "warn"},
-		filepath.Join(dir, "server.log"))
+	srv, cl, err := benchproc.StartServer(ctx, o.bin, dir, []string{addr(0), addr(1), addr(2), addr(3)})
 	if err != nil {
 		return err
 	}
 	defer srv.Stop()
-	if err := srv.WaitReady(ctx, hc, "http://"+addr(0)+"/readyz", 30*time.Second); err != nil {
-		return fmt.Errorf("starting the server: %w\n%s", err, srv.Tail())
-	}
-	cl, err := client.New(addr(0), "")
-	if err != nil {
-		return err
-	}
 	defer cl.Close()
 	start := time.Now()
 	if err := populate(ctx, cl, o); err != nil {
