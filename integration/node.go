@@ -122,7 +122,7 @@ func (n *Node) args() []string {
 // FreePorts' ports were free a moment before: another process (a parallel
 // test package) can take one first. A node that has never been ready and
 // exits because an address is in use is started again on fresh ports, up
-// to three times.
+// to three times; a node restarted on its own ports, once they are free.
 func (n *Node) Start() error {
 	for try := 1; ; try++ {
 		if err := n.spawn(); err != nil {
@@ -138,8 +138,22 @@ func (n *Node) Start() error {
 		n.mu.Lock()
 		fresh, exited := !n.started, n.done != nil && isClosed(n.done)
 		n.mu.Unlock()
-		if !fresh || !exited || try == 3 || !strings.Contains(n.Tail(30), "address already in use") {
+		if !exited || try == 3 || !strings.Contains(n.Tail(30), "address already in use") {
 			return err
+		}
+		if !fresh {
+			// A restart keeps its ports (the raft address is in the
+			// cluster's configuration): while the node was down, one may
+			// have served as another connection's ephemeral port. Wait
+			// until they are free again, then start once more.
+			if n.host.Netns != "" {
+				return err
+			}
+			if werr := Poll(10*time.Second, 100*time.Millisecond, n.portsFree); werr != nil {
+				return errors.Join(err, werr)
+			}
+			n.c.cfg.Logf("%s: a port was taken; starting again on the same ports once free", n.ID)
+			continue
 		}
 		ports, perr := FreePorts(4)
 		if perr != nil {
@@ -150,6 +164,19 @@ func (n *Node) Start() error {
 		}
 		n.c.cfg.Logf("%s: a port was taken; starting again on fresh ports", n.ID)
 	}
+}
+
+// portsFree reports an error while one of the node's TCP ports cannot
+// be listened on.
+func (n *Node) portsFree() error {
+	for _, addr := range []string{n.HTTPAddr, n.RaftAddr, n.DNSAddr, n.GRPCAddr} {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return err
+		}
+		ln.Close()
+	}
+	return nil
 }
 
 // Restart starts a node that was killed or stopped, with the same data
