@@ -22,13 +22,7 @@ import (
 // commit: 48–53 ns an instance, against 64–66 for the health loop's
 // build it replaced (issue 29).
 func BenchmarkPublishBuild(b *testing.B) {
-	st := storetest.Single(b, store.Config{})
-	storetest.WaitFor(b, 10*time.Second, func() error {
-		if _, addr := st.Leader(); addr == "" {
-			return fmt.Errorf("no leader address yet")
-		}
-		return nil
-	})
+	st := leaderStore(b)
 	var ups []store.HealthUpdate
 	for s := range 40 {
 		svc := wire.Service{Namespace: "shop", Name: fmt.Sprintf("svc%d", s), Ports: []wire.Port{{Name: "main", Number: 8080}},
@@ -64,4 +58,16 @@ func BenchmarkPublishBuild(b *testing.B) {
 		i++
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(i)/4000, "ns/instance")
+}
+
+// leaderStore is a single-node store that has a leader address.
+func leaderStore(b *testing.B) *storetest.Node {
+	st := storetest.Single(b, store.Config{})
+	storetest.WaitFor(b, 10*time.Second, func() error {
+		if _, addr := st.Leader(); addr == "" {
+			return fmt.Errorf("no leader address yet")
+		}
+		return nil
+	})
+	return st
 }

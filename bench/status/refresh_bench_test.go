@@ -10,7 +10,6 @@ import (
 	"github.com/cairn-sd/cairn/publish"
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
-	"github.com/cairn-sd/cairn/store/storetest"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -20,13 +19,7 @@ import (
 // 1,000 services of 8 instances in a table of the default capacity,
 // unpaced (Slice -1), so that the profile shows the whole work.
 func BenchmarkRefreshMoved(b *testing.B) {
-	st := storetest.Single(b, store.Config{})
-	storetest.WaitFor(b, 10*time.Second, func() error {
-		if _, addr := st.Leader(); addr == "" {
-			return fmt.Errorf("no leader address yet")
-		}
-		return nil
-	})
+	st := leaderStore(b)
 	var svcs []wire.Service
 	for s := range 1000 {
 		svcs = append(svcs, wire.Service{Namespace: "shop", Name: fmt.Sprintf("svc%d", s), Ports: []wire.Port{{Name: "main", Number: 8080}},
