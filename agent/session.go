@@ -13,7 +13,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -24,6 +23,11 @@ import (
 	"github.com/cairn-sd/cairn/internal/agentview"
 	"github.com/cairn-sd/cairn/internal/backoff"
 )
+
+// endpointType is the type URL of the views' resources, EDS's
+// (go-control-plane's resource.EndpointType: its package links every
+// xDS type, listeners, routes and clusters, which the agent never reads).
+const endpointType = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
 
 // maxResponse bounds one xDS response the agent reads: at some 220
 // bytes an instance, about a million instances.
@@ -112,7 +116,7 @@ func (a *Agent) session(ctx context.Context, addr string) (answered bool, err er
 	}
 	node := &corev3.Node{Id: a.cfg.NodeID, Locality: &corev3.Locality{Region: a.cfg.Region, Zone: a.cfg.Zone}}
 	names, held := a.subscription()
-	if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: resourcev3.EndpointType,
+	if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: endpointType,
 		ResourceNamesSubscribe: names, InitialResourceVersions: held}); err != nil {
 		return false, err
 	}
@@ -165,7 +169,7 @@ func (a *Agent) session(ctx context.Context, addr string) (answered bool, err er
 			}
 			answered = true
 			silent.Stop()
-			req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResponseNonce: r.resp.Nonce}
+			req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: endpointType, ResponseNonce: r.resp.Nonce}
 			if err := a.apply(r.resp); err != nil {
 				a.m.nacks.Inc()
 				a.cfg.Logger.Warn("refused a view", "server", addr, "err", err)
@@ -176,7 +180,7 @@ func (a *Agent) session(ctx context.Context, addr string) (answered bool, err er
 			}
 		case <-a.wake:
 			if sub, unsub := a.takeChanges(); len(sub)+len(unsub) > 0 {
-				if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType,
+				if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: endpointType,
 					ResourceNamesSubscribe: sub, ResourceNamesUnsubscribe: unsub}); err != nil {
 					return answered, err
 				}
@@ -222,8 +226,8 @@ func (a *Agent) takeChanges() (sub, unsub []string) {
 // that removes a view held from a table older than it, is refused whole,
 // and the agent keeps what it holds.
 func (a *Agent) apply(resp *discoveryv3.DeltaDiscoveryResponse) error {
-	if resp.TypeUrl != "" && resp.TypeUrl != resourcev3.EndpointType {
-		return fmt.Errorf("agent: response of type %s, not %s", resp.TypeUrl, resourcev3.EndpointType)
+	if resp.TypeUrl != "" && resp.TypeUrl != endpointType {
+		return fmt.Errorf("agent: response of type %s, not %s", resp.TypeUrl, endpointType)
 	}
 	// The store revision of the table the response is built from: what a
 	// removal, which carries no version, is judged by. A server that
