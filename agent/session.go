@@ -17,7 +17,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/cairn-sd/cairn/internal/agentview"
@@ -90,7 +92,10 @@ func (a *Agent) session(ctx context.Context, addr string) (answered bool, err er
 		// The first response of a stream carries every view subscribed
 		// to: 2,500 services of 8 are 4.4 MB, past gRPC's default of
 		// 4 MiB, and an agent refused it forever (bench/cmd/agentmem).
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxResponse)),
+		// Buffers of a message's size, kept by no pool (exactCodec),
+		// for the frames as for the message.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxResponse), grpc.ForceCodecV2(exactCodec{})),
+		experimental.WithBufferPool(mem.NopBufferPool{}),
 	}, a.cfg.DialOptions...)
 	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
