@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/cairn-sd/cairn/cmd/internal/agentcmd"
 )
 
 // TestAgentStartsWithDefaults: `cairn agent` with no server reachable
@@ -43,7 +45,7 @@ func TestAgentStartsWithDefaults(t *testing.T) {
 			t.Fatalf("the agent exited %d before it listened", code)
 		default:
 		}
-		b, err := os.ReadFile(filepath.Join(dir, AgentAddrsFile))
+		b, err := os.ReadFile(filepath.Join(dir, agentcmd.AddrsFile))
 		if err != nil {
 			return err
 		}

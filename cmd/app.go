@@ -14,14 +14,15 @@
 //
 // Files: app.go (the commands), commands.go (the CLI's client commands),
 // server.go and serverflags.go (cairn server: constructions and flags),
-// serverrun.go (its lifecycle), agent.go, tls.go, bootstrap.go,
-// xdslimits.go, process.go, clidocs.go (docs/cli.md).
+// serverrun.go (its lifecycle), tls.go, bootstrap.go, xdslimits.go,
+// clidocs.go (docs/cli.md). The agent's command is internal/agentcmd,
+// which cairn-agent (cmd/cairn-agent) runs too; what the server and the
+// agent set up alike is internal/daemon.
 package cmd
 
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -29,32 +30,21 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/cairn-sd/cairn/client"
+	"github.com/cairn-sd/cairn/cmd/internal/agentcmd"
+	"github.com/cairn-sd/cairn/cmd/internal/daemon"
 	"github.com/cairn-sd/cairn/internal/certs"
 )
 
 // Exit codes.
 const (
-	exitOK    = 0
-	exitError = 1 // the request failed
-	exitUsage = 2 // bad flags or arguments
+	exitOK    = daemon.ExitOK
+	exitError = daemon.ExitError // the request failed
+	exitUsage = daemon.ExitUsage // bad flags or arguments
 )
 
 // Run runs the CLI with args and returns the process exit code.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	app := App(stdout, stderr)
-	err := app.RunContext(ctx, args)
-	if err == nil {
-		return exitOK
-	}
-	var ec cli.ExitCoder
-	if errors.As(err, &ec) {
-		if msg := ec.Error(); msg != "" {
-			fmt.Fprintln(stderr, "cairn:", msg)
-		}
-		return ec.ExitCode()
-	}
-	fmt.Fprintln(stderr, "cairn:", err)
-	return exitUsage // urfave's own parse errors
+	return daemon.ExitCode(App(stdout, stderr).RunContext(ctx, args), stderr, "cairn")
 }
 
 // App builds the cairn command tree.
@@ -105,7 +95,7 @@ func App(stdout, stderr io.Writer) *cli.App {
 			evacuateCommand(),
 			evacuationsCommand(),
 			xdsBootstrapCommand(),
-			agentCommand(),
+			agentcmd.Command(),
 			tlsCommand(),
 		},
 	}

@@ -97,6 +97,24 @@ var graphRules = []struct {
 	{"dnsserver", "github.com/cairn-sd/cairn/publish", "the DNS server reads only the published status table, never its publisher (cmd hands it the freshness as functions)"},
 	{"xdsserver", "github.com/cairn-sd/cairn/publish", "the xDS server reads only the published status table, never its publisher (cmd hands it the freshness as functions)"},
 	{"agent", "github.com/cairn-sd/cairn/publish", "the agent publishes its own table from views, through status.Writer; the server's publisher is no part of it"},
+	// cairn-agent is `cairn agent` without the server: what it links is
+	// what an agent maps into memory (docs/decisions.md, "A lean agent
+	// binary"). Its command (agentcmd) and what it shares with the
+	// server's (daemon) are held to the same rules.
+	{"cmd/cairn-agent", "github.com/cairn-sd/cairn/store", "cairn-agent links only what the agent runs: not the store"},
+	{"cmd/cairn-agent", "github.com/hashicorp/raft", "cairn-agent links only what the agent runs: not raft"},
+	{"cmd/cairn-agent", "github.com/cairn-sd/cairn/xdsserver", "cairn-agent links only what the agent runs: not the xDS server"},
+	{"cmd/cairn-agent", "github.com/cairn-sd/cairn/api", "cairn-agent links only what the agent runs: not the HTTP API"},
+	{"cmd/cairn-agent", "github.com/cairn-sd/cairn/internal/ui", "cairn-agent links only what the agent runs: not the dashboard"},
+	{"cmd/cairn-agent", "github.com/cairn-sd/cairn/health", "cairn-agent links only what the agent runs: not the health loop"},
+	{"cmd/cairn-agent", "github.com/cairn-sd/cairn/publish", "cairn-agent links only what the agent runs: not the server's publisher"},
+	{"cmd/cairn-agent", "github.com/cairn-sd/cairn/probe", "cairn-agent links only what the agent runs: not the probes"},
+	{"cmd/cairn-agent", "github.com/cairn-sd/cairn/client", "cairn-agent links only what the agent runs: not the API's client"},
+	{"cmd/cairn-agent", "github.com/envoyproxy/go-control-plane/pkg", "cairn-agent links only what the agent runs: of go-control-plane, the messages it reads, not its server, cache or resource helpers (which link every xDS type)"},
+	{"cmd/internal/agentcmd", "github.com/cairn-sd/cairn/store", "agentcmd is cairn-agent's command: it links no server"},
+	{"cmd/internal/agentcmd", "github.com/cairn-sd/cairn/xdsserver", "agentcmd is cairn-agent's command: it links no server"},
+	{"cmd/internal/daemon", "github.com/cairn-sd/cairn/store", "daemon is shared with cairn-agent: it links no server"},
+	{"cmd/internal/daemon", "github.com/cairn-sd/cairn/xdsserver", "daemon is shared with cairn-agent: it links no server"},
 	{"internal/agentview", "github.com/cairn-sd/cairn/store", "a view is made from the published status table, never the store"},
 	{"internal/agentview", "github.com/cairn-sd/cairn/health", "a view is made from the published status table, never the health loop"},
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/cairn-sd/cairn/api"
 	"github.com/cairn-sd/cairn/client"
+	"github.com/cairn-sd/cairn/cmd/internal/daemon"
 	"github.com/cairn-sd/cairn/dnsserver"
 	"github.com/cairn-sd/cairn/health"
 	"github.com/cairn-sd/cairn/internal/acl"
@@ -61,13 +62,13 @@ const XDSSubscribersFile = "xds-subscribers.json"
 func serve(ctx context.Context, cfg serverConfig, logw io.Writer) error {
 	log := slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	gcPace, gcDesc := gcPacing(cfg.GCPercent, cfg.GCPercentBurst, os.Getenv)
-	dir, cleanup, err := dataDir(cfg.DataDir, "cairn-dev-")
+	dir, cleanup, err := daemon.DataDir(cfg.DataDir, "cairn-dev-")
 	if err != nil {
 		return err
 	}
 	defer cleanup()
 	cfg.DataDir = dir
-	nodeID, err := identity(cfg.NodeID, cfg.DataDir)
+	nodeID, err := daemon.Identity(cfg.NodeID, cfg.DataDir)
 	if err != nil {
 		return err
 	}
@@ -83,7 +84,7 @@ func serve(ctx context.Context, cfg serverConfig, logw io.Writer) error {
 	}
 	defer httpLn.Close()
 	httpAddr := advertised(httpLn.Addr().String(), cfg.RaftAddr)
-	reg := newRegistry()
+	reg := daemon.NewRegistry()
 	sec, err := serverTLS(cfg, log, reg)
 	if err != nil {
 		return err
@@ -148,7 +149,7 @@ func serve(ctx context.Context, cfg serverConfig, logw io.Writer) error {
 	late.api = a
 
 	p := &serverParts{cfg: cfg, log: log, nodeID: nodeID, httpAddr: httpAddr, httpLn: httpLn, grpcLn: grpcLn, debugLn: debugLn, gcPace: gcPace, gcDesc: gcDesc, sec: sec,
-		st: st, hn: hn, keeper: keeper, ds: ds, xs: xs, gs: gs, srv: newHTTPServer(a, log), ready: rd}
+		st: st, hn: hn, keeper: keeper, ds: ds, xs: xs, gs: gs, srv: daemon.NewHTTPServer(a, log), ready: rd}
 	if err := p.writeAddrs(); err != nil {
 		return err
 	}
@@ -195,13 +196,13 @@ type securityConfig struct {
 // address they dial), or warns of plaintext beyond loopback.
 func serverTLS(cfg serverConfig, log *slog.Logger, reg prometheus.Registerer) (securityConfig, error) {
 	sec := securityConfig{dial: client.New}
-	if !cfg.TLS.on() {
-		if !isLoopback(cfg.HTTPAddr) || !isLoopback(cfg.GRPCAddr) || !isLoopback(cfg.RaftAddr) {
+	if !cfg.TLS.On() {
+		if !daemon.IsLoopback(cfg.HTTPAddr) || !daemon.IsLoopback(cfg.GRPCAddr) || !daemon.IsLoopback(cfg.RaftAddr) {
 			log.Warn("PLAINTEXT BEYOND LOOPBACK (--insecure-plaintext): tokens, writes and raft cross the network in the clear, and anyone who reaches the raft port can join the log")
 		}
 		return sec, nil
 	}
-	f, err := cfg.TLS.load(log, reg)
+	f, err := cfg.TLS.Load(log, reg)
 	if err != nil {
 		return sec, err
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/cairn-sd/cairn/cmd/internal/daemon"
 	"github.com/cairn-sd/cairn/dnsserver"
 	"github.com/cairn-sd/cairn/internal/acl"
 	"github.com/cairn-sd/cairn/probe"
@@ -56,7 +57,7 @@ type serverConfig struct {
 	// XDSLimits are the --xds-max-* caps on what one client may cost.
 	XDSLimits  xdsserver.Limits
 	ZoneFile   string
-	TLS        tlsFiles
+	TLS        daemon.TLSFiles
 	Plaintext  bool // --insecure-plaintext
 	DNSRRL     dnsserver.RRLConfig
 	DNSCookies dnsserver.CookieConfig
@@ -116,7 +117,7 @@ func serverCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "dns-rrl-exempt", Usage: "CIDR never rate-limited, e.g. your resolvers (repeatable)"},
 			&cli.StringFlag{Name: "dns-cookies", Value: "auto", Usage: "DNS cookies (RFC 7873; a valid one exempts from rate limiting): auto (on unless --dns-addr is loopback), on or off"},
 			&cli.StringFlag{Name: "dns-cookie-secret-file", DefaultText: "a random secret per process", Usage: "file of the server-cookie secret, 32 hex digits, and optionally the previous one on a second line (share it across servers; re-read on SIGHUP, to roll it)"},
-			debugAddrFlag(),
+			daemon.DebugAddrFlag(),
 		}, append(gcFlags(), xdsLimitFlags()...)...),
 		Action: func(c *cli.Context) error {
 			cfg, err := serverConfigFromFlags(c)
@@ -144,12 +145,12 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 		ProbeWorkers:  c.Int("probe-workers"), ProbeCapacity: c.Int("probe-capacity"),
 		TableCapacity: c.Int("table-capacity"), EvalInterval: c.Duration("eval-interval"), LoadReportInterval: c.Duration("load-report-interval"), ZoneFile: c.String("zone-file"),
 		NamespaceCIDRs: map[string][]netip.Prefix{},
-		TLS:            tlsFiles{Cert: c.String("tls-cert"), Key: c.String("tls-key"), CA: c.String("tls-ca")},
+		TLS:            daemon.TLSFiles{Cert: c.String("tls-cert"), Key: c.String("tls-key"), CA: c.String("tls-ca")},
 		Plaintext:      c.Bool("insecure-plaintext"),
 		DebugAddr:      c.String("debug-addr"),
 		GCPercent:      c.Int("gc-percent"), GCPercentBurst: c.Int("gc-percent-burst"),
 	}
-	if err := checkDebugAddr(cfg.DebugAddr); err != nil {
+	if err := daemon.CheckDebugAddr(cfg.DebugAddr); err != nil {
 		return cfg, err
 	}
 	if err := checkGCPercent(cfg.GCPercent, cfg.GCPercentBurst); err != nil {
@@ -261,11 +262,11 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 	if err := dnsProtection(c, &cfg); err != nil {
 		return cfg, err
 	}
-	if cfg.TLS.on() {
+	if cfg.TLS.On() {
 		if cfg.TLS.Cert == "" || cfg.TLS.Key == "" || cfg.TLS.CA == "" {
 			return cfg, errors.New("--tls-cert, --tls-key and --tls-ca: give all three or none")
 		}
-		if _, err := cfg.TLS.load(nil, nil); err != nil {
+		if _, err := cfg.TLS.Load(nil, nil); err != nil {
 			return cfg, err
 		}
 		if cfg.Plaintext {
@@ -273,12 +274,12 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 		}
 	} else if !cfg.Plaintext {
 		for _, f := range []struct{ name, v string }{{"http-addr", cfg.HTTPAddr}, {"grpc-addr", cfg.GRPCAddr}, {"raft-addr", cfg.RaftAddr}} {
-			if !isLoopback(f.v) {
+			if !daemon.IsLoopback(f.v) {
 				return cfg, fmt.Errorf("--%s %s is reachable beyond this host, so TLS must be on: pass --tls-cert, --tls-key and --tls-ca (cairn tls --help), or --insecure-plaintext to send tokens and raft in the clear", f.name, f.v)
 			}
 		}
 	}
-	if len(cfg.Tokens) == 0 && !cfg.Dev && !isLoopback(cfg.HTTPAddr) {
+	if len(cfg.Tokens) == 0 && !cfg.Dev && !daemon.IsLoopback(cfg.HTTPAddr) {
 		return cfg, fmt.Errorf("--http-addr %s is reachable beyond this host, so ACLs must be on: pass --acl-file or --acl-bootstrap-token (or --dev for a throw-away node)", cfg.HTTPAddr)
 	}
 	return cfg, nil
@@ -328,19 +329,6 @@ func dnsProtection(c *cli.Context, cfg *serverConfig) error {
 		cfg.DNSCookieSecretFile = f
 	}
 	return nil
-}
-
-// isLoopback reports whether hostport listens on loopback only.
-func isLoopback(hostport string) bool {
-	host, _, err := net.SplitHostPort(hostport)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.IsLoopback()
 }
 
 // advertised returns the address peers reach a listener bound to bound

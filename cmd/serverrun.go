@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	"github.com/cairn-sd/cairn/cmd/internal/daemon"
 	"github.com/cairn-sd/cairn/dnsserver"
 	"github.com/cairn-sd/cairn/health"
 	"github.com/cairn-sd/cairn/internal/durable"
@@ -73,7 +74,7 @@ func (p *serverParts) writeAddrs() error {
 		return err
 	}
 	p.log.Info("cairn server started", "http", p.httpAddr, "raft", p.st.RaftAddr(), "dns", dnsUDP.String(), "grpc", p.grpcLn.Addr().String(),
-		"data_dir", p.cfg.DataDir, "dev", p.cfg.Dev, "gc_percent", p.gcDesc, "open_files_limit", openFilesLimit())
+		"data_dir", p.cfg.DataDir, "dev", p.cfg.Dev, "gc_percent", p.gcDesc, "open_files_limit", daemon.OpenFilesLimit())
 	return nil
 }
 
@@ -98,16 +99,16 @@ func (p *serverParts) run(ctx context.Context) error {
 	})
 	if tlsf := p.sec.files; tlsf != nil {
 		g.Go(func() error { return tlsf.Run(runCtx) })
-		g.Go(func() error { return reloadOnHUP(runCtx, tlsf, p.log) })
+		g.Go(func() error { return daemon.ReloadOnHUP(runCtx, tlsf, p.log) })
 	}
 	if gp := p.gcPace; gp != nil {
 		g.Go(func() error { return gcpace.Run(runCtx, *gp) })
 	}
 	if p.debugLn != nil {
-		g.Go(func() error { return serveDebug(gctx, p.debugLn) })
+		g.Go(func() error { return daemon.ServeDebug(gctx, p.debugLn) })
 	}
 	if f := p.cfg.DNSCookieSecretFile; f != "" {
-		g.Go(func() error { return onHUP(runCtx, func() { p.reloadCookieSecrets(f) }) })
+		g.Go(func() error { return daemon.OnHUP(runCtx, func() { p.reloadCookieSecrets(f) }) })
 	}
 	g.Go(func() error {
 		if err := p.sec.serveHTTP(p.srv, p.httpLn); !errors.Is(err, http.ErrServerClosed) {

@@ -1,4 +1,4 @@
-package cmd
+package daemon
 
 import (
 	"context"
@@ -15,20 +15,20 @@ import (
 // The --debug-addr listener: Go's profiles (net/http/pprof) on a port of
 // their own, off unless asked for, loopback only (it has no ACL).
 
-// debugAddrFlag is --debug-addr.
-func debugAddrFlag() cli.Flag {
+// DebugAddrFlag is --debug-addr.
+func DebugAddrFlag() cli.Flag {
 	return &cli.StringFlag{Name: "debug-addr", DefaultText: "off", Usage: "serve Go's profiles (/debug/pprof/) on this loopback HOST:PORT, without ACLs"}
 }
 
-// checkDebugAddr refuses a --debug-addr that is not HOST:PORT on loopback.
-func checkDebugAddr(addr string) error {
+// CheckDebugAddr refuses a --debug-addr that is not HOST:PORT on loopback.
+func CheckDebugAddr(addr string) error {
 	if addr == "" {
 		return nil
 	}
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return fmt.Errorf("--debug-addr: %q is not HOST:PORT", addr)
 	}
-	if !isLoopback(addr) {
+	if !IsLoopback(addr) {
 		return fmt.Errorf("--debug-addr: %q is not a loopback address; the profiles have no ACL", addr)
 	}
 	return nil
@@ -45,8 +45,8 @@ func debugServer() *http.Server {
 	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 }
 
-// serveDebug serves the profiles on ln until ctx is done.
-func serveDebug(ctx context.Context, ln net.Listener) error {
+// ServeDebug serves the profiles on ln until ctx is done.
+func ServeDebug(ctx context.Context, ln net.Listener) error {
 	srv := debugServer()
 	stopped := context.AfterFunc(ctx, func() { srv.Close() })
 	defer stopped()

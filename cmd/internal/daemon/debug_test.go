@@ -1,4 +1,4 @@
-package cmd
+package daemon
 
 import (
 	"context"
@@ -14,13 +14,13 @@ import (
 // until its context ends.
 func TestDebugAddr(t *testing.T) {
 	for _, bad := range []string{"8490", "0.0.0.0:8490", "10.0.0.1:8490", ":8490"} {
-		if err := checkDebugAddr(bad); err == nil || !strings.Contains(err.Error(), "--debug-addr") {
-			t.Errorf("checkDebugAddr(%q) = %v, want an error naming --debug-addr", bad, err)
+		if err := CheckDebugAddr(bad); err == nil || !strings.Contains(err.Error(), "--debug-addr") {
+			t.Errorf("CheckDebugAddr(%q) = %v, want an error naming --debug-addr", bad, err)
 		}
 	}
 	for _, good := range []string{"", "127.0.0.1:8490", "[::1]:8490", "localhost:8490"} {
-		if err := checkDebugAddr(good); err != nil {
-			t.Errorf("checkDebugAddr(%q) = %v", good, err)
+		if err := CheckDebugAddr(good); err != nil {
+			t.Errorf("CheckDebugAddr(%q) = %v", good, err)
 		}
 	}
 
@@ -30,7 +30,7 @@ func TestDebugAddr(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- serveDebug(ctx, ln) }()
+	go func() { done <- ServeDebug(ctx, ln) }()
 	resp, err := http.Get("http://" + ln.Addr().String() + "/debug/pprof/heap?debug=1")
 	if err != nil {
 		cancel()
@@ -44,6 +44,6 @@ func TestDebugAddr(t *testing.T) {
 	http.DefaultClient.CloseIdleConnections()
 	cancel()
 	if err := <-done; err != nil {
-		t.Errorf("serveDebug after its context ended: %v", err)
+		t.Errorf("ServeDebug after its context ended: %v", err)
 	}
 }
