@@ -11,8 +11,14 @@ LOCK      ?=
 help:        ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
 
-build:       ## build bin/cairn
+# cairn-agent is built without cgo (the Go resolver; no libc mapped in)
+# and without urfave/cli's man-page and Markdown writers, which only
+# cairn-docs uses (docs/decisions.md, "A lean agent binary").
+AGENT_BUILD = CGO_ENABLED=0 $(GO) build -tags urfave_cli_no_docs
+
+build:       ## build bin/cairn, and bin/cairn-agent (the agent alone: `cairn agent` without the server linked)
 	$(GO) build -o bin/cairn ./cmd/cairn
+	$(AGENT_BUILD) -o bin/cairn-agent ./cmd/cairn-agent
 
 run: build   ## single-node server on loopback, data in .cairn/, demo service and 3 instances
 	./scripts/run-demo.sh
@@ -90,21 +96,22 @@ bench-ui:    ## what open dashboards cost the server: 0–200 simulated dashboar
 	$(LOCK) taskset -c 1 bin/uiload -bin bin/cairn $(if $(BASE),-base-bin bin/cairn-base) > bench/results/uiload.md
 	cat bench/results/uiload.md
 
-bench-agent: ## the agent's memory (issue 31, SPEC §9): a real agent subscribed to 100 services × 8 and to 2,500 × 8 of a real server, RSS (file-backed and anonymous) and Go heap 60 s after it answers for all, 3 agents each, and at 800 3 more under GOGC=50; BASE=<commit> alternates that commit's agent with this one's at 800 (an agent that cannot read a response past 4 MiB cannot take 2,500 views at once); ~20 min; results in bench/results/ (bench/cmd/agentmem)
+bench-agent: ## the agent's memory (issue 31, SPEC §9): a real cairn-agent subscribed to 100 services × 8 and to 2,500 × 8 of a real server, RSS (file-backed and anonymous) and Go heap 60 s after it answers for all, 3 agents each, and at 800 3 more under GOGC=50; BASE=<commit> alternates that commit's `cairn agent` with this one's cairn-agent at both sizes; ~30 min with BASE; results in bench/results/ (bench/cmd/agentmem)
 	mkdir -p bench/results
 	$(LOCK) $(GO) build -o bin/cairn ./cmd/cairn
+	$(LOCK) $(AGENT_BUILD) -o bin/cairn-agent ./cmd/cairn-agent
 	$(LOCK) $(GO) build -o bin/agentmem ./bench/cmd/agentmem
 	@if [ -n "$(BASE)" ]; then \
 		rm -rf bin/base-src && git worktree add -q --detach bin/base-src $(BASE) && \
 		(cd bin/base-src && $(LOCK) $(GO) build -o ../cairn-base ./cmd/cairn); rc=$$?; \
 		git worktree remove --force bin/base-src; [ $$rc -eq 0 ] || exit $$rc; fi
-	$(LOCK) bin/agentmem -bin bin/cairn $(if $(BASE),-base-bin bin/cairn-base) -services 100 -gogc 50 > bench/results/agentmem-100.md
+	$(LOCK) bin/agentmem -bin bin/cairn -agent-bin bin/cairn-agent $(if $(BASE),-base-bin bin/cairn-base) -services 100 -gogc 50 > bench/results/agentmem-100.md
 	cat bench/results/agentmem-100.md
-	$(LOCK) bin/agentmem -bin bin/cairn -services 2500 > bench/results/agentmem-2500.md
+	$(LOCK) bin/agentmem -bin bin/cairn -agent-bin bin/cairn-agent $(if $(BASE),-base-bin bin/cairn-base) -services 2500 > bench/results/agentmem-2500.md
 	cat bench/results/agentmem-2500.md
 
-soak: build ## the agent through a 60-minute control-plane outage (issue 12): queries answered, errors, stale age, agent RSS; ~62 min (bench/cmd/soak)
-	$(GO) run ./bench/cmd/soak -bin bin/cairn
+soak: build ## the agent (cairn-agent) through a 60-minute control-plane outage (issue 12): queries answered, errors, stale age, agent RSS; ~62 min (bench/cmd/soak)
+	$(GO) run ./bench/cmd/soak -bin bin/cairn -agent-bin bin/cairn-agent
 
 bench-xds-inprocess: ## the older xDS bench: server and subscribers in one process, changes published as status tables (bench/cmd/xdsbench)
 	$(GO) run ./bench/cmd/xdsbench -streams 2000 -conns 100

@@ -17,7 +17,12 @@
 // /metrics), then stops it. With
 // -base-bin, each run starts that binary's agent first and then -bin's,
 // against the same server, so the two are measured alternately in the
-// same window.
+// same window. With -agent-bin, the agent measured in -bin's place is
+// that binary's (cairn-agent: `cairn agent` without the server linked,
+// taking the same flags without the command's name); -bin still runs
+// the server. With -profile, each agent's /proc/PID/smaps and, for the
+// new agent (-agent-bin, or -bin), a heap profile from its --debug-addr
+// are written there as its figures are read.
 //
 // It prints one Markdown row per agent started, then the medians per
 // binary, and one JSON line with every sample.
@@ -32,6 +37,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/signal"
@@ -59,6 +65,8 @@ type options struct {
 	runs                 int
 	conc                 int
 	bin, baseBin         string
+	agentBin             string
+	profile              string
 	settle, timeout      time.Duration
 	keep                 bool
 	gogc                 string
@@ -75,7 +83,9 @@ func main() {
 	flag.DurationVar(&o.settle, "settle", 60*time.Second, "time the agent is left alone once it answers for every service, before its figures are read")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "upper bound on the whole run")
 	flag.BoolVar(&o.keep, "keep", false, "keep the data dirs and logs")
-	flag.StringVar(&o.gogc, "gogc", "", "if set, a third agent each run: -bin's with GOGC set to this")
+	flag.StringVar(&o.agentBin, "agent-bin", "", "a cairn-agent binary: the agent measured in -bin's place (-bin runs the server)")
+	flag.StringVar(&o.gogc, "gogc", "", "if set, a third agent each run: the new one's with GOGC set to this")
+	flag.StringVar(&o.profile, "profile", "", "a folder to write each agent's smaps, and the new agent's heap profile, into")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -130,18 +140,27 @@ func run(ctx context.Context, o options) error {
 	n := o.services * o.perService
 	fmt.Fprintf(os.Stderr, "agentmem: %d instances over %d services registered in %.1f s\n", n, o.services, time.Since(start).Seconds())
 
-	bins := []string{o.bin}
+	newBin := o.bin
+	if o.agentBin != "" {
+		newBin = o.agentBin
+	}
+	bins := []string{newBin}
 	if o.baseBin != "" {
-		bins = []string{o.baseBin, o.bin}
+		bins = []string{o.baseBin, newBin}
 	}
 	if o.gogc != "" {
-		bins = append(bins, o.bin+" GOGC="+o.gogc)
+		bins = append(bins, newBin+" GOGC="+o.gogc)
+	}
+	if o.profile != "" {
+		if err := os.MkdirAll(o.profile, 0o755); err != nil {
+			return err
+		}
 	}
 	var all []sample
 	fmt.Printf("| binary | run | instances | served all after | RSS at that moment | RSS after %s | RssAnon | RssFile | Go heap in use | Go sys |\n|---|---|---|---|---|---|---|---|---|---|\n", o.settle)
 	for r := range o.runs {
 		for _, bin := range bins {
-			s, err := measure(ctx, o, bin, filepath.Join(dir, fmt.Sprintf("agent-%d-%d", r, len(all))), addr(3), addr(4), addr(5))
+			s, err := measure(ctx, o, bin, fmt.Sprintf("agent-%d-%d", r, len(all)), dir, addr(3), addr(4), addr(5))
 			if err != nil {
 				return err
 			}
@@ -172,10 +191,27 @@ func run(ctx context.Context, o options) error {
 // measure starts one agent of bin subscribed to every service, waits
 // until it answers for all of them, lets it settle, reads its figures
 // and stops it.
-func measure(ctx context.Context, o options, bin, dir, grpcAddr, dnsAddr, httpAddr string) (sample, error) {
+func measure(ctx context.Context, o options, bin, name, tmp, grpcAddr, dnsAddr, httpAddr string) (sample, error) {
 	s := sample{Bin: bin}
-	args := []string{"agent", "--server", grpcAddr, "--dns-addr", dnsAddr, "--http-addr", httpAddr,
-		"--data-dir", dir, "--log-level", "warn"}
+	dir := filepath.Join(tmp, name)
+	// The GOGC arm: the child inherits the environment at Start, and
+	// nothing else runs meanwhile.
+	exe, gogc, withGOGC := strings.Cut(bin, " GOGC=")
+	var args []string
+	if exe != o.agentBin {
+		args = []string{"agent"}
+	}
+	args = append(args, "--server", grpcAddr, "--dns-addr", dnsAddr, "--http-addr", httpAddr,
+		"--data-dir", dir, "--log-level", "warn")
+	debugAddr := ""
+	if o.profile != "" && exe != o.baseBin {
+		ports, err := integration.FreePorts(1)
+		if err != nil {
+			return s, err
+		}
+		debugAddr = fmt.Sprintf("127.0.0.1:%d", ports[0])
+		args = append(args, "--debug-addr", debugAddr)
+	}
 	for i := range o.services {
 		args = append(args, "--service", benchNS+"/"+serviceName(i))
 	}
@@ -183,9 +219,6 @@ func measure(ctx context.Context, o options, bin, dir, grpcAddr, dnsAddr, httpAd
 		return s, err
 	}
 	start := time.Now()
-	// The GOGC arm: the child inherits the environment at Start, and
-	// nothing else runs meanwhile.
-	exe, gogc, withGOGC := strings.Cut(bin, " GOGC=")
 	if withGOGC {
 		os.Setenv("GOGC", gogc)
 	}
@@ -231,7 +264,48 @@ func measure(ctx context.Context, o options, bin, dir, grpcAddr, dnsAddr, httpAd
 		return s, err
 	}
 	s.HeapInuse, s.GoSys, s.Goroutines = uint64(vals[0]), uint64(vals[1]), uint64(vals[2])
+	if o.profile != "" {
+		if err := keepProfile(ctx, hc, ag.Pid(), debugAddr, filepath.Join(o.profile, name)); err != nil {
+			return s, err
+		}
+	}
 	return s, nil
+}
+
+// keepProfile copies pid's smaps to base+".smaps" and, with debugAddr,
+// the agent's heap profile to base+".heap" (go tool pprof reads it).
+func keepProfile(ctx context.Context, hc *http.Client, pid int, debugAddr, base string) error {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(base+".smaps", b, 0o644); err != nil {
+		return err
+	}
+	if debugAddr == "" {
+		return nil
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+debugAddr+"/debug/pprof/heap", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("the agent's heap profile: %s", resp.Status)
+	}
+	f, err := os.Create(base + ".heap")
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // answers asks name's A records and returns how many came back.

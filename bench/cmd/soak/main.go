@@ -1,7 +1,8 @@
 // Command soak is issue 12's outage soak (SPEC §9: "agents and DNS
 // answer for ≥ 60 min with the store down, error rate unchanged"): one
-// real `cairn server --dev` and one real `cairn agent` on loopback, the
-// agent subscribed to every service; once the agent answers for all of
+// real `cairn server --dev` and one real `cairn agent` (with
+// -agent-bin, that cairn-agent binary) on loopback, the agent
+// subscribed to every service; once the agent answers for all of
 // them, the server is killed (SIGKILL) and the agent is asked, at a
 // fixed rate for -duration, an A query for a random service. It counts
 // the answers that carry the service's addresses (and how many were
@@ -49,6 +50,7 @@ type options struct {
 	services  int
 	instances int
 	bin       string
+	agentBin  string
 	keep      bool
 }
 
@@ -59,6 +61,7 @@ func main() {
 	flag.IntVar(&o.services, "services", 100, "services")
 	flag.IntVar(&o.instances, "instances", 8, "instances per service")
 	flag.StringVar(&o.bin, "bin", "", "cairn binary (default: build one from the working tree)")
+	flag.StringVar(&o.agentBin, "agent-bin", "", "a cairn-agent binary to run the agent with (default: -bin's `cairn agent`)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the data dirs and logs")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -118,12 +121,17 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("registering: %w\n%s", err, srv.Tail())
 	}
 
-	args := []string{"agent", "--server", addr(3), "--dns-addr", addr(4), "--http-addr", addr(5),
-		"--data-dir", filepath.Join(dir, "agent"), "--log-level", "warn"}
+	agentBin, args := bin, []string{"agent"}
+	if o.agentBin != "" {
+		agentBin, args = o.agentBin, nil
+		rev += " -agent-bin " + o.agentBin
+	}
+	args = append(args, "--server", addr(3), "--dns-addr", addr(4), "--http-addr", addr(5),
+		"--data-dir", filepath.Join(dir, "agent"), "--log-level", "warn")
 	for i := range o.services {
 		args = append(args, "--service", soakNS+"/"+serviceName(i))
 	}
-	ag, err := benchproc.Start(bin, args, filepath.Join(dir, "agent.log"))
+	ag, err := benchproc.Start(agentBin, args, filepath.Join(dir, "agent.log"))
 	if err != nil {
 		return err
 	}
