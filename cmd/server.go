@@ -61,7 +61,7 @@ const XDSSubscribersFile = "xds-subscribers.json"
 // anything runs.
 func serve(ctx context.Context, cfg serverConfig, logw io.Writer) error {
 	log := slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: cfg.LogLevel}))
-	gcPace, gcDesc := gcPacing(cfg.GCPercent, cfg.GCPercentBurst, os.Getenv)
+	gcPace, gcDesc := daemon.GCPacing(cfg.GCPercent, cfg.GCPercentBurst, os.Getenv)
 	dir, cleanup, err := daemon.DataDir(cfg.DataDir, "cairn-dev-")
 	if err != nil {
 		return err

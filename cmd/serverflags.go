@@ -118,7 +118,7 @@ func serverCommand() *cli.Command {
 			&cli.StringFlag{Name: "dns-cookies", Value: "auto", Usage: "DNS cookies (RFC 7873; a valid one exempts from rate limiting): auto (on unless --dns-addr is loopback), on or off"},
 			&cli.StringFlag{Name: "dns-cookie-secret-file", DefaultText: "a random secret per process", Usage: "file of the server-cookie secret, 32 hex digits, and optionally the previous one on a second line (share it across servers; re-read on SIGHUP, to roll it)"},
 			daemon.DebugAddrFlag(),
-		}, append(gcFlags(), xdsLimitFlags()...)...),
+		}, append(daemon.GCFlags(), xdsLimitFlags()...)...),
 		Action: func(c *cli.Context) error {
 			cfg, err := serverConfigFromFlags(c)
 			if err != nil {
@@ -153,7 +153,7 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 	if err := daemon.CheckDebugAddr(cfg.DebugAddr); err != nil {
 		return cfg, err
 	}
-	if err := checkGCPercent(cfg.GCPercent, cfg.GCPercentBurst); err != nil {
+	if err := daemon.CheckGCPercent(cfg.GCPercent, cfg.GCPercentBurst); err != nil {
 		return cfg, err
 	}
 	if cfg.DataDir == "" && !cfg.Dev {

@@ -35,7 +35,7 @@ type serverParts struct {
 	httpAddr       string // advertised
 	httpLn, grpcLn net.Listener
 	debugLn        net.Listener   // nil: no --debug-addr
-	gcPace         *gcpace.Config // nil: GOGC fixed (gcPacing)
+	gcPace         *gcpace.Config // nil: GOGC fixed (daemon.GCPacing)
 	gcDesc         string         // the GOGC in force, for the log
 	sec            securityConfig
 	st             *store.Store

@@ -111,8 +111,9 @@ func TestCairnAgentFlags(t *testing.T) {
 		"--region", "eu", "--table-capacity", "512"}); err != nil {
 		t.Fatal(err)
 	}
-	if got.Token != "t0k" || len(got.Services) != 1 || got.Region != "eu" || got.TableCapacity != 512 || got.DNSAddr != "127.0.0.1:8054" {
-		t.Errorf("config %+v; want token t0k, service shop/front, region eu, 512 slots, the default DNS address", got)
+	if got.Token != "t0k" || len(got.Services) != 1 || got.Region != "eu" || got.TableCapacity != 512 || got.DNSAddr != "127.0.0.1:8054" ||
+		got.GCPercent != daemon.DefaultGCPercent {
+		t.Errorf("config %+v; want token t0k, service shop/front, region eu, 512 slots, the default DNS address and GOGC", got)
 	}
 	t.Setenv("CAIRN_TOKEN", "from-env")
 	if err := app.Run([]string{"cairn-agent", "--dev", "--server", "127.0.0.1:1"}); err != nil || got.Token != "from-env" {
@@ -127,6 +128,7 @@ func TestCairnAgentFlags(t *testing.T) {
 		{[]string{"--stale-after", "24h"}, "--stale-after"},
 		{[]string{"--dns-addr", "nowhere"}, "--dns-addr"},
 		{[]string{"--debug-addr", "0.0.0.0:6060"}, "--debug-addr"},
+		{[]string{"--gc-percent", "5"}, "--gc-percent"},
 		{[]string{"--no-such-flag"}, "no-such-flag"},
 	} {
 		var stderr strings.Builder

@@ -73,6 +73,7 @@ func flags() []cli.Flag {
 		&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"CAIRN_TLS_CA"}, Usage: "TLS to the servers: the CA bundle their certificates are verified with (they must name the --server host)"},
 		&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"CAIRN_TLS_CERT"}, Usage: "the certificate the agent presents (cairn tls cert create --client)"},
 		&cli.StringFlag{Name: "tls-key", EnvVars: []string{"CAIRN_TLS_KEY"}, Usage: "the certificate's key"},
+		daemon.GCPercentFlag(),
 		daemon.DebugAddrFlag(),
 	}
 }
@@ -91,6 +92,7 @@ type config struct {
 	LogLevel             slog.Level
 	TLS                  daemon.TLSFiles
 	DebugAddr            string
+	GCPercent            int
 }
 
 // configFromFlags parses and checks the flags; it touches nothing.
@@ -100,7 +102,7 @@ func configFromFlags(c *cli.Context) (config, error) {
 		Zone: c.String("zone"), NodeID: c.String("node-id"), Token: c.String("token"), Services: c.StringSlice("service"),
 		StaleAfter: c.Duration("stale-after"), MaxStale: c.Duration("max-stale"), TableCapacity: c.Int("table-capacity"),
 		TLS:       daemon.TLSFiles{Cert: c.String("tls-cert"), Key: c.String("tls-key"), CA: c.String("tls-ca")},
-		DebugAddr: c.String("debug-addr")}
+		DebugAddr: c.String("debug-addr"), GCPercent: c.Int("gc-percent")}
 	if cfg.DataDir == "" && !cfg.Dev {
 		return cfg, errors.New("--data-dir is required (or --dev, for a temporary one)")
 	}
@@ -110,6 +112,9 @@ func configFromFlags(c *cli.Context) (config, error) {
 		}
 	}
 	if err := daemon.CheckDebugAddr(cfg.DebugAddr); err != nil {
+		return cfg, err
+	}
+	if err := daemon.CheckGCPercent(cfg.GCPercent, 0); err != nil {
 		return cfg, err
 	}
 	for _, s := range cfg.Servers {
