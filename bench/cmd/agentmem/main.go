@@ -4,8 +4,10 @@
 //
 // It starts one real `cairn server --dev` on loopback ports, defines
 // -services services and registers -per-service instances in each
-// (no health check, a lease of an hour: nothing changes while the agent
-// is measured). Then, -runs times, it starts a real `cairn agent`
+// (no health check, a lease of an hour, no slow start: nothing changes
+// while the agent is measured; with slow start, the new instances'
+// weights change for 30 s, and the first agent measured would be taking
+// changed views all that time). Then, -runs times, it starts a real `cairn agent`
 // subscribed to every service (--service), waits until the agent answers
 // an A query for each service with all of its addresses, lets it settle
 // for -settle (nothing forces a collection in the agent: the figures are
@@ -363,7 +365,7 @@ func populate(ctx context.Context, cl *client.Client, o options) error {
 	for i := 0; i < o.services; i += batch {
 		var b strings.Builder
 		for j := i; j < min(i+batch, o.services); j++ {
-			fmt.Fprintf(&b, "---\nnamespace: %s\nname: %s\nports: [{name: http, number: 8080, protocol: tcp}]\npolicy:\n  lease_ttl: 1h\n",
+			fmt.Fprintf(&b, "---\nnamespace: %s\nname: %s\nports: [{name: http, number: 8080, protocol: tcp}]\npolicy:\n  lease_ttl: 1h\n  slow_start: 0s\n",
 				benchNS, serviceName(j))
 		}
 		if _, err := cl.Apply(ctx, []byte(b.String())); err != nil {
