@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -33,6 +34,10 @@ type AgentConfig struct {
 	Servers []string
 	// Bin is the cairn binary; defaults to Binary().
 	Bin string
+	// AgentBin, if set, is a cairn-agent binary (AgentBinary()) the agent
+	// runs as instead of Bin's `cairn agent`: the same flags, --token
+	// among them, without the command's name.
+	AgentBin string
 	// Args are extra `cairn agent` flags.
 	Args []string
 	// Token is the agent's --token (ACLs on the servers); empty: none.
@@ -45,7 +50,7 @@ type AgentConfig struct {
 	Logf func(format string, args ...any)
 }
 
-// Agent is one `cairn agent` process on loopback. Its ports, data dir
+// Agent is one `cairn agent` (or cairn-agent) process on loopback. Its ports, data dir
 // and node id stay the same across restarts, and its views file with
 // them.
 type Agent struct {
@@ -113,9 +118,12 @@ func (a *Agent) ViewsPath() string { return filepath.Join(a.DataDir, AgentViewsF
 func (a *Agent) args() []string {
 	var args []string
 	if a.cfg.Token != "" {
-		args = append(args, "--token", a.cfg.Token) // global: before the command
+		args = append(args, "--token", a.cfg.Token) // cairn's global flag: before the command
 	}
-	args = append(args, "agent", "--data-dir", a.DataDir, "--node-id", a.cfg.Name,
+	if a.cfg.AgentBin == "" {
+		args = append(args, "agent")
+	}
+	args = append(args, "--data-dir", a.DataDir, "--node-id", a.cfg.Name,
 		"--dns-addr", a.DNSAddr, "--http-addr", a.HTTPAddr)
 	for _, s := range a.cfg.Servers {
 		args = append(args, "--server", s)
@@ -166,7 +174,7 @@ func (a *Agent) spawn() error {
 	if err := os.Remove(filepath.Join(a.DataDir, agentAddrsFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	return a.start(a.cfg.Bin, a.args(), fmt.Sprintf("dns %s, http %s", a.DNSAddr, a.HTTPAddr))
+	return a.start(cmp.Or(a.cfg.AgentBin, a.cfg.Bin), a.args(), fmt.Sprintf("dns %s, http %s", a.DNSAddr, a.HTTPAddr))
 }
 
 // WaitListening polls until the agent has written agent-addrs.json

@@ -23,8 +23,9 @@ const (
 	agentDNSDefault  = "127.0.0.1:8054"
 	agentHTTPDefault = "127.0.0.1:8490"
 	agentUnitPath    = "systemd/cairn-agent.service"
-	// agentUnitBin is where the unit expects the binary.
-	agentUnitBin = "/usr/local/bin/cairn"
+	// agentUnitBin is where the unit expects the agent's binary,
+	// cairn-agent.
+	agentUnitBin = "/usr/local/bin/cairn-agent"
 )
 
 // TestAgentDefaultsMatchBinary: the defaults the agent's deploy files
@@ -88,7 +89,7 @@ func (u unitFile) one(t *testing.T, section, key string) string {
 }
 
 // TestAgentSystemdUnit checks deploy/systemd/cairn-agent.service: what it
-// runs (`cairn agent` with flags the binary has, its views in the state
+// runs (cairn-agent with flags the binary has, its views in the state
 // directory systemd makes for a dynamic user, on the addresses the
 // resolver drop-in and the binary agree on), that it restarts always,
 // that systemd-analyze verify finds nothing wrong with it, and that its
@@ -115,25 +116,25 @@ func TestAgentSystemdUnit(t *testing.T) {
 	// ExecStart: the agent, each flag one the binary has, and its data
 	// in the state directory.
 	argv := strings.Fields(u.one(t, "Service", "ExecStart"))
-	if len(argv) < 2 || argv[0] != agentUnitBin || argv[1] != "agent" {
-		t.Fatalf("%s: ExecStart=%s; want %s agent ...", agentUnitPath, strings.Join(argv, " "), agentUnitBin)
+	if len(argv) < 2 || argv[0] != agentUnitBin {
+		t.Fatalf("%s: ExecStart=%s; want %s ...", agentUnitPath, strings.Join(argv, " "), agentUnitBin)
 	}
-	bin, err := Binary()
+	bin, err := AgentBinary()
 	if err != nil {
 		t.Fatal(err)
 	}
-	help, err := exec.Command(bin, "agent", "--help").CombinedOutput()
+	help, err := exec.Command(bin, "--help").CombinedOutput()
 	if err != nil {
-		t.Fatalf("cairn agent --help: %v\n%s", err, help)
+		t.Fatalf("cairn-agent --help: %v\n%s", err, help)
 	}
 	flags := map[string][]string{}
-	for i := 2; i < len(argv); i++ {
+	for i := 1; i < len(argv); i++ {
 		name, ok := strings.CutPrefix(argv[i], "--")
 		if !ok || i+1 == len(argv) {
 			t.Fatalf("%s: ExecStart: %q is not a --flag followed by its value", agentUnitPath, argv[i])
 		}
 		if !regexp.MustCompile(`(?m)^\s+--` + regexp.QuoteMeta(name) + `\b`).Match(help) {
-			t.Errorf("%s: ExecStart passes --%s, which `cairn agent --help` does not list", agentUnitPath, name)
+			t.Errorf("%s: ExecStart passes --%s, which `cairn-agent --help` does not list", agentUnitPath, name)
 		}
 		flags[name] = append(flags[name], argv[i+1])
 		i++

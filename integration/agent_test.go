@@ -59,7 +59,7 @@ type agentFixture struct {
 // startAgentFixture starts the server, applies agentServices, registers
 // front-1..3 on 127.0.0.51–53, waits until the server answers them at
 // full weight, and starts an agent of it with agentArgs.
-func startAgentFixture(t *testing.T, agentArgs ...string) *agentFixture {
+func startAgentFixture(t *testing.T, agentBin string, agentArgs ...string) *agentFixture {
 	t.Helper()
 	c := StartCluster(t, 1, "--dev")
 	fx := &agentFixture{c: c, srv: c.Nodes[0]}
@@ -84,7 +84,7 @@ func startAgentFixture(t *testing.T, agentArgs ...string) *agentFixture {
 		}
 		return nil
 	})
-	fx.agent = StartAgent(t, []string{fx.srv.GRPCAddr}, agentArgs...)
+	fx.agent = StartAgentWith(t, AgentConfig{Servers: []string{fx.srv.GRPCAddr}, AgentBin: agentBin, Args: agentArgs})
 	return fx
 }
 
@@ -191,11 +191,17 @@ func notReady(r *dns.Msg) bool {
 // The first query for a name it does not hold waits for its view and is
 // answered from it; an unknown service's first query is the server's
 // NXDOMAIN once the server has said it does not exist. (Not Ready, when
-// no view comes, is TestAgentCorruptViewsFile's.)
+// no view comes, is TestAgentCorruptViewsFile's.) The agent is
+// cairn-agent, the binary an agent is deployed as; the other tests run
+// `cairn agent`, the same command in the server's binary.
 func TestAgentAnswersAsServer(t *testing.T) {
 	needProcesses(t)
 	t.Parallel()
-	fx := startAgentFixture(t, "--service", "shop/vacant")
+	lean, err := AgentBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx := startAgentFixture(t, lean, "--service", "shop/vacant")
 	a, srv := fx.agent, fx.srv
 	ctx := ctxT(t, time.Minute)
 	// Ready: the server answered its subscription to vacant.
@@ -285,7 +291,7 @@ func TestAgentServesThroughOutage(t *testing.T) {
 	needProcesses(t)
 	t.Parallel()
 	const staleAfter = time.Second
-	fx := startAgentFixture(t, "--service", "shop/front", "--stale-after", staleAfter.String())
+	fx := startAgentFixture(t, "", "--service", "shop/front", "--stale-after", staleAfter.String())
 	a := fx.agent
 	ctx := ctxT(t, 2*time.Minute)
 	Eventually(t, 10*time.Second, func() error {
@@ -430,7 +436,7 @@ func TestAgentServesThroughOutage(t *testing.T) {
 func TestAgentCorruptViewsFile(t *testing.T) {
 	needProcesses(t)
 	t.Parallel()
-	fx := startAgentFixture(t) // no --service: the first query subscribes
+	fx := startAgentFixture(t, "") // no --service: the first query subscribes
 	a := fx.agent
 	ctx := ctxT(t, 2*time.Minute)
 	frontFresh := func(want []string) func() error {
