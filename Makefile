@@ -96,7 +96,7 @@ bench-ui:    ## what open dashboards cost the server: 0–200 simulated dashboar
 	$(LOCK) taskset -c 1 bin/uiload -bin bin/cairn $(if $(BASE),-base-bin bin/cairn-base) > bench/results/uiload.md
 	cat bench/results/uiload.md
 
-bench-agent: ## the agent's memory (issue 31, SPEC §9): a real cairn-agent subscribed to 100 services × 8 and to 2,500 × 8 of a real server, RSS (file-backed and anonymous) and Go heap 60 s after it answers for all, 3 agents each, and at 800 3 more under GOGC=50; BASE=<commit> alternates that commit's `cairn agent` with this one's cairn-agent at both sizes; ~30 min with BASE; results in bench/results/ (bench/cmd/agentmem)
+bench-agent: ## the agent's memory (issue 31, SPEC §9): a real cairn-agent subscribed to 100 services × 8 and to 2,500 × 8 of a real server, RSS (file-backed and anonymous) and Go heap 60 s after it answers for all, 3 agents each, and at 800 3 more under GOGC=100 (Go's default; the agent's --gc-percent is 25); BASE=<commit> alternates that commit's `cairn agent` with this one's cairn-agent at both sizes; ~30 min with BASE; results in bench/results/ (bench/cmd/agentmem)
 	mkdir -p bench/results
 	$(LOCK) $(GO) build -o bin/cairn ./cmd/cairn
 	$(LOCK) $(AGENT_BUILD) -o bin/cairn-agent ./cmd/cairn-agent
@@ -105,7 +105,7 @@ bench-agent: ## the agent's memory (issue 31, SPEC §9): a real cairn-agent subs
 		rm -rf bin/base-src && git worktree add -q --detach bin/base-src $(BASE) && \
 		(cd bin/base-src && $(LOCK) $(GO) build -o ../cairn-base ./cmd/cairn); rc=$$?; \
 		git worktree remove --force bin/base-src; [ $$rc -eq 0 ] || exit $$rc; fi
-	$(LOCK) bin/agentmem -bin bin/cairn -agent-bin bin/cairn-agent $(if $(BASE),-base-bin bin/cairn-base) -services 100 -gogc 50 > bench/results/agentmem-100.md
+	$(LOCK) bin/agentmem -bin bin/cairn -agent-bin bin/cairn-agent $(if $(BASE),-base-bin bin/cairn-base) -services 100 -gogc 100 > bench/results/agentmem-100.md
 	cat bench/results/agentmem-100.md
 	$(LOCK) bin/agentmem -bin bin/cairn -agent-bin bin/cairn-agent $(if $(BASE),-base-bin bin/cairn-base) -services 2500 > bench/results/agentmem-2500.md
 	cat bench/results/agentmem-2500.md
