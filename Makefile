@@ -14,7 +14,7 @@ help:        ## list the targets
 # cairn-agent is built without cgo (the Go resolver; no libc mapped in)
 # and without urfave/cli's man-page and Markdown writers, which only
 # cairn-docs uses (docs/decisions.md, "A lean agent binary").
-AGENT_BUILD = CGO_ENABLED=0 $(GO) build -tags urfave_cli_no_docs
+AGENT_BUILD = env CGO_ENABLED=0 $(GO) build -tags urfave_cli_no_docs
 
 build:       ## build bin/cairn, and bin/cairn-agent (the agent alone: `cairn agent` without the server linked)
 	$(GO) build -o bin/cairn ./cmd/cairn

@@ -128,6 +128,17 @@ var allowed = map[string][]string{
 	"github.com/cairn-sd/cairn/internal/golden":   {},
 }
 
+// leanAgentLinks is every cairn package cairn-agent may link: an
+// allowlist, so that a package added to the agent's path (the embedded
+// docs, the PKI, the evaluator...) is a decision, not an accident. The
+// graph rules above say why the server's parts are out.
+var leanAgentLinks = []string{
+	"agent", "cmd/cairn-agent", "cmd/internal/agentcmd", "cmd/internal/daemon",
+	"dnsserver", "internal/agentview", "internal/backoff", "internal/certs",
+	"internal/dnsname", "internal/durable", "internal/gcpace", "internal/nodeid",
+	"internal/pace", "status", "status/tablefile", "wire", "zones",
+}
+
 func TestImportRules(t *testing.T) {
 	out, err := exec.Command("go", "list", "-json", "github.com/cairn-sd/cairn/...").Output()
 	if err != nil {
@@ -156,6 +167,13 @@ func TestImportRules(t *testing.T) {
 			for _, dep := range p.Deps {
 				if dep == r.banned || strings.HasPrefix(dep, r.banned+"/") {
 					t.Errorf("%s depends on %s: %s", p.ImportPath, dep, r.why)
+				}
+			}
+		}
+		if rel == "cmd/cairn-agent" {
+			for _, dep := range p.Deps {
+				if d, ok := strings.CutPrefix(dep, mod+"/"); ok && !slices.Contains(leanAgentLinks, d) {
+					t.Errorf("cairn-agent depends on %s, which is not in leanAgentLinks: the lean agent links only what the agent runs (docs/decisions.md, \"A lean agent binary\")", dep)
 				}
 			}
 		}

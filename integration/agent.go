@@ -17,7 +17,7 @@ import (
 	"time"
 )
 
-// Files of an agent's data dir (cmd.AgentAddrsFile, cmd.AgentViewsFile;
+// Files of an agent's data dir (agentcmd.AddrsFile, agentcmd.ViewsFile;
 // not imported, as for addrsFile).
 const (
 	agentAddrsFile = "agent-addrs.json"
