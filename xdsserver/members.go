@@ -91,18 +91,24 @@ func (l localities) fold(p place) place {
 // table's localities.
 func (h *hub) scan(t *status.Table) {
 	fps := make(map[uint32]uint64, len(h.common))
-	l := localities{pairs: map[place]bool{}, regions: map[string]bool{}}
+	// The localities by id first: a table has a handful, its members
+	// thousands, and a name is hashed once per locality, not per member.
+	ids := map[[2]uint16]bool{}
 	_ = services(t, func(id uint32, svc status.ServiceInfo) error {
 		fps[id] = h.membersFP(t, id, svc)
 		for _, slot := range t.Members(id) {
 			e := t.Entry(int(slot))
-			l.pairs[place{region: t.Locality(e.Region), zone: t.Locality(e.Zone)}] = true
-			if e.Region != 0 {
-				l.regions[t.Locality(e.Region)] = true
-			}
+			ids[[2]uint16{e.Region, e.Zone}] = true
 		}
 		return nil
 	})
+	l := localities{pairs: make(map[place]bool, len(ids)), regions: map[string]bool{}}
+	for id := range ids {
+		l.pairs[place{region: t.Locality(id[0]), zone: t.Locality(id[1])}] = true
+		if id[0] != 0 {
+			l.regions[t.Locality(id[0])] = true
+		}
+	}
 	h.fps = fps
 	if !l.equal(h.locs) {
 		h.locs, h.rehome = l, true

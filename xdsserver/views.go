@@ -153,8 +153,13 @@ type hub struct {
 	views map[uint32]svcView
 	// clusters and listeners of the current table, shared by every place
 	clusters, listeners map[string]resource
-	places              map[place]*placeState
-	members             map[*member]struct{}
+	// dir is the directory the clusters and listeners were built from,
+	// all of them (nil after a service failed to build): a table with the
+	// same directory has the same definitions (status.Directory is
+	// immutable), such as a withdrawal published on commit.
+	dir     *status.Directory
+	places  map[place]*placeState
+	members map[*member]struct{}
 	// names holds, per type, the streams watching each name; wild the
 	// streams watching every name of the type. revWait holds the streams
 	// holding something back until their view's store revision reaches
@@ -216,7 +221,7 @@ func (h *hub) refreshLocked(t *status.Table) {
 		// subscribers spends its core on DNS), and build afresh for the
 		// first stream that comes. The table is followed all the same, or
 		// run would wake for it again at once.
-		h.table, h.clusters, h.listeners = t.Version(), nil, nil
+		h.table, h.clusters, h.listeners, h.dir = t.Version(), nil, nil, nil
 		return
 	}
 	common := h.follow(t)
@@ -251,6 +256,11 @@ func (h *hub) follow(t *status.Table) [numTypes]map[string]bool {
 // that changed, by type (nil for the other types).
 func (h *hub) refreshCommon(t *status.Table) (changed [numTypes]map[string]bool) {
 	h.table = t.Version()
+	dir := t.Directory()
+	if dir != nil && dir == h.dir && h.clusters != nil {
+		return changed // the same definitions: nothing to look at
+	}
+	h.dir = dir
 	seen := map[uint32]bool{}
 	rebuilt := h.clusters == nil
 	_ = services(t, func(id uint32, svc status.ServiceInfo) error {
@@ -263,6 +273,7 @@ func (h *hub) refreshCommon(t *status.Table) (changed [numTypes]map[string]bool)
 		c := svcCommon{fp: fp, clusters: map[string]resource{}, listeners: map[string]resource{}}
 		if err := buildCommon(svc, h.lrs, c.clusters, c.listeners); err != nil {
 			delete(h.common, id) // left out of this table; tried again at the next
+			h.dir = nil
 			return nil
 		}
 		stamp(c.clusters, t.Built())
@@ -351,8 +362,16 @@ func (h *hub) refreshPlace(t *status.Table, ps *placeState) (map[string]bool, er
 		}
 	}
 	var changed map[string]bool
-	eds, dropped := map[string]resource{}, 0
+	var eds map[string]resource
+	dropped := 0
 	if rebuilt {
+		// Sized as the last view's: grown from empty, a map of every
+		// assignment is rehashed several times at each table.
+		n := 0
+		if ps.view != nil {
+			n = len(ps.view.res[endpointIdx])
+		}
+		eds = make(map[string]resource, n)
 		for _, a := range ps.assign {
 			dropped += a.dropped
 			maps.Copy(eds, a.res)

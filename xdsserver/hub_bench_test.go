@@ -1,0 +1,92 @@
+package xdsserver
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/status/statustest"
+)
+
+// benchServices is bench/cmd/xdsload's steady layout: n services of
+// per endpoints each, one gRPC port.
+func benchServices(n, per int) []statustest.Service {
+	svcs := make([]statustest.Service, n)
+	for i := range svcs {
+		s := statustest.Service{ServiceInfo: status.ServiceInfo{Namespace: "bench", Name: fmt.Sprintf("s%03d", i),
+			Ports: []status.Port{{Name: "grpc", Number: 1, Protocol: "tcp"}}}}
+		for j := range per {
+			in := statustest.Ready(fmt.Sprintf("s%03d-%d", i, j), fmt.Sprintf("10.%d.%d.%d", i/250, i%250, j+1))
+			in.Ports = map[string]uint16{"grpc": 80}
+			s.Instances = append(s.Instances, in)
+		}
+		svcs[i] = s
+	}
+	return svcs
+}
+
+// flipOnCommit publishes what publish does for a withdrawal on commit
+// (publishWithdrawals): the current table, its directory, with the entry
+// in slot out of rotation, or back in if it was out (which publish
+// leaves to a build; the hub cannot tell).
+func flipOnCommit(tb testing.TB, pub *status.Publisher, slot int) {
+	tb.Helper()
+	cur := pub.Acquire()
+	defer cur.Release()
+	_, err := pub.Build(func(b *status.Builder) error {
+		es := b.Entries()
+		for k := range es {
+			es[k] = cur.Entry(k)
+		}
+		e := &es[slot]
+		if e.Flags.Has(status.Eligible) {
+			e.Flags &^= status.Eligible
+			e.Weight = 0
+		} else {
+			e.Flags |= status.Eligible
+			e.Weight = 100
+		}
+		b.SetStoreRevision(cur.StoreRevision() + 1)
+		return nil
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// BenchmarkHubRefreshOneWithdrawal is the hub's work for one withdrawal
+// published on commit, in bench/cmd/xdsload's steady layout at 2,000
+// streams: 400 services of 8 endpoints, one place, each stream watching
+// 10 services' assignments (50 woken a change).
+//
+//	go test -run '^$' -bench HubRefreshOneWithdrawal -benchtime 3000x -count 3 ./xdsserver/
+func BenchmarkHubRefreshOneWithdrawal(b *testing.B) {
+	const nsvc = 400
+	tb := statustest.New(b, nsvc*8*2)
+	tb.Publish(b, benchServices(nsvc, 8)...)
+	m, _ := newMetrics(nil)
+	h := newHub(tb.Publisher, m)
+	for k := range 2000 {
+		mem, err := h.join(place{}, newSignal(), false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var names []string
+		for j := range 10 {
+			names = append(names, fmt.Sprintf("s%03d.bench:grpc", (k*10+j)%nsvc))
+		}
+		h.watch(mem, endpointIdx, false, names, nil)
+	}
+	h.refresh()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		t := tb.Publisher.Acquire()
+		slot := int(t.Members(uint32(1 + i%nsvc))[0])
+		t.Release()
+		flipOnCommit(b, tb.Publisher, slot)
+		b.StartTimer()
+		h.refresh()
+	}
+}
