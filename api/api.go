@@ -286,8 +286,8 @@ func (s *Server) routes() {
 	}
 	m.HandleFunc("POST /v1/apply", s.write("apply", s.apply))
 	m.HandleFunc("GET /v1/services", s.read("services", s.listServices))
-	m.HandleFunc("GET /v1/services/{ns}/{svc}", s.read("service", s.getService))
-	m.HandleFunc("GET /v1/services/{ns}/{svc}/endpoints", s.read("endpoints", s.endpoints))
+	m.HandleFunc("GET /v1/services/{ns}/{svc}", s.consistentRead("service", s.getService))
+	m.HandleFunc("GET /v1/services/{ns}/{svc}/endpoints", s.consistentRead("endpoints", s.endpoints))
 	m.HandleFunc("GET /v1/services/{ns}/{svc}/subscribers", s.read("subscribers", s.subscribers))
 	m.HandleFunc("GET /v1/services/{ns}/{svc}/events", s.read("events", s.events))
 	m.HandleFunc("GET /v1/services/{ns}/{svc}/rollout", s.read("rollout", s.rollout))
@@ -339,6 +339,46 @@ func (s *Server) read(route string, h handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id, err := s.authenticate(r)
 		if err != nil {
+			s.writeError(w, r, route, err)
+			return
+		}
+		s.finish(w, r, route, id, h)
+	}
+}
+
+// consistentRead wraps a read route that takes ?consistent=true: such a
+// read is answered by the leader (a follower forwards it, as it does a
+// write) once it has confirmed with a quorum that it still leads
+// (store.VerifyRead), so that it sees every write acknowledged before it
+// was sent; 503 no_leader when that cannot be confirmed. Without it, or
+// with any other value, the node answers from its own replica at once,
+// as every read does.
+func (s *Server) consistentRead(route string, h handler) http.HandlerFunc {
+	plain := s.read(route, h)
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("consistent") != "true" {
+			plain(w, r)
+			return
+		}
+		if s.cfg.Peer != nil && r.Header.Get(forwardedHeader) != "" {
+			if err := s.cfg.Peer(r); err != nil {
+				s.log.Warn("refused a server-to-server call", "route", route, "remote", r.RemoteAddr, "err", err)
+				s.writeError(w, r, route, fmt.Errorf("a forwarded read is a call between servers, and %v: %w", err, acl.ErrDenied))
+				return
+			}
+		}
+		id, err := s.authenticate(r)
+		if !s.cfg.Store.IsLeader() && (err == nil || errors.Is(err, acl.ErrUnknownToken)) {
+			s.forward(w, r, route)
+			return
+		}
+		if err != nil {
+			s.writeError(w, r, route, err)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WriteTimeout)
+		defer cancel()
+		if err := s.cfg.Store.VerifyRead(ctx); err != nil {
 			s.writeError(w, r, route, err)
 			return
 		}

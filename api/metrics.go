@@ -24,7 +24,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"reason"}),
 		forwarded: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "cairn", Subsystem: "api", Name: "forwarded_writes_total",
-			Help: "Writes this follower forwarded to the leader.",
+			Help: "Writes, and consistent reads, this follower forwarded to the leader.",
 		}),
 		unaudited: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "cairn", Subsystem: "api", Name: "unaudited_refusals_total",
