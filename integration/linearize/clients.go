@@ -273,20 +273,32 @@ func (c Conn) ReadAll(ctx context.Context, rec *Recorder, client int, node strin
 	if err := json.Unmarshal(raw, &eps); err != nil {
 		return nil, false, fmt.Errorf("endpoints via %s: %v", node, err)
 	}
-	got := map[string]Output{}
-	for _, ep := range eps {
-		got[ep.ID] = Output{Result: OK, Inc: ep.Incarnation, Lifecycle: ep.Lifecycle}
-	}
+	got := firstOf(eps)
 	out := map[string]Output{}
 	for i, k := range keys {
-		o, ok := got[k]
-		if !ok {
-			o = Output{Result: OK}
+		o := Output{Result: OK}
+		if ep, ok := got[k]; ok {
+			o.Inc, o.Lifecycle = ep.Incarnation, ep.Lifecycle
 		}
 		out[k] = o
 		calls[i].End(o, node+" 200")
 	}
 	return out, true, nil
+}
+
+// firstOf maps each instance id to its first endpoint in eps: the
+// endpoints view lists the store's records first, then what only the
+// node's status table still holds (an incarnation the store has moved
+// past, a moment before the next table), which a read of the store must
+// not take for its state.
+func firstOf(eps []instanceJSON) map[string]instanceJSON {
+	m := make(map[string]instanceJSON, len(eps))
+	for _, ep := range eps {
+		if _, ok := m[ep.ID]; !ok {
+			m[ep.ID] = ep
+		}
+	}
+	return m
 }
 
 type instanceJSON struct {
@@ -312,10 +324,8 @@ func answer(in Input, code int, body []byte) (out Output, ok bool, err error) {
 			return out, false, fmt.Errorf("endpoints: %v", err)
 		}
 		out.Result = OK
-		for _, ep := range eps {
-			if ep.ID == in.Key {
-				out.Inc, out.Lifecycle = ep.Incarnation, ep.Lifecycle
-			}
+		if ep, ok := firstOf(eps)[in.Key]; ok {
+			out.Inc, out.Lifecycle = ep.Incarnation, ep.Lifecycle
 		}
 		return out, true, nil
 	case in.Kind != Read && (code == http.StatusOK || code == http.StatusCreated):
