@@ -39,6 +39,9 @@ type ClientsConfig struct {
 	// Timeout bounds one request; defaults to 2s. A request without an
 	// answer by then is of unknown outcome.
 	Timeout time.Duration
+	// Backoff is a client's pause after an answer of unknown outcome (a
+	// 503, none); defaults to 200ms.
+	Backoff time.Duration
 	// Seed seeds the clients' choices.
 	Seed uint64
 }
@@ -69,6 +72,9 @@ func StartClients(ctx context.Context, cfg ClientsConfig, rec *Recorder) *Client
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 2 * time.Second
+	}
+	if cfg.Backoff == 0 {
+		cfg.Backoff = 200 * time.Millisecond
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	c := &Clients{cfg: cfg, rec: rec, cancel: cancel}
@@ -173,6 +179,16 @@ func (c *Clients) one(ctx context.Context, cl *client) {
 	}
 	if out.Inc != 0 {
 		cl.inc[key] = out.Inc
+	}
+	if out.Result == Unknown {
+		// Back off as a real client does (the CLI retries a 503 after a
+		// pause): besides, every operation of unknown outcome stays open
+		// to the end of the history, and the check's cost grows with how
+		// many are open at once.
+		select {
+		case <-ctx.Done():
+		case <-time.After(c.cfg.Backoff):
+		}
 	}
 }
 

@@ -52,6 +52,13 @@ func (c *Call) End(out Output, note string) {
 		ret = c.at + 1
 	}
 	if out.Result == Unknown {
+		if c.in.Kind == Renew || c.in.Kind == Read {
+			// A renewal changes nothing the model sees (the lease is
+			// the leader's, outside it), and a read nothing at all: of
+			// unknown outcome, either adds nothing to check, and would
+			// only stay open to the end of the history.
+			return
+		}
 		ret = -1 // set by History
 	}
 	c.r.mu.Lock()

@@ -147,6 +147,8 @@ func TestRecorderUnknownCompletesLast(t *testing.T) {
 	c2.End(ans(Created, 4, "ready"), "n1 201")
 	c3 := r.Begin(1, read("a"))
 	c3.End(ans(OK, 4, "ready"), "n2 200")
+	// An unknown renewal is not kept: it changes nothing the model sees.
+	r.Begin(2, mut(Renew, "a", 4)).End(Output{}, "timeout")
 	h := r.History()
 	if len(h) != 3 {
 		t.Fatalf("%d operations", len(h))
