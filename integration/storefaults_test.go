@@ -42,11 +42,13 @@ func sized[T any](short, full T) T {
 
 // linService is the service the clients work on: a drain window and a
 // lease TTL longer than any run, and a disruption budget that refuses no
-// drain, so that only the clients move an instance's lifecycle.
+// drain, so that only the clients move an instance's lifecycle; no check,
+// so that its instances are in DNS answers as registered.
 const linService = `namespace: shop
 name: lin
 ports: [{name: http, number: 8080, protocol: tcp}]
-policy: {drain_window: 1h, lease_ttl: 10m, max_unavailable: "100%"}
+capability: {readiness: none}
+policy: {drain_window: 1h, lease_ttl: 10m, max_unavailable: "100%", slow_start: 1ms}
 `
 
 const linNS, linSvc = "shop", "lin"
@@ -358,7 +360,7 @@ func TestStoreLeaderIsolatedHistory(t *testing.T) {
 // rawRegister sends a registration of a fresh instance straight to n and
 // returns the status and body.
 func rawRegister(ctx context.Context, conn linearize.Conn, n *Node, id string) (int, string, error) {
-	body := fmt.Sprintf(`{"instance_id": %q, "addresses": ["10.78.0.1"]}`, id)
+	body := fmt.Sprintf(`{"instance_id": %q, "addresses": ["10.78.0.1"], "ports": {"http": 8080}}`, id)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, n.URL()+"/v1/services/"+linNS+"/"+linSvc+"/instances", strings.NewReader(body))
 	if err != nil {
 		return 0, "", err

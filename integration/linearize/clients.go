@@ -197,6 +197,9 @@ type Conn struct {
 	HTTP               *http.Client
 	Token              string
 	Namespace, Service string
+	// Port is the name of the service's port a registration gives 8080;
+	// defaults to "http".
+	Port string
 }
 
 // Do sends in to node (its base URL) and records it in rec as client: a
@@ -204,13 +207,17 @@ type Conn struct {
 // taken effect (a node that refused the connection, a failed read) is
 // not recorded. err is an answer the model has no place for.
 func (c Conn) Do(ctx context.Context, rec *Recorder, client int, node string, in Input, addr string) (Output, error) {
+	if c.Port == "" {
+		c.Port = "http"
+	}
 	base := fmt.Sprintf("%s/v1/services/%s/%s", node, url.PathEscape(c.Namespace), url.PathEscape(c.Service))
 	method, path := http.MethodPost, fmt.Sprintf("%s/instances/%s/%s", base, url.PathEscape(in.Key), in.Kind)
 	var body any = map[string]any{"incarnation": in.Inc}
 	switch in.Kind {
 	case Register:
 		path = base + "/instances"
-		body = map[string]any{"instance_id": in.Key, "addresses": []string{addr}, "registration_id": in.RegID}
+		body = map[string]any{"instance_id": in.Key, "addresses": []string{addr}, "ports": map[string]int{c.Port: 8080},
+			"registration_id": in.RegID}
 	case Read:
 		method, path, body = http.MethodGet, base+"/endpoints?all=true&consistent=true", nil
 	}
