@@ -76,14 +76,22 @@ func burstRound(ctx context.Context, t *testing.T, c *Cluster, rec *linearize.Re
 					mu.Unlock()
 					return
 				}
-				if out.Result == linearize.Created {
-					mu.Lock()
-					incs[key] = out.Inc
-					if len(incs) >= 150 {
-						once.Do(func() { close(enough) })
+				if out.Result != linearize.Created {
+					// Refused, no answer or 503: a short pause, as a
+					// registrar's retry makes, not a tight loop on a
+					// node that is down.
+					select {
+					case <-bctx.Done():
+					case <-time.After(50 * time.Millisecond):
 					}
-					mu.Unlock()
+					continue
 				}
+				mu.Lock()
+				incs[key] = out.Inc
+				if len(incs) >= 150 {
+					once.Do(func() { close(enough) })
+				}
+				mu.Unlock()
 			}
 		}()
 	}
@@ -110,7 +118,9 @@ func burstRound(ctx context.Context, t *testing.T, c *Cluster, rec *linearize.Re
 		go func() { defer kw.Done(); _ = n.Kill() }()
 	}
 	kw.Wait()
+	mu.Lock()
 	t.Logf("round %d: killed %d node(s) with %d registrations acknowledged", round+1, len(killed), len(incs))
+	mu.Unlock()
 	killedAt := time.Now()
 	for time.Since(killedAt) < 500*time.Millisecond && bctx.Err() == nil {
 		time.Sleep(50 * time.Millisecond) // the burst goes on for half a second after the kill; not a wait for a condition

@@ -376,9 +376,14 @@ func rawRegister(ctx context.Context, conn linearize.Conn, n *Node, id string) (
 }
 
 // answers reports an error unless n's DNS server answers name's SRV
-// records with at least one.
+// records with at least one, over UDP, or over TCP when the UDP answer
+// is truncated (as a stub resolver does: a server with cookies on
+// truncates a large answer to a query without one).
 func answers(n *Node, name string) error {
 	r, err := exchange("udp", n.DNSAddr, name, dns.TypeSRV, false)
+	if err == nil && r.Truncated {
+		r, err = exchange("tcp", n.DNSAddr, name, dns.TypeSRV, false)
+	}
 	if err != nil {
 		return err
 	}
