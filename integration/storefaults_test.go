@@ -129,6 +129,9 @@ func startLin(ctx context.Context, c *Cluster, token string, rec *linearize.Reco
 	return linearize.StartClients(ctx, linearize.ClientsConfig{
 		URLs: nodeURLs(c), Token: token, Namespace: linNS, Service: linSvc,
 		Keys: linKeys(8), Clients: clients, Seed: uint64(time.Now().UnixNano()),
+		// CAIRN_STORE_READS=local: ordinary reads, a control that the
+		// check finds the stale reads they make (the tests then fail).
+		LocalReads: os.Getenv("CAIRN_STORE_READS") == "local",
 	}, rec)
 }
 

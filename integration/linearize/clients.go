@@ -39,6 +39,10 @@ type ClientsConfig struct {
 	// Timeout bounds one request; defaults to 2s. A request without an
 	// answer by then is of unknown outcome.
 	Timeout time.Duration
+	// LocalReads makes the reads ordinary ones, answered by the node
+	// asked from its own replica (no ?consistent=true): not
+	// linearizable, a control that the check can fail.
+	LocalReads bool
 	// Backoff is a client's pause after an answer of unknown outcome (a
 	// 503, none); defaults to 200ms.
 	Backoff time.Duration
@@ -171,7 +175,7 @@ func (c *Clients) one(ctx context.Context, cl *client) {
 		}
 		in = Input{Kind: kind, Key: key, Inc: inc}
 	}
-	conn := Conn{HTTP: cl.hc, Token: c.cfg.Token, Namespace: c.cfg.Namespace, Service: c.cfg.Service}
+	conn := Conn{HTTP: cl.hc, Token: c.cfg.Token, Namespace: c.cfg.Namespace, Service: c.cfg.Service, LocalReads: c.cfg.LocalReads}
 	out, err := conn.Do(ctx, c.rec, cl.id, node, in, Address(ki))
 	if err != nil {
 		c.fail(fmt.Errorf("client %d: %w", cl.id, err))
@@ -200,6 +204,8 @@ type Conn struct {
 	// Port is the name of the service's port a registration gives 8080;
 	// defaults to "http".
 	Port string
+	// LocalReads: see ClientsConfig.
+	LocalReads bool
 }
 
 // Do sends in to node (its base URL) and records it in rec as client: a
@@ -220,6 +226,9 @@ func (c Conn) Do(ctx context.Context, rec *Recorder, client int, node string, in
 			"registration_id": in.RegID}
 	case Read:
 		method, path, body = http.MethodGet, base+"/endpoints?all=true&consistent=true", nil
+		if c.LocalReads {
+			path = base + "/endpoints?all=true"
+		}
 	}
 	var rd io.Reader
 	if body != nil {
