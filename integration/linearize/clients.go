@@ -350,6 +350,11 @@ func answer(in Input, code int, body []byte) (out Output, ok bool, err error) {
 	case code == http.StatusServiceUnavailable:
 		// no_leader: "the write may or may not have committed".
 		return Output{}, in.Kind != Read, nil
+	case in.Kind == Read && code == http.StatusNotFound:
+		// The service unknown to the replica read: it holds no
+		// instance either (the service is applied before any client
+		// starts, so the model finds such a read stale).
+		return Output{Result: OK}, true, nil
 	case in.Kind == Read && code == http.StatusOK:
 		var eps []instanceJSON
 		if err := json.Unmarshal(body, &eps); err != nil {

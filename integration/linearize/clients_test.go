@@ -28,6 +28,7 @@ func TestAnswer(t *testing.T) {
 		{"503 read: not recorded", rd, http.StatusServiceUnavailable, `{"error": "x", "code": "no_leader"}`, Output{}, false, false},
 		{"read finds it", rd, http.StatusOK, `[{"instance_id": "b", "incarnation": 9, "lifecycle": "ready"}, ` + inst + `]`, Output{OK, 3, "ready"}, true, false},
 		{"read takes the store's record, listed first", rd, http.StatusOK, `[` + inst + `, {"instance_id": "a", "incarnation": 2, "lifecycle": "ready"}]`, Output{OK, 3, "ready"}, true, false},
+		{"a read of a replica without the service finds none", rd, http.StatusNotFound, `{"error": "x", "code": "not_found"}`, Output{Result: OK}, true, false},
 		{"read finds none", rd, http.StatusOK, `[{"instance_id": "b", "incarnation": 9, "lifecycle": "ready"}]`, Output{Result: OK}, true, false},
 		{"another conflict is outside the model", reg, http.StatusConflict, `{"error": "x", "code": "conflict"}`, Output{}, false, true},
 		{"a budget refusal is outside the model", drain, http.StatusTooManyRequests, `{"error": "x", "code": "disruption_budget"}`, Output{}, false, true},
