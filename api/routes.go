@@ -129,7 +129,7 @@ func (s *Server) getService(w http.ResponseWriter, r *http.Request, id acl.Ident
 	if err != nil {
 		return 0, nil, err
 	}
-	d := wire.ServiceDetail{Definition: svc, View: s.view(svc.Namespace, svc.Name, false)}
+	d := wire.ServiceDetail{Definition: svc, View: s.view(svc.Namespace, svc.Name, false, consistent(r))}
 	if b, ok := s.cfg.Store.Budget(svc.Namespace, svc.Name); ok {
 		d.Budget = &b
 	}
@@ -142,8 +142,12 @@ func (s *Server) endpoints(w http.ResponseWriter, r *http.Request, id acl.Identi
 		return 0, nil, err
 	}
 	all := r.URL.Query().Get("all") == "true"
-	return http.StatusOK, s.view(svc.Namespace, svc.Name, all).Endpoints, nil
+	return http.StatusOK, s.view(svc.Namespace, svc.Name, all, consistent(r)).Endpoints, nil
 }
+
+// consistent reports whether r asks for a linearizable read, which lists
+// the store's instances only (see view).
+func consistent(r *http.Request) bool { return r.URL.Query().Get("consistent") == "true" }
 
 // subscribers is which revision of the service's assignments this
 // server's xDS subscribers hold: who is behind.

@@ -218,8 +218,11 @@ func tableOnly(p served, slot int, ent cstatus.Entry, restored bool) wire.Endpoi
 // view is a service's view as this node serves it: the store's instances
 // (terminated ones too with all), each with what one status table
 // serves of it, and the table's entries of the service the store does
-// not hold.
-func (s *Server) view(ns, svc string, all bool) wire.View {
+// not hold, unless storeOnly: a consistent read answers for the store,
+// and a table's row of an older incarnation (or of a replica that has
+// not caught up) would put beside the linearizable one an instance the
+// store no longer holds.
+func (s *Server) view(ns, svc string, all, storeOnly bool) wire.View {
 	now := s.cfg.Now()
 	p := s.acquire()
 	defer p.release()
@@ -244,7 +247,7 @@ func (s *Server) view(ns, svc string, all bool) wire.View {
 			v.Evacuations = append(v.Evacuations, evacuationView(ev, now))
 		}
 	}
-	if p.t == nil {
+	if p.t == nil || storeOnly {
 		return v
 	}
 	if id, ok := p.t.Directory().ServiceID(strings.ToLower(svc + "." + ns)); ok {

@@ -177,4 +177,19 @@ func TestEndpointsShowTheTableKeptOnDisk(t *testing.T) {
 		ep.Ports["http"] != 8080 || len(ep.Reasons) == 0 || !strings.Contains(ep.Reasons[0], "kept on disk") {
 		t.Errorf("s-1 from the kept table: %+v; want in the table, eligible, weight 10, z1, 10.0.2.1, http 8080, saying it is the kept table", ep)
 	}
+	// A consistent read answers for the store alone: the kept table's row
+	// of an instance the store does not hold is not in it.
+	for _, path := range []string{svcPath("shop", "slow") + "/endpoints?all=true&consistent=true", svcPath("shop", "slow") + "?consistent=true"} {
+		r := after.call(t, http.MethodGet, path, "", "")
+		wantStatus(t, r, http.StatusOK)
+		var eps []wire.Endpoint
+		if strings.Contains(path, "/endpoints") {
+			eps = decodeAs[[]wire.Endpoint](t, r)
+		} else {
+			eps = decodeAs[wire.ServiceDetail](t, r).View.Endpoints
+		}
+		if len(eps) != 0 {
+			t.Errorf("consistent read %s: %+v; want no endpoint (the store holds none)", path, eps)
+		}
+	}
 }

@@ -17,7 +17,12 @@ import (
 // every acknowledged write. Otherwise it returns ErrNotLeader or
 // ErrNoLeader: the caller forwards the read to the leader, or answers
 // 503. Renewals are the exception: the leader serves them from memory
-// and the deadline it answers with is its own (Renew).
+// and the deadline it answers with is its own (Renew). Two assumptions
+// (docs/decisions.md): raft's VerifyLeader may count a follower's answer
+// to a message sent before the call, so a reply delayed across a whole
+// election could confirm a deposed leader; and renewals and the refusals
+// decided before a proposal (fenced, not found) skip the round, relying
+// on raft's leader lease to step a cut-off leader down first.
 func (s *Store) VerifyRead(ctx context.Context) error {
 	if !s.LeaderReady() {
 		return s.notReady()
