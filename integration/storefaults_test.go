@@ -293,6 +293,29 @@ func TestStoreLeaderIsolatedHistory(t *testing.T) {
 	cutAt := time.Now()
 	t.Logf("cut %s off from the other servers", leader.ID)
 	conn := linearize.Conn{HTTP: &http.Client{Timeout: 3 * time.Second}, Token: admin, Namespace: linNS, Service: linSvc}
+	// The majority accepts writes: a registration sent to its nodes in
+	// turn (the writer, which waits out its timeout on the cut-off node
+	// as well, would measure itself), from the cut until one is taken,
+	// beside the minority's probe below rather than after it.
+	var majorityAfter time.Duration
+	majority := make(chan error, 1)
+	go func() {
+		quick := linearize.Conn{HTTP: &http.Client{Timeout: time.Second}, Token: admin}
+		tries := 0
+		majority <- Poll(20*time.Second, 50*time.Millisecond, func() error {
+			var n *Node
+			for n == nil || n == leader {
+				n = c.Nodes[tries%len(c.Nodes)]
+				tries++
+			}
+			code, body, err := rawRegister(ctx, quick, n, fmt.Sprintf("majority-%d", tries))
+			if err != nil || code >= 300 {
+				return fmt.Errorf("%s: %d %s %v", n.ID, code, body, err)
+			}
+			majorityAfter = time.Since(cutAt)
+			return nil
+		})
+	}()
 	// The minority refuses writes: once it has stepped down, at once,
 	// with 503 no_leader. (Before that, a write may wait for the commit
 	// it cannot get; that ends in 503 too.)
@@ -309,25 +332,9 @@ func TestStoreLeaderIsolatedHistory(t *testing.T) {
 		refusedAfter, refusal = time.Since(cutAt), strings.Join(strings.Fields(body), " ")
 		return nil
 	})
-	// The majority accepts writes: a registration sent to its nodes in
-	// turn (the writer, which waits out its timeout on the cut-off node
-	// as well, would measure itself), from the cut until one is taken.
-	var majorityAfter time.Duration
-	quick := linearize.Conn{HTTP: &http.Client{Timeout: time.Second}, Token: admin}
-	tries := 0
-	Eventually(t, 20*time.Second, func() error {
-		var n *Node
-		for n == nil || n == leader {
-			n = c.Nodes[tries%len(c.Nodes)]
-			tries++
-		}
-		code, body, err := rawRegister(ctx, quick, n, fmt.Sprintf("majority-%d", tries))
-		if err != nil || code >= 300 {
-			return fmt.Errorf("%s: %d %s %v", n.ID, code, body, err)
-		}
-		majorityAfter = time.Since(cutAt)
-		return nil
-	})
+	if err := <-majority; err != nil {
+		t.Fatalf("the majority accepted no write in 20 s after the cut: %v", err)
+	}
 	// For the rest of the cut: the minority refuses every write and
 	// answers DNS; the majority's writes go on.
 	acksAtCut := len(w.Acks())
