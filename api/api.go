@@ -360,20 +360,8 @@ func (s *Server) consistentRead(route string, h handler) http.HandlerFunc {
 			plain(w, r)
 			return
 		}
-		if s.cfg.Peer != nil && r.Header.Get(forwardedHeader) != "" {
-			if err := s.cfg.Peer(r); err != nil {
-				s.log.Warn("refused a server-to-server call", "route", route, "remote", r.RemoteAddr, "err", err)
-				s.writeError(w, r, route, fmt.Errorf("a forwarded read is a call between servers, and %v: %w", err, acl.ErrDenied))
-				return
-			}
-		}
-		id, err := s.authenticate(r)
-		if !s.cfg.Store.IsLeader() && (err == nil || errors.Is(err, acl.ErrUnknownToken)) {
-			s.forward(w, r, route)
-			return
-		}
-		if err != nil {
-			s.writeError(w, r, route, err)
+		id, ok := s.leaderOnly(w, r, route, false, "a forwarded read")
+		if !ok {
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.WriteTimeout)
@@ -399,22 +387,8 @@ func (s *Server) writeLimit(route string, limit int64, h handler) http.HandlerFu
 	}
 	peerOnly := peerRoute(route)
 	return func(w http.ResponseWriter, r *http.Request) {
-		if s.cfg.Peer != nil && (peerOnly || r.Header.Get(forwardedHeader) != "") {
-			if err := s.cfg.Peer(r); err != nil {
-				s.log.Warn("refused a server-to-server call", "route", route, "remote", r.RemoteAddr, "err", err)
-				s.writeError(w, r, route, fmt.Errorf("%s is a call between servers, and %v: %w", route, err, acl.ErrDenied))
-				return
-			}
-		}
-		id, err := s.authenticate(r)
-		if !s.cfg.Store.IsLeader() && (err == nil || errors.Is(err, acl.ErrUnknownToken)) {
-			// A token this follower does not know yet (created moments ago
-			// on the leader) is the leader's to judge.
-			s.forward(w, r, route)
-			return
-		}
-		if err != nil {
-			s.writeError(w, r, route, err)
+		id, ok := s.leaderOnly(w, r, route, peerOnly, route)
+		if !ok {
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, limit)
@@ -422,6 +396,34 @@ func (s *Server) writeLimit(route string, limit int64, h handler) http.HandlerFu
 		defer cancel()
 		s.finish(w, r.WithContext(ctx), route, id, h)
 	}
+}
+
+// leaderOnly is the start of a request only the leader answers (a write,
+// a consistent read): a call between servers (peerOnly, or one a
+// follower forwarded) must come from a peer; a follower forwards the
+// request to the leader, the answer written; the leader authenticates
+// it. ok is false when the request has been answered. what names the
+// request in a refusal.
+func (s *Server) leaderOnly(w http.ResponseWriter, r *http.Request, route string, peerOnly bool, what string) (acl.Identity, bool) {
+	if s.cfg.Peer != nil && (peerOnly || r.Header.Get(forwardedHeader) != "") {
+		if err := s.cfg.Peer(r); err != nil {
+			s.log.Warn("refused a server-to-server call", "route", route, "remote", r.RemoteAddr, "err", err)
+			s.writeError(w, r, route, fmt.Errorf("%s is a call between servers, and %v: %w", what, err, acl.ErrDenied))
+			return acl.Identity{}, false
+		}
+	}
+	id, err := s.authenticate(r)
+	if !s.cfg.Store.IsLeader() && (err == nil || errors.Is(err, acl.ErrUnknownToken)) {
+		// A token this follower does not know yet (created moments ago
+		// on the leader) is the leader's to judge.
+		s.forward(w, r, route)
+		return acl.Identity{}, false
+	}
+	if err != nil {
+		s.writeError(w, r, route, err)
+		return acl.Identity{}, false
+	}
+	return id, true
 }
 
 func (s *Server) finish(w http.ResponseWriter, r *http.Request, route string, id acl.Identity, h handler) {
