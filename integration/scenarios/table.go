@@ -1,0 +1,148 @@
+// Package scenarios runs the seed's experiments on a simulated region of
+// real processes: cairn servers, agents, Envoys, a fleet of instances as
+// real listeners, and synthetic callers. Each scenario measures its
+// figures, prints them as a table beside their budgets and fails on a
+// miss; `make scenarios` runs them at full size (CAIRN_SCENARIOS=full)
+// and writes docs/scenarios/REPORT.md from what they record
+// (CAIRN_SCENARIO_OUT). `make test` runs a short version of each.
+package scenarios
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"text/tabwriter"
+	"time"
+)
+
+// Environment variables of the scenarios.
+const (
+	// EnvSize set to "full" runs every scenario at the seed's size; unset,
+	// at the short size of make test.
+	EnvSize = "CAIRN_SCENARIOS"
+	// EnvOut names a directory each scenario writes its Result to, as
+	// <name>.json, for the report (go run ./integration/scenarios/report).
+	EnvOut = "CAIRN_SCENARIO_OUT"
+)
+
+// Full reports whether the scenarios run at full size.
+func Full() bool { return os.Getenv(EnvSize) == "full" }
+
+// Row is one figure of a scenario beside its budget.
+type Row struct {
+	Figure string `json:"figure"`
+	Budget string `json:"budget"`
+	Value  string `json:"value"`
+	Pass   bool   `json:"pass"`
+}
+
+// Point is one sample of a timeline: seconds since the scenario's start,
+// and a value.
+type Point struct {
+	T float64 `json:"t"`
+	V float64 `json:"v"`
+}
+
+// Series is one line of a timeline, as one population saw it.
+type Series struct {
+	Name   string  `json:"name"`
+	Points []Point `json:"points"`
+}
+
+// Timeline is one chart of the report.
+type Timeline struct {
+	Title  string   `json:"title"`
+	YLabel string   `json:"y_label"`
+	Series []Series `json:"series"`
+	// Marks are labelled instants (the fault, the heal), in seconds.
+	Marks []Mark `json:"marks,omitempty"`
+}
+
+// Mark is a labelled instant of a timeline.
+type Mark struct {
+	T     float64 `json:"t"`
+	Label string  `json:"label"`
+}
+
+// Result is what a scenario records: its table, its timelines and the
+// size it ran at.
+type Result struct {
+	Name      string     `json:"name"`
+	Title     string     `json:"title"`
+	Size      string     `json:"size"`
+	Started   time.Time  `json:"started"`
+	Duration  float64    `json:"duration_s"`
+	Rows      []Row      `json:"rows"`
+	Timelines []Timeline `json:"timelines,omitempty"`
+	Notes     []string   `json:"notes,omitempty"`
+}
+
+// NewResult starts the record of a scenario named name (a file name:
+// lower case, dashes) with a one-line title.
+func NewResult(name, title string) *Result {
+	size := "short"
+	if Full() {
+		size = "full"
+	}
+	return &Result{Name: name, Title: title, Size: size, Started: time.Now()}
+}
+
+// Add records a figure: its name, its budget and its value as the table
+// shows them, and whether it is within the budget.
+func (r *Result) Add(figure, budget, value string, pass bool) {
+	r.Rows = append(r.Rows, Row{Figure: figure, Budget: budget, Value: value, Pass: pass})
+}
+
+// Note adds a line of context below the table.
+func (r *Result) Note(format string, args ...any) {
+	r.Notes = append(r.Notes, fmt.Sprintf(format, args...))
+}
+
+// Table renders the rows as an aligned text table.
+func (r *Result) Table() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s (%s size)\n", r.Title, r.Size)
+	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "figure\tbudget\tvalue\tresult")
+	for _, row := range r.Rows {
+		verdict := "pass"
+		if !row.Pass {
+			verdict = "FAIL"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", row.Figure, row.Budget, row.Value, verdict)
+	}
+	w.Flush()
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "  %s\n", n)
+	}
+	return b.String()
+}
+
+// Report ends a scenario: it prints the table (to stdout, so that it
+// shows without -v too), writes the Result to EnvOut when that is set,
+// and fails t for every row over its budget.
+func (r *Result) Report(t testing.TB) {
+	t.Helper()
+	r.Duration = time.Since(r.Started).Seconds()
+	fmt.Println(r.Table())
+	if dir := os.Getenv(EnvOut); dir != "" {
+		b, err := json.MarshalIndent(r, "", " ")
+		if err == nil {
+			err = os.MkdirAll(dir, 0o755)
+		}
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, r.Name+".json"), b, 0o644)
+		}
+		if err != nil {
+			t.Errorf("writing the result of %s: %v", r.Name, err)
+		}
+	}
+	for _, row := range r.Rows {
+		if !row.Pass {
+			t.Errorf("%s: %s is %s; budget %s", r.Name, row.Figure, row.Value, row.Budget)
+		}
+	}
+}

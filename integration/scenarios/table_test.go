@@ -1,0 +1,37 @@
+package scenarios
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestResultReport: the table names every row with its verdict, and the
+// result written for the report reads back with its rows.
+func TestResultReport(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(EnvOut, dir)
+	r := NewResult("example", "An example")
+	r.Add("withdrawal p99", "< 5 s", "1.2 s", true)
+	r.Note("one run")
+	tab := r.Table()
+	for _, want := range []string{"An example (short size)", "withdrawal p99", "< 5 s", "1.2 s", "pass", "one run"} {
+		if !strings.Contains(tab, want) {
+			t.Errorf("table lacks %q:\n%s", want, tab)
+		}
+	}
+	r.Report(t)
+	b, err := os.ReadFile(filepath.Join(dir, "example.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got Result
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Rows) != 1 || got.Rows[0].Value != "1.2 s" || !got.Rows[0].Pass {
+		t.Errorf("result read back: %+v", got)
+	}
+}
