@@ -313,17 +313,47 @@ func (c *Client) Services(ctx context.Context) ([]wire.ServiceSummary, error) {
 	return out, err
 }
 
-// Service returns a definition and its view.
-func (c *Client) Service(ctx context.Context, ns, svc string) (wire.ServiceDetail, error) {
+// ReadOption changes how the server answers a read (Service,
+// Endpoints).
+type ReadOption func(url.Values)
+
+// Consistent asks for a linearizable read (?consistent=true): the server
+// asked forwards it to the leader, which answers once a quorum has
+// confirmed it still leads, so the answer holds every write acknowledged
+// before the read was sent. It lists the store's instances only; the
+// verdicts, weights and status table version in it are the leader's. A
+// leader that cannot confirm its leadership, or a node that knows no
+// leader, answers 503 no_leader, which the client retries as any 503.
+func Consistent() ReadOption { return func(q url.Values) { q.Set("consistent", "true") } }
+
+// readPath is path with the query opts ask for.
+func readPath(path string, opts []ReadOption) string {
+	if len(opts) == 0 {
+		return path
+	}
+	q := url.Values{}
+	for _, o := range opts {
+		o(q)
+	}
+	if len(q) == 0 {
+		return path
+	}
+	return path + "?" + q.Encode()
+}
+
+// Service returns a definition and its view; Consistent makes it a
+// linearizable read.
+func (c *Client) Service(ctx context.Context, ns, svc string, opts ...ReadOption) (wire.ServiceDetail, error) {
 	var out wire.ServiceDetail
-	err := c.json(ctx, http.MethodGet, svcPath(ns, svc), nil, &out)
+	err := c.json(ctx, http.MethodGet, readPath(svcPath(ns, svc), opts), nil, &out)
 	return out, err
 }
 
-// Endpoints lists a service's endpoints.
-func (c *Client) Endpoints(ctx context.Context, ns, svc string) ([]wire.Endpoint, error) {
+// Endpoints lists a service's endpoints; Consistent makes it a
+// linearizable read.
+func (c *Client) Endpoints(ctx context.Context, ns, svc string, opts ...ReadOption) ([]wire.Endpoint, error) {
 	var out []wire.Endpoint
-	err := c.json(ctx, http.MethodGet, svcPath(ns, svc)+"/endpoints", nil, &out)
+	err := c.json(ctx, http.MethodGet, readPath(svcPath(ns, svc)+"/endpoints", opts), nil, &out)
 	return out, err
 }
 

@@ -585,3 +585,62 @@ func TestTLSConfigShared(t *testing.T) {
 		t.Errorf("the caller's config was written to: NextProtos %v", tc.NextProtos)
 	}
 }
+
+// TestConsistentRead: Consistent sends ?consistent=true on Service and
+// Endpoints, and keeps it on the attempts a 503 retries; without it no
+// query is sent.
+func TestConsistentRead(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string // path?query of each request
+	n := 0
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.URL.Path+"?"+r.URL.RawQuery)
+		n++
+		first := n%2 == 1
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		if first { // every other request: no leader, retried
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, noLeader)
+			return
+		}
+		if strings.HasSuffix(r.URL.Path, "/endpoints") {
+			_, _ = io.WriteString(w, `[{"instance_id": "web-1", "incarnation": 3}]`)
+			return
+		}
+		_, _ = io.WriteString(w, `{"namespace": "shop", "name": "web"}`)
+	}))
+	defer ts.Close()
+	c, err := client.New(ts.URL, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	client.StretchBackoff(c, time.Millisecond)
+	ctx := t.Context()
+	eps, err := c.Endpoints(ctx, "shop", "web", client.Consistent())
+	if err != nil || len(eps) != 1 || eps[0].Incarnation != 3 {
+		t.Fatalf("Endpoints(Consistent): %+v, %v", eps, err)
+	}
+	if _, err := c.Service(ctx, "shop", "web", client.Consistent()); err != nil {
+		t.Fatalf("Service(Consistent): %v", err)
+	}
+	if _, err := c.Endpoints(ctx, "shop", "web"); err != nil {
+		t.Fatalf("Endpoints: %v", err)
+	}
+	if _, err := c.Service(ctx, "shop", "web"); err != nil {
+		t.Fatalf("Service: %v", err)
+	}
+	want := []string{
+		"/v1/services/shop/web/endpoints?consistent=true", "/v1/services/shop/web/endpoints?consistent=true",
+		"/v1/services/shop/web?consistent=true", "/v1/services/shop/web?consistent=true",
+		"/v1/services/shop/web/endpoints?", "/v1/services/shop/web/endpoints?",
+		"/v1/services/shop/web?", "/v1/services/shop/web?",
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Errorf("requests:\n%s\nwant:\n%s", strings.Join(seen, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -100,6 +100,20 @@ func TestCLI(t *testing.T) {
 			}
 		}
 	})
+	t.Run("endpoints --consistent reads through the leader", func(t *testing.T) {
+		code, out, errs := run(t, "--addr", url, "-o", "json", "endpoints", "--consistent", "shop/cart")
+		var got []struct {
+			InstanceID  string `json:"instance_id"`
+			Incarnation uint64
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &got) != nil || len(got) != 1 || got[0].InstanceID != "i-1" || got[0].Incarnation != 1 {
+			t.Fatalf("endpoints --consistent: %d %q %q", code, out, errs)
+		}
+		code, out, errs = run(t, "--addr", url, "endpoints", "--consistent", "shop/cart")
+		if code != 0 || !strings.Contains(out, "i-1") || !strings.Contains(out, "disruption budget: ") {
+			t.Fatalf("endpoints --consistent: %d %q %q; want i-1 and the budget line", code, out, errs)
+		}
+	})
 	t.Run("members json has the documented fields", func(t *testing.T) {
 		code, out, errs := run(t, "--addr", url, "-o", "json", "members")
 		var got []map[string]any

@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/cairn-sd/cairn/client"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -310,6 +311,8 @@ func endpointsCommand() *cli.Command {
 		Name:      "endpoints",
 		Usage:     "endpoints of a service: the verdict, eligibility, weight and tier DNS and xDS serve, the evaluator's verdict beside them",
 		ArgsUsage: "NS/SVC",
+		Flags: []cli.Flag{&cli.BoolFlag{Name: "consistent",
+			Usage: "a linearizable read: answered by the leader (the server asked forwards it) once a quorum confirms it leads, so it holds every write acknowledged before it; the store's instances only, with the leader's verdicts; fails (503 no_leader) when no leader can confirm"}},
 		Action: func(c *cli.Context) error {
 			ns, svc, err := serviceArg(c)
 			if err != nil {
@@ -319,7 +322,12 @@ func endpointsCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			es, err := cl.Endpoints(c.Context, ns, svc)
+			var opts []client.ReadOption
+			server := "this server"
+			if c.Bool("consistent") {
+				opts, server = append(opts, client.Consistent()), "the leader"
+			}
+			es, err := cl.Endpoints(c.Context, ns, svc, opts...)
 			if err != nil {
 				return failed(err)
 			}
@@ -346,10 +354,10 @@ func endpointsCommand() *cli.Command {
 				return err
 			}
 			if tableVersion > 0 {
-				fmt.Fprintf(c.App.Writer, "served by this server's DNS and xDS: status table version %d (store revision %d); tier from this server's locality\n",
-					tableVersion, tableRevision)
+				fmt.Fprintf(c.App.Writer, "served by %s's DNS and xDS: status table version %d (store revision %d); tier from %[1]s's locality\n",
+					server, tableVersion, tableRevision)
 			}
-			detail, err := cl.Service(c.Context, ns, svc)
+			detail, err := cl.Service(c.Context, ns, svc, opts...)
 			if err != nil {
 				return failed(err)
 			}

@@ -79,6 +79,10 @@ func TestDisruptionBudget(t *testing.T) {
 
 	// The normal end of a drain frees its share: the next drain goes.
 	mustAct(leader, "deregister", "b-0")
+	// A consistent read through the follower, at once, holds the
+	// deregistration the leader acknowledged (the follower's replica may
+	// not yet): b-0 is not listed, b-1 is draining.
+	consistentOnFollower(ctx, t, follower, svc, "b-0", "b-1")
 	mustAct(follower, "drain", "b-2")
 	refused(leader, "drain", "b-4", "b-1 (draining), b-2 (draining)")
 
@@ -132,4 +136,32 @@ func lastSeq(ctx context.Context, t *testing.T, n *Node, svc string) uint64 {
 		return 0
 	}
 	return evs[len(evs)-1].Seq
+}
+
+// consistentOnFollower runs `cairn endpoints --consistent` against
+// follower, as JSON and as a table: gone is not listed and draining is
+// draining, and the table names the leader's status table.
+func consistentOnFollower(ctx context.Context, t *testing.T, follower *Node, svc, gone, draining string) {
+	t.Helper()
+	var eps []wire.Endpoint
+	cliJSON(ctx, t, follower, &eps, "endpoints", "--consistent", healthNS+"/"+svc)
+	found := false
+	for _, e := range eps {
+		if e.InstanceID == gone {
+			t.Fatalf("cairn endpoints --consistent via follower %s right after %s's deregistration was acknowledged lists it: %s", follower.ID, gone, describe(e))
+		}
+		if e.InstanceID == draining {
+			found = true
+			if e.Lifecycle != status.Draining {
+				t.Fatalf("cairn endpoints --consistent via follower %s: %s", follower.ID, describe(e))
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("cairn endpoints --consistent via follower %s does not list %s: %d endpoints", follower.ID, draining, len(eps))
+	}
+	out := string(runCLI(ctx, t, follower, "endpoints", "--consistent", healthNS+"/"+svc))
+	if !strings.Contains(out, "served by the leader's DNS and xDS") || !strings.Contains(out, "disruption budget: ") {
+		t.Fatalf("cairn endpoints --consistent via follower %s:\n%s\nwant the leader's status table named and the budget", follower.ID, out)
+	}
 }
