@@ -38,7 +38,8 @@ import (
 )
 
 // AddrsFile is written to the data dir once the server listens: the
-// addresses it actually bound (useful with port 0).
+// addresses it actually bound (useful with port 0). A server that cannot
+// write it (a full disk) logs so and runs without it.
 const AddrsFile = "addrs.json"
 
 // TableFile, in the data dir, keeps the last status table the server
@@ -150,9 +151,7 @@ func serve(ctx context.Context, cfg serverConfig, logw io.Writer) error {
 
 	p := &serverParts{cfg: cfg, log: log, nodeID: nodeID, httpAddr: httpAddr, httpLn: httpLn, grpcLn: grpcLn, debugLn: debugLn, gcPace: gcPace, gcDesc: gcDesc, sec: sec,
 		st: st, hn: hn, keeper: keeper, ds: ds, xs: xs, gs: gs, srv: daemon.NewHTTPServer(a, log), ready: rd}
-	if err := p.writeAddrs(); err != nil {
-		return err
-	}
+	p.writeAddrs()
 	return p.run(ctx)
 }
 

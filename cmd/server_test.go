@@ -3,9 +3,13 @@ package cmd
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -95,4 +99,71 @@ func TestRaftElectionTimeoutFlag(t *testing.T) {
 	for _, v := range []string{"99ms", "0s", "11s"} {
 		wantServerUsage(t, []string{"--raft-election-timeout", v}, "--raft-election-timeout: "+v+" is not between 100ms and 10s")
 	}
+}
+
+// TestServerRunsWithoutItsAddrsFile: a server that cannot write
+// AddrsFile (here a directory stands at its name; on a full disk, ENOSPC)
+// logs so and runs, ready and answering, rather than exiting: a server
+// restarted on a full data disk still serves the table it kept.
+func TestServerRunsWithoutItsAddrsFile(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	if err := os.MkdirAll(filepath.Join(data, AddrsFile, "in-the-way"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	httpAddr := closedAddr(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	logs := &lockedBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- Run(ctx, []string{"cairn", "server", "--data-dir", data, "--node-id", "n1", "--http-addr", httpAddr,
+			"--raft-addr", "127.0.0.1:0", "--dns-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--lame-duck", "0s"}, io.Discard, logs)
+	}()
+	eventually(t, 30*time.Second, func() error {
+		select {
+		case code := <-done:
+			done <- code
+			t.Fatalf("the server exited %d:\n%s", code, logs.String())
+		default:
+		}
+		resp, err := http.Get("http://" + httpAddr + "/readyz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz: %d", resp.StatusCode)
+		}
+		return nil
+	})
+	if want := "writing the addresses the server bound; serving without the file"; !strings.Contains(logs.String(), want) {
+		t.Errorf("the log does not say %q:\n%s", want, logs.String())
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Errorf("exit %d after the stop", code)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("still running 30s after it was stopped")
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent use.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync/atomic"
 	"time"
@@ -65,17 +66,23 @@ func (r *readiness) check() error {
 }
 
 // writeAddrs writes AddrsFile, the addresses the server bound, and logs
-// the start.
-func (p *serverParts) writeAddrs() error {
+// the start. A server whose data disk is full must still start, and serve
+// DNS from the table it kept (docs/decisions.md, "A full data disk"): a
+// failed write is logged, and the file of an earlier run, whose ports may
+// be others, removed.
+func (p *serverParts) writeAddrs() {
 	dnsUDP, _ := p.ds.Addrs()
 	addrs, _ := json.Marshal(map[string]string{"node_id": p.nodeID, "http": p.httpAddr, "raft": p.st.RaftAddr(), "dns": dnsUDP.String(),
 		"grpc": p.grpcLn.Addr().String()})
-	if err := durable.WriteFile(filepath.Join(p.cfg.DataDir, AddrsFile), addrs, 0o600); err != nil {
-		return err
+	path := filepath.Join(p.cfg.DataDir, AddrsFile)
+	if err := durable.WriteFile(path, addrs, 0o600); err != nil {
+		if rmErr := os.Remove(path); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
+			err = errors.Join(err, rmErr)
+		}
+		p.log.Error("writing the addresses the server bound; serving without the file", "file", path, "err", err)
 	}
 	p.log.Info("cairn server started", "http", p.httpAddr, "raft", p.st.RaftAddr(), "dns", dnsUDP.String(), "grpc", p.grpcLn.Addr().String(),
 		"data_dir", p.cfg.DataDir, "dev", p.cfg.Dev, "gc_percent", p.gcDesc, "open_files_limit", daemon.OpenFilesLimit())
-	return nil
 }
 
 // run runs every part under one errgroup until ctx is done or one
