@@ -27,7 +27,7 @@ import (
 // porcupine against the model in integration/linearize. Each test prints
 // a table (figure, budget, value, pass or fail) and fails on a miss. The
 // short size runs in make test; CAIRN_STORE_FAULTS=full is the full size
-// (make scenarios). A follower's full disk is a later slice.
+// (make scenarios). A follower's full disk: storefaults_diskfull_test.go.
 
 // storeFaultsFull is set for the full size.
 var storeFaultsFull = os.Getenv("CAIRN_STORE_FAULTS") == "full"
