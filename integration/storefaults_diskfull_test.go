@@ -269,6 +269,9 @@ func needLoopMount(t *testing.T) {
 			missing(tool + " is not installed (e2fsprogs, mount)")
 		}
 	}
+	if _, err := os.Stat("/dev/loop-control"); err != nil {
+		missing("no loop devices (/dev/loop-control): " + err.Error())
+	}
 }
 
 // moveToSmallDisk stops n, moves its data dir onto an ext4 filesystem of
