@@ -274,6 +274,35 @@ func TestTruncationAndTCP(t *testing.T) {
 	}
 }
 
+// TestSRVTooBigForTCP: a service with more endpoints than one TCP
+// message holds (1,500 SRV records of ~80 bytes each pass 64 KiB) gets,
+// over TCP, the records that fit without TC, none twice, every one of
+// them eligible; over UDP TC and no records, as for any answer that does
+// not fit.
+func TestSRVTooBigForTCP(t *testing.T) {
+	const n = 1500
+	f := start(t, []svc{bigService(n)}, nil)
+	name := "_http._tcp.big.shop.svc.cairn.internal."
+	if r := f.ask("udp", query(name, dns.TypeSRV, true)); !r.Truncated || len(r.Answer) != 0 {
+		t.Fatalf("UDP: TC=%v with %d answers; want TC and none", r.Truncated, len(r.Answer))
+	}
+	r := f.ask("tcp", query(name, dns.TypeSRV, true))
+	if r.Rcode != dns.RcodeSuccess || r.Truncated || len(r.Answer) < n/3 || len(r.Answer) >= n {
+		t.Fatalf("TCP: %s, TC=%v, %d answers; want NOERROR, no TC, the records that fit of %d", dns.RcodeToString[r.Rcode], r.Truncated, len(r.Answer), n)
+	}
+	if r.Compress = true; r.Len() > dns.MaxMsgSize {
+		t.Fatalf("TCP answer: %d bytes compressed; want at most %d", r.Len(), dns.MaxMsgSize)
+	}
+	seen := map[string]bool{}
+	for _, rr := range r.Answer {
+		srv, ok := rr.(*dns.SRV)
+		if !ok || !strings.HasPrefix(srv.Target, "instance-with-a-long-name-") || seen[srv.Target] {
+			t.Fatalf("answer record %v: want an SRV of a distinct instance", rr)
+		}
+		seen[srv.Target] = true
+	}
+}
+
 func TestPipelinedTCP(t *testing.T) {
 	f := start(t, shopServices(), own)
 	conn, err := dns.Dial("tcp", f.addr)

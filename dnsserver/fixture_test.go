@@ -93,7 +93,11 @@ func newZone(t testing.TB, static string) *zones.Zone {
 // start runs a server over svcs; tweak may change its Config.
 func start(t testing.TB, svcs []svc, tweak func(*dnsserver.Config)) *fixture {
 	t.Helper()
-	tb := statustest.New(t, 256)
+	slots := 256
+	for _, s := range svcs {
+		slots = max(slots, 2*len(s.insts))
+	}
+	tb := statustest.New(t, slots)
 	pub := tb.Publisher
 	now := fixtureNow
 	f := &fixture{t: t, tb: tb, pub: pub, now: now, sync: now, reg: prometheus.NewRegistry(),

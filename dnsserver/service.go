@@ -122,6 +122,13 @@ func (s *Server) srv(m *msg, q *query, t *status.Table, d *status.Directory, id 
 		}
 		off, ok := m.srvRR(ttl, uint16(c.tier), max(c.weight, 1), port, in.ID, suffix)
 		if !ok {
+			if q.tcp && m.an > 0 {
+				// Over TCP there is nowhere else to ask: the records
+				// that fit, a weighted random sample of the best tiers
+				// (sel.chosen's order), without TC (docs/decisions.md,
+				// "An SRV answer too big for TCP").
+				break
+			}
 			m.truncate()
 			return dns.RcodeSuccess
 		}
