@@ -16,15 +16,12 @@ import (
 // an exit).
 func cairnCLI(ctx context.Context, t *testing.T, n *Node, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	bin, err := Binary()
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	cmd, err := n.CLI(ctx, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	args = append(append([]string{"--addr", n.URL()}, n.c.cliTLSArgs()...), args...)
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = childEnv()
 	var out, errs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errs
 	err = cmd.Run()

@@ -36,6 +36,9 @@ type Config struct {
 	Bin string
 	// Args are extra `cairn server` flags given to every node.
 	Args []string
+	// NodeArgs, if set, returns extra `cairn server` flags for node i
+	// (from 1), after Args: a node's own --zone, say.
+	NodeArgs func(i int) []string
 	// ReadyTimeout bounds each wait for /readyz; defaults to 30s.
 	ReadyTimeout time.Duration
 	// Logf, if set, receives a line for each start, stop and kill.
@@ -46,7 +49,7 @@ type Config struct {
 	Token string
 	// Hosts, if set, runs node i (from 1) in the network namespace of
 	// Hosts[i-1], listening on its address rather than on loopback: the
-	// hosts of the tests' netlab (netlab_test.go), for a fault that lives in the network between
+	// hosts of the tests' netlab (netlab.go), for a fault that lives in the network between
 	// the servers. The nodes need --insecure-plaintext (or TLS) then.
 	Hosts []Host
 	// TLS runs every node with --tls-cert, --tls-key and --tls-ca, from a

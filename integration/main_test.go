@@ -23,17 +23,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// needProcesses skips a real-process test under -short, except under
-// CI=true, where nothing may skip.
+// needProcesses is NeedProcesses.
 func needProcesses(t *testing.T) {
 	t.Helper()
-	if !testing.Short() {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("-short would skip this real-process test, and nothing may skip under CI=true")
-	}
-	t.Skip("starts real cairn processes; skipped under -short")
+	NeedProcesses(t)
 }
 
 const (

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -113,7 +114,11 @@ func (n *Node) args() []string {
 	if n.c.TLS != nil {
 		args = append(args, "--tls-cert", n.CertFile, "--tls-key", n.KeyFile, "--tls-ca", n.c.TLS.CAFile)
 	}
-	return append(args, n.c.cfg.Args...)
+	args = append(args, n.c.cfg.Args...)
+	if n.c.cfg.NodeArgs != nil {
+		args = append(args, n.c.cfg.NodeArgs(n.Index)...)
+	}
+	return args
 }
 
 // Start starts the node's process and waits until /readyz answers 200.
@@ -270,4 +275,19 @@ func (n *Node) leaderID() (string, error) {
 		}
 	}
 	return "", fmt.Errorf("no leader among %d members", len(ms))
+}
+
+// CLI returns the command that runs the cairn binary as a client of the
+// node (--addr, and the cluster's TLS files when it runs TLS) with args,
+// bounded by ctx; its environment is the test's without CAIRN_*
+// variables.
+func (n *Node) CLI(ctx context.Context, args ...string) (*exec.Cmd, error) {
+	bin, err := Binary()
+	if err != nil {
+		return nil, err
+	}
+	args = append(append([]string{"--addr", n.URL()}, n.c.cliTLSArgs()...), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = childEnv()
+	return cmd, nil
 }

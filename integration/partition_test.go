@@ -16,7 +16,7 @@ import (
 )
 
 // The partition tests put the instances in the network namespaces of
-// netlab (netlab_test.go: hosts sd1..sd3 on a bridge, 10.199.0.0/24),
+// netlab (netlab.go: hosts sd1..sd3 on a bridge, 10.199.0.0/24),
 // and cut them apart from the server with iptables: a fault that lives in
 // the network, tested in the network. The server runs in the test's own
 // namespace, on loopback, and reaches the bridge through netlab's link
@@ -45,13 +45,13 @@ func serveBackends(addrs string) {
 
 // backends starts an HTTP backend on each address inside host sdN's
 // namespace, and stops it when the test ends.
-func (l *netlab) backends(host int, addrs ...string) {
+func (l *Netlab) backends(host int, addrs ...string) {
 	l.t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		l.t.Fatal(err)
 	}
-	cmd := inNetns(host, self, "-test.run=^$")
+	cmd := InNetns(host, self, "-test.run=^$")
 	cmd.Env = append(childEnv(), backendEnv+"="+strings.Join(addrs, ","))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
@@ -86,9 +86,9 @@ func (l *netlab) backends(host int, addrs ...string) {
 // withdrawal in between (SPEC §2: a prober cut off is silence, not
 // failure).
 func TestPartitionFromAZoneIsSilence(t *testing.T) {
-	lab := needNetlab(t)
-	lab.backends(2, labNet+".2:8081", labNet+".2:8082")
-	lab.backends(3, labNet+".3:8081", labNet+".3:8082", labNet+".3:8083")
+	lab := NeedNetlab(t)
+	lab.backends(2, LabNet+".2:8081", LabNet+".2:8082")
+	lab.backends(3, LabNet+".3:8081", LabNet+".3:8082", LabNet+".3:8083")
 
 	c := StartCluster(t, 3, "--region", "r1", "--zone", "za")
 	n := c.Nodes[0]
@@ -96,7 +96,7 @@ func TestPartitionFromAZoneIsSilence(t *testing.T) {
 	applyDefinition(ctx, t, c, healthService("web", "{type: http, port: http, path: /, interval: 1s, timeout: 500ms}",
 		"{lease_ttl: 10m, shrink_cap: 1}"))
 	zones := map[string][]string{"za": {"za-1", "za-2"}, "zb": {"zb-1", "zb-2", "zb-3"}}
-	host := map[string]string{"za": labNet + ".2", "zb": labNet + ".3"}
+	host := map[string]string{"za": LabNet + ".2", "zb": LabNet + ".3"}
 	var all []string
 	for zone, ids := range zones {
 		for i, id := range ids {
@@ -114,7 +114,7 @@ func TestPartitionFromAZoneIsSilence(t *testing.T) {
 	mark := evs[len(evs)-1].Seq
 
 	// Cut zone zb off from the server: its probes go unanswered.
-	lab.dropFrom(3, labServer)
+	lab.DropFrom(3, LabServer)
 	srv := "_http._tcp.web." + healthNS + ".svc.cairn.internal."
 	inDNS := func() (map[string]bool, error) {
 		r, err := exchange("udp", n.DNSAddr, srv, dns.TypeSRV, false)
@@ -159,7 +159,7 @@ func TestPartitionFromAZoneIsSilence(t *testing.T) {
 	}
 
 	// Heal: the probes are answered again.
-	lab.heal(3)
+	lab.Heal(3)
 	waitEvent(ctx, t, n, "web", mark, "probes_restored", func(e wire.Event) bool { return e.Kind == wire.EventProbesRestored })
 	waitAllHealthy(ctx, t, c.Nodes, "web", all...)
 	evs, err = eventsOn(ctx, n, "web")

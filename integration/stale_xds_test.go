@@ -22,11 +22,11 @@ import (
 // answers stay fresh (no EDE 3) while the server it left answers stale.
 // The other agents stay on their own servers throughout.
 func TestStaleServerLetsItsAgentGo(t *testing.T) {
-	lab := needNetlab(t)
+	lab := NeedNetlab(t)
 	const staleAfter = 2 * time.Second
 	var hosts []Host
-	for i := 1; i <= labHosts; i++ {
-		hosts = append(hosts, Host{Netns: labHost(i), Addr: labAddr(i)})
+	for i := 1; i <= LabHosts; i++ {
+		hosts = append(hosts, Host{Netns: LabHost(i), Addr: LabAddr(i)})
 	}
 	// Beyond loopback a server wants ACLs on.
 	const admin = "admin-stale-0123456789abcdefghij"
@@ -99,7 +99,7 @@ func TestStaleServerLetsItsAgentGo(t *testing.T) {
 	start := time.Now()
 	for _, o := range c.Nodes {
 		if o != cut {
-			lab.isolate(cut.Index, o.Index)
+			lab.Isolate(cut.Index, o.Index)
 		}
 	}
 	a := agents[cut]

@@ -258,11 +258,11 @@ func TestStoreLeaderKillHistory(t *testing.T) {
 // acknowledged registration is on every node and the history is
 // linearizable.
 func TestStoreLeaderIsolatedHistory(t *testing.T) {
-	lab := needNetlab(t)
+	lab := NeedNetlab(t)
 	cut := sized(8*time.Second, 30*time.Second)
 	var hosts []Host
-	for i := 1; i <= labHosts; i++ {
-		hosts = append(hosts, Host{Netns: labHost(i), Addr: labAddr(i)})
+	for i := 1; i <= LabHosts; i++ {
+		hosts = append(hosts, Host{Netns: LabHost(i), Addr: LabAddr(i)})
 	}
 	// Beyond loopback a server wants ACLs on.
 	const admin = "admin-isolate-0123456789abcdefghij"
@@ -287,7 +287,7 @@ func TestStoreLeaderIsolatedHistory(t *testing.T) {
 
 	for _, n := range c.Nodes {
 		if n != leader {
-			lab.isolate(leader.Index, n.Index)
+			lab.Isolate(leader.Index, n.Index)
 		}
 	}
 	cutAt := time.Now()
@@ -353,7 +353,7 @@ func TestStoreLeaderIsolatedHistory(t *testing.T) {
 		time.Sleep(250 * time.Millisecond) // the cadence of the checks, not a wait for a condition
 	}
 	acksInCut := len(w.Acks()) - acksAtCut
-	lab.heal(leader.Index)
+	lab.Heal(leader.Index)
 	healedAt := time.Now()
 	if _, err := c.WaitLeader(30 * time.Second); err != nil {
 		t.Fatal(err)

@@ -71,3 +71,16 @@ func Eventually(t testing.TB, timeout time.Duration, f func() error) {
 		t.Fatal(err)
 	}
 }
+
+// NeedProcesses skips a real-process test under -short, except under
+// CI=true, where nothing may skip.
+func NeedProcesses(t testing.TB) {
+	t.Helper()
+	if !testing.Short() {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("-short would skip this real-process test, and nothing may skip under CI=true")
+	}
+	t.Skip("starts real cairn processes; skipped under -short")
+}

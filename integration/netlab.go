@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// netlab is a small network of its own for the tests whose fault lives
+// Netlab is a small network of its own for the tests whose fault lives
 // in the network: hosts sd1..sd3, each a network namespace with one veth
 // (sdvN, address 10.199.0.N/24) plugged into a bridge (br0) in the
 // namespace sdsw, and this namespace plugged in too, through a veth pair
@@ -24,31 +24,36 @@ import (
 // It is driven with ip(8) and iptables(8) rather than netlink from Go: the
 // commands are what an operator would type to reproduce a failure, and
 // each one is in the test log when it fails.
-type netlab struct {
-	t *testing.T
+type Netlab struct {
+	t testing.TB
 }
 
+// The netlab's shape.
 const (
-	labHosts  = 3
-	labNet    = "10.199.0"
+	// LabHosts is the number of hosts, sd1..sdN.
+	LabHosts = 3
+	// LabNet is the hosts' /24, without its last byte.
+	LabNet = "10.199.0"
+	// LabServer is this namespace's address on the bridge.
+	LabServer = LabNet + ".254"
 	labSwitch = "sdsw"
 	labBridge = "br0"
-	labServer = labNet + ".254"
 	labLink   = "sdroot0"
 	labPeer   = "sdrootp0"
 )
 
-// labHost is the namespace of host i (from 1).
-func labHost(i int) string { return "sd" + strconv.Itoa(i) }
+// LabHost is the namespace of host i (from 1).
+func LabHost(i int) string { return "sd" + strconv.Itoa(i) }
 
-// labAddr is host i's address.
-func labAddr(i int) string { return fmt.Sprintf("%s.%d", labNet, i) }
+// LabAddr is host i's address.
+func LabAddr(i int) string { return fmt.Sprintf("%s.%d", LabNet, i) }
 
-// needNetlab brings the network up, or skips the test where it cannot
-// (not root on Linux, no ip or iptables); under CI=true it fails instead.
-func needNetlab(t *testing.T) *netlab {
+// NeedNetlab brings the network up, or skips the test where it cannot
+// (-short, not root on Linux, no ip or iptables); under CI=true it fails
+// instead. The network is removed when the test ends.
+func NeedNetlab(t testing.TB) *Netlab {
 	t.Helper()
-	needProcesses(t)
+	NeedProcesses(t)
 	missing := func(why string) {
 		t.Helper()
 		if os.Getenv("CI") == "true" {
@@ -64,83 +69,87 @@ func needNetlab(t *testing.T) *netlab {
 			missing(tool + " is not installed (.ci/run installs iproute2 and iptables)")
 		}
 	}
-	l := &netlab{t: t}
-	l.down()
-	t.Cleanup(l.down)
-	l.up()
+	l := &Netlab{t: t}
+	l.Down()
+	t.Cleanup(l.Down)
+	l.Up()
 	return l
 }
 
-// up makes the switch, the hosts and the link from this namespace.
-func (l *netlab) up() {
+// Up makes the switch, the hosts and the link from this namespace.
+// NeedNetlab calls it; a test calls it again only after Down.
+func (l *Netlab) Up() {
 	l.t.Helper()
 	l.ip("netns", "add", labSwitch)
 	l.ip("-n", labSwitch, "link", "add", labBridge, "type", "bridge")
 	l.ip("-n", labSwitch, "link", "set", labBridge, "up")
-	for i := 1; i <= labHosts; i++ {
-		ns, veth, port := labHost(i), fmt.Sprintf("sdv%d", i), fmt.Sprintf("sdp%d", i)
+	for i := 1; i <= LabHosts; i++ {
+		ns, veth, port := LabHost(i), fmt.Sprintf("sdv%d", i), fmt.Sprintf("sdp%d", i)
 		l.ip("netns", "add", ns)
 		l.ip("link", "add", veth, "type", "veth", "peer", "name", port)
 		l.ip("link", "set", veth, "netns", ns)
 		l.ip("link", "set", port, "netns", labSwitch)
 		l.ip("-n", labSwitch, "link", "set", port, "master", labBridge, "up")
 		l.ip("-n", ns, "link", "set", "lo", "up")
-		l.ip("-n", ns, "addr", "add", labAddr(i)+"/24", "dev", veth)
+		l.ip("-n", ns, "addr", "add", LabAddr(i)+"/24", "dev", veth)
 		l.ip("-n", ns, "link", "set", veth, "up")
 	}
 	l.ip("link", "add", labLink, "type", "veth", "peer", "name", labPeer)
 	l.ip("link", "set", labPeer, "netns", labSwitch)
 	l.ip("-n", labSwitch, "link", "set", labPeer, "master", labBridge, "up")
-	l.ip("addr", "add", labServer+"/24", "dev", labLink)
+	l.ip("addr", "add", LabServer+"/24", "dev", labLink)
 	l.ip("link", "set", labLink, "up")
 }
 
-// down removes whatever of the network exists, ignoring what does not:
+// Down removes whatever of the network exists, ignoring what does not:
 // deleting a namespace deletes its links, and a veth goes with its peer.
-func (l *netlab) down() {
+func (l *Netlab) Down() {
 	_ = exec.Command("ip", "link", "del", labLink).Run()
-	for i := 1; i <= labHosts; i++ {
-		_ = exec.Command("ip", "netns", "del", labHost(i)).Run()
+	for i := 1; i <= LabHosts; i++ {
+		_ = exec.Command("ip", "netns", "del", LabHost(i)).Run()
 	}
 	_ = exec.Command("ip", "netns", "del", labSwitch).Run()
 }
 
-// isolate drops, inside host a, every packet from and to host b: a
+// Isolate drops, inside host a, every packet from and to host b: a
 // partition between them, both ways.
-func (l *netlab) isolate(a, b int) {
+func (l *Netlab) Isolate(a, b int) {
 	l.t.Helper()
-	l.iptables(a, "-A", "INPUT", "-s", labAddr(b), "-j", "DROP")
-	l.iptables(a, "-A", "OUTPUT", "-d", labAddr(b), "-j", "DROP")
+	l.IPTables(a, "-A", "INPUT", "-s", LabAddr(b), "-j", "DROP")
+	l.IPTables(a, "-A", "OUTPUT", "-d", LabAddr(b), "-j", "DROP")
 }
 
-// dropFrom drops, inside host a, every packet from addr: what a sends
+// DropFrom drops, inside host a, every packet from addr: what a sends
 // still leaves, nothing from addr arrives.
-func (l *netlab) dropFrom(a int, addr string) {
+func (l *Netlab) DropFrom(a int, addr string) {
 	l.t.Helper()
-	l.iptables(a, "-A", "INPUT", "-s", addr, "-j", "DROP")
+	l.IPTables(a, "-A", "INPUT", "-s", addr, "-j", "DROP")
 }
 
-// heal removes every fault rule of host a.
-func (l *netlab) heal(a int) {
+// Heal removes every fault rule of host a.
+func (l *Netlab) Heal(a int) {
 	l.t.Helper()
-	l.iptables(a, "-F")
+	l.IPTables(a, "-F")
 }
 
-func (l *netlab) ip(args ...string) {
+func (l *Netlab) ip(args ...string) {
 	l.t.Helper()
 	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 		l.t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 }
 
-func (l *netlab) iptables(host int, args ...string) {
+// IPTables runs iptables with args inside host's namespace, and fails
+// the test if it fails: a fault the named methods do not make.
+func (l *Netlab) IPTables(host int, args ...string) {
 	l.t.Helper()
-	if out, err := inNetns(host, "iptables", args...).CombinedOutput(); err != nil {
-		l.t.Fatalf("iptables in %s: %s: %v\n%s", labHost(host), strings.Join(args, " "), err, out)
+	if out, err := InNetns(host, "iptables", args...).CombinedOutput(); err != nil {
+		l.t.Fatalf("iptables in %s: %s: %v\n%s", LabHost(host), strings.Join(args, " "), err, out)
 	}
 }
 
-// inNetns runs cmd in host sdN's namespace.
-func inNetns(host int, name string, args ...string) *exec.Cmd {
-	return exec.Command("ip", append([]string{"netns", "exec", labHost(host), name}, args...)...)
+// InNetns returns the command that runs name with args in host sdN's
+// namespace.
+func InNetns(host int, name string, args ...string) *exec.Cmd {
+	return exec.Command("ip", append([]string{"netns", "exec", LabHost(host), name}, args...)...)
 }
