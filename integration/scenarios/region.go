@@ -11,6 +11,7 @@ import (
 
 	"github.com/cairn-sd/cairn/integration"
 	"github.com/cairn-sd/cairn/integration/scenarios/fleet"
+	"github.com/cairn-sd/cairn/status"
 )
 
 // The region's geography: one region, three zones, each with a server,
@@ -340,7 +341,8 @@ func (r *Region) RenewRounds() int { return int(r.renew.rounds.Load()) }
 // services (cairn apply -f), the instances (in parallel through the Go
 // client, the leased ones through cairn register), the agents; it
 // returns once every server serves every instance eligible and every
-// agent holds every service. It fails t on error; Close runs when t
+// agent holds every service (WaitHealthy waits for the probes' verdicts
+// too). It fails t on error; Close runs when t
 // ends.
 func (r *Region) Start(t testing.TB) {
 	t.Helper()
@@ -487,6 +489,40 @@ func (r *Region) WaitServed(ctx context.Context, timeout time.Duration) error {
 			}
 			if seen != len(want) {
 				return fmt.Errorf("%s lists %d of the region's %d services", n.ID, seen, len(want))
+			}
+		}
+		return nil
+	})
+}
+
+// WaitHealthy polls until the leader judges every instance of every
+// service with a check healthy: their probes have run and passed, which
+// takes longer than being served (a new instance is served, unknown,
+// from its registration).
+func (r *Region) WaitHealthy(ctx context.Context, timeout time.Duration) error {
+	return integration.Poll(timeout, 500*time.Millisecond, func() error {
+		leader, err := r.Cluster.Leader()
+		if err != nil {
+			return err
+		}
+		for _, s := range r.Services {
+			if s.Check == "" {
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			eps, err := leader.Client().Endpoints(cctx, Namespace, s.Name)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("%s: %w", leader.ID, err)
+			}
+			healthy := 0
+			for _, e := range eps {
+				if e.Verdict == status.Healthy && e.Eligible {
+					healthy++
+				}
+			}
+			if healthy != s.Count {
+				return fmt.Errorf("%s: %s has %d of %d instances healthy", leader.ID, s.Key(), healthy, s.Count)
 			}
 		}
 		return nil

@@ -34,6 +34,13 @@ func TestRegion(t *testing.T) {
 	res.Add("region up (servers, fleet, apply, register, settle, agents)", "< "+upBudget.String(),
 		r.StartTimes.Total.Round(10*time.Millisecond).String(), r.StartTimes.Total < upBudget)
 	res.Note("%s", r.StartTimes)
+	began := time.Now()
+	if err := r.WaitHealthy(ctx, 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	healthy := r.StartTimes.Total + time.Since(began)
+	res.Add("every checked instance judged healthy by its probes, from the start", "< "+upBudget.String(),
+		healthy.Round(10*time.Millisecond).String(), healthy < upBudget)
 
 	insts := r.Instances()
 	registered, leased := 0, 0
@@ -56,7 +63,7 @@ func TestRegion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rssBudget := int64(cfg.Instances) * 256 << 10 // 256 KiB an instance
+	rssBudget := int64(32<<20) + int64(cfg.Instances)*64<<10 // 32 MiB, and 64 KiB an instance
 	res.Add(fmt.Sprintf("fleet RSS at %d instances", st.Instances), fmt.Sprintf("< %d MiB", rssBudget>>20),
 		fmt.Sprintf("%.1f MiB", float64(rss)/(1<<20)), rss < rssBudget && st.Listening == cfg.Instances)
 	res.Note("fleet: %d instances listening, %d goroutines", st.Listening, st.Goroutines)
