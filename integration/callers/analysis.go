@@ -1,0 +1,267 @@
+package callers
+
+import (
+	"math"
+	"slices"
+	"sort"
+	"time"
+)
+
+// Target names an instance in the records: by the id it answers with,
+// and by its address, "host:port" (what a caller tried when no answer
+// came, and what resolving callers are given).
+type Target struct {
+	ID, Addr string
+}
+
+func (t Target) sentTo(q Request) bool {
+	return (t.ID != "" && q.Instance == t.ID) || (t.Addr != "" && q.Addr == t.Addr)
+}
+
+// Point is one sample of a series: seconds since the start, and a value.
+type Point struct {
+	T float64 `json:"t"`
+	V float64 `json:"v"`
+}
+
+// Bucket is one interval of a population's requests.
+type Bucket struct {
+	// T is the interval's start, in seconds since the start.
+	T                      float64
+	Sent, Failed, TimedOut int
+}
+
+// ErrorRate is the share of the bucket's requests that failed or timed
+// out, 0 with none sent.
+func (b Bucket) ErrorRate() float64 {
+	if b.Sent == 0 {
+		return 0
+	}
+	return float64(b.Failed+b.TimedOut) / float64(b.Sent)
+}
+
+// Buckets counts every kind's requests sent in [start, end) per width
+// (1 s for a timeline), empty intervals included.
+func Buckets(recs []Record, start, end time.Time, width time.Duration) map[Kind][]Bucket {
+	n := bucketCount(start, end, width)
+	out := map[Kind][]Bucket{}
+	for _, r := range recs {
+		bs := out[r.Kind]
+		if bs == nil {
+			bs = make([]Bucket, n)
+			for i := range bs {
+				bs[i].T = (time.Duration(i) * width).Seconds()
+			}
+			out[r.Kind] = bs
+		}
+		for _, q := range r.Requests {
+			i := bucketOf(q.At, start, end, width)
+			if i < 0 {
+				continue
+			}
+			bs[i].Sent++
+			switch q.Result {
+			case Failure:
+				bs[i].Failed++
+			case Timeout:
+				bs[i].TimedOut++
+			}
+		}
+	}
+	return out
+}
+
+// ErrorRates is Buckets as the series of a timeline: per kind, each
+// interval's error rate (failures and timeouts over requests sent), at
+// the interval's start.
+func ErrorRates(recs []Record, start, end time.Time, width time.Duration) map[Kind][]Point {
+	out := map[Kind][]Point{}
+	for k, bs := range Buckets(recs, start, end, width) {
+		ps := make([]Point, len(bs))
+		for i, b := range bs {
+			ps[i] = Point{T: b.T, V: b.ErrorRate()}
+		}
+		out[k] = ps
+	}
+	return out
+}
+
+func bucketCount(start, end time.Time, width time.Duration) int {
+	if width <= 0 || !end.After(start) {
+		return 0
+	}
+	return int((end.Sub(start) + width - 1) / width)
+}
+
+func bucketOf(t, start, end time.Time, width time.Duration) int {
+	if t.Before(start) || !t.Before(end) || width <= 0 {
+		return -1
+	}
+	return int(t.Sub(start) / width)
+}
+
+// Convergence is how a set of callers stopped sending to an instance
+// after a fault.
+type Convergence struct {
+	// Callers is how many callers the figure is over.
+	Callers int
+	// Last is, per caller, its last send to the instance after the
+	// fault, as time since the fault: 0 if it sent nothing after it.
+	Last map[string]time.Duration
+	// StillSending names the callers whose last send was within the
+	// quiet period before the end of the record: they had not stopped.
+	StillSending []string
+	// P99 is the 99th percentile of Last over the callers (nearest
+	// rank): the time until 99% of them stopped sending. Meaningless
+	// unless Converged.
+	P99 time.Duration
+	// Converged is false when the 99th percentile falls on a caller
+	// still sending, or there are no callers.
+	Converged bool
+}
+
+// StopTime measures, over recs (one population, or all), the time from
+// fault until 99% of the callers stopped sending to target. A caller
+// still sending within quiet of end (the record's end: when the callers
+// stopped) has not stopped and counts as never stopping.
+func StopTime(recs []Record, target Target, fault, end time.Time, quiet time.Duration) Convergence {
+	c := Convergence{Callers: len(recs), Last: map[string]time.Duration{}}
+	vals := make([]time.Duration, 0, len(recs))
+	for _, r := range recs {
+		var last time.Time
+		for _, q := range r.Requests {
+			if !q.At.Before(fault) && target.sentTo(q) && q.At.After(last) {
+				last = q.At
+			}
+		}
+		d := time.Duration(0)
+		if !last.IsZero() {
+			d = last.Sub(fault)
+		}
+		c.Last[r.Caller] = d
+		if !last.IsZero() && !last.Before(end.Add(-quiet)) {
+			c.StillSending = append(c.StillSending, r.Caller)
+			d = time.Duration(math.MaxInt64)
+		}
+		vals = append(vals, d)
+	}
+	sort.Strings(c.StillSending)
+	if len(vals) == 0 {
+		return c
+	}
+	slices.Sort(vals)
+	rank := int(math.Ceil(0.99*float64(len(vals)))) - 1
+	c.P99 = vals[max(rank, 0)]
+	c.Converged = c.P99 != time.Duration(math.MaxInt64)
+	if !c.Converged {
+		c.P99 = 0
+	}
+	return c
+}
+
+// ByKind groups records by population.
+func ByKind(recs []Record) map[Kind][]Record {
+	out := map[Kind][]Record{}
+	for _, r := range recs {
+		out[r.Kind] = append(out[r.Kind], r)
+	}
+	return out
+}
+
+// Transition is a time target entered (Given) or left what a caller was
+// given.
+type Transition struct {
+	Caller string
+	Kind   Kind
+	At     time.Time
+	Given  bool
+}
+
+// step is whether target was given from At on.
+type step struct {
+	at    time.Time
+	given bool
+}
+
+// given returns, for one record, when target was in what the caller was
+// given: by its views when it resolves (Target.Addr in the addresses),
+// and otherwise by where it sent, per width from start to end (given in
+// an interval it sent a request to target in).
+func given(r Record, target Target, start, end time.Time, width time.Duration) []step {
+	var out []step
+	put := func(at time.Time, g bool) {
+		if n := len(out); n == 0 || out[n-1].given != g {
+			out = append(out, step{at, g})
+		}
+	}
+	if len(r.Views) > 0 {
+		for _, v := range r.Views {
+			put(v.At, slices.Contains(v.Addrs, target.Addr))
+		}
+		return out
+	}
+	sent := make([]bool, bucketCount(start, end, width))
+	for _, q := range r.Requests {
+		if i := bucketOf(q.At, start, end, width); i >= 0 && target.sentTo(q) {
+			sent[i] = true
+		}
+	}
+	for i, g := range sent {
+		put(start.Add(time.Duration(i)*width), g)
+	}
+	return out
+}
+
+// Transitions returns every time target left or entered what each
+// caller was given, after the caller's first view (or interval), in
+// time order. Callers that do not resolve show it by where they sent,
+// at width's resolution.
+func Transitions(recs []Record, target Target, start, end time.Time, width time.Duration) []Transition {
+	var out []Transition
+	for _, r := range recs {
+		for i, s := range given(r, target, start, end, width) {
+			if i > 0 {
+				out = append(out, Transition{Caller: r.Caller, Kind: r.Kind, At: s.at, Given: s.given})
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Transition) int { return a.At.Compare(b.At) })
+	return out
+}
+
+// Presence returns, per population and per width from start to end, the
+// share of its callers that were given target at the interval's end: a
+// timeline of withdrawals and admissions as each population saw them.
+func Presence(recs []Record, target Target, start, end time.Time, width time.Duration) map[Kind][]Point {
+	n := bucketCount(start, end, width)
+	sums := map[Kind][]float64{}
+	callers := map[Kind]int{}
+	for _, r := range recs {
+		s := sums[r.Kind]
+		if s == nil {
+			s = make([]float64, n)
+			sums[r.Kind] = s
+		}
+		callers[r.Kind]++
+		steps := given(r, target, start, end, width)
+		j := -1
+		for i := range n {
+			at := start.Add(time.Duration(i+1) * width)
+			for j+1 < len(steps) && steps[j+1].at.Before(at) {
+				j++
+			}
+			if j >= 0 && steps[j].given {
+				s[i]++
+			}
+		}
+	}
+	out := map[Kind][]Point{}
+	for k, s := range sums {
+		ps := make([]Point, n)
+		for i, v := range s {
+			ps[i] = Point{T: (time.Duration(i+1) * width).Seconds(), V: v / float64(callers[k])}
+		}
+		out[k] = ps
+	}
+	return out
+}

@@ -1,0 +1,140 @@
+package callers
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+
+// sends returns requests at the given seconds to addr, all of result r.
+func sends(addr string, r Result, secs ...float64) []Request {
+	var out []Request
+	for _, s := range secs {
+		out = append(out, Request{At: at(s), Addr: addr, Result: r})
+	}
+	return out
+}
+
+func TestBuckets(t *testing.T) {
+	recs := []Record{
+		{Caller: "d1", Kind: DNSDirect, Requests: append(sends("a:1", Success, 0.1, 0.5, 1.2), sends("b:1", Failure, 1.3)...)},
+		{Caller: "d2", Kind: DNSDirect, Requests: append(sends("a:1", Timeout, 1.9), sends("a:1", Success, 3.5, 9)...)},
+		{Caller: "g1", Kind: GRPCXDS, Requests: sends("a:1", Success, 0.2)},
+	}
+	b := Buckets(recs, t0, at(4), time.Second)
+	d := b[DNSDirect]
+	if len(d) != 4 {
+		t.Fatalf("%d buckets, want 4 (the request at 9 s is past the end)", len(d))
+	}
+	want := []Bucket{{T: 0, Sent: 2}, {T: 1, Sent: 3, Failed: 1, TimedOut: 1}, {T: 2}, {T: 3, Sent: 1}}
+	for i, w := range want {
+		if d[i] != w {
+			t.Errorf("bucket %d: %+v, want %+v", i, d[i], w)
+		}
+	}
+	rates := ErrorRates(recs, t0, at(4), time.Second)
+	if got := rates[DNSDirect][1]; got.T != 1 || fmt.Sprintf("%.3f", got.V) != "0.667" {
+		t.Errorf("error rate of second 1: %+v, want 2/3", got)
+	}
+	if got := rates[DNSDirect][2].V; got != 0 {
+		t.Errorf("error rate of an empty second: %v, want 0", got)
+	}
+	if got := rates[GRPCXDS]; len(got) != 4 || got[0].V != 0 {
+		t.Errorf("grpc series %+v", got)
+	}
+}
+
+func TestStopTime(t *testing.T) {
+	target := Target{ID: "i-1", Addr: "127.11.0.1:80"}
+	fault, end := at(10), at(60)
+	var recs []Record
+	// 100 callers: caller k last sends to the target k/10 s after the
+	// fault (0: never after it).
+	for k := range 100 {
+		r := Record{Caller: fmt.Sprintf("c%02d", k), Kind: DNSDirect,
+			Requests: sends(target.Addr, Success, 1, 5, 9.9)}
+		if k > 0 {
+			r.Requests = append(r.Requests, sends(target.Addr, Failure, 10+float64(k)/10)...)
+		}
+		// Sends elsewhere do not count.
+		r.Requests = append(r.Requests, sends("127.11.0.2:80", Success, 59)...)
+		recs = append(recs, r)
+	}
+	c := StopTime(recs, target, fault, end, 2*time.Second)
+	if !c.Converged || c.Callers != 100 {
+		t.Fatalf("%+v, want converged over 100", c)
+	}
+	// Nearest rank: the 99th of 100 sorted values, 9.8 s.
+	if c.P99 != 9800*time.Millisecond {
+		t.Errorf("p99 %v, want 9.8s", c.P99)
+	}
+	if c.Last["c00"] != 0 {
+		t.Errorf("a caller that never sent after the fault: %v, want 0", c.Last["c00"])
+	}
+
+	// Matched by instance id too (an answer from it, no address).
+	recs[99].Requests = append(recs[99].Requests, Request{At: at(30), Instance: "i-1"})
+	if c := StopTime(recs, target, fault, end, 2*time.Second); c.Last["c99"] != 20*time.Second || c.P99 != 9800*time.Millisecond {
+		t.Errorf("one late caller of 100: last %v, p99 %v; want 20s and still 9.8s", c.Last["c99"], c.P99)
+	}
+
+	// Two callers still sending at the end: over 1% of them, not converged.
+	recs[98].Requests = append(recs[98].Requests, sends(target.Addr, Failure, 59.5)...)
+	recs[97].Requests = append(recs[97].Requests, sends(target.Addr, Failure, 58.5)...)
+	c = StopTime(recs, target, fault, end, 2*time.Second)
+	if c.Converged || len(c.StillSending) != 2 || c.StillSending[0] != "c97" {
+		t.Errorf("%+v, want not converged, c97 and c98 still sending", c.StillSending)
+	}
+	if c := StopTime(nil, target, fault, end, time.Second); c.Converged {
+		t.Error("no callers converged")
+	}
+}
+
+func TestTransitionsAndPresence(t *testing.T) {
+	a, b := "127.11.0.1:80", "127.12.0.1:80"
+	target := Target{ID: "i-1", Addr: a}
+	recs := []Record{
+		// A DNS caller: withdrawn at 2.5 s, admitted again at 6.2 s.
+		{Caller: "d1", Kind: DNSDirect, Views: []View{
+			{At: at(0.1), Addrs: []string{a, b}},
+			{At: at(2.5), Addrs: []string{b}},
+			{At: at(6.2), Addrs: []string{a, b}},
+		}},
+		// Another never given it.
+		{Caller: "d2", Kind: DNSDirect, Views: []View{{At: at(0.2), Addrs: []string{b}}}},
+		// An Envoy caller: seen by where it sent, per second.
+		{Caller: "e1", Kind: Envoy, Requests: []Request{
+			{At: at(0.5), Instance: "i-1"}, {At: at(1.5), Instance: "i-1"}, {At: at(2.5), Instance: "i-2"},
+			{At: at(7.5), Instance: "i-1"},
+		}},
+	}
+	trs := Transitions(recs, target, t0, at(8), time.Second)
+	want := []Transition{
+		{"e1", Envoy, at(2), false}, {"d1", DNSDirect, at(2.5), false},
+		{"d1", DNSDirect, at(6.2), true}, {"e1", Envoy, at(7), true},
+	}
+	if fmt.Sprint(trs) != fmt.Sprint(want) {
+		t.Errorf("transitions\n%v\nwant\n%v", trs, want)
+	}
+	p := Presence(recs, target, t0, at(8), time.Second)
+	var dns, env []float64
+	for _, pt := range p[DNSDirect] {
+		dns = append(dns, pt.V)
+	}
+	for _, pt := range p[Envoy] {
+		env = append(env, pt.V)
+	}
+	if fmt.Sprint(dns) != "[0.5 0.5 0 0 0 0 0.5 0.5]" {
+		t.Errorf("DNS presence %v", dns)
+	}
+	if fmt.Sprint(env) != "[1 1 0 0 0 0 0 1]" {
+		t.Errorf("Envoy presence %v", env)
+	}
+	if p[DNSDirect][0].T != 1 {
+		t.Errorf("presence is sampled at each interval's end, got t=%v", p[DNSDirect][0].T)
+	}
+}

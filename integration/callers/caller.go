@@ -1,0 +1,176 @@
+package callers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+)
+
+// Limits of a caller's Config.
+const (
+	MaxRate            = 1000.0
+	DefaultTimeout     = time.Second
+	DefaultMaxRecorded = 200_000
+	maxErrLen          = 120
+)
+
+// Config is what every caller shares.
+type Config struct {
+	// Name names the caller in its record. Required.
+	Name string
+	// Rate is the requests a second it sends, evenly spaced: above 0 and
+	// at most MaxRate.
+	Rate float64
+	// Timeout bounds each request, resolution included; past it the
+	// request is a Timeout. Defaults to DefaultTimeout.
+	Timeout time.Duration
+	// MaxInFlight bounds the requests waiting for an answer; a send due
+	// while that many wait is skipped and counted. Defaults to the
+	// requests of one Timeout at Rate, plus one.
+	MaxInFlight int
+	// MaxRecorded bounds the requests recorded; later ones are counted,
+	// not kept. Defaults to DefaultMaxRecorded.
+	MaxRecorded int
+	// Now is the clock; defaults to time.Now.
+	Now func() time.Time
+}
+
+func (c *Config) setDefaults() error {
+	switch {
+	case c.Name == "":
+		return errors.New("callers: Config.Name is required")
+	case !(c.Rate > 0 && c.Rate <= MaxRate):
+		return fmt.Errorf("callers: Config.Rate must be above 0 and at most %g requests a second, got %g", MaxRate, c.Rate)
+	case c.Timeout < 0, c.MaxInFlight < 0, c.MaxRecorded < 0:
+		return errors.New("callers: Config.Timeout, MaxInFlight and MaxRecorded must not be negative")
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = int(math.Ceil(c.Rate*c.Timeout.Seconds())) + 1
+	}
+	if c.MaxRecorded == 0 {
+		c.MaxRecorded = DefaultMaxRecorded
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return nil
+}
+
+// attempt is what one send learnt: the instance that answered and the
+// address it went to, as far as the caller knows them.
+type attempt struct {
+	instance, addr string
+	err            error
+}
+
+// Caller sends requests at its rate and records them.
+type Caller struct {
+	cfg   Config
+	kind  Kind
+	send  func(ctx context.Context) attempt
+	close func()
+	rec   recorder
+}
+
+func newCaller(cfg Config, kind Kind, send func(context.Context) attempt, closeFn func()) (*Caller, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	if closeFn == nil {
+		closeFn = func() {}
+	}
+	c := &Caller{cfg: cfg, kind: kind, send: send, close: closeFn}
+	c.rec.max = cfg.MaxRecorded
+	c.rec.rec.Caller, c.rec.rec.Kind = cfg.Name, kind
+	return c, nil
+}
+
+// Name returns the caller's name.
+func (c *Caller) Name() string { return c.cfg.Name }
+
+// Kind returns the caller's population.
+func (c *Caller) Kind() Kind { return c.kind }
+
+// Snapshot returns a copy of what the caller recorded so far.
+func (c *Caller) Snapshot() Record { return c.rec.snapshot() }
+
+// Run sends requests until ctx is done, then waits for those in flight
+// and releases the caller's connections. A request cut short by ctx is
+// not recorded: it says nothing about the service. Run returns nil; it
+// may be called once.
+func (c *Caller) Run(ctx context.Context) error {
+	defer c.close()
+	every := time.Duration(float64(time.Second) / c.cfg.Rate)
+	tk := time.NewTicker(every)
+	defer tk.Stop()
+	sem := make(chan struct{}, c.cfg.MaxInFlight)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tk.C:
+		}
+		select {
+		case sem <- struct{}{}:
+		default:
+			c.rec.skip()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			c.once(ctx)
+		}()
+	}
+}
+
+// once sends one request and records it.
+func (c *Caller) once(ctx context.Context) {
+	start := c.cfg.Now()
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	a := c.send(rctx)
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
+	q := Request{At: start, Instance: a.instance, Addr: a.addr, Latency: c.cfg.Now().Sub(start)}
+	switch {
+	case a.err == nil:
+		q.Result = Success
+	case isTimeout(a.err) || q.Latency >= c.cfg.Timeout:
+		q.Result, q.Err = Timeout, "timeout"
+	default:
+		q.Result, q.Err = Failure, short(a.err)
+	}
+	c.rec.add(q)
+}
+
+// isTimeout reports whether err is a deadline passing, as the standard
+// library, net and gRPC say it.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) ||
+		(errors.As(err, &ne) && ne.Timeout()) || grpcstatus.Code(err) == codes.DeadlineExceeded
+}
+
+func short(err error) string {
+	s := err.Error()
+	if len(s) > maxErrLen {
+		s = s[:maxErrLen]
+	}
+	return s
+}

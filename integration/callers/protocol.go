@@ -1,0 +1,181 @@
+package callers
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+)
+
+// Protocol is how a caller speaks to an instance it was given.
+type Protocol string
+
+// The protocols of the fleet's instances.
+const (
+	// HTTP: GET / answers 200, body and header X-Cairn-Instance the
+	// instance id.
+	HTTP Protocol = "http"
+	// GRPC: grpc.health.v1 Health/Check, the instance id in the response
+	// header metadata x-cairn-instance.
+	GRPC Protocol = "grpc"
+	// TCP: the instance writes its id and a newline, then closes.
+	TCP Protocol = "tcp"
+)
+
+// Header and metadata key naming the instance that answered.
+const (
+	InstanceHeader   = "X-Cairn-Instance"
+	InstanceMetadata = "x-cairn-instance"
+)
+
+// maxLine bounds what a TCP caller reads of an instance's line.
+const maxLine = 256
+
+// sender sends one request to an address in a protocol, from an optional
+// source address: a legacy client, a new connection per request (HTTP
+// and TCP), one channel per address (gRPC).
+type sender struct {
+	proto  Protocol
+	dialer *net.Dialer
+	http   *http.Client
+
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+func newSender(proto Protocol, source net.IP) (*sender, error) {
+	d := &net.Dialer{}
+	if source != nil {
+		d.LocalAddr = &net.TCPAddr{IP: source}
+	}
+	s := &sender{proto: proto, dialer: d, conns: map[string]*grpc.ClientConn{}}
+	switch proto {
+	case HTTP:
+		s.http = &http.Client{Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}}
+	case GRPC, TCP:
+	default:
+		return nil, fmt.Errorf("callers: protocol must be http, grpc or tcp, got %q", proto)
+	}
+	return s, nil
+}
+
+// send sends one request to addr and returns the instance that answered.
+func (s *sender) send(ctx context.Context, addr string) (string, error) {
+	switch s.proto {
+	case HTTP:
+		return s.sendHTTP(ctx, "http://"+addr+"/")
+	case GRPC:
+		cc, err := s.conn(addr)
+		if err != nil {
+			return "", err
+		}
+		return checkHealth(ctx, cc)
+	default:
+		return s.sendTCP(ctx, addr)
+	}
+}
+
+func (s *sender) sendHTTP(ctx context.Context, url string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	return doHTTP(s.http, req)
+}
+
+// doHTTP sends req and returns the instance the answer names; a status
+// other than 200 is a failure (of the instance that named itself, if
+// one did).
+func doHTTP(c *http.Client, req *http.Request) (string, error) {
+	resp, err := c.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	who := resp.Header.Get(InstanceHeader)
+	if resp.StatusCode != http.StatusOK {
+		return who, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return who, err
+}
+
+func (s *sender) sendTCP(ctx context.Context, addr string) (string, error) {
+	c, err := s.dialer.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	if d, ok := ctx.Deadline(); ok {
+		if err := c.SetDeadline(d); err != nil {
+			return "", err
+		}
+	}
+	line, err := bufio.NewReader(io.LimitReader(c, maxLine)).ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	id := strings.TrimSpace(line)
+	if id == "" {
+		return "", errors.New("empty line")
+	}
+	return id, nil
+}
+
+// conn returns the gRPC channel to addr, made on first use.
+func (s *sender) conn(addr string) (*grpc.ClientConn, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cc := s.conns[addr]; cc != nil {
+		return cc, nil
+	}
+	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
+			return s.dialer.DialContext(ctx, "tcp", a)
+		}))
+	if err != nil {
+		return nil, err
+	}
+	s.conns[addr] = cc
+	return cc, nil
+}
+
+func (s *sender) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, cc := range s.conns {
+		cc.Close()
+	}
+	clear(s.conns)
+	if s.http != nil {
+		s.http.CloseIdleConnections()
+	}
+}
+
+// checkHealth calls Health/Check on cc and returns the instance its
+// header names. A status other than SERVING is a failure.
+func checkHealth(ctx context.Context, cc *grpc.ClientConn, opts ...grpc.CallOption) (string, error) {
+	var md metadata.MD
+	resp, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{}, append(opts, grpc.Header(&md))...)
+	who := ""
+	if v := md.Get(InstanceMetadata); len(v) > 0 {
+		who = v[0]
+	}
+	if err != nil {
+		return who, err
+	}
+	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		return who, fmt.Errorf("health status %s", resp.GetStatus())
+	}
+	return who, nil
+}
