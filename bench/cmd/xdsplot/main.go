@@ -2,25 +2,24 @@
 // withdrawals on the left, admissions on the right, one curve per run,
 // the time from the API call's return on a log scale (0.1 ms to 100 s).
 // It reads the JSON line of each file named (an xdsload output) and
-// needs nothing beyond the standard library (its labels use a built-in
-// 3×5 pixel font).
+// draws with internal/pngplot (the standard library and a built-in 3×5
+// pixel font).
 //
 //	go run ./bench/cmd/xdsplot -o docs/xds-steady.png bench/results/xdsload-*-steady-*.txt
 package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"image"
 	"image/color"
-	"image/png"
 	"math"
 	"os"
-	"strings"
+
+	"github.com/cairn-sd/cairn/internal/pngplot"
 )
 
 // run is what xdsplot reads of an xdsload JSON line.
@@ -54,13 +53,12 @@ func main() {
 		}
 		runs = append(runs, r)
 	}
-	img := draw(runs, *title)
-	var b bytes.Buffer
-	if err := png.Encode(&b, img); err != nil {
+	b, err := draw(runs, *title).PNG()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "xdsplot:", err)
 		os.Exit(1)
 	}
-	if err := os.WriteFile(*out, b.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(*out, b, 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "xdsplot:", err)
 		os.Exit(1)
 	}
@@ -99,16 +97,8 @@ const (
 	panelW        = 540
 	panelH        = 400
 	top           = 80
-	scale         = 2 // font pixel size
 	minLog        = -1.0
 	maxLog        = 5.0 // 0.1 ms to 100 s
-)
-
-var (
-	white = color.RGBA{255, 255, 255, 255}
-	black = color.RGBA{0, 0, 0, 255}
-	grey  = color.RGBA{210, 210, 210, 255}
-	green = color.RGBA{30, 150, 60, 255}
 )
 
 // palette returns a run's colour: blues for cairn, oranges for the peer,
@@ -134,23 +124,22 @@ func palette(r run, all []run) color.RGBA {
 	return color.RGBA{lerp(250, 150), lerp(170, 50), lerp(60, 0), 255}
 }
 
-func draw(runs []run, title string) *image.RGBA {
-	img := image.NewRGBA(image.Rect(0, 0, width, height))
-	fill(img, img.Bounds(), white)
-	text(img, 60, 16, title, black)
+func draw(runs []run, title string) *pngplot.Canvas {
+	img := pngplot.New(width, height)
+	img.Text(60, 16, title, pngplot.Black)
 	for p, name := range []string{"withdrawals: percent delivered by time since the api reply", "admissions: percent delivered by time since the api reply"} {
 		x0 := 60 + p*(panelW+80)
-		text(img, x0, top-30, name, black)
+		img.Text(x0, top-30, name, pngplot.Black)
 		// Grid and axes.
 		for e := minLog; e <= maxLog; e++ {
 			x := x0 + int((e-minLog)/(maxLog-minLog)*panelW)
-			line(img, x, top, x, top+panelH, grey)
-			text(img, x-12, top+panelH+8, []string{"0.1ms", "1ms", "10ms", "100ms", "1s", "10s", "100s"}[int(e-minLog)], black)
+			img.Line(x, top, x, top+panelH, pngplot.Grey)
+			img.Text(x-12, top+panelH+8, []string{"0.1ms", "1ms", "10ms", "100ms", "1s", "10s", "100s"}[int(e-minLog)], pngplot.Black)
 		}
 		for _, pc := range []float64{0, 25, 50, 75, 90, 100} {
 			y := top + panelH - int(pc/100*panelH)
-			line(img, x0, y, x0+panelW, y, grey)
-			text(img, x0-40, y-5, fmt.Sprintf("%g", pc), black)
+			img.Line(x0, y, x0+panelW, y, pngplot.Grey)
+			img.Text(x0-40, y-5, fmt.Sprintf("%g", pc), pngplot.Black)
 		}
 		// SPEC targets: withdrawal 1 s (steady) and 5 s (burst), admission 30 s.
 		targets := []float64{1000, 5000}
@@ -159,9 +148,7 @@ func draw(runs []run, title string) *image.RGBA {
 		}
 		for _, t := range targets {
 			x := x0 + int((math.Log10(t)-minLog)/(maxLog-minLog)*panelW)
-			for y := top; y < top+panelH; y += 6 {
-				line(img, x, y, x, y+2, green)
-			}
+			img.Dashed(x, top, top+panelH, pngplot.Green)
 		}
 		for _, r := range runs {
 			cdf := r.Withdrawals.CDF
@@ -175,7 +162,7 @@ func draw(runs []run, title string) *image.RGBA {
 				x := x0 + int((math.Min(lg, maxLog)-minLog)/(maxLog-minLog)*panelW)
 				y := top + panelH - int(r.Percentiles[i]/100*panelH)
 				if px >= 0 {
-					thick(img, px, py, x, y, c)
+					img.Thick(px, py, x, y, c)
 				}
 				px, py = x, y
 			}
@@ -186,109 +173,8 @@ func draw(runs []run, title string) *image.RGBA {
 	for i, r := range runs {
 		x := lx + (i%4)*290
 		y := ly + (i/4)*18
-		fill(img, image.Rect(x, y+2, x+24, y+8), palette(r, runs))
-		text(img, x+32, y, fmt.Sprintf("%s %s %d", r.Target, r.Mode, r.Streams), black)
+		img.Fill(image.Rect(x, y+2, x+24, y+8), palette(r, runs))
+		img.Text(x+32, y, fmt.Sprintf("%s %s %d", r.Target, r.Mode, r.Streams), pngplot.Black)
 	}
 	return img
-}
-
-func fill(img *image.RGBA, r image.Rectangle, c color.RGBA) {
-	for y := r.Min.Y; y < r.Max.Y; y++ {
-		for x := r.Min.X; x < r.Max.X; x++ {
-			img.SetRGBA(x, y, c)
-		}
-	}
-}
-
-// line draws a one-pixel line (Bresenham).
-func line(img *image.RGBA, x0, y0, x1, y1 int, c color.RGBA) {
-	dx, dy := abs(x1-x0), -abs(y1-y0)
-	sx, sy := sign(x1-x0), sign(y1-y0)
-	e := dx + dy
-	for i := 0; i < 4*(width+height); i++ { // bounded: a line crosses at most the image
-		img.SetRGBA(x0, y0, c)
-		if x0 == x1 && y0 == y1 {
-			return
-		}
-		if e2 := 2 * e; e2 >= dy {
-			e += dy
-			x0 += sx
-		} else if e2 <= dx {
-			e += dx
-			y0 += sy
-		} else {
-			e += dx + dy
-			x0 += sx
-			y0 += sy
-		}
-	}
-}
-
-func thick(img *image.RGBA, x0, y0, x1, y1 int, c color.RGBA) {
-	line(img, x0, y0, x1, y1, c)
-	line(img, x0, y0+1, x1, y1+1, c)
-	line(img, x0+1, y0, x1+1, y1, c)
-}
-
-func abs(v int) int {
-	if v < 0 {
-		return -v
-	}
-	return v
-}
-
-func sign(v int) int {
-	switch {
-	case v < 0:
-		return -1
-	case v > 0:
-		return 1
-	}
-	return 0
-}
-
-// text writes s at (x, y) in the 3×5 font, scaled.
-func text(img *image.RGBA, x, y int, s string, c color.RGBA) {
-	glyphs := font()
-	for _, ch := range strings.ToLower(s) {
-		g, ok := glyphs[ch]
-		if ok {
-			for row, bits := range g {
-				for col, b := range bits {
-					if b == '#' {
-						fill(img, image.Rect(x+col*scale, y+row*scale, x+(col+1)*scale, y+(row+1)*scale), c)
-					}
-				}
-			}
-		}
-		x += 4 * scale
-	}
-}
-
-// font returns the 3×5 glyphs, five rows of three each.
-func font() map[rune][5]string {
-	return map[rune][5]string{
-		'0': {"###", "#.#", "#.#", "#.#", "###"}, '1': {".#.", "##.", ".#.", ".#.", "###"},
-		'2': {"###", "..#", "###", "#..", "###"}, '3': {"###", "..#", "###", "..#", "###"},
-		'4': {"#.#", "#.#", "###", "..#", "..#"}, '5': {"###", "#..", "###", "..#", "###"},
-		'6': {"###", "#..", "###", "#.#", "###"}, '7': {"###", "..#", "..#", "..#", "..#"},
-		'8': {"###", "#.#", "###", "#.#", "###"}, '9': {"###", "#.#", "###", "..#", "###"},
-		'.': {"...", "...", "...", "...", ".#."}, '%': {"#.#", "..#", ".#.", "#..", "#.#"},
-		'/': {"..#", "..#", ".#.", "#..", "#.."}, '-': {"...", "...", "###", "...", "..."},
-		',': {"...", "...", "...", ".#.", "#.."}, '(': {".#.", "#..", "#..", "#..", ".#."},
-		')': {".#.", "..#", "..#", "..#", ".#."}, ':': {"...", ".#.", "...", ".#.", "..."},
-		'a': {".#.", "#.#", "###", "#.#", "#.#"}, 'b': {"##.", "#.#", "##.", "#.#", "##."},
-		'c': {"###", "#..", "#..", "#..", "###"}, 'd': {"##.", "#.#", "#.#", "#.#", "##."},
-		'e': {"###", "#..", "##.", "#..", "###"}, 'f': {"###", "#..", "##.", "#..", "#.."},
-		'g': {"###", "#..", "#.#", "#.#", "###"}, 'h': {"#.#", "#.#", "###", "#.#", "#.#"},
-		'i': {"###", ".#.", ".#.", ".#.", "###"}, 'j': {"..#", "..#", "..#", "#.#", "###"},
-		'k': {"#.#", "#.#", "##.", "#.#", "#.#"}, 'l': {"#..", "#..", "#..", "#..", "###"},
-		'm': {"#.#", "###", "###", "#.#", "#.#"}, 'n': {"##.", "#.#", "#.#", "#.#", "#.#"},
-		'o': {"###", "#.#", "#.#", "#.#", "###"}, 'p': {"###", "#.#", "###", "#..", "#.."},
-		'q': {"###", "#.#", "#.#", "###", "..#"}, 'r': {"##.", "#.#", "##.", "#.#", "#.#"},
-		's': {"###", "#..", "###", "..#", "###"}, 't': {"###", ".#.", ".#.", ".#.", ".#."},
-		'u': {"#.#", "#.#", "#.#", "#.#", "###"}, 'v': {"#.#", "#.#", "#.#", "#.#", ".#."},
-		'w': {"#.#", "#.#", "###", "###", "#.#"}, 'x': {"#.#", "#.#", ".#.", "#.#", "#.#"},
-		'y': {"#.#", "#.#", ".#.", ".#.", ".#."}, 'z': {"###", "..#", ".#.", "#..", "###"},
-	}
 }
