@@ -123,7 +123,11 @@ type Convergence struct {
 // StopTime measures, over recs (one population, or all), the time from
 // fault until 99% of the callers stopped sending to target. A caller
 // still sending within quiet of end (the record's end: when the callers
-// stopped) has not stopped and counts as never stopping.
+// stopped) has not stopped and counts as never stopping. A blind caller
+// (Envoy's) sees only the answers: its last send is the later of its
+// last answer from target and, when it records views, the moment target
+// left its view (Envoy routes only to what it holds); without views it
+// is a lower bound.
 func StopTime(recs []Record, target Target, fault, end time.Time, quiet time.Duration) Convergence {
 	c := Convergence{Callers: len(recs), Last: map[string]time.Duration{}}
 	vals := make([]time.Duration, 0, len(recs))
@@ -132,6 +136,11 @@ func StopTime(recs []Record, target Target, fault, end time.Time, quiet time.Dur
 		for _, q := range r.Requests {
 			if !q.At.Before(fault) && target.sentTo(q) && q.At.After(last) {
 				last = q.At
+			}
+		}
+		if r.Blind {
+			if left, ok := leftView(r, target, fault, end); ok && left.After(last) {
+				last = left
 			}
 		}
 		d := time.Duration(0)
@@ -264,4 +273,31 @@ func Presence(recs []Record, target Target, start, end time.Time, width time.Dur
 		out[k] = ps
 	}
 	return out
+}
+
+// leftView returns when target was last in r's view from fault on: the
+// time of the first view after fault without it (the fault itself if it
+// was not in the view then), or end if it never left. ok is false
+// without views.
+func leftView(r Record, target Target, fault, end time.Time) (time.Time, bool) {
+	if len(r.Views) == 0 {
+		return time.Time{}, false
+	}
+	in := func(v View) bool { return slices.Contains(v.Addrs, target.Addr) }
+	cur := false // whether target is in the view at fault
+	i := 0
+	for ; i < len(r.Views) && !r.Views[i].At.After(fault); i++ {
+		cur = in(r.Views[i])
+	}
+	if !cur {
+		// Not given at the fault: re-entering later would be an
+		// admission, not a send to a failed instance.
+		return fault, true
+	}
+	for ; i < len(r.Views); i++ {
+		if !in(r.Views[i]) {
+			return r.Views[i].At, true
+		}
+	}
+	return end, true
 }

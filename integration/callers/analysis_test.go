@@ -138,3 +138,28 @@ func TestTransitionsAndPresence(t *testing.T) {
 		t.Errorf("presence is sampled at each interval's end, got t=%v", p[DNSDirect][0].T)
 	}
 }
+
+// TestStopTimeBlind: an Envoy caller's last send is when the target left
+// its Envoy's view, or its last answer from it if later; one whose view
+// still holds it has not stopped.
+func TestStopTimeBlind(t *testing.T) {
+	a, b := "127.11.0.1:80", "127.12.0.1:80"
+	target := Target{ID: "w-1", Addr: a}
+	fault, end := at(10), at(30)
+	recs := []Record{
+		{Caller: "e1", Kind: Envoy, Blind: true,
+			Requests: []Request{{At: at(9), Instance: "w-1"}, {At: at(10.5), Instance: "w-1"}},
+			Views:    []View{{At: at(1), Addrs: []string{a, b}}, {At: at(13), Addrs: []string{b}}}},
+		{Caller: "e2", Kind: Envoy, Blind: true,
+			Requests: []Request{{At: at(11), Instance: "w-1"}}},
+		{Caller: "e3", Kind: Envoy, Blind: true, Views: []View{{At: at(1), Addrs: []string{b}}}},
+	}
+	c := StopTime(recs, target, fault, end, time.Second)
+	if c.Last["e1"] != 3*time.Second || c.Last["e2"] != time.Second || c.Last["e3"] != 0 || !c.Converged {
+		t.Errorf("%+v", c)
+	}
+	recs = append(recs, Record{Caller: "e4", Kind: Envoy, Blind: true, Views: []View{{At: at(1), Addrs: []string{a, b}}}})
+	if c := StopTime(recs, target, fault, end, time.Second); c.Converged || len(c.StillSending) != 1 || c.StillSending[0] != "e4" {
+		t.Errorf("a caller whose Envoy still holds the target: %+v", c)
+	}
+}

@@ -80,6 +80,9 @@ type Caller struct {
 	kind  Kind
 	send  func(ctx context.Context) attempt
 	close func()
+	// watch, if set, runs beside the sends until Run's ctx is done:
+	// what records the views of a caller that does not resolve.
+	watch func(ctx context.Context)
 	rec   recorder
 }
 
@@ -117,6 +120,10 @@ func (c *Caller) Run(ctx context.Context) error {
 	sem := make(chan struct{}, c.cfg.MaxInFlight)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	if c.watch != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.watch(ctx) }()
+	}
 	for {
 		select {
 		case <-ctx.Done():

@@ -67,9 +67,11 @@ type Request struct {
 	Err string
 }
 
-// View is what a caller was given at one resolution that changed it: the
-// addresses ("host:port"), sorted. Only resolving callers (DNS) record
-// views; for the others, what they were given shows in where they sent.
+// View is what a caller was given, recorded when it changed: the
+// addresses ("host:port"), sorted. DNS callers record each answer that
+// changed; an Envoy caller given EnvoyConfig.Hosts records the hosts its
+// Envoy routes to; for the others, what they were given shows in where
+// they sent.
 type View struct {
 	At    time.Time
 	Addrs []string
@@ -81,6 +83,9 @@ type Record struct {
 	Kind     Kind
 	Requests []Request
 	Views    []View
+	// Blind marks a caller that learns where a request went only from
+	// its answer (an Envoy caller): a failed request names no instance.
+	Blind bool
 	// Dropped counts requests past the recorder's bound, not recorded;
 	// Skipped the sends skipped because MaxInFlight requests were still
 	// waiting for an answer.
