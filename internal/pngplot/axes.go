@@ -62,17 +62,27 @@ func Ticks(lo, hi float64, n int) []float64 {
 		return []float64{lo}
 	}
 	raw := (hi - lo) / float64(n)
-	p := math.Pow(10, math.Floor(math.Log10(raw)))
-	step := p
-	for _, m := range []float64{1, 2, 5, 10} {
-		if m*p >= raw {
-			step = m * p
+	e := math.Floor(math.Log10(raw))
+	p := math.Pow(10, e)
+	m := 10.0
+	for _, f := range []float64{1, 2, 5} {
+		if f*p >= raw {
+			m = f
 			break
 		}
 	}
+	step := m * p
+	// k·m·10^e, computed so that 3 × 0.2 is 0.6: divided by an exact
+	// power of ten when e is negative.
+	at := func(k float64) float64 {
+		if e < 0 {
+			return k * m / math.Pow(10, -e)
+		}
+		return k * step
+	}
 	var out []float64
-	for v := math.Ceil(lo/step) * step; v <= hi+step*1e-9 && len(out) <= 4*n; v += step {
-		out = append(out, math.Round(v/step)*step)
+	for k := math.Ceil(lo/step - 1e-9); at(k) <= hi+step*1e-9 && len(out) <= 4*n; k++ {
+		out = append(out, at(k)+0) // +0: no -0
 	}
 	return out
 }
