@@ -179,7 +179,7 @@ func newFixture(t *testing.T, ctx context.Context, pops []population, withEnvoy 
 	for _, p := range pops {
 		for i := range p.n {
 			cfg := callers.Config{Name: fmt.Sprintf("%s-%d", p.kind, i), Rate: callRate, Timeout: 300 * time.Millisecond}
-			dns := callers.DNSConfig{Config: cfg, Server: n.DNSAddr, Name: svc + "." + ns + ".svc.cairn.internal.",
+			dns := callers.DNSConfig{Config: cfg, Server: n.DNSAddr, Query: svc + "." + ns + ".svc.cairn.internal.",
 				Port: rpcPort, Protocol: callers.GRPC, Source: net.ParseIP(fmt.Sprintf("127.1%d.0.%d", 1+i%3, 100+len(f.cs)))}
 			var cl *callers.Caller
 			var err error

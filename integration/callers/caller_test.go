@@ -93,7 +93,7 @@ func TestDNSCaller(t *testing.T) {
 			f := startDNS(t, name, 1, "127.11.0.1", "127.12.0.1")
 			c, err := callers.NewDNS(callers.DNSDirect, callers.DNSConfig{
 				Config: callers.Config{Name: "d", Rate: 100, Timeout: 150 * time.Millisecond},
-				Server: f.addr, Name: name, Port: port, Protocol: proto, Source: net.ParseIP("127.11.0.200")})
+				Server: f.addr, Query: name, Port: port, Protocol: proto, Source: net.ParseIP("127.11.0.200")})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -14,7 +14,7 @@ import (
 )
 
 // DNSConfig is a DNS caller: a legacy client behind a caching stub. It
-// asks Server for the A records of Name, keeps the answer for its TTL
+// asks Server for the A records of Query, keeps the answer for its TTL
 // (the smallest of the records', as a caching stub does; 0: asked again
 // at the next request), and sends each request to the next address of
 // the answer in turn, on Port. A records need nothing but the service's
@@ -24,8 +24,9 @@ type DNSConfig struct {
 	// Server is the DNS address asked, "host:port": a cairn server's
 	// --dns-addr (DNSDirect) or an agent's (DNSAgent). Required.
 	Server string
-	// Name is the service's name, <svc>.<ns>.svc.<domain>. Required.
-	Name string
+	// Query is the name asked: the service's, <svc>.<ns>.svc.<domain>.
+	// Required.
+	Query string
 	// Port is the instances' port of the service. Required.
 	Port int
 	// Protocol is what the instances speak. Required.
@@ -60,8 +61,8 @@ func NewDNS(kind Kind, cfg DNSConfig) (*Caller, error) {
 	if _, _, err := net.SplitHostPort(cfg.Server); err != nil {
 		return nil, fmt.Errorf("callers: DNSConfig.Server must be host:port, got %q", cfg.Server)
 	}
-	if _, ok := dns.IsDomainName(cfg.Name); !ok || cfg.Name == "" {
-		return nil, fmt.Errorf("callers: DNSConfig.Name must be a domain name, got %q", cfg.Name)
+	if _, ok := dns.IsDomainName(cfg.Query); !ok || cfg.Query == "" {
+		return nil, fmt.Errorf("callers: DNSConfig.Query must be a domain name, got %q", cfg.Query)
 	}
 	if cfg.Port < 1 || cfg.Port > 65535 {
 		return nil, fmt.Errorf("callers: DNSConfig.Port must be between 1 and 65535, got %d", cfg.Port)
@@ -78,7 +79,7 @@ func NewDNS(kind Kind, cfg DNSConfig) (*Caller, error) {
 	c, err = newCaller(cfg.Config, kind, func(ctx context.Context) attempt {
 		addr, err := r.pick(ctx, c)
 		if err != nil {
-			return attempt{err: fmt.Errorf("resolving %s: %w", cfg.Name, err)}
+			return attempt{err: fmt.Errorf("resolving %s: %w", cfg.Query, err)}
 		}
 		who, err := snd.send(ctx, addr)
 		return attempt{instance: who, addr: addr, err: err}
@@ -122,7 +123,7 @@ func (r *resolver) pick(ctx context.Context, c *Caller) (string, error) {
 // An empty answer (NODATA, or every instance withdrawn) is an answer.
 func (r *resolver) resolve(ctx context.Context) ([]string, time.Duration, error) {
 	m := new(dns.Msg)
-	m.SetQuestion(dns.Fqdn(r.cfg.Name), dns.TypeA)
+	m.SetQuestion(dns.Fqdn(r.cfg.Query), dns.TypeA)
 	m.SetEdns0(1232, false)
 	in, _, err := r.client.ExchangeContext(ctx, m, r.cfg.Server)
 	if err == nil && in.Truncated {
@@ -143,7 +144,7 @@ func (r *resolver) resolve(ctx context.Context) ([]string, time.Duration, error)
 	ttl := uint32(0)
 	for _, rr := range in.Answer {
 		a, ok := rr.(*dns.A)
-		if !ok || !strings.EqualFold(a.Hdr.Name, dns.Fqdn(r.cfg.Name)) {
+		if !ok || !strings.EqualFold(a.Hdr.Name, dns.Fqdn(r.cfg.Query)) {
 			continue
 		}
 		if addrs == nil || a.Hdr.Ttl < ttl {

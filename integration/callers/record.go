@@ -1,12 +1,24 @@
 // Package callers runs the synthetic callers of the scenarios: clients
-// that resolve a service the way one population of real clients does
-// (DNS from a cairn server, DNS from a cairn agent, an Envoy listener,
-// grpc-go over xDS), send requests to what they were given, record
-// every request, and report what they saw to cairn (POST /v1/outcomes;
-// Envoy reports over LRS by itself). The functions of analysis.go turn
-// the records into a scenario's figures: the error rate over time, the
-// time until 99% of callers stop sending to an instance, and when each
-// caller stopped or started being given one.
+// that resolve a service the way one population of real clients does,
+// send requests to what they were given, record every request, and
+// report what they saw to cairn.
+//
+//   - NewDNS(DNSDirect, …) and NewDNS(DNSAgent, …): a legacy client behind
+//     a caching stub, asking a cairn server's or a cairn agent's DNS for
+//     A records, optionally from a source address that --subnet places in
+//     a zone;
+//   - NewEnvoy: requests through an Envoy listener (Envoy resolves, from
+//     cairn's xDS, and reports its loads over LRS by itself);
+//   - NewGRPC: a grpc-go channel to xds:///<svc>.<ns> calling
+//     grpc.health.v1 Health/Check.
+//
+// A Reporter posts a caller's per-endpoint success, failure and timeout
+// counts to POST /v1/outcomes with the caller's own token: each caller
+// is one observer in the outcome quorum. The functions of analysis.go
+// turn the records into a scenario's figures: the error rate per second
+// and population (ErrorRates), the time until 99% of callers stopped
+// sending to an instance (StopTime), and when it left or entered what
+// each caller was given (Transitions, Presence).
 //
 // A Caller is safe for concurrent use: its record may be read (Snapshot)
 // while it runs. Every loop is bounded by its context.
