@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/cairn-sd/cairn/client"
 	"github.com/cairn-sd/cairn/integration"
 	"github.com/cairn-sd/cairn/integration/callers"
@@ -20,9 +22,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	integration.RemoveBinary()
-	os.Exit(code)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		integration.RemoveBinary()
+		os.Exit(code)
+	}))
 }
 
 // needProcesses skips a real-process test under -short, except under
