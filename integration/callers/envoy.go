@@ -2,6 +2,7 @@ package callers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -49,7 +50,8 @@ func NewEnvoy(cfg EnvoyConfig) (*Caller, error) {
 			return attempt{err: err}
 		}
 		who, err := doHTTP(hc, req)
-		if err != nil && err.Error() == "status 504" {
+		var se statusError
+		if errors.As(err, &se) && se == http.StatusGatewayTimeout {
 			err = fmt.Errorf("envoy: upstream timeout (%w)", context.DeadlineExceeded)
 		}
 		return attempt{instance: who, err: err}

@@ -105,10 +105,15 @@ func doHTTP(c *http.Client, req *http.Request) (string, error) {
 	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	who := resp.Header.Get(InstanceHeader)
 	if resp.StatusCode != http.StatusOK {
-		return who, fmt.Errorf("status %d", resp.StatusCode)
+		return who, statusError(resp.StatusCode)
 	}
 	return who, err
 }
+
+// statusError is an HTTP answer other than 200.
+type statusError int
+
+func (e statusError) Error() string { return fmt.Sprintf("status %d", int(e)) }
 
 func (s *sender) sendTCP(ctx context.Context, addr string) (string, error) {
 	c, err := s.dialer.DialContext(ctx, "tcp", addr)
