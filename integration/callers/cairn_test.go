@@ -313,6 +313,11 @@ func (f *fixture) figures(t *testing.T, recs []callers.Record, targets map[calle
 			fmt.Fprintf(&b, " %.0fs:%.2f", pt.T, pt.V)
 		}
 		t.Logf("%s error rate per second (fault at %.1fs):%s", p.kind, fault.Sub(f.start).Seconds(), b.String())
+		b.Reset()
+		for _, pt := range callers.Presence(rs, targets[p.kind], f.start, end, 500*time.Millisecond)[p.kind] {
+			fmt.Fprintf(&b, " %.1fs:%.2f", pt.T, pt.V)
+		}
+		t.Logf("%s share of callers given %s:%s", p.kind, targets[p.kind].ID, b.String())
 	}
 	for i, r := range f.reps {
 		st := r.Stats()
