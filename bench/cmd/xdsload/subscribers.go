@@ -13,6 +13,7 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 
+	"github.com/cairn-sd/cairn/bench/xdssub"
 	"github.com/cairn-sd/cairn/xdsserver/xdstest"
 )
 
@@ -156,40 +157,18 @@ type world struct {
 
 func (w *world) now() time.Duration { return time.Since(w.epoch) }
 
-// run opens s's stream on cc (retrying, with jitter, until deadline) and
-// follows it until ctx is done.
+// run opens s's stream on cc (retrying, with jitter, until deadline:
+// xdssub.Open) and follows it until ctx is done.
 func (w *world) run(ctx context.Context, cc grpc.ClientConnInterface, s *subscriber, deadline time.Time) {
 	rng := rand.New(rand.NewPCG(uint64(s.id), 7))
 	node := &corev3.Node{Id: fmt.Sprintf("xdsload-%d", s.id), Locality: &corev3.Locality{Region: "eu", Zone: "eu-1a"}}
-	var (
-		st   *xdstest.Stream
-		resp *discoveryv3.DeltaDiscoveryResponse
-	)
-	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
-		sctx, cancel := context.WithCancel(ctx)
-		var err error
-		st, err = xdstest.Open(sctx, cc, xdstest.Options{Node: node})
-		if err == nil {
-			err = st.Subscribe(resourcev3.EndpointType, s.names, nil)
-		}
-		if err == nil {
-			resp, err = st.Recv()
-		}
-		if err == nil {
-			defer cancel()
-			break
-		}
-		cancel()
-		if ctx.Err() != nil || time.Now().After(deadline) {
-			return
-		}
-		// A retry's backoff (full jitter), as a client's.
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Duration(rng.Int64N(int64(wait)) + 1)):
-		}
+	sess, err := xdssub.Open(ctx, cc, xdssub.Request{Node: node, Type: resourcev3.EndpointType, Names: s.names},
+		xdssub.Retry{Min: 100 * time.Millisecond, Max: 5 * time.Second, Deadline: deadline}, rng, nil)
+	if err != nil {
+		return
 	}
+	defer sess.Close()
+	st, resp := sess.Stream, sess.First
 	s.admitted, s.ok = w.now(), true
 	if w.admitted.Add(1) == w.streams {
 		close(w.allIn)
