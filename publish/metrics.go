@@ -10,6 +10,9 @@ type metrics struct {
 	buildFailures   prometheus.Counter
 	fastWithdrawals prometheus.Counter
 	withdrawSeconds prometheus.Histogram
+	// emptyingRebuilds counts withdrawals published by a rebuild rather
+	// than a copy (withdraw.go).
+	emptyingRebuilds prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -24,9 +27,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Instances taken out of the table as soon as their withdrawal was applied, before the next build."}),
 		withdrawSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "cairn_health_withdrawal_publish_seconds",
 			Help: "Time one publication of applied withdrawals took.", Buckets: prometheus.ExponentialBuckets(0.00001, 4, 10)}),
+		emptyingRebuilds: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_health_withdrawal_rebuilds_total",
+			Help: "Withdrawals published by a rebuild from the replica rather than a copy of the table: the copy would have left a service with nothing in rotation while the replica may hold its admissions."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.buildSeconds, m.unslotted, m.buildFailures, m.fastWithdrawals, m.withdrawSeconds)
+		reg.MustRegister(m.buildSeconds, m.unslotted, m.buildFailures, m.fastWithdrawals, m.withdrawSeconds, m.emptyingRebuilds)
 	}
 	return m
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/store"
 )
 
 // publishWithdrawals publishes at once what the store's applied entries
@@ -46,39 +47,42 @@ func (n *Node) publishWithdrawals(ctx context.Context) {
 	if cur == nil {
 		return
 	}
-	defer cur.Release()
 	base := cur.StoreRevision()
 	if rev <= base {
+		cur.Release()
 		return // the current table was built from a replica that had them
 	}
+	hits := n.withdrawnSlots(cur, base, ws)
+	if emptiesService(cur, hits) && n.cfg.Store.CaughtUp() {
+		cur.Release()
+		// The copy would publish a service with nothing in rotation,
+		// while the replica may hold its admissions the copy leaves
+		// out (one instance re-registered, then another deregistered,
+		// within one build interval): rebuild from the replica now, so
+		// that no subscriber is sent an empty view of a service that
+		// has instances (field notes X6). Rare: only a withdrawal that
+		// takes a service's last eligible entry pays for a build.
+		n.m.emptyingRebuilds.Inc()
+		prev := n.Enter(PhaseRefresh)
+		n.Refresh()
+		n.Enter(PhaseBuild)
+		n.build(n.cfg.Now())
+		n.Enter(prev)
+		return
+	}
+	defer cur.Release()
 	withdrawn := 0
 	_, err := n.cfg.Table.Build(func(b *status.Builder) error {
 		es := b.Entries()
 		for slot := range es {
 			es[slot] = cur.Entry(slot)
 		}
-		for _, w := range ws {
-			if w.Rev <= base {
+		for _, h := range hits {
+			if h.slot >= len(es) {
 				continue
 			}
-			k := w.Key.String()
-			slot, ok := n.w.Lookup(k)
-			if !ok {
-				// A refresh that read the withdrawal before the loop
-				// took it (it landed as a round began) has freed the
-				// key's slot; the table still serves it where its own
-				// directory says.
-				s, found := cur.Directory().SlotOfKey(k)
-				slot, ok = int(s), found
-			}
-			if !ok || slot >= len(es) {
-				continue // never published
-			}
-			e := &es[slot]
-			if e.Key != status.KeyHash(k) || e.Incarnation != w.Incarnation {
-				continue
-			}
-			if l := w.Lifecycle; l != status.Ready {
+			e := &es[h.slot]
+			if l := h.lifecycle; l != status.Ready {
 				e.Lifecycle = l
 			}
 			if e.Flags.Has(status.Eligible) {
@@ -97,6 +101,69 @@ func (n *Node) publishWithdrawals(ctx context.Context) {
 	}
 	n.m.fastWithdrawals.Add(float64(withdrawn))
 	n.m.withdrawSeconds.Observe(time.Since(start).Seconds())
+}
+
+// withdrawnHit is a slot of the current table a withdrawal takes out,
+// and the lifecycle it leaves the instance in.
+type withdrawnHit struct {
+	slot      int
+	lifecycle status.Lifecycle
+}
+
+// withdrawnSlots finds the slots of cur that the withdrawals ws applied
+// after base take out: those that still hold the withdrawn incarnation.
+func (n *Node) withdrawnSlots(cur *status.Table, base uint64, ws []store.Withdrawal) []withdrawnHit {
+	var hits []withdrawnHit
+	for _, w := range ws {
+		if w.Rev <= base {
+			continue
+		}
+		k := w.Key.String()
+		slot, ok := n.w.Lookup(k)
+		if !ok {
+			// A refresh that read the withdrawal before the loop took it
+			// (it landed as a round began) has freed the key's slot; the
+			// table still serves it where its own directory says.
+			s, found := cur.Directory().SlotOfKey(k)
+			slot, ok = int(s), found
+		}
+		if !ok || slot >= cur.Capacity() {
+			continue // never published
+		}
+		if e := cur.Entry(slot); e.Key != status.KeyHash(k) || e.Incarnation != w.Incarnation {
+			continue
+		}
+		hits = append(hits, withdrawnHit{slot: slot, lifecycle: w.Lifecycle})
+	}
+	return hits
+}
+
+// emptiesService reports whether taking hits out of cur leaves a
+// service that had an eligible entry among them with none.
+func emptiesService(cur *status.Table, hits []withdrawnHit) bool {
+	out := make(map[int]bool, len(hits))
+	for _, h := range hits {
+		out[h.slot] = true
+	}
+	checked := map[uint32]bool{}
+	for _, h := range hits {
+		e := cur.Entry(h.slot)
+		if !e.Flags.Has(status.Eligible) || checked[e.Service] {
+			continue
+		}
+		checked[e.Service] = true
+		left := false
+		for _, m := range cur.Members(e.Service) {
+			if !out[int(m)] && cur.Entry(int(m)).Flags.Has(status.Eligible) {
+				left = true
+				break
+			}
+		}
+		if !left {
+			return true
+		}
+	}
+	return false
 }
 
 // publishShift rebuilds the table from the replica at once, without an

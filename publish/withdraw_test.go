@@ -141,3 +141,44 @@ func TestWaitPublishedWaits(t *testing.T) {
 		t.Fatal("WaitPublished did not return once the table had the revision")
 	}
 }
+
+// TestWithdrawalNeverEmptiesAServiceWithInstances: one instance
+// re-registered (a new incarnation: its old one is withdrawn on commit,
+// the new one admitted at the next build), then the other deregistered,
+// both before a build. Copying the table with the withdrawals would
+// publish the service with nothing in rotation while the store has an
+// instance of it (the xDS tier restart scenario sent 134 subscribers an
+// empty assignment that way: field notes X6): the table is rebuilt from
+// the replica instead, with the new incarnation in it.
+func TestWithdrawalNeverEmptiesAServiceWithInstances(t *testing.T) {
+	h := newHarness(t, 0, nil)
+	svc := tcpService("shop", "cart")
+	svc.Policy.MaxUnavailable = "2" // not a test of budgets
+	h.apply(svc)
+	fleet := h.fleet(svc, "a", 2)
+	h.tick(0)
+	ctx := t.Context()
+	r := reg(svc, fleet[0].ID, "10.0.9.9") // a new address: a new incarnation
+	r.Replaces = fleet[0].Incarnation
+	again := h.register(r)
+	if _, err := h.st.Deregister(ctx, "admin", fleet[1].Key(), fleet[1].Incarnation); err != nil {
+		t.Fatal(err)
+	}
+	rev := h.st.Revision()
+	h.n.publishWithdrawals(ctx)
+	tbl := h.pub.Acquire()
+	got := tbl.StoreRevision()
+	tbl.Release()
+	if got < rev {
+		t.Fatalf("published revision %d, want at least the deregistration's %d", got, rev)
+	}
+	if e, ok := h.n.Status(again.Key().String(), again.Incarnation); !ok || !e.Flags.Has(status.Eligible) {
+		t.Errorf("the new incarnation %d of %s: %+v (%v), want published eligible", again.Incarnation, again.ID, e, ok)
+	}
+	if e, ok := h.n.Status(fleet[1].Key().String(), fleet[1].Incarnation); ok && e.Flags.Has(status.Eligible) {
+		t.Errorf("deregistered %s still eligible: %+v", fleet[1].ID, e)
+	}
+	if got := testutil.ToFloat64(h.n.m.emptyingRebuilds); got != 1 {
+		t.Errorf("cairn_health_withdrawal_rebuilds_total = %v, want 1", got)
+	}
+}
