@@ -75,12 +75,19 @@ func TestXDSTierRestart(t *testing.T) {
 	start := time.Now()
 	inc := xrLayout(ctx, t, c)
 
-	r := &xrRun{c: c, start: start, dec: xdstest.NewDecoder(func(rs *discoveryv3.Resource) (int, error) {
+	r := &xrRun{c: c, start: start, dec: xdstest.NewDecoder(func(rs *discoveryv3.Resource) (xrAssignment, error) {
 		cla, err := xdstest.DecodeAssignment(rs)
 		if err != nil {
-			return 0, err
+			return xrAssignment{}, err
 		}
-		return len(xdstest.InRotation(cla)), nil
+		a := xrAssignment{inRotation: len(xdstest.InRotation(cla))}
+		for _, l := range cla.Endpoints {
+			for _, e := range l.LbEndpoints {
+				a.endpoints = append(a.endpoints, fmt.Sprintf("%s:%d %s", e.GetEndpoint().GetAddress().GetSocketAddress().GetAddress(),
+					e.GetEndpoint().GetAddress().GetSocketAddress().GetPortValue(), e.HealthStatus))
+			}
+		}
+		return a, nil
 	})}
 	r.waitLayout(ctx, t)
 	sctx, stopSubs := context.WithCancel(ctx)
@@ -118,7 +125,7 @@ func TestXDSTierRestart(t *testing.T) {
 type xrRun struct {
 	c       *integration.Cluster
 	start   time.Time
-	dec     *xdstest.Decoder[int] // endpoints in rotation, by assignment version
+	dec     *xdstest.Decoder[xrAssignment]
 	conns   [][]*grpc.ClientConn  // by node
 	perNode [3]int
 	subs    []*xrSub
@@ -142,7 +149,14 @@ type xrSub struct {
 	heldAsked   int // versions named, over the resumes
 	resent      int // resources in the resumes' first answers
 	regressions []xdssub.Regression
-	empties     []string // assignments sent with nothing in rotation, or removed
+	empties     []string // assignments sent with nothing in rotation, or removed: what, when, how
+}
+
+// xrAssignment is a decoded assignment: how many endpoints are in
+// rotation, and each endpoint with its health.
+type xrAssignment struct {
+	inRotation int
+	endpoints  []string
 }
 
 // xrLayout applies the services and registers their instances; it
@@ -223,11 +237,11 @@ func (r *xrRun) waitLayout(ctx context.Context, t *testing.T) {
 			resp := sess.First
 			for {
 				for _, rs := range resp.Resources {
-					k, err := r.dec.Decode(rs)
+					a, err := r.dec.Decode(rs)
 					if err != nil {
 						return err
 					}
-					full[rs.Name] = k == xrInstances
+					full[rs.Name] = a.inRotation == xrInstances
 				}
 				ok := 0
 				for _, f := range full {
@@ -299,10 +313,13 @@ func (r *xrRun) startSubscribers(ctx context.Context, t *testing.T, n int, wg *s
 		s.sub.Closed = func(error) { r.connected[s.node].Add(-1) }
 		s.sub.Received = func(resp *discoveryv3.DeltaDiscoveryResponse, reg []xdssub.Regression, removed []string) {
 			s.regressions = append(s.regressions, reg...)
-			s.empties = append(s.empties, removed...)
+			at := time.Since(r.start).Seconds()
+			for _, name := range removed {
+				s.empties = append(s.empties, fmt.Sprintf("%s removed at %.1f s (stream opened %d times)", name, at, s.opens))
+			}
 			for _, rs := range resp.Resources {
-				if k, err := r.dec.Decode(rs); err != nil || k == 0 {
-					s.empties = append(s.empties, rs.Name+" "+rs.Version)
+				if a, err := r.dec.Decode(rs); err != nil || a.inRotation == 0 {
+					s.empties = append(s.empties, fmt.Sprintf("%s %s at %.1f s (stream opened %d times): %v %v", rs.Name, rs.Version, at, s.opens, a.endpoints, err))
 				}
 			}
 		}
@@ -588,6 +605,21 @@ func (r *xrRun) report(res *Result, ch xrChurnCount) {
 		val += "; first: " + firstEmpty
 	}
 	res.Add("assignments sent empty or removed while the service had instances (X6)", "0", val, empty == 0)
+	if empty > 0 {
+		seen := map[string]bool{}
+		for _, s := range r.subs {
+			for _, e := range s.empties {
+				key, _, _ := strings.Cut(e, " at ")
+				if !seen[key] && len(seen) < 8 {
+					seen[key] = true
+					res.Note("empty: subscriber %d (n%d): %s", s.id, s.node+1, e)
+				}
+			}
+		}
+		r.mu.Lock()
+		res.Note("marks: %v", r.marks)
+		r.mu.Unlock()
+	}
 	var kinds []string
 	r.refusals.Range(func(k, v any) bool {
 		kinds = append(kinds, fmt.Sprintf("%s %d", k, v.(*atomic.Int64).Load()))
@@ -610,7 +642,9 @@ type xrChurnCount struct{ out, in, failed int }
 
 // xrChurn takes one instance out (deregistered) and puts it back (a new
 // registration), in turn, 5 changes a second, until ctx is done: every
-// service keeps at least two instances in rotation.
+// service keeps at least two instances in rotation, failed calls
+// included (an instance whose deregistration failed is registered back
+// all the same).
 func xrChurn(ctx context.Context, c *integration.Cluster, inc map[[2]int]uint64) xrChurnCount {
 	var n xrChurnCount
 	rng := rand.New(rand.NewPCG(3, 2))
@@ -633,19 +667,25 @@ func xrChurn(ctx context.Context, c *integration.Cluster, inc map[[2]int]uint64)
 				return err
 			})
 			if err != nil {
+				// It may have committed all the same (an answer lost
+				// with a server going away): the registration below
+				// puts the instance back either way, replacing what
+				// it has.
 				n.failed++
-				continue
+			} else {
+				n.out++
 			}
-			n.out++
 			out = &k
 			continue
 		}
 		k := *out
-		gen++
 		err := xrOnAny(ctx, c, func(nd *integration.Node) error {
 			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 			defer cancel()
-			reg, err := nd.Client().Register(cctx, xrNS, xrService(k[0]), xrRegistration(k[0], k[1], gen, inc[k]))
+			// The same registration id until it is answered: a retry of
+			// one that committed unanswered returns the committed
+			// record.
+			reg, err := nd.Client().Register(cctx, xrNS, xrService(k[0]), xrRegistration(k[0], k[1], gen+1, inc[k]))
 			if err == nil {
 				inc[k] = reg.Incarnation
 			}
@@ -656,6 +696,7 @@ func xrChurn(ctx context.Context, c *integration.Cluster, inc map[[2]int]uint64)
 			continue
 		}
 		n.in++
+		gen++
 		out = nil
 	}
 }
