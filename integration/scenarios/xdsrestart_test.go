@@ -126,7 +126,7 @@ type xrRun struct {
 	c       *integration.Cluster
 	start   time.Time
 	dec     *xdstest.Decoder[xrAssignment]
-	conns   [][]*grpc.ClientConn  // by node
+	conns   [][]*grpc.ClientConn // by node
 	perNode [3]int
 	subs    []*xrSub
 
