@@ -190,3 +190,56 @@ func TestFailoverKeepsWithdrawn(t *testing.T) {
 		}
 	}
 }
+
+// TestDeposedLeaderZeroesItsGauges: the leader-only gauges (services with
+// health disregarded, probes set aside, live members) read 0 on a node
+// that is not leading, a deposed leader included: a gauge left at 1 on
+// the old leader would keep the alert on max(cairn_health_disregarded_services)
+// firing after the service recovered (deploy/prometheus/cairn-alerts.yaml).
+func TestDeposedLeaderZeroesItsGauges(t *testing.T) {
+	nodes := cluster(t, 3)
+	old := storetest.Leader(t, nodes)
+	ctx := t.Context()
+	clk := storetest.NewClock(time.Now().UTC().Round(0))
+	n := newNode(t, old.Store, clk, 0, nil)
+	pay := tcpService("shop", "pay")
+	if _, err := old.ApplyServices(ctx, "admin", []wire.Service{pay}); err != nil {
+		t.Fatal(err)
+	}
+	var fleet []wire.Instance
+	for i := range 4 {
+		fleet = append(fleet, register(t, old.Store, reg(pay, fmt.Sprintf("p%d", i), fmt.Sprintf("10.0.1.%d", i+1))))
+	}
+	n.Tick(ctx)
+	all := []string{"n1", "n2", "n3"}
+	for _, p := range fleet[:3] {
+		obs := assignedTo(t, p, all, DefaultReplicas, all...)
+		n.ProbeReport(wire.ProbeReport{Observer: obs, Results: []wire.ProbeResult{
+			{Target: TargetID(p.Key(), p.Incarnation), At: clk.Now(), Hard: true}}})
+	}
+	clk.Advance(2 * time.Second)
+	n.Tick(ctx)
+	if g := nodeMetric(t, n, "cairn_health_disregarded_services"); g != 1 {
+		t.Fatalf("cairn_health_disregarded_services = %v on the leader, want 1", g)
+	}
+	// Cut the leader off: the others elect a new one, and it steps down.
+	old.Trans.DisconnectAll()
+	for _, nd := range nodes {
+		if nd != old {
+			nd.Trans.Disconnect(old.Trans.LocalAddr())
+		}
+	}
+	waitFor(t, func() error {
+		if old.IsLeader() {
+			return fmt.Errorf("%s still leads", old.NodeID())
+		}
+		return nil
+	})
+	clk.Advance(time.Second)
+	n.Tick(ctx)
+	for _, g := range []string{"cairn_health_disregarded_services", "cairn_health_probes_set_aside", "cairn_health_live_members"} {
+		if v := nodeMetric(t, n, g); v != 0 {
+			t.Errorf("%s = %v on the deposed leader, want 0", g, v)
+		}
+	}
+}

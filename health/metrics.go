@@ -33,13 +33,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_health_probe_pushes_total",
 			Help: "Probe batches a follower sent to the leader, by result."}, []string{"result"}),
 		disregarded: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_health_disregarded_services",
-			Help: "Services below their minimum healthy fraction, served with health disregarded."}),
+			Help: "Services below their minimum healthy fraction, served with health disregarded; set by the leader, 0 on the other servers."}),
 		targets: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_health_probe_targets",
 			Help: "Probe targets assigned to this node."}),
 		liveMembers: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_health_live_members",
-			Help: "Members the leader counts as live for probe assignment."}),
+			Help: "Members the leader counts as live for probe assignment; 0 on the other servers."}),
 		setAside: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_health_probes_set_aside",
-			Help: "Pairs of (prober, zone) whose timeouts are set aside: the prober reaches too little of the zone."}),
+			Help: "Pairs of (prober, zone) whose timeouts are set aside: the prober reaches too little of the zone; set by the leader, 0 on the other servers."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.evaluations, m.evalSeconds, m.commits, m.commitErrors, m.transitions,

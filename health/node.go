@@ -157,6 +157,12 @@ func (n *Node) round(ctx context.Context, now time.Time) {
 		// round left: a round whose commit failed (as it does when
 		// leadership is lost) has already cleared states.
 		n.states, n.aside = nil, nil
+		// The leader's gauges are the leader's: a node that is not
+		// leading (a deposed leader too) exports 0, so that an alert
+		// on their max over the servers follows whoever leads.
+		n.m.disregarded.Set(0)
+		n.m.setAside.Set(0)
+		n.m.liveMembers.Set(0)
 		n.mu.Lock()
 		n.leading = time.Time{}
 		n.mu.Unlock()
