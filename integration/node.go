@@ -278,7 +278,7 @@ func (n *Node) leaderID() (string, error) {
 }
 
 // CLI returns the command that runs the cairn binary as a client of the
-// node (--addr, and the cluster's TLS files when it runs TLS) with args,
+// node (--addr, the cluster's token and its TLS files when it has them) with args,
 // bounded by ctx; its environment is the test's without CAIRN_*
 // variables.
 func (n *Node) CLI(ctx context.Context, args ...string) (*exec.Cmd, error) {
@@ -286,8 +286,12 @@ func (n *Node) CLI(ctx context.Context, args ...string) (*exec.Cmd, error) {
 	if err != nil {
 		return nil, err
 	}
-	args = append(append([]string{"--addr", n.URL()}, n.c.cliTLSArgs()...), args...)
-	cmd := exec.CommandContext(ctx, bin, args...)
+	global := append([]string{"--addr", n.URL()}, n.c.cliTLSArgs()...)
+	if tok := n.c.cfg.Token; tok != "" {
+		global = append(global, "--token", tok)
+	}
+	cmd := exec.CommandContext(ctx, bin, append(global, args...)...)
 	cmd.Env = childEnv()
+	cmd.SysProcAttr = SysProcAttr()
 	return cmd, nil
 }

@@ -11,6 +11,11 @@ type stopPolling struct{ err error }
 
 func (s *stopPolling) Error() string { return s.err.Error() }
 
+// StopPolling wraps err so that Poll returns it at once instead of
+// calling f again: for an error no retry can mend (a cancelled context,
+// a refusal).
+func StopPolling(err error) error { return &stopPolling{err} }
+
 // Poll calls f every interval until it returns nil, or until timeout; the
 // error then carries f's last error, the last state observed.
 func Poll(timeout, interval time.Duration, f func() error) error {

@@ -27,6 +27,9 @@ func (r *Region) CLI(ctx context.Context, timeout time.Duration, args ...string)
 	err := integration.Poll(timeout, 200*time.Millisecond, func() error {
 		var errs []error
 		for _, n := range r.liveLeaderFirst() {
+			if ctx.Err() != nil {
+				return integration.StopPolling(ctx.Err())
+			}
 			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			cmd, err := n.CLI(cctx, args...)
 			if err != nil {
@@ -44,7 +47,7 @@ func (r *Region) CLI(ctx context.Context, timeout time.Duration, args ...string)
 			errs = append(errs, fmt.Errorf("cairn %s via %s: %v: %s", strings.Join(args, " "), n.ID, err, strings.TrimSpace(stderr.String())))
 		}
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return integration.StopPolling(ctx.Err())
 		}
 		return errors.Join(errs...)
 	})
@@ -100,10 +103,10 @@ func (r *Region) clientOp(ctx context.Context, what string, op func(context.Cont
 				return nil
 			}
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return integration.StopPolling(ctx.Err())
 			}
 			if !client.IsRetryable(last) {
-				return fmt.Errorf("%s via %s: %w (not retryable)", what, n.ID, last)
+				return integration.StopPolling(fmt.Errorf("%s via %s: %w (not retryable)", what, n.ID, last))
 			}
 		}
 		return fmt.Errorf("%s: %w", what, last)
@@ -229,6 +232,9 @@ func (l *renewLoop) start(r *Region) {
 			case <-tick.C:
 			}
 			for _, in := range leased {
+				if ctx.Err() != nil {
+					return
+				}
 				_, err := r.CLI(ctx, r.LeaseTTL/3, "renew", "--instance", in.ID,
 					"--incarnation", strconv.FormatUint(in.Incarnation, 10), Namespace+"/"+in.Name)
 				if err != nil && ctx.Err() == nil {
