@@ -36,7 +36,7 @@ integration: ## only the real-process tests
 scenarios:   ## the long real-process scenarios, with -race: real Envoys through a 60 s control-plane outage (CAIRN_ENVOY_OUTAGE; make test runs it with 10 s); the store under faults at full size, its history checked with porcupine (CAIRN_STORE_FAULTS=full: 20 leader kills, a 30 s leader isolation, 6 kills in registration bursts, a follower's disk full for 60 s; make test runs 3, 8 s, 2 and 6 s); then the seed's experiments at full size (integration/scenarios, CAIRN_SCENARIOS=full: the simulated region of 40 services and 2,000 instances; the xDS tier restarted under 2,000 subscribers, at once and rolling), their results in docs/scenarios/results and docs/scenarios/REPORT.md; ~35 min; needs Envoy (make envoy), root for the isolation and the small disk (a loop-mounted ext4)
 	CAIRN_ENVOY_OUTAGE=60s $(GO) test -race -count=1 -timeout 15m -run '^TestEnvoyRidesOutControlPlaneOutage$$' -v ./integration/
 	CAIRN_STORE_FAULTS=full $(GO) test -race -count=1 -timeout 30m -run '^TestStore(LeaderKillHistory|LeaderIsolatedHistory|KillDuringRegistrationBurst|FollowerDiskFull)$$' -v ./integration/
-	CAIRN_SCENARIOS=full CAIRN_SCENARIO_OUT=docs/scenarios/results $(GO) test -race -count=1 -timeout 60m -v ./integration/scenarios/...
+	CAIRN_SCENARIOS=full CAIRN_SCENARIO_OUT=$(CURDIR)/docs/scenarios/results $(GO) test -race -count=1 -timeout 60m -v ./integration/scenarios/...
 	$(GO) run ./integration/scenarios/report -in docs/scenarios/results -out docs/scenarios
 
 bench:       ## store throughput and failover, memory per registered instance, status table, probe pool, evaluator, withdrawal publication (see BENCHMARKS.md)

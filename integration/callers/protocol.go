@@ -36,6 +36,10 @@ const (
 const (
 	InstanceHeader   = "X-Cairn-Instance"
 	InstanceMetadata = "x-cairn-instance"
+	// CallerService is the service a caller's Health/Check names, so
+	// that an instance tells a caller's request from a probe's (which
+	// names the check's service, "" by default).
+	CallerService = "caller"
 )
 
 // maxLine bounds what a TCP caller reads of an instance's line.
@@ -171,7 +175,7 @@ func (s *sender) close() {
 // header names. A status other than SERVING is a failure.
 func checkHealth(ctx context.Context, cc *grpc.ClientConn, opts ...grpc.CallOption) (string, error) {
 	var md metadata.MD
-	resp, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{}, append(opts, grpc.Header(&md))...)
+	resp, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{Service: CallerService}, append(opts, grpc.Header(&md))...)
 	who := ""
 	if v := md.Get(InstanceMetadata); len(v) > 0 {
 		who = v[0]

@@ -136,15 +136,17 @@ func TestBadCheck(t *testing.T) {
 			}
 			values = append(values, fmt.Sprintf("%s=%v", node.ID, v))
 			highest = max(highest, v)
-			if want := float64(0); node == leader {
-				if want = 1; v != want {
-					return fmt.Errorf("leader %s: %v", node.ID, v)
-				}
+			want := float64(0) // the leader's gauge: 0 on the other servers
+			if node == leader {
+				want = 1
+			}
+			if v != want {
+				return fmt.Errorf("%s (leader %s): %v, want %v", node.ID, leader.ID, v, want)
 			}
 		}
 		return nil
 	})
-	res.Add("cairn_health_disregarded_services (leader "+leader.ID+")", "1 on the leader", strings.Join(values, " "), err == nil)
+	res.Add("cairn_health_disregarded_services (leader "+leader.ID+")", "1 on the leader, 0 elsewhere", strings.Join(values, " "), err == nil)
 	res.Add("alert expression max(cairn_health_disregarded_services) > 0 over the servers", "true", fmt.Sprint(highest > 0), highest > 0)
 
 	// The alert rule names only metrics a server exports.

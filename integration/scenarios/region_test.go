@@ -27,10 +27,10 @@ func TestRegion(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 
-	upBudget := 60 * time.Second
-	if Full() {
-		upBudget = 10 * time.Minute
-	}
+	// Not a SPEC figure: a bound that catches a region that does not come
+	// up, with room for make test's load (-race, two packages at once on
+	// two cores); the figure itself is the value (seconds, both sizes).
+	const upBudget = 3 * time.Minute
 	res.Add("region up (servers, fleet, apply, register, settle, agents)", "< "+upBudget.String(),
 		r.StartTimes.Total.Round(10*time.Millisecond).String(), r.StartTimes.Total < upBudget)
 	res.Note("%s", r.StartTimes)

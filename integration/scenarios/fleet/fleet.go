@@ -18,7 +18,8 @@
 //     Every answer carries the header X-Cairn-Instance: <id>.
 //   - grpc: grpc.health.v1.Health: Check answers SERVING and Watch sends
 //     SERVING, with the response header metadata x-cairn-instance: <id>.
-//     A caller's request is a Check, as a probe's is.
+//     A caller's request is a Check naming the service "caller"
+//     (CallerService); any other Check is a probe's.
 //   - tcp: accepts, writes the instance id and a newline, and closes.
 //
 // # Modes
@@ -29,10 +30,11 @@
 //   - refuse: its listener is closed, and every connection to it: a
 //     connection is refused. Any other mode listens again on the same
 //     address.
-//   - slow: every caller's request (HTTP GET /, a gRPC Check,
-//     a TCP connection) waits the mode's delay first; GET /ready stays
-//     fast and 200, so an HTTP probe stays green.
-//   - down: the readiness path fails: GET /ready answers 503, a gRPC
+//   - slow: every caller's request (HTTP GET /, a gRPC Check of
+//     CallerService, a TCP connection) waits the mode's delay first;
+//     GET /ready and a probe's Check stay fast and pass, so HTTP and
+//     gRPC probes stay green (a TCP probe's connection waits too).
+//   - down: the readiness path fails: GET /ready answers 503, a probe's
 //     Check NOT_SERVING; a caller's request is still served. A TCP
 //     instance has no readiness path: down serves as ok.
 //

@@ -93,9 +93,14 @@ func TestFleetModes(t *testing.T) {
 	hcl := healthpb.NewHealthClient(cc)
 	var md metadata.MD
 	start = time.Now()
-	r, err := hcl.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&md))
+	r, err := hcl.Check(ctx, &healthpb.HealthCheckRequest{Service: CallerService}, grpc.Header(&md))
 	if err != nil || r.Status != healthpb.HealthCheckResponse_SERVING || time.Since(start) < 300*time.Millisecond {
-		t.Errorf("slow Check: %v %v after %s; want SERVING after 300ms", r, err, time.Since(start))
+		t.Errorf("slow caller's Check: %v %v after %s; want SERVING after 300ms", r, err, time.Since(start))
+	}
+	// A probe's Check (any other service) stays fast: probes stay green.
+	start = time.Now()
+	if r, err := hcl.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || r.Status != healthpb.HealthCheckResponse_SERVING || time.Since(start) >= 300*time.Millisecond {
+		t.Errorf("slow instance, a probe's Check: %v %v after %s; want SERVING at once", r, err, time.Since(start))
 	}
 	if got := md.Get("x-cairn-instance"); len(got) != 1 || got[0] != "g-1" {
 		t.Errorf("Check header x-cairn-instance %v; want g-1", got)
@@ -112,7 +117,10 @@ func TestFleetModes(t *testing.T) {
 		t.Errorf("down GET /: %d %q; want 200 h-1", code, body)
 	}
 	if r, err := hcl.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || r.Status != healthpb.HealthCheckResponse_NOT_SERVING {
-		t.Errorf("down Check: %v %v; want NOT_SERVING", r, err)
+		t.Errorf("down, a probe's Check: %v %v; want NOT_SERVING", r, err)
+	}
+	if r, err := hcl.Check(ctx, &healthpb.HealthCheckRequest{Service: CallerService}); err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("down, a caller's Check: %v %v; want SERVING (callers are served)", r, err)
 	}
 	if code, _, _, _ := get(spec.Instances[1].HostPort(), "/ready"); code != 200 {
 		t.Errorf("zone b GET /ready: %d; want 200 (not selected)", code)

@@ -338,16 +338,24 @@ func (in *inst) servingStatus() healthpb.HealthCheckResponse_ServingStatus {
 	return healthpb.HealthCheckResponse_SERVING
 }
 
-func (h health) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+// CallerService is the service a caller's Health/Check names; a Check
+// of any other is a probe's, answered at once and not counted as
+// served.
+const CallerService = "caller"
+
+func (h health) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
 	in, err := h.instance(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if req.GetService() != CallerService {
+		return &healthpb.HealthCheckResponse{Status: in.servingStatus()}, nil
 	}
 	if !in.wait(ctx) {
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 	in.served.Add(1)
-	return &healthpb.HealthCheckResponse{Status: in.servingStatus()}, nil
+	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
 }
 
 func (h health) List(ctx context.Context, _ *healthpb.HealthListRequest) (*healthpb.HealthListResponse, error) {
