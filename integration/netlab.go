@@ -69,9 +69,18 @@ func NeedNetlab(t testing.TB) *Netlab {
 			missing(tool + " is not installed (.ci/run installs iproute2 and iptables)")
 		}
 	}
+	// The network's names are fixed: a test process holds it from Up
+	// to Down, and another (go test runs packages in parallel) waits.
+	unlock, err := lockNetlab()
+	if err != nil {
+		t.Fatalf("netlab: %v", err)
+	}
 	l := &Netlab{t: t}
 	l.Down()
-	t.Cleanup(l.Down)
+	t.Cleanup(func() {
+		l.Down()
+		unlock()
+	})
 	l.Up()
 	return l
 }

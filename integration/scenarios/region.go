@@ -154,12 +154,15 @@ func Check(kind string, interval time.Duration) string {
 
 // plan lays the region out: service 0 is "leased" (through the CLI),
 // the last "third-party" (readiness none, one instance), the others
-// svc-NN of kinds http, grpc, tcp in turn (two in three http), sharing
+// svc-NN of kinds http, grpc, http, tcp in turn (half of them http), sharing
 // the rest of the instances; instance j of a service is in zone
 // Zones()[j%3].
 func plan(cfg Config) ([]ServiceSpec, []Instance, error) {
 	if cfg.Services < 3 {
 		return nil, nil, fmt.Errorf("scenarios: Config.Services: %d; a region needs at least 3", cfg.Services)
+	}
+	if cfg.LeaseTTL <= 0 || cfg.CheckInterval <= 0 {
+		return nil, nil, fmt.Errorf("scenarios: Config.LeaseTTL (%s) and Config.CheckInterval (%s) must be positive", cfg.LeaseTTL, cfg.CheckInterval)
 	}
 	rest := cfg.Instances - cfg.CLIInstances - 1
 	if cfg.CLIInstances < 1 || rest < cfg.Services-2 {
