@@ -57,6 +57,10 @@ type Config struct {
 	// revision; a follower is CaughtUp once it has applied as much. Nil
 	// (tests) makes a follower CaughtUp once it has heard from a leader.
 	LeaderRevision func(ctx context.Context, httpAddr string) (uint64, error)
+	// ReplicationCheck is how often a follower asks the leader for its
+	// revision to know how current its replica is (replication.go), and
+	// how long it waits for the answer. Defaults to LeaseCheckpoint.
+	ReplicationCheck time.Duration
 
 	// RaftTLS, when set, runs raft over mutual TLS: Server is the
 	// listener's config (it must require and verify the peer's
@@ -92,6 +96,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.LeaseCheckpoint == 0 {
 		c.LeaseCheckpoint = time.Second
+	}
+	if c.ReplicationCheck == 0 {
+		c.ReplicationCheck = c.LeaseCheckpoint
 	}
 	if c.TombstoneTTL == 0 {
 		c.TombstoneTTL = time.Hour

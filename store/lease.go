@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/cairn-sd/cairn/status"
@@ -205,9 +206,18 @@ func (s *Store) forgetLease(key wire.InstanceKey) {
 // Run drives the leader's duties until ctx is done: on election it catches
 // up and records its lease grace and its own addresses; while leader it
 // checkpoints renewals, ends drain windows and prunes tombstones every
-// LeaseCheckpoint. It returns nil when ctx is done; call Handoff before
+// LeaseCheckpoint. On a follower, a goroutine it owns follows its
+// replication (replication.go). It returns nil when ctx is done, after
+// that goroutine has stopped; call Handoff before
 // cancelling it for a clean stop.
 func (s *Store) Run(ctx context.Context) error {
+	// A follower's replication is asked about on a goroutine of its own:
+	// a slow leader must not hold up this loop's takeover.
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { s.trackReplication(ctx) })
+	defer wg.Wait()
+	defer cancel()
 	t := time.NewTicker(s.cfg.LeaseCheckpoint)
 	defer t.Stop()
 	// Until this node has caught up, it checks often: /readyz waits on it.

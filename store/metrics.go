@@ -83,7 +83,7 @@ func newMetrics(reg prometheus.Registerer, s *Store) *metrics {
 		}, func() float64 { return float64(s.Revision()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "cairn", Subsystem: "store", Name: "last_contact_age_seconds",
-			Help: "Seconds since this node last heard from a leader (0 on the leader).",
+			Help: "Seconds since this node's replica was last known current: since it last heard from a leader or, if older, since it last caught up with the revision the leader told it (0 on the leader).",
 		}, func() float64 {
 			if s.raft == nil {
 				return 0

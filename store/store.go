@@ -22,7 +22,8 @@
 // the read lock and copy what they return. Open starts raft's goroutines;
 // Run (lease.go) is the store's own loop on every node — lease
 // checkpoints, expiries and the takeover on the leader, caught-up
-// tracking everywhere — and returns when its ctx ends; Close stops raft
+// tracking everywhere, and, on a goroutine it owns, a follower's
+// replication (replication.go) — and returns when its ctx ends; Close stops raft
 // and closes the files.
 //
 // Files: store.go (open, close, raft state), write.go (every proposal),
@@ -31,7 +32,8 @@
 // snapshot.go (snapshots and restore), audit.go (the event rings),
 // withdrawals.go (the feed of withdrawals for fast publication),
 // membership.go, tokens.go, record.go and intern.go (the compact
-// in-memory form), raftlog.go (raft's logs into slog).
+// in-memory form), raftlog.go (raft's logs into slog), replication.go (how
+// current a follower's replica is).
 package store
 
 import (
@@ -74,6 +76,8 @@ type Store struct {
 	caughtUp   atomic.Bool
 	catchUpTo  atomic.Uint64 // the leader's revision when asked; 0: not asked yet
 	handingOff atomic.Bool
+	// repl is how current a follower's replica is (replication.go).
+	repl replication
 
 	// hkMu serialises housekeepOnce (Run's ticks, Handoff); the records
 	// buffer and the pacer are its.
@@ -283,13 +287,24 @@ func (s *Store) IsLeader() bool { return s.raft.State() == raft.Leader }
 // State returns the raft state: Leader, Follower, Candidate or Shutdown.
 func (s *Store) State() string { return s.raft.State().String() }
 
-// LastContact returns when this node last heard from a leader; the zero
-// time before it ever has. On the leader it is now.
+// LastContact returns how current this node's replica is: on a follower,
+// the older of when it last heard from a leader and when it last knew its
+// replica had applied what the leader had (replication.go: heartbeats
+// alone do not tell a follower whose log cannot take the leader's
+// entries); the zero time before it ever heard from a leader. On the
+// leader it is now.
 func (s *Store) LastContact() time.Time {
 	if s.IsLeader() {
 		return s.cfg.Now()
 	}
-	return s.raft.LastContact()
+	c := s.raft.LastContact()
+	if c.IsZero() {
+		return c
+	}
+	if r, ok := s.repl.replicatedAt(s.Revision()); ok && r.Before(c) {
+		return r
+	}
+	return c
 }
 
 // CaughtUp reports whether this node's replica has, at least once since

@@ -213,8 +213,10 @@ type Status struct {
 	// follower is caught up once its revision reaches the leader's.
 	Revision uint64 `json:"revision"`
 	CaughtUp bool   `json:"caught_up"`
-	// LastContact is when this node last heard from a leader, by its own
-	// clock; on the leader itself it is the time of the answer. Omitted
+	// LastContact is when this node last heard from a leader or, if
+	// older, last knew its replica had applied what the leader had, by
+	// its own clock; on the leader itself it is the time of the answer.
+	// Omitted
 	// while the node has never heard from one.
 	LastContact time.Time `json:"last_contact,omitzero"`
 	// Freshness is how current what this node serves is: its views, its
