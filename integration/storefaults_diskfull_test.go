@@ -8,11 +8,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/miekg/dns"
 
 	"github.com/cairn-sd/cairn/integration/linearize"
 	"github.com/cairn-sd/cairn/status/tablefile"
@@ -44,15 +47,18 @@ const enospc, appendFailed = "no space left on device", "failed to append to log
 // registrations. Until the follower's raft log meets ENOSPC and for a
 // while after (6 s; 60 s at full size) the cluster goes on committing,
 // through the leader and the other follower, at the rate it took before;
-// every node answers DNS (the full one from what it has); the full
-// follower keeps running, and the status table file it keeps stays whole
-// (its writes fail; the last good one stays). Killed (kill -9) and started
-// again on the full disk, as a supervisor would, it answers DNS from that
-// file within 10 s and keeps running. The filler removed, the follower
-// catches up with no step taken: its applied index reaches the leader's
-// within 15 s (raft's backoff towards a follower whose appends failed
-// grows to about 10 s). Every acknowledged registration is on every node,
-// and the history is linearizable.
+// every node answers DNS (the full one from what it has, marked stale,
+// EDE 3, within staleBound of meeting ENOSPC: the leader's heartbeats
+// still reach it, its replication does not); the full follower keeps
+// running, and the status table file it keeps stays whole (its writes
+// fail; the last good one stays). Killed (kill -9) and started again on
+// the full disk, as a supervisor would, it answers DNS from that file
+// (EDE 3, its status naming the file's revision, not caught up) within
+// 10 s and keeps running. The filler removed, the follower catches up
+// with no step taken: its applied index reaches the leader's within 15 s
+// (raft's backoff towards a follower whose appends failed grows to about
+// 10 s), and its answers are fresh again. Every acknowledged
+// registration is on every node, and the history is linearizable.
 func TestStoreFollowerDiskFull(t *testing.T) {
 	needProcesses(t)
 	needLoopMount(t)
@@ -131,10 +137,37 @@ func TestStoreFollowerDiskFull(t *testing.T) {
 		return nil
 	})
 	t.Logf("%s met ENOSPC %s after the fill", f.ID, metAfter.Round(time.Millisecond))
+	// Its replication stalled while the leader's heartbeats still reach
+	// it: its answers turn stale (EDE 3) within --stale-after (5 s, the
+	// harness's default) and the store's check of the leader's revision
+	// (1 s, plus its answer) of meeting ENOSPC; the leader's stay fresh.
+	metAt := time.Now()
+	var staleAfter time.Duration
+	err = Poll(staleBound, 100*time.Millisecond, func() error {
+		stale, err := answersStale(f, srv)
+		if err != nil || !stale {
+			return fmt.Errorf("%s's answer is not stale (EDE 3): %v", f.ID, err)
+		}
+		staleAfter = time.Since(metAt)
+		return nil
+	})
+	staleErr := err
+	staleValue := staleAfter.Round(time.Millisecond).String()
+	if err != nil {
+		staleValue = err.Error()
+	}
+	t.Logf("%s's answers stale %s after it met ENOSPC", f.ID, staleValue)
 
 	// Full: for a while the cluster must go on as before.
 	during := watch.run(t, full)
 	runningFull := f.Running()
+	staleEnd, staleEndErr := answersStale(f, srv)
+	leaderStale, leaderErr := true, error(nil)
+	if l, err := c.Leader(); err != nil {
+		leaderErr = err
+	} else {
+		leaderStale, leaderErr = answersStale(l, srv)
+	}
 	enospcLines := logCount(t, f, appendFailed, enospc)
 	tableFull := tableRow(f.DataDir, "while full", logCount(t, f, keeperFailed))
 
@@ -145,17 +178,38 @@ func TestStoreFollowerDiskFull(t *testing.T) {
 	if err := f.Kill(); err != nil {
 		t.Fatal(err)
 	}
+	kept, err := tablefile.Load(filepath.Join(f.DataDir, tableFile))
+	if err != nil || kept == nil {
+		t.Fatalf("%s's table file before the restart: %v", f.ID, err)
+	}
 	restartedAt := time.Now()
 	if err := f.spawn(); err != nil {
 		t.Fatal(err)
 	}
+	// It answers from the table it kept: its DNS answers are stale (EDE
+	// 3), and its status says the table it serves was built from the
+	// kept one's store revision while its replica has not caught up.
 	var answeredAfter time.Duration
 	err = Poll(30*time.Second, 50*time.Millisecond, func() error {
 		if !f.Running() {
 			return &stopPolling{fmt.Errorf("%s exited: %s\n%s", f.ID, f.state(), f.Tail(30))}
 		}
-		if err := answers(f, srv); err != nil {
+		stale, err := answersStale(f, srv)
+		if err != nil {
 			return err
+		}
+		if !stale {
+			return &stopPolling{fmt.Errorf("%s, restarted on the full disk, answers without EDE 3", f.ID)}
+		}
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		st, err := f.Client().Status(sctx)
+		if err != nil {
+			return err
+		}
+		if st.TableRevision != kept.Revision || st.CaughtUp || !st.Stale {
+			return &stopPolling{fmt.Errorf("%s, restarted on the full disk, serves a table of revision %d (kept: %d), caught up %t, stale %t",
+				f.ID, st.TableRevision, kept.Revision, st.CaughtUp, st.Stale)}
 		}
 		answeredAfter = time.Since(restartedAt)
 		return nil
@@ -205,6 +259,18 @@ func TestStoreFollowerDiskFull(t *testing.T) {
 		caughtValue = fmt.Sprintf("not in 60 s (%d of %d)", lastSeen, target)
 	}
 	t.Logf("%s caught up %s after the space was freed", f.ID, caughtValue)
+	// Caught up, it answers fresh again (no EDE 3).
+	freshErr := Poll(staleBound, 100*time.Millisecond, func() error {
+		stale, err := answersStale(f, srv)
+		if err != nil || stale {
+			return fmt.Errorf("%s's answer after catching up: stale %t, %v", f.ID, stale, err)
+		}
+		return nil
+	})
+	freshValue := "yes"
+	if freshErr != nil {
+		freshValue = freshErr.Error()
+	}
 
 	n := len(w.Acks())
 	if err := w.WaitAcks(ctx, func(a []Ack) bool { return len(a) >= n+20 }); err != nil {
@@ -230,23 +296,49 @@ func TestStoreFollowerDiskFull(t *testing.T) {
 		{fmt.Sprintf("of them through the leader and the other follower (not %s)", f.ID), "> 0", fmt.Sprint(during.others), during.others > 0},
 		{fmt.Sprintf("%s's applied index behind the leader's while full, most", f.ID), "-", fmt.Sprint(during.maxLag), true},
 	}
+	rows = append(rows,
+		row{fmt.Sprintf("%s's DNS answers stale (EDE 3) after it met ENOSPC", f.ID), "< " + staleBound.String(), staleValue, staleErr == nil},
+		row{fmt.Sprintf("%s's still stale at the end of the full phase, the leader's fresh", f.ID), "yes, yes",
+			fmt.Sprintf("%s (%v), %s (%v)", yesNo(staleEnd), staleEndErr, yesNo(!leaderStale), leaderErr),
+			staleEnd && staleEndErr == nil && !leaderStale && leaderErr == nil},
+	)
 	for _, n := range c.Nodes {
 		rows = append(rows, row{fmt.Sprintf("DNS queries %s left unanswered while full", n.ID), "0",
 			fmt.Sprintf("%d of %d", during.dnsMissed[n.ID], during.dnsAsked), during.dnsMissed[n.ID] == 0})
 	}
 	rows = append(rows,
 		tableFull,
-		row{fmt.Sprintf("%s killed and started again on the full disk: answers DNS after", f.ID), "< 10s", restartValue,
+		row{fmt.Sprintf("%s killed and started again on the full disk: answers DNS from the kept table (EDE 3, revision %d) after", f.ID, kept.Revision), "< 10s", restartValue,
 			restartErr == nil && answeredAfter < 10*time.Second},
 		row{fmt.Sprintf("%s still runs %s after that, DNS queries unanswered on any node", f.ID, again.took.Round(time.Second)), "yes, 0",
 			fmt.Sprintf("%s, %d of %d", yesNo(runningAgain), again.missed(), again.dnsAsked*len(c.Nodes)), runningAgain && again.missed() == 0},
 		row{"writes acknowledged a second, after the restart", ">= half of before", again.rateString(), again.rate() >= pre.rate()/2},
 		row{fmt.Sprintf("%s caught up with the leader after the space was freed", f.ID), "< 15s", caughtValue, caughtErr == nil && caughtUp < 15*time.Second},
+		row{fmt.Sprintf("%s's DNS answers fresh (no EDE 3) after catching up", f.ID), "within " + staleBound.String(), freshValue, freshErr == nil},
 		table,
 		ackedOnEveryNode(ctx, t, c, w),
 		historyRow(t, rec),
 	)
 	report(t, fmt.Sprintf("follower %s's disk full for %s", f.ID, full), rows)
+}
+
+// staleBound is how soon a follower whose replication stalled answers
+// stale: --stale-after (5 s, the servers' default, which the harness
+// keeps) and the store's check of the leader's revision (every second,
+// answered within one), with 2 s to spare on a loaded box.
+const staleBound = 5*time.Second + 2*time.Second + 2*time.Second
+
+// answersStale asks n's DNS for name and reports whether the answer, with
+// records, carries EDE 3 (Stale Answer).
+func answersStale(n *Node, name string) (bool, error) {
+	r, err := exchange("tcp", n.DNSAddr, name, dns.TypeSRV, false)
+	if err != nil {
+		return false, err
+	}
+	if r.Rcode != dns.RcodeSuccess || len(r.Answer) == 0 {
+		return false, fmt.Errorf("%s answers %s with %s and %d records", n.ID, name, dns.RcodeToString[r.Rcode], len(r.Answer))
+	}
+	return slices.Contains(edeCodes(r), dns.ExtendedErrorCodeStaleAnswer), nil
 }
 
 // needLoopMount skips a test that mounts a filesystem image unless it
