@@ -7,15 +7,17 @@ import (
 
 // TestReplicationBookkeeping: an answer not reached keeps the follower
 // current as of its last reached one (or, before any, as of the first
-// question), a new leader's question does not make it fresher, and a
-// failed question with nothing pending falls back to raft's contact.
+// question), a new leader's question does not make it fresher, a failed
+// question with nothing pending falls back to raft's contact, and a node
+// that steps down is current as of its last tick as leader.
 func TestReplicationBookkeeping(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 	var r replication
 	check := func(rev uint64, want time.Time, wantOK bool) {
 		t.Helper()
-		if got, ok := r.replicatedAt(rev); ok != wantOK || !got.Equal(want) {
+		r.reach(rev) // the tracking goroutine's check
+		if got, ok := r.replicatedAt(); ok != wantOK || !got.Equal(want) {
 			t.Errorf("at revision %d: replicated as of %v (%t), want %v (%t)", rev, got, ok, want, wantOK)
 		}
 	}
@@ -51,4 +53,12 @@ func TestReplicationBookkeeping(t *testing.T) {
 		t.Error("answered should report the recovery")
 	}
 	check(25, at(10), true)
+
+	// A leader is current; stepping down, as of its last tick as leader.
+	r.answered(at(11), "n3", 40)
+	r.leading(at(20))
+	check(30, at(20), true)
+	if !r.needQuestion(30, "n4") {
+		t.Error("no question asked after stepping down")
+	}
 }

@@ -301,7 +301,7 @@ func (s *Store) LastContact() time.Time {
 	if c.IsZero() {
 		return c
 	}
-	if r, ok := s.repl.replicatedAt(s.Revision()); ok && r.Before(c) {
+	if r, ok := s.repl.replicatedAt(); ok && r.Before(c) {
 		return r
 	}
 	return c
