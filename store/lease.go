@@ -207,9 +207,9 @@ func (s *Store) forgetLease(key wire.InstanceKey) {
 // up and records its lease grace and its own addresses; while leader it
 // checkpoints renewals, ends drain windows and prunes tombstones every
 // LeaseCheckpoint. On a follower, a goroutine it owns follows its
-// replication (replication.go). It returns nil when ctx is done, after
-// that goroutine has stopped; call Handoff before
-// cancelling it for a clean stop.
+// replication (replication.go). It returns nil when ctx is done, once
+// that goroutine has stopped; call Handoff before cancelling it for a
+// clean stop.
 func (s *Store) Run(ctx context.Context) error {
 	// A follower's replication is asked about on a goroutine of its own:
 	// a slow leader must not hold up this loop's takeover.

@@ -23,8 +23,8 @@
 // Run (lease.go) is the store's own loop on every node — lease
 // checkpoints, expiries and the takeover on the leader, caught-up
 // tracking everywhere, and, on a goroutine it owns, a follower's
-// replication (replication.go) — and returns when its ctx ends; Close stops raft
-// and closes the files.
+// replication (replication.go) — and returns when its ctx ends; Close
+// stops raft and closes the files.
 //
 // Files: store.go (open, close, raft state), write.go (every proposal),
 // read.go (queries of the replica), fsm.go and register.go (applying
