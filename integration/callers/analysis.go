@@ -29,19 +29,28 @@ type Bucket struct {
 	// T is the interval's start, in seconds since the start.
 	T                      float64
 	Sent, Failed, TimedOut int
+	// Skipped counts sends skipped because MaxInFlight requests were
+	// still waiting: not sent, so not in Sent nor in the error rate.
+	Skipped int
 }
 
 // ErrorRate is the share of the bucket's requests that failed or timed
-// out, 0 with none sent.
+// out; NaN with none sent (no data is not "no errors": a plot shows it
+// as a gap).
 func (b Bucket) ErrorRate() float64 {
 	if b.Sent == 0 {
-		return 0
+		return math.NaN()
 	}
 	return float64(b.Failed+b.TimedOut) / float64(b.Sent)
 }
 
 // Buckets counts every kind's requests sent in [start, end) per width
-// (1 s for a timeline), empty intervals included.
+// (1 s for a timeline), empty intervals included. A record that kept
+// every request is counted from its requests; one that dropped some
+// (MaxRecorded) from its per-second counts, each second in the interval
+// that holds its start (exact when start is on a whole second and width
+// a whole number of seconds). Skipped sends come from the per-second
+// counts.
 func Buckets(recs []Record, start, end time.Time, width time.Duration) map[Kind][]Bucket {
 	n := bucketCount(start, end, width)
 	out := map[Kind][]Bucket{}
@@ -53,6 +62,21 @@ func Buckets(recs []Record, start, end time.Time, width time.Duration) map[Kind]
 				bs[i].T = (time.Duration(i) * width).Seconds()
 			}
 			out[r.Kind] = bs
+		}
+		for j, s := range r.Seconds {
+			i := bucketOf(r.Origin.Add(time.Duration(j)*time.Second), start, end, width)
+			if i < 0 {
+				continue
+			}
+			bs[i].Skipped += s.Skipped
+			if r.Dropped > 0 {
+				bs[i].Sent += s.Sent
+				bs[i].Failed += s.Failure
+				bs[i].TimedOut += s.Timeout
+			}
+		}
+		if r.Dropped > 0 {
+			continue
 		}
 		for _, q := range r.Requests {
 			i := bucketOf(q.At, start, end, width)
@@ -73,7 +97,7 @@ func Buckets(recs []Record, start, end time.Time, width time.Duration) map[Kind]
 
 // ErrorRates is Buckets as the series of a timeline: per kind, each
 // interval's error rate (failures and timeouts over requests sent), at
-// the interval's start.
+// the interval's start; NaN for an interval with nothing sent.
 func ErrorRates(recs []Record, start, end time.Time, width time.Duration) map[Kind][]Point {
 	out := map[Kind][]Point{}
 	for k, bs := range Buckets(recs, start, end, width) {

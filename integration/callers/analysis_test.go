@@ -2,6 +2,7 @@ package callers
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 )
@@ -40,10 +41,10 @@ func TestBuckets(t *testing.T) {
 	if got := rates[DNSDirect][1]; got.T != 1 || fmt.Sprintf("%.3f", got.V) != "0.667" {
 		t.Errorf("error rate of second 1: %+v, want 2/3", got)
 	}
-	if got := rates[DNSDirect][2].V; got != 0 {
-		t.Errorf("error rate of an empty second: %v, want 0", got)
+	if got := rates[DNSDirect][2].V; !math.IsNaN(got) {
+		t.Errorf("error rate of an empty second: %v, want NaN (no data)", got)
 	}
-	if got := rates[GRPCXDS]; len(got) != 4 || got[0].V != 0 {
+	if got := rates[GRPCXDS]; len(got) != 4 || got[0].V != 0 || !math.IsNaN(got[1].V) {
 		t.Errorf("grpc series %+v", got)
 	}
 }

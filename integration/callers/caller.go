@@ -105,7 +105,10 @@ func (c *Caller) Name() string { return c.cfg.Name }
 // Kind returns the caller's population.
 func (c *Caller) Kind() Kind { return c.kind }
 
-// Snapshot returns a copy of what the caller recorded so far.
+// Snapshot returns what the caller recorded so far. It is cheap to poll:
+// the requests and views are shared with the caller (append-only, the
+// copy capped at their length), only the per-second counts are copied.
+// The elements of Requests and Views must not be modified.
 func (c *Caller) Snapshot() Record { return c.rec.snapshot() }
 
 // Run sends requests until ctx is done, then waits for those in flight
@@ -133,7 +136,7 @@ func (c *Caller) Run(ctx context.Context) error {
 		select {
 		case sem <- struct{}{}:
 		default:
-			c.rec.skip()
+			c.rec.skip(c.cfg.Now())
 			continue
 		}
 		wg.Add(1)

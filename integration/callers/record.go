@@ -89,6 +89,17 @@ type View struct {
 	Addrs []string
 }
 
+// Second is one second of a caller's sends, counted on every send
+// whether its request was kept or not (MaxRecorded bounds only
+// Requests): the aggregate the analysis falls back on when requests
+// were dropped. A send is counted in the second it was due in.
+type Second struct {
+	// Sent counts requests sent; Success, Failure and Timeout their
+	// results (they sum to Sent). Skipped counts sends skipped because
+	// MaxInFlight requests were still waiting: not sent, not in Sent.
+	Sent, Success, Failure, Timeout, Skipped int
+}
+
 // Record is what one caller recorded.
 type Record struct {
 	Caller   string
@@ -102,18 +113,96 @@ type Record struct {
 	// Skipped the sends skipped because MaxInFlight requests were still
 	// waiting for an answer.
 	Dropped, Skipped int
+	// Origin is the whole second (Unix time) the first send fell in,
+	// and Seconds[i] counts the sends of the second Origin+i s: every
+	// send, kept or dropped.
+	Origin  time.Time
+	Seconds []Second
 }
+
+// SecondAt returns the counts of the second that holds t (zero outside
+// the record).
+func (r Record) SecondAt(t time.Time) Second {
+	if r.Origin.IsZero() || t.Before(r.Origin) {
+		return Second{}
+	}
+	if i := int(t.Sub(r.Origin) / time.Second); i < len(r.Seconds) {
+		return r.Seconds[i]
+	}
+	return Second{}
+}
+
+// outcomeSlot is the resolution of a recorder's outcome counters: the
+// Reporter attributes each slot to the incarnation current over all of
+// it (report.go).
+const outcomeSlot = 100 * time.Millisecond
+
+// outcomeKey is what the outcome counters are kept by: what the caller
+// knows of where a request went, and the slot it was sent in.
+type outcomeKey struct {
+	instance, addr string
+	slot           int64 // Unix time / outcomeSlot
+}
+
+// outcomeCount is the results of the requests of one outcomeKey.
+type outcomeCount struct{ success, failure, timeout int }
 
 // recorder holds a caller's record while it runs.
 type recorder struct {
 	mu  sync.Mutex
 	max int
 	rec Record
+	// outcomes, when a Reporter drains them (track), counts every
+	// request, kept or dropped, by outcomeKey, until drained.
+	track    bool
+	outcomes map[outcomeKey]*outcomeCount
+}
+
+// second returns the counts of t's second, growing the record to it.
+// r.mu is held.
+func (r *recorder) second(t time.Time) *Second {
+	if r.rec.Origin.IsZero() {
+		r.rec.Origin = t.Truncate(time.Second)
+	}
+	if t.Before(r.rec.Origin) { // a clock step back: counted in the first
+		t = r.rec.Origin
+	}
+	i := int(t.Sub(r.rec.Origin) / time.Second)
+	for len(r.rec.Seconds) <= i {
+		r.rec.Seconds = append(r.rec.Seconds, Second{})
+	}
+	return &r.rec.Seconds[i]
 }
 
 func (r *recorder) add(q Request) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	s := r.second(q.At)
+	s.Sent++
+	switch q.Result {
+	case Success:
+		s.Success++
+	case Failure:
+		s.Failure++
+	case Timeout:
+		s.Timeout++
+	}
+	if r.track {
+		k := outcomeKey{instance: q.Instance, addr: q.Addr, slot: q.At.UnixNano() / int64(outcomeSlot)}
+		c := r.outcomes[k]
+		if c == nil {
+			c = &outcomeCount{}
+			r.outcomes[k] = c
+		}
+		switch q.Result {
+		case Success:
+			c.success++
+		case Failure:
+			c.failure++
+		case Timeout:
+			c.timeout++
+		}
+	}
 	if len(r.rec.Requests) >= r.max {
 		r.rec.Dropped++
 		return
@@ -121,9 +210,10 @@ func (r *recorder) add(q Request) {
 	r.rec.Requests = append(r.rec.Requests, q)
 }
 
-func (r *recorder) skip() {
+func (r *recorder) skip(t time.Time) {
 	r.mu.Lock()
 	r.rec.Skipped++
+	r.second(t).Skipped++
 	r.mu.Unlock()
 }
 
@@ -140,22 +230,38 @@ func (r *recorder) view(t time.Time, addrs []string) {
 	r.rec.Views = append(r.rec.Views, View{At: t, Addrs: addrs})
 }
 
-// since returns the requests recorded from index i on, and the index
-// to ask from next time.
-func (r *recorder) since(i int) ([]Request, int) {
+// startTracking makes the recorder count outcomes for a Reporter; it
+// fails if one already does.
+func (r *recorder) startTracking() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if i > len(r.rec.Requests) {
-		i = len(r.rec.Requests)
+	if r.track {
+		return false
 	}
-	return slices.Clone(r.rec.Requests[i:]), len(r.rec.Requests)
+	r.track, r.outcomes = true, map[outcomeKey]*outcomeCount{}
+	return true
 }
 
+// drain returns the outcome counters since the last drain and resets
+// them.
+func (r *recorder) drain() map[outcomeKey]*outcomeCount {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.outcomes
+	r.outcomes = map[outcomeKey]*outcomeCount{}
+	return out
+}
+
+// snapshot returns the record so far. Requests and Views are
+// append-only, so the copy shares their arrays, capped at their length
+// (the caller's later appends never show in it): a poll costs a copy
+// of the per-second counts only, not of every request.
 func (r *recorder) snapshot() Record {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := r.rec
-	out.Requests = slices.Clone(r.rec.Requests)
-	out.Views = slices.Clone(r.rec.Views)
+	out.Requests = r.rec.Requests[:len(r.rec.Requests):len(r.rec.Requests)]
+	out.Views = r.rec.Views[:len(r.rec.Views):len(r.rec.Views)]
+	out.Seconds = slices.Clone(r.rec.Seconds)
 	return out
 }

@@ -10,6 +10,7 @@ package scenarios
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,10 +41,38 @@ type Row struct {
 }
 
 // Point is one sample of a timeline: seconds since the scenario's start,
-// and a value.
+// and a value. A NaN value (no data: an error rate with nothing sent) is
+// written as null and read back as NaN; the report draws it as a gap.
 type Point struct {
 	T float64 `json:"t"`
 	V float64 `json:"v"`
+}
+
+type jsonPoint struct {
+	T float64  `json:"t"`
+	V *float64 `json:"v"`
+}
+
+// MarshalJSON writes a NaN value as null (JSON has no NaN).
+func (p Point) MarshalJSON() ([]byte, error) {
+	j := jsonPoint{T: p.T}
+	if !math.IsNaN(p.V) {
+		j.V = &p.V
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads a null value as NaN.
+func (p *Point) UnmarshalJSON(b []byte) error {
+	var j jsonPoint
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	p.T, p.V = j.T, math.NaN()
+	if j.V != nil {
+		p.V = *j.V
+	}
+	return nil
 }
 
 // Series is one line of a timeline, as one population saw it.

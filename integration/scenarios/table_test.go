@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,5 +34,24 @@ func TestResultReport(t *testing.T) {
 	}
 	if len(got.Rows) != 1 || got.Rows[0].Value != "1.2 s" || !got.Rows[0].Pass {
 		t.Errorf("result read back: %+v", got)
+	}
+}
+
+// TestPointNaN: a point with no data (NaN) goes through JSON as null and
+// comes back NaN.
+func TestPointNaN(t *testing.T) {
+	b, err := json.Marshal([]Point{{T: 1, V: math.NaN()}, {T: 2, V: 0.5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != `[{"t":1,"v":null},{"t":2,"v":0.5}]` {
+		t.Errorf("JSON %s", b)
+	}
+	var ps []Point
+	if err := json.Unmarshal(b, &ps); err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 2 || !math.IsNaN(ps[0].V) || ps[1].V != 0.5 {
+		t.Errorf("read back %+v", ps)
 	}
 }
