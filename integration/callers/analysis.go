@@ -129,67 +129,111 @@ func bucketOf(t, start, end time.Time, width time.Duration) int {
 type Convergence struct {
 	// Callers is how many callers the figure is over.
 	Callers int
-	// Last is, per caller, its last send to the instance after the
-	// fault, as time since the fault: 0 if it sent nothing after it.
+	// Last is, per caller with evidence, its last send to the instance
+	// after the fault, as time since the fault: 0 if it sent nothing
+	// after it.
 	Last map[string]time.Duration
-	// StillSending names the callers whose last send was within the
+	// Quiet is, per caller, the quiet period it was judged with: the
+	// given one, or three times its largest gap between sends to the
+	// instance before the fault if that is longer.
+	Quiet map[string]time.Duration
+	// StillSending names the callers whose last send was within their
 	// quiet period before the end of the record: they had not stopped.
 	StillSending []string
+	// Unknown names the callers with no evidence either way: one that
+	// sent nothing anywhere after fault+quiet (stuck, every send skipped
+	// or its resolution failing, or past its record's cap), and a blind
+	// caller without views. They count as not stopped.
+	Unknown []string
 	// P99 is the 99th percentile of Last over the callers (nearest
 	// rank): the time until 99% of them stopped sending. Meaningless
 	// unless Converged.
 	P99 time.Duration
 	// Converged is false when the 99th percentile falls on a caller
-	// still sending, or there are no callers.
+	// still sending or unknown, or there are no callers.
 	Converged bool
 }
 
 // StopTime measures, over recs (one population, or all), the time from
 // fault until 99% of the callers stopped sending to target. A caller
-// still sending within quiet of end (the record's end: when the callers
-// stopped) has not stopped and counts as never stopping. A blind caller
+// still sending within its quiet period of end (the record's end: when
+// the callers stopped) has not stopped and counts as never stopping; so
+// does a caller with no evidence (Convergence.Unknown). A caller's quiet
+// period is quiet, or three times its largest gap between sends to
+// target before the fault when that is longer: a DNS caller spreading
+// its requests over 50 instances at 5 req/s sends to each one every
+// 10 s, and 2 s without a send to it says nothing. A blind caller
 // (Envoy's) sees only the answers: its last send is the later of its
-// last answer from target and, when it records views, the moment target
-// left its view (Envoy routes only to what it holds); without views it
-// is a lower bound.
+// last answer from target and the moment target left its view (Envoy
+// routes only to what it holds); without views it is Unknown.
 func StopTime(recs []Record, target Target, fault, end time.Time, quiet time.Duration) Convergence {
-	c := Convergence{Callers: len(recs), Last: map[string]time.Duration{}}
+	c := Convergence{Callers: len(recs), Last: map[string]time.Duration{}, Quiet: map[string]time.Duration{}}
+	never := time.Duration(math.MaxInt64)
 	vals := make([]time.Duration, 0, len(recs))
 	for _, r := range recs {
 		var last time.Time
+		var before []time.Time
+		evidence := r.Blind && len(r.Views) > 0
 		for _, q := range r.Requests {
-			if !q.At.Before(fault) && target.sentTo(q) && q.At.After(last) {
+			if !r.Blind && (q.Addr != "" || q.Instance != "") && !q.At.Before(fault.Add(quiet)) {
+				evidence = true
+			}
+			if !target.sentTo(q) {
+				continue
+			}
+			if q.At.Before(fault) {
+				before = append(before, q.At)
+			} else if q.At.After(last) {
 				last = q.At
 			}
 		}
+		if !evidence {
+			c.Unknown = append(c.Unknown, r.Caller)
+			vals = append(vals, never)
+			continue
+		}
 		if r.Blind {
-			if left, ok := leftView(r, target, fault, end); ok && left.After(last) {
+			if left := leftView(r, target, fault, end); left.After(last) {
 				last = left
 			}
 		}
+		q := max(quiet, 3*largestGap(before))
+		c.Quiet[r.Caller] = q
 		d := time.Duration(0)
 		if !last.IsZero() {
 			d = last.Sub(fault)
 		}
 		c.Last[r.Caller] = d
-		if !last.IsZero() && !last.Before(end.Add(-quiet)) {
+		if !last.IsZero() && !last.Before(end.Add(-q)) {
 			c.StillSending = append(c.StillSending, r.Caller)
-			d = time.Duration(math.MaxInt64)
+			d = never
 		}
 		vals = append(vals, d)
 	}
 	sort.Strings(c.StillSending)
+	sort.Strings(c.Unknown)
 	if len(vals) == 0 {
 		return c
 	}
 	slices.Sort(vals)
 	rank := int(math.Ceil(0.99*float64(len(vals)))) - 1
 	c.P99 = vals[max(rank, 0)]
-	c.Converged = c.P99 != time.Duration(math.MaxInt64)
+	c.Converged = c.P99 != never
 	if !c.Converged {
 		c.P99 = 0
 	}
 	return c
+}
+
+// largestGap returns the largest interval between consecutive times of
+// ts (sorted here), 0 with fewer than two.
+func largestGap(ts []time.Time) time.Duration {
+	slices.SortFunc(ts, time.Time.Compare)
+	g := time.Duration(0)
+	for i := 1; i < len(ts); i++ {
+		g = max(g, ts[i].Sub(ts[i-1]))
+	}
+	return g
 }
 
 // ByKind groups records by population.
@@ -301,27 +345,29 @@ func Presence(recs []Record, target Target, start, end time.Time, width time.Dur
 
 // leftView returns when target was last in r's view from fault on: the
 // time of the first view after fault without it (the fault itself if it
-// was not in the view then), or end if it never left. ok is false
-// without views.
-func leftView(r Record, target Target, fault, end time.Time) (time.Time, bool) {
-	if len(r.Views) == 0 {
-		return time.Time{}, false
-	}
+// was not in the view then), or end if it never left. With no view at or
+// before the fault it judges from the first view after it: target left
+// at the latest by that view if it lacks it. r has views.
+func leftView(r Record, target Target, fault, end time.Time) time.Time {
 	in := func(v View) bool { return slices.Contains(v.Addrs, target.Addr) }
-	cur := false // whether target is in the view at fault
 	i := 0
-	for ; i < len(r.Views) && !r.Views[i].At.After(fault); i++ {
-		cur = in(r.Views[i])
+	for i < len(r.Views) && !r.Views[i].At.After(fault) {
+		i++
 	}
-	if !cur {
+	if i == 0 {
+		// The first view comes after the fault.
+		if !in(r.Views[0]) {
+			return r.Views[0].At
+		}
+	} else if !in(r.Views[i-1]) {
 		// Not given at the fault: re-entering later would be an
 		// admission, not a send to a failed instance.
-		return fault, true
+		return fault
 	}
 	for ; i < len(r.Views); i++ {
 		if !in(r.Views[i]) {
-			return r.Views[i].At, true
+			return r.Views[i].At
 		}
 	}
-	return end, true
+	return end
 }

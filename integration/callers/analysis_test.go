@@ -142,7 +142,8 @@ func TestTransitionsAndPresence(t *testing.T) {
 
 // TestStopTimeBlind: an Envoy caller's last send is when the target left
 // its Envoy's view, or its last answer from it if later; one whose view
-// still holds it has not stopped.
+// still holds it has not stopped; one without views is unknown; one
+// whose first view comes after the fault is judged from that view.
 func TestStopTimeBlind(t *testing.T) {
 	a, b := "127.11.0.1:80", "127.12.0.1:80"
 	target := Target{ID: "w-1", Addr: a}
@@ -151,16 +152,54 @@ func TestStopTimeBlind(t *testing.T) {
 		{Caller: "e1", Kind: Envoy, Blind: true,
 			Requests: []Request{{At: at(9), Instance: "w-1"}, {At: at(10.5), Instance: "w-1"}},
 			Views:    []View{{At: at(1), Addrs: []string{a, b}}, {At: at(13), Addrs: []string{b}}}},
-		{Caller: "e2", Kind: Envoy, Blind: true,
-			Requests: []Request{{At: at(11), Instance: "w-1"}}},
 		{Caller: "e3", Kind: Envoy, Blind: true, Views: []View{{At: at(1), Addrs: []string{b}}}},
+		{Caller: "e5", Kind: Envoy, Blind: true, Views: []View{{At: at(12), Addrs: []string{a, b}}, {At: at(15), Addrs: []string{b}}}},
+		{Caller: "e6", Kind: Envoy, Blind: true, Views: []View{{At: at(11), Addrs: []string{b}}}},
 	}
 	c := StopTime(recs, target, fault, end, time.Second)
-	if c.Last["e1"] != 3*time.Second || c.Last["e2"] != time.Second || c.Last["e3"] != 0 || !c.Converged {
+	if c.Last["e1"] != 3*time.Second || c.Last["e3"] != 0 || c.Last["e5"] != 5*time.Second || c.Last["e6"] != time.Second || !c.Converged {
 		t.Errorf("%+v", c)
 	}
-	recs = append(recs, Record{Caller: "e4", Kind: Envoy, Blind: true, Views: []View{{At: at(1), Addrs: []string{a, b}}}})
+	recs = append(recs, Record{Caller: "e2", Kind: Envoy, Blind: true, Requests: []Request{{At: at(11), Instance: "w-1"}}})
+	if c := StopTime(recs, target, fault, end, time.Second); c.Converged || fmt.Sprint(c.Unknown) != "[e2]" {
+		t.Errorf("a caller without views: %+v, want unknown, not converged", c)
+	}
+	recs = append(recs[:4], Record{Caller: "e4", Kind: Envoy, Blind: true, Views: []View{{At: at(1), Addrs: []string{a, b}}}})
 	if c := StopTime(recs, target, fault, end, time.Second); c.Converged || len(c.StillSending) != 1 || c.StillSending[0] != "e4" {
 		t.Errorf("a caller whose Envoy still holds the target: %+v", c)
+	}
+}
+
+// TestStopTimeUnknown: a caller that sent nothing anywhere after
+// fault+quiet (stuck, or its resolution failing) has not shown it
+// stopped: it is unknown, and counted as not stopped.
+func TestStopTimeUnknown(t *testing.T) {
+	target := Target{ID: "i-1", Addr: "127.11.0.1:80"}
+	fault, end := at(10), at(60)
+	recs := []Record{
+		{Caller: "ok", Kind: DNSDirect, Requests: append(sends(target.Addr, Success, 9), sends("127.11.0.2:80", Success, 30)...)},
+		{Caller: "stuck", Kind: DNSDirect, Requests: sends(target.Addr, Success, 9)},
+		{Caller: "unresolved", Kind: DNSDirect, Requests: append(sends(target.Addr, Success, 9), sends("", Failure, 20, 30, 40)...)},
+	}
+	c := StopTime(recs, target, fault, end, 2*time.Second)
+	if c.Converged || fmt.Sprint(c.Unknown) != "[stuck unresolved]" || c.Last["ok"] != 0 {
+		t.Errorf("%+v, want not converged, stuck and unresolved unknown", c)
+	}
+	if _, ok := c.Last["stuck"]; ok {
+		t.Error("an unknown caller has a last send")
+	}
+}
+
+// TestStopTimeQuiet: a caller that sends to the target rarely (every
+// 10 s before the fault) is judged with three times that gap: a send
+// 8 s before the end is still sending, not stopped.
+func TestStopTimeQuiet(t *testing.T) {
+	target := Target{ID: "i-1", Addr: "127.11.0.1:80"}
+	fault, end := at(25), at(60)
+	r := Record{Caller: "rare", Kind: DNSDirect, Requests: sends(target.Addr, Success, 0, 20, 10, 52)}
+	r.Requests = append(r.Requests, sends("127.11.0.2:80", Success, 59)...)
+	c := StopTime([]Record{r}, target, fault, end, 2*time.Second)
+	if c.Converged || c.Quiet["rare"] != 30*time.Second || fmt.Sprint(c.StillSending) != "[rare]" {
+		t.Errorf("%+v, want still sending under a 30s quiet", c)
 	}
 }
