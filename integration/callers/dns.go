@@ -46,6 +46,9 @@ type resolver struct {
 	cfg    DNSConfig
 	client *dns.Client
 	now    func() time.Time
+	// answered is told every answer: the caller's view, and the channels
+	// to keep.
+	answered func(at time.Time, addrs []string)
 
 	mu      sync.Mutex
 	addrs   []string
@@ -67,7 +70,7 @@ func NewDNS(kind Kind, cfg DNSConfig) (*Caller, error) {
 	if cfg.Port < 1 || cfg.Port > 65535 {
 		return nil, fmt.Errorf("callers: DNSConfig.Port must be between 1 and 65535, got %d", cfg.Port)
 	}
-	snd, err := newSender(cfg.Protocol, cfg.Source)
+	snd, err := newSender(cfg.Protocol, cfg.Source, cfg.Timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +80,7 @@ func NewDNS(kind Kind, cfg DNSConfig) (*Caller, error) {
 	}
 	var c *Caller
 	c, err = newCaller(cfg.Config, kind, func(ctx context.Context) attempt {
-		addr, err := r.pick(ctx, c)
+		addr, err := r.pick(ctx)
 		if err != nil {
 			return attempt{err: fmt.Errorf("resolving %s: %w", cfg.Query, err)}
 		}
@@ -88,12 +91,16 @@ func NewDNS(kind Kind, cfg DNSConfig) (*Caller, error) {
 		return nil, err
 	}
 	r.now = c.cfg.Now
+	r.answered = func(at time.Time, addrs []string) {
+		c.rec.view(at, addrs)
+		snd.retain(addrs)
+	}
 	return c, nil
 }
 
 // pick returns the address to send the next request to, resolving
 // first when the cached answer has expired.
-func (r *resolver) pick(ctx context.Context, c *Caller) (string, error) {
+func (r *resolver) pick(ctx context.Context) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.now()
@@ -101,7 +108,7 @@ func (r *resolver) pick(ctx context.Context, c *Caller) (string, error) {
 		addrs, ttl, err := r.resolve(ctx)
 		switch {
 		case err == nil:
-			c.rec.view(now, addrs)
+			r.answered(now, addrs)
 			r.addrs, r.expires = addrs, now.Add(ttl)
 		case r.cfg.ServeStale && len(r.addrs) > 0:
 			r.expires = now.Add(time.Second)

@@ -8,10 +8,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
@@ -47,22 +50,40 @@ const maxLine = 256
 
 // sender sends one request to an address in a protocol, from an optional
 // source address: a legacy client, a new connection per request (HTTP
-// and TCP), one channel per address (gRPC).
+// and TCP), one channel per address of the current answer (gRPC: a
+// channel keeps its connection, and reconnects after a refusal with a
+// backoff of at most grpcMaxBackoff, so that an instance that recovers
+// is called again within a second; the channel of an address that left
+// the answer is closed once its requests are done).
 type sender struct {
-	proto  Protocol
-	dialer *net.Dialer
-	http   *http.Client
+	proto   Protocol
+	dialer  *net.Dialer
+	http    *http.Client
+	timeout time.Duration
 
 	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	conns map[string]*channel
 }
 
-func newSender(proto Protocol, source net.IP) (*sender, error) {
+// channel is a gRPC channel to one address and the requests using it.
+type channel struct {
+	cc    *grpc.ClientConn
+	users int
+	gone  bool // left the answer: closed when its last user is done
+}
+
+// grpcMaxBackoff bounds the wait of a gRPC channel between connection
+// attempts (grpc-go's default grows to 120 s, failing every call at once
+// meanwhile: an instance back after a fault would be reported failing
+// long after it recovered).
+const grpcMaxBackoff = time.Second
+
+func newSender(proto Protocol, source net.IP, timeout time.Duration) (*sender, error) {
 	d := &net.Dialer{}
 	if source != nil {
 		d.LocalAddr = &net.TCPAddr{IP: source}
 	}
-	s := &sender{proto: proto, dialer: d, conns: map[string]*grpc.ClientConn{}}
+	s := &sender{proto: proto, dialer: d, timeout: timeout, conns: map[string]*channel{}}
 	switch proto {
 	case HTTP:
 		s.http = &http.Client{Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}}
@@ -79,11 +100,12 @@ func (s *sender) send(ctx context.Context, addr string) (string, error) {
 	case HTTP:
 		return s.sendHTTP(ctx, "http://"+addr+"/")
 	case GRPC:
-		cc, err := s.conn(addr)
+		ch, err := s.conn(addr)
 		if err != nil {
 			return "", err
 		}
-		return checkHealth(ctx, cc)
+		defer s.release(ch)
+		return checkHealth(ctx, ch.cc)
 	default:
 		return s.sendTCP(ctx, addr)
 	}
@@ -141,29 +163,66 @@ func (s *sender) sendTCP(ctx context.Context, addr string) (string, error) {
 	return id, nil
 }
 
-// conn returns the gRPC channel to addr, made on first use.
-func (s *sender) conn(addr string) (*grpc.ClientConn, error) {
+// conn returns the gRPC channel to addr, made on first use, for one
+// request: release it after.
+func (s *sender) conn(addr string) (*channel, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if cc := s.conns[addr]; cc != nil {
-		return cc, nil
+	if ch := s.conns[addr]; ch != nil {
+		ch.users++
+		return ch, nil
 	}
+	timeout := s.timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	bo := backoff.DefaultConfig
+	bo.BaseDelay, bo.MaxDelay = 100*time.Millisecond, grpcMaxBackoff
 	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: timeout}),
 		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
 			return s.dialer.DialContext(ctx, "tcp", a)
 		}))
 	if err != nil {
 		return nil, err
 	}
-	s.conns[addr] = cc
-	return cc, nil
+	ch := &channel{cc: cc, users: 1}
+	s.conns[addr] = ch
+	return ch, nil
+}
+
+// release ends a request's use of ch.
+func (s *sender) release(ch *channel) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch.users--
+	if ch.gone && ch.users == 0 {
+		ch.cc.Close()
+	}
+}
+
+// retain keeps the channels of addrs (the current answer) and closes the
+// others once their requests are done.
+func (s *sender) retain(addrs []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for a, ch := range s.conns {
+		if slices.Contains(addrs, a) {
+			continue
+		}
+		delete(s.conns, a)
+		ch.gone = true
+		if ch.users == 0 {
+			ch.cc.Close()
+		}
+	}
 }
 
 func (s *sender) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, cc := range s.conns {
-		cc.Close()
+	for _, ch := range s.conns {
+		ch.cc.Close()
 	}
 	clear(s.conns)
 	if s.http != nil {
