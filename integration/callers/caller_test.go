@@ -24,6 +24,9 @@ type fakeDNS struct {
 	ips  []string
 	ttl  uint32
 	from map[string]int
+	// silent drops every query unanswered (a partition), counting them.
+	silent  bool
+	dropped int
 }
 
 func startDNS(t *testing.T, name string, ttl uint32, ips ...string) *fakeDNS {
@@ -38,6 +41,11 @@ func startDNS(t *testing.T, name string, ttl uint32, ips ...string) *fakeDNS {
 		m.SetReply(q)
 		host, _, _ := net.SplitHostPort(w.RemoteAddr().String())
 		f.mu.Lock()
+		if f.silent {
+			f.dropped++
+			f.mu.Unlock()
+			return
+		}
 		f.from[host]++
 		for _, ip := range f.ips {
 			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: f.ttl}, A: net.ParseIP(ip)})
@@ -191,5 +199,56 @@ func TestEnvoyCaller(t *testing.T) {
 	}
 	if _, err := callers.NewEnvoy(callers.EnvoyConfig{Config: callers.Config{Name: "e", Rate: 5000}, URL: "http://x/"}); err == nil {
 		t.Error("a rate above MaxRate was taken")
+	}
+}
+
+// TestDNSCallerServeStale: with ServeStale, a server that stops
+// answering (a partition) costs no request: the stale answer serves at
+// once while one query at a time tries again in the background.
+func TestDNSCallerServeStale(t *testing.T) {
+	const name = "web.shop.svc.cairn.internal."
+	_, port := startStandins(t, callers.TCP, "i", "127.11.0.1", "127.12.0.1")
+	f := startDNS(t, name, 1, "127.11.0.1", "127.12.0.1")
+	c, err := callers.NewDNS(callers.DNSDirect, callers.DNSConfig{
+		Config: callers.Config{Name: "d", Rate: 50, Timeout: 300 * time.Millisecond},
+		Server: f.addr, Query: name, Port: port, Protocol: callers.TCP, ServeStale: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, c)
+	integration.Eventually(t, 10*time.Second, func() error {
+		if count(c.Snapshot(), func(q callers.Request) bool { return q.Result == callers.Success }) == 0 {
+			return fmt.Errorf("no answer yet")
+		}
+		return nil
+	})
+	f.mu.Lock()
+	f.silent = true
+	f.mu.Unlock()
+	silent := time.Now()
+	// Past the TTL, two refreshes unanswered.
+	integration.Eventually(t, 10*time.Second, func() error {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.dropped < 2 || time.Since(silent) < 2500*time.Millisecond {
+			return fmt.Errorf("%d queries dropped", f.dropped)
+		}
+		return nil
+	})
+	stop()
+	r := c.Snapshot()
+	ok, bad := 0, 0
+	for _, q := range r.Requests {
+		if q.At.After(silent) {
+			if q.Result == callers.Success {
+				ok++
+			} else {
+				bad++
+				t.Errorf("a request at %v failed: %s (%s)", q.At.Sub(silent), q.Result, q.Err)
+			}
+		}
+	}
+	if ok == 0 || bad > 0 {
+		t.Errorf("while the server was silent: %d succeeded, %d did not", ok, bad)
 	}
 }

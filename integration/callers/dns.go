@@ -41,19 +41,31 @@ type DNSConfig struct {
 	ServeStale bool
 }
 
-// resolver is a caching stub for one name.
+// resolver is a caching stub for one name. One query runs at a time,
+// without the lock: a request that needs an answer waits for it as long
+// as its own deadline allows; with ServeStale and a previous answer, no
+// request waits: the stale answer serves while one query refreshes it in
+// the background.
 type resolver struct {
-	cfg    DNSConfig
-	client *dns.Client
-	now    func() time.Time
+	cfg     DNSConfig
+	client  *dns.Client
+	now     func() time.Time
+	timeout time.Duration // of a query: the caller's request timeout
 	// answered is told every answer: the caller's view, and the channels
 	// to keep.
 	answered func(at time.Time, addrs []string)
+	// ctx bounds the queries; cancelled, and the queries waited for, by
+	// stop.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 
 	mu      sync.Mutex
-	addrs   []string
+	addrs   []string // nil: no answer
 	expires time.Time
 	next    int
+	query   chan struct{} // closed when the running query ends; nil if none
+	err     error         // of the last query
 }
 
 // NewDNS returns a DNS caller of kind DNSDirect or DNSAgent.
@@ -75,6 +87,7 @@ func NewDNS(kind Kind, cfg DNSConfig) (*Caller, error) {
 		return nil, err
 	}
 	r := &resolver{cfg: cfg, client: &dns.Client{Net: "udp"}}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
 	if cfg.Source != nil {
 		r.client.Dialer = &net.Dialer{LocalAddr: &net.UDPAddr{IP: cfg.Source}}
 	}
@@ -86,11 +99,12 @@ func NewDNS(kind Kind, cfg DNSConfig) (*Caller, error) {
 		}
 		who, err := snd.send(ctx, addr)
 		return attempt{instance: who, addr: addr, err: err}
-	}, snd.close)
+	}, func() { r.stop(); snd.close() })
 	if err != nil {
+		r.cancel()
 		return nil, err
 	}
-	r.now = c.cfg.Now
+	r.now, r.timeout = c.cfg.Now, c.cfg.Timeout
 	r.answered = func(at time.Time, addrs []string) {
 		c.rec.view(at, addrs)
 		snd.retain(addrs)
@@ -99,30 +113,79 @@ func NewDNS(kind Kind, cfg DNSConfig) (*Caller, error) {
 }
 
 // pick returns the address to send the next request to, resolving
-// first when the cached answer has expired.
+// first when the cached answer has expired (and ServeStale has no
+// previous answer to serve meanwhile).
 func (r *resolver) pick(ctx context.Context) (string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := r.now()
-	if r.addrs == nil || !now.Before(r.expires) {
+	for waited := false; ; waited = true {
+		fresh := r.addrs != nil && r.now().Before(r.expires)
+		stale := r.cfg.ServeStale && len(r.addrs) > 0
+		if !fresh && (stale || !waited) && r.query == nil {
+			r.startQuery()
+		}
+		// The answer this request waited for serves it even with a TTL
+		// of 0.
+		answered := waited && r.err == nil && r.addrs != nil
+		switch {
+		case fresh || stale || answered:
+			if len(r.addrs) == 0 {
+				return "", errors.New("no addresses")
+			}
+			a := r.addrs[r.next%len(r.addrs)]
+			r.next++
+			return a, nil
+		case waited:
+			if r.err != nil {
+				return "", r.err
+			}
+			return "", errors.New("no answer")
+		}
+		q := r.query
+		r.mu.Unlock()
+		select {
+		case <-q:
+		case <-ctx.Done():
+			r.mu.Lock()
+			return "", ctx.Err()
+		}
+		r.mu.Lock()
+	}
+}
+
+// startQuery asks the server in the background, bounded by the caller's
+// request timeout. r.mu is held.
+func (r *resolver) startQuery() {
+	done := make(chan struct{})
+	r.query = done
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		ctx, cancel := context.WithTimeout(r.ctx, r.timeout)
 		addrs, ttl, err := r.resolve(ctx)
+		cancel()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		now := r.now() // the answer is kept for its TTL from its arrival
+		r.err = err
 		switch {
 		case err == nil:
 			r.answered(now, addrs)
 			r.addrs, r.expires = addrs, now.Add(ttl)
 		case r.cfg.ServeStale && len(r.addrs) > 0:
-			r.expires = now.Add(time.Second)
+			r.expires = now.Add(time.Second) // asked again in a second
 		default:
 			r.addrs = nil
-			return "", err
 		}
-	}
-	if len(r.addrs) == 0 {
-		return "", errors.New("no addresses")
-	}
-	a := r.addrs[r.next%len(r.addrs)]
-	r.next++
-	return a, nil
+		r.query = nil
+		close(done)
+	}()
+}
+
+// stop ends the queries and waits for them.
+func (r *resolver) stop() {
+	r.cancel()
+	r.wg.Wait()
 }
 
 // resolve asks the server for the name's A records (over TCP when the
