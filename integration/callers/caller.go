@@ -16,7 +16,10 @@ import (
 
 // Limits of a caller's Config.
 const (
-	MaxRate            = 1000.0
+	MaxRate = 1000.0
+	// MinRate is one request a minute: slower, a caller says nothing
+	// within a scenario (and its ticker's period would overflow).
+	MinRate            = 1.0 / 60
 	DefaultTimeout     = time.Second
 	DefaultMaxRecorded = 200_000
 	maxErrLen          = 120
@@ -26,8 +29,8 @@ const (
 type Config struct {
 	// Name names the caller in its record. Required.
 	Name string
-	// Rate is the requests a second it sends, evenly spaced: above 0 and
-	// at most MaxRate.
+	// Rate is the requests a second it sends, evenly spaced: at least
+	// MinRate and at most MaxRate.
 	Rate float64
 	// Timeout bounds each request, resolution included; past it the
 	// request is a Timeout. Defaults to DefaultTimeout.
@@ -47,8 +50,8 @@ func (c *Config) setDefaults() error {
 	switch {
 	case c.Name == "":
 		return errors.New("callers: Config.Name is required")
-	case !(c.Rate > 0 && c.Rate <= MaxRate):
-		return fmt.Errorf("callers: Config.Rate must be above 0 and at most %g requests a second, got %g", MaxRate, c.Rate)
+	case !(c.Rate >= MinRate && c.Rate <= MaxRate):
+		return fmt.Errorf("callers: Config.Rate must be at least %g (one a minute) and at most %g requests a second, got %g", MinRate, MaxRate, c.Rate)
 	case c.Timeout < 0, c.MaxInFlight < 0, c.MaxRecorded < 0:
 		return errors.New("callers: Config.Timeout, MaxInFlight and MaxRecorded must not be negative")
 	}
@@ -83,6 +86,9 @@ type Caller struct {
 	// watch, if set, runs beside the sends until Run's ctx is done:
 	// what records the views of a caller that does not resolve.
 	watch func(ctx context.Context)
+	// start, if set, makes what the sends need when Run starts (a
+	// gRPC caller's channel): nothing is held before Run.
+	start func() error
 	rec   recorder
 }
 
@@ -113,10 +119,16 @@ func (c *Caller) Snapshot() Record { return c.rec.snapshot() }
 
 // Run sends requests until ctx is done, then waits for those in flight
 // and releases the caller's connections. A request cut short by ctx is
-// not recorded: it says nothing about the service. Run returns nil; it
-// may be called once.
+// not recorded: it says nothing about the service. Run returns an error
+// only when the caller cannot start (a gRPC caller's channel); it may be
+// called once.
 func (c *Caller) Run(ctx context.Context) error {
 	defer c.close()
+	if c.start != nil {
+		if err := c.start(); err != nil {
+			return err
+		}
+	}
 	every := time.Duration(float64(time.Second) / c.cfg.Rate)
 	tk := time.NewTicker(every)
 	defer tk.Stop()

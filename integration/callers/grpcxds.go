@@ -93,8 +93,33 @@ func WithToken(bootstrap []byte, token string) ([]byte, error) {
 	return json.Marshal(doc)
 }
 
-// NewGRPC returns a grpc-go xDS caller. Its channel is made here and
-// closed when Run returns.
+// checkBootstrap checks what grpc-go would only check when the channel
+// is first used: a JSON object whose xds_servers lists at least one
+// server, each with a server_uri and channel_creds.
+func checkBootstrap(boot []byte) error {
+	var doc struct {
+		Servers []struct {
+			URI   string            `json:"server_uri"`
+			Creds []json.RawMessage `json:"channel_creds"`
+		} `json:"xds_servers"`
+	}
+	if err := json.Unmarshal(boot, &doc); err != nil {
+		return fmt.Errorf("callers: GRPCConfig.Bootstrap must be a JSON object: %w", err)
+	}
+	if len(doc.Servers) == 0 {
+		return errors.New("callers: GRPCConfig.Bootstrap: xds_servers is required and must list a server")
+	}
+	for i, sv := range doc.Servers {
+		if sv.URI == "" || len(sv.Creds) == 0 {
+			return fmt.Errorf("callers: GRPCConfig.Bootstrap: xds_servers[%d] needs a server_uri and channel_creds", i)
+		}
+	}
+	return nil
+}
+
+// NewGRPC validates cfg and returns a grpc-go xDS caller. Its channel
+// is made when Run starts and closed when Run returns: a caller never
+// run holds nothing.
 func NewGRPC(cfg GRPCConfig) (*Caller, error) {
 	if strings.Count(cfg.Target, ".") != 1 {
 		return nil, fmt.Errorf("callers: GRPCConfig.Target must be <svc>.<ns>, got %q", cfg.Target)
@@ -106,15 +131,10 @@ func NewGRPC(cfg GRPCConfig) (*Caller, error) {
 			return nil, err
 		}
 	}
-	rb, err := xds.NewXDSResolverWithConfigForTesting(boot)
-	if err != nil {
-		return nil, fmt.Errorf("callers: GRPCConfig.Bootstrap: grpc-go refuses it: %w", err)
+	if err := checkBootstrap(boot); err != nil {
+		return nil, err
 	}
-	// The instances speak plaintext; the xDS channel is the bootstrap's.
-	cc, err := grpc.NewClient("xds:///"+cfg.Target, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(rb))
-	if err != nil {
-		return nil, fmt.Errorf("callers: dialling xds:///%s: %w", cfg.Target, err)
-	}
+	var cc *grpc.ClientConn // set by start, before any send
 	c, err := newCaller(cfg.Config, GRPCXDS, func(ctx context.Context) attempt {
 		var p peer.Peer
 		who, err := checkHealth(ctx, cc, grpc.Peer(&p))
@@ -125,10 +145,25 @@ func NewGRPC(cfg GRPCConfig) (*Caller, error) {
 			}
 		}
 		return a
-	}, func() { cc.Close() })
+	}, func() {
+		if cc != nil {
+			cc.Close()
+		}
+	})
 	if err != nil {
-		cc.Close()
 		return nil, err
+	}
+	c.start = func() error {
+		rb, err := xds.NewXDSResolverWithConfigForTesting(boot)
+		if err != nil {
+			return fmt.Errorf("callers: GRPCConfig.Bootstrap: grpc-go refuses it: %w", err)
+		}
+		// The instances speak plaintext; the xDS channel is the bootstrap's.
+		cc, err = grpc.NewClient("xds:///"+cfg.Target, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(rb))
+		if err != nil {
+			return fmt.Errorf("callers: dialling xds:///%s: %w", cfg.Target, err)
+		}
+		return nil
 	}
 	return c, nil
 }

@@ -119,6 +119,7 @@ func TestConfigErrors(t *testing.T) {
 		{func(*DNSConfig) {}, Envoy, "kind"},
 		{func(c *DNSConfig) { c.Name = "" }, DNSDirect, "Config.Name"},
 		{func(c *DNSConfig) { c.Rate = 0 }, DNSDirect, "Config.Rate"},
+		{func(c *DNSConfig) { c.Rate = 1e-10 }, DNSDirect, "Config.Rate"}, // NewTicker would panic
 		{func(c *DNSConfig) { c.Timeout = -1 }, DNSDirect, "Config.Timeout"},
 		{func(c *DNSConfig) { c.Server = "127.0.0.1" }, DNSDirect, "DNSConfig.Server"},
 		{func(c *DNSConfig) { c.Query = "a..b" }, DNSDirect, "DNSConfig.Query"},
@@ -133,6 +134,20 @@ func TestConfigErrors(t *testing.T) {
 	}
 	if _, err := NewGRPC(GRPCConfig{Config: Config{Name: "g", Rate: 1}, Target: "rpc"}); err == nil || !strings.Contains(err.Error(), "Target") {
 		t.Errorf("a target without a namespace: %v", err)
+	}
+	// A valid one made and never run holds nothing (goleak, TestMain).
+	if _, err := NewGRPC(GRPCConfig{Config: Config{Name: "g", Rate: 1}, Target: "rpc.shop",
+		Bootstrap: []byte(`{"xds_servers":[{"server_uri":"127.0.0.1:1","channel_creds":[{"type":"insecure"}]}],"node":{"id":"g"}}`)}); err != nil {
+		t.Fatal(err)
+	}
+	for boot, want := range map[string]string{
+		`{}`: "xds_servers is required",
+		`[]`: "JSON object",
+		`{"xds_servers": [{"server_uri": "x:1"}]}`: "xds_servers[0] needs",
+	} {
+		if _, err := NewGRPC(GRPCConfig{Config: Config{Name: "g", Rate: 1}, Target: "rpc.shop", Bootstrap: []byte(boot)}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("bootstrap %s: %v, want an error naming %q", boot, err, want)
+		}
 	}
 	if _, err := NewReporter(ReporterConfig{}); err == nil || !strings.Contains(err.Error(), "Caller") {
 		t.Errorf("a reporter of no caller: %v", err)
