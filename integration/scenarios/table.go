@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -96,12 +97,17 @@ type Mark struct {
 	Label string  `json:"label"`
 }
 
-// Result is what a scenario records: its table, its timelines and the
-// size it ran at.
+// Result is what a scenario records: its table, its timelines, the size
+// it ran at and the source it ran from.
 type Result struct {
-	Name      string     `json:"name"`
-	Title     string     `json:"title"`
-	Size      string     `json:"size"`
+	Name  string `json:"name"`
+	Title string `json:"title"`
+	Size  string `json:"size"`
+	// Commit is HEAD when the scenario ran ("" without git), and Dirty
+	// whether the tree had changes then, outside docs/scenarios/ (where
+	// the results and the report are written).
+	Commit    string     `json:"commit,omitempty"`
+	Dirty     bool       `json:"dirty,omitempty"`
 	Started   time.Time  `json:"started"`
 	Duration  float64    `json:"duration_s"`
 	Rows      []Row      `json:"rows"`
@@ -116,7 +122,26 @@ func NewResult(name, title string) *Result {
 	if Full() {
 		size = "full"
 	}
-	return &Result{Name: name, Title: title, Size: size, Started: time.Now()}
+	r := &Result{Name: name, Title: title, Size: size, Started: time.Now()}
+	r.Commit, r.Dirty = gitState()
+	return r
+}
+
+// gitState returns HEAD and whether the work tree has changes outside
+// docs/scenarios/ (untracked files included), or "" when git or the
+// repository is unavailable.
+func gitState() (string, bool) {
+	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		return "", false
+	}
+	dir := strings.TrimSpace(string(top))
+	head, err := exec.Command("git", "-C", dir, "rev-parse", "HEAD").Output()
+	if err != nil {
+		return "", false
+	}
+	st, err := exec.Command("git", "-C", dir, "status", "--porcelain", "--", ".", ":(exclude)docs/scenarios").Output()
+	return strings.TrimSpace(string(head)), err != nil || len(strings.TrimSpace(string(st))) > 0
 }
 
 // Add records a figure: its name, its budget and its value as the table

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -34,6 +35,10 @@ func TestResultReport(t *testing.T) {
 	}
 	if len(got.Rows) != 1 || got.Rows[0].Value != "1.2 s" || !got.Rows[0].Pass {
 		t.Errorf("result read back: %+v", got)
+	}
+	// Run from a git checkout, the result names its commit.
+	if head, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil && got.Commit != strings.TrimSpace(string(head)) {
+		t.Errorf("commit %q, want HEAD %s", got.Commit, head)
 	}
 }
 

@@ -1,6 +1,7 @@
 // Command report writes docs/scenarios/REPORT.md from the results the
 // scenarios recorded (integration/scenarios, CAIRN_SCENARIO_OUT): the
-// commit and the machine they ran on, each scenario's table and notes,
+// each ran from (results from mixed commits flagged), the machine, each
+// scenario's table and notes,
 // and a PNG per timeline, drawn with internal/pngplot.
 //
 //	go run ./integration/scenarios/report -in docs/scenarios/results -out docs/scenarios
@@ -73,6 +74,9 @@ func generate(inDir, outDir string, c commit, m machine) error {
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
 		return err
 	}
+	if err := removeStalePNGs(outDir); err != nil {
+		return err
+	}
 	var b strings.Builder
 	writeHeader(&b, inDir, c, m, rs)
 	for _, r := range rs {
@@ -93,15 +97,56 @@ func generate(inDir, outDir string, c commit, m machine) error {
 	return os.WriteFile(filepath.Join(outDir, "REPORT.md"), []byte(b.String()), 0o644)
 }
 
+// ownPNG is the name of a PNG the generator writes: <name>-<n>.png.
+var ownPNG = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}-[0-9]+\.png$`)
+
+// removeStalePNGs removes the PNGs of an earlier report from dir, so
+// that a timeline or a scenario gone since leaves none behind.
+func removeStalePNGs(dir string) error {
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range es {
+		if e.Type().IsRegular() && ownPNG.MatchString(e.Name()) {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// sourceOf says which commit a result ran from.
+func sourceOf(r scenarios.Result) string {
+	switch {
+	case r.Commit == "":
+		return "unknown commit"
+	case r.Dirty:
+		return "`" + r.Commit + "` (**dirty tree**)"
+	}
+	return "`" + r.Commit + "`"
+}
+
 func writeHeader(b *strings.Builder, inDir string, c commit, m machine, rs []scenarios.Result) {
-	rows, failed := 0, 0
+	rows, failed, empty := 0, 0, 0
+	sources := map[string]int{}
+	var order []string
 	for _, r := range rs {
+		if len(r.Rows) == 0 {
+			empty++
+		}
 		for _, row := range r.Rows {
 			rows++
 			if !row.Pass {
 				failed++
 			}
 		}
+		src := sourceOf(r)
+		if sources[src] == 0 {
+			order = append(order, src)
+		}
+		sources[src]++
 	}
 	fmt.Fprintf(b, "# Scenario report\n\n")
 	fmt.Fprintf(b, "Written by `go run ./integration/scenarios/report` from the results in `%s`"+
@@ -110,9 +155,22 @@ func writeHeader(b *strings.Builder, inDir string, c commit, m machine, rs []sce
 	if c.Dirty {
 		dirty = "**dirty tree**: uncommitted changes"
 	}
-	fmt.Fprintf(b, "- Commit: `%s` (%s)\n", c.Hash, dirty)
+	fmt.Fprintf(b, "- Report written at commit `%s` (%s)\n", c.Hash, dirty)
+	if len(order) == 1 {
+		fmt.Fprintf(b, "- Results from %s\n", order[0])
+	} else {
+		var parts []string
+		for _, src := range order {
+			parts = append(parts, fmt.Sprintf("%s (%d)", src, sources[src]))
+		}
+		fmt.Fprintf(b, "- **Results from mixed commits**: %s; each scenario names its own\n", strings.Join(parts, ", "))
+	}
 	fmt.Fprintf(b, "- Machine: %s\n", m)
-	fmt.Fprintf(b, "- Scenarios: %d; figures: %d, %d over budget\n\n", len(rs), rows, failed)
+	fmt.Fprintf(b, "- Scenarios: %d; figures: %d, %d over budget", len(rs), rows, failed+empty)
+	if empty > 0 {
+		fmt.Fprintf(b, " (%d of them a scenario that recorded none)", empty)
+	}
+	b.WriteString("\n\n")
 	fmt.Fprintf(b, "| scenario | size | figures | result |\n| --- | --- | --- | --- |\n")
 	for _, r := range rs {
 		bad := 0
@@ -131,8 +189,9 @@ func writeHeader(b *strings.Builder, inDir string, c commit, m machine, rs []sce
 }
 
 func writeScenario(b *strings.Builder, r scenarios.Result, pngs []string) {
-	fmt.Fprintf(b, "<a id=\"%s\"></a>\n## %s\n\n", anchor(r.Name), r.Title)
-	fmt.Fprintf(b, "`%s`, %s size, started %s, ran %.0f s.\n\n", r.Name, r.Size, r.Started.UTC().Format("2006-01-02 15:04:05 MST"), r.Duration)
+	fmt.Fprintf(b, "<a id=\"%s\"></a>\n## %s\n\n", anchor(r.Name), line(r.Title))
+	fmt.Fprintf(b, "`%s`, %s size, %s, started %s, ran %.0f s.\n\n", r.Name, line(r.Size), sourceOf(r),
+		r.Started.UTC().Format("2006-01-02 15:04:05 MST"), r.Duration)
 	if len(r.Rows) == 0 {
 		b.WriteString("No figures recorded: the scenario did not get as far as measuring.\n\n")
 	} else {
@@ -147,7 +206,7 @@ func writeScenario(b *strings.Builder, r scenarios.Result, pngs []string) {
 		b.WriteString("\n")
 	}
 	for _, n := range r.Notes {
-		fmt.Fprintf(b, "- %s\n", n)
+		fmt.Fprintf(b, "- %s\n", line(n))
 	}
 	if len(r.Notes) > 0 {
 		b.WriteString("\n")
@@ -159,8 +218,13 @@ func writeScenario(b *strings.Builder, r scenarios.Result, pngs []string) {
 
 // cell makes s safe in a Markdown table cell.
 func cell(s string) string {
-	s = strings.ReplaceAll(s, "|", `\|`)
-	return strings.ReplaceAll(s, "\n", " ")
+	return strings.ReplaceAll(line(s), "|", `\|`)
+}
+
+// line makes s one line of Markdown: a newline in a title or a note
+// would end its heading or list item.
+func line(s string) string {
+	return strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ").Replace(s)
 }
 
 func anchor(name string) string { return "scenario-" + name }
