@@ -1,8 +1,8 @@
 // Command report writes docs/scenarios/REPORT.md from the results the
 // scenarios recorded (integration/scenarios, CAIRN_SCENARIO_OUT): the
-// each ran from (results from mixed commits flagged), the machine, each
-// scenario's table and notes,
-// and a PNG per timeline, drawn with internal/pngplot.
+// commit each ran from (results from mixed commits flagged), the machine,
+// each scenario's table and notes, and a PNG per timeline, drawn with
+// internal/pngplot.
 //
 //	go run ./integration/scenarios/report -in docs/scenarios/results -out docs/scenarios
 package main
