@@ -376,7 +376,9 @@ func targetsOf(rpc, web *standin) map[callers.Kind]callers.Target {
 // per second.
 func TestCallersAgainstCairn(t *testing.T) {
 	needProcesses(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	// Startup (cluster, agent, Envoy: up to ~20 s on a loaded box) and
+	// every Eventually's budget below.
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	f := newFixture(t, ctx, populations, true)
 	targets := targetsOf(f.rpcs[1], f.webs[1])
@@ -397,7 +399,9 @@ func TestCallersAgainstCairn(t *testing.T) {
 // is caught by timeouts").
 func TestSlowReplicaCaughtByTimeouts(t *testing.T) {
 	needProcesses(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	// Startup (cluster, agent, Envoy: up to ~20 s on a loaded box) and
+	// every Eventually's budget below.
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	f := newFixture(t, ctx, []population{{callers.DNSDirect, 3}, {callers.GRPCXDS, 2}}, false)
 	targets := targetsOf(f.rpcs[2], f.webs[2])
@@ -406,12 +410,22 @@ func TestSlowReplicaCaughtByTimeouts(t *testing.T) {
 	fault := time.Now()
 	f.rpcs[2].Slow(time.Second)
 	f.converged(t, targets, fault, 2*time.Second, 25*time.Second)
-	f.stop()
 	_, e, err := f.eligible(ns, svc, f.rpcs[2].id)
+	f.stop()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%s: verdict %s, reasons %v", e.InstanceID, e.Verdict, e.Reasons)
+	quorum := false
+	for _, r := range e.Reasons {
+		quorum = quorum || strings.HasPrefix(r, "outcome failing: a quorum of callers report failures")
+		if strings.HasPrefix(r, "probe failing") {
+			t.Errorf("withdrawn for a failing probe (%q): not the callers' evidence alone", r)
+		}
+	}
+	if !quorum {
+		t.Errorf("the withdrawal's reasons %q do not name the callers' outcome quorum", e.Reasons)
+	}
 	for _, ev := range e.Evidence {
 		if ev.Class == "probe" && !ev.OK {
 			t.Errorf("a probe failed (%s): the withdrawal is not the callers' alone", ev.Detail)
