@@ -321,8 +321,8 @@ func (f *fixture) figures(t *testing.T, recs []callers.Record, targets map[calle
 	}
 	for i, r := range f.reps {
 		st := r.Stats()
-		t.Logf("%s: %d reports, %d endpoints accepted, discarded %v, %d requests unattributed, %d errors %s",
-			f.cs[i].Name(), st.Reports, st.Accepted, st.Discarded, st.Unattributed, st.Errors, st.LastErr)
+		t.Logf("%s: %d reports, %d endpoints accepted, discarded %v, %d requests unattributed, %d ambiguous, %d errors %s",
+			f.cs[i].Name(), st.Reports, st.Accepted, st.Discarded, st.Unattributed, st.Ambiguous, st.Errors, st.LastErr)
 		if st.Accepted == 0 {
 			t.Errorf("%s: the server accepted none of its outcomes", f.cs[i].Name())
 		}
