@@ -276,14 +276,7 @@ func TestStoreFollowerDiskFull(t *testing.T) {
 	if err := w.WaitAcks(ctx, func(a []Ack) bool { return len(a) >= n+20 }); err != nil {
 		t.Fatalf("after freeing the space: %v", err)
 	}
-	cl.Stop()
-	w.Stop()
-	if err := cl.Err(); err != nil {
-		t.Fatalf("clients: %v", err)
-	}
-	if err := w.Err(); err != nil {
-		t.Fatalf("writer: %v", err)
-	}
+	stopLoad(t, cl, w)
 	table := tableRow(f.DataDir, "after", logCount(t, f, keeperFailed))
 	load, _ := os.ReadFile("/proc/loadavg")
 	t.Logf("load average %s", strings.TrimSpace(string(load)))

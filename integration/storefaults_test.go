@@ -135,6 +135,20 @@ func startLin(ctx context.Context, c *Cluster, token string, rec *linearize.Reco
 	}, rec)
 }
 
+// stopLoad stops the recorded clients and the writer, and fails the
+// test on an error either met.
+func stopLoad(t *testing.T, cl *linearize.Clients, w *Writer) {
+	t.Helper()
+	cl.Stop()
+	w.Stop()
+	if err := cl.Err(); err != nil {
+		t.Fatalf("clients: %v", err)
+	}
+	if err := w.Err(); err != nil {
+		t.Fatalf("writer: %v", err)
+	}
+}
+
 // linWriter registers w-NNNNNN instances of the service, 50 a second,
 // retrying each on the next node (Writer): the failover clock.
 func linWriter(ctx context.Context, c *Cluster) *Writer {
@@ -230,14 +244,7 @@ func TestStoreLeaderKillHistory(t *testing.T) {
 	if err := w.WaitAcks(ctx, func(a []Ack) bool { return len(a) >= n+20 }); err != nil {
 		t.Fatalf("after the kills: %v", err)
 	}
-	cl.Stop()
-	w.Stop()
-	if err := cl.Err(); err != nil {
-		t.Fatalf("clients: %v", err)
-	}
-	if err := w.Err(); err != nil {
-		t.Fatalf("writer: %v", err)
-	}
+	stopLoad(t, cl, w)
 	load, _ := os.ReadFile("/proc/loadavg")
 	t.Logf("failovers %v; load average %s", failovers, strings.TrimSpace(string(load)))
 	p, worst := p99(failovers), slices.Max(failovers)
@@ -363,14 +370,7 @@ func TestStoreLeaderIsolatedHistory(t *testing.T) {
 		t.Fatalf("after healing: %v", err)
 	}
 	t.Logf("healed; one leader and writes again after %s", time.Since(healedAt).Round(time.Millisecond))
-	cl.Stop()
-	w.Stop()
-	if err := cl.Err(); err != nil {
-		t.Fatalf("clients: %v", err)
-	}
-	if err := w.Err(); err != nil {
-		t.Fatalf("writer: %v", err)
-	}
+	stopLoad(t, cl, w)
 	t.Logf("the minority's refusal: %s", refusal)
 	report(t, fmt.Sprintf("leader %s isolated for %s", leader.ID, cut), []row{
 		{"minority refuses writes (503 no_leader) after the cut", "< 5s", refusedAfter.Round(time.Millisecond).String(), refusedAfter < 5*time.Second},

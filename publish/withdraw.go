@@ -35,11 +35,7 @@ func (n *Node) publishWithdrawals(ctx context.Context) {
 		}
 		// More than the feed holds: rebuild from the replica now (no
 		// evaluation: that keeps its cadence).
-		prev := n.Enter(PhaseRefresh)
-		n.Refresh()
-		n.Enter(PhaseBuild)
-		n.build(n.cfg.Now())
-		n.Enter(prev)
+		n.rebuildNow()
 		return
 	}
 	start := time.Now()
@@ -63,11 +59,7 @@ func (n *Node) publishWithdrawals(ctx context.Context) {
 		// has instances (field notes X6). Rare: only a withdrawal that
 		// takes a service's last eligible entry pays for a build.
 		n.m.emptyingRebuilds.Inc()
-		prev := n.Enter(PhaseRefresh)
-		n.Refresh()
-		n.Enter(PhaseBuild)
-		n.build(n.cfg.Now())
-		n.Enter(prev)
+		n.rebuildNow()
 		return
 	}
 	defer cur.Release()
@@ -183,6 +175,13 @@ func (n *Node) publishShift() {
 	if n.laidOut && n.cat.Rev >= n.cfg.Store.ShiftRevision() {
 		return
 	}
+	n.rebuildNow()
+}
+
+// rebuildNow refreshes the catalog from the replica and builds a table
+// from it at once, outside the round's cadence (no evaluation), in the
+// phases the bench and the metrics see.
+func (n *Node) rebuildNow() {
 	prev := n.Enter(PhaseRefresh)
 	n.Refresh()
 	n.Enter(PhaseBuild)
