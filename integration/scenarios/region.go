@@ -69,18 +69,21 @@ type Config struct {
 	Agents bool
 	// ServerArgs are extra `cairn server` flags.
 	ServerArgs []string
+	// Callers is the number of synthetic callers' tokens (CallerToken):
+	// the servers run with ACLs, one reader token per caller.
+	Callers int
 }
 
 // ShortConfig is the region of make test: 8 services, 200 instances.
 func ShortConfig() Config {
 	return Config{Services: 8, Instances: 200, CLIInstances: 12, LeaseTTL: 15 * time.Second,
-		CheckInterval: 2 * time.Second, Agents: true}
+		CheckInterval: 2 * time.Second, Agents: true, Callers: 16}
 }
 
 // FullConfig is the seed's region: 40 services, 2,000 instances.
 func FullConfig() Config {
 	return Config{Services: 40, Instances: 2000, CLIInstances: 50, LeaseTTL: time.Minute,
-		CheckInterval: 5 * time.Second, Agents: true}
+		CheckInterval: 5 * time.Second, Agents: true, Callers: 64}
 }
 
 // SizeConfig is FullConfig under CAIRN_SCENARIOS=full, ShortConfig
@@ -160,6 +163,9 @@ func Check(kind string, interval time.Duration) string {
 func plan(cfg Config) ([]ServiceSpec, []Instance, error) {
 	if cfg.Services < 3 {
 		return nil, nil, fmt.Errorf("scenarios: Config.Services: %d; a region needs at least 3", cfg.Services)
+	}
+	if cfg.Callers < 0 {
+		return nil, nil, fmt.Errorf("scenarios: Config.Callers: %d; must not be negative", cfg.Callers)
 	}
 	if cfg.LeaseTTL <= 0 || cfg.CheckInterval <= 0 {
 		return nil, nil, fmt.Errorf("scenarios: Config.LeaseTTL (%s) and Config.CheckInterval (%s) must be positive", cfg.LeaseTTL, cfg.CheckInterval)
@@ -379,12 +385,16 @@ func (r *Region) Start(t testing.TB) {
 			p.Close()
 		}
 	})
-	args := []string{"--allow-loopback-endpoints"}
+	args, err := writeACL(r.dir, r.Callers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args = append(args, "--allow-loopback-endpoints")
 	for _, z := range Zones() {
 		args = append(args, "--subnet", ZoneSubnet(z)+"="+RegionName+"/"+z)
 	}
 	r.Cluster = integration.StartClusterWith(t, integration.Config{
-		Nodes: len(Zones()), Args: append(args, r.ServerArgs...),
+		Nodes: len(Zones()), Args: append(args, r.ServerArgs...), Token: AdminToken,
 		NodeArgs: func(i int) []string { return []string{"--region", RegionName, "--zone", Zones()[i-1]} },
 	})
 	r.StartTimes.Servers = time.Since(start)
@@ -437,7 +447,7 @@ func (r *Region) startAgents(t testing.TB) {
 			args = append(args, "--service", s.Key())
 		}
 		r.Agents = append(r.Agents, integration.StartAgentWith(t, integration.AgentConfig{
-			Servers: servers, Name: "agent-" + z, Args: args}))
+			Servers: servers, Name: "agent-" + z, Token: AdminToken, Args: args}))
 	}
 	for _, a := range r.Agents {
 		if err := a.WaitReady(time.Minute); err != nil {
