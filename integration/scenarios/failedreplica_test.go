@@ -215,6 +215,7 @@ func TestFailedReplica(t *testing.T) {
 		per, failedRate, fault.Sub(pop.start).Seconds())
 	res.Note("DNS callers ask for A records of %s (dns_ttl 5 s) and call GET /; dns-direct ask the servers from a source address in their zone's subnet, dns-agent their zone's agent; grpc-xds callers are grpc-go channels to xds:///%s.%s",
 		httpSvc.Key(), grpcSvc.Name, Namespace)
+	res.Note("a grpc-go caller stops at once: the refused connection takes the subchannel out of its picker before cairn withdraws the instance from the assignment")
 	res.Note("Envoy callers are not in this scenario yet: the region runs no Envoy sidecar (left for a later slice)")
 	res.Report(t)
 }
