@@ -265,16 +265,17 @@ func failedFigures(res *Result, cfg Config, recs []callers.Record, targetOf func
 			}
 		}
 		res.Note("%s: %d of %d callers sent to %s in the 5 s before the fault", k, sending, len(rs), targetOf(k).ID)
-		// Not a SPEC figure: a DNS caller spreads its requests over the
-		// service's n instances, so about 1/n of them meet the refused
-		// one until its answer expires; a bound of 3/n catches callers
-		// that stick to it.
-		n := instancesServed(rs)
+		// Not a SPEC figure: a caller spreads its requests over the m
+		// instances it was given, so it meets the refused one about 1/m
+		// of the time until it leaves its view; a bound of 2/m (m: the
+		// fewest instances a caller sending to it reached) catches
+		// callers that stick to it.
+		m := fewestReached(rs, targetOf(k), fault)
 		bound := 0.2
-		if n > 0 {
-			bound = min(1, 3/float64(n))
+		if m > 0 {
+			bound = min(1, 2/float64(m))
 		}
-		res.Add(fmt.Sprintf("%s: peak error rate per second after the fault", k), fmt.Sprintf("≤ %.1f%% (3 / %d instances)", 100*bound, n),
+		res.Add(fmt.Sprintf("%s: peak error rate per second after the fault", k), fmt.Sprintf("≤ %.1f%% (2 / %d instances a caller reached)", 100*bound, m),
 			fmt.Sprintf("%.1f%%", 100*peak), peak <= bound)
 		mean := 0.0
 		if afterN > 0 {
@@ -286,18 +287,27 @@ func failedFigures(res *Result, cfg Config, recs []callers.Record, targetOf func
 	res.Timelines = append(res.Timelines, tl)
 }
 
-// instancesServed is the number of distinct instances that answered the
-// callers of rs.
-func instancesServed(rs []callers.Record) int {
-	seen := map[string]bool{}
+// fewestReached is the fewest distinct instances that answered one
+// caller of rs before fault, over the callers that sent to target then
+// (0 if none did).
+func fewestReached(rs []callers.Record, target callers.Target, fault time.Time) int {
+	fewest := 0
 	for _, r := range rs {
+		seen, sent := map[string]bool{}, false
 		for _, q := range r.Requests {
+			if !q.At.Before(fault) {
+				continue
+			}
+			sent = sent || q.Instance == target.ID || q.Addr == target.Addr
 			if q.Instance != "" {
 				seen[q.Instance] = true
 			}
 		}
+		if sent && (fewest == 0 || len(seen) < fewest) {
+			fewest = len(seen)
+		}
 	}
-	return len(seen)
+	return fewest
 }
 
 // answered reports whether a caller has had a successful answer.
