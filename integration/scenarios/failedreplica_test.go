@@ -136,9 +136,10 @@ func TestFailedReplica(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Until the servers withdrew both replicas and every population has
-	// stopped sending to its target (each within its budget, or the
-	// poll's deadline).
+	// Until the servers withdrew both replicas, every population has
+	// stopped sending to its target, and the longest budget has passed
+	// (so that the error rate after the stop has seconds to show, and a
+	// caller that came back would be seen), or the poll's deadline.
 	withdrawn := map[string]time.Duration{}
 	reasons := map[string][]string{}
 	longest := time.Duration(0)
@@ -174,6 +175,9 @@ func TestFailedReplica(t *testing.T) {
 			if !slices.ContainsFunc(reasons[name], func(s string) bool { return strings.HasPrefix(s, "probe failing") }) {
 				return fmt.Errorf("%s withdrawn, its reasons not yet published: %q", v.ID, reasons[name])
 			}
+		}
+		if since := time.Since(fault); since < longest {
+			return fmt.Errorf("%s since the fault, less than the longest budget %s", since.Round(time.Millisecond), longest)
 		}
 		for k, rs := range callers.ByKind(pop.snap()) {
 			if cv := callers.StopTime(rs, targetOf(k), fault, time.Now(), time.Second); !cv.Converged {
