@@ -388,6 +388,9 @@ func moveToSmallDisk(t *testing.T, n *Node, size int64) string {
 		t.Fatal(err)
 	}
 	if err := run("mount", "-o", "loop", img, mnt); err != nil {
+		if os.Getenv("CI") != "true" && (strings.Contains(err.Error(), "ermission denied") || strings.Contains(err.Error(), "not permitted")) {
+			t.Skipf("a small disk of its own: this machine refuses the mount: %v", err)
+		}
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
