@@ -63,6 +63,17 @@ func StartClusterWith(t testing.TB, cfg Config) *Cluster {
 	return c
 }
 
+// Missing skips t for a reason the machine gives (a tool, root, a
+// device), prefixed by what needs it, except under CI=true, where
+// nothing may skip and t fails instead.
+func Missing(t testing.TB, what, why string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s: %s, and nothing may skip under CI=true", what, why)
+	}
+	t.Skipf("%s: %s", what, why)
+}
+
 // Eventually polls f every 50ms until it returns nil, and fails the test
 // with f's last error if that takes longer than timeout.
 func Eventually(t testing.TB, timeout time.Duration, f func() error) {
