@@ -4,18 +4,14 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/cairn-sd/cairn/client"
 	"github.com/cairn-sd/cairn/integration"
 	"github.com/cairn-sd/cairn/integration/callers"
 	"github.com/cairn-sd/cairn/integration/scenarios/fleet"
-	"github.com/cairn-sd/cairn/xdsserver"
 )
 
 // Sizes of experiment 2's first half: callers per population, their
@@ -105,22 +101,22 @@ func TestFailedReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	pop := startFailedCallers(t, r, per, svcOf)
+	pop := StartPopulation(t, r, PopulationConfig{Kinds: failedKinds, Per: per, Rate: failedRate, Service: svcOf})
 	// Steady traffic: every caller has had answers, then sent
 	// failedSteady's worth of requests, nearly all answered.
 	var steadyFrom time.Time
 	want := int(failedRate * failedSteady.Seconds())
 	err := integration.Poll(failedSteady+40*time.Second, 200*time.Millisecond, func() error {
-		for _, rec := range pop.snap() {
-			if steadyFrom.IsZero() && !answered(rec) {
+		for _, rec := range pop.Snap() {
+			if steadyFrom.IsZero() && !Answered(rec) {
 				return fmt.Errorf("%s has had no answer yet", rec.Caller)
 			}
 		}
 		if steadyFrom.IsZero() {
 			steadyFrom = time.Now()
 		}
-		for _, rec := range pop.snap() {
-			if n := answeredSince(rec, steadyFrom); n < want*9/10 {
+		for _, rec := range pop.Snap() {
+			if n := AnsweredSince(rec, steadyFrom); n < want*9/10 {
 				return fmt.Errorf("%s: %d requests answered in steady traffic, want %d", rec.Caller, n, want*9/10)
 			}
 		}
@@ -179,7 +175,7 @@ func TestFailedReplica(t *testing.T) {
 		if since := time.Since(fault); since < longest {
 			return fmt.Errorf("%s since the fault, less than the longest budget %s", since.Round(time.Millisecond), longest)
 		}
-		for k, rs := range callers.ByKind(pop.snap()) {
+		for k, rs := range callers.ByKind(pop.Snap()) {
 			if cv := callers.StopTime(rs, targetOf(k), fault, time.Now(), time.Second); !cv.Converged {
 				return fmt.Errorf("%s callers still sending to %s: %v %v", k, targetOf(k).ID, cv.StillSending, cv.Unknown)
 			}
@@ -190,9 +186,9 @@ func TestFailedReplica(t *testing.T) {
 		t.Log(err) // the figures below say which population missed
 	}
 	end := time.Now()
-	pop.stop()
-	recs := pop.snap()
-	failedFigures(res, cfg, recs, targetOf, pop.start, fault, end)
+	pop.Stop()
+	recs := pop.Snap()
+	failedFigures(res, cfg, recs, targetOf, pop.Start, fault, end)
 
 	for _, name := range []string{httpSvc.Name, grpcSvc.Name} {
 		v := victims[name]
@@ -209,14 +205,14 @@ func TestFailedReplica(t *testing.T) {
 		res.Add(fmt.Sprintf("%s withdrawal reason", v.ID), "the refused probe (hard-failure fast path)",
 			strings.Join(reasons[name], "; "), hard)
 	}
-	for i, rep := range pop.reps {
+	for i, rep := range pop.Reporters {
 		st := rep.Stats()
 		if st.Accepted == 0 || st.Errors > 0 {
-			res.Note("%s reporter: %d reports, %d accepted, %d errors %s", pop.cs[i].Name(), st.Reports, st.Accepted, st.Errors, st.LastErr)
+			res.Note("%s reporter: %d reports, %d accepted, %d errors %s", pop.Callers[i].Name(), st.Reports, st.Accepted, st.Errors, st.LastErr)
 		}
 	}
 	res.Note("callers: %d per population at %d req/s, each with a reader token of its own and reporting its outcomes every 2 s; fault at %.1fs",
-		per, failedRate, fault.Sub(pop.start).Seconds())
+		per, failedRate, fault.Sub(pop.Start).Seconds())
 	res.Note("DNS callers ask for A records of %s (dns_ttl 5 s) and call GET /; dns-direct ask the servers from a source address in their zone's subnet, dns-agent their zone's agent; grpc-xds callers are grpc-go channels to xds:///%s.%s",
 		httpSvc.Key(), grpcSvc.Name, Namespace)
 	res.Note("a grpc-go caller stops at once: the refused connection takes the subchannel out of its picker before cairn withdraws the instance from the assignment")
@@ -312,101 +308,4 @@ func fewestReached(rs []callers.Record, target callers.Target, fault time.Time) 
 		}
 	}
 	return fewest
-}
-
-// answered reports whether a caller has had a successful answer.
-func answered(r callers.Record) bool {
-	for _, q := range r.Requests {
-		if q.Result == callers.Success {
-			return true
-		}
-	}
-	return false
-}
-
-// answeredSince counts a caller's requests sent from t and answered.
-func answeredSince(r callers.Record, t time.Time) int {
-	n := 0
-	for _, q := range r.Requests {
-		if q.Result == callers.Success && !q.At.Before(t) {
-			n++
-		}
-	}
-	return n
-}
-
-// failedPop is the running callers and their reporters.
-type failedPop struct {
-	cs    []*callers.Caller
-	reps  []*callers.Reporter
-	start time.Time
-	stop  func()
-}
-
-func (p *failedPop) snap() []callers.Record {
-	out := make([]callers.Record, 0, len(p.cs))
-	for _, c := range p.cs {
-		out = append(out, c.Snapshot())
-	}
-	return out
-}
-
-// startFailedCallers starts per callers of each of failedKinds, caller
-// i of a population in zone Zones()[i%3], each with a caller token of
-// its own and a Reporter; they run until stop or t's end.
-func startFailedCallers(t *testing.T, r *Region, per int, svcOf func(callers.Kind) ServiceSpec) *failedPop {
-	t.Helper()
-	p := &failedPop{}
-	tok := 0
-	for _, k := range failedKinds {
-		svc := svcOf(k)
-		for i := range per {
-			z := Zones()[i%len(Zones())]
-			node := r.Node(z)
-			cfg := callers.Config{Name: fmt.Sprintf("%s-%d", k, i), Rate: failedRate, Timeout: time.Second}
-			dns := callers.DNSConfig{Config: cfg, Server: node.DNSAddr, Query: svc.Name + "." + Namespace + ".svc.cairn.internal.",
-				Port: svc.Port, Protocol: callers.HTTP, Source: net.ParseIP(fmt.Sprintf("127.%d.200.%d", ZoneOctet(z), tok+1))}
-			var cl *callers.Caller
-			var err error
-			switch k {
-			case callers.DNSDirect:
-				cl, err = callers.NewDNS(k, dns)
-			case callers.DNSAgent:
-				dns.Server = r.Agent(z).DNSAddr
-				cl, err = callers.NewDNS(k, dns)
-			case callers.GRPCXDS:
-				var boot []byte
-				boot, err = xdsserver.Bootstrap(xdsserver.BootstrapConfig{Server: node.GRPCAddr, NodeID: cfg.Name})
-				if err == nil {
-					cl, err = callers.NewGRPC(callers.GRPCConfig{Config: cfg, Bootstrap: boot, Target: svc.Name + "." + Namespace, Token: r.CallerToken(tok)})
-				}
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			api, err := client.New(node.URL(), r.CallerToken(tok))
-			if err != nil {
-				t.Fatal(err)
-			}
-			tok++
-			t.Cleanup(func() { api.Close() })
-			rep, err := callers.NewReporter(callers.ReporterConfig{Caller: cl, API: api, Namespace: Namespace, Service: svc.Name})
-			if err != nil {
-				t.Fatal(err)
-			}
-			p.cs, p.reps = append(p.cs, cl), append(p.reps, rep)
-		}
-	}
-	p.start = time.Now()
-	ctx, stopAll := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for _, c := range p.cs {
-		wg.Go(func() { _ = c.Run(ctx) })
-	}
-	for _, rep := range p.reps {
-		wg.Go(func() { _ = rep.Run(ctx) })
-	}
-	p.stop = sync.OnceFunc(func() { stopAll(); wg.Wait() })
-	t.Cleanup(p.stop)
-	return p
 }
