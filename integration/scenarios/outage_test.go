@@ -206,10 +206,17 @@ func TestControlPlaneOff(t *testing.T) {
 	}
 
 	// The servers come back, from their data dirs.
+	// The first one started is alone, without quorum: it answers from
+	// the table it kept on disk (SPEC §7).
 	tBack := time.Now()
-	for _, n := range r.Nodes() {
+	var alone aloneAnswer
+	for i, n := range r.Nodes() {
 		if err := n.Restart(); err != nil {
 			t.Fatalf("restarting %s: %v", n.ID, err)
+		}
+		if i == 0 {
+			alone = aloneAnswer{id: n.ID, want: sp.want}
+			alone.addrs, alone.edes, alone.rcode, alone.err = askAddrs(ctx, n.DNSAddr, sp.name, time.Second)
 		}
 	}
 	rc := recoverRegion(ctx, t, r, pop, tBack)
@@ -227,6 +234,7 @@ func TestControlPlaneOff(t *testing.T) {
 	offErrorFigures(res, recs, ph)
 	sp.figures(res)
 	ar.figures(res)
+	alone.figure(res)
 	rc.figures(ctx, t, res, r, tStore)
 	w.figures(res, recs, ph, grpcSvc)
 	res.Note("outage %s: the store down (%s and %s killed -9, %s of zone %s without quorum) for %s, then every server off (%s stopped) for %s; the servers started again from their data dirs",

@@ -401,6 +401,27 @@ func firstOf(bad []string) string {
 	return "; first miss " + bad[0]
 }
 
+// aloneAnswer is the DNS answer of the first server started again,
+// alone: without quorum.
+type aloneAnswer struct {
+	id    string
+	want  map[string]bool
+	addrs []string
+	edes  []uint16
+	rcode int
+	err   error
+}
+
+func (a aloneAnswer) figure(res *Result) {
+	odd := foreign(a.addrs, a.want)
+	val := fmt.Sprintf("%s, %d addresses (%d foreign), EDE %v", dns.RcodeToString[a.rcode], len(a.addrs), len(odd), a.edes)
+	if a.err != nil {
+		val = a.err.Error()
+	}
+	res.Add(fmt.Sprintf("%s started again alone, no quorum: its DNS answer (SPEC §7)", a.id), "from its kept table: NOERROR, addresses of the service, stale (EDE 3)",
+		val, a.err == nil && a.rcode == dns.RcodeSuccess && len(a.addrs) > 0 && len(odd) == 0 && slices.Contains(a.edes, dns.ExtendedErrorCodeStaleAnswer))
+}
+
 // agentRestart is an agent killed and started again with every server
 // off.
 type agentRestart struct {
