@@ -123,8 +123,12 @@ func TestProbersPartitioned(t *testing.T) {
 	// callers' outcomes are fresh evidence of the others (SPEC §2), which
 	// keeps them healthy while their callers reach them.
 	zoned, checked, silent := map[string]Instance{}, map[string]bool{}, map[string]bool{}
+	elsewhere := map[string]bool{} // the probed instances of the other zones
 	for _, in := range r.Instances() {
 		if in.Zone != ppZone {
+			if s, _ := r.Service(in.Name); s.Check != "" {
+				elsewhere[in.ID] = true
+			}
 			continue
 		}
 		zoned[in.ID] = in
@@ -135,11 +139,12 @@ func TestProbersPartitioned(t *testing.T) {
 	}
 
 	pop := StartPopulation(t, r, PopulationConfig{Kinds: ppKinds, Per: per, Rate: ppRate, Service: svcOf})
-	w := startPPWatch(ctx, t, r, zoned, checked, silent, []ServiceSpec{httpSvc, grpcSvc, quietSvc}, per*len(ppKinds))
+	w := startPPWatch(ctx, t, r, zoned, checked, silent, elsewhere, []ServiceSpec{httpSvc, grpcSvc, quietSvc}, per*len(ppKinds))
 	if err := ppWaitSteady(pop); err != nil {
 		t.Fatal(err)
 	}
 	mark := ppLastSeq(ctx, t, r)
+	skipped := ppSkipped(ctx, r)
 
 	fault := time.Now()
 	r.PartitionProbers(t)
@@ -162,6 +167,7 @@ func TestProbersPartitioned(t *testing.T) {
 	res.Note("half way through the partition, %s", ppDescribe(ctx, r, zoned, checked))
 	until(partLen)
 	heal := time.Now()
+	skippedPart := ppSkipped(ctx, r)
 	r.HealProbers(t)
 	allHealthy := w.waitAll(ctx, status.Healthy, heal, healthyBudget+30*time.Second)
 	// Watched a little longer: a withdrawal after the healing would show.
@@ -183,6 +189,9 @@ func TestProbersPartitioned(t *testing.T) {
 	w.figures(res, quietSvc, fault, heal)
 	ppEventFigures(ctx, t, res, r, zoned, mark)
 	ppCallerFigures(res, pop, zoned, fault, heal, end)
+	for _, n := range r.Nodes() {
+		res.Note("%s: %.0f probes skipped with every worker busy before the partition, %.0f during it", n.ID, skipped[n.ID], skippedPart[n.ID]-skipped[n.ID])
+	}
 
 	res.Note("partition: inside netlab host %s (zone %s's instances, %s), iptables drops every packet from the servers' address %s to them; the callers' requests leave from %s and pass; %s partitioned, from %.1fs",
 		integration.LabHost(netlabHost(ppZone)), ppZone, NetlabSubnet(ppZone), integration.LabServer, CallerSource, partLen, fault.Sub(pop.Start).Seconds())
@@ -222,6 +231,20 @@ func ppDescribe(ctx context.Context, r *Region, zoned map[string]Instance, check
 		return fmt.Sprintf("%s on %s: %s, eligible %v, reasons %q, evidence [%s]", in.ID, leader.ID, e.Verdict, e.Eligible, e.Reasons, strings.Join(ev, "; "))
 	}
 	return in.ID + " not listed"
+}
+
+// ppSkipped reads every server's count of probes skipped because every
+// worker was busy (cairn_probe_skipped_total{reason="busy"}).
+func ppSkipped(ctx context.Context, r *Region) map[string]float64 {
+	out := map[string]float64{}
+	for _, n := range r.Nodes() {
+		v, err := n.Metric(ctx, `cairn_probe_skipped_total{reason="busy"}`)
+		if err != nil {
+			v = math.NaN()
+		}
+		out[n.ID] = v
+	}
+	return out
 }
 
 // ppDur shows a measured time, or that it never came.
@@ -422,10 +445,12 @@ type ppWatch struct {
 	zoned   map[string]Instance
 	checked map[string]bool
 	silent  map[string]bool // probed, and called by no caller
-	svcs    []ServiceSpec
-	start   time.Time
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	// elsewhere are the probed instances of the other zones.
+	elsewhere map[string]bool
+	svcs      []ServiceSpec
+	start     time.Time
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
 
 	mu sync.Mutex
 	// states: per leader poll, the zone's instances by state.
@@ -450,6 +475,10 @@ type ppStates struct {
 	// checkedHealthy counts the probed ones healthy, silentUnknown the
 	// silent ones (ppWatch.silent) unknown.
 	checkedHealthy, silentUnknown int
+	// elsewhereUnknown counts the probed instances of the other zones
+	// that are unknown: their probers' silence about them.
+	elsewhereUnknown int
+	elsewhereWhat    string
 }
 
 // ppXDS is what one server's assignment stream showed of the zone's
@@ -464,9 +493,9 @@ type ppXDS struct {
 	what       string
 }
 
-func startPPWatch(ctx context.Context, t *testing.T, r *Region, zoned map[string]Instance, checked, silent map[string]bool, svcs []ServiceSpec, firstToken int) *ppWatch {
+func startPPWatch(ctx context.Context, t *testing.T, r *Region, zoned map[string]Instance, checked, silent, elsewhere map[string]bool, svcs []ServiceSpec, firstToken int) *ppWatch {
 	ctx, cancel := context.WithCancel(ctx)
-	w := &ppWatch{r: r, zoned: zoned, checked: checked, silent: silent, svcs: svcs, start: time.Now(), cancel: cancel, xds: map[string]*ppXDS{}}
+	w := &ppWatch{r: r, zoned: zoned, checked: checked, silent: silent, elsewhere: elsewhere, svcs: svcs, start: time.Now(), cancel: cancel, xds: map[string]*ppXDS{}}
 	every := func(d time.Duration, f func()) {
 		w.wg.Go(func() {
 			tk := time.NewTicker(d)
@@ -529,6 +558,10 @@ func (w *ppWatch) pollStates(ctx context.Context) {
 		}
 		for _, e := range eps {
 			if _, ok := w.zoned[e.InstanceID]; !ok {
+				if w.elsewhere[e.InstanceID] && e.Verdict == status.Unknown {
+					st.elsewhereUnknown++
+					st.elsewhereWhat = e.InstanceID + ": " + strings.Join(e.Reasons, "; ")
+				}
 				continue
 			}
 			seen++
@@ -755,7 +788,7 @@ func (w *ppWatch) waitAll(ctx context.Context, v status.Verdict, since time.Time
 func (w *ppWatch) figures(res *Result, quiet ServiceSpec, fault, heal time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	maxWithdrawn, maxOther, polls := 0, 0, 0
+	maxWithdrawn, maxOther, polls, maxElsewhere, elsewhereWhat := 0, 0, 0, 0, ""
 	tl := Timeline{Title: fmt.Sprintf("Zone %s's %d instances by state (the leader's verdicts), probers partitioned", ppZone, len(w.zoned)),
 		YLabel: "instances", Marks: []Mark{{T: fault.Sub(w.start).Seconds(), Label: "partition"}, {T: heal.Sub(w.start).Seconds(), Label: "heal"}}}
 	series := []Series{{Name: "healthy"}, {Name: "unknown"}, {Name: "withdrawn"}, {Name: "other"}}
@@ -767,6 +800,9 @@ func (w *ppWatch) figures(res *Result, quiet ServiceSpec, fault, heal time.Time)
 		if !s.at.Before(fault) {
 			polls++
 			maxWithdrawn, maxOther = max(maxWithdrawn, s.withdrawn), max(maxOther, s.other)
+			if s.elsewhereUnknown > maxElsewhere {
+				maxElsewhere, elsewhereWhat = s.elsewhereUnknown, " (e.g. "+s.elsewhereWhat+")"
+			}
 		}
 	}
 	tl.Series = series
@@ -774,6 +810,8 @@ func (w *ppWatch) figures(res *Result, quiet ServiceSpec, fault, heal time.Time)
 	res.Add(fmt.Sprintf("zone %s's instances withdrawn, most at one poll of the leader (%d polls, partition through healing)", ppZone, polls),
 		"0", fmt.Sprint(maxWithdrawn), polls > 0 && maxWithdrawn == 0)
 	res.Add(fmt.Sprintf("zone %s's instances neither healthy, unknown nor withdrawn, most at one poll", ppZone), "0", fmt.Sprint(maxOther), maxOther == 0)
+	res.Add(fmt.Sprintf("the other zones' %d probed instances unknown (their probes go on), most at one poll", len(w.elsewhere)), "0",
+		fmt.Sprint(maxElsewhere)+elsewhereWhat, maxElsewhere == 0)
 	what := ""
 	if w.notEligible > 0 {
 		what = " (" + w.notEligibleWhat + ")"
