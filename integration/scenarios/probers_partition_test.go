@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -41,6 +42,7 @@ const (
 	ppStatePoll     = time.Second            // the leader's verdicts, per instance
 	ppEligiblePoll  = 500 * time.Millisecond // every server's eligible counts
 	ppDNSPoll       = time.Second            // every server's SRV answers
+	ppEventPoll     = 3 * time.Second        // the leader's audit trail
 	ppAfterHealthy  = 5 * time.Second        // watched after the zone is healthy again
 	ppErrorRateSlip = 0.005                  // "unchanged": within half a percentage point
 )
@@ -139,11 +141,11 @@ func TestProbersPartitioned(t *testing.T) {
 	}
 
 	pop := StartPopulation(t, r, PopulationConfig{Kinds: ppKinds, Per: per, Rate: ppRate, Service: svcOf})
-	w := startPPWatch(ctx, t, r, zoned, checked, silent, elsewhere, []ServiceSpec{httpSvc, grpcSvc, quietSvc}, per*len(ppKinds))
+	mark := ppLastSeq(ctx, t, r)
+	w := startPPWatch(ctx, t, r, zoned, checked, silent, elsewhere, []ServiceSpec{httpSvc, grpcSvc, quietSvc}, per*len(ppKinds), mark)
 	if err := ppWaitSteady(pop); err != nil {
 		t.Fatal(err)
 	}
-	mark := ppLastSeq(ctx, t, r)
 	skipped := ppSkipped(ctx, r)
 
 	fault := time.Now()
@@ -181,13 +183,14 @@ func TestProbersPartitioned(t *testing.T) {
 	end := time.Now()
 	pop.Stop()
 	w.stop()
+	w.pollEvents(ctx) // the last ones
 
 	res.Add(fmt.Sprintf("zone %s's %d probed instances that no caller calls all unknown, from the partition", ppZone, w.silentCount()),
 		fmt.Sprintf("≤ %s (%s)", unknownBudget, unknownWhy), ppDur(allUnknown), allUnknown >= 0 && allUnknown <= unknownBudget)
 	res.Add(fmt.Sprintf("zone %s's instances back to healthy, from the heal", ppZone),
 		fmt.Sprintf("≤ %s (%s)", healthyBudget, healthyWhy), ppDur(allHealthy), allHealthy >= 0 && allHealthy <= healthyBudget)
 	w.figures(res, quietSvc, fault, heal)
-	ppEventFigures(ctx, t, res, r, zoned, mark)
+	ppEventFigures(res, r, zoned, w.eventList(), fault)
 	ppCallerFigures(res, pop, zoned, fault, heal, end)
 	for _, n := range r.Nodes() {
 		res.Note("%s: %.0f probes skipped with every worker busy before the partition, %.0f during it", n.ID, skipped[n.ID], skippedPart[n.ID]-skipped[n.ID])
@@ -298,44 +301,36 @@ func ppLastSeq(ctx context.Context, t *testing.T, r *Region) uint64 {
 	return last
 }
 
-// ppEventFigures reads the audit trail after mark (the partition) on
-// the leader: no withdrawal at all, no guard engaged, and the probers
-// whose timeouts about the zone were set aside.
-func ppEventFigures(ctx context.Context, t *testing.T, res *Result, r *Region, zoned map[string]Instance, mark uint64) {
-	t.Helper()
-	leader, err := r.Cluster.Leader()
-	if err != nil {
-		t.Fatal(err)
-	}
+// ppEventFigures reads the audit trail from the steady traffic on (the
+// watch reads it every few seconds: the leader keeps the last
+// store.AuditCapacity events, fewer than a full region's partition
+// makes): no withdrawal at all, no guard engaged, and the probers whose
+// timeouts about the zone were set aside.
+func ppEventFigures(res *Result, r *Region, zoned map[string]Instance, evs []wire.Event, fault time.Time) {
 	var withdrawals, disregarded []string
 	toUnknown := 0
 	aside, restored := map[string]bool{}, map[string]bool{}
-	for _, s := range r.Services {
-		evs, err := leader.Client().Events(ctx, Namespace, s.Name, store.AuditCapacity)
-		if err != nil {
-			t.Fatal(err)
+	for _, e := range evs {
+		if e.At.Before(fault) {
+			continue
 		}
-		for _, e := range evs {
-			if e.Seq <= mark {
-				continue
+		switch e.Kind {
+		case wire.EventEligibility:
+			if strings.HasPrefix(e.To, "withdrawn") {
+				withdrawals = append(withdrawals, fmt.Sprintf("%s %s→%s (%s)", e.Instance, e.From, e.To, e.Reason))
 			}
-			switch e.Kind {
-			case wire.EventEligibility:
-				if strings.HasPrefix(e.To, "withdrawn") {
-					withdrawals = append(withdrawals, fmt.Sprintf("%s %s→%s (%s)", e.Instance, e.From, e.To, e.Reason))
-				}
-				if _, ok := zoned[e.Instance]; ok && strings.HasSuffix(e.To, "/"+status.Unknown.String()) {
-					toUnknown++
-				}
-			case wire.EventHealthDisregarded:
-				disregarded = append(disregarded, s.Name+": "+e.Reason)
-			case wire.EventProbesSetAside:
-				aside[ppObserver(e.Reason)] = true
-			case wire.EventProbesRestored:
-				restored[ppObserver(e.Reason)] = true
+			if _, ok := zoned[e.Instance]; ok && strings.HasSuffix(e.To, "/"+status.Unknown.String()) {
+				toUnknown++
 			}
+		case wire.EventHealthDisregarded:
+			disregarded = append(disregarded, e.Service+": "+e.Reason)
+		case wire.EventProbesSetAside:
+			aside[ppObserver(e.Reason)] = true
+		case wire.EventProbesRestored:
+			restored[ppObserver(e.Reason)] = true
 		}
 	}
+	res.Note("audit trail: %d events read from the steady traffic on", len(evs))
 	res.Add("withdrawal events (any instance), partition through healing", "0",
 		fmt.Sprintf("%d %s", len(withdrawals), ppFirst(withdrawals)), len(withdrawals) == 0)
 	res.Add("health_disregarded events (the guard need not engage: unknown is eligible)", "0",
@@ -466,6 +461,9 @@ type ppWatch struct {
 	dnsWhat              string
 	xds                  map[string]*ppXDS // by server
 	errs                 []string
+	// events are the audit events after mark, by sequence number.
+	mark   uint64
+	events map[uint64]wire.Event
 }
 
 // ppStates counts the zone's instances by state at one poll.
@@ -479,6 +477,7 @@ type ppStates struct {
 	// that are unknown: their probers' silence about them.
 	elsewhereUnknown int
 	elsewhereWhat    string
+	withdrawnWhat    string // one withdrawn instance of the zone, and why
 }
 
 // ppXDS is what one server's assignment stream showed of the zone's
@@ -493,9 +492,9 @@ type ppXDS struct {
 	what       string
 }
 
-func startPPWatch(ctx context.Context, t *testing.T, r *Region, zoned map[string]Instance, checked, silent, elsewhere map[string]bool, svcs []ServiceSpec, firstToken int) *ppWatch {
+func startPPWatch(ctx context.Context, t *testing.T, r *Region, zoned map[string]Instance, checked, silent, elsewhere map[string]bool, svcs []ServiceSpec, firstToken int, mark uint64) *ppWatch {
 	ctx, cancel := context.WithCancel(ctx)
-	w := &ppWatch{r: r, zoned: zoned, checked: checked, silent: silent, elsewhere: elsewhere, svcs: svcs, start: time.Now(), cancel: cancel, xds: map[string]*ppXDS{}}
+	w := &ppWatch{r: r, zoned: zoned, checked: checked, silent: silent, elsewhere: elsewhere, svcs: svcs, mark: mark, events: map[uint64]wire.Event{}, start: time.Now(), cancel: cancel, xds: map[string]*ppXDS{}}
 	every := func(d time.Duration, f func()) {
 		w.wg.Go(func() {
 			tk := time.NewTicker(d)
@@ -513,6 +512,7 @@ func startPPWatch(ctx context.Context, t *testing.T, r *Region, zoned map[string
 	every(ppStatePoll, func() { w.pollStates(ctx) })
 	every(ppEligiblePoll, func() { w.pollEligible(ctx) })
 	every(ppDNSPoll, func() { w.pollDNS() })
+	every(ppEventPoll, func() { w.pollEvents(ctx) })
 	for i, n := range r.Nodes() {
 		x := &ppXDS{statuses: map[string]map[string]int{}, allUnknown: map[string]int{}}
 		w.xds[n.ID] = x
@@ -568,6 +568,7 @@ func (w *ppWatch) pollStates(ctx context.Context) {
 			switch {
 			case !e.Eligible:
 				st.withdrawn++
+				st.withdrawnWhat = fmt.Sprintf("%s %s: %s", e.InstanceID, e.Verdict, strings.Join(e.Reasons, "; "))
 			case e.Verdict == status.Healthy:
 				st.healthy++
 				if w.checked[e.InstanceID] {
@@ -589,6 +590,46 @@ func (w *ppWatch) pollStates(ctx context.Context) {
 	w.mu.Lock()
 	w.states = append(w.states, st)
 	w.mu.Unlock()
+}
+
+// pollEvents reads the leader's audit trail of every service and keeps
+// the events after the mark.
+func (w *ppWatch) pollEvents(ctx context.Context) {
+	leader, err := w.r.Cluster.Leader()
+	if err != nil {
+		w.fail("leader: %v", err)
+		return
+	}
+	for _, s := range w.r.Services {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		evs, err := leader.Client().Events(cctx, Namespace, s.Name, store.AuditCapacity)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				w.fail("%s: events of %s: %v", leader.ID, s.Name, err)
+			}
+			return
+		}
+		w.mu.Lock()
+		for _, e := range evs {
+			if e.Seq > w.mark {
+				w.events[e.Seq] = e
+			}
+		}
+		w.mu.Unlock()
+	}
+}
+
+// eventList returns the events kept, in order.
+func (w *ppWatch) eventList() []wire.Event {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]wire.Event, 0, len(w.events))
+	for _, e := range w.events {
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(a, b wire.Event) int { return cmp.Compare(a.Seq, b.Seq) })
+	return out
 }
 
 // pollEligible reads every server's service list: every instance of
@@ -788,7 +829,7 @@ func (w *ppWatch) waitAll(ctx context.Context, v status.Verdict, since time.Time
 func (w *ppWatch) figures(res *Result, quiet ServiceSpec, fault, heal time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	maxWithdrawn, maxOther, polls, maxElsewhere, elsewhereWhat := 0, 0, 0, 0, ""
+	maxWithdrawn, maxOther, polls, maxElsewhere, elsewhereWhat, withdrawnWhat := 0, 0, 0, 0, "", ""
 	tl := Timeline{Title: fmt.Sprintf("Zone %s's %d instances by state (the leader's verdicts), probers partitioned", ppZone, len(w.zoned)),
 		YLabel: "instances", Marks: []Mark{{T: fault.Sub(w.start).Seconds(), Label: "partition"}, {T: heal.Sub(w.start).Seconds(), Label: "heal"}}}
 	series := []Series{{Name: "healthy"}, {Name: "unknown"}, {Name: "withdrawn"}, {Name: "other"}}
@@ -799,7 +840,10 @@ func (w *ppWatch) figures(res *Result, quiet ServiceSpec, fault, heal time.Time)
 		}
 		if !s.at.Before(fault) {
 			polls++
-			maxWithdrawn, maxOther = max(maxWithdrawn, s.withdrawn), max(maxOther, s.other)
+			if s.withdrawn > maxWithdrawn {
+				maxWithdrawn, withdrawnWhat = s.withdrawn, fmt.Sprintf(" (at %.1fs, e.g. %s)", tt, s.withdrawnWhat)
+			}
+			maxOther = max(maxOther, s.other)
 			if s.elsewhereUnknown > maxElsewhere {
 				maxElsewhere, elsewhereWhat = s.elsewhereUnknown, " (e.g. "+s.elsewhereWhat+")"
 			}
@@ -808,7 +852,7 @@ func (w *ppWatch) figures(res *Result, quiet ServiceSpec, fault, heal time.Time)
 	tl.Series = series
 	res.Timelines = append(res.Timelines, tl)
 	res.Add(fmt.Sprintf("zone %s's instances withdrawn, most at one poll of the leader (%d polls, partition through healing)", ppZone, polls),
-		"0", fmt.Sprint(maxWithdrawn), polls > 0 && maxWithdrawn == 0)
+		"0", fmt.Sprint(maxWithdrawn)+withdrawnWhat, polls > 0 && maxWithdrawn == 0)
 	res.Add(fmt.Sprintf("zone %s's instances neither healthy, unknown nor withdrawn, most at one poll", ppZone), "0", fmt.Sprint(maxOther), maxOther == 0)
 	res.Add(fmt.Sprintf("the other zones' %d probed instances unknown (their probes go on), most at one poll", len(w.elsewhere)), "0",
 		fmt.Sprint(maxElsewhere)+elsewhereWhat, maxElsewhere == 0)
