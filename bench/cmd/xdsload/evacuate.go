@@ -7,14 +7,14 @@ import (
 	"slices"
 	"time"
 
-	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"github.com/cairn-sd/cairn/xdsserver/xdstest"
 )
 
-// Where an assignment puts the evacuated zone.
+// Where an assignment puts the evacuated zone (xdstest.ZonePlacement).
 const (
-	zoneNone      uint8 = iota // no endpoint of the zone in it
-	zoneIn                     // its endpoints where their tier puts them
-	zoneEvacuated              // every one at the last priority, flagged cairn.evacuated
+	zoneNone      = xdstest.ZoneAbsent    // no endpoint of the zone in it
+	zoneIn        = xdstest.ZoneInTier    // its endpoints where their tier puts them
+	zoneEvacuated = xdstest.ZoneEvacuated // every one at the last priority, flagged cairn.evacuated
 )
 
 // layoutRegion is the region of every endpoint and subscriber when the
@@ -68,43 +68,17 @@ func (o *options) checkEvacuation() error {
 	return fmt.Errorf("-evacuate-zone %q: not a zone of the layout (%s to %s)", o.evacZone, zoneName(*o, 0), zoneName(*o, min(o.endpoints, o.zones)-1))
 }
 
-// zoneOf tells where cla puts the endpoints of zone.
-func zoneOf(cla *endpointv3.ClusterLoadAssignment, zone string) uint8 {
-	var last uint32
-	for _, l := range cla.GetEndpoints() {
-		last = max(last, l.GetPriority())
-	}
-	has, all := false, true
-	for _, l := range cla.GetEndpoints() {
-		if l.GetLocality().GetZone() != zone {
-			continue
-		}
-		for _, lb := range l.GetLbEndpoints() {
-			has = true
-			flag := lb.GetMetadata().GetFilterMetadata()["cairn"].GetFields()["evacuated"].GetBoolValue()
-			all = all && flag && l.GetPriority() == last
-		}
-	}
-	switch {
-	case !has:
-		return zoneNone
-	case all:
-		return zoneEvacuated
-	}
-	return zoneIn
-}
-
 // zoneMove is a change of where a subscriber's view of one service (by
 // watch index) puts the evacuated zone.
 type zoneMove struct {
 	at       time.Duration
 	wi       int32
-	from, to uint8
+	from, to xdstest.Placement
 }
 
 // track records where the assignment of watched service wi, received
 // at `at`, puts the evacuated zone.
-func (s *subscriber) track(w *world, wi int, zone uint8, at time.Duration) {
+func (s *subscriber) track(w *world, wi int, zone xdstest.Placement, at time.Duration) {
 	if w.o.evacuateAt == 0 || s.zone[wi] == zone {
 		return
 	}
@@ -245,7 +219,7 @@ func evacSummary(o options, w *world, subs []*subscriber, watchers [][]int, chan
 // shiftOf measures one call's shift: each pair whose view was `before`
 // at the commit is delivered at the first move to `after` since. until
 // is when the next call starts.
-func shiftOf(c evacCall, subs []*subscriber, changesStart, until time.Duration, before, after uint8) shiftStats {
+func shiftOf(c evacCall, subs []*subscriber, changesStart, until time.Duration, before, after xdstest.Placement) shiftStats {
 	st := shiftStats{AtSeconds: (c.start - changesStart).Seconds(), APIms: ms(c.commit - c.start), T99ms: -1}
 	if c.err != nil {
 		st.Error = c.err.Error()

@@ -95,7 +95,7 @@ type subscriber struct {
 	// zone is where the last assignment of each watched service (by
 	// watch index) put the evacuated zone; zoneMoves its changes once
 	// the world is tracking.
-	zone             []uint8
+	zone             []xdstest.Placement
 	zoneMoves        []zoneMove
 	admitted         time.Duration
 	ok               bool
@@ -110,7 +110,7 @@ type ports []uint16
 // the zone -evacuate-at evacuates (zoneNone when there is none).
 type assignment struct {
 	ports ports
-	zone  uint8
+	zone  xdstest.Placement
 }
 
 // newDecoder decodes assignments, once per name and version.
@@ -129,7 +129,7 @@ func newDecoder(o options) *xdstest.Decoder[assignment] {
 		}
 		a := assignment{ports: out}
 		if o.evacuateAt > 0 {
-			a.zone = zoneOf(cla, o.evacZone)
+			a.zone = xdstest.ZonePlacement(cla, o.evacZone)
 		}
 		return a, nil
 	})
@@ -299,7 +299,7 @@ func newSubscribers(o options, rng *rand.Rand) ([]*subscriber, [][]int) {
 	subs := make([]*subscriber, o.streams)
 	watchers := make([][]int, o.services)
 	for i := range subs {
-		s := &subscriber{id: i, zone: make([]uint8, o.watch)}
+		s := &subscriber{id: i, zone: make([]xdstest.Placement, o.watch)}
 		for _, svc := range rng.Perm(o.services)[:o.watch] {
 			s.watch = append(s.watch, svc)
 			s.names = append(s.names, resourceName(svc))
