@@ -53,3 +53,63 @@ func TestRampCap(t *testing.T) {
 		t.Error("a window of 0 returns at once")
 	}
 }
+
+// TestEBMatch: a view without the instance is its next withdrawal; one
+// at an admission's weight is that admission, those before it shed or
+// overtaken; an older admission's weight is a view gone back; a weight
+// no admission was given is left unmatched.
+func TestEBMatch(t *testing.T) {
+	in := Instance{Name: "svc-01"}
+	in.ID, in.Addr = "svc-01-a-0", "127.11.0.1"
+	other := Instance{Name: "svc-01"}
+	other.ID, other.Addr = "svc-01-b-1", "127.12.0.1"
+	c, err := NewChurn(time.Now(), ChurnConfig{Phases: []ChurnPhase{{"usual", 60, time.Second}}, Workers: 1, Out: 1,
+		Instances: []Instance{in, other}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int32
+	for i, ch := range []struct {
+		kind ChangeKind
+		gen  int
+	}{{Withdrawal, 0}, {Admission, 1}, {Withdrawal, 1}, {Admission, 2}} {
+		id, ok := c.add(0, ch.kind, ch.gen, 0)
+		if !ok {
+			t.Fatal("log full")
+		}
+		c.Change(id).start.Store(int64(time.Duration(i) * time.Second))
+		c.Change(id).commit.Store(int64(time.Duration(i)*time.Second + 10*time.Millisecond))
+		ids = append(ids, id)
+	}
+	tr := newEBTracker(c, time.Minute, 1, 10)
+	s := &Subscriber{ID: 0, Zone: "a", Services: []ServiceSpec{{Name: "svc-01"}}}
+	tr.subscriber(s)
+	p := tr.subs[0].pairs[0]
+	view := func(weight uint32) ebView {
+		v := ebView{byEP: map[int32]ebObs{1: {weight: 100}}}
+		if weight > 0 {
+			v.byEP[0] = ebObs{weight: weight}
+		}
+		return v
+	}
+	tr.match(0, p, view(100), time.Second) // as registered: nothing
+	tr.match(0, p, view(0), 2*time.Second)
+	if got := tr.stats[ids[0]].delivered.Load(); got != 1 {
+		t.Fatalf("the withdrawal delivered %d times, want 1", got)
+	}
+	tr.match(0, p, view(1), 3*time.Second) // not its own weight yet
+	tr.match(0, p, view(102), 4*time.Second)
+	if tr.stats[ids[1]].shed.Load() != 1 || tr.stats[ids[2]].overtaken.Load() != 1 || tr.stats[ids[3]].delivered.Load() != 1 {
+		t.Fatalf("admission 1 shed %d, withdrawal 1 overtaken %d, admission 2 delivered %d; want 1 each",
+			tr.stats[ids[1]].shed.Load(), tr.stats[ids[2]].overtaken.Load(), tr.stats[ids[3]].delivered.Load())
+	}
+	tr.match(0, p, view(101), 5*time.Second)
+	if tr.wentBack.Load() != 1 || tr.notOwn.Load() != 1 || tr.unexplained.Load() != 0 {
+		t.Fatalf("went back %d, not its own %d, unexplained %d; want 1, 1, 0", tr.wentBack.Load(), tr.notOwn.Load(), tr.unexplained.Load())
+	}
+	var w latSum
+	w.merge(&tr.hist[Withdrawal][0][0])
+	if w.total != 1 || w.pct(100) > 2*time.Second {
+		t.Fatalf("withdrawal latency: %d samples, max %s; want 1 under 2 s", w.total, w.pct(100))
+	}
+}
