@@ -16,6 +16,7 @@ import (
 // ebSize is experiment 4's size beside the region's.
 type ebSize struct {
 	subs, watch, workers, out int
+	usual                     float64 // changes a minute; the burst is 16 times it
 	steady, burst, after      time.Duration
 	evacAt                    time.Duration // into the burst
 	window                    time.Duration // shift_back
@@ -26,10 +27,14 @@ func ebSizeNow() ebSize {
 		// The SPEC's figure: 2,000 subscribers watching 10 of the 40
 		// services; the burst as xdsload's (128 workers), for 60 s;
 		// the product's default shift_back (5 m).
-		return ebSize{subs: 2000, watch: 10, workers: 128, out: 256, steady: 15 * time.Second, burst: 60 * time.Second,
+		return ebSize{subs: 2000, watch: 10, workers: 128, out: 256, usual: UsualChangesPerMinute, steady: 15 * time.Second, burst: 60 * time.Second,
 			after: 10 * time.Second, evacAt: 20 * time.Second, window: wire.DefaultShiftBack}
 	}
-	return ebSize{subs: 300, watch: 4, workers: 32, out: 40, steady: 4 * time.Second, burst: 20 * time.Second,
+	// Short: the same shape at a tenth of the rate (250 a minute, a
+	// burst of 4,000) under 150 subscribers: make test runs this
+	// process under -race, and there its subscribers, not the servers,
+	// set the pace at more (docs/decisions.md).
+	return ebSize{subs: 150, watch: 4, workers: 16, out: 20, usual: UsualChangesPerMinute / 10, steady: 4 * time.Second, burst: 20 * time.Second,
 		after: 4 * time.Second, evacAt: 6 * time.Second, window: 20 * time.Second}
 }
 
@@ -64,8 +69,8 @@ func TestEvacuateDuringBurst(t *testing.T) {
 		r.Services[i].Policy = strings.TrimSuffix(r.Services[i].Policy, "}") +
 			fmt.Sprintf(", flap_limit: 0, max_unavailable: 100%%, shift_back: %s}", sz.window)
 	}
-	res := NewResult("evacuate-during-burst", fmt.Sprintf("Experiment 4: zone %s evacuated during a burst of %d changes a minute, under %d delta subscribers",
-		ebZone, BurstChangesPerMinute, sz.subs))
+	res := NewResult("evacuate-during-burst", fmt.Sprintf("Experiment 4: zone %s evacuated during a burst of %.0f changes a minute, under %d delta subscribers",
+		ebZone, 16*sz.usual, sz.subs))
 	r.Start(t)
 	res.Note("%s", r.StartTimes)
 
@@ -75,8 +80,8 @@ func TestEvacuateDuringBurst(t *testing.T) {
 			churned = append(churned, in)
 		}
 	}
-	phases := []ChurnPhase{{"usual", UsualChangesPerMinute, sz.steady}, {"burst", BurstChangesPerMinute, sz.burst},
-		{"usual, after", UsualChangesPerMinute, sz.after}}
+	phases := []ChurnPhase{{"usual", sz.usual, sz.steady}, {"burst", 16 * sz.usual, sz.burst},
+		{"usual, after", sz.usual, sz.after}}
 	epoch := time.Now()
 	churn, err := NewChurn(epoch, ChurnConfig{Phases: phases, Workers: sz.workers, Out: sz.out, Instances: churned, Seed: 4})
 	if err != nil {
@@ -221,7 +226,7 @@ func ebReport(res *Result, tr *ebTracker, run ebRun) {
 		res.Add("changes made in the burst", fmt.Sprintf("≥ 90%% of the %d a minute asked", BurstChangesPerMinute),
 			fmt.Sprintf("%.0f a minute", burst.Achieved()), burst.Achieved() >= 0.9*BurstChangesPerMinute)
 	} else {
-		res.Add("changes made in the burst", fmt.Sprintf("%d a minute asked (short: what the machine makes)", BurstChangesPerMinute),
+		res.Add("changes made in the burst", fmt.Sprintf("%.0f a minute asked (short: what the machine makes)", 16*sz.usual),
 			fmt.Sprintf("%.0f a minute", burst.Achieved()), true)
 	}
 	res.Add("changes the API failed", "0", fmt.Sprintf("%d %s", st.Failed, st.FirstError), st.Failed == 0)
