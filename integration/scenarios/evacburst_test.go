@@ -391,8 +391,8 @@ func ebTimelines(res *Result, tr *ebTracker, run ebRun) {
 	lat.Series = series[:]
 	rate.Series = counts[:]
 	share := Timeline{Title: fmt.Sprintf("Zone %s's share through the evacuation and the return", ebZone), YLabel: "share", Marks: run.marks}
-	own, pubMean, pubMax, capS := Series{Name: "its own subscribers' load to it (mean)"}, Series{Name: "its published share, other zones' views (mean)"},
-		Series{Name: "its published share, other zones' views (max)"}, Series{Name: "shift_back cap"}
+	own, pubMean, pubMax, capS := Series{Name: "own subscribers' load (mean)"}, Series{Name: "share, others' views (mean)"},
+		Series{Name: "share, others' views (max)"}, Series{Name: "cap"}
 	for _, s := range run.samples {
 		own.Points = append(own.Points, Point{T: s.t, V: s.p0})
 		pubMean.Points = append(pubMean.Points, Point{T: s.t, V: s.sMean})
@@ -402,7 +402,7 @@ func ebTimelines(res *Result, tr *ebTracker, run ebRun) {
 		}
 	}
 	share.Series = []Series{own, pubMean, pubMax, capS}
-	lat.Series = append(lat.Series, Series{Name: "this process late on a 10 ms timer (worst of the second)", Points: run.lag})
+	lat.Series = append(lat.Series, Series{Name: "test process lag", Points: run.lag})
 	res.Timelines = append(res.Timelines, lat, rate, share)
 }
 
