@@ -65,8 +65,9 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 			}
 		}
 		aside[cs.Key] = cur
-		// A probe that got no answer waits a check interval (samples).
-		softCutoff := now.Add(-max(cs.Policy.CheckInterval, n.pub.Interval()))
+		// A probe that got no answer waits a check interval, and a round
+		// for the results of that interval to reach this node (samples).
+		softCutoff := now.Add(-max(cs.Policy.CheckInterval, n.pub.Interval()) - n.pub.Interval())
 		for _, e := range asideEvents(cs.Key, n.aside[cs.Key], cur, counts) {
 			evs = append(evs, e)
 			n.log.Warn("probe evidence", "service", cs.Key, "kind", e.Kind, "detail", e.Detail)

@@ -117,23 +117,38 @@ func (n *Node) record(key string, inc uint64, class eval.Class, o obs) bool {
 // instance's zone is set aside (aside, by observer and the instance's
 // region and zone) is left out: silence, not failure. Under n.mu.
 //
-// softCutoff is a check interval back: an observer cut off from a zone
+// softCutoff is a check interval and a round back: an observer cut off from a zone
 // learns it one target at a time, as each target's next probe times out
 // within the interval, and its reach falls under the correlated fraction
 // only part way through. Held back that long, the first timeouts of a
 // cut are set aside with the rest instead of being consumed as failures
 // first (which kept an instance "healthy" on a failed probe for a
-// freshness window, and counted in its run of failures). An isolated
-// timeout counts one interval later: a hung instance is withdrawn after
-// the same run of failures, one interval on.
+// freshness window, and counted in its run of failures). Every later
+// result of the instance waits with a held timeout, so that the
+// evaluator consumes them in order. An isolated timeout counts one
+// interval and a round later: a hung instance is withdrawn after the
+// same run of failures, that much later; a refusal is never held.
 func (n *Node) samples(out []eval.Sample, key string, inc uint64, cutoff, softCutoff time.Time, aside map[asideKey]bool, region, zone string) []eval.Sample {
 	e := n.evidence[key]
 	if e == nil || e.inc != inc {
 		return out
 	}
+	// held is the earliest timeout still held back: every result from
+	// it on waits with it, so that none moves the class's watermark past
+	// it (the evaluator would then drop it as old news, and a timeout
+	// followed by a pass would never count).
+	var held time.Time
 	for i, o := range e.probes {
 		if o.soft && (o.aside || aside[asideKey{o.observer, region, zone}]) {
 			e.probes[i].aside = true
+			continue
+		}
+		if o.soft && !o.hard && o.at.After(softCutoff) && (held.IsZero() || o.at.Before(held)) {
+			held = o.at
+		}
+	}
+	for _, o := range e.probes {
+		if o.aside {
 			continue
 		}
 		// A result younger than cutoff is only pending: its observer's
@@ -141,8 +156,9 @@ func (n *Node) samples(out []eval.Sample, key string, inc uint64, cutoff, softCu
 		// result is not behind the watermark when it comes. A refused
 		// connection withdraws whatever came before it, so it need not
 		// wait: no hold-back.
+		pending := o.at.After(cutoff) || !held.IsZero() && !o.at.Before(held)
 		out = append(out, eval.Sample{Class: eval.ClassProbe, Observer: o.observer, Incarnation: inc,
-			At: o.at, OK: o.ok, Hard: o.hard, Pending: !o.hard && (o.at.After(cutoff) || o.soft && o.at.After(softCutoff))})
+			At: o.at, OK: o.ok, Hard: o.hard, Pending: !o.hard && pending})
 	}
 	for _, o := range e.outcomes {
 		out = append(out, eval.Sample{Class: eval.ClassOutcome, Observer: o.observer, Incarnation: inc,

@@ -194,3 +194,41 @@ func TestNeverDisregard(t *testing.T) {
 	}
 	h.wantEntry(fleet[3], status.Unknown, true)
 }
+
+// TestHeldTimeoutHoldsWhatFollows: a probe that got no answer is held
+// back a check interval (softCutoff), and every later result of the
+// instance waits with it; released first, a later pass would move the
+// class's watermark past the timeout and the evaluator would drop the
+// timeout as old news, so that a timeout followed by a pass within the
+// interval never counted (the review of experiment 6's hold-back).
+func TestHeldTimeoutHoldsWhatFollows(t *testing.T) {
+	h := newHarness(t, nil, 0, nil)
+	n := h.n
+	t0 := h.clk.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.record("shop/cart/a", 1, eval.ClassProbe, obs{observer: "n1", at: t0, ok: true})
+	n.record("shop/cart/a", 1, eval.ClassProbe, obs{observer: "n1", at: t0.Add(time.Second), soft: true, err: "timeout"})
+	n.record("shop/cart/a", 1, eval.ClassProbe, obs{observer: "n2", at: t0.Add(8 * time.Second), ok: true})
+	n.record("shop/cart/a", 1, eval.ClassProbe, obs{observer: "n1", at: t0.Add(9 * time.Second), hard: true, err: "refused"})
+	// Now t0+10 s: a round of 1 s has passed for everything, the
+	// timeout's interval (10 s) has not.
+	cutoff, soft := t0.Add(9*time.Second), t0.Add(-time.Second)
+	pending := map[time.Duration]bool{}
+	for _, s := range n.samples(nil, "shop/cart/a", 1, cutoff, soft, nil, "", "") {
+		pending[s.At.Sub(t0)] = s.Pending
+	}
+	want := map[time.Duration]bool{0: false, time.Second: true, 8 * time.Second: true, 9 * time.Second: false}
+	for at, p := range want {
+		if got, ok := pending[at]; !ok || got != p {
+			t.Errorf("the result at t0+%s: pending %v (present %v), want %v", at, got, ok, p)
+		}
+	}
+	// Once the timeout's interval has passed, it and what followed are
+	// released together.
+	for _, s := range n.samples(nil, "shop/cart/a", 1, cutoff, t0.Add(2*time.Second), nil, "", "") {
+		if s.Pending {
+			t.Errorf("the result at t0+%s still pending after the timeout's release", s.At.Sub(t0))
+		}
+	}
+}

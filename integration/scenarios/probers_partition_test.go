@@ -140,6 +140,10 @@ func TestProbersPartitioned(t *testing.T) {
 		}
 	}
 
+	if n := countTrue(silent); len(checked) == 0 || n == 0 {
+		// waitAll would match on its first poll and time nothing.
+		t.Fatalf("zone %s has %d probed instances, %d of them of services no caller calls: the figures need both", ppZone, len(checked), n)
+	}
 	pop := StartPopulation(t, r, PopulationConfig{Kinds: ppKinds, Per: per, Rate: ppRate, Service: svcOf})
 	mark := ppLastSeq(ctx, t, r)
 	w := startPPWatch(ctx, t, r, zoned, checked, silent, elsewhere, []ServiceSpec{httpSvc, grpcSvc, quietSvc}, per*len(ppKinds), mark)
@@ -782,10 +786,13 @@ func (w *ppWatch) countCLA(cla *endpointv3.ClusterLoadAssignment, x *ppXDS) {
 }
 
 // silentCount is the number of silent instances.
-func (w *ppWatch) silentCount() int {
+func (w *ppWatch) silentCount() int { return countTrue(w.silent) }
+
+// countTrue counts the true values of m.
+func countTrue(m map[string]bool) int {
 	n := 0
-	for _, s := range w.silent {
-		if s {
+	for _, v := range m {
+		if v {
 			n++
 		}
 	}
