@@ -145,8 +145,13 @@ type EnvoyConfig struct {
 	// anonymous caller; with them on, its Token is who reports outcomes.
 	Node string
 	// Zone is the node's zone (--service-zone); empty: the bootstrap's.
-	// Its region is the bootstrap's, "local".
 	Zone string
+	// Region is the node's region (node.locality.region); empty: the
+	// bootstrap's, "local".
+	Region string
+	// Cluster is the cluster the listener routes to, cairn's
+	// "<svc>.<ns>:<port name>"; empty: the bootstrap's, web.demo:http.
+	Cluster string
 	// SotW asks for state-of-the-world ADS (api_type GRPC) instead of
 	// the bootstrap's delta.
 	SotW bool

@@ -67,10 +67,13 @@ func TestEnvoyValidates(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  EnvoyConfig
+		want []string // in the bootstrap written
 	}{
-		{"three servers", EnvoyConfig{Servers: []string{"127.0.0.1:1", "127.0.0.2:2", "[::1]:3"}}},
-		{"state of the world", EnvoyConfig{Servers: []string{"127.0.0.1:1"}, SotW: true}},
-		{"TLS and a token", EnvoyConfig{Servers: []string{"127.0.0.1:1"}, TLS: &tlsFiles, Token: "secret"}},
+		{"three servers", EnvoyConfig{Servers: []string{"127.0.0.1:1", "127.0.0.2:2", "[::1]:3"}}, nil},
+		{"state of the world", EnvoyConfig{Servers: []string{"127.0.0.1:1"}, SotW: true}, nil},
+		{"TLS and a token", EnvoyConfig{Servers: []string{"127.0.0.1:1"}, TLS: &tlsFiles, Token: "secret"}, nil},
+		{"a region and a cluster", EnvoyConfig{Servers: []string{"127.0.0.1:1"}, Region: "r1", Cluster: "svc-01.sim:main"},
+			[]string{"region: r1\n", "cluster: svc-01.sim:main\n"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := EnvoyBootstrapFor(src, tc.cfg, 0, 0)
@@ -83,6 +86,11 @@ func TestEnvoyValidates(t *testing.T) {
 			}
 			if err := validate(path); err != nil {
 				t.Fatalf("%v\n%s", err, b)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(string(b), w) {
+					t.Errorf("the bootstrap has no %q:\n%s", w, b)
+				}
 			}
 		})
 	}

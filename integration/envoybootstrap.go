@@ -16,9 +16,10 @@ import (
 
 // EnvoyBootstrapFor returns the shipped bootstrap src changed for cfg:
 // the TLS block uncommented (cfg.TLS), api_type GRPC (cfg.SotW), the
-// bearer token, the cairn cluster's endpoints cfg.Servers, the admin and
-// listener ports (0: any free port). It fails if the bootstrap no
-// longer holds what it changes.
+// bearer token, the cairn cluster's endpoints cfg.Servers, the node's
+// region (cfg.Region), the cluster the listener routes to (cfg.Cluster),
+// the admin and listener ports (0: any free port). It fails if the
+// bootstrap no longer holds what it changes.
 func EnvoyBootstrapFor(src []byte, cfg EnvoyConfig, adminPort, listenerPort int) ([]byte, error) {
 	text := string(src)
 	if cfg.TLS != nil {
@@ -75,6 +76,13 @@ func EnvoyBootstrapFor(src []byte, cfg EnvoyConfig, adminPort, listenerPort int)
 	}
 	if cfg.SotW {
 		steps = append(steps, set("GRPC", "dynamic_resources", "ads_config", "api_type"))
+	}
+	if cfg.Region != "" {
+		steps = append(steps, set(cfg.Region, "node", "locality", "region"))
+	}
+	if cfg.Cluster != "" {
+		steps = append(steps, set(cfg.Cluster, "static_resources", "listeners", 0, "filter_chains", 0, "filters", 0,
+			"typed_config", "route_config", "virtual_hosts", 0, "routes", 0, "route", "cluster"))
 	}
 	if cfg.Token != "" {
 		md := []any{map[string]any{"key": "authorization", "value": "Bearer " + cfg.Token}}

@@ -206,6 +206,9 @@ func TestFailedReplica(t *testing.T) {
 			strings.Join(reasons[name], "; "), hard)
 	}
 	for i, rep := range pop.Reporters {
+		if rep == nil {
+			continue
+		}
 		st := rep.Stats()
 		if st.Accepted == 0 || st.Errors > 0 {
 			res.Note("%s reporter: %d reports, %d accepted, %d errors %s", pop.Callers[i].Name(), st.Reports, st.Accepted, st.Errors, st.LastErr)

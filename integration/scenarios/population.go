@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/cairn-sd/cairn/client"
+	"github.com/cairn-sd/cairn/integration"
 	"github.com/cairn-sd/cairn/integration/callers"
+	"github.com/cairn-sd/cairn/integration/scenarios/fleet"
 	"github.com/cairn-sd/cairn/xdsserver"
 )
 
@@ -22,17 +25,26 @@ type PopulationConfig struct {
 	// per-request deadline (1 s if zero).
 	Rate    float64
 	Timeout time.Duration
-	// Service is the service the callers of a kind call.
+	// Service is the service the callers of a kind call; an Envoy
+	// caller's must be an http service.
 	Service func(callers.Kind) ServiceSpec
+	// DNSServer, if set, is the DNS address a DNS-direct caller of zone
+	// z asks (from its zone's subnet all the same); nil: z's server.
+	DNSServer func(z string) string
 	// FirstToken is the first caller token (Region.CallerToken) the
-	// population uses; it uses Per×len(Kinds) from there.
+	// population uses; it uses one per caller from there, and for the
+	// Envoy kind one per Envoy (3) instead of one per Envoy caller.
 	FirstToken int
 }
 
 // Population is a running population of callers and their reporters.
 type Population struct {
-	Callers   []*callers.Caller
+	Callers []*callers.Caller
+	// Reporters[i] reports Callers[i]'s outcomes; nil for an Envoy
+	// caller (Envoy reports its loads over LRS itself).
 	Reporters []*callers.Reporter
+	// Envoys are the Envoy sidecars of the Envoy callers, by zone.
+	Envoys map[string]*integration.Envoy
 	// Start is when the callers started.
 	Start time.Time
 	// Stop stops every caller and reporter and waits for them; it runs
@@ -52,9 +64,16 @@ func (p *Population) Snap() []callers.Record {
 // StartPopulation starts cfg.Per callers of each of cfg.Kinds, caller i
 // of a kind in zone Zones()[i%3] (a DNS-direct caller asks its zone's
 // server from an address of the zone's subnet, a DNS-agent caller its
-// zone's agent, a grpc-go caller streams from its zone's server), each
-// with a caller token of its own and a Reporter of its outcomes; they
-// run until Stop or t's end.
+// zone's agent, a grpc-go caller streams from its zone's server, an
+// Envoy caller sends through its zone's Envoy), each with a caller
+// token of its own and a Reporter of its outcomes (an Envoy reports
+// over LRS with its own token); they run until Stop or t's end.
+//
+// With callers of kind Envoy it starts one real Envoy per zone, from
+// the shipped bootstrap: ADS from the zone's server, node locality
+// RegionName/zone, its listener routing to the Envoy callers' service;
+// it skips t if there is no Envoy (integration.Missing: fails under
+// CI=true).
 func StartPopulation(t *testing.T, r *Region, cfg PopulationConfig) *Population {
 	t.Helper()
 	if cfg.Timeout == 0 {
@@ -64,6 +83,9 @@ func StartPopulation(t *testing.T, r *Region, cfg PopulationConfig) *Population 
 	tok := cfg.FirstToken
 	for _, k := range cfg.Kinds {
 		svc := cfg.Service(k)
+		if k == callers.Envoy {
+			p.Envoys = startEnvoys(t, r, svc, &tok)
+		}
 		for i := range cfg.Per {
 			z := Zones()[i%len(Zones())]
 			node := r.Node(z)
@@ -74,6 +96,9 @@ func StartPopulation(t *testing.T, r *Region, cfg PopulationConfig) *Population 
 			var err error
 			switch k {
 			case callers.DNSDirect:
+				if cfg.DNSServer != nil {
+					dns.Server = cfg.DNSServer(z)
+				}
 				cl, err = callers.NewDNS(k, dns)
 			case callers.DNSAgent:
 				dns.Server = r.Agent(z).DNSAddr
@@ -84,11 +109,19 @@ func StartPopulation(t *testing.T, r *Region, cfg PopulationConfig) *Population 
 				if err == nil {
 					cl, err = callers.NewGRPC(callers.GRPCConfig{Config: ccfg, Bootstrap: boot, Target: svc.Name + "." + Namespace, Token: r.CallerToken(tok)})
 				}
+			case callers.Envoy:
+				e := p.Envoys[z]
+				cl, err = callers.NewEnvoy(callers.EnvoyConfig{Config: ccfg, URL: "http://" + e.Listener + "/",
+					Hosts: func(ctx context.Context) ([]string, error) { return EnvoyRouted(ctx, e, EnvoyCluster(svc)) }})
 			default:
 				err = fmt.Errorf("scenarios: no population of kind %s yet", k)
 			}
 			if err != nil {
 				t.Fatal(err)
+			}
+			if k == callers.Envoy {
+				p.Callers, p.Reporters = append(p.Callers, cl), append(p.Reporters, nil)
+				continue
 			}
 			api, err := client.New(node.URL(), r.CallerToken(tok))
 			if err != nil {
@@ -110,7 +143,9 @@ func StartPopulation(t *testing.T, r *Region, cfg PopulationConfig) *Population 
 		wg.Go(func() { _ = c.Run(ctx) })
 	}
 	for _, rep := range p.Reporters {
-		wg.Go(func() { _ = rep.Run(ctx) })
+		if rep != nil {
+			wg.Go(func() { _ = rep.Run(ctx) })
+		}
 	}
 	p.Stop = sync.OnceFunc(func() { stopAll(); wg.Wait() })
 	t.Cleanup(p.Stop)
@@ -136,4 +171,59 @@ func AnsweredSince(r callers.Record, t time.Time) int {
 		}
 	}
 	return n
+}
+
+// EnvoyCluster is the cluster cairn serves for svc's port: what an
+// Envoy's listener routes to.
+func EnvoyCluster(svc ServiceSpec) string { return svc.Name + "." + Namespace + ":main" }
+
+// startEnvoys starts an Envoy per zone for the http service svc, each
+// with the next caller token from *tok, and returns them by zone; they
+// are killed when t ends.
+func startEnvoys(t *testing.T, r *Region, svc ServiceSpec, tok *int) map[string]*integration.Envoy {
+	t.Helper()
+	bin, err := integration.EnvoyBinary()
+	if err != nil {
+		integration.Missing(t, "Envoy callers", err.Error())
+	}
+	if svc.Kind != fleet.KindHTTP {
+		t.Fatalf("scenarios: Envoy callers call an http service; %s is %s", svc.Key(), svc.Kind)
+	}
+	out := map[string]*integration.Envoy{}
+	for _, z := range Zones() {
+		e, err := integration.NewEnvoy(integration.EnvoyConfig{Dir: filepath.Join(t.TempDir(), "envoy-"+z), Bin: bin,
+			Servers: []string{r.Node(z).GRPCAddr}, Node: "envoy-" + z, Region: RegionName, Zone: z,
+			Cluster: EnvoyCluster(svc), Token: r.CallerToken(*tok), Logf: t.Logf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		*tok++
+		t.Cleanup(func() {
+			if e.Running() {
+				e.Kill()
+			}
+			e.CloseIdle()
+		})
+		if err := e.Start(); err != nil {
+			t.Fatal(err)
+		}
+		out[z] = e
+	}
+	return out
+}
+
+// EnvoyRouted returns the hosts e routes cluster to: those it holds
+// healthy or unknown, with no failure flag of its own.
+func EnvoyRouted(ctx context.Context, e *integration.Envoy, cluster string) ([]string, error) {
+	hs, err := e.Hosts(ctx, cluster)
+	if err != nil {
+		return nil, err
+	}
+	out := []string{}
+	for _, h := range hs {
+		if (h.Health == "HEALTHY" || h.Health == "UNKNOWN") && len(h.Flags) == 0 {
+			out = append(out, h.Addr)
+		}
+	}
+	return out, nil
 }
