@@ -31,6 +31,9 @@ type PopulationConfig struct {
 	// DNSServer, if set, is the DNS address a DNS-direct caller of zone
 	// z asks (from its zone's subnet all the same); nil: z's server.
 	DNSServer func(z string) string
+	// Zone, if set, is the zone of caller i (from 0) of each kind; nil:
+	// Zones()[i%3].
+	Zone func(i int) string
 	// FirstToken is the first caller token (Region.CallerToken) the
 	// population uses; it uses one per caller from there, and for the
 	// Envoy kind one per Envoy (3) instead of one per Envoy caller.
@@ -43,6 +46,9 @@ type Population struct {
 	// Reporters[i] reports Callers[i]'s outcomes; nil for an Envoy
 	// caller (Envoy reports its loads over LRS itself).
 	Reporters []*callers.Reporter
+	// Zones[i] is Callers[i]'s zone; Tokens[i] its caller token ("" for
+	// an Envoy caller: its Envoy's token is the voice).
+	Zones, Tokens []string
 	// Envoys are the Envoy sidecars of the Envoy callers, by zone.
 	Envoys map[string]*integration.Envoy
 	// Start is when the callers started.
@@ -62,12 +68,13 @@ func (p *Population) Snap() []callers.Record {
 }
 
 // StartPopulation starts cfg.Per callers of each of cfg.Kinds, caller i
-// of a kind in zone Zones()[i%3] (a DNS-direct caller asks its zone's
-// server from an address of the zone's subnet, a DNS-agent caller its
-// zone's agent, a grpc-go caller streams from its zone's server, an
-// Envoy caller sends through its zone's Envoy), each with a caller
-// token of its own and a Reporter of its outcomes (an Envoy reports
-// over LRS with its own token); they run until Stop or t's end.
+// of a kind in zone cfg.Zone(i) (default Zones()[i%3]): a DNS-direct
+// caller asks its zone's server from an address of the zone's subnet, a
+// DNS-agent caller its zone's agent, a grpc-go caller streams from its
+// zone's server with the zone as its node locality, an Envoy caller
+// sends through its zone's Envoy. Each has a caller token of its own and
+// a Reporter of its outcomes (an Envoy reports over LRS with its own
+// token); they run until Stop or t's end.
 //
 // With callers of kind Envoy it starts one real Envoy per zone, from
 // the shipped bootstrap: ADS from the zone's server, node locality
@@ -88,6 +95,9 @@ func StartPopulation(t *testing.T, r *Region, cfg PopulationConfig) *Population 
 		}
 		for i := range cfg.Per {
 			z := Zones()[i%len(Zones())]
+			if cfg.Zone != nil {
+				z = cfg.Zone(i)
+			}
 			node := r.Node(z)
 			ccfg := callers.Config{Name: fmt.Sprintf("%s-%d", k, i), Rate: cfg.Rate, Timeout: cfg.Timeout}
 			dns := callers.DNSConfig{Config: ccfg, Server: node.DNSAddr, Query: svc.Name + "." + Namespace + ".svc.cairn.internal.",
@@ -105,7 +115,7 @@ func StartPopulation(t *testing.T, r *Region, cfg PopulationConfig) *Population 
 				cl, err = callers.NewDNS(k, dns)
 			case callers.GRPCXDS:
 				var boot []byte
-				boot, err = xdsserver.Bootstrap(xdsserver.BootstrapConfig{Server: node.GRPCAddr, NodeID: ccfg.Name})
+				boot, err = xdsserver.Bootstrap(xdsserver.BootstrapConfig{Server: node.GRPCAddr, NodeID: ccfg.Name, Region: RegionName, Zone: z})
 				if err == nil {
 					cl, err = callers.NewGRPC(callers.GRPCConfig{Config: ccfg, Bootstrap: boot, Target: svc.Name + "." + Namespace, Token: r.CallerToken(tok)})
 				}
@@ -121,12 +131,14 @@ func StartPopulation(t *testing.T, r *Region, cfg PopulationConfig) *Population 
 			}
 			if k == callers.Envoy {
 				p.Callers, p.Reporters = append(p.Callers, cl), append(p.Reporters, nil)
+				p.Zones, p.Tokens = append(p.Zones, z), append(p.Tokens, "")
 				continue
 			}
 			api, err := client.New(node.URL(), r.CallerToken(tok))
 			if err != nil {
 				t.Fatal(err)
 			}
+			p.Zones, p.Tokens = append(p.Zones, z), append(p.Tokens, r.CallerToken(tok))
 			tok++
 			t.Cleanup(func() { api.Close() })
 			rep, err := callers.NewReporter(callers.ReporterConfig{Caller: cl, API: api, Namespace: Namespace, Service: svc.Name})
