@@ -244,6 +244,26 @@ func (run *replicaRun) withdrawal(svc string, v Instance, fault time.Time) (wire
 	return wire.Event{}, nil
 }
 
+// reasons returns the leader's reasons for victim v of svc now.
+func (run *replicaRun) reasons(svc string, v Instance) ([]string, error) {
+	leader, err := run.r.Cluster.Leader()
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(run.ctx, 5*time.Second)
+	defer cancel()
+	eps, err := leader.Client().Endpoints(cctx, Namespace, svc)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range eps {
+		if e.InstanceID == v.ID {
+			return e.Reasons, nil
+		}
+	}
+	return nil, fmt.Errorf("%s not listed by the leader", v.ID)
+}
+
 // exposed returns the records of recs that sent to target in steady
 // traffic before fault, and those that sent to it only after.
 func exposed(recs []callers.Record, target callers.Target, steadyFrom, fault, end time.Time) (before, after []callers.Record) {
