@@ -49,8 +49,11 @@ type Population struct {
 	// Zones[i] is Callers[i]'s zone; Tokens[i] its caller token ("" for
 	// an Envoy caller: its Envoy's token is the voice).
 	Zones, Tokens []string
-	// Envoys are the Envoy sidecars of the Envoy callers, by zone.
-	Envoys map[string]*integration.Envoy
+	// Envoys are the Envoy sidecars of the Envoy callers, by zone, and
+	// EnvoyHosts what each holds for the callers' cluster, read once
+	// for all of them.
+	Envoys     map[string]*integration.Envoy
+	EnvoyHosts map[string]*EnvoyHosts
 	// Start is when the callers started.
 	Start time.Time
 	// Stop stops every caller and reporter and waits for them; it runs
@@ -92,6 +95,10 @@ func StartPopulation(t *testing.T, r *Region, cfg PopulationConfig) *Population 
 		svc := cfg.Service(k)
 		if k == callers.Envoy {
 			p.Envoys = startEnvoys(t, r, svc, &tok)
+			p.EnvoyHosts = map[string]*EnvoyHosts{}
+			for z, e := range p.Envoys {
+				p.EnvoyHosts[z] = &EnvoyHosts{Envoy: e, Cluster: EnvoyCluster(svc)}
+			}
 		}
 		for i := range cfg.Per {
 			z := Zones()[i%len(Zones())]
@@ -120,9 +127,12 @@ func StartPopulation(t *testing.T, r *Region, cfg PopulationConfig) *Population 
 					cl, err = callers.NewGRPC(callers.GRPCConfig{Config: ccfg, Bootstrap: boot, Target: svc.Name + "." + Namespace, Token: r.CallerToken(tok)})
 				}
 			case callers.Envoy:
-				e := p.Envoys[z]
+				e, hosts := p.Envoys[z], p.EnvoyHosts[z]
 				cl, err = callers.NewEnvoy(callers.EnvoyConfig{Config: ccfg, URL: "http://" + e.Listener + "/",
-					Hosts: func(ctx context.Context) ([]string, error) { return EnvoyRouted(ctx, e, EnvoyCluster(svc)) }})
+					Hosts: func(ctx context.Context) ([]string, error) {
+						hs, err := hosts.Get(ctx)
+						return Routed(hs), err
+					}})
 			default:
 				err = fmt.Errorf("scenarios: no population of kind %s yet", k)
 			}
@@ -231,11 +241,47 @@ func EnvoyRouted(ctx context.Context, e *integration.Envoy, cluster string) ([]s
 	if err != nil {
 		return nil, err
 	}
+	return Routed(hs), nil
+}
+
+// Routed returns the addresses of hs Envoy routes to: healthy or
+// unknown as cairn sent them, with no failure flag of Envoy's own.
+func Routed(hs []integration.EnvoyHost) []string {
 	out := []string{}
 	for _, h := range hs {
 		if (h.Health == "HEALTHY" || h.Health == "UNKNOWN") && len(h.Flags) == 0 {
 			out = append(out, h.Addr)
 		}
 	}
-	return out, nil
+	return out
+}
+
+// EnvoyHosts reads what one Envoy holds for a cluster for every caller
+// that asks within hostsFresh of the last read: Envoy's /clusters
+// lists every host of every cluster (2,000 at full size), too much to
+// read for each of its callers five times a second.
+type EnvoyHosts struct {
+	Envoy   *integration.Envoy
+	Cluster string
+
+	mu    sync.Mutex // held through a read: callers wait for it and share it
+	at    time.Time
+	hosts []integration.EnvoyHost
+	err   error
+}
+
+// hostsFresh is how long one read of an Envoy's hosts serves.
+const hostsFresh = 150 * time.Millisecond
+
+// Get returns the hosts the Envoy holds for the cluster, read at most
+// hostsFresh ago. The slice must not be modified.
+func (h *EnvoyHosts) Get(ctx context.Context) ([]integration.EnvoyHost, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if time.Since(h.at) < hostsFresh {
+		return h.hosts, h.err
+	}
+	h.hosts, h.err = h.Envoy.Hosts(ctx, h.Cluster)
+	h.at = time.Now()
+	return h.hosts, h.err
 }

@@ -179,20 +179,31 @@ func (run *replicaRun) targetOf(k callers.Kind) callers.Target {
 	return callers.Target{ID: v.ID, Addr: v.HostPort()}
 }
 
-// steady waits until every caller has had an answer, then for
-// replicaSteady's worth of requests from each, at least 99% of those
-// sent answered, and every assignment watch has a view.
+// steady waits until every caller has had an answer and every
+// assignment watch a view, then for replicaSteady's worth of requests
+// from each, at least 99% of those sent answered.
 func (run *replicaRun) steady() {
 	want := int(replicaRate * replicaSteady.Seconds())
-	err := integration.Poll(replicaSteady+60*time.Second, 200*time.Millisecond, func() error {
+	began := time.Now()
+	err := integration.Poll(90*time.Second, 200*time.Millisecond, func() error {
 		for _, rec := range run.pop.Snap() {
-			if run.steadyFrom.IsZero() && !Answered(rec) {
+			if !Answered(rec) {
 				return fmt.Errorf("%s has had no answer yet", rec.Caller)
 			}
 		}
-		if run.steadyFrom.IsZero() {
-			run.steadyFrom = time.Now()
+		for _, w := range run.watch.snap() {
+			if len(w.Views) == 0 {
+				return fmt.Errorf("assignment watch %s has no view yet", w.Caller)
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		run.t.Fatal(err)
+	}
+	run.steadyFrom = time.Now()
+	run.t.Logf("every caller answered and every assignment watched in %s", run.steadyFrom.Sub(began).Round(time.Millisecond))
+	err = integration.Poll(replicaSteady+30*time.Second, 200*time.Millisecond, func() error {
 		for _, rec := range run.pop.Snap() {
 			sent, ok := 0, 0
 			for _, q := range rec.Requests {
@@ -204,16 +215,12 @@ func (run *replicaRun) steady() {
 				}
 			}
 			if ok < want*9/10 {
-				return fmt.Errorf("%s: %d requests answered in steady traffic, want %d", rec.Caller, ok, want*9/10)
+				return fmt.Errorf("%s: %d requests answered in steady traffic (%d sent, %d skipped: %d in flight at once), want %d",
+					rec.Caller, ok, sent, rec.Skipped, replicaRate*int(replicaTimeout/time.Second)+1, want*9/10)
 			}
 			if 100*ok < 99*sent {
 				// Not nearly all answered: the steady state is not steady.
 				run.t.Fatalf("%s: %d of %d requests answered in steady traffic, under 99%%", rec.Caller, ok, sent)
-			}
-		}
-		for _, w := range run.watch.snap() {
-			if len(w.Views) == 0 {
-				return fmt.Errorf("assignment watch %s has no view yet", w.Caller)
 			}
 		}
 		return nil
@@ -579,19 +586,18 @@ func startAssignWatch(t *testing.T, run *replicaRun) *assignWatch {
 		wg.Go(func() { sub.Run(ctx, cc) })
 	}
 	for _, z := range Zones() {
-		e := run.pop.Envoys[z]
-		if e == nil {
+		hosts := run.pop.EnvoyHosts[z]
+		if hosts == nil {
 			continue
 		}
 		rec := w.add("envoy-"+z+"-cluster", callers.Envoy)
-		cluster := EnvoyCluster(run.httpSvc)
 		wg.Go(func() {
 			tk := time.NewTicker(callers.DefaultHostsEvery)
 			defer tk.Stop()
 			for {
 				at := time.Now()
 				hctx, hcancel := context.WithTimeout(ctx, time.Second)
-				hs, err := e.Hosts(hctx, cluster)
+				hs, err := hosts.Get(hctx)
 				hcancel()
 				if err == nil {
 					var addrs []string
