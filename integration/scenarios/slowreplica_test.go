@@ -25,21 +25,28 @@ const dnsAnswerLimit = 8
 
 // outcomeWithdrawal is the longest from a replica turning slow until
 // the leader withdraws it on its callers' evidence alone, part by part
-// (SPEC §2's outcome rules with the policy's defaults): a caller that
-// rotates over m instances at replicaRate sends to it within m/rate;
-// that request times out after the caller's deadline; the caller
-// reports it within a report interval. Every caller that sent to it
-// does so at once, so the quorum (2 callers, and a third of those
-// reporting) is met by then. The outcome class then needs withdraw_after
-// (3) consecutive evaluations that see new reports with the quorum held:
-// two more, each within a report interval (every caller reports every
-// interval), and the evaluation round that consumes the last one.
+// (SPEC §2's outcome rules with the policy's defaults). A caller that
+// rotates over m instances at replicaRate sends to it within m/rate,
+// and that request times out after the caller's deadline. A report
+// window fails when more than half of its requests to the replica did
+// (the failure threshold, 0.5), so the first window sure to fail is the
+// first that holds no success from before the fault (it starts after
+// the fault: one report interval) and a timeout (deadline + m/rate):
+// it ends within max(report interval, deadline + m/rate) of the fault,
+// and the caller reports it within one more report interval. The
+// quorum (2 callers, and a third of those that reported on it within
+// the outcome window) holds once the callers sending to it have done
+// so. The outcome class then needs withdraw_after (3) consecutive
+// evaluations that see new reports with the quorum held: two more,
+// each within a report interval (every caller sending to it reports
+// every interval), and the evaluation round that consumes the last.
 func outcomeWithdrawal(m int) (time.Duration, string) {
 	send := time.Duration(float64(m) / replicaRate * float64(time.Second))
+	window := max(reportInterval, replicaTimeout+send)
 	more := time.Duration(withdrawAfter-1) * reportInterval
-	total := send + replicaTimeout + reportInterval + more + evalRound
-	return total, fmt.Sprintf("next send %s (%d instances at %d/s) + deadline %s + report %s + %d more reports for withdraw_after %d %s + evaluation round %s",
-		send.Round(10*time.Millisecond), m, replicaRate, replicaTimeout, reportInterval, withdrawAfter-1, withdrawAfter, more, evalRound)
+	total := window + reportInterval + more + evalRound
+	return total, fmt.Sprintf("first failing window max(report %s, deadline %s + next send %s (%d instances at %d/s)) + its report %s + %d more reports for withdraw_after %d %s + evaluation round %s",
+		reportInterval, replicaTimeout, send.Round(10*time.Millisecond), m, replicaRate, reportInterval, withdrawAfter-1, withdrawAfter, more, evalRound)
 }
 
 // TestSlowReplica is experiment 2's second half: on the region, the
@@ -71,10 +78,11 @@ func TestSlowReplica(t *testing.T) {
 		}
 		return n
 	}
-	// The slowest of the callers that report on each victim: the http
-	// one is reported on by the DNS callers (and the zone-a Envoy, over
-	// LRS), the grpc one by the grpc-go callers.
-	mOf := map[string]int{run.httpSvc.Name: max(dnsAnswerLimit, zoneA(run.httpSvc.Name)), run.grpcSvc.Name: zoneA(run.grpcSvc.Name)}
+	// The callers whose reports make each victim's quorum: the http
+	// one's are the DNS callers (an answer holds at most a_record_limit
+	// addresses; the zone-a Envoy reports too, over LRS, but only every
+	// 10 s), the grpc one's the grpc-go callers (their zone's instances).
+	mOf := map[string]int{run.httpSvc.Name: min(dnsAnswerLimit, zoneA(run.httpSvc.Name)), run.grpcSvc.Name: zoneA(run.grpcSvc.Name)}
 	withdrawalOf := func(svc string) (time.Duration, string) { return outcomeWithdrawal(mOf[svc]) }
 	budget := func(k callers.Kind) (time.Duration, string) {
 		w, _ := withdrawalOf(run.svcOf(k).Name)
