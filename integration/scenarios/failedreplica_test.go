@@ -49,7 +49,7 @@ func failedBudget(cfg Config) func(callers.Kind) (time.Duration, string) {
 // refused probe, SPEC §2's hard-failure fast path).
 func TestFailedReplica(t *testing.T) {
 	res := NewResult("failed-replica", "One replica failed hard: its listener refuses (experiment 2, first half)")
-	run := startReplicaRun(t, res)
+	run := startReplicaRun(t, res, nil)
 	r, cfg := run.r, run.cfg
 
 	fault := time.Now()

@@ -126,7 +126,10 @@ type replicaRun struct {
 // them) and an assignment watch per grpc-go caller and per Envoy, and
 // waits for steady traffic. The victims are the first zone-a instance
 // of the first http and the first grpc service with a check.
-func startReplicaRun(t *testing.T, res *Result) *replicaRun {
+//
+// prepare, if set, runs once the region is healthy, before the callers
+// start.
+func startReplicaRun(t *testing.T, res *Result, prepare func(*replicaRun)) *replicaRun {
 	cfg := SizeConfig()
 	per := replicaShortCallers
 	if Full() {
@@ -157,6 +160,9 @@ func startReplicaRun(t *testing.T, res *Result) *replicaRun {
 	}
 	if err := r.WaitHealthy(ctx, 2*time.Minute); err != nil {
 		t.Fatal(err)
+	}
+	if prepare != nil {
+		prepare(run)
 	}
 	run.pop = StartPopulation(t, r, PopulationConfig{Kinds: replicaKinds, Per: per, Rate: replicaRate, Timeout: replicaTimeout,
 		Service: run.svcOf, Zone: replicaZone})

@@ -19,8 +19,8 @@ import (
 // out, while its probes (GET /ready, a probe's Health Check) stay fast.
 const slowDelay = 3 * time.Second
 
-// dnsAnswerLimit is the region's a_record_limit (SPEC §3's default): the
-// most addresses a DNS caller rotates over.
+// dnsAnswerLimit is SPEC §3's default a_record_limit: the most
+// addresses a DNS answer holds.
 const dnsAnswerLimit = 8
 
 // outcomeWithdrawal is the longest from a replica turning slow until
@@ -63,13 +63,14 @@ func outcomeWithdrawal(m int) (time.Duration, string) {
 // probes passed throughout.
 func TestSlowReplica(t *testing.T) {
 	res := NewResult("slow-replica", "One replica slow but alive: probes green, callers time out (experiment 2, second half)")
-	run := startReplicaRun(t, res)
-	r := run.r
-
-	// The instances each population's callers rotate over: a DNS answer
-	// holds at most a_record_limit; grpc-go rotates over its zone's
-	// instances (priority 0), and so does Envoy.
-	zoneA := func(svc string) int {
+	// The DNS callers are given every zone-a instance of the http
+	// service (a_record_limit raised to the zone's count), as grpc-go
+	// and Envoy callers are: with 8 of them per answer, a caller is
+	// given the slow replica only part of the time, and one no longer
+	// given it keeps its last passing report in the quorum's
+	// denominator for the outcome window, so the quorum's third comes
+	// by chance (docs/decisions.md; 6 to 12 s seen in short runs).
+	zoneA := func(r *Region, svc string) int {
 		n := 0
 		for _, in := range r.InstancesOf(svc) {
 			if in.Zone == Zones()[0] {
@@ -78,11 +79,20 @@ func TestSlowReplica(t *testing.T) {
 		}
 		return n
 	}
-	// The callers whose reports make each victim's quorum: the http
-	// one's are the DNS callers (an answer holds at most a_record_limit
-	// addresses; the zone-a Envoy reports too, over LRS, but only every
-	// 10 s), the grpc one's the grpc-go callers (their zone's instances).
-	mOf := map[string]int{run.httpSvc.Name: min(dnsAnswerLimit, zoneA(run.httpSvc.Name)), run.grpcSvc.Name: zoneA(run.grpcSvc.Name)}
+	run := startReplicaRun(t, res, func(run *replicaRun) {
+		s := run.httpSvc
+		s.Policy = fmt.Sprintf("{lease_ttl: 1h, slow_start: 0s, a_record_limit: %d}", max(dnsAnswerLimit, zoneA(run.r, s.Name)))
+		if err := run.r.Apply(run.ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		res.Note("%s applied with %s: every DNS answer in zone a holds every zone-a instance", s.Key(), s.Policy)
+	})
+	r := run.r
+	// The callers whose reports make each victim's quorum rotate over
+	// their zone's instances: the http one's DNS callers (the zone-a
+	// Envoy reports too, over LRS, but only every 10 s), the grpc one's
+	// grpc-go callers.
+	mOf := map[string]int{run.httpSvc.Name: zoneA(r, run.httpSvc.Name), run.grpcSvc.Name: zoneA(r, run.grpcSvc.Name)}
 	withdrawalOf := func(svc string) (time.Duration, string) { return outcomeWithdrawal(mOf[svc]) }
 	budget := func(k callers.Kind) (time.Duration, string) {
 		w, _ := withdrawalOf(run.svcOf(k).Name)
