@@ -261,8 +261,8 @@ func buildHealth(cfg serverConfig, nodeID string, st *store.Store, table *status
 		// evaluation's interval never has two results in one batch (a
 		// batch carries each target's latest).
 		var err error
-		prober, err = probe.New(probe.Config{Observer: nodeID, Workers: cfg.ProbeWorkers, Capacity: cfg.ProbeCapacity,
-			BatchInterval: cfg.EvalInterval / 2, Logger: log, Registerer: reg})
+		prober, err = probe.New(probe.Config{Observer: nodeID, Workers: cfg.ProbeWorkers, CoverTimeouts: true,
+			Capacity: cfg.ProbeCapacity, BatchInterval: cfg.EvalInterval / 2, Logger: log, Registerer: reg})
 		if err != nil {
 			return nil, nil, nil, err
 		}

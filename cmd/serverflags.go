@@ -102,7 +102,7 @@ func serverCommand() *cli.Command {
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error (debug-4 adds raft's trace records)"},
 			&cli.BoolFlag{Name: "allow-loopback-endpoints", Usage: "accept loopback instance addresses (single-host setups and tests; --dev implies it)"},
 			&cli.StringFlag{Name: "zone-file", Usage: "RFC 1035 file of static records for names outside the service tree"},
-			&cli.IntFlag{Name: "probe-workers", Value: probe.DefaultWorkers, Usage: "concurrent health checks on this node (0: this node does not probe)"},
+			&cli.IntFlag{Name: "probe-workers", Value: probe.DefaultWorkers, Usage: "concurrent health checks on this node, and more while targets do not answer, up to what their timeouts need (0: this node does not probe)"},
 			&cli.IntFlag{Name: "probe-capacity", Value: probe.DefaultCapacity, Usage: "most probe targets this node takes (its batch size)"},
 			&cli.IntFlag{Name: "table-capacity", Value: status.DefaultCapacity, Usage: "status table slots: most instances this node publishes"},
 			&cli.DurationFlag{Name: "eval-interval", Value: publish.DefaultInterval, Usage: "health evaluation and status table cadence"},

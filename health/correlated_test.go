@@ -1,6 +1,7 @@
 package health
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -138,5 +139,71 @@ func TestSetAsideCountsTheZone(t *testing.T) {
 		if got := setAside(c.r, 0.5); got != c.want {
 			t.Errorf("setAside(%+v, 0.5) = %v, want %v", c.r, got, c.want)
 		}
+	}
+}
+
+// TestFirstTimeoutsOfACutAreSetAsideToo: a prober cut off from a zone
+// learns it one target at a time, as each target's next probe times out
+// within its interval; the timeouts that came before its reach fell
+// under the fraction are part of the same correlated silence and are set
+// aside with the rest, rather than consumed as failures first. Consumed,
+// each one is fresh evidence for a freshness window (the instance stays
+// "healthy" on a failed probe instead of going unknown), and it counts
+// in the run of failures that withdraws (experiment 6: after the heal,
+// it withdrew instances at the region's full size).
+func TestFirstTimeoutsOfACutAreSetAsideToo(t *testing.T) {
+	h := newHarness(t, nil, 0, nil)
+	svc := tcpService("shop", "cart")
+	svc.Check = &wire.Check{Type: "tcp", Interval: wire.Duration(10 * time.Second), Timeout: wire.Duration(time.Second)}
+	svc.Policy.MinHealthyFraction = new(0.0)
+	svc.Policy.ShrinkCap = 1
+	h.apply(svc)
+	var far, near []wire.Instance
+	for i := range 4 {
+		r := reg(svc, fmt.Sprintf("far%d", i), fmt.Sprintf("10.0.1.%d", i+1))
+		r.Region, r.Zone = "r1", "zb"
+		far = append(far, h.register(r))
+		r = reg(svc, fmt.Sprintf("near%d", i), fmt.Sprintf("10.0.0.%d", i+1))
+		r.Region, r.Zone = "r1", "za"
+		near = append(near, h.register(r))
+	}
+	h.tick(0)
+	self := h.st.NodeID()
+	// Each instance is probed every 10 s, instance i at second i of
+	// the interval; the zone zb is cut off from second 60 on.
+	const cut = 60
+	var lastOK time.Time
+	for s := range cut + 25 {
+		var rs []wire.ProbeResult
+		for i := range 4 {
+			if s%10 != i {
+				continue
+			}
+			ok := wire.ProbeResult{OK: true, Target: TargetID(near[i].Key(), near[i].Incarnation), At: h.clk.Now()}
+			rs = append(rs, ok)
+			r := wire.ProbeResult{OK: true, Target: TargetID(far[i].Key(), far[i].Incarnation), At: h.clk.Now()}
+			if s >= cut {
+				r.OK, r.Unreachable, r.Error = false, true, "timeout"
+			} else if i == 0 {
+				lastOK = h.clk.Now()
+			}
+			rs = append(rs, r)
+		}
+		if len(rs) > 0 {
+			if rep := h.n.ProbeReport(wire.ProbeReport{Observer: self, Results: rs}); rep.Discarded != 0 {
+				t.Fatalf("probe report: %+v, want every result accepted", rep)
+			}
+		}
+		h.tick(time.Second)
+	}
+	// far0's last pass is more than the freshness window (3 × 10 s)
+	// and a round old: silence.
+	if age := h.clk.Now().Sub(lastOK); age < 32*time.Second {
+		t.Fatalf("far0's last pass is %s old; the test wants it past the freshness window", age)
+	}
+	e := h.entry(far[0])
+	if e.Verdict != status.Unknown || !e.Flags.Has(status.Eligible) {
+		t.Errorf("far0, cut off from its prober, %s after its last pass: %v eligible=%v; want unknown and in rotation (its first timeout, before the cut was plain, set aside with the rest)",
+			h.clk.Now().Sub(lastOK), e.Verdict, e.Flags.Has(status.Eligible))
 	}
 }

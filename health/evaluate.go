@@ -65,6 +65,8 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 			}
 		}
 		aside[cs.Key] = cur
+		// A probe that got no answer waits a check interval (samples).
+		softCutoff := now.Add(-max(cs.Policy.CheckInterval, n.pub.Interval()))
 		for _, e := range asideEvents(cs.Key, n.aside[cs.Key], cur, counts) {
 			evs = append(evs, e)
 			n.log.Warn("probe evidence", "service", cs.Key, "kind", e.Kind, "detail", e.Detail)
@@ -92,7 +94,7 @@ func (n *Node) evaluate(ctx context.Context, now time.Time) bool {
 				}
 			}
 			from := len(buf)
-			buf = n.samples(buf, in.Key, in.Incarnation, cutoff, cur, in.Loc.Region, in.Loc.Zone)
+			buf = n.samples(buf, in.Key, in.Incarnation, cutoff, softCutoff, cur, in.Loc.Region, in.Loc.Zone)
 			if len(buf) > from {
 				samples[id] = buf[from:len(buf):len(buf)]
 			}

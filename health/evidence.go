@@ -112,11 +112,21 @@ func (n *Node) record(key string, inc uint64, class eval.Class, o obs) bool {
 
 // samples appends to out the evidence about one incarnation as eval
 // samples, those observed after cutoff (a refused connection excepted)
-// pending. A probe that got no answer from an observer whose evidence
-// about the instance's zone is set aside (aside, by observer and the
-// instance's region and zone) is left out: silence, not failure. Under
-// n.mu.
-func (n *Node) samples(out []eval.Sample, key string, inc uint64, cutoff time.Time, aside map[asideKey]bool, region, zone string) []eval.Sample {
+// pending, and a probe that got no answer pending until softCutoff. A
+// probe that got no answer from an observer whose evidence about the
+// instance's zone is set aside (aside, by observer and the instance's
+// region and zone) is left out: silence, not failure. Under n.mu.
+//
+// softCutoff is a check interval back: an observer cut off from a zone
+// learns it one target at a time, as each target's next probe times out
+// within the interval, and its reach falls under the correlated fraction
+// only part way through. Held back that long, the first timeouts of a
+// cut are set aside with the rest instead of being consumed as failures
+// first (which kept an instance "healthy" on a failed probe for a
+// freshness window, and counted in its run of failures). An isolated
+// timeout counts one interval later: a hung instance is withdrawn after
+// the same run of failures, one interval on.
+func (n *Node) samples(out []eval.Sample, key string, inc uint64, cutoff, softCutoff time.Time, aside map[asideKey]bool, region, zone string) []eval.Sample {
 	e := n.evidence[key]
 	if e == nil || e.inc != inc {
 		return out
@@ -132,7 +142,7 @@ func (n *Node) samples(out []eval.Sample, key string, inc uint64, cutoff time.Ti
 		// connection withdraws whatever came before it, so it need not
 		// wait: no hold-back.
 		out = append(out, eval.Sample{Class: eval.ClassProbe, Observer: o.observer, Incarnation: inc,
-			At: o.at, OK: o.ok, Hard: o.hard, Pending: o.at.After(cutoff) && !o.hard})
+			At: o.at, OK: o.ok, Hard: o.hard, Pending: !o.hard && (o.at.After(cutoff) || o.soft && o.at.After(softCutoff))})
 	}
 	for _, o := range e.outcomes {
 		out = append(out, eval.Sample{Class: eval.ClassOutcome, Observer: o.observer, Incarnation: inc,

@@ -79,14 +79,14 @@ func TestRecordAndPrune(t *testing.T) {
 	if e := n.evidence["shop/cart/a"]; e.inc != 3 || len(e.probes) != 0 || len(e.outcomes) != 1 {
 		t.Fatalf("evidence %+v, want only incarnation 3's outcome", e)
 	}
-	if ss := n.samples(nil, "shop/cart/a", 3, t0.Add(time.Second), nil, "", ""); len(ss) != 1 || !ss[0].Pending {
+	if ss := n.samples(nil, "shop/cart/a", 3, t0.Add(time.Second), t0.Add(time.Second), nil, "", ""); len(ss) != 1 || !ss[0].Pending {
 		t.Errorf("samples with a cutoff before the outcome %+v, want it pending", ss)
 	}
-	ss := n.samples(nil, "shop/cart/a", 3, t0.Add(2*time.Second), nil, "", "")
+	ss := n.samples(nil, "shop/cart/a", 3, t0.Add(2*time.Second), t0.Add(2*time.Second), nil, "", "")
 	if len(ss) != 1 || ss[0] != (eval.Sample{Class: eval.ClassOutcome, Observer: "c1", Incarnation: 3, At: t0.Add(2 * time.Second), Successes: 1}) {
 		t.Errorf("samples %+v, want the outcome", ss)
 	}
-	if ss := n.samples(nil, "shop/cart/a", 2, t0.Add(time.Hour), nil, "", ""); ss != nil {
+	if ss := n.samples(nil, "shop/cart/a", 2, t0.Add(time.Hour), t0.Add(time.Hour), nil, "", ""); ss != nil {
 		t.Errorf("samples of a replaced incarnation %+v, want none", ss)
 	}
 

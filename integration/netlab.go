@@ -129,6 +129,27 @@ func (l *Netlab) DropFrom(a int, addr string) {
 	l.IPTables(a, "-A", "INPUT", "-s", addr, "-j", "DROP")
 }
 
+// Range gives host h every address of prefix (a CIDR), as this
+// namespace's loopback holds 127.0.0.0/8: a local route of the whole
+// prefix on h's lo, so that thousands of listeners bind an address each
+// with no address configured; and routes prefix to h from this
+// namespace, through netlab's link, from src (one of this namespace's
+// addresses on the link: LabServer, or one Alias added). The route goes
+// with the link when the network is removed.
+func (l *Netlab) Range(h int, prefix, src string) {
+	l.t.Helper()
+	l.ip("-n", LabHost(h), "route", "add", "local", prefix, "dev", "lo")
+	l.ip("route", "add", prefix, "via", LabAddr(h), "dev", labLink, "src", src)
+}
+
+// Alias adds addr (in LabNet) to this namespace's side of the link,
+// beside LabServer: a second source address here, for traffic that a
+// host's rules must tell from the servers'. It goes with the link.
+func (l *Netlab) Alias(addr string) {
+	l.t.Helper()
+	l.ip("addr", "add", addr+"/32", "dev", labLink)
+}
+
 // Heal removes every fault rule of host a.
 func (l *Netlab) Heal(a int) {
 	l.t.Helper()

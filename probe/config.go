@@ -17,9 +17,19 @@ type Config struct {
 	// to it (see Assigned). Required.
 	Observer string
 	// Workers is the size of the worker pool: the most checks in flight at
-	// once. A probe that comes due while every worker is busy is skipped
-	// and counted, never queued. Defaults to 64.
+	// once (but see CoverTimeouts). A probe that comes due while every
+	// worker is busy is skipped and counted, never queued. Defaults to 64.
 	Workers int
+	// CoverTimeouts lets the probes in flight grow past Workers, up to
+	// Workers + ⌈Σ Timeout/Interval⌉ over the targets: what the targets
+	// need when none of them answers and every probe holds its worker
+	// for its whole timeout. A pool sized for targets that answer in
+	// milliseconds is otherwise taken whole by the probes of one zone cut
+	// off (each hanging for its timeout), and the probes of every other
+	// zone are skipped until their instances go unknown (field-notes H6:
+	// a partitioned prober must not go blind). The probes past Workers
+	// run each on a goroutine of its own; the servers set it.
+	CoverTimeouts bool
 	// Capacity is the most targets this node probes, and the length of
 	// every Batch's Results: a batch is sized to what the node can probe,
 	// not to what it probes now, so that the evaluator's work is constant

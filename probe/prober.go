@@ -173,9 +173,24 @@ func (p *Prober) Run(ctx context.Context) error {
 	}
 
 	s := newScheduler(p, jobs)
+	// A probe past the pool (Config.CoverTimeouts) runs on a goroutine
+	// of its own; only this goroutine starts them, so none starts once
+	// the deferred Wait below runs.
+	s.spawn = func(j job) { wg.Go(func() { dones <- p.work(ctx, j) }) }
 	defer func() {
 		close(jobs)
-		wg.Wait()
+		// The probes past the pool may wait to hand over their results
+		// (dones holds Workers): take them while everything ends.
+		ended := make(chan struct{})
+		go func() { wg.Wait(); close(ended) }()
+		for waiting := true; waiting; {
+			select {
+			case d := <-dones:
+				s.finish(d)
+			case <-ended:
+				waiting = false
+			}
+		}
 		for len(dones) > 0 {
 			s.finish(<-dones)
 		}
@@ -211,7 +226,7 @@ func (p *Prober) Run(ctx context.Context) error {
 // work runs one probe within its target's Timeout. A probe cut short by
 // Run's end is not counted in the metrics: it says nothing of the target.
 func (p *Prober) work(ctx context.Context, j job) done {
-	d := done{e: j.e, gen: j.gen, conn: j.conn}
+	d := done{e: j.e, gen: j.gen, conn: j.conn, extra: j.extra}
 	c := j.conn
 	if c == nil && j.t.Kind != TCP {
 		// Past ConnCache: a connection for this probe alone.

@@ -666,3 +666,56 @@ func TestRecycle(t *testing.T) {
 		}
 	})
 }
+
+// TestCoverTimeoutsKeepsProbingTheRest: when some targets never answer
+// (a zone cut off: each probe holds its worker for its whole timeout),
+// a pool sized for answers is taken whole by them and the probes of the
+// others are skipped (without CoverTimeouts); with CoverTimeouts the
+// probes in flight grow to what the timeouts need, and every probe of
+// the answering targets runs (field-notes H6).
+func TestCoverTimeoutsKeepsProbingTheRest(t *testing.T) {
+	for _, cover := range []bool{false, true} {
+		t.Run(fmt.Sprintf("CoverTimeouts=%v", cover), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var answered atomic.Int64
+				check := func(ctx context.Context, tg Target) Outcome {
+					if strings.HasPrefix(tg.ID, "cut") {
+						<-ctx.Done() // no answer: the probe's timeout ends it
+						return Outcome{Unreachable: true, Err: "timeout"}
+					}
+					answered.Add(1)
+					return Outcome{OK: true}
+				}
+				p, _ := newTestProber(t, Config{Workers: 2, Capacity: 20, CoverTimeouts: cover}, check)
+				var ts []Target
+				for i, tg := range tcpTargets(16, time.Second) {
+					tg.Timeout = 500 * time.Millisecond
+					if i < 8 {
+						tg.ID = fmt.Sprintf("cut%d", i)
+					}
+					ts = append(ts, tg)
+				}
+				if err := p.SetTargets(ts); err != nil {
+					t.Fatal(err)
+				}
+				stop := start(t, p)
+				time.Sleep(10 * time.Second)
+				synctest.Wait()
+				// 8 answering targets, one probe a second each, for 10 s.
+				got, busy := answered.Load(), counter(t, p.metrics.skipped[skipBusy])
+				if cover {
+					if got < 78 || busy != 0 {
+						t.Errorf("%d probes of the answering targets ran, %v skipped as busy; want every one (about 80), none skipped", got, busy)
+					}
+				} else if got > 60 {
+					// The control: 2 workers, held 500 ms by each of 8
+					// silent targets a second, leave the rest few slots.
+					t.Errorf("%d probes of the answering targets ran with a pool of 2 taken by the silent ones; want far fewer than 80", got)
+				}
+				if err := stop(); err != nil {
+					t.Fatal(err)
+				}
+			})
+		})
+	}
+}

@@ -2,6 +2,7 @@ package probe
 
 import (
 	"container/heap"
+	"math"
 	"slices"
 	"time"
 )
@@ -27,6 +28,9 @@ type job struct {
 	gen  uint64
 	t    Target
 	conn *conn // nil: the worker makes a one-shot connection
+	// extra: run past the pool (Config.CoverTimeouts), on a goroutine
+	// of its own.
+	extra bool
 }
 
 // done is a finished probe, handed back to the scheduler.
@@ -37,6 +41,7 @@ type done struct {
 	o      Outcome
 	broken bool // conn should not be reused
 	at     time.Time
+	extra  bool // the job's
 }
 
 // scheduler holds the state of Run: the schedules in a heap ordered by due
@@ -50,8 +55,14 @@ type scheduler struct {
 	latest  []Result // len Capacity; indexed by entry.slot
 	free    []int    // unused slots, a stack
 	busy    int      // probes in flight
+	pooled  int      // of which on the worker pool
 	conns   int      // cached connections open
 	seq     uint64   // last Batch.Seq
+	// limit is the most probes in flight: Workers, and with
+	// CoverTimeouts what the targets' timeouts need (apply).
+	limit int
+	// spawn runs a job past the pool, on a goroutine of its own.
+	spawn func(job)
 }
 
 func newScheduler(p *Prober, jobs chan<- job) *scheduler {
@@ -61,6 +72,7 @@ func newScheduler(p *Prober, jobs chan<- job) *scheduler {
 		entries: map[string]*entry{},
 		latest:  make([]Result, p.cfg.Capacity),
 		free:    make([]int, p.cfg.Capacity),
+		limit:   p.cfg.Workers,
 	}
 	for i := range s.free {
 		s.free[i] = p.cfg.Capacity - 1 - i // pop slot 0 first
@@ -92,6 +104,14 @@ func (s *scheduler) apply(ts []Target) {
 		added++
 	}
 	s.p.metrics.targets.Set(float64(len(s.entries)))
+	s.limit = s.p.cfg.Workers
+	if s.p.cfg.CoverTimeouts {
+		need := 0.0
+		for _, e := range s.entries {
+			need += float64(e.t.Timeout) / float64(e.t.Interval)
+		}
+		s.limit += int(math.Ceil(need))
+	}
 	if added > 0 || removed > 0 {
 		s.p.log.Info("probe targets changed", "targets", len(s.entries), "added", added, "removed", removed)
 	}
@@ -163,15 +183,16 @@ func (s *scheduler) dispatchDue() {
 	}
 }
 
-// dispatch hands e's probe to an idle worker. With none idle, or with e's
-// previous probe still running, the probe is skipped and counted: the
-// pool has no queue to grow.
+// dispatch hands e's probe to an idle worker, or past the pool up to the
+// limit (Config.CoverTimeouts). With the limit reached, or with e's
+// previous probe still running, the probe is skipped and counted: there
+// is no queue to grow.
 func (s *scheduler) dispatch(e *entry) {
 	switch {
 	case e.busy:
 		s.p.metrics.skipped[skipInFlight].Inc()
 		return
-	case s.busy >= s.p.cfg.Workers:
+	case s.busy >= s.limit:
 		s.p.metrics.skipped[skipBusy].Inc()
 		return
 	}
@@ -183,7 +204,14 @@ func (s *scheduler) dispatch(e *entry) {
 		// else the worker tries a one-shot connection and reports why
 		// that fails.
 	}
-	s.jobs <- job{e: e, gen: e.gen, t: e.t, conn: e.conn} // never blocks: busy < Workers
+	j := job{e: e, gen: e.gen, t: e.t, conn: e.conn}
+	if s.pooled < s.p.cfg.Workers {
+		s.jobs <- j // never blocks: fewer than Workers on the pool
+		s.pooled++
+	} else {
+		j.extra = true
+		s.spawn(j)
+	}
 	e.busy = true
 	s.busy++
 }
@@ -193,6 +221,9 @@ func (s *scheduler) dispatch(e *entry) {
 // wanted.
 func (s *scheduler) finish(d done) {
 	s.busy--
+	if !d.extra {
+		s.pooled--
+	}
 	e := d.e
 	e.busy = false
 	if d.conn != nil && (e.gone || d.broken || e.conn != d.conn) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"time"
@@ -44,6 +45,12 @@ type Config struct {
 	MaxRecorded int
 	// Now is the clock; defaults to time.Now.
 	Now func() time.Time
+	// SourceFor, if set, is the local address a request to the
+	// instance at dst leaves from; the zero Addr leaves it to the
+	// default (a DNS caller's Source, or the system's choice). The
+	// scenarios give a caller's requests to a namespaced zone a source
+	// of their own, which a partition of the probers lets through.
+	SourceFor func(dst netip.Addr) netip.Addr
 }
 
 func (c *Config) setDefaults() error {

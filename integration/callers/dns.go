@@ -82,7 +82,7 @@ func NewDNS(kind Kind, cfg DNSConfig) (*Caller, error) {
 	if cfg.Port < 1 || cfg.Port > 65535 {
 		return nil, fmt.Errorf("callers: DNSConfig.Port must be between 1 and 65535, got %d", cfg.Port)
 	}
-	snd, err := newSender(cfg.Protocol, cfg.Source, cfg.Timeout)
+	snd, err := newSender(cfg.Protocol, cfg.Source, cfg.SourceFor, cfg.Timeout)
 	if err != nil {
 		return nil, err
 	}

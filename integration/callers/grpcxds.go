@@ -159,7 +159,16 @@ func NewGRPC(cfg GRPCConfig) (*Caller, error) {
 			return fmt.Errorf("callers: GRPCConfig.Bootstrap: grpc-go refuses it: %w", err)
 		}
 		// The instances speak plaintext; the xDS channel is the bootstrap's.
-		cc, err = grpc.NewClient("xds:///"+cfg.Target, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(rb))
+		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(rb)}
+		if cfg.SourceFor != nil {
+			// The instances' connections; the xDS stream is the xDS
+			// client's own, dialled as its bootstrap says.
+			d := &net.Dialer{}
+			opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
+				return dialFrom(ctx, d, cfg.SourceFor, "tcp", a)
+			}))
+		}
+		cc, err = grpc.NewClient("xds:///"+cfg.Target, opts...)
 		if err != nil {
 			return fmt.Errorf("callers: dialling xds:///%s: %w", cfg.Target, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -56,10 +57,13 @@ const maxLine = 256
 // is called again within a second; the channel of an address that left
 // the answer is closed once its requests are done).
 type sender struct {
-	proto   Protocol
-	dialer  *net.Dialer
-	http    *http.Client
-	timeout time.Duration
+	proto  Protocol
+	dialer *net.Dialer
+	// sourceFor, if set, picks the local address per destination
+	// (Config.SourceFor).
+	sourceFor func(netip.Addr) netip.Addr
+	http      *http.Client
+	timeout   time.Duration
 
 	mu    sync.Mutex
 	conns map[string]*channel
@@ -78,15 +82,15 @@ type channel struct {
 // long after it recovered).
 const grpcMaxBackoff = time.Second
 
-func newSender(proto Protocol, source net.IP, timeout time.Duration) (*sender, error) {
+func newSender(proto Protocol, source net.IP, sourceFor func(netip.Addr) netip.Addr, timeout time.Duration) (*sender, error) {
 	d := &net.Dialer{}
 	if source != nil {
 		d.LocalAddr = &net.TCPAddr{IP: source}
 	}
-	s := &sender{proto: proto, dialer: d, timeout: timeout, conns: map[string]*channel{}}
+	s := &sender{proto: proto, dialer: d, sourceFor: sourceFor, timeout: timeout, conns: map[string]*channel{}}
 	switch proto {
 	case HTTP:
-		s.http = &http.Client{Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}}
+		s.http = &http.Client{Transport: &http.Transport{DialContext: s.dial, DisableKeepAlives: true}}
 	case GRPC, TCP:
 	default:
 		return nil, fmt.Errorf("callers: protocol must be http, grpc or tcp, got %q", proto)
@@ -141,8 +145,27 @@ type statusError int
 
 func (e statusError) Error() string { return fmt.Sprintf("status %d", int(e)) }
 
+// dial connects to addr ("host:port"), from the address sourceFor
+// picks for it if any, else as the dialer does.
+func (s *sender) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	return dialFrom(ctx, s.dialer, s.sourceFor, network, addr)
+}
+
+// dialFrom dials addr with d, or from the local address sourceFor picks
+// for addr's host when it picks one.
+func dialFrom(ctx context.Context, d *net.Dialer, sourceFor func(netip.Addr) netip.Addr, network, addr string) (net.Conn, error) {
+	if sourceFor != nil {
+		if ap, err := netip.ParseAddrPort(addr); err == nil {
+			if src := sourceFor(ap.Addr().Unmap()); src.IsValid() {
+				return (&net.Dialer{LocalAddr: &net.TCPAddr{IP: src.AsSlice()}}).DialContext(ctx, network, addr)
+			}
+		}
+	}
+	return d.DialContext(ctx, network, addr)
+}
+
 func (s *sender) sendTCP(ctx context.Context, addr string) (string, error) {
-	c, err := s.dialer.DialContext(ctx, "tcp", addr)
+	c, err := s.dial(ctx, "tcp", addr)
 	if err != nil {
 		return "", err
 	}
@@ -181,7 +204,7 @@ func (s *sender) conn(addr string) (*channel, error) {
 	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: timeout}),
 		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
-			return s.dialer.DialContext(ctx, "tcp", a)
+			return s.dial(ctx, "tcp", a)
 		}))
 	if err != nil {
 		return nil, err

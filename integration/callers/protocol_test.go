@@ -3,6 +3,10 @@ package callers
 import (
 	"context"
 	"net"
+	"net/http"
+	"net/netip"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,7 +53,7 @@ func serveHealth(t *testing.T, addr, id string) (string, func()) {
 // call meanwhile).
 func TestGRPCChannelRecovers(t *testing.T) {
 	addr, stop := serveHealth(t, "127.0.0.1:0", "i-0")
-	s, err := newSender(GRPC, nil, 300*time.Millisecond)
+	s, err := newSender(GRPC, nil, nil, 300*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +91,7 @@ func TestGRPCChannelRecovers(t *testing.T) {
 // TestGRPCChannelsRetained: the channel of an address that left the
 // answer is closed once its last request is done; the others are kept.
 func TestGRPCChannelsRetained(t *testing.T) {
-	s, err := newSender(GRPC, nil, time.Second)
+	s, err := newSender(GRPC, nil, nil, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,4 +116,111 @@ func TestGRPCChannelsRetained(t *testing.T) {
 	if b.cc.GetState() == connectivity.Shutdown || len(s.conns) != 1 {
 		t.Error("the channel of an address in the answer was closed")
 	}
+}
+
+// TestSourceFor: a request leaves from the address SourceFor picks for
+// its destination, over HTTP, TCP and gRPC, and from the sender's
+// default source where it picks none (the zero Addr).
+func TestSourceFor(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("binds 127.0.0.0/8 addresses other than 127.0.0.1: Linux's loopback holds them all")
+	}
+	picked := netip.MustParseAddr("127.0.0.7")
+	def := net.ParseIP("127.0.0.9")
+	// One listener per protocol, each noting the peer of what it
+	// accepts.
+	var mu sync.Mutex
+	var peers []string
+	note := func(a net.Addr) {
+		mu.Lock()
+		defer mu.Unlock()
+		host, _, _ := net.SplitHostPort(a.String())
+		peers = append(peers, host)
+	}
+	last := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(peers) == 0 {
+			return ""
+		}
+		return peers[len(peers)-1]
+	}
+	listen := func() net.Listener {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		return ln
+	}
+	httpLn := listen()
+	go func() {
+		_ = http.Serve(httpLn, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ap, _ := netip.ParseAddrPort(r.RemoteAddr)
+			note(net.TCPAddrFromAddrPort(ap))
+			w.Header().Set(InstanceHeader, "h")
+		}))
+	}()
+	tcpLn := listen()
+	go func() {
+		for {
+			c, err := tcpLn.Accept()
+			if err != nil {
+				return
+			}
+			note(c.RemoteAddr())
+			_, _ = c.Write([]byte("t\n"))
+			c.Close()
+		}
+	}()
+	grpcLn := listen()
+	gs := grpc.NewServer()
+	healthpb.RegisterHealthServer(gs, healthID{id: "g"})
+	go func() { _ = gs.Serve(&noteListener{Listener: grpcLn, note: note}) }()
+	t.Cleanup(gs.Stop)
+
+	for _, tc := range []struct {
+		proto Protocol
+		addr  string
+	}{{HTTP, httpLn.Addr().String()}, {TCP, tcpLn.Addr().String()}, {GRPC, grpcLn.Addr().String()}} {
+		for _, pick := range []bool{true, false} {
+			s, err := newSender(tc.proto, def, func(dst netip.Addr) netip.Addr {
+				if pick && dst == netip.MustParseAddr("127.0.0.1") {
+					return picked
+				}
+				return netip.Addr{}
+			}, time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_, err = s.send(ctx, tc.addr)
+			cancel()
+			s.close()
+			if err != nil {
+				t.Fatalf("%s: %v", tc.proto, err)
+			}
+			want := def.String()
+			if pick {
+				want = picked.String()
+			}
+			if got := last(); got != want {
+				t.Errorf("%s, SourceFor picking %v: the request came from %s; want %s", tc.proto, pick, got, want)
+			}
+		}
+	}
+}
+
+// noteListener notes the peer of every connection it accepts.
+type noteListener struct {
+	net.Listener
+	note func(net.Addr)
+}
+
+func (l *noteListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.note(c.RemoteAddr())
+	}
+	return c, err
 }

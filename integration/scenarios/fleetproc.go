@@ -74,6 +74,13 @@ type FleetProcess struct {
 // error to dir/fleet.log) and waits until it says it is ready, at most
 // timeout.
 func StartFleet(dir string, spec fleet.Spec, timeout time.Duration) (*FleetProcess, error) {
+	return StartFleetIn(dir, spec, timeout, "")
+}
+
+// StartFleetIn is StartFleet in the network namespace netns (ip netns
+// exec, which runs the fleet as its own process); "" is this one. The
+// spec's Control must then be an address this namespace reaches.
+func StartFleetIn(dir string, spec fleet.Spec, timeout time.Duration, netns string) (*FleetProcess, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
@@ -95,6 +102,9 @@ func StartFleet(dir string, spec fleet.Spec, timeout time.Duration) (*FleetProce
 	}
 	defer log.Close() // the child has its own descriptor
 	cmd := exec.Command(bin, specPath)
+	if netns != "" {
+		cmd = exec.Command("ip", "netns", "exec", netns, bin, specPath)
+	}
 	cmd.Stderr = log
 	cmd.SysProcAttr = integration.SysProcAttr()
 	first := &firstLine{line: make(chan string, 1)}

@@ -77,7 +77,9 @@ func (p *Population) Snap() []callers.Record {
 // zone's server with the zone as its node locality, an Envoy caller
 // sends through its zone's Envoy. Each has a caller token of its own and
 // a Reporter of its outcomes (an Envoy reports over LRS with its own
-// token); they run until Stop or t's end.
+// token); they run until Stop or t's end. Their requests to the
+// instances of a region's NetlabZone leave from CallerSource
+// (Region.SourceFor).
 //
 // With callers of kind Envoy it starts one real Envoy per zone, from
 // the shipped bootstrap: ADS from the zone's server, node locality
@@ -106,7 +108,7 @@ func StartPopulation(t *testing.T, r *Region, cfg PopulationConfig) *Population 
 				z = cfg.Zone(i)
 			}
 			node := r.Node(z)
-			ccfg := callers.Config{Name: fmt.Sprintf("%s-%d", k, i), Rate: cfg.Rate, Timeout: cfg.Timeout}
+			ccfg := callers.Config{Name: fmt.Sprintf("%s-%d", k, i), Rate: cfg.Rate, Timeout: cfg.Timeout, SourceFor: r.SourceFor()}
 			dns := callers.DNSConfig{Config: ccfg, Server: node.DNSAddr, Query: svc.Name + "." + Namespace + ".svc.cairn.internal.",
 				Port: svc.Port, Protocol: callers.HTTP, Source: net.ParseIP(fmt.Sprintf("127.%d.200.%d", ZoneOctet(z), tok%250+1))}
 			var cl *callers.Caller

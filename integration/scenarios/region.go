@@ -72,6 +72,12 @@ type Config struct {
 	// Callers is the number of synthetic callers' tokens (CallerToken):
 	// the servers run with ACLs, one reader token per caller.
 	Callers int
+	// NetlabZone, if set, puts that zone's instances behind a network
+	// the scenario can cut (netzone.go): in a fleet process of their
+	// own inside a netlab namespace, on addresses of NetlabSubnet. It
+	// needs root (the scenario skips without, except under CI=true)
+	// and holds netlab's lock while the region runs.
+	NetlabZone string
 }
 
 // ShortConfig is the region of make test: 8 services, 200 instances.
@@ -167,6 +173,9 @@ func plan(cfg Config) ([]ServiceSpec, []Instance, error) {
 	if cfg.Callers < 0 {
 		return nil, nil, fmt.Errorf("scenarios: Config.Callers: %d; must not be negative", cfg.Callers)
 	}
+	if err := cfg.checkNetlabZone(); err != nil {
+		return nil, nil, err
+	}
 	if cfg.LeaseTTL <= 0 || cfg.CheckInterval <= 0 {
 		return nil, nil, fmt.Errorf("scenarios: Config.LeaseTTL (%s) and Config.CheckInterval (%s) must be positive", cfg.LeaseTTL, cfg.CheckInterval)
 	}
@@ -204,7 +213,7 @@ func plan(cfg Config) ([]ServiceSpec, []Instance, error) {
 			if s.Registrar == ByThirdParty {
 				z = Zones()[len(Zones())-1]
 			}
-			addr := ZoneAddr(z, next[z])
+			addr := cfg.zoneAddr(z, next[z])
 			next[z]++
 			insts = append(insts, Instance{Name: s.Name, Registrar: s.Registrar, Instance: fleet.Instance{
 				ID: fmt.Sprintf("%s-%s-%d", s.Name, z, j), Service: s.Key(), Zone: z, Kind: s.Kind, Addr: addr, Port: s.Port}})
@@ -224,8 +233,9 @@ type Region struct {
 	// Agents are the agents, Agents[i] in Zones()[i]; nil without
 	// Config.Agents.
 	Agents []*integration.Agent
-	// Fleet is the fleet process and its control API.
-	Fleet *FleetProcess
+	// Fleet is the fleet process and its control API: every instance
+	// but those of the NetlabZone, which are ZoneFleet's.
+	Fleet, ZoneFleet *FleetProcess
 	// Services are the services, as applied at the start.
 	Services []ServiceSpec
 	// Timing of the start: how long each part took.
@@ -237,6 +247,7 @@ type Region struct {
 	renew     renewLoop
 	t         testing.TB
 	dir       string
+	net       *netZone // with a NetlabZone
 }
 
 // StartTimes is how long the region took to come up, by part.
@@ -356,20 +367,19 @@ func (r *Region) RenewRounds() int { return int(r.renew.rounds.Load()) }
 func (r *Region) Start(t testing.TB) {
 	t.Helper()
 	r.t, r.dir = t, t.TempDir()
+	if r.NetlabZone != "" {
+		r.startNetlab(t)
+	}
 	start := time.Now()
 	type fleetStart struct {
-		p   *FleetProcess
-		err error
+		p, zp *FleetProcess
+		err   error
 	}
 	fleetCh := make(chan fleetStart, 1)
 	go func() {
-		spec := fleet.Spec{}
-		for _, in := range r.instances {
-			spec.Instances = append(spec.Instances, in.Instance)
-		}
-		p, err := StartFleet(r.dir, spec, time.Minute)
+		p, zp, err := r.startFleets()
 		r.StartTimes.Fleet = time.Since(start)
-		fleetCh <- fleetStart{p, err}
+		fleetCh <- fleetStart{p, zp, err}
 	}()
 	var fs *fleetStart
 	awaitFleet := func() fleetStart {
@@ -381,8 +391,11 @@ func (r *Region) Start(t testing.TB) {
 	}
 	// Should the servers fail to start, the fleet stops all the same.
 	t.Cleanup(func() {
-		if p := awaitFleet().p; p != nil {
-			p.Close()
+		f := awaitFleet()
+		for _, p := range []*FleetProcess{f.p, f.zp} {
+			if p != nil {
+				p.Close()
+			}
 		}
 	})
 	args, err := writeACL(r.dir, r.Callers)
@@ -393,6 +406,7 @@ func (r *Region) Start(t testing.TB) {
 	for _, z := range Zones() {
 		args = append(args, "--subnet", ZoneSubnet(z)+"="+RegionName+"/"+z)
 	}
+	args = append(args, r.netlabSubnetArgs()...)
 	r.Cluster = integration.StartClusterWith(t, integration.Config{
 		Nodes: len(Zones()), Args: append(args, r.ServerArgs...), Token: AdminToken,
 		NodeArgs: serverArgs,
@@ -402,7 +416,7 @@ func (r *Region) Start(t testing.TB) {
 	if f.err != nil {
 		t.Fatal(f.err)
 	}
-	r.Fleet = f.p
+	r.Fleet, r.ZoneFleet = f.p, f.zp
 	// Before the servers stop: the renewals end first.
 	t.Cleanup(r.Close)
 
@@ -546,7 +560,9 @@ func (r *Region) WaitHealthy(ctx context.Context, timeout time.Duration) error {
 // stop with the test.
 func (r *Region) Close() {
 	r.renew.stop()
-	if r.Fleet != nil {
-		r.Fleet.Close()
+	for _, p := range []*FleetProcess{r.Fleet, r.ZoneFleet} {
+		if p != nil {
+			p.Close()
+		}
 	}
 }

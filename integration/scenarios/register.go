@@ -25,8 +25,12 @@ import (
 func (r *Region) CLI(ctx context.Context, timeout time.Duration, args ...string) ([]byte, error) {
 	var out []byte
 	err := integration.Poll(timeout, 200*time.Millisecond, func() error {
+		live := r.liveLeaderFirst()
+		if len(live) == 0 {
+			return fmt.Errorf("cairn %s: no server runs", strings.Join(args, " "))
+		}
 		var errs []error
-		for _, n := range r.liveLeaderFirst() {
+		for _, n := range live {
 			if ctx.Err() != nil {
 				return integration.StopPolling(ctx.Err())
 			}
