@@ -55,6 +55,16 @@ func capEjections(p Policy, ws []*work) {
 	}
 }
 
+// outcomeEvidence makes the callers' latest outcome the evidence of an
+// instance their failures degrade: what the verdict rests on, not
+// whichever class spoke last (a passing probe, say). A withdrawal's
+// trigger, set before, stays the evidence.
+func (w *work) outcomeEvidence(last EvidenceRef) {
+	if len(w.withdraw) == 0 && !last.At.IsZero() {
+		w.evidence = last
+	}
+}
+
 // judge derives an instance's verdict inputs and health eligibility.
 func judge(p Policy, w *work, now time.Time) {
 	in, st := w.in, &w.st
@@ -63,7 +73,9 @@ func judge(p Policy, w *work, now time.Time) {
 		c := &w.cls[i]
 		if isFresh(c.Last.At) {
 			w.fresh = true
-			if w.evidence.At.Before(c.Last.At) {
+			// The freshest sample, unless a withdrawal's trigger is the
+			// evidence already (a later class must not take its place).
+			if w.evidence.At.Before(c.Last.At) && len(w.withdraw) == 0 {
 				w.evidence = c.Last
 			}
 		}
@@ -86,10 +98,12 @@ func judge(p Policy, w *work, now time.Time) {
 				w.degraded, w.outLow = true, true
 				w.notes = append(w.notes, fmt.Sprintf("%d of %d callers report failures, a quorum (%d, and a third), not yet for long enough to withdraw: weight lowered",
 					failing, reporting, p.OutcomeQuorum))
+				w.outcomeEvidence(c.Last)
 			case failing > 0:
 				w.degraded, w.outLow = true, true
 				w.notes = append(w.notes, fmt.Sprintf("%d of %d callers report failures, short of the quorum (%d, and a third): weight lowered",
 					failing, reporting, p.OutcomeQuorum))
+				w.outcomeEvidence(c.Last)
 			}
 		}
 		if !c.Failing {
@@ -106,9 +120,13 @@ func judge(p Policy, w *work, now time.Time) {
 				continue
 			}
 		}
+		// The evidence is the trigger of the class that failed first
+		// (the probe's, on a tie: it comes first).
+		if len(w.withdraw) == 0 || c.Trigger.At.Before(w.evidence.At) {
+			w.evidence = c.Trigger
+		}
 		w.withdraw = append(w.withdraw, fmt.Sprintf("%v failing: %s", Class(i), c.Why))
 		w.hard = w.hard || c.Hard
-		w.evidence = c.Trigger
 	}
 	leaseAlive := in.LeaseExpiry.IsZero() || now.Before(in.LeaseExpiry)
 	if r := in.Report; r != nil && (isFresh(r.At) || (leaseAlive && !r.At.IsZero() && !r.At.After(now))) {

@@ -873,3 +873,58 @@ func TestNegativeMeansNone(t *testing.T) {
 		t.Fatalf("negative (none) values refused: %v", err)
 	}
 }
+
+// TestOutcomeDegradationEvidence: an instance its callers' failures
+// degrade names their outcome as its evidence (and in its transition's
+// audit record), even when a passing probe spoke last; a probe
+// withdrawal's trigger stays the evidence whatever callers say.
+func TestOutcomeDegradationEvidence(t *testing.T) {
+	failing := func(id string, d time.Duration, observer string) ev {
+		e := outcome(id, d, 0, 10)
+		e.s.Observer = observer
+		return e
+	}
+	m := newSim(t, Policy{ShrinkCap: 1}, fleet(6)...)
+	m.step(0, probe("i0", 0, true))
+	// Past slow start, two callers fail i0 (a quorum, not yet long
+	// enough to withdraw); a passing probe comes after them.
+	m.step(60*s, failing("i0", 59900*ms, "c1"), failing("i0", 59900*ms, "c2"), probe("i0", 60*s, true))
+	r := m.inst("i0")
+	want{eligible: true, verdict: status.Degraded, flags: status.OutcomeDegraded, weight: 50}.check(t, r)
+	if r.Evidence.Class != ClassOutcome {
+		t.Errorf("degraded by callers, evidence %+v; want the outcome class", r.Evidence)
+	}
+	found := false
+	for _, tr := range m.res.Transitions {
+		if tr.ID == "i0" {
+			found = true
+			if tr.Evidence.Class != ClassOutcome {
+				t.Errorf("transition %v: evidence %+v; want the outcome class", tr, tr.Evidence)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no transition of i0 in %v", m.res.Transitions)
+	}
+
+	// A refused probe withdraws i1 while callers fail it too: the
+	// probe's trigger stays the evidence.
+	m.step(62*s, failing("i1", 61900*ms, "c1"), failing("i1", 61900*ms, "c2"), hard("i1", 61800*ms))
+	r = m.inst("i1")
+	want{eligible: false, verdict: status.Unhealthy}.check(t, r)
+	if r.Evidence.Class != ClassProbe {
+		t.Errorf("withdrawn by a refused probe, evidence %+v; want the probe class", r.Evidence)
+	}
+
+	// Callers fail i2 for three rounds; in the third a refused probe
+	// comes just before their reports: both classes withdraw at once,
+	// and the probe's trigger, the earlier, is the evidence.
+	m.step(64*s, failing("i2", 63900*ms, "c1"), failing("i2", 63900*ms, "c2"))
+	m.step(66*s, failing("i2", 65900*ms, "c1"), failing("i2", 65900*ms, "c2"))
+	m.step(68*s, failing("i2", 67900*ms, "c1"), failing("i2", 67900*ms, "c2"), hard("i2", 67800*ms))
+	r = m.inst("i2")
+	want{eligible: false, verdict: status.Unhealthy}.check(t, r)
+	if r.Evidence.Class != ClassProbe || len(r.Reasons) < 2 {
+		t.Errorf("withdrawn by both classes, reasons %q, evidence %+v; want both reasons and the probe's (earlier) trigger", r.Reasons, r.Evidence)
+	}
+}

@@ -371,3 +371,78 @@ func leftView(r Record, target Target, fault, end time.Time) time.Time {
 	}
 	return end
 }
+
+// StopGiven measures, over callers that record what they were given
+// (Record.Views: a DNS caller's answers, an Envoy caller's routed hosts,
+// a subscriber's assignments), the time from fault until 99% of them
+// were no longer given target and sent it nothing. A caller sends only
+// to what it was given, so no quiet period is needed: per caller, its
+// stop is the later of the last view after the fault that took target
+// out (none putting it back after) and its last send to target from the
+// fault on, as time since the fault (0 if target was not in its view
+// from the fault on and it sent nothing to it); a caller whose view at
+// end still holds target has not stopped (StillSending), and one
+// without views is Unknown: both count as never stopping. Convergence's
+// Quiet is empty.
+func StopGiven(recs []Record, target Target, fault, end time.Time) Convergence {
+	c := Convergence{Callers: len(recs), Last: map[string]time.Duration{}, Quiet: map[string]time.Duration{}}
+	never := time.Duration(math.MaxInt64)
+	vals := make([]time.Duration, 0, len(recs))
+	for _, r := range recs {
+		if len(r.Views) == 0 {
+			c.Unknown = append(c.Unknown, r.Caller)
+			vals = append(vals, never)
+			continue
+		}
+		in := func(v View) bool { return slices.Contains(v.Addrs, target.Addr) }
+		var last time.Time
+		given := false
+		for _, v := range r.Views {
+			if v.At.After(end) {
+				break
+			}
+			if v.At.After(fault) && given && !in(v) {
+				last = v.At
+			}
+			given = in(v)
+		}
+		for _, q := range r.Requests {
+			if target.sentTo(q) && !q.At.Before(fault) && !q.At.After(end) && q.At.After(last) {
+				last = q.At
+			}
+		}
+		d := time.Duration(0)
+		if !last.IsZero() {
+			d = last.Sub(fault)
+		}
+		c.Last[r.Caller] = d
+		if given {
+			c.StillSending = append(c.StillSending, r.Caller)
+			d = never
+		}
+		vals = append(vals, d)
+	}
+	sort.Strings(c.StillSending)
+	sort.Strings(c.Unknown)
+	if len(vals) == 0 {
+		return c
+	}
+	slices.Sort(vals)
+	c.P99 = vals[max(int(math.Ceil(0.99*float64(len(vals))))-1, 0)]
+	c.Converged = c.P99 != never
+	if !c.Converged {
+		c.P99 = 0
+	}
+	return c
+}
+
+// SentTo counts r's requests to target sent in [from, to).
+func SentTo(r Record, target Target, from, to time.Time) int {
+	n := 0
+	for _, q := range r.Requests {
+		if target.sentTo(q) && !q.At.Before(from) && q.At.Before(to) {
+			n++
+		}
+	}
+	return n
+}

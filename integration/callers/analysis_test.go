@@ -203,3 +203,50 @@ func TestStopTimeQuiet(t *testing.T) {
 		t.Errorf("%+v, want still sending under a 30s quiet", c)
 	}
 }
+
+// StopGiven judges a caller by what it was given: stopped at the view
+// that last took the target out (or its last send to it, if later),
+// never while its last view holds the target, unknown without views.
+func TestStopGiven(t *testing.T) {
+	target := Target{ID: "i-1", Addr: "127.11.0.1:80"}
+	other := "127.11.0.2:80"
+	both := []string{target.Addr, other}
+	fault, end := at(10), at(40)
+	view := func(s float64, addrs ...string) View { return View{At: at(s), Addrs: addrs} }
+	recs := []Record{
+		// Given at the fault, taken out at 14 s.
+		{Caller: "out", Views: []View{view(1, both...), view(14, other)}, Requests: sends(target.Addr, Failure, 11, 13.5)},
+		// Taken out at 12 s, given again at 15 s, out for good at 18 s.
+		{Caller: "back", Views: []View{view(1, both...), view(12, other), view(15, both...), view(18, other)}},
+		// Not given from the fault on: 0.
+		{Caller: "never", Views: []View{view(1, other)}, Requests: sends(target.Addr, Success, 5)},
+		// First view after the fault, given, then out at 20 s.
+		{Caller: "late", Views: []View{view(11, both...), view(20, other)}},
+		// Out at 12 s, but a request sent at 12.5 s (in flight) counts.
+		{Caller: "inflight", Views: []View{view(1, both...), view(12, other)}, Requests: sends(target.Addr, Timeout, 12.5)},
+	}
+	c := StopGiven(recs, target, fault, end)
+	want := map[string]time.Duration{"out": 4 * time.Second, "back": 8 * time.Second, "never": 0, "late": 10 * time.Second, "inflight": 2500 * time.Millisecond}
+	for name, w := range want {
+		if got := c.Last[name]; got != w {
+			t.Errorf("%s stopped %v after the fault, want %v", name, got, w)
+		}
+	}
+	if !c.Converged || c.P99 != 10*time.Second || c.Callers != 5 {
+		t.Errorf("%+v, want converged at 10s over 5", c)
+	}
+	// Still given at the end, and no views: never stopped.
+	recs = append(recs, Record{Caller: "held", Views: []View{view(1, both...)}}, Record{Caller: "blind"})
+	c = StopGiven(recs, target, fault, end)
+	if c.Converged || fmt.Sprint(c.StillSending) != "[held]" || fmt.Sprint(c.Unknown) != "[blind]" {
+		t.Errorf("%+v, want not converged, held still sending, blind unknown", c)
+	}
+	// A view after the end does not count.
+	c = StopGiven([]Record{{Caller: "after", Views: []View{view(1, both...), view(41, other)}}}, target, fault, end)
+	if c.Converged {
+		t.Errorf("%+v: a view past the end stopped the caller", c)
+	}
+	if n := SentTo(recs[0], target, at(10), at(13.5)); n != 1 {
+		t.Errorf("SentTo [10, 13.5): %d, want 1", n)
+	}
+}

@@ -31,6 +31,9 @@ type PopulationConfig struct {
 	// DNSServer, if set, is the DNS address a DNS-direct caller of zone
 	// z asks (from its zone's subnet all the same); nil: z's server.
 	DNSServer func(z string) string
+	// Zone, if set, is the zone of caller i (from 0) of each kind; nil:
+	// Zones()[i%3].
+	Zone func(i int) string
 	// FirstToken is the first caller token (Region.CallerToken) the
 	// population uses; it uses one per caller from there, and for the
 	// Envoy kind one per Envoy (3) instead of one per Envoy caller.
@@ -43,8 +46,14 @@ type Population struct {
 	// Reporters[i] reports Callers[i]'s outcomes; nil for an Envoy
 	// caller (Envoy reports its loads over LRS itself).
 	Reporters []*callers.Reporter
-	// Envoys are the Envoy sidecars of the Envoy callers, by zone.
-	Envoys map[string]*integration.Envoy
+	// Zones[i] is Callers[i]'s zone; Tokens[i] its caller token ("" for
+	// an Envoy caller: its Envoy's token is the voice).
+	Zones, Tokens []string
+	// Envoys are the Envoy sidecars of the Envoy callers, by zone, and
+	// EnvoyHosts what each holds for the callers' cluster, read once
+	// for all of them.
+	Envoys     map[string]*integration.Envoy
+	EnvoyHosts map[string]*EnvoyHosts
 	// Start is when the callers started.
 	Start time.Time
 	// Stop stops every caller and reporter and waits for them; it runs
@@ -62,14 +71,15 @@ func (p *Population) Snap() []callers.Record {
 }
 
 // StartPopulation starts cfg.Per callers of each of cfg.Kinds, caller i
-// of a kind in zone Zones()[i%3] (a DNS-direct caller asks its zone's
-// server from an address of the zone's subnet, a DNS-agent caller its
-// zone's agent, a grpc-go caller streams from its zone's server, an
-// Envoy caller sends through its zone's Envoy), each with a caller
-// token of its own and a Reporter of its outcomes (an Envoy reports
-// over LRS with its own token); they run until Stop or t's end. Their
-// requests to the instances of a region's NetlabZone leave from
-// CallerSource (Region.SourceFor).
+// of a kind in zone cfg.Zone(i) (default Zones()[i%3]): a DNS-direct
+// caller asks its zone's server from an address of the zone's subnet, a
+// DNS-agent caller its zone's agent, a grpc-go caller streams from its
+// zone's server with the zone as its node locality, an Envoy caller
+// sends through its zone's Envoy. Each has a caller token of its own and
+// a Reporter of its outcomes (an Envoy reports over LRS with its own
+// token); they run until Stop or t's end. Their requests to the
+// instances of a region's NetlabZone leave from CallerSource
+// (Region.SourceFor).
 //
 // With callers of kind Envoy it starts one real Envoy per zone, from
 // the shipped bootstrap: ADS from the zone's server, node locality
@@ -87,9 +97,16 @@ func StartPopulation(t *testing.T, r *Region, cfg PopulationConfig) *Population 
 		svc := cfg.Service(k)
 		if k == callers.Envoy {
 			p.Envoys = startEnvoys(t, r, svc, &tok)
+			p.EnvoyHosts = map[string]*EnvoyHosts{}
+			for z, e := range p.Envoys {
+				p.EnvoyHosts[z] = &EnvoyHosts{Envoy: e, Cluster: EnvoyCluster(svc)}
+			}
 		}
 		for i := range cfg.Per {
 			z := Zones()[i%len(Zones())]
+			if cfg.Zone != nil {
+				z = cfg.Zone(i)
+			}
 			node := r.Node(z)
 			ccfg := callers.Config{Name: fmt.Sprintf("%s-%d", k, i), Rate: cfg.Rate, Timeout: cfg.Timeout, SourceFor: r.SourceFor()}
 			dns := callers.DNSConfig{Config: ccfg, Server: node.DNSAddr, Query: svc.Name + "." + Namespace + ".svc.cairn.internal.",
@@ -107,14 +124,17 @@ func StartPopulation(t *testing.T, r *Region, cfg PopulationConfig) *Population 
 				cl, err = callers.NewDNS(k, dns)
 			case callers.GRPCXDS:
 				var boot []byte
-				boot, err = xdsserver.Bootstrap(xdsserver.BootstrapConfig{Server: node.GRPCAddr, NodeID: ccfg.Name})
+				boot, err = xdsserver.Bootstrap(xdsserver.BootstrapConfig{Server: node.GRPCAddr, NodeID: ccfg.Name, Region: RegionName, Zone: z})
 				if err == nil {
 					cl, err = callers.NewGRPC(callers.GRPCConfig{Config: ccfg, Bootstrap: boot, Target: svc.Name + "." + Namespace, Token: r.CallerToken(tok)})
 				}
 			case callers.Envoy:
-				e := p.Envoys[z]
+				e, hosts := p.Envoys[z], p.EnvoyHosts[z]
 				cl, err = callers.NewEnvoy(callers.EnvoyConfig{Config: ccfg, URL: "http://" + e.Listener + "/",
-					Hosts: func(ctx context.Context) ([]string, error) { return EnvoyRouted(ctx, e, EnvoyCluster(svc)) }})
+					Hosts: func(ctx context.Context) ([]string, error) {
+						hs, err := hosts.Get(ctx)
+						return Routed(hs), err
+					}})
 			default:
 				err = fmt.Errorf("scenarios: no population of kind %s yet", k)
 			}
@@ -123,12 +143,14 @@ func StartPopulation(t *testing.T, r *Region, cfg PopulationConfig) *Population 
 			}
 			if k == callers.Envoy {
 				p.Callers, p.Reporters = append(p.Callers, cl), append(p.Reporters, nil)
+				p.Zones, p.Tokens = append(p.Zones, z), append(p.Tokens, "")
 				continue
 			}
 			api, err := client.New(node.URL(), r.CallerToken(tok))
 			if err != nil {
 				t.Fatal(err)
 			}
+			p.Zones, p.Tokens = append(p.Zones, z), append(p.Tokens, r.CallerToken(tok))
 			tok++
 			t.Cleanup(func() { api.Close() })
 			rep, err := callers.NewReporter(callers.ReporterConfig{Caller: cl, API: api, Namespace: Namespace, Service: svc.Name})
@@ -221,11 +243,47 @@ func EnvoyRouted(ctx context.Context, e *integration.Envoy, cluster string) ([]s
 	if err != nil {
 		return nil, err
 	}
+	return Routed(hs), nil
+}
+
+// Routed returns the addresses of hs Envoy routes to: healthy or
+// unknown as cairn sent them, with no failure flag of Envoy's own.
+func Routed(hs []integration.EnvoyHost) []string {
 	out := []string{}
 	for _, h := range hs {
 		if (h.Health == "HEALTHY" || h.Health == "UNKNOWN") && len(h.Flags) == 0 {
 			out = append(out, h.Addr)
 		}
 	}
-	return out, nil
+	return out
+}
+
+// EnvoyHosts reads what one Envoy holds for a cluster for every caller
+// that asks within hostsFresh of the last read: Envoy's /clusters
+// lists every host of every cluster (2,000 at full size), too much to
+// read for each of its callers five times a second.
+type EnvoyHosts struct {
+	Envoy   *integration.Envoy
+	Cluster string
+
+	mu    sync.Mutex // held through a read: callers wait for it and share it
+	at    time.Time
+	hosts []integration.EnvoyHost
+	err   error
+}
+
+// hostsFresh is how long one read of an Envoy's hosts serves.
+const hostsFresh = 150 * time.Millisecond
+
+// Get returns the hosts the Envoy holds for the cluster, read at most
+// hostsFresh ago. The slice must not be modified.
+func (h *EnvoyHosts) Get(ctx context.Context) ([]integration.EnvoyHost, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if time.Since(h.at) < hostsFresh {
+		return h.hosts, h.err
+	}
+	h.hosts, h.err = h.Envoy.Hosts(ctx, h.Cluster)
+	h.at = time.Now()
+	return h.hosts, h.err
 }

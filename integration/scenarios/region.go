@@ -409,7 +409,7 @@ func (r *Region) Start(t testing.TB) {
 	args = append(args, r.netlabSubnetArgs()...)
 	r.Cluster = integration.StartClusterWith(t, integration.Config{
 		Nodes: len(Zones()), Args: append(args, r.ServerArgs...), Token: AdminToken,
-		NodeArgs: func(i int) []string { return []string{"--region", RegionName, "--zone", Zones()[i-1]} },
+		NodeArgs: serverArgs,
 	})
 	r.StartTimes.Servers = time.Since(start)
 	f := awaitFleet()
@@ -461,7 +461,7 @@ func (r *Region) startAgents(t testing.TB) {
 			args = append(args, "--service", s.Key())
 		}
 		r.Agents = append(r.Agents, integration.StartAgentWith(t, integration.AgentConfig{
-			Servers: servers, Name: "agent-" + z, Token: AdminToken, Args: args}))
+			Servers: servers, Name: "agent-" + z, Token: AgentToken(z), Args: args}))
 	}
 	for _, a := range r.Agents {
 		if err := a.WaitReady(time.Minute); err != nil {
