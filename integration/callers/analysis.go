@@ -168,7 +168,6 @@ type Convergence struct {
 // routes only to what it holds); without views it is Unknown.
 func StopTime(recs []Record, target Target, fault, end time.Time, quiet time.Duration) Convergence {
 	c := Convergence{Callers: len(recs), Last: map[string]time.Duration{}, Quiet: map[string]time.Duration{}}
-	never := time.Duration(math.MaxInt64)
 	vals := make([]time.Duration, 0, len(recs))
 	for _, r := range recs {
 		var last time.Time
@@ -210,19 +209,27 @@ func StopTime(recs []Record, target Target, fault, end time.Time, quiet time.Dur
 		}
 		vals = append(vals, d)
 	}
+	c.finish(vals)
+	return c
+}
+
+// never is the stop time of a caller that has not stopped.
+const never = time.Duration(math.MaxInt64)
+
+// finish sorts c's lists and sets its P99 and Converged from vals, each
+// caller's stop time (never: still sending).
+func (c *Convergence) finish(vals []time.Duration) {
 	sort.Strings(c.StillSending)
 	sort.Strings(c.Unknown)
 	if len(vals) == 0 {
-		return c
+		return
 	}
 	slices.Sort(vals)
-	rank := int(math.Ceil(0.99*float64(len(vals)))) - 1
-	c.P99 = vals[max(rank, 0)]
+	c.P99 = vals[max(int(math.Ceil(0.99*float64(len(vals))))-1, 0)]
 	c.Converged = c.P99 != never
 	if !c.Converged {
 		c.P99 = 0
 	}
-	return c
 }
 
 // largestGap returns the largest interval between consecutive times of
@@ -386,7 +393,6 @@ func leftView(r Record, target Target, fault, end time.Time) time.Time {
 // Quiet is empty.
 func StopGiven(recs []Record, target Target, fault, end time.Time) Convergence {
 	c := Convergence{Callers: len(recs), Last: map[string]time.Duration{}, Quiet: map[string]time.Duration{}}
-	never := time.Duration(math.MaxInt64)
 	vals := make([]time.Duration, 0, len(recs))
 	for _, r := range recs {
 		if len(r.Views) == 0 {
@@ -422,17 +428,7 @@ func StopGiven(recs []Record, target Target, fault, end time.Time) Convergence {
 		}
 		vals = append(vals, d)
 	}
-	sort.Strings(c.StillSending)
-	sort.Strings(c.Unknown)
-	if len(vals) == 0 {
-		return c
-	}
-	slices.Sort(vals)
-	c.P99 = vals[max(int(math.Ceil(0.99*float64(len(vals))))-1, 0)]
-	c.Converged = c.P99 != never
-	if !c.Converged {
-		c.P99 = 0
-	}
+	c.finish(vals)
 	return c
 }
 

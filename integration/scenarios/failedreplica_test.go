@@ -7,10 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-sd/cairn/integration"
 	"github.com/cairn-sd/cairn/integration/callers"
 	"github.com/cairn-sd/cairn/integration/scenarios/fleet"
-	"github.com/cairn-sd/cairn/wire"
 )
 
 // probeWithdrawal is the longest from a replica refusing until the
@@ -61,41 +59,7 @@ func TestFailedReplica(t *testing.T) {
 	// Until the leader's audit trail shows both withdrawals and every
 	// figure has converged, then 5 s more for the error rate after it,
 	// or the poll's deadline.
-	events := map[string]wire.Event{}
-	longest := time.Duration(0)
-	for _, k := range replicaKinds {
-		b, _ := failedBudget(cfg)(k)
-		longest = max(longest, b)
-	}
-	var settled time.Time
-	err := integration.Poll(longest+30*time.Second, 250*time.Millisecond, func() error {
-		for name, v := range run.victims {
-			if _, ok := events[name]; ok {
-				continue
-			}
-			e, err := run.withdrawal(name, v, fault)
-			if err != nil {
-				return err
-			}
-			if e.Kind == "" {
-				return fmt.Errorf("%s not withdrawn yet", v.ID)
-			}
-			events[name] = e
-		}
-		if err := run.converged(fault); err != nil {
-			return err
-		}
-		if settled.IsZero() {
-			settled = time.Now()
-		}
-		if time.Since(settled) < 5*time.Second {
-			return fmt.Errorf("converged %s ago; 5 s of traffic after it", time.Since(settled).Round(time.Millisecond))
-		}
-		return nil
-	})
-	if err != nil {
-		t.Log(err) // the figures below say which one missed
-	}
+	events := run.awaitWithdrawn(fault, failedBudget(cfg), nil)
 	end := time.Now()
 	run.pop.Stop()
 	run.replicaFigures(res, "Caller error rate per second (callers that sent to the replica), one replica refusing", fault, end, failedBudget(cfg))
@@ -103,18 +67,7 @@ func TestFailedReplica(t *testing.T) {
 	bound, why := probeWithdrawal(cfg)
 	for _, name := range []string{run.httpSvc.Name, run.grpcSvc.Name} {
 		v := run.victims[name]
-		e, ok := events[name]
-		d := e.At.Sub(fault)
-		val := "no withdrawal event"
-		if ok {
-			val = d.Round(10 * time.Millisecond).String()
-		}
-		res.Add(fmt.Sprintf("%s (%s): fault → the leader's withdrawal (audit event)", v.ID, v.Kind), fmt.Sprintf("≤ %s (%s)", bound.Round(10*time.Millisecond), why),
-			val, ok && d <= bound)
-		class := ""
-		if ok && e.Evidence != nil {
-			class = e.Evidence.Class
-		}
+		class, e := run.withdrawalRow(res, name, fault, bound, why, events)
 		// Both are cairn withdrawing it on evidence; which came first
 		// is a race at full size (the next probe may be 5.5 s away,
 		// the callers' quorum takes about 4 s), and the row says which.

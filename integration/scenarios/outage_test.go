@@ -9,7 +9,6 @@ import (
 
 	"github.com/cairn-sd/cairn/integration"
 	"github.com/cairn-sd/cairn/integration/callers"
-	"github.com/cairn-sd/cairn/integration/scenarios/fleet"
 )
 
 // EnvOutage overrides the length of TestControlPlaneOff's outage (a Go
@@ -107,22 +106,8 @@ func TestControlPlaneOff(t *testing.T) {
 	defer cancel()
 	res.Note("%s", r.StartTimes)
 
-	var httpSvc, grpcSvc ServiceSpec
-	for _, s := range r.Services {
-		switch {
-		case s.Registrar != ByClient:
-		case s.Kind == fleet.KindHTTP && httpSvc.Name == "":
-			httpSvc = s
-		case s.Kind == fleet.KindGRPC && grpcSvc.Name == "":
-			grpcSvc = s
-		}
-	}
-	svcOf := func(k callers.Kind) ServiceSpec {
-		if k == callers.GRPCXDS {
-			return grpcSvc
-		}
-		return httpSvc
-	}
+	httpSvc, grpcSvc := r.CalledServices()
+	svcOf := ServiceOf(httpSvc, grpcSvc)
 	if err := r.WaitHealthy(ctx, 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -146,24 +131,7 @@ func TestControlPlaneOff(t *testing.T) {
 
 	// Steady traffic: every caller has had answers, then steady's worth
 	// of requests, nearly all answered.
-	var steadyFrom time.Time
-	want := int(offRate * steady.Seconds())
-	err = integration.Poll(steady+time.Minute, 200*time.Millisecond, func() error {
-		for _, rec := range pop.Snap() {
-			if steadyFrom.IsZero() && !Answered(rec) {
-				return fmt.Errorf("%s has had no answer yet", rec.Caller)
-			}
-		}
-		if steadyFrom.IsZero() {
-			steadyFrom = time.Now()
-		}
-		for _, rec := range pop.Snap() {
-			if n := AnsweredSince(rec, steadyFrom); n < want*9/10 {
-				return fmt.Errorf("%s: %d requests answered in steady traffic, want %d", rec.Caller, n, want*9/10)
-			}
-		}
-		return nil
-	})
+	steadyFrom, err := pop.WaitSteady(offRate, steady, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -287,3 +287,57 @@ func (h *EnvoyHosts) Get(ctx context.Context) ([]integration.EnvoyHost, error) {
 	h.at = time.Now()
 	return h.hosts, h.err
 }
+
+// WaitSteady polls until every caller has had an answer, then until
+// each has had nine tenths of steady's worth of requests (at rate a
+// second) answered since; it returns when the steady traffic began (the
+// first poll at which every caller had answers), or an error past
+// steady and slack.
+func (p *Population) WaitSteady(rate float64, steady, slack time.Duration) (time.Time, error) {
+	var from time.Time
+	want := int(rate * steady.Seconds() * 9 / 10)
+	err := integration.Poll(steady+slack, 200*time.Millisecond, func() error {
+		for _, rec := range p.Snap() {
+			if from.IsZero() && !Answered(rec) {
+				return fmt.Errorf("%s has had no answer yet", rec.Caller)
+			}
+		}
+		if from.IsZero() {
+			from = time.Now()
+		}
+		for _, rec := range p.Snap() {
+			if n := AnsweredSince(rec, from); n < want {
+				return fmt.Errorf("%s: %d requests answered in steady traffic, want %d", rec.Caller, n, want)
+			}
+		}
+		return nil
+	})
+	return from, err
+}
+
+// CalledServices returns the services synthetic callers call: the first
+// http and the first grpc service registered through the Go client
+// (their instances in every zone, each with an active check).
+func (r *Region) CalledServices() (httpSvc, grpcSvc ServiceSpec) {
+	for _, s := range r.Services {
+		switch {
+		case s.Registrar != ByClient:
+		case s.Kind == fleet.KindHTTP && httpSvc.Name == "":
+			httpSvc = s
+		case s.Kind == fleet.KindGRPC && grpcSvc.Name == "":
+			grpcSvc = s
+		}
+	}
+	return httpSvc, grpcSvc
+}
+
+// ServiceOf returns, for callers of kind k, the service they call: grpc
+// for grpc-go, http for the others.
+func ServiceOf(httpSvc, grpcSvc ServiceSpec) func(callers.Kind) ServiceSpec {
+	return func(k callers.Kind) ServiceSpec {
+		if k == callers.GRPCXDS {
+			return grpcSvc
+		}
+		return httpSvc
+	}
+}

@@ -23,7 +23,6 @@ import (
 
 	"github.com/cairn-sd/cairn/integration"
 	"github.com/cairn-sd/cairn/integration/callers"
-	"github.com/cairn-sd/cairn/integration/scenarios/fleet"
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/wire"
@@ -104,24 +103,14 @@ func TestProbersPartitioned(t *testing.T) {
 
 	// The called services, and one no caller calls (quiet): its
 	// instances of the zone go silent, and its answers show them so.
-	var httpSvc, grpcSvc, quietSvc ServiceSpec
+	httpSvc, grpcSvc := r.CalledServices()
+	var quietSvc ServiceSpec
 	for _, s := range r.Services {
-		switch {
-		case s.Registrar != ByClient:
-		case s.Kind == fleet.KindHTTP && httpSvc.Name == "":
-			httpSvc = s
-		case s.Kind == fleet.KindGRPC && grpcSvc.Name == "":
-			grpcSvc = s
-		case quietSvc.Name == "":
+		if s.Registrar == ByClient && s.Name != httpSvc.Name && s.Name != grpcSvc.Name && quietSvc.Name == "" {
 			quietSvc = s
 		}
 	}
-	svcOf := func(k callers.Kind) ServiceSpec {
-		if k == callers.GRPCXDS {
-			return grpcSvc
-		}
-		return httpSvc
-	}
+	svcOf := ServiceOf(httpSvc, grpcSvc)
 	// The zone's instances: those with a check are probed (the
 	// third-party one is not, and is only counted as never withdrawn);
 	// of those, the silent ones are of services no caller calls: the
@@ -150,7 +139,7 @@ func TestProbersPartitioned(t *testing.T) {
 	pop := StartPopulation(t, r, PopulationConfig{Kinds: ppKinds, Per: per, Rate: ppRate, Service: svcOf})
 	mark := ppLastSeq(ctx, t, r)
 	w := startPPWatch(ctx, t, r, zoned, checked, silent, elsewhere, []ServiceSpec{httpSvc, grpcSvc, quietSvc}, per*len(ppKinds), mark)
-	if err := ppWaitSteady(pop); err != nil {
+	if _, err := pop.WaitSteady(ppRate, ppSteady, 40*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	skipped := ppSkipped(ctx, r)
@@ -263,29 +252,6 @@ func ppDur(d time.Duration) string {
 		return "never"
 	}
 	return d.Round(10 * time.Millisecond).String()
-}
-
-// ppWaitSteady polls until every caller has had answers, then for
-// ppSteady's worth of requests, nearly all answered.
-func ppWaitSteady(pop *Population) error {
-	var from time.Time
-	want := int(ppRate * ppSteady.Seconds() * 9 / 10)
-	return integration.Poll(ppSteady+40*time.Second, 200*time.Millisecond, func() error {
-		for _, rec := range pop.Snap() {
-			if from.IsZero() && !Answered(rec) {
-				return fmt.Errorf("%s has had no answer yet", rec.Caller)
-			}
-		}
-		if from.IsZero() {
-			from = time.Now()
-		}
-		for _, rec := range pop.Snap() {
-			if n := AnsweredSince(rec, from); n < want {
-				return fmt.Errorf("%s: %d requests answered in steady traffic, want %d", rec.Caller, n, want)
-			}
-		}
-		return nil
-	})
 }
 
 // ppLastSeq is the newest audit event's sequence number on the leader.

@@ -20,7 +20,6 @@ import (
 	"github.com/cairn-sd/cairn/bench/xdssub"
 	"github.com/cairn-sd/cairn/integration"
 	"github.com/cairn-sd/cairn/integration/callers"
-	"github.com/cairn-sd/cairn/integration/scenarios/fleet"
 	"github.com/cairn-sd/cairn/publish"
 	"github.com/cairn-sd/cairn/wire"
 	"github.com/cairn-sd/cairn/xdsserver/xdstest"
@@ -142,15 +141,7 @@ func startReplicaRun(t *testing.T, res *Result, prepare func(*replicaRun)) *repl
 	t.Cleanup(cancel)
 	res.Note("%s", r.StartTimes)
 	run := &replicaRun{t: t, r: r, cfg: cfg, ctx: ctx, per: per, victims: map[string]Instance{}}
-	for _, s := range r.Services {
-		switch {
-		case s.Registrar != ByClient:
-		case s.Kind == fleet.KindHTTP && run.httpSvc.Name == "":
-			run.httpSvc = s
-		case s.Kind == fleet.KindGRPC && run.grpcSvc.Name == "":
-			run.grpcSvc = s
-		}
-	}
+	run.httpSvc, run.grpcSvc = r.CalledServices()
 	for _, s := range []ServiceSpec{run.httpSvc, run.grpcSvc} {
 		i := slices.IndexFunc(r.InstancesOf(s.Name), func(in Instance) bool { return in.Zone == Zones()[0] })
 		if s.Name == "" || i < 0 {
@@ -631,4 +622,74 @@ func addrPorts(as []netip.AddrPort) []string {
 		out = append(out, a.String())
 	}
 	return out
+}
+
+// awaitWithdrawn polls until the leader's audit trail shows every
+// victim's withdrawal and every figure has converged, then 5 s more for
+// the error rate after it, or the longest budget and 30 s; each, if
+// set, is called for every victim at every poll (an error ends that
+// poll). It returns the withdrawal events seen; a miss is logged, and
+// the figures say which one missed.
+func (run *replicaRun) awaitWithdrawn(fault time.Time, budget func(callers.Kind) (time.Duration, string), each func(name string, v Instance) error) map[string]wire.Event {
+	events := map[string]wire.Event{}
+	longest := time.Duration(0)
+	for _, k := range replicaKinds {
+		b, _ := budget(k)
+		longest = max(longest, b)
+	}
+	var settled time.Time
+	err := integration.Poll(longest+30*time.Second, 250*time.Millisecond, func() error {
+		for name, v := range run.victims {
+			if each != nil {
+				if err := each(name, v); err != nil {
+					return err
+				}
+			}
+			if _, ok := events[name]; ok {
+				continue
+			}
+			e, err := run.withdrawal(name, v, fault)
+			if err != nil {
+				return err
+			}
+			if e.Kind == "" {
+				return fmt.Errorf("%s not withdrawn yet", v.ID)
+			}
+			events[name] = e
+		}
+		if err := run.converged(fault); err != nil {
+			return err
+		}
+		if settled.IsZero() {
+			settled = time.Now()
+		}
+		if time.Since(settled) < 5*time.Second {
+			return fmt.Errorf("converged %s ago; 5 s of traffic after it", time.Since(settled).Round(time.Millisecond))
+		}
+		return nil
+	})
+	if err != nil {
+		run.t.Log(err)
+	}
+	return events
+}
+
+// withdrawalRow adds the row of victim name's withdrawal, from the fault
+// to the leader's audit event (within bound, why), and returns the
+// event's evidence class ("" without an event) and the event.
+func (run *replicaRun) withdrawalRow(res *Result, name string, fault time.Time, bound time.Duration, why string, events map[string]wire.Event) (string, wire.Event) {
+	v := run.victims[name]
+	e, ok := events[name]
+	d := e.At.Sub(fault)
+	val := "no withdrawal event"
+	if ok {
+		val = d.Round(10 * time.Millisecond).String()
+	}
+	res.Add(fmt.Sprintf("%s (%s): fault → the leader's withdrawal (audit event)", v.ID, v.Kind), fmt.Sprintf("≤ %s (%s)", bound.Round(10*time.Millisecond), why),
+		val, ok && d <= bound)
+	class := ""
+	if ok && e.Evidence != nil {
+		class = e.Evidence.Class
+	}
+	return class, e
 }

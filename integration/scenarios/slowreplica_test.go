@@ -8,10 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-sd/cairn/integration"
 	"github.com/cairn-sd/cairn/integration/callers"
 	"github.com/cairn-sd/cairn/integration/scenarios/fleet"
-	"github.com/cairn-sd/cairn/wire"
 )
 
 // slowDelay is how late the slow replica answers its callers: well past
@@ -106,48 +104,11 @@ func TestSlowReplica(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	events := map[string]wire.Event{}
 	probes := map[string]*probeWatch{}
 	for name := range run.victims {
 		probes[name] = &probeWatch{}
 	}
-	longest := time.Duration(0)
-	for _, k := range replicaKinds {
-		b, _ := budget(k)
-		longest = max(longest, b)
-	}
-	var settled time.Time
-	err := integration.Poll(longest+30*time.Second, 250*time.Millisecond, func() error {
-		for name, v := range run.victims {
-			if err := probes[name].sample(run, name, v); err != nil {
-				return err
-			}
-			if _, ok := events[name]; ok {
-				continue
-			}
-			e, err := run.withdrawal(name, v, fault)
-			if err != nil {
-				return err
-			}
-			if e.Kind == "" {
-				return fmt.Errorf("%s not withdrawn yet", v.ID)
-			}
-			events[name] = e
-		}
-		if err := run.converged(fault); err != nil {
-			return err
-		}
-		if settled.IsZero() {
-			settled = time.Now()
-		}
-		if time.Since(settled) < 5*time.Second {
-			return fmt.Errorf("converged %s ago; 5 s of traffic after it", time.Since(settled).Round(time.Millisecond))
-		}
-		return nil
-	})
-	if err != nil {
-		t.Log(err) // the figures below say which one missed
-	}
+	events := run.awaitWithdrawn(fault, budget, func(name string, v Instance) error { return probes[name].sample(run, name, v) })
 	end := time.Now()
 	run.pop.Stop()
 	run.replicaFigures(res, "Caller error rate per second (callers that sent to the replica), one replica slow", fault, end, budget)
@@ -155,18 +116,7 @@ func TestSlowReplica(t *testing.T) {
 	for _, name := range []string{run.httpSvc.Name, run.grpcSvc.Name} {
 		v := run.victims[name]
 		bound, why := withdrawalOf(name)
-		e, ok := events[name]
-		d := e.At.Sub(fault)
-		val := "no withdrawal event"
-		if ok {
-			val = d.Round(10 * time.Millisecond).String()
-		}
-		res.Add(fmt.Sprintf("%s (%s): fault → the leader's withdrawal (audit event)", v.ID, v.Kind), fmt.Sprintf("≤ %s (%s)", bound.Round(10*time.Millisecond), why),
-			val, ok && d <= bound)
-		class := ""
-		if ok && e.Evidence != nil {
-			class = e.Evidence.Class
-		}
+		class, e := run.withdrawalRow(res, name, fault, bound, why, events)
 		res.Add(fmt.Sprintf("%s: the withdrawal's evidence class (audit event)", v.ID), "outcome (the callers' quorum)",
 			fmt.Sprintf("%s: %s", class, e.Reason), class == "outcome")
 		pw := probes[name]
