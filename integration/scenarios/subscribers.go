@@ -50,6 +50,19 @@ type SubscribersConfig[T any] struct {
 	// every assignment it is sent of a service it watches (wi: the
 	// service's index in Subscriber.Services), when its Recv returned.
 	Received func(s *Subscriber, wi int, a T, at time.Time)
+	// Opened, Closed and Refused, if set, are called from a subscriber's
+	// goroutine as xdssub.Subscriber's hooks are: a stream answered,
+	// with the versions the subscriber named when it asked
+	// (initial_resource_versions; nil the first time); an answered
+	// stream ended; an attempt that failed before its first answer.
+	Opened  func(s *Subscriber, sess *xdssub.Session, held map[string]string)
+	Closed  func(s *Subscriber, err error)
+	Refused func(s *Subscriber, err error)
+	// Sent, if set, is called from a subscriber's goroutine for every
+	// response, before Received, with the resources it sent older (by
+	// store revision) than the versions held and the names it removed
+	// (xdssub.View).
+	Sent func(s *Subscriber, resp *discoveryv3.DeltaDiscoveryResponse, regressed []xdssub.Regression, removed []string, at time.Time)
 }
 
 // Subscriber is one delta subscriber of a population.
@@ -137,10 +150,27 @@ func StartSubscribers[T any](t testing.TB, r *Region, cfg SubscribersConfig[T]) 
 			Retry: xdssub.Retry{Min: 250 * time.Millisecond, Max: 5 * time.Second},
 			Rand:  rand.New(rand.NewPCG(uint64(i), 9)),
 		}
-		s.sub.Opened = func(*xdssub.Session, map[string]string) { s.opens++; p.connected.Add(1) }
-		s.sub.Closed = func(error) { p.connected.Add(-1) }
+		s.sub.Opened = func(sess *xdssub.Session, held map[string]string) {
+			s.opens++
+			p.connected.Add(1)
+			if cfg.Opened != nil {
+				cfg.Opened(s, sess, held)
+			}
+		}
+		s.sub.Closed = func(err error) {
+			p.connected.Add(-1)
+			if cfg.Closed != nil {
+				cfg.Closed(s, err)
+			}
+		}
+		if cfg.Refused != nil {
+			s.sub.Refused = func(err error) { cfg.Refused(s, err) }
+		}
 		s.sub.Received = func(resp *discoveryv3.DeltaDiscoveryResponse, reg []xdssub.Regression, removed []string) {
 			at := time.Now()
+			if cfg.Sent != nil {
+				cfg.Sent(s, resp, reg, removed, at)
+			}
 			s.regressions += len(reg)
 			s.removed += len(removed)
 			for _, rs := range resp.Resources {
