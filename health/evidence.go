@@ -134,10 +134,11 @@ func (n *Node) samples(out []eval.Sample, key string, inc uint64, cutoff, softCu
 		return out
 	}
 	// held is the earliest timeout still held back: every result from
-	// it on waits with it, so that none moves the class's watermark past
-	// it (the evaluator would then drop it as old news, and a timeout
-	// followed by a pass would never count).
+	// it on waits with it (below), so that none moves the class's
+	// watermark past it (the evaluator would then drop it as old news,
+	// and a timeout followed by a pass would never count).
 	var held time.Time
+	from := len(out)
 	for i, o := range e.probes {
 		if o.soft && (o.aside || aside[asideKey{o.observer, region, zone}]) {
 			e.probes[i].aside = true
@@ -146,19 +147,20 @@ func (n *Node) samples(out []eval.Sample, key string, inc uint64, cutoff, softCu
 		if o.soft && !o.hard && o.at.After(softCutoff) && (held.IsZero() || o.at.Before(held)) {
 			held = o.at
 		}
-	}
-	for _, o := range e.probes {
-		if o.aside {
-			continue
-		}
 		// A result younger than cutoff is only pending: its observer's
 		// latest, but not yet the class's, so that a slower observer's
 		// result is not behind the watermark when it comes. A refused
 		// connection withdraws whatever came before it, so it need not
 		// wait: no hold-back.
-		pending := o.at.After(cutoff) || !held.IsZero() && !o.at.Before(held)
 		out = append(out, eval.Sample{Class: eval.ClassProbe, Observer: o.observer, Incarnation: inc,
-			At: o.at, OK: o.ok, Hard: o.hard, Pending: !o.hard && pending})
+			At: o.at, OK: o.ok, Hard: o.hard, Pending: !o.hard && o.at.After(cutoff)})
+	}
+	if !held.IsZero() {
+		for i := range out[from:] {
+			if s := &out[from+i]; !s.Hard && !s.At.Before(held) {
+				s.Pending = true
+			}
+		}
 	}
 	for _, o := range e.outcomes {
 		out = append(out, eval.Sample{Class: eval.ClassOutcome, Observer: o.observer, Incarnation: inc,

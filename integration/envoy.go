@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -335,6 +336,45 @@ func (e *Envoy) adminJSON(ctx context.Context, path string, v any) error {
 		return fmt.Errorf("envoy admin %s: %w", path, err)
 	}
 	return nil
+}
+
+// StartEnvoy starts the Envoy cfg describes for t (its log to t unless
+// cfg.Logf is set), killed when t ends, the tail of its log printed if
+// t failed.
+func StartEnvoy(t testing.TB, cfg EnvoyConfig) *Envoy {
+	t.Helper()
+	if cfg.Logf == nil {
+		cfg.Logf = t.Logf
+	}
+	e, err := NewEnvoy(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if e.Running() {
+			e.Kill()
+		}
+		e.CloseIdle()
+		if t.Failed() {
+			t.Logf("%s log:\n%s", e.name, e.Tail(40))
+		}
+	})
+	if err := e.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// RoutedAddrs returns the addresses of hs Envoy routes to: healthy or
+// unknown as cairn sent them, with no failure flag of Envoy's own.
+func RoutedAddrs(hs []EnvoyHost) []string {
+	out := []string{}
+	for _, h := range hs {
+		if (h.Health == "HEALTHY" || h.Health == "UNKNOWN") && len(h.Flags) == 0 {
+			out = append(out, h.Addr)
+		}
+	}
+	return out
 }
 
 // EnvoyHost is one host of a cluster as Envoy holds it (admin

@@ -63,23 +63,7 @@ func startEnvoy(t *testing.T, c *Cluster, cfg EnvoyConfig) *Envoy {
 		cfg.Dir = filepath.Join(t.TempDir(), "envoy-"+cmp.Or(cfg.Node, "demo"))
 	}
 	cfg.Logf = t.Logf
-	e, err := NewEnvoy(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if e.Running() {
-			e.Kill()
-		}
-		e.CloseIdle()
-		if t.Failed() {
-			t.Logf("%s log:\n%s", e.name, e.Tail(40))
-		}
-	})
-	if err := e.Start(); err != nil {
-		t.Fatal(err)
-	}
-	return e
+	return StartEnvoy(t, cfg)
 }
 
 // upstream is an HTTP backend on loopback: "/ready" answers 200 while

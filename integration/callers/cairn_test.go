@@ -161,21 +161,8 @@ func newFixture(t *testing.T, ctx context.Context, pops []population, withEnvoy 
 		}
 	}
 	if envoyBin != "" {
-		e, err := integration.NewEnvoy(integration.EnvoyConfig{Dir: filepath.Join(t.TempDir(), "envoy"), Bin: envoyBin,
-			Servers: []string{n.GRPCAddr}, Node: "callers-envoy", Zone: "zone-1", Token: tokens[9], Logf: t.Logf})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if e.Running() {
-				e.Kill()
-			}
-			e.CloseIdle()
-		})
-		if err := e.Start(); err != nil {
-			t.Fatal(err)
-		}
-		f.envoy = e
+		f.envoy = integration.StartEnvoy(t, integration.EnvoyConfig{Dir: filepath.Join(t.TempDir(), "envoy"), Bin: envoyBin,
+			Servers: []string{n.GRPCAddr}, Node: "callers-envoy", Zone: "zone-1", Token: tokens[9]})
 	}
 
 	tok := 0
@@ -441,13 +428,7 @@ func routed(ctx context.Context, e *integration.Envoy) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := []string{}
-	for _, h := range hs {
-		if (h.Health == "HEALTHY" || h.Health == "UNKNOWN") && len(h.Flags) == 0 {
-			out = append(out, h.Addr)
-		}
-	}
-	return out, nil
+	return integration.RoutedAddrs(hs), nil
 }
 
 // observers returns the distinct observers of the outcome evidence the

@@ -133,7 +133,7 @@ func StartPopulation(t *testing.T, r *Region, cfg PopulationConfig) *Population 
 				cl, err = callers.NewEnvoy(callers.EnvoyConfig{Config: ccfg, URL: "http://" + e.Listener + "/",
 					Hosts: func(ctx context.Context) ([]string, error) {
 						hs, err := hosts.Get(ctx)
-						return Routed(hs), err
+						return integration.RoutedAddrs(hs), err
 					}})
 			default:
 				err = fmt.Errorf("scenarios: no population of kind %s yet", k)
@@ -215,45 +215,10 @@ func startEnvoys(t *testing.T, r *Region, svc ServiceSpec, tok *int) map[string]
 	}
 	out := map[string]*integration.Envoy{}
 	for _, z := range Zones() {
-		e, err := integration.NewEnvoy(integration.EnvoyConfig{Dir: filepath.Join(t.TempDir(), "envoy-"+z), Bin: bin,
+		out[z] = integration.StartEnvoy(t, integration.EnvoyConfig{Dir: filepath.Join(t.TempDir(), "envoy-"+z), Bin: bin,
 			Servers: []string{r.Node(z).GRPCAddr}, Node: "envoy-" + z, Region: RegionName, Zone: z,
-			Cluster: EnvoyCluster(svc), Token: r.CallerToken(*tok), Logf: t.Logf})
-		if err != nil {
-			t.Fatal(err)
-		}
+			Cluster: EnvoyCluster(svc), Token: r.CallerToken(*tok)})
 		*tok++
-		t.Cleanup(func() {
-			if e.Running() {
-				e.Kill()
-			}
-			e.CloseIdle()
-		})
-		if err := e.Start(); err != nil {
-			t.Fatal(err)
-		}
-		out[z] = e
-	}
-	return out
-}
-
-// EnvoyRouted returns the hosts e routes cluster to: those it holds
-// healthy or unknown, with no failure flag of its own.
-func EnvoyRouted(ctx context.Context, e *integration.Envoy, cluster string) ([]string, error) {
-	hs, err := e.Hosts(ctx, cluster)
-	if err != nil {
-		return nil, err
-	}
-	return Routed(hs), nil
-}
-
-// Routed returns the addresses of hs Envoy routes to: healthy or
-// unknown as cairn sent them, with no failure flag of Envoy's own.
-func Routed(hs []integration.EnvoyHost) []string {
-	out := []string{}
-	for _, h := range hs {
-		if (h.Health == "HEALTHY" || h.Health == "UNKNOWN") && len(h.Flags) == 0 {
-			out = append(out, h.Addr)
-		}
 	}
 	return out
 }
