@@ -246,7 +246,7 @@ func buildDNS(cfg serverConfig, table *status.Publisher, late *lateRefs, log *sl
 func openStore(cfg serverConfig, nodeID, httpAddr string, sec securityConfig, log *slog.Logger, reg prometheus.Registerer) (*store.Store, error) {
 	return store.Open(store.Config{NodeID: nodeID, RaftAddr: cfg.RaftAddr, HTTPAddr: httpAddr,
 		Region: cfg.Region, Zone: cfg.Zone, DataDir: cfg.DataDir, Bootstrap: cfg.Join == "", Logger: log, Registerer: reg,
-		HeartbeatTimeout: cfg.RaftTimeout, ElectionTimeout: cfg.RaftTimeout, LeaderLease: cfg.RaftTimeout / 2,
+		HeartbeatTimeout: cfg.RaftTimeout, ElectionTimeout: cfg.RaftTimeout, LeaderLease: cfg.RaftTimeout,
 		LeaderRevision: leaderRevision(sec.dial), RaftTLS: sec.raft})
 }
 

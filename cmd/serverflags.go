@@ -68,8 +68,8 @@ type serverConfig struct {
 	// GCPercent is --gc-percent, the collector's GOGC; GCPercentBurst
 	// is --gc-percent-burst, how far it may rise in a burst (0: fixed).
 	GCPercent, GCPercentBurst int
-	// RaftTimeout is raft's heartbeat and election timeout; the leader
-	// lease is half of it.
+	// RaftTimeout is raft's heartbeat and election timeout, and the
+	// leader's lease.
 	RaftTimeout time.Duration
 }
 
@@ -83,7 +83,7 @@ func serverCommand() *cli.Command {
 			&cli.StringFlag{Name: "node-id", DefaultText: "a random id kept in the data dir", Usage: "raft node id"},
 			&cli.StringFlag{Name: "http-addr", Value: "127.0.0.1:8480", Usage: "API, /metrics, /healthz, /readyz"},
 			&cli.StringFlag{Name: "raft-addr", Value: "127.0.0.1:8482", Usage: "raft transport; peers must reach it"},
-			&cli.DurationFlag{Name: "raft-election-timeout", Value: store.DefaultElectionTimeout, Usage: "a follower that has not heard from the leader for this long (randomised up to twice it) stands for election, and a leader without a quorum's answer for half of it steps down; a dead leader is replaced after 2 to 3 times it. Same on every server; raise it on a slow network or a starved host (false elections): 100ms to 10s"},
+			&cli.DurationFlag{Name: "raft-election-timeout", Value: store.DefaultElectionTimeout, Usage: "a follower that has not heard from the leader for this long (randomised up to twice it) stands for election, and a leader without a quorum's answer for as long steps down; a dead leader is replaced after 2 to 3 times it. Same on every server; raise it on a slow network or a starved host (false elections): 100ms to 10s"},
 			&cli.StringFlag{Name: "dns-addr", Value: "127.0.0.1:8053", Usage: "DNS (UDP and TCP)"},
 			&cli.StringFlag{Name: "grpc-addr", Value: "127.0.0.1:8481", Usage: "xDS over gRPC"},
 			&cli.StringFlag{Name: "domain", Value: "cairn.internal.", Usage: "DNS zone"},

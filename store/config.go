@@ -33,10 +33,11 @@ type Config struct {
 	Bootstrap bool
 
 	// HeartbeatTimeout and ElectionTimeout default to
-	// DefaultElectionTimeout, LeaderLease to half of it. raft randomises
-	// the first two in [x, 2x): a follower stands for election between
-	// one and two HeartbeatTimeouts after it last heard from the leader,
-	// and a 3-node cluster whose leader died elects a new one once both
+	// DefaultElectionTimeout, LeaderLease to HeartbeatTimeout (the most
+	// raft allows: a leader starved of CPU for a moment keeps its
+	// place). raft randomises the first two in [x, 2x): a follower
+	// stands for election between one and two HeartbeatTimeouts after
+	// it last heard from the leader, and a 3-node cluster whose leader died elects a new one once both
 	// survivors have given up on it (a follower that still hears from a
 	// leader refuses its vote), about 2x to 3x after the death. The
 	// leader steps down after LeaderLease without a quorum's answer.
@@ -92,7 +93,7 @@ func (c *Config) setDefaults() {
 		c.ElectionTimeout = DefaultElectionTimeout
 	}
 	if c.LeaderLease == 0 {
-		c.LeaderLease = c.HeartbeatTimeout / 2
+		c.LeaderLease = c.HeartbeatTimeout
 	}
 	if c.LeaseCheckpoint == 0 {
 		c.LeaseCheckpoint = time.Second
