@@ -142,11 +142,23 @@ func NewChurn(epoch time.Time, cfg ChurnConfig) (*Churn, error) {
 
 // Start starts the churn on r: it runs its phases, then puts back every
 // instance it has out, and stops (early when ctx ends).
-func (c *Churn) Start(ctx context.Context, r *Region) {
+func (c *Churn) Start(ctx context.Context, r *Region) error {
+	// A client of each server's API that retries a 503 (an election) for
+	// the client's default budget, as every caller of the API does: the
+	// harness's own node clients do not.
+	var clients []*client.Client
+	for _, n := range r.Nodes() {
+		cl, err := client.New(n.URL(), AdminToken)
+		if err != nil {
+			return err
+		}
+		clients = append(clients, cl)
+	}
 	go func() {
 		defer close(c.done)
-		c.drive(ctx, r)
+		c.drive(ctx, r, clients)
 	}()
+	return nil
 }
 
 // Wait waits until the churn has stopped and returns what it did.
@@ -198,7 +210,7 @@ const (
 )
 
 // drive runs the phases and the put-back.
-func (c *Churn) drive(ctx context.Context, r *Region) {
+func (c *Churn) drive(ctx context.Context, r *Region, clients []*client.Client) {
 	rng := rand.New(rand.NewPCG(c.cfg.Seed, 11))
 	var mu sync.Mutex
 	state := make([]uint8, len(c.Instances))
@@ -217,7 +229,7 @@ func (c *Churn) drive(ctx context.Context, r *Region) {
 	for w := range c.cfg.Workers {
 		// The workers' calls are spread over the three servers; a
 		// follower forwards them to the leader.
-		cl := nodes[w%len(nodes)].Client()
+		cl := clients[w%len(nodes)]
 		wg.Go(func() {
 			for id := range jobs {
 				ch := &c.changes[id]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -138,8 +139,20 @@ func TestEvacuateDuringBurst(t *testing.T) {
 		return v, byNode
 	}
 
+	// Leadership gained or lost, by every server: an election the load
+	// caused shows here, whatever the churn's clients rode through.
+	transitions := func() (n float64) {
+		for _, node := range r.Nodes() {
+			x, _ := node.Metric(ctx, "cairn_store_leadership_transitions_total")
+			n += x
+		}
+		return n
+	}
+	t0 := transitions()
 	churnStart := churn.Now()
-	churn.Start(ctx, r)
+	if err := churn.Start(ctx, r); err != nil {
+		t.Fatal(err)
+	}
 	mark("churn, usual rate")
 	burstStart := churnStart + sz.steady
 	burstEnd := burstStart + sz.burst
@@ -187,13 +200,14 @@ func TestEvacuateDuringBurst(t *testing.T) {
 		return nil
 	})
 	mark("zone whole")
+	elections := transitions() - t0
 	stopSample()
 	samples := <-sampled
 	lag := <-lagged
 	subs.Stop()
 
 	ebReport(res, tr, ebRun{r: r, sz: sz, st: st, subs: subs, evac: evac, undo: undo, burstStart: burstStart, burstEnd: burstEnd,
-		churnStart: churnStart, deferred: sub5(m1, m0), nodes: subNodes(n1, n0), lag: lag, settle: settle, whole: whole, samples: samples, marks: marks})
+		churnStart: churnStart, elections: elections, deferred: sub5(m1, m0), nodes: subNodes(n1, n0), lag: lag, settle: settle, whole: whole, samples: samples, marks: marks})
 	res.Report(t)
 }
 
@@ -205,6 +219,7 @@ type ebRun struct {
 	subs                             *Subscribers[ebView]
 	evac, undo                       ebCall
 	churnStart, burstStart, burstEnd time.Duration
+	elections                        float64       // leadership transitions of every server, churn to zone whole
 	deferred                         [5]float64    // the servers' counts over the burst (deferred)
 	nodes                            [3][4]float64 // by server, over the burst (deferred)
 	lag                              []Point
@@ -222,6 +237,7 @@ func ebReport(res *Result, tr *ebTracker, run ebRun) {
 	}
 	res.Note("churn: %d workers over the three servers' APIs, at most %d instances out; %d put back at the end", sz.workers, sz.out, st.PutBack)
 	burst := st.Phases[1]
+	res.Note("%s", apiTimes(tr.churn, 1))
 	if Full() {
 		res.Add("changes made in the burst", fmt.Sprintf("≥ 90%% of the %d a minute asked", BurstChangesPerMinute),
 			fmt.Sprintf("%.0f a minute", burst.Achieved()), burst.Achieved() >= 0.9*BurstChangesPerMinute)
@@ -229,7 +245,9 @@ func ebReport(res *Result, tr *ebTracker, run ebRun) {
 		res.Add("changes made in the burst", fmt.Sprintf("%.0f a minute asked (short: what the machine makes)", 16*sz.usual),
 			fmt.Sprintf("%.0f a minute", burst.Achieved()), true)
 	}
-	res.Add("changes the API failed", "0", fmt.Sprintf("%d %s", st.Failed, st.FirstError), st.Failed == 0)
+	res.Add("changes the API failed (its client retries a 503 for 10 s, as any does)", "0", fmt.Sprintf("%d %s", st.Failed, st.FirstError), st.Failed == 0)
+	res.Add("leadership transitions, every server, from the churn's start until zone c is whole", "0: the load elects nobody",
+		fmt.Sprintf("%.0f", run.elections), run.elections == 0)
 
 	wd := tr.kindSum(Withdrawal, run.burstStart, run.burstEnd)
 	ad := tr.kindSum(Admission, run.burstStart, run.burstEnd)
@@ -420,4 +438,33 @@ func subNodes(a, b [3][4]float64) (d [3][4]float64) {
 		}
 	}
 	return d
+}
+
+// apiTimes says how long the churn's API calls of phase took, by kind,
+// from the call until its answer (a write waits to be committed, and a
+// withdrawal until the node's table no longer serves it).
+func apiTimes(c *Churn, phase int8) string {
+	var by [2][]time.Duration
+	for id := range int32(c.Len()) {
+		ch := c.Change(id)
+		if ch.Phase != phase || ch.Failed() || ch.Commit() == 0 {
+			continue
+		}
+		k := 0
+		if ch.Kind == Withdrawal {
+			k = 1
+		}
+		by[k] = append(by[k], ch.Commit()-ch.Start())
+	}
+	var parts []string
+	for k, name := range []string{"admissions (registrations)", "withdrawals (deregistrations)"} {
+		d := by[k]
+		if len(d) == 0 {
+			continue
+		}
+		slices.Sort(d)
+		at := func(p float64) time.Duration { return d[min(len(d)-1, int(p*float64(len(d))))] }
+		parts = append(parts, fmt.Sprintf("%s p50 %s, p99 %s (%d)", name, at(0.5).Round(time.Millisecond), at(0.99).Round(time.Millisecond), len(d)))
+	}
+	return "the churn's API calls in the burst, call to answer: " + strings.Join(parts, "; ")
 }

@@ -367,6 +367,9 @@ func (r *Region) RenewRounds() int { return int(r.renew.rounds.Load()) }
 func (r *Region) Start(t testing.TB) {
 	t.Helper()
 	r.t, r.dir = t, t.TempDir()
+	// Registered before anything starts, so it runs after every process
+	// has stopped and before the data dirs go.
+	t.Cleanup(func() { keepLogs(t, r.dir) })
 	if r.NetlabZone != "" {
 		r.startNetlab(t)
 	}

@@ -113,7 +113,9 @@ func TestXDSTierRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	churn.Start(cctx, reg)
+	if err := churn.Start(cctx, reg); err != nil {
+		t.Fatal(err)
+	}
 	sctx, stopSample := context.WithCancel(ctx)
 	sampled := make(chan struct{})
 	go func() { defer close(sampled); r.sample(sctx) }()
