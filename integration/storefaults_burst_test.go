@@ -21,6 +21,7 @@ import (
 // with its incarnation: in a consistent read (recorded, and checked with
 // the rest of the history) and on every node's replica.
 func TestStoreKillDuringRegistrationBurst(t *testing.T) {
+	start := time.Now()
 	needProcesses(t)
 	rounds := sized([]string{"leader", "all"}, []string{"leader", "all", "leader", "all", "leader", "all"})
 	c := StartCluster(t, 3)
@@ -34,7 +35,7 @@ func TestStoreKillDuringRegistrationBurst(t *testing.T) {
 			"all", fmt.Sprintf("%d of %d (%d sent)", present, acked, sent), present == acked})
 	}
 	rows = append(rows, historyRow(t, rec))
-	report(t, fmt.Sprintf("kill -9 during a registration burst, %d rounds", len(rounds)), rows)
+	report(t, "store-kill-in-burst", fmt.Sprintf("kill -9 during a registration burst, %d rounds", len(rounds)), start, rows)
 }
 
 // burstRound runs one round: 8 registrars through random nodes; after

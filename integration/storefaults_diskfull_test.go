@@ -60,6 +60,7 @@ const enospc, appendFailed = "no space left on device", "failed to append to log
 // 10 s), and its answers are fresh again. Every acknowledged
 // registration is on every node, and the history is linearizable.
 func TestStoreFollowerDiskFull(t *testing.T) {
+	start := time.Now()
 	needProcesses(t)
 	needLoopMount(t)
 	before, full := sized(3*time.Second, 10*time.Second), sized(6*time.Second, 60*time.Second)
@@ -312,7 +313,7 @@ func TestStoreFollowerDiskFull(t *testing.T) {
 		ackedOnEveryNode(ctx, t, c, w),
 		historyRow(t, rec),
 	)
-	report(t, fmt.Sprintf("follower %s's disk full for %s", f.ID, full), rows)
+	report(t, "store-follower-disk-full", fmt.Sprintf("follower %s's disk full for %s", f.ID, full), start, rows)
 }
 
 // staleBound is how soon a follower whose replication stalled answers

@@ -17,6 +17,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/cairn-sd/cairn/integration/linearize"
+	"github.com/cairn-sd/cairn/integration/scenarios/result"
 	"github.com/cairn-sd/cairn/wire"
 )
 
@@ -76,25 +77,18 @@ type row struct {
 	ok                    bool
 }
 
-// report logs the table and fails t on every row that missed its
-// budget.
-func report(t *testing.T, title string, rows []row) {
+// report ends a scenario: it prints the table, writes it for the report
+// (docs/scenarios/REPORT.md) when CAIRN_SCENARIO_OUT is set, and fails t
+// on every row that missed its budget. name is the result's file name,
+// start when the scenario began.
+func report(t *testing.T, name, title string, start time.Time, rows []row) {
 	t.Helper()
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s\n| figure | budget | value | result |\n|---|---|---|---|\n", title)
+	res := result.New(name, "The store under faults: "+title, sized("short", "full"))
+	res.Started = start
 	for _, r := range rows {
-		res := "pass"
-		if !r.ok {
-			res = "FAIL"
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", r.figure, r.budget, r.value, res)
+		res.Add(r.figure, r.budget, r.value, r.ok)
 	}
-	t.Log("\n" + b.String())
-	for _, r := range rows {
-		if !r.ok {
-			t.Errorf("%s: %s is %s; budget %s", title, r.figure, r.value, r.budget)
-		}
-	}
+	res.Report(t)
 }
 
 // historyRow checks rec's history and returns its row; a history that
@@ -206,6 +200,7 @@ func p99(ds []time.Duration) time.Duration {
 // kills), every acknowledged registration is on every node, and the
 // clients' history is linearizable.
 func TestStoreLeaderKillHistory(t *testing.T) {
+	start := time.Now()
 	needProcesses(t)
 	kills := sized(3, 20)
 	c := StartCluster(t, 3)
@@ -248,7 +243,7 @@ func TestStoreLeaderKillHistory(t *testing.T) {
 	load, _ := os.ReadFile("/proc/loadavg")
 	t.Logf("failovers %v; load average %s", failovers, strings.TrimSpace(string(load)))
 	p, worst := p99(failovers), slices.Max(failovers)
-	report(t, fmt.Sprintf("leader kill -9 under write load, %d kills", kills), []row{
+	report(t, "store-leader-kill", fmt.Sprintf("leader kill -9 under write load, %d kills", kills), start, []row{
 		{"writes accepted again after the kill, p99", "< 5s", p.Round(time.Millisecond).String(), p < failoverBound},
 		{"writes accepted again after the kill, max", "-", worst.Round(time.Millisecond).String(), true},
 		ackedOnEveryNode(ctx, t, c, w),
@@ -265,6 +260,7 @@ func TestStoreLeaderKillHistory(t *testing.T) {
 // acknowledged registration is on every node and the history is
 // linearizable.
 func TestStoreLeaderIsolatedHistory(t *testing.T) {
+	start := time.Now()
 	lab := NeedNetlab(t)
 	cut := sized(8*time.Second, 30*time.Second)
 	var hosts []Host
@@ -372,7 +368,7 @@ func TestStoreLeaderIsolatedHistory(t *testing.T) {
 	t.Logf("healed; one leader and writes again after %s", time.Since(healedAt).Round(time.Millisecond))
 	stopLoad(t, cl, w)
 	t.Logf("the minority's refusal: %s", refusal)
-	report(t, fmt.Sprintf("leader %s isolated for %s", leader.ID, cut), []row{
+	report(t, "store-leader-isolated", fmt.Sprintf("leader %s isolated for %s", leader.ID, cut), start, []row{
 		{"minority refuses writes (503 no_leader) after the cut", "< 5s", refusedAfter.Round(time.Millisecond).String(), refusedAfter < 5*time.Second},
 		{"writes the minority acknowledged after refusing", "0", fmt.Sprint(minorityAcked), minorityAcked == 0},
 		{"minority DNS queries unanswered during the cut", "0", fmt.Sprintf("%d of %d", dnsMissed, dnsAsked), dnsMissed == 0},
