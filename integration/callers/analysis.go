@@ -110,7 +110,14 @@ func ErrorRates(recs []Record, start, end time.Time, width time.Duration) map[Ki
 	return out
 }
 
+// bucketCount and bucketOf read every time by the wall clock (Round(0)
+// drops the monotonic reading): a record's Origin is truncated to the
+// second, so it has none, and comparing it with start and end by the
+// wall clock while counting the intervals by the monotonic one put a
+// send an hour into a run past the last interval once the two clocks
+// had drifted a millisecond apart.
 func bucketCount(start, end time.Time, width time.Duration) int {
+	start, end = start.Round(0), end.Round(0)
 	if width <= 0 || !end.After(start) {
 		return 0
 	}
@@ -118,6 +125,7 @@ func bucketCount(start, end time.Time, width time.Duration) int {
 }
 
 func bucketOf(t, start, end time.Time, width time.Duration) int {
+	t, start, end = t.Round(0), start.Round(0), end.Round(0)
 	if t.Before(start) || !t.Before(end) || width <= 0 {
 		return -1
 	}

@@ -250,3 +250,20 @@ func TestStopGiven(t *testing.T) {
 		t.Errorf("SentTo [10, 13.5): %d, want 1", n)
 	}
 }
+
+// TestBucketsByTheWallClock: a send just before end, stamped without a
+// monotonic reading (as a record's Origin is), falls in the last
+// interval, never past it, with start and end stamped with one.
+func TestBucketsByTheWallClock(t *testing.T) {
+	start := time.Now()
+	end := start.Add(321*time.Second - time.Microsecond)
+	n := bucketCount(start, end, time.Second)
+	for _, at := range []time.Time{end.Round(0).Add(-time.Nanosecond), end.Add(-time.Nanosecond), start.Round(0), start} {
+		if i := bucketOf(at, start, end, time.Second); i < 0 || i >= n {
+			t.Errorf("bucketOf(%v) = %d, want within [0, %d)", at.Sub(start), i, n)
+		}
+	}
+	if i := bucketOf(end.Round(0), start, end, time.Second); i != -1 {
+		t.Errorf("bucketOf(end) = %d, want -1", i)
+	}
+}
