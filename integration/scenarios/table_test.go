@@ -15,6 +15,7 @@ import (
 func TestResultReport(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv(EnvOut, dir)
+	t.Setenv(EnvSize, "") // the short size, whatever this run's
 	r := NewResult("example", "An example")
 	r.Add("withdrawal p99", "< 5 s", "1.2 s", true)
 	r.Note("one run")
