@@ -18,14 +18,16 @@ type commit struct {
 }
 
 // gitCommit returns HEAD and whether the tree had uncommitted changes
-// (git status --porcelain, untracked files included), or "unknown".
+// (git status --porcelain, untracked files included) outside
+// docs/scenarios/, where the results and this report are written (as
+// each result's own commit is judged), or "unknown".
 func gitCommit() commit {
 	out, err := exec.Command("git", "rev-parse", "HEAD").Output()
 	if err != nil {
 		return commit{Hash: "unknown (git rev-parse HEAD: " + err.Error() + ")"}
 	}
 	c := commit{Hash: strings.TrimSpace(string(out))}
-	st, err := exec.Command("git", "status", "--porcelain").Output()
+	st, err := exec.Command("git", "status", "--porcelain", "--", ".", ":(exclude)docs/scenarios").Output()
 	c.Dirty = err != nil || len(bytes.TrimSpace(st)) > 0
 	return c
 }
