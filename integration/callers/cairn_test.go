@@ -313,6 +313,15 @@ func (f *fixture) figures(t *testing.T, recs []callers.Record, targets map[calle
 		if st.Accepted == 0 {
 			t.Errorf("%s: the server accepted none of its outcomes", f.cs[i].Name())
 		}
+		if len(st.Delivered) != st.Reports {
+			t.Errorf("%s: %d report timings for %d reports", f.cs[i].Name(), len(st.Delivered), st.Reports)
+		}
+		for j, d := range st.Delivered {
+			if d.Late() < 0 || d.Late() > 4*time.Second || j > 0 && !d.Due.After(st.Delivered[j-1].Due) {
+				t.Errorf("%s: report %d due %s, acknowledged %s later (the one before due %s); want due times increasing, each acknowledged within 4 s (a round times out after its interval)",
+					f.cs[i].Name(), j, d.Due.Format("15:04:05.000"), d.Late(), st.Delivered[max(j-1, 0)].Due.Format("15:04:05.000"))
+			}
+		}
 	}
 }
 

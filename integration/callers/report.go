@@ -51,7 +51,26 @@ type ReporterStats struct {
 	Ambiguous int
 	Errors    int
 	LastErr   string
+	// Delivered are the last keptTimings reports the server acknowledged,
+	// oldest first: the lateness of the caller's own reporting, which a
+	// budget for what the server does with reports must not charge to
+	// the server.
+	Delivered []ReportTiming
 }
+
+// ReportTiming is one acknowledged report: when its round was due (the
+// Reporter's start plus a whole number of intervals) and when the
+// server's acknowledgement came back.
+type ReportTiming struct {
+	Due, Acked time.Time
+}
+
+// Late is how long after it was due the report was acknowledged.
+func (rt ReportTiming) Late() time.Duration { return rt.Acked.Sub(rt.Due) }
+
+// keptTimings bounds ReporterStats.Delivered: at the default interval,
+// the last 17 minutes.
+const keptTimings = 512
 
 // Reporter posts a caller's per-endpoint success, failure and timeout
 // counts to POST /v1/outcomes every Interval, for the requests completed
@@ -125,12 +144,14 @@ func (r *Reporter) Stats() ReporterStats {
 	defer r.mu.Unlock()
 	s := r.stats
 	s.Discarded = maps.Clone(r.stats.Discarded)
+	s.Delivered = slices.Clone(r.stats.Delivered)
 	return s
 }
 
 // Run reports every Interval until ctx is done. It returns nil; it may
 // be called once.
 func (r *Reporter) Run(ctx context.Context) error {
+	start := r.cfg.Caller.cfg.Now()
 	tk := time.NewTicker(r.cfg.Interval)
 	defer tk.Stop()
 	r.read(ctx) // the list before the first requests
@@ -140,8 +161,11 @@ func (r *Reporter) Run(ctx context.Context) error {
 			return nil
 		case <-tk.C:
 		}
+		// The round due last: a ticker drops the ticks a slow round
+		// missed.
+		due := start.Add(r.cfg.Caller.cfg.Now().Sub(start).Truncate(r.cfg.Interval))
 		rctx, cancel := context.WithTimeout(ctx, r.cfg.Interval)
-		err := r.round(rctx)
+		err := r.round(rctx, due)
 		cancel()
 		if err != nil && ctx.Err() == nil {
 			r.mu.Lock()
@@ -168,7 +192,7 @@ func (r *Reporter) read(ctx context.Context) error {
 
 // round drains the caller's counts, reads the endpoints, and reports
 // what it can attribute.
-func (r *Reporter) round(ctx context.Context) error {
+func (r *Reporter) round(ctx context.Context, due time.Time) error {
 	for k, c := range r.cfg.Caller.rec.drain() {
 		if h := r.held[k]; h != nil {
 			h.success, h.failure, h.timeout = h.success+c.success, h.failure+c.failure, h.timeout+c.timeout
@@ -193,6 +217,10 @@ func (r *Reporter) round(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.stats.Reports++
+	r.stats.Delivered = append(r.stats.Delivered, ReportTiming{Due: due, Acked: r.cfg.Caller.cfg.Now()})
+	if n := len(r.stats.Delivered); n > keptTimings {
+		r.stats.Delivered = slices.Delete(r.stats.Delivered, 0, n-keptTimings)
+	}
 	r.stats.Accepted += reply.Accepted
 	for k, v := range reply.Discarded {
 		r.stats.Discarded[k] += v

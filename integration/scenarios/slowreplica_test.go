@@ -91,7 +91,18 @@ func TestSlowReplica(t *testing.T) {
 	// Envoy reports too, over LRS, but only every 10 s), the grpc one's
 	// grpc-go callers.
 	mOf := map[string]int{run.httpSvc.Name: zoneA(r, run.httpSvc.Name), run.grpcSvc.Name: zoneA(r, run.grpcSvc.Name)}
-	withdrawalOf := func(svc string) (time.Duration, string) { return outcomeWithdrawal(mOf[svc]) }
+	// late is, per service, how late its callers' reports came after
+	// they were due, once measured: the test process's own lateness
+	// under load (a -race run beside other packages), not the server's.
+	late := map[string]time.Duration{}
+	withdrawalOf := func(svc string) (time.Duration, string) {
+		d, why := outcomeWithdrawal(mOf[svc])
+		if l, ok := late[svc]; ok {
+			d += l
+			why += fmt.Sprintf(" + the callers' reports' lateness %s (measured: the latest acknowledgement after its round was due)", l.Round(10*time.Millisecond))
+		}
+		return d, why
+	}
 	budget := func(k callers.Kind) (time.Duration, string) {
 		w, _ := withdrawalOf(run.svcOf(k).Name)
 		d, why := delivery(k)
@@ -111,6 +122,13 @@ func TestSlowReplica(t *testing.T) {
 	events := run.awaitWithdrawn(fault, budget, func(name string, v Instance) error { return probes[name].sample(run, name, v) })
 	end := time.Now()
 	run.pop.Stop()
+	for name := range run.victims {
+		to := end
+		if e, ok := events[name]; ok {
+			to = e.At
+		}
+		late[name] = reportLateness(run, name, fault, to)
+	}
 	run.replicaFigures(res, "Caller error rate per second (callers that sent to the replica), one replica slow", fault, end, budget)
 
 	for _, name := range []string{run.httpSvc.Name, run.grpcSvc.Name} {
@@ -206,4 +224,22 @@ func probeEvents(run *replicaRun, svc string, v Instance, fault time.Time) strin
 		}
 	}
 	return strings.Join(out, "; ")
+}
+
+// reportLateness is the longest any caller of service svc took, past
+// the time its report round was due, to have a report acknowledged, over
+// the rounds due from from to to.
+func reportLateness(run *replicaRun, svc string, from, to time.Time) time.Duration {
+	var late time.Duration
+	for i, rep := range run.pop.Reporters {
+		if rep == nil || run.svcOf(run.pop.Callers[i].Kind()).Name != svc {
+			continue
+		}
+		for _, d := range rep.Stats().Delivered {
+			if !d.Due.Before(from) && !d.Due.After(to) {
+				late = max(late, d.Late())
+			}
+		}
+	}
+	return late
 }
