@@ -302,29 +302,68 @@ func (a *Agent) Metric(ctx context.Context, name string) (float64, error) {
 // scrapeMetric reads an unlabelled sample from base's /metrics with hc;
 // who names the process in errors.
 func scrapeMetric(ctx context.Context, hc *http.Client, base, who, name string) (float64, error) {
+	var f float64
+	found := false
+	err := scrape(ctx, hc, base, who, func(line string) (bool, error) {
+		v, ok := strings.CutPrefix(line, name+" ")
+		if !ok {
+			return true, nil
+		}
+		var err error
+		f, err = strconv.ParseFloat(v, 64)
+		found = err == nil
+		return false, err
+	})
+	if err == nil && !found {
+		err = fmt.Errorf("%s /metrics has no sample %s", who, name)
+	}
+	return f, err
+}
+
+// scrapeMetrics returns the samples of base's /metrics whose series (name
+// and labels, as exposed) starts with prefix.
+func scrapeMetrics(ctx context.Context, hc *http.Client, base, who, prefix string) (map[string]float64, error) {
+	out := map[string]float64{}
+	err := scrape(ctx, hc, base, who, func(line string) (bool, error) {
+		if !strings.HasPrefix(line, prefix) {
+			return true, nil
+		}
+		i := strings.LastIndexByte(line, ' ')
+		f, err := strconv.ParseFloat(line[i+1:], 64)
+		out[line[:max(i, 0)]] = f
+		return true, err
+	})
+	return out, err
+}
+
+// scrape reads base's /metrics, a line at a time, while each says go on.
+func scrape(ctx context.Context, hc *http.Client, base, who string, each func(line string) (bool, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return 0, fmt.Errorf("%s /metrics: %w", who, err)
+		return fmt.Errorf("%s /metrics: %w", who, err)
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return 0, fmt.Errorf("%s /metrics: %q: %v", who, sc.Text(), err)
-			}
-			return f, nil
+		more, err := each(sc.Text())
+		if err != nil {
+			return fmt.Errorf("%s /metrics: %q: %v", who, sc.Text(), err)
+		}
+		if !more {
+			return nil
 		}
 	}
-	return 0, fmt.Errorf("%s /metrics has no sample %s (%v)", who, name, sc.Err())
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("%s /metrics: %w", who, err)
+	}
+	return nil
 }
 
 // StartAgent starts an agent of servers for a test, in the test's temp

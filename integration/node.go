@@ -88,6 +88,15 @@ func (n *Node) Metric(ctx context.Context, name string) (float64, error) {
 	return scrapeMetric(ctx, hc, n.URL(), n.ID, name)
 }
 
+// Metrics returns the samples of the server's /metrics whose series
+// (name and labels, as exposed) starts with prefix: a histogram's
+// buckets, say.
+func (n *Node) Metrics(ctx context.Context, prefix string) (map[string]float64, error) {
+	hc := n.c.HTTPClient(3 * time.Second)
+	defer hc.CloseIdleConnections()
+	return scrapeMetrics(ctx, hc, n.URL(), n.ID, prefix)
+}
+
 // args returns the server's command line. Node 1 bootstraps (and resumes
 // its state on a restart); any other node joins through a live node,
 // node 1 if none other runs.

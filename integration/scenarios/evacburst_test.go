@@ -149,6 +149,15 @@ func TestEvacuateDuringBurst(t *testing.T) {
 		return n
 	}
 	t0 := transitions()
+	// How long each server's runnable goroutines waited for a CPU: a
+	// leader that steps down under the load waited about its lease.
+	sched := func() (out [3]map[string]float64) {
+		for ni, node := range r.Nodes() {
+			out[ni], _ = node.Metrics(ctx, "go_sched_latencies_seconds_bucket")
+		}
+		return out
+	}
+	sched0 := sched()
 	churnStart := churn.Now()
 	if err := churn.Start(ctx, r); err != nil {
 		t.Fatal(err)
@@ -201,13 +210,14 @@ func TestEvacuateDuringBurst(t *testing.T) {
 	})
 	mark("zone whole")
 	elections := transitions() - t0
+	sched1 := sched()
 	stopSample()
 	samples := <-sampled
 	lag := <-lagged
 	subs.Stop()
 
 	ebReport(res, tr, ebRun{r: r, sz: sz, st: st, subs: subs, evac: evac, undo: undo, burstStart: burstStart, burstEnd: burstEnd,
-		churnStart: churnStart, elections: elections, deferred: sub5(m1, m0), nodes: subNodes(n1, n0), lag: lag, settle: settle, whole: whole, samples: samples, marks: marks})
+		churnStart: churnStart, elections: elections, sched: [2][3]map[string]float64{sched0, sched1}, deferred: sub5(m1, m0), nodes: subNodes(n1, n0), lag: lag, settle: settle, whole: whole, samples: samples, marks: marks})
 	res.Report(t)
 }
 
@@ -219,9 +229,10 @@ type ebRun struct {
 	subs                             *Subscribers[ebView]
 	evac, undo                       ebCall
 	churnStart, burstStart, burstEnd time.Duration
-	elections                        float64       // leadership transitions of every server, churn to zone whole
-	deferred                         [5]float64    // the servers' counts over the burst (deferred)
-	nodes                            [3][4]float64 // by server, over the burst (deferred)
+	elections                        float64                  // leadership transitions of every server, churn to zone whole
+	sched                            [2][3]map[string]float64 // by server, its scheduler latency buckets at the churn's start and once zone c is whole
+	deferred                         [5]float64               // the servers' counts over the burst (deferred)
+	nodes                            [3][4]float64            // by server, over the burst (deferred)
 	lag                              []Point
 	settle, whole                    error
 	samples                          []ebSample
@@ -295,6 +306,14 @@ func ebReport(res *Result, tr *ebTracker, run ebRun) {
 		worst = max(worst, p.V)
 	}
 	res.Note("this process (subscribers and churn) late on a 10 ms timer: at worst %.0f ms in a second", worst*1000)
+	for ni, n := range run.r.Nodes() {
+		q, waits := histQuantiles(run.sched[0][ni], run.sched[1][ni], 0.99, 0.999, 1)
+		if waits == 0 {
+			continue
+		}
+		res.Note("%s: the Go scheduler kept runnable goroutines waiting for a CPU, from the churn's start until zone c was whole (go_sched_latencies_seconds, %.0f waits): p99 ≤ %s, p99.9 ≤ %s, longest ≤ %s",
+			n.ID, waits, secondsOr(q[0]), secondsOr(q[1]), secondsOr(q[2]))
+	}
 
 	res.Add(fmt.Sprintf("evacuation of zone %s at 99%% of subscribers, from the CLI's reply", ebZone), "< 30 s (SPEC §4: a weight or priority change)",
 		fmt.Sprintf("%s (pairs p99 %s; %d of %d pairs, %d lost the zone first, %d never; CLI %d ms)", msOr(evacShift.T99), msOr(evacShift.P99),

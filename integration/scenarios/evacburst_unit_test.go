@@ -113,3 +113,26 @@ func TestEBMatch(t *testing.T) {
 		t.Fatalf("withdrawal latency: %d samples, max %s; want 1 under 2 s", w.total, w.pct(100))
 	}
 }
+
+// TestHistQuantiles: quantiles of what a histogram observed between two
+// snapshots, by the bucket that holds them.
+func TestHistQuantiles(t *testing.T) {
+	b := func(le string, n float64) (string, float64) { return `x_bucket{le="` + le + `"}`, n }
+	snap := func(ns ...float64) map[string]float64 {
+		m := map[string]float64{}
+		for i, le := range []string{"0.001", "0.01", "0.1", "+Inf"} {
+			k, v := b(le, ns[i])
+			m[k] = v
+		}
+		return m
+	}
+	// Between the two: 90 waits ≤ 1 ms, 9 more ≤ 10 ms, 1 more ≤ 100 ms.
+	before, after := snap(100, 100, 100, 100), snap(190, 199, 200, 200)
+	q, n := histQuantiles(before, after, 0.5, 0.99, 1)
+	if n != 100 || q[0] != 0.001 || q[1] != 0.01 || q[2] != 0.1 {
+		t.Errorf("histQuantiles = %v over %v; want [0.001 0.01 0.1] over 100", q, n)
+	}
+	if _, n := histQuantiles(after, after, 0.99); n != 0 {
+		t.Errorf("nothing observed between the snapshots: count %v; want 0", n)
+	}
+}

@@ -1,10 +1,13 @@
 package scenarios
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cairn-sd/cairn/xdsserver/xdstest"
@@ -253,7 +256,10 @@ func schedLag(ctx context.Context, epoch time.Time) []Point {
 		select {
 		case <-ctx.Done():
 			return out
-		case now := <-time.After(10 * time.Millisecond):
+		case <-time.After(10 * time.Millisecond):
+			// Read once running again, not the timer's own time: the
+			// wait for a CPU after it fired is lateness too.
+			now := time.Now()
 			late := now.Sub(want)
 			if s := int(now.Sub(epoch) / time.Second); s != sec {
 				if sec >= 0 {
@@ -264,4 +270,45 @@ func schedLag(ctx context.Context, epoch time.Time) []Point {
 			worst = max(worst, late)
 		}
 	}
+}
+
+// histQuantiles reads a Prometheus histogram from two snapshots of its
+// cumulative buckets (series → count; the series carry le="…"): the
+// upper bounds of the buckets holding quantiles qs of what was observed
+// between them (+Inf past the last bound), and how many were.
+func histQuantiles(before, after map[string]float64, qs ...float64) ([]float64, float64) {
+	type bucket struct{ le, n float64 }
+	var bs []bucket
+	for series, n := range after {
+		_, rest, ok := strings.Cut(series, `le="`)
+		v, _, ok2 := strings.Cut(rest, `"`)
+		le, err := strconv.ParseFloat(v, 64) // "+Inf" too
+		if !ok || !ok2 || err != nil {
+			continue
+		}
+		bs = append(bs, bucket{le, n - before[series]})
+	}
+	slices.SortFunc(bs, func(a, b bucket) int { return cmp.Compare(a.le, b.le) })
+	out := make([]float64, len(qs))
+	if len(bs) == 0 || bs[len(bs)-1].n <= 0 {
+		return out, 0
+	}
+	total := bs[len(bs)-1].n
+	for i, q := range qs {
+		for _, b := range bs {
+			if b.n >= q*total {
+				out[i] = b.le
+				break
+			}
+		}
+	}
+	return out, total
+}
+
+// secondsOr is a bucket bound in seconds, readably.
+func secondsOr(s float64) string {
+	if math.IsInf(s, 1) {
+		return "+Inf"
+	}
+	return time.Duration(s * float64(time.Second)).Round(time.Microsecond).String()
 }

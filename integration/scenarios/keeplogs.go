@@ -3,8 +3,10 @@ package scenarios
 import (
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -55,4 +57,18 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	return out.Close()
+}
+
+// EnvDebugPort, set to a port number P, gives server i (from 1)
+// --debug-addr 127.0.0.1:P+i: Go's profiles of a scenario's servers
+// while it runs (go tool pprof http://127.0.0.1:P+i/debug/pprof/profile).
+const EnvDebugPort = "CAIRN_SCENARIO_DEBUG_PORT"
+
+// debugArgs are server i's --debug-addr under EnvDebugPort.
+func debugArgs(i int) []string {
+	p, err := strconv.Atoi(os.Getenv(EnvDebugPort))
+	if err != nil || p <= 0 {
+		return nil
+	}
+	return []string{"--debug-addr", net.JoinHostPort("127.0.0.1", strconv.Itoa(p+i))}
 }

@@ -412,7 +412,7 @@ func (r *Region) Start(t testing.TB) {
 	args = append(args, r.netlabSubnetArgs()...)
 	r.Cluster = integration.StartClusterWith(t, integration.Config{
 		Nodes: len(Zones()), Args: append(args, r.ServerArgs...), Token: AdminToken,
-		NodeArgs: serverArgs,
+		NodeArgs: func(i int) []string { return append(serverArgs(i), debugArgs(i)...) },
 	})
 	r.StartTimes.Servers = time.Since(start)
 	f := awaitFleet()

@@ -75,10 +75,14 @@ func Identity(given, dir string) (string, error) {
 }
 
 // NewRegistry returns a metrics registry with the Go runtime's and the
-// process's collectors.
+// process's collectors. The Go collector adds the scheduler's metrics to
+// its defaults: go_sched_latencies_seconds, how long runnable goroutines
+// waited for a CPU, is what starves raft's heartbeats when a fan-out
+// saturates the cores (docs/operating.md).
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	goc := collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.MetricsScheduler))
+	reg.MustRegister(goc, collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
 }
 
