@@ -24,8 +24,12 @@ const dnsAnswerLimit = 8
 // outcomeWithdrawal is the longest from a replica turning slow until
 // the leader withdraws it on its callers' evidence alone, part by part
 // (SPEC §2's outcome rules with the policy's defaults). A caller that
-// rotates over m instances at replicaRate sends to it within m/rate,
-// and that request times out after the caller's deadline. A report
+// rotates over m instances at replicaRate sends to it every m/rate, but
+// its rotation starts again in another order at each new answer (a DNS
+// answer's order is a weighted draw; grpc-go's round robin starts at a
+// random place with each assignment), so two sends to it may be as far
+// as (2m-1)/rate apart; a request sent to it times out after the
+// caller's deadline. A report
 // window fails when more than half of its requests to the replica did
 // (the failure threshold, 0.5), so the first window sure to fail is the
 // first that holds no success from before the fault (it starts after
@@ -39,11 +43,11 @@ const dnsAnswerLimit = 8
 // each within a report interval (every caller sending to it reports
 // every interval), and the evaluation round that consumes the last.
 func outcomeWithdrawal(m int) (time.Duration, string) {
-	send := time.Duration(float64(m) / replicaRate * float64(time.Second))
+	send := time.Duration(float64(2*m-1) / replicaRate * float64(time.Second))
 	window := max(reportInterval, replicaTimeout+send)
 	more := time.Duration(withdrawAfter-1) * reportInterval
 	total := window + reportInterval + more + evalRound
-	return total, fmt.Sprintf("first failing window max(report %s, deadline %s + next send %s (%d instances at %d/s)) + its report %s + %d more reports for withdraw_after %d %s + evaluation round %s",
+	return total, fmt.Sprintf("first failing window max(report %s, deadline %s + next send %s (2×%d-1 instances at %d/s: a new answer's order)) + its report %s + %d more reports for withdraw_after %d %s + evaluation round %s",
 		reportInterval, replicaTimeout, send.Round(10*time.Millisecond), m, replicaRate, reportInterval, withdrawAfter-1, withdrawAfter, more, evalRound)
 }
 
