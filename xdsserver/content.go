@@ -3,6 +3,7 @@ package xdsserver
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"hash/maphash"
 	"net"
 	"slices"
@@ -167,17 +168,15 @@ func buildCommon(svc status.ServiceInfo, lrs bool, clusters, listeners map[strin
 	return nil
 }
 
-// put encodes msg, a resource of svc, and files it under name.
+// put encodes msg, a resource of svc, and files it under name. The
+// body is its deterministic encoding, the one its digest is of: one
+// encoding for both (a table of the burst encodes thousands).
 func put(m map[string]resource, svc status.ServiceInfo, name string, msg proto.Message) error {
-	v, err := Digest(msg)
-	if err != nil {
-		return err
+	body := &anypb.Any{}
+	if err := anypb.MarshalFrom(body, msg, proto.MarshalOptions{Deterministic: true}); err != nil {
+		return fmt.Errorf("xdsserver: encoding %T: %w", msg, err)
 	}
-	body, err := anypb.New(msg)
-	if err != nil {
-		return err
-	}
-	m[name] = resource{version: v, body: body, ns: svc.Namespace, svc: svc.Name}
+	m[name] = resource{version: digestOf(body.Value), body: body, ns: svc.Namespace, svc: svc.Name}
 	return nil
 }
 

@@ -90,3 +90,55 @@ func BenchmarkHubRefreshOneWithdrawal(b *testing.B) {
 		h.refresh()
 	}
 }
+
+// BenchmarkHubRefreshBurst is the hub's work for one table of
+// experiment 4's burst (integration/scenarios): 40 services of 50
+// instances over three zones, subscribers in each zone, and a table
+// that changes 10 of the services (a burst of 40,000 changes a minute
+// published every 100 ms changes most of them).
+//
+//	go test -run '^$' -bench HubRefreshBurst -benchtime 300x -count 5 ./xdsserver/
+func BenchmarkHubRefreshBurst(b *testing.B) {
+	const nsvc, per, changed = 40, 50, 10
+	zones := []string{"a", "b", "c"}
+	svcs := benchServices(nsvc, per)
+	for i := range svcs {
+		for j := range svcs[i].Instances {
+			svcs[i].Instances[j] = svcs[i].Instances[j].In("r", zones[j%len(zones)])
+		}
+	}
+	tb := statustest.New(b, nsvc*per*2)
+	tb.Publish(b, svcs...)
+	m, _ := newMetrics(nil)
+	h := newHub(tb.Publisher, m)
+	for _, z := range zones {
+		for k := range 20 {
+			mem, err := h.join(place{region: "r", zone: z}, newSignal(), false)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var names []string
+			for j := range 10 {
+				names = append(names, fmt.Sprintf("s%03d.bench:grpc", (k*10+j)%nsvc))
+			}
+			h.watch(mem, endpointIdx, false, names, nil)
+		}
+	}
+	h.refresh()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		t := tb.Publisher.Acquire()
+		var slots []int
+		for k := range changed {
+			slots = append(slots, int(t.Members(uint32(1 + (i*changed+k)%nsvc))[i%per]))
+		}
+		t.Release()
+		for _, s := range slots {
+			flipOnCommit(b, tb.Publisher, s)
+		}
+		b.StartTimer()
+		h.refresh()
+	}
+}

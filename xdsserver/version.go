@@ -29,8 +29,13 @@ func Digest(m proto.Message) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("xdsserver: encoding %T: %w", m, err)
 	}
+	return digestOf(b), nil
+}
+
+// digestOf is the digest of a deterministic encoding.
+func digestOf(b []byte) string {
 	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:versionDigestN]), nil
+	return hex.EncodeToString(sum[:versionDigestN])
 }
 
 // FormatVersion returns the wire version of content digest sent from a

@@ -2,6 +2,7 @@ package xdsserver
 
 import (
 	"context"
+	"fmt"
 	"hash/maphash"
 	"maps"
 	"slices"
@@ -407,7 +408,12 @@ func (h *hub) putView(m map[string]resource, t *status.Table, id uint32, fp uint
 	if err != nil {
 		return err
 	}
-	content, err := Digest(v.Encode())
+	// The view's digest is of its content without the revision stamped
+	// in it: the same members from a server that stamped them at another
+	// revision are the same view, not sent again. Encoded once, digested
+	// unstamped, then stamped for the body.
+	cla := v.Encode()
+	content, err := Digest(cla)
 	if err != nil {
 		return err
 	}
@@ -418,15 +424,13 @@ func (h *hub) putView(m map[string]resource, t *status.Table, id uint32, fp uint
 		m[name] = prev.res
 		return nil
 	}
-	v.Revision = t.StoreRevision()
-	if err := put(m, v.Service, name, v.Encode()); err != nil {
-		return err
+	agentview.Stamp(cla, t.StoreRevision())
+	body, err := anypb.New(cla)
+	if err != nil {
+		return fmt.Errorf("xdsserver: encoding the view of %s: %w", name, err)
 	}
-	r := m[name]
-	// The view's digest is of its content without the revision stamped
-	// in it: the same members from a server that stamped them at another
-	// revision are the same view, not sent again.
-	r.version, r.changed, r.rev, r.rotation = content, t.Built(), t.StoreRevision(), v.InRotation()
+	r := resource{version: content, body: body, ns: v.Service.Namespace, svc: v.Service.Name}
+	r.changed, r.rev, r.rotation = t.Built(), t.StoreRevision(), v.InRotation()
 	r.withdraws = had && !subset(prev.res.rotation, r.rotation)
 	m[name] = r
 	h.views[id] = svcView{fp: fp, name: name, res: r}

@@ -174,6 +174,18 @@ func (v *View) Encode() *endpointv3.ClusterLoadAssignment {
 	return cla
 }
 
+// Stamp sets the revision of cla, a view Encode made, to rev: what
+// Encode of the view at that revision makes, without encoding it again.
+// A cla Encode did not make is left as it is.
+func Stamp(cla *endpointv3.ClusterLoadAssignment, rev uint64) {
+	if len(cla.GetEndpoints()) == 0 {
+		return
+	}
+	if head := cla.Endpoints[0].GetMetadata().GetFilterMetadata()[ServiceKey]; head != nil && head.Fields != nil {
+		head.Fields["revision"] = structpb.NewStringValue(strconv.FormatUint(rev, 10))
+	}
+}
+
 func (in *Instance) encode(svc status.ServiceInfo) *endpointv3.LbEndpoint {
 	var first uint16
 	if len(svc.Ports) > 0 {
