@@ -84,6 +84,47 @@ func TestShiftPublishedOnCommit(t *testing.T) {
 	}
 }
 
+// TestReturnWaitsForTheRound: an evacuation is signalled and published
+// at once; its end (the zone starts to return, an admission) is not
+// signalled, and reaches the table at the node's next round, so that the
+// servers' fan-outs of a return's step do not all fall together.
+func TestReturnWaitsForTheRound(t *testing.T) {
+	h := newHarness(t, 0, nil)
+	svc := tcpService("shop", "cart")
+	h.apply(svc)
+	var fleet []wire.Instance
+	for i, z := range []string{"a", "b"} {
+		r := reg(svc, z+"1", fmt.Sprintf("10.0.0.%d", i+1))
+		r.Region, r.Zone = "r1", z
+		fleet = append(fleet, h.register(r))
+	}
+	h.tick(0)
+	if _, err := h.st.Evacuate(t.Context(), "admin", wire.EvacuateRequest{Zone: "a", Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	<-h.st.Shifted() // signalled: TestShiftPublishedOnCommit
+	h.n.publishShift()
+	before := h.st.ShiftRevision()
+	if _, err := h.st.Evacuate(t.Context(), "admin", wire.EvacuateRequest{Zone: "a", Undo: true}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-h.st.Shifted():
+		t.Error("the store signalled the end of an evacuation: a return's step would be published by every node at once")
+	default:
+	}
+	if after := h.st.ShiftRevision(); after <= before {
+		t.Errorf("ShiftRevision after the undo: %d, want past %d", after, before)
+	}
+	if e := h.entry(fleet[0]); !e.Evacuated() {
+		t.Errorf("a1 after the undo, before the round: %+v; want still evacuated", e)
+	}
+	h.tick(time.Second)
+	if e := h.entry(fleet[0]); !e.Returning() {
+		t.Errorf("a1 after the undo and a round: %+v; want returning", e)
+	}
+}
+
 // TestShiftPublishedAfterAWithdrawalCopy: a withdrawal published on
 // commit after the evacuation stamps a copy of the table with a newer
 // revision; the shift is still built at once, not at the next round.

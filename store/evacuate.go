@@ -34,12 +34,15 @@ type evacStep struct {
 	Done bool `json:"done,omitempty"`
 }
 
-// Shifted is signalled when an applied log entry has started, renewed,
-// ended or moved on an evacuation: the zone's share of the traffic
-// changed. The one reader, the node's table builder, then rebuilds its
-// table from the replica at once rather than at its next round, so that
-// an evacuation reaches DNS and xDS within a second (issue 30) and every
-// node publishes a return's step together.
+// Shifted is signalled when an applied log entry has started or
+// renewed an evacuation: traffic must leave the zone. The one reader,
+// the node's table builder, then rebuilds its table from the replica at
+// once rather than at its next round, so that an evacuation reaches DNS
+// and xDS within a second (issue 30). An entry that ends one or steps,
+// pauses or resumes a return moves traffic back, an admission: each
+// node's next round (a second at most) publishes it, so that the
+// servers' fan-outs of a step do not all fall at the same moment
+// (docs/decisions.md, "A return's steps wait for each node's round").
 func (s *Store) Shifted() <-chan struct{} { return s.shifts }
 
 // ShiftRevision is the revision of the last applied entry (or installed
@@ -136,7 +139,7 @@ func (f *fsm) evacuate(index uint64, c command) (wire.Evacuation, error) {
 		delete(f.evacs, cur.ID)
 	}
 	f.evacs[e.ID] = &e
-	f.shifted = true
+	f.shifted, f.shiftNow = true, true
 	why := "started"
 	switch {
 	case cur != nil && cur.EndedAt.IsZero():

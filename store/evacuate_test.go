@@ -247,10 +247,12 @@ func TestEvacuateDisregardedIsNoCapacity(t *testing.T) {
 }
 
 // TestEvacuationEntriesSignalShift: every entry that moves an
-// evacuation (start, renewal, undo, expiry, a step of the return) calls
-// onShift once applied, so that the table builder publishes it at once;
-// a refused evacuation, a step that changes nothing and entries about
-// something else do not.
+// evacuation (start, renewal, undo, expiry, a step of the return) moves
+// the shift revision once applied; only a start or a renewal (traffic
+// must leave the zone) calls onShift, so that the table builder
+// publishes it at once, while the return's moves wait for each node's
+// round. A refused evacuation, a step that changes nothing and entries
+// about something else do neither.
 func TestEvacuationEntriesSignalShift(t *testing.T) {
 	l := zonedLog(t, 100*time.Second)
 	shifts := 0
@@ -262,34 +264,39 @@ func TestEvacuationEntriesSignalShift(t *testing.T) {
 		l.f.mu.Unlock()
 		shifts++
 	}
-	want := func(what string, n int) {
+	moves, last := 0, l.f.shiftRev
+	want := func(what string, n, m int) {
 		t.Helper()
-		if shifts != n {
-			t.Fatalf("%s: onShift called %d times in all, want %d", what, shifts, n)
+		if l.f.shiftRev != last {
+			moves, last = moves+1, l.f.shiftRev
+		}
+		if shifts != n || moves != m {
+			t.Fatalf("%s: onShift called %d times in all, the shift revision moved %d times; want %d and %d", what, shifts, moves, n, m)
 		}
 	}
 	withdraw(l, t, "b1")
-	want("a withdrawal", 0)
+	want("a withdrawal", 0, 0)
 	r := l.must(evacCmd(wire.EvacuateRequest{Zone: "a", Expires: wire.Duration(time.Hour)}))
-	want("a start", 1)
+	want("a start", 1, 1)
 	l.must(evacCmd(wire.EvacuateRequest{Zone: "a", Reason: "renewed", Expires: wire.Duration(time.Hour)}))
-	want("a renewal", 2)
+	want("a renewal", 2, 2)
 	if r := l.apply(evacCmd(wire.EvacuateRequest{Zone: "b", Namespace: "prod", Service: "nope"})); r.Err == nil {
 		t.Fatal("an evacuation of an unknown service was accepted")
 	}
-	want("a refusal", 2)
+	want("a refusal", 2, 2)
 	// A step naming the evacuation before its expiry changes nothing.
 	id := r.Evacuation.ID
 	l.must(command{Op: opEvacuationStep, At: l.now.Add(time.Minute), Actor: "node:n1", EvacSteps: []evacStep{{ID: id, Expire: true}}})
-	want("an expiry applied early", 2)
+	want("an expiry applied early", 2, 2)
 	l.must(command{Op: opEvacuationStep, At: l.now.Add(2 * time.Hour), Actor: "node:n1", EvacSteps: []evacStep{{ID: id, Expire: true}}})
-	want("the expiry", 3)
+	want("the expiry", 2, 3)
 	l.must(command{Op: opEvacuationStep, At: l.now.Add(3 * time.Hour), Actor: "node:n1",
 		EvacSteps: []evacStep{{ID: id, Returned: wire.Duration(30 * time.Second)}}})
-	want("a step of the return", 4)
+	want("a step of the return", 2, 4)
 	l.must(evacCmd(wire.EvacuateRequest{Zone: "c"}))
+	want("a second evacuation started", 3, 5)
 	l.must(evacCmd(wire.EvacuateRequest{Zone: "c", Undo: true}))
-	want("a second evacuation started and undone", 6)
+	want("the second evacuation undone", 3, 6)
 }
 
 // TestReturnHeldWithoutLeader: ten minutes without a leader in the

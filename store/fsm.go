@@ -167,9 +167,11 @@ type fsm struct {
 	withdrawn  []Withdrawal
 	onWithdraw func(rev uint64, ws []Withdrawal)
 	// shifted is set during an Apply that started, renewed, ended or
-	// stepped an evacuation (traffic moves between zones); onShift, if
-	// set, is called after such an Apply, under no lock.
-	shifted bool
+	// stepped an evacuation (traffic moves between zones); shiftNow
+	// when it started or renewed one (traffic must leave the zone at
+	// once). onShift, if set, is called after an Apply that set
+	// shiftNow, under no lock.
+	shifted, shiftNow bool
 	// shiftRev is the index of the last entry that moved a shift (or
 	// of the snapshot installed last): not replicated state, what a
 	// table builder compares its catalog's revision with (ShiftRevision).
@@ -225,9 +227,10 @@ func (f *fsm) Apply(l *raft.Log) any {
 	if shifted {
 		f.shiftRev = l.Index
 	}
-	f.withdrawn, f.shifted = nil, false
+	now := f.shiftNow
+	f.withdrawn, f.shifted, f.shiftNow = nil, false, false
 	f.mu.Unlock()
-	if shifted && f.onShift != nil {
+	if now && f.onShift != nil {
 		f.onShift()
 	}
 	if r.Created && f.onRegister != nil {
