@@ -93,6 +93,11 @@ func New(cfg Config) (*Node, error) {
 // loop builds a first table at once, so that the servers reading the
 // table have one to read. Config.Publish is run by no one else.
 func (n *Node) Run(ctx context.Context) error {
+	// Whatever ends the loop ends the prober too, a panic included:
+	// waiting for a prober still running would hang the panic (the node
+	// serving its last table, stale, and saying nothing) instead of
+	// letting it crash the process.
+	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	if p := n.cfg.Prober; p != nil {
 		wg.Add(2)
@@ -111,6 +116,7 @@ func (n *Node) Run(ctx context.Context) error {
 		}()
 	}
 	defer wg.Wait()
+	defer cancel() // before the Wait
 	return n.pub.Run(ctx, n.round)
 }
 

@@ -15,7 +15,14 @@ import (
 // eligible: nothing is admitted, no weight rises, and the work is one
 // copy of the table whatever was withdrawn. It runs on the loop's
 // goroutine, between rounds.
-func (n *Node) publishWithdrawals(ctx context.Context) {
+func (n *Node) publishWithdrawals(ctx context.Context) { n.publishWithdrawalsFrom(ctx, true) }
+
+// publishWithdrawalsFrom is publishWithdrawals; without rebuild, a
+// withdrawal that needs the table rebuilt from the replica (the feed
+// overflowed, or the copy would empty a service) publishes nothing: the
+// round that called it builds from the replica before it ends, and a
+// rebuild here would refresh the catalog the round is reading.
+func (n *Node) publishWithdrawalsFrom(ctx context.Context, rebuild bool) {
 	if n.restored.Load() {
 		// The kept table's slots are not this node's yet: the first
 		// build after the store has caught up has every withdrawal.
@@ -35,7 +42,9 @@ func (n *Node) publishWithdrawals(ctx context.Context) {
 		}
 		// More than the feed holds: rebuild from the replica now (no
 		// evaluation: that keeps its cadence).
-		n.rebuildNow()
+		if rebuild {
+			n.rebuildNow()
+		}
 		return
 	}
 	start := time.Now()
@@ -58,8 +67,10 @@ func (n *Node) publishWithdrawals(ctx context.Context) {
 		// that no subscriber is sent an empty view of a service that
 		// has instances (field notes X6). Rare: only a withdrawal that
 		// takes a service's last eligible entry pays for a build.
-		n.m.emptyingRebuilds.Inc()
-		n.rebuildNow()
+		if rebuild {
+			n.m.emptyingRebuilds.Inc()
+			n.rebuildNow()
+		}
 		return
 	}
 	defer cur.Release()
@@ -200,6 +211,15 @@ func (n *Node) rebuildNow() {
 // back. The refreshes and the build are not at a point where a table may
 // be published; what is applied during the second refresh and the
 // build waits for the build's end.
+//
+// It never refreshes the catalog: the round reads it (the evaluation
+// pauses in the middle of a service list), and a refresh writes the new
+// catalog over the old one's instances. A withdrawal that needs a
+// rebuild from the replica (the feed overflowed, or the copy would
+// leave a service nothing in rotation) waits for the round's own build:
+// in a burst that empties services, rebuilding here once rewrote the
+// instances under the evaluation, which panicked (an id out of range)
+// and hung the node.
 func (n *Node) PublishPending(ctx context.Context) {
 	select {
 	case <-n.cfg.Store.Withdrawn():
@@ -207,7 +227,7 @@ func (n *Node) PublishPending(ctx context.Context) {
 	default:
 		return
 	}
-	n.publishWithdrawals(ctx)
+	n.publishWithdrawalsFrom(ctx, false)
 }
 
 // WaitPublished waits until this node's published table reflects the

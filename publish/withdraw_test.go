@@ -2,6 +2,7 @@ package publish
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -180,5 +181,54 @@ func TestWithdrawalNeverEmptiesAServiceWithInstances(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(h.n.m.emptyingRebuilds); got != 1 {
 		t.Errorf("cairn_health_withdrawal_rebuilds_total = %v, want 1", got)
+	}
+}
+
+// TestPublishPendingLeavesTheCatalogAlone: the round's PublishPending,
+// called while the evaluation reads the catalog, never refreshes it: a
+// withdrawal that would empty a service (one that needs a rebuild from
+// the replica) publishes nothing then, and the round's own build
+// publishes it. A refresh there wrote the new catalog over the
+// instances the evaluation was reading (in the xDS bench's burst the
+// evaluator panicked on an id out of range, and the node hung).
+func TestPublishPendingLeavesTheCatalogAlone(t *testing.T) {
+	h := newHarness(t, 0, nil)
+	svc := tcpService("shop", "cart")
+	svc.Policy.MaxUnavailable = "2" // not a test of budgets
+	h.apply(svc)
+	fleet := h.fleet(svc, "a", 1)
+	h.tick(0)
+	before := h.n.Catalog().Rev
+	svcs := h.n.Catalog().Services // what the round ranges over
+	var keys []string
+	for _, cs := range svcs {
+		for _, in := range cs.Instances {
+			keys = append(keys, in.Key)
+		}
+	}
+	ctx := t.Context()
+	if _, err := h.st.Deregister(ctx, "admin", fleet[0].Key(), fleet[0].Incarnation); err != nil {
+		t.Fatal(err)
+	}
+	h.n.PublishPending(ctx) // the round's call, mid-evaluation
+	if got := h.n.Catalog().Rev; got != before {
+		t.Errorf("PublishPending refreshed the catalog: revision %d, was %d", got, before)
+	}
+	var after []string
+	for _, cs := range svcs {
+		for _, in := range cs.Instances {
+			after = append(after, in.Key)
+		}
+	}
+	if !slices.Equal(after, keys) {
+		t.Errorf("the catalog the round holds was written over: its instances %v, were %v", after, keys)
+	}
+	if got := testutil.ToFloat64(h.n.m.emptyingRebuilds); got != 0 {
+		t.Errorf("cairn_health_withdrawal_rebuilds_total = %v, want 0 (the round builds)", got)
+	}
+	// The round's build publishes the withdrawal.
+	h.tick(0)
+	if e, ok := h.n.Status(fleet[0].Key().String(), fleet[0].Incarnation); ok && e.Flags.Has(status.Eligible) {
+		t.Errorf("deregistered %s still eligible after the round: %+v", fleet[0].ID, e)
 	}
 }
