@@ -42,11 +42,10 @@ func TestShiftOf(t *testing.T) {
 	}
 }
 
-// TestShiftPublishedOnCommit: an evacuation is in the table as soon as
-// the store has applied it and the loop has taken the signal, before
-// any round: its zone's instances shifted whole, the others not. With
-// the table current, the signal builds nothing more.
-func TestShiftPublishedOnCommit(t *testing.T) {
+// zoneAEvacuated registers shop/cart's a1 (zone a) and b1 (zone b),
+// publishes them, and evacuates zone a: the table does not have it yet.
+func zoneAEvacuated(t *testing.T) (*harness, []wire.Instance) {
+	t.Helper()
 	h := newHarness(t, 0, nil)
 	svc := tcpService("shop", "cart")
 	h.apply(svc)
@@ -60,6 +59,15 @@ func TestShiftPublishedOnCommit(t *testing.T) {
 	if _, err := h.st.Evacuate(t.Context(), "admin", wire.EvacuateRequest{Zone: "a", Force: true}); err != nil {
 		t.Fatal(err)
 	}
+	return h, fleet
+}
+
+// TestShiftPublishedOnCommit: an evacuation is in the table as soon as
+// the store has applied it and the loop has taken the signal, before
+// any round: its zone's instances shifted whole, the others not. With
+// the table current, the signal builds nothing more.
+func TestShiftPublishedOnCommit(t *testing.T) {
+	h, fleet := zoneAEvacuated(t)
 	select {
 	case <-h.st.Shifted():
 	default:
@@ -89,19 +97,7 @@ func TestShiftPublishedOnCommit(t *testing.T) {
 // signalled, and reaches the table at the node's next round, so that the
 // servers' fan-outs of a return's step do not all fall together.
 func TestReturnWaitsForTheRound(t *testing.T) {
-	h := newHarness(t, 0, nil)
-	svc := tcpService("shop", "cart")
-	h.apply(svc)
-	var fleet []wire.Instance
-	for i, z := range []string{"a", "b"} {
-		r := reg(svc, z+"1", fmt.Sprintf("10.0.0.%d", i+1))
-		r.Region, r.Zone = "r1", z
-		fleet = append(fleet, h.register(r))
-	}
-	h.tick(0)
-	if _, err := h.st.Evacuate(t.Context(), "admin", wire.EvacuateRequest{Zone: "a", Force: true}); err != nil {
-		t.Fatal(err)
-	}
+	h, fleet := zoneAEvacuated(t)
 	<-h.st.Shifted() // signalled: TestShiftPublishedOnCommit
 	h.n.publishShift()
 	before := h.st.ShiftRevision()

@@ -54,6 +54,23 @@ func flipOnCommit(tb testing.TB, pub *status.Publisher, slot int) {
 	}
 }
 
+// watchers joins n streams to h in place p, stream k watching the
+// assignments of services 10k to 10k+9 (mod nsvc).
+func watchers(b *testing.B, h *hub, p place, n, nsvc int) {
+	b.Helper()
+	for k := range n {
+		mem, err := h.join(p, newSignal(), false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var names []string
+		for j := range 10 {
+			names = append(names, fmt.Sprintf("s%03d.bench:grpc", (k*10+j)%nsvc))
+		}
+		h.watch(mem, endpointIdx, false, names, nil)
+	}
+}
+
 // BenchmarkHubRefreshOneWithdrawal is the hub's work for one withdrawal
 // published on commit, in bench/cmd/xdsload's steady layout at 2,000
 // streams: 400 services of 8 endpoints, one place, each stream watching
@@ -66,17 +83,7 @@ func BenchmarkHubRefreshOneWithdrawal(b *testing.B) {
 	tb.Publish(b, benchServices(nsvc, 8)...)
 	m, _ := newMetrics(nil)
 	h := newHub(tb.Publisher, m)
-	for k := range 2000 {
-		mem, err := h.join(place{}, newSignal(), false)
-		if err != nil {
-			b.Fatal(err)
-		}
-		var names []string
-		for j := range 10 {
-			names = append(names, fmt.Sprintf("s%03d.bench:grpc", (k*10+j)%nsvc))
-		}
-		h.watch(mem, endpointIdx, false, names, nil)
-	}
+	watchers(b, h, place{}, 2000, nsvc)
 	h.refresh()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -112,17 +119,7 @@ func BenchmarkHubRefreshBurst(b *testing.B) {
 	m, _ := newMetrics(nil)
 	h := newHub(tb.Publisher, m)
 	for _, z := range zones {
-		for k := range 20 {
-			mem, err := h.join(place{region: "r", zone: z}, newSignal(), false)
-			if err != nil {
-				b.Fatal(err)
-			}
-			var names []string
-			for j := range 10 {
-				names = append(names, fmt.Sprintf("s%03d.bench:grpc", (k*10+j)%nsvc))
-			}
-			h.watch(mem, endpointIdx, false, names, nil)
-		}
+		watchers(b, h, place{region: "r", zone: z}, 20, nsvc)
 	}
 	h.refresh()
 	b.ReportAllocs()
