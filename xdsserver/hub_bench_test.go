@@ -71,6 +71,26 @@ func watchers(b *testing.B, h *hub, p place, n, nsvc int) {
 	}
 }
 
+// refreshes times b.N refreshes of h, each after flipping (untimed) the
+// slots that change picks from the current table for iteration i.
+func refreshes(b *testing.B, h *hub, pub *status.Publisher, change func(i int, t *status.Table) []int) {
+	b.Helper()
+	h.refresh()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		b.StopTimer()
+		t := pub.Acquire()
+		slots := change(i, t)
+		t.Release()
+		for _, s := range slots {
+			flipOnCommit(b, pub, s)
+		}
+		b.StartTimer()
+		h.refresh()
+	}
+}
+
 // BenchmarkHubRefreshOneWithdrawal is the hub's work for one withdrawal
 // published on commit, in bench/cmd/xdsload's steady layout at 2,000
 // streams: 400 services of 8 endpoints, one place, each stream watching
@@ -84,18 +104,9 @@ func BenchmarkHubRefreshOneWithdrawal(b *testing.B) {
 	m, _ := newMetrics(nil)
 	h := newHub(tb.Publisher, m)
 	watchers(b, h, place{}, 2000, nsvc)
-	h.refresh()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := range b.N {
-		b.StopTimer()
-		t := tb.Publisher.Acquire()
-		slot := int(t.Members(uint32(1 + i%nsvc))[0])
-		t.Release()
-		flipOnCommit(b, tb.Publisher, slot)
-		b.StartTimer()
-		h.refresh()
-	}
+	refreshes(b, h, tb.Publisher, func(i int, t *status.Table) []int {
+		return []int{int(t.Members(uint32(1 + i%nsvc))[0])}
+	})
 }
 
 // BenchmarkHubRefreshBurst is the hub's work for one table of
@@ -121,21 +132,11 @@ func BenchmarkHubRefreshBurst(b *testing.B) {
 	for _, z := range zones {
 		watchers(b, h, place{region: "r", zone: z}, 20, nsvc)
 	}
-	h.refresh()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := range b.N {
-		b.StopTimer()
-		t := tb.Publisher.Acquire()
+	refreshes(b, h, tb.Publisher, func(i int, t *status.Table) []int {
 		var slots []int
 		for k := range changed {
 			slots = append(slots, int(t.Members(uint32(1 + (i*changed+k)%nsvc))[i%per]))
 		}
-		t.Release()
-		for _, s := range slots {
-			flipOnCommit(b, tb.Publisher, s)
-		}
-		b.StartTimer()
-		h.refresh()
-	}
+		return slots
+	})
 }
