@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/cairn-sd/cairn/bench/benchproc"
+	"github.com/cairn-sd/cairn/bench/pace"
 	"github.com/cairn-sd/cairn/xdsserver/xdstest"
 )
 
@@ -479,7 +480,7 @@ func (d *driver) done(svc, ep int, port uint16, err error) {
 }
 
 // drive makes changes at the rate for the duration, and returns how
-// many it made, and how many ticks found no endpoint to change. Changes
+// many it made, and how many times it found no endpoint to change. Changes
 // wait for a free worker: when the target's API cannot keep up, fewer
 // are made (the report gives the achieved rate).
 func (d *driver) drive(ctx context.Context, w *world) (issued, skipped int) {
@@ -506,16 +507,16 @@ func (d *driver) drive(ctx context.Context, w *world) (issued, skipped int) {
 			}
 		})
 	}
-	interval := time.Duration(float64(time.Minute) / d.o.rate)
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	end := time.Now().Add(d.o.duration)
+	// Each change is due at its place in the schedule: one the generator
+	// is late for goes at once, rather than being dropped as a ticker's
+	// missed tick would be.
+	start := time.Now()
+	sched := pace.New(start, d.o.rate, nil)
+	end := start.Add(d.o.duration)
 loop:
-	for time.Now().Before(end) {
-		select {
-		case <-ctx.Done():
+	for sched.Due().Before(end) {
+		if _, err := sched.Next(ctx); err != nil {
 			break loop
-		case <-t.C:
 		}
 		svc, ep, port, ok := d.next()
 		if !ok {
