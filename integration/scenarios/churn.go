@@ -308,11 +308,12 @@ func (c *Churn) drive(ctx context.Context, r *Region, clients []*client.Client) 
 		// Each change is due at its place in the phase's schedule: one the
 		// generator is late for goes at once, rather than being dropped as
 		// a ticker's missed tick would be (on a busy host that cost a
-		// third of the burst).
+		// third of the burst). The phase ends at its time all the same:
+		// what the region could not take in it is not made.
 		start := time.Now()
 		sched := pace.New(start, p.Rate, nil)
 		end := start.Add(p.For)
-		for sched.Due().Before(end) {
+		for sched.Due().Before(end) && time.Now().Before(end) {
 			if _, err := sched.Next(ctx); err != nil {
 				break
 			}

@@ -509,12 +509,13 @@ func (d *driver) drive(ctx context.Context, w *world) (issued, skipped int) {
 	}
 	// Each change is due at its place in the schedule: one the generator
 	// is late for goes at once, rather than being dropped as a ticker's
-	// missed tick would be.
+	// missed tick would be. The run ends at its time all the same: what
+	// the target could not take in it is not made.
 	start := time.Now()
 	sched := pace.New(start, d.o.rate, nil)
 	end := start.Add(d.o.duration)
 loop:
-	for sched.Due().Before(end) {
+	for sched.Due().Before(end) && time.Now().Before(end) {
 		if _, err := sched.Next(ctx); err != nil {
 			break loop
 		}
