@@ -28,7 +28,6 @@ func serveLoop[Req any](ctx context.Context, pe *peer, first Req, stale bool, wa
 	recv func() (Req, error), request func(Req) error, changed func() error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	defer pe.sig.release()
 	if err := request(first); err != nil {
 		return err
 	}
@@ -79,7 +78,7 @@ func serveLoop[Req any](ctx context.Context, pe *peer, first Req, stale bool, wa
 				return err
 			}
 		case <-pe.sig.ch:
-			if err := pe.sig.pass(changed); err != nil {
+			if err := changed(); err != nil {
 				return err
 			}
 		case <-heldC:

@@ -286,40 +286,38 @@ func (h *hub) viewsOf(books []*ackBook) []*view {
 // a changed cluster or listener (the same in every place), and of a
 // changed assignment the watchers served from the place it changed in.
 func (h *hub) wakeLocked(common [numTypes]map[string]bool, eds map[*placeState]map[string]bool) {
-	w := newWave()
-	defer func() { w.sealed(); h.wave = w }()
 	for _, i := range []int{clusterIdx, listenerIdx} {
 		if len(common[i]) == 0 {
 			continue
 		}
 		for m := range h.wild[i] {
-			w.wake(m.sig)
+			m.sig.wake()
 		}
 		for name := range common[i] {
 			for _, m := range h.names[i][name] {
 				m.mark(i, name)
-				w.wake(m.sig)
+				m.sig.wake()
 			}
 		}
 	}
 	for ps, names := range eds {
 		for m := range h.wild[endpointIdx] {
 			if m.home == ps {
-				w.wake(m.sig)
+				m.sig.wake()
 			}
 		}
 		for name := range names {
 			for _, m := range h.names[endpointIdx][name] {
 				if m.home == ps {
 					m.mark(endpointIdx, name)
-					w.wake(m.sig)
+					m.sig.wake()
 				}
 			}
 		}
 	}
 	for m, rev := range h.revWait {
 		if v := m.home.view; v != nil && v.rev >= rev {
-			w.wake(m.sig)
+			m.sig.wake()
 			delete(h.revWait, m)
 		}
 	}

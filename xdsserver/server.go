@@ -55,11 +55,6 @@ type Config struct {
 	Restored func() bool
 	// StaleAfter defaults to 5s, the DNS server's default.
 	StaleAfter time.Duration
-	// PassWait is the most the hub waits, after following a table, for
-	// the streams it woke to make their pass before it follows the next
-	// (wave.go): what changes meanwhile goes in one wave. Defaults to
-	// DefaultPassWait; negative: it does not wait.
-	PassWait time.Duration
 	// AdmissionInterval is how often one stream may be sent admissions
 	// (endpoints added, weights changed), coalesced in between;
 	// withdrawals go at once. Defaults to DefaultAdmissionInterval;
@@ -139,9 +134,6 @@ func New(cfg Config) (*Server, error) {
 	if cfg.AdmissionInterval == 0 {
 		cfg.AdmissionInterval = DefaultAdmissionInterval
 	}
-	if cfg.PassWait == 0 {
-		cfg.PassWait = DefaultPassWait
-	}
 	if cfg.AdmissionRate == 0 {
 		cfg.AdmissionRate = DefaultAdmissionRate
 	}
@@ -175,7 +167,6 @@ func New(cfg Config) (*Server, error) {
 		log.Info("admitting xDS subscribers gradually after a restart", "expected", expected, "per_10s", s.adm.perWindow())
 	}
 	s.hub.lrs = cfg.Outcomes != nil
-	s.hub.passWait = cfg.PassWait
 	return s, nil
 }
 

@@ -8,7 +8,6 @@ import (
 	"maps"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cairn-sd/cairn/internal/agentview"
@@ -90,11 +89,7 @@ type view struct {
 // signal tells one stream that a resource it watches changed. It holds
 // at most one pending wake-up: a stream that is busy when several
 // changes come sends their sum once.
-type signal struct {
-	ch chan struct{}
-	// owed is the wave whose pass the stream owes the hub (wave.go).
-	owed atomic.Pointer[wave]
-}
+type signal struct{ ch chan struct{} }
 
 func newSignal() *signal { return &signal{ch: make(chan struct{}, 1)} }
 
@@ -139,14 +134,10 @@ type placeState struct {
 // reaches the streams it concerns rather than every stream. The places
 // are the table's real localities (fold), whatever the clients declare.
 type hub struct {
-	pub *status.Publisher
-	m   *metrics
-	// passWait is the most run waits, after a table, for the streams it
-	// woke to make their pass (wave.go); wave is the last table's.
-	passWait time.Duration
-	wave     *wave
-	seed     maphash.Seed
-	lrs      bool // clusters name this server for load reports
+	pub  *status.Publisher
+	m    *metrics
+	seed maphash.Seed
+	lrs  bool // clusters name this server for load reports
 
 	mu     sync.Mutex
 	table  uint64
@@ -206,23 +197,19 @@ func (h *hub) run(ctx context.Context) {
 			return
 		case <-h.pub.Changed(seen):
 		}
-		var w *wave
-		seen, w = h.refresh()
-		w.wait(ctx, h.passWait)
+		seen = h.refresh()
 	}
 }
 
 // refresh brings every place's view to the current table, waking the
-// streams whose resources changed, and returns the table's version and
-// the wave of streams it woke (nil if none).
-func (h *hub) refresh() (uint64, *wave) {
+// streams whose resources changed, and returns the table's version.
+func (h *hub) refresh() uint64 {
 	t := h.pub.Acquire()
 	defer t.Release()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.wave = nil
 	h.refreshLocked(t)
-	return h.table, h.wave
+	return h.table
 }
 
 // refreshLocked is refresh, with h.mu held and t acquired.
