@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 
@@ -37,16 +36,6 @@ func Digest(m proto.Message) (string, error) {
 func digestOf(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:versionDigestN])
-}
-
-// digestWriting is digestOf the bytes write writes, without gathering
-// them.
-func digestWriting(write func(io.Writer) error) (string, error) {
-	h := sha256.New()
-	if err := write(h); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)[:versionDigestN]), nil
 }
 
 // FormatVersion returns the wire version of content digest sent from a

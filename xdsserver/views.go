@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
-	"io"
 	"maps"
 	"slices"
 	"sync"
@@ -409,46 +408,39 @@ func (h *hub) putView(m map[string]resource, t *status.Table, id uint32, fp uint
 	if err != nil {
 		return err
 	}
-	name := agentview.Name(v.Service.Namespace, v.Service.Name)
-	had = had && prev.name == name
-	// Encoded from the last view of the service: only the members that
-	// changed since are encoded again (agentview.Wire).
-	var last *agentview.Wire
-	if had {
-		last = prev.wire
-	}
 	// The view's digest is of its content without the revision stamped
 	// in it: the same members from a server that stamped them at another
-	// revision are the same view, not sent again.
-	v.Revision = t.StoreRevision()
-	var w *agentview.Wire
-	content, err := digestWriting(func(d io.Writer) (err error) {
-		w, err = v.Wire(last, d)
-		return err
-	})
+	// revision are the same view, not sent again. Encoded once, digested
+	// unstamped, then stamped for the body.
+	cla := v.Encode()
+	content, err := Digest(cla)
 	if err != nil {
-		return fmt.Errorf("xdsserver: encoding the view of %s: %w", name, err)
+		return err
 	}
+	name := agentview.Name(v.Service.Namespace, v.Service.Name)
+	had = had && prev.name == name
 	if had && prev.res.version == content {
-		h.views[id] = svcView{fp: fp, name: name, res: prev.res, wire: prev.wire}
+		h.views[id] = svcView{fp: fp, name: name, res: prev.res}
 		m[name] = prev.res
 		return nil
 	}
-	body := &anypb.Any{TypeUrl: resourcev3.EndpointType, Value: w.Body}
+	agentview.Stamp(cla, t.StoreRevision())
+	body, err := anypb.New(cla)
+	if err != nil {
+		return fmt.Errorf("xdsserver: encoding the view of %s: %w", name, err)
+	}
 	r := resource{version: content, body: body, ns: v.Service.Namespace, svc: v.Service.Name}
 	r.changed, r.rev, r.rotation = t.Built(), t.StoreRevision(), v.InRotation()
 	r.withdraws = had && !subset(prev.res.rotation, r.rotation)
 	m[name] = r
-	h.views[id] = svcView{fp: fp, name: name, res: r, wire: w}
+	h.views[id] = svcView{fp: fp, name: name, res: r}
 	return nil
 }
 
 // svcView is one service's agent view, kept while its members are
-// unchanged (fp is membersFP's), with its encoding in parts for the
-// next view of the service to reuse.
+// unchanged (fp is membersFP's).
 type svcView struct {
 	fp   uint64
 	name string
 	res  resource
-	wire *agentview.Wire
 }

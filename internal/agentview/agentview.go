@@ -4,8 +4,7 @@
 // named "<svc>.<ns>" — a name no Envoy or gRPC client asks for, since
 // their clusters are named per port ("<svc>.<ns>:<port>").
 //
-// The xDS server encodes a view from its published status table (Wire,
-// which makes Encode's bytes from the last view's, member by member);
+// The xDS server encodes a view from its published status table (Encode);
 // the agent decodes it (Decode) and fills its own status table from the
 // views it holds, which its DNS server then reads as the server's reads
 // its own. Unlike a port's assignment, a view carries every member of the
@@ -138,44 +137,13 @@ func (v *View) InRotation() []string {
 // Encode returns v as a ClusterLoadAssignment. Instances are sorted by
 // locality, then id, so that the same view encodes to the same bytes.
 func (v *View) Encode() *endpointv3.ClusterLoadAssignment {
-	cla := &endpointv3.ClusterLoadAssignment{
-		ClusterName: Name(v.Service.Namespace, v.Service.Name),
-		Endpoints:   []*endpointv3.LocalityLbEndpoints{v.serviceGroup(v.Revision)},
-	}
-	var cur *endpointv3.LocalityLbEndpoints
-	for _, in := range v.byLocality() {
-		if cur == nil || cur.Locality.Region != in.Region || cur.Locality.Zone != in.Zone {
-			cur = &endpointv3.LocalityLbEndpoints{Locality: &corev3.Locality{Region: in.Region, Zone: in.Zone}}
-			cla.Endpoints = append(cla.Endpoints, cur)
-		}
-		cur.LbEndpoints = append(cur.LbEndpoints, in.encode(v.Service))
-	}
-	return cla
-}
-
-// byLocality returns v's instances in the order a view encodes them: by
-// region, zone, then id.
-func (v *View) byLocality() []*Instance {
-	ins := make([]*Instance, len(v.Instances))
-	for i := range v.Instances {
-		ins[i] = &v.Instances[i]
-	}
-	slices.SortFunc(ins, func(a, b *Instance) int {
-		return cmp.Or(strings.Compare(a.Region, b.Region), strings.Compare(a.Zone, b.Zone), strings.Compare(a.ID, b.ID))
-	})
-	return ins
-}
-
-// serviceGroup is the view's first group at revision rev: the service,
-// its policy and the revision.
-func (v *View) serviceGroup(rev uint64) *endpointv3.LocalityLbEndpoints {
 	svc := v.Service
 	ports := make([]any, 0, len(svc.Ports))
 	for _, p := range svc.Ports {
 		ports = append(ports, map[string]any{"name": p.Name, "number": float64(p.Number), "protocol": p.Protocol})
 	}
 	head, _ := structpb.NewStruct(map[string]any{
-		"revision":             strconv.FormatUint(rev, 10),
+		"revision":             strconv.FormatUint(v.Revision, 10),
 		"ports":                ports,
 		"dns_ttl_ms":           float64(svc.DNSTTL.Milliseconds()),
 		"a_record_limit":       float64(svc.ARecordLimit),
@@ -184,8 +152,37 @@ func (v *View) serviceGroup(rev uint64) *endpointv3.LocalityLbEndpoints {
 		"shrink_cap":           svc.ShrinkCap,
 		"shrink_window_ms":     float64(svc.ShrinkWindow.Milliseconds()),
 	})
-	return &endpointv3.LocalityLbEndpoints{
-		Metadata: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{ServiceKey: head}},
+	cla := &endpointv3.ClusterLoadAssignment{
+		ClusterName: Name(svc.Namespace, svc.Name),
+		Endpoints: []*endpointv3.LocalityLbEndpoints{{
+			Metadata: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{ServiceKey: head}},
+		}},
+	}
+	ins := slices.Clone(v.Instances)
+	slices.SortFunc(ins, func(a, b Instance) int {
+		return cmp.Or(strings.Compare(a.Region, b.Region), strings.Compare(a.Zone, b.Zone), strings.Compare(a.ID, b.ID))
+	})
+	var cur *endpointv3.LocalityLbEndpoints
+	for i := range ins {
+		in := &ins[i]
+		if cur == nil || cur.Locality.Region != in.Region || cur.Locality.Zone != in.Zone {
+			cur = &endpointv3.LocalityLbEndpoints{Locality: &corev3.Locality{Region: in.Region, Zone: in.Zone}}
+			cla.Endpoints = append(cla.Endpoints, cur)
+		}
+		cur.LbEndpoints = append(cur.LbEndpoints, in.encode(svc))
+	}
+	return cla
+}
+
+// Stamp sets the revision of cla, a view Encode made, to rev: what
+// Encode of the view at that revision makes, without encoding it again.
+// A cla Encode did not make is left as it is.
+func Stamp(cla *endpointv3.ClusterLoadAssignment, rev uint64) {
+	if len(cla.GetEndpoints()) == 0 {
+		return
+	}
+	if head := cla.Endpoints[0].GetMetadata().GetFilterMetadata()[ServiceKey]; head != nil && head.Fields != nil {
+		head.Fields["revision"] = structpb.NewStringValue(strconv.FormatUint(rev, 10))
 	}
 }
 

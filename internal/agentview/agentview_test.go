@@ -52,6 +52,25 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
+// TestStamp: a view encoded at revision 0 and stamped is the view
+// encoded at the revision, to the byte.
+func TestStamp(t *testing.T) {
+	at := sample()
+	zero := sample()
+	zero.Revision = 0
+	cla := zero.Encode()
+	Stamp(cla, at.Revision)
+	a, _ := proto.MarshalOptions{Deterministic: true}.Marshal(cla)
+	b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(at.Encode())
+	if string(a) != string(b) {
+		t.Error("stamped: not the view encoded at the revision")
+	}
+	if got, err := Decode(cla); err != nil || got.Revision != at.Revision {
+		t.Errorf("stamped view decodes to revision %v (%v); want %d", got, err, at.Revision)
+	}
+	Stamp(&endpointv3.ClusterLoadAssignment{}, 7) // not Encode's: untouched, no panic
+}
+
 // TestDecodeRefuses: each broken field is refused with an error naming
 // it.
 func TestDecodeRefuses(t *testing.T) {
