@@ -5,9 +5,44 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
+	"time"
 )
+
+// clockTick is the kernel's clock tick, the unit of /proc/PID/stat's
+// times (USER_HZ: 100 on Linux everywhere Go runs).
+const clockTick = 10 * time.Millisecond
+
+// CPU returns pid's user and system CPU time so far.
+func CPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("reading the CPU time of %d: %w", pid, err)
+	}
+	return StatCPU(b)
+}
+
+// StatCPU returns the user and system CPU time a /proc/PID/stat text
+// gives.
+func StatCPU(stat []byte) (time.Duration, error) {
+	// The command may hold spaces: fields count from the last ')'.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/PID/stat %q: no command", stat)
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/PID/stat: %d fields after the command", len(f))
+	}
+	ut, err1 := strconv.ParseUint(f[11], 10, 64) // utime, field 14
+	st, err2 := strconv.ParseUint(f[12], 10, 64) // stime, field 15
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/PID/stat: utime %q, stime %q", f[11], f[12])
+	}
+	return time.Duration(ut+st) * clockTick, nil
+}
 
 // StatusBytes returns a "Field:  123456 kB" line of a /proc/PID/status
 // text, in bytes.

@@ -3,6 +3,7 @@ package benchproc
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestScrape(t *testing.T) {
@@ -23,5 +24,18 @@ func TestStatusBytes(t *testing.T) {
 	}
 	if _, err := StatusBytes(status, "RssFile"); err == nil {
 		t.Fatal("a missing field read as found")
+	}
+}
+
+// TestStatCPU: user and system time from a stat line whose command
+// holds a space and a parenthesis.
+func TestStatCPU(t *testing.T) {
+	stat := []byte("4242 (cairn (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 37 0 0 20 0 9 0 1234 0 0\n")
+	got, err := StatCPU(stat)
+	if err != nil || got != 2870*time.Millisecond {
+		t.Fatalf("StatCPU = %v, %v; want 2.87s", got, err)
+	}
+	if _, err := StatCPU([]byte("4242 (cairn) S 1")); err == nil {
+		t.Fatal("a short stat line gave no error")
 	}
 }

@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cairn-sd/cairn/bench/benchproc"
 	"github.com/cairn-sd/cairn/integration"
 	"github.com/cairn-sd/cairn/wire"
 	"github.com/cairn-sd/cairn/xdsserver/xdstest"
@@ -158,6 +161,35 @@ func TestEvacuateDuringBurst(t *testing.T) {
 		return out
 	}
 	sched0 := sched()
+	// The CPU each process has taken: over the burst, who the host's
+	// cores went to (the servers, the agents, the fleet, and this
+	// process's subscribers and churn).
+	cpus := func() procCPU {
+		c := procCPU{at: time.Now(), by: map[string]time.Duration{}}
+		add := func(name string, pid int) {
+			if pid <= 0 {
+				return
+			}
+			if d, err := benchproc.CPU(pid); err == nil {
+				c.by[name] = d
+				c.names = append(c.names, name)
+			}
+		}
+		for _, n := range r.Nodes() {
+			add(n.ID, n.Pid())
+		}
+		for i, a := range r.Agents {
+			add("agent-"+Zones()[i], a.Pid())
+		}
+		if r.Fleet != nil {
+			add("fleet", r.Fleet.PID())
+		}
+		if r.ZoneFleet != nil {
+			add("zone fleet", r.ZoneFleet.PID())
+		}
+		add("this process", os.Getpid())
+		return c
+	}
 	churnStart := churn.Now()
 	if err := churn.Start(ctx, r); err != nil {
 		t.Fatal(err)
@@ -167,6 +199,7 @@ func TestEvacuateDuringBurst(t *testing.T) {
 	burstEnd := burstStart + sz.burst
 	waitUntil(burstStart)
 	m0, n0 := deferred()
+	cpu0 := cpus()
 	mark("burst")
 	waitUntil(burstStart + sz.evacAt)
 	evac := ebCall{start: churn.Now()}
@@ -181,6 +214,7 @@ func TestEvacuateDuringBurst(t *testing.T) {
 	evac.commit = churn.Now()
 	waitUntil(burstEnd)
 	m1, n1 := deferred()
+	cpu1 := cpus()
 	mark("usual rate")
 	st := churn.Wait()
 	mark("churn ends")
@@ -217,8 +251,39 @@ func TestEvacuateDuringBurst(t *testing.T) {
 	subs.Stop()
 
 	ebReport(res, tr, ebRun{r: r, sz: sz, st: st, subs: subs, evac: evac, undo: undo, burstStart: burstStart, burstEnd: burstEnd,
-		churnStart: churnStart, elections: elections, sched: [2][3]map[string]float64{sched0, sched1}, deferred: sub5(m1, m0), nodes: subNodes(n1, n0), lag: lag, settle: settle, whole: whole, samples: samples, marks: marks})
+		churnStart: churnStart, elections: elections, sched: [2][3]map[string]float64{sched0, sched1}, deferred: sub5(m1, m0), nodes: subNodes(n1, n0), cpu: [2]procCPU{cpu0, cpu1}, lag: lag, settle: settle, whole: whole, samples: samples, marks: marks})
 	res.Report(t)
+}
+
+// procCPU is the CPU time each process of the region had taken at a
+// moment, by name, in the order read.
+type procCPU struct {
+	at    time.Time
+	names []string
+	by    map[string]time.Duration
+}
+
+// since describes the CPU each process took between then and c, as
+// seconds and as a share of the host's CPUs over that time.
+func (c procCPU) since(then procCPU) string {
+	wall := c.at.Sub(then.at)
+	if wall <= 0 || len(c.names) == 0 {
+		return ""
+	}
+	host := wall.Seconds() * float64(runtime.NumCPU())
+	var parts []string
+	var all float64
+	for _, name := range c.names {
+		d, ok := then.by[name]
+		if !ok {
+			continue
+		}
+		s := (c.by[name] - d).Seconds()
+		all += s
+		parts = append(parts, fmt.Sprintf("%s %.1f s (%.0f%%)", name, s, 100*s/host))
+	}
+	return fmt.Sprintf("CPU over the burst (%.1f s, %d CPUs: %.0f CPU-s): %s; all of them %.0f%% of the host",
+		wall.Seconds(), runtime.NumCPU(), host, strings.Join(parts, ", "), 100*all/host)
 }
 
 // ebRun is what the scenario did, for its report.
@@ -233,6 +298,7 @@ type ebRun struct {
 	sched                            [2][3]map[string]float64 // by server, its scheduler latency buckets at the churn's start and once zone c is whole
 	deferred                         [5]float64               // the servers' counts over the burst (deferred)
 	nodes                            [3][4]float64            // by server, over the burst (deferred)
+	cpu                              [2]procCPU               // each process's CPU at the burst's start and end
 	lag                              []Point
 	settle, whole                    error
 	samples                          []ebSample
@@ -300,6 +366,9 @@ func ebReport(res *Result, tr *ebTracker, run ebRun) {
 		v := run.nodes[ni]
 		res.Note("%s over the burst: its xDS hub followed %.0f tables; %.0f withdrawals published at once, %.0f by a rebuild; %.0f tables built",
 			n.ID, v[0], v[1], v[2], v[3])
+	}
+	if note := run.cpu[1].since(run.cpu[0]); note != "" {
+		res.Note("%s", note)
 	}
 	worst := 0.0
 	for _, p := range run.lag {

@@ -260,7 +260,7 @@ func (f *fleet) mark(svc int) {
 func (f *fleet) startPolls(ctx context.Context) error {
 	ctx, f.stopPolls = context.WithCancel(ctx)
 	for i, e := range f.envoys {
-		c, err := procCPU(e.Pid())
+		c, err := benchproc.CPU(e.Pid())
 		if err != nil {
 			return err
 		}
@@ -360,7 +360,7 @@ func (f *fleet) rss() ([]float64, error) {
 // watched (polled) Envoys and over the others.
 func (f *fleet) cpu() (watched, others time.Duration, err error) {
 	for i, e := range f.envoys {
-		c, err := procCPU(e.Pid())
+		c, err := benchproc.CPU(e.Pid())
 		if err != nil {
 			return 0, 0, err
 		}

@@ -309,30 +309,6 @@ func rss(pid int) (uint64, error) {
 	return 0, fmt.Errorf("/proc/%d/status has no VmRSS in kB", pid)
 }
 
-// clockTick is the kernel's clock tick, the unit of /proc/PID/stat's
-// times (USER_HZ: 100 on Linux everywhere Go runs).
-const clockTick = 10 * time.Millisecond
-
-// procCPU returns pid's user and system CPU time.
-func procCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, fmt.Errorf("reading the server's CPU time: %w", err)
-	}
-	// The command may hold spaces: fields count from the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the command", pid, len(f))
-	}
-	ut, err1 := strconv.ParseUint(f[11], 10, 64) // utime, field 14
-	st, err2 := strconv.ParseUint(f[12], 10, 64) // stime, field 15
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: utime %q, stime %q", pid, f[11], f[12])
-	}
-	return time.Duration(ut+st) * clockTick, nil
-}
-
 // selfPeakRSSMiB returns this process's peak resident set.
 func selfPeakRSSMiB() float64 {
 	var ru syscall.Rusage

@@ -116,7 +116,7 @@ func run(ctx context.Context, o options) (*report, error) {
 	}
 
 	// The changes.
-	cpuS0, err := procCPU(pid)
+	cpuS0, err := benchproc.CPU(pid)
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +202,7 @@ func run(ctx context.Context, o options) (*report, error) {
 		})
 	}
 	lingered := w.now() - changesEnd
-	cpuS1, err := procCPU(pid)
+	cpuS1, err := benchproc.CPU(pid)
 	if err != nil {
 		return nil, err
 	}
