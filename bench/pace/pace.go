@@ -19,17 +19,29 @@ import (
 type Schedule struct {
 	start    time.Time
 	interval time.Duration
-	n        int64 // operations handed out
+	end      time.Time // zero: none
+	n        int64     // operations handed out
 	now      func() time.Time
 }
 
-// New is a schedule of rate operations a minute from start. now is the
-// clock (time.Now when nil).
-func New(start time.Time, rate float64, now func() time.Time) *Schedule {
+// New is a schedule of rate operations a minute from start, for as long
+// as d (0: no end). now is the clock (time.Now when nil).
+func New(start time.Time, rate float64, d time.Duration, now func() time.Time) *Schedule {
 	if now == nil {
 		now = time.Now
 	}
-	return &Schedule{start: start, interval: time.Duration(float64(time.Minute) / rate), now: now}
+	s := &Schedule{start: start, interval: time.Duration(float64(time.Minute) / rate), now: now}
+	if d > 0 {
+		s.end = start.Add(d)
+	}
+	return s
+}
+
+// Over reports whether the run has ended: the next operation is due at
+// or after its end, or its end has passed (what a late generator did not
+// hand out by then is not made).
+func (s *Schedule) Over() bool {
+	return !s.end.IsZero() && (!s.Due().Before(s.end) || !s.now().Before(s.end))
 }
 
 // Due is when the next operation is due.
@@ -41,6 +53,9 @@ func (s *Schedule) Due() time.Time {
 // overdue) and counts it handed out. It returns how late it is, or
 // ctx's error.
 func (s *Schedule) Next(ctx context.Context) (time.Duration, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
 	due := s.Due()
 	if wait := due.Sub(s.now()); wait > 0 {
 		t := time.NewTimer(wait)

@@ -310,10 +310,8 @@ func (c *Churn) drive(ctx context.Context, r *Region, clients []*client.Client) 
 		// a ticker's missed tick would be (on a busy host that cost a
 		// third of the burst). The phase ends at its time all the same:
 		// what the region could not take in it is not made.
-		start := time.Now()
-		sched := pace.New(start, p.Rate, nil)
-		end := start.Add(p.For)
-		for sched.Due().Before(end) && time.Now().Before(end) {
+		sched := pace.New(time.Now(), p.Rate, p.For, nil)
+		for !sched.Over() {
 			if _, err := sched.Next(ctx); err != nil {
 				break
 			}

@@ -511,11 +511,9 @@ func (d *driver) drive(ctx context.Context, w *world) (issued, skipped int) {
 	// is late for goes at once, rather than being dropped as a ticker's
 	// missed tick would be. The run ends at its time all the same: what
 	// the target could not take in it is not made.
-	start := time.Now()
-	sched := pace.New(start, d.o.rate, nil)
-	end := start.Add(d.o.duration)
+	sched := pace.New(time.Now(), d.o.rate, d.o.duration, nil)
 loop:
-	for sched.Due().Before(end) && time.Now().Before(end) {
+	for !sched.Over() {
 		if _, err := sched.Next(ctx); err != nil {
 			break loop
 		}
