@@ -15,8 +15,9 @@ func (f *fsm) record(e wire.Event) {
 	f.events.push(e)
 }
 
-// ring is a fixed-capacity buffer of events, oldest first. Pushing onto a
-// full ring drops the oldest: O(1), no copying.
+// ring is a fixed-capacity buffer of events, oldest first (the
+// refusals; the audit trail is a trail). Pushing onto a full ring drops
+// the oldest: O(1), no copying.
 type ring struct {
 	buf   []wire.Event
 	start int

@@ -102,7 +102,7 @@ func TestEvacuateRefusedWithoutCapacity(t *testing.T) {
 	if !r.Evacuation.Forced {
 		t.Fatalf("forced evacuation not marked: %+v", r.Evacuation)
 	}
-	last := l.f.events.at(l.f.events.len() - 1)
+	last := lastEvent(l)
 	if last.Kind != wire.EventEvacuated || !strings.Contains(last.Reason, "forced past the capacity check") {
 		t.Fatalf("audit %+v", last)
 	}
@@ -176,7 +176,7 @@ func TestEvacuationReturnsInSteps(t *testing.T) {
 	if len(l.f.evacs) != 0 {
 		t.Fatalf("evacuation left: %+v", l.f.evacuationList())
 	}
-	if last := l.f.events.at(l.f.events.len() - 1); last.Kind != wire.EventEvacuationReturned {
+	if last := lastEvent(l); last.Kind != wire.EventEvacuationReturned {
 		t.Fatalf("last event %+v", last)
 	}
 }
@@ -202,7 +202,7 @@ func TestEvacuationExpires(t *testing.T) {
 	if e.State() != "returning" || e.EndedBy != "expiry" {
 		t.Fatalf("after expiry %+v", e)
 	}
-	last := l.f.events.at(l.f.events.len() - 1)
+	last := lastEvent(l)
 	if last.Kind != wire.EventEvacuationEnded || !strings.Contains(last.Reason, "expired") {
 		t.Fatalf("event %+v", last)
 	}
@@ -357,7 +357,7 @@ func TestUndoResumesAPausedReturn(t *testing.T) {
 			t.Fatalf("paused again by the instance the undo counted: %+v", st)
 		}
 	}
-	last := l.f.events.at(l.f.events.len() - 1)
+	last := lastEvent(l)
 	if last.Kind != wire.EventEvacuationPaused || last.From != "paused" || last.To != "returning" {
 		t.Fatalf("event %+v", last)
 	}

@@ -11,11 +11,12 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// AuditCapacity is how many audit events the store keeps, and
-// RefusalCapacity how many refusals, in a ring of their own so that a
-// token hammering calls it may not make cannot push the history out.
-// They are constants, not settings, so that every replica keeps exactly
-// the same trail.
+// AuditCapacity is how many audit events the store keeps over every
+// namespace, shared so that a namespace that churns pushes out its own
+// history, not another's (trail.go), and RefusalCapacity how many
+// refusals, in a ring of their own so that a token hammering calls it
+// may not make cannot push the history out. They are constants, not
+// settings, so that every replica keeps exactly the same trail.
 const (
 	AuditCapacity   = 10000
 	RefusalCapacity = 1000
@@ -139,8 +140,8 @@ type fsm struct {
 	leaderSince time.Time
 	// evacs are the evacuations in force, by id.
 	evacs    map[uint64]*wire.Evacuation
-	events   ring // at most AuditCapacity
-	refusals ring // at most RefusalCapacity
+	events   trail // at most AuditCapacity
+	refusals ring  // at most RefusalCapacity
 
 	// The log's clock, for a new leader's takeover entry (silentSince);
 	// not part of the replicated state (a restore estimates it). logTime
@@ -192,7 +193,7 @@ func newFSM() *fsm {
 		members:   map[string]wire.Member{},
 		tokens:    map[string]TokenRecord{},
 		evacs:     map[uint64]*wire.Evacuation{},
-		events:    newRing(AuditCapacity),
+		events:    newTrail(AuditCapacity),
 		refusals:  newRing(RefusalCapacity),
 		keys:      map[wire.ServiceKey]*wire.ServiceKey{},
 		ports:     map[wire.ServiceKey]map[string]int{},

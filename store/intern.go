@@ -81,7 +81,7 @@ func (f *fsm) origin(region, zone, registrar string) *origin {
 }
 
 // internEvent points an audit event's repeated strings at shared copies:
-// the ring holds 10,000 of them.
+// the trail holds 10,000 of them.
 func (f *fsm) internEvent(e *wire.Event) {
 	e.Kind = wire.EventKind(f.strs.str(string(e.Kind)))
 	e.Namespace, e.Service = f.strs.str(e.Namespace), f.strs.str(e.Service)

@@ -153,18 +153,37 @@ func (s *Store) Instance(key wire.InstanceKey) (wire.Instance, bool) {
 func (s *Store) Events(ns, svc string, limit int) []wire.Event {
 	s.fsm.mu.RLock()
 	defer s.fsm.mu.RUnlock()
-	// Walk both rings from the newest, merging by sequence number.
+	tr, rf := &s.fsm.events, s.fsm.refusals.list()
+	if ns == "" {
+		return newestOf(limit, func(wire.Event) bool { return true }, tr.list(), rf)
+	}
+	return newestOf(limit, func(e wire.Event) bool {
+		return e.Namespace == ns && e.Service == svc || e.Namespace == "" && e.Kind.Evacuation()
+	}, tr.namespace(ns), tr.namespace(""), rf)
+}
+
+// newestOf returns up to limit (none: all) of the events of srcs, each
+// ordered by sequence number, that keep accepts: the newest, oldest
+// first.
+func newestOf(limit int, keep func(wire.Event) bool, srcs ...[]wire.Event) []wire.Event {
 	var out []wire.Event
-	ev, rf := &s.fsm.events, &s.fsm.refusals
-	i, j := ev.len()-1, rf.len()-1
-	for (i >= 0 || j >= 0) && (limit <= 0 || len(out) < limit) {
-		var e wire.Event
-		if j < 0 || i >= 0 && ev.at(i).Seq > rf.at(j).Seq {
-			e, i = ev.at(i), i-1
-		} else {
-			e, j = rf.at(j), j-1
+	next := make([]int, len(srcs)) // the newest not yet taken of each
+	for i, src := range srcs {
+		next[i] = len(src) - 1
+	}
+	for limit <= 0 || len(out) < limit {
+		pick := -1
+		for i, src := range srcs {
+			if next[i] >= 0 && (pick < 0 || src[next[i]].Seq > srcs[pick][next[pick]].Seq) {
+				pick = i
+			}
 		}
-		if ns == "" || e.Namespace == ns && e.Service == svc || e.Namespace == "" && e.Kind.Evacuation() {
+		if pick < 0 {
+			break
+		}
+		e := srcs[pick][next[pick]]
+		next[pick]--
+		if keep(e) {
 			out = append(out, e)
 		}
 	}

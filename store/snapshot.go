@@ -150,7 +150,7 @@ func (f *fsm) load(s fsmState) error {
 			f.logTime = e.At
 		}
 	}
-	f.events, f.refusals = newRing(AuditCapacity), newRing(RefusalCapacity)
+	f.events, f.refusals = newTrail(AuditCapacity), newRing(RefusalCapacity)
 	for _, e := range s.Events {
 		f.internEvent(&e)
 		f.events.push(e)
