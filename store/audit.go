@@ -34,8 +34,6 @@ func (r *ring) push(e wire.Event) {
 	r.start = (r.start + 1) % len(r.buf)
 }
 
-func (r *ring) len() int { return len(r.buf) }
-
 // at returns the i-th oldest event.
 func (r *ring) at(i int) wire.Event { return r.buf[(r.start+i)%len(r.buf)] }
 
