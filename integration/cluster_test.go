@@ -176,3 +176,39 @@ func TestStartRetriesTakenPort(t *testing.T) {
 		t.Fatalf("node runs on the taken address %s", n.HTTPAddr)
 	}
 }
+
+// TestRespawnWaitsForItsPorts: a node started again on its own ports,
+// one of them taken meanwhile (another connection's ephemeral port, say),
+// waits until the port is free instead of exiting on it.
+func TestRespawnWaitsForItsPorts(t *testing.T) {
+	needProcesses(t)
+	c, err := New(Config{Nodes: 1, Dir: t.TempDir(), Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	n := c.Nodes[0]
+	if err := n.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	grpcAddr := n.GRPCAddr
+	taken, err := net.Listen("tcp", grpcAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The port is given back a little later, as a connection's would be.
+	release := time.AfterFunc(500*time.Millisecond, func() { taken.Close() })
+	defer release.Stop()
+	if err := n.Respawn(); err != nil {
+		t.Fatal(err)
+	}
+	if !n.Running() || n.GRPCAddr != grpcAddr {
+		t.Fatalf("after Respawn: running %t on gRPC %s; want running on %s", n.Running(), n.GRPCAddr, grpcAddr)
+	}
+	if err := n.WaitReady(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -87,7 +87,7 @@ func TestXDSNeverOlderAfterRestart(t *testing.T) {
 	if s, err := tablefile.Load(tablePath); err != nil || s == nil || s.Revision >= drained {
 		t.Fatalf("the kept table: %+v (%v); want one older than revision %d, the drain's", s, err, drained)
 	}
-	if err := n.spawn(); err != nil {
+	if err := n.Respawn(); err != nil {
 		t.Fatal(err)
 	}
 	// Both clients try the restarted node again. It serves its kept
@@ -118,7 +118,7 @@ func TestXDSNeverOlderAfterRestart(t *testing.T) {
 	// node that came back: the restarted one still retries its join
 	// through the first, which stays down) reaches both clients.
 	back := c.Nodes[2]
-	if err := back.spawn(); err != nil {
+	if err := back.Respawn(); err != nil {
 		t.Fatal(err)
 	}
 	if err := back.WaitReady(60 * time.Second); err != nil {

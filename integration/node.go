@@ -219,11 +219,39 @@ func (n *Node) spawn() error {
 	return n.start(bin, args, fmt.Sprintf("http %s, raft %s", n.HTTPAddr, n.RaftAddr))
 }
 
+// Respawn starts a node that ran before again on its own ports, and
+// waits only until it listens: alone, or serving a table it kept, it may
+// never be ready. While it was down, one of its ports may have served
+// as another connection's ephemeral port; Respawn waits until they are
+// free, and starts it once more if it still exits on a taken port (three
+// tries), as Start does for a restart.
+func (n *Node) Respawn() error {
+	for try := 1; ; try++ {
+		if n.host.Netns == "" {
+			if err := Poll(10*time.Second, 100*time.Millisecond, n.portsFree); err != nil {
+				return fmt.Errorf("integration: %s's ports: %w", n.ID, err)
+			}
+		}
+		if err := n.spawn(); err != nil {
+			return err
+		}
+		err := n.waitUp(n.c.cfg.ReadyTimeout, false)
+		if err == nil || try == 3 || n.host.Netns != "" || !strings.Contains(n.Tail(5), "address already in use") {
+			return err
+		}
+		n.c.cfg.Logf("%s: a port was taken; starting again on the same ports once free", n.ID)
+	}
+}
+
 // WaitReady polls until the node has written addrs.json naming its own
 // addresses (node id, HTTP, raft and DNS) and /readyz answers 200. It
 // fails at once if the process exits, and on timeout it reports the last
 // state it saw.
-func (n *Node) WaitReady(timeout time.Duration) error {
+func (n *Node) WaitReady(timeout time.Duration) error { return n.waitUp(timeout, true) }
+
+// waitUp is WaitReady, and without ready only waits for addrs.json: the
+// server writes it once every listener is bound.
+func (n *Node) waitUp(timeout time.Duration, ready bool) error {
 	n.mu.Lock()
 	done := n.done
 	n.mu.Unlock()
@@ -234,7 +262,7 @@ func (n *Node) WaitReady(timeout time.Duration) error {
 	defer hc.CloseIdleConnections()
 	err := Poll(timeout, 50*time.Millisecond, func() error {
 		if isClosed(done) {
-			return &stopPolling{fmt.Errorf("%s exited before it was ready: %s", n.ID, n.state())}
+			return &stopPolling{fmt.Errorf("%s exited before it was up: %s", n.ID, n.state())}
 		}
 		b, err := os.ReadFile(filepath.Join(n.DataDir, addrsFile))
 		if err != nil {
@@ -252,6 +280,9 @@ func (n *Node) WaitReady(timeout time.Duration) error {
 		if a.NodeID != n.ID || a.HTTP != n.HTTPAddr || a.Raft != n.RaftAddr || a.DNS != n.DNSAddr {
 			return &stopPolling{fmt.Errorf("%s says %s; want node %s, http %s, raft %s, dns %s", addrsFile, b, n.ID, n.HTTPAddr, n.RaftAddr, n.DNSAddr)}
 		}
+		if !ready {
+			return nil
+		}
 		resp, err := hc.Get(n.URL() + "/readyz")
 		if err != nil {
 			return fmt.Errorf("GET /readyz: %v", err)
@@ -264,7 +295,11 @@ func (n *Node) WaitReady(timeout time.Duration) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("integration: %s not ready: %w\n%s", n.ID, err, n.Tail(30))
+		what := "ready"
+		if !ready {
+			what = "listening"
+		}
+		return fmt.Errorf("integration: %s not %s: %w\n%s", n.ID, what, err, n.Tail(30))
 	}
 	return nil
 }

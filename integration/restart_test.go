@@ -61,7 +61,7 @@ func TestRestartWithoutQuorumServesKeptTable(t *testing.T) {
 	// One node alone: no leader, no quorum.
 	n := c.Nodes[1]
 	start := time.Now()
-	if err := n.spawn(); err != nil {
+	if err := n.Respawn(); err != nil {
 		t.Fatal(err)
 	}
 	var first time.Duration
@@ -96,7 +96,7 @@ func TestRestartWithoutQuorumServesKeptTable(t *testing.T) {
 	}
 
 	// Quorum again: the replica catches up and the answers are fresh.
-	if err := c.Nodes[2].spawn(); err != nil {
+	if err := c.Nodes[2].Respawn(); err != nil {
 		t.Fatal(err)
 	}
 	Eventually(t, 30*time.Second, func() error {

@@ -211,7 +211,7 @@ func TestUIStaleWithoutLeader(t *testing.T) {
 	if err := f.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.spawn(); err != nil {
+	if err := f.Respawn(); err != nil {
 		t.Fatal(err)
 	}
 	Eventually(t, 20*time.Second, func() error {
