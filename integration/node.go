@@ -138,6 +138,17 @@ func (n *Node) args() []string {
 // exits because an address is in use is started again on fresh ports, up
 // to three times; a node restarted on its own ports, once they are free.
 func (n *Node) Start() error {
+	n.mu.Lock()
+	restart := n.started
+	n.mu.Unlock()
+	if restart {
+		// A restart keeps its ports (the raft address is in the
+		// cluster's configuration): Respawn waits out one taken meanwhile.
+		if err := n.Respawn(); err != nil {
+			return err
+		}
+		return n.WaitReady(n.c.cfg.ReadyTimeout)
+	}
 	for try := 1; ; try++ {
 		if err := n.spawn(); err != nil {
 			return err
@@ -150,24 +161,10 @@ func (n *Node) Start() error {
 			return nil
 		}
 		n.mu.Lock()
-		fresh, exited := !n.started, n.done != nil && isClosed(n.done)
+		exited := n.done != nil && isClosed(n.done)
 		n.mu.Unlock()
 		if !exited || try == 3 || !strings.Contains(n.Tail(30), "address already in use") {
 			return err
-		}
-		if !fresh {
-			// A restart keeps its ports (the raft address is in the
-			// cluster's configuration): while the node was down, one may
-			// have served as another connection's ephemeral port. Wait
-			// until they are free again, then start once more.
-			if n.host.Netns != "" {
-				return err
-			}
-			if werr := Poll(10*time.Second, 100*time.Millisecond, n.portsFree); werr != nil {
-				return errors.Join(err, werr)
-			}
-			n.c.cfg.Logf("%s: a port was taken; starting again on the same ports once free", n.ID)
-			continue
 		}
 		ports, perr := FreePorts(4)
 		if perr != nil {
@@ -224,7 +221,7 @@ func (n *Node) spawn() error {
 // never be ready. While it was down, one of its ports may have served
 // as another connection's ephemeral port; Respawn waits until they are
 // free, and starts it once more if it still exits on a taken port (three
-// tries), as Start does for a restart.
+// tries). Start restarts a node through it.
 func (n *Node) Respawn() error {
 	for try := 1; ; try++ {
 		if n.host.Netns == "" {

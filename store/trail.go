@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"container/heap"
 	"slices"
 
@@ -93,15 +94,7 @@ func (t *trail) list() []wire.Event {
 	for _, q := range t.byNS {
 		out = append(out, q.buf[q.start:]...)
 	}
-	slices.SortFunc(out, func(a, b wire.Event) int {
-		switch {
-		case a.Seq < b.Seq:
-			return -1
-		case a.Seq > b.Seq:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b wire.Event) int { return cmp.Compare(a.Seq, b.Seq) })
 	return out
 }
 

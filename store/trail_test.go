@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -52,9 +53,9 @@ func TestTrailNoisyNamespaceKeepsToItself(t *testing.T) {
 		t.Errorf("noisy's newest event is %q, want n%d", last.Reason, noisy-1)
 	}
 	all := s.Events("", "", 0)
-	if len(all) != AuditCapacity || !slices.IsSortedFunc(all, func(a, b wire.Event) int { return int(a.Seq) - int(b.Seq) }) {
-		t.Errorf("every namespace's events: %d, sorted %t; want %d in sequence order", len(all),
-			slices.IsSortedFunc(all, func(a, b wire.Event) int { return int(a.Seq) - int(b.Seq) }), AuditCapacity)
+	sorted := slices.IsSortedFunc(all, func(a, b wire.Event) int { return cmp.Compare(a.Seq, b.Seq) })
+	if len(all) != AuditCapacity || !sorted {
+		t.Errorf("every namespace's events: %d, sorted %t; want %d in sequence order", len(all), sorted, AuditCapacity)
 	}
 }
 
