@@ -118,6 +118,10 @@ type Config struct {
 	// subscribers hold of a service's assignments; nil: no xDS server
 	// (the route answers with no subscribers).
 	XDSSubscribers func(ns, svc string) wire.XDSSubscribers
+	// Replay replays what this node told a caller about a service at a
+	// time of the past (package replay, on the node's history); nil: the
+	// node keeps no history (the view route answers 404).
+	Replay func(wire.ReplayQuery) (*wire.Replay, error)
 	// XDSSummary tells this server's xDS streams and their subscribers
 	// by revision over all services, for GET /v1/status; nil: no xDS
 	// server (the status has no xds).
@@ -290,6 +294,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/services/{ns}/{svc}/endpoints", s.consistentRead("endpoints", s.endpoints))
 	m.HandleFunc("GET /v1/services/{ns}/{svc}/subscribers", s.read("subscribers", s.subscribers))
 	m.HandleFunc("GET /v1/services/{ns}/{svc}/events", s.read("events", s.events))
+	m.HandleFunc("GET /v1/services/{ns}/{svc}/view", s.read("view", s.replayView))
 	m.HandleFunc("GET /v1/services/{ns}/{svc}/rollout", s.read("rollout", s.rollout))
 	m.HandleFunc("POST /v1/services/{ns}/{svc}/instances", s.write("register", s.register))
 	m.HandleFunc("POST /v1/services/{ns}/{svc}/instances/{id}/renew", s.write("renew", s.mutate(acl.Renew)))

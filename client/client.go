@@ -19,6 +19,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -377,6 +378,29 @@ func (c *Client) Rollout(ctx context.Context, ns, svc string) (wire.Rollout, err
 func (c *Client) Events(ctx context.Context, ns, svc string, limit int) ([]wire.Event, error) {
 	var out []wire.Event
 	err := c.json(ctx, http.MethodGet, fmt.Sprintf("%s/events?limit=%d", svcPath(ns, svc), limit), nil, &out)
+	return out, err
+}
+
+// Replay asks the node what it told a caller about a service at a time
+// of the past (q.At, or q.Revision with q.Digest when a version is
+// known), and why: GET /v1/services/{ns}/{svc}/view.
+func (c *Client) Replay(ctx context.Context, q wire.ReplayQuery) (wire.Replay, error) {
+	v := url.Values{}
+	switch {
+	case q.Revision != 0 && q.Digest != "":
+		v.Set("version", strconv.FormatUint(q.Revision, 10)+"-"+q.Digest)
+	case q.Revision != 0:
+		v.Set("revision", strconv.FormatUint(q.Revision, 10))
+	default:
+		v.Set("at", q.At.UTC().Format(time.RFC3339Nano))
+	}
+	for k, x := range map[string]string{"region": q.Region, "zone": q.Zone, "instance": q.Instance} {
+		if x != "" {
+			v.Set(k, x)
+		}
+	}
+	var out wire.Replay
+	err := c.json(ctx, http.MethodGet, svcPath(q.Namespace, q.Service)+"/view?"+v.Encode(), nil, &out)
 	return out, err
 }
 

@@ -88,6 +88,7 @@ func App(stdout, stderr io.Writer) *cli.App {
 			servicesCommand(),
 			endpointsCommand(),
 			eventsCommand(),
+			replayCommand(),
 			rolloutCommand(),
 			membersCommand(),
 			joinCommand(),

@@ -24,6 +24,8 @@ var rootLayout = map[string]string{
 	"dnsserver":   "stage 6: answers DNS from the table",
 	"xdsserver":   "stage 6: answers xDS from the table",
 	"agent":       "stage 7: the client-side agent, fed by the xDS server",
+	"history":     "stage 6: follows the published tables, and keeps what each service's entries were, for replay",
+	"replay":      "stage 6: what a caller was told at a time of the past: the history's table through the servers' answer code",
 	"wire":        "edge: the API's types and rules, linked by clients",
 	"api":         "edge: the HTTP API and its handlers",
 	"client":      "edge: the Go client of the API, used by the CLI",

@@ -24,15 +24,18 @@ import (
 	"github.com/cairn-sd/cairn/cmd/internal/daemon"
 	"github.com/cairn-sd/cairn/dnsserver"
 	"github.com/cairn-sd/cairn/health"
+	"github.com/cairn-sd/cairn/history"
 	"github.com/cairn-sd/cairn/internal/acl"
 	"github.com/cairn-sd/cairn/internal/addrpolicy"
 	"github.com/cairn-sd/cairn/internal/certs"
 	"github.com/cairn-sd/cairn/internal/ui"
 	"github.com/cairn-sd/cairn/probe"
 	"github.com/cairn-sd/cairn/publish"
+	"github.com/cairn-sd/cairn/replay"
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/status/tablefile"
 	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
 	"github.com/cairn-sd/cairn/xdsserver"
 	"github.com/cairn-sd/cairn/zones"
 )
@@ -138,9 +141,13 @@ func serve(ctx context.Context, cfg serverConfig, logw io.Writer) error {
 	if err != nil {
 		return err
 	}
+	hist, rp, err := buildReplay(cfg, table, pn, ds, st, log, reg)
+	if err != nil {
+		return err
+	}
 	rd := &readiness{publish: pn, maxStale: cfg.MaxStale}
 	a, err := api.New(api.Config{Store: st, ACL: authz, Addrs: addressPolicy(cfg, st, httpAddr), Health: hn, Publish: pn, Table: table,
-		Region: cfg.Region, Zone: cfg.Zone, XDSSubscribers: xs.Subscribers, XDSSummary: xs.SubscribersSummary,
+		Region: cfg.Region, Zone: cfg.Zone, XDSSubscribers: xs.Subscribers, XDSSummary: xs.SubscribersSummary, Replay: rp.Replay,
 		GRPCAddr: grpcLn.Addr().String(), UI: ui.Handler(), TLS: sec.files, StaleAfter: cfg.StaleAfter, Started: ds.Started(),
 		Gatherer: reg, Registerer: reg, Logger: log, Ready: rd.check, Peer: sec.peerCheck, ForwardTLS: sec.peer})
 	if err != nil {
@@ -150,7 +157,7 @@ func serve(ctx context.Context, cfg serverConfig, logw io.Writer) error {
 	late.api = a
 
 	p := &serverParts{cfg: cfg, log: log, nodeID: nodeID, httpAddr: httpAddr, httpLn: httpLn, grpcLn: grpcLn, debugLn: debugLn, gcPace: gcPace, gcDesc: gcDesc, sec: sec,
-		st: st, hn: hn, keeper: keeper, ds: ds, xs: xs, gs: gs, srv: daemon.NewHTTPServer(a, log), ready: rd}
+		st: st, hn: hn, keeper: keeper, hist: hist, ds: ds, xs: xs, gs: gs, srv: daemon.NewHTTPServer(a, log), ready: rd}
 	p.writeAddrs()
 	return p.run(ctx)
 }
@@ -290,6 +297,21 @@ func buildHealth(cfg serverConfig, nodeID string, st *store.Store, table *status
 		return nil, nil, nil, err
 	}
 	return hn, pn, keeper, nil
+}
+
+// buildReplay makes the history of the tables this node publishes, and
+// the replayer that answers from it with the DNS and xDS servers' code.
+func buildReplay(cfg serverConfig, table *status.Publisher, pn *publish.Node, ds *dnsserver.Server, st *store.Store,
+	log *slog.Logger, reg prometheus.Registerer) (*history.History, *replay.Replayer, error) {
+	hist, err := history.New(history.Config{Table: table, Window: cfg.HistoryWindow, Changes: cfg.HistoryChanges,
+		Entries: cfg.HistoryEntries, Synced: pn.Synced, Restored: pn.Restored, StaleAfter: cfg.StaleAfter, MaxStale: cfg.MaxStale,
+		Logger: log, Registerer: reg})
+	if err != nil {
+		return nil, nil, err
+	}
+	rp, err := replay.New(replay.Config{History: hist, DNS: ds, Region: cfg.Region, Zone: cfg.Zone,
+		Events: func(ns, svc string) []wire.Event { return st.Events(ns, svc, 0) }})
+	return hist, rp, err
 }
 
 // buildXDS makes the xDS server and the gRPC server it is registered

@@ -19,6 +19,7 @@ import (
 	"github.com/cairn-sd/cairn/cmd/internal/daemon"
 	"github.com/cairn-sd/cairn/dnsserver"
 	"github.com/cairn-sd/cairn/health"
+	"github.com/cairn-sd/cairn/history"
 	"github.com/cairn-sd/cairn/internal/durable"
 	"github.com/cairn-sd/cairn/internal/gcpace"
 	"github.com/cairn-sd/cairn/publish"
@@ -42,6 +43,7 @@ type serverParts struct {
 	st             *store.Store
 	hn             *health.Node
 	keeper         *tablefile.Keeper
+	hist           *history.History
 	ds             *dnsserver.Server
 	xs             *xdsserver.Server
 	gs             *grpc.Server
@@ -96,6 +98,7 @@ func (p *serverParts) run(ctx context.Context) error {
 	g.Go(func() error { return p.st.Run(runCtx) })
 	g.Go(func() error { return p.hn.Run(runCtx) })
 	g.Go(func() error { return p.keeper.Run(runCtx) })
+	g.Go(func() error { return p.hist.Run(runCtx) })
 	g.Go(func() error { return p.ds.Run(runCtx) })
 	g.Go(func() error { return p.xs.Run(runCtx) })
 	g.Go(func() error {

@@ -7,7 +7,10 @@ import (
 	"strconv"
 	"strings"
 
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/cairn-sd/cairn/status"
 )
 
 // Versions on the wire (a delta resource's version, a state-of-the-world
@@ -77,4 +80,19 @@ func holdsParsed(hrev uint64, hdigest string, rev uint64, digest string, exists 
 		return false, 0
 	}
 	return true, hrev
+}
+
+// Assignment returns the assignment the server sends for port of the
+// service with id service in table t to a subscriber at loc, and its
+// digest: the second part of its version, which the first part's
+// revision (t's) completes. It is the hub's own build, for a replay of
+// what a subscriber was sent from a table of the past.
+func Assignment(t *status.Table, service uint32, port string, loc status.Locality) (*endpointv3.ClusterLoadAssignment, string, error) {
+	svc, ok := t.Directory().Service(service)
+	if !ok {
+		return nil, "", fmt.Errorf("xdsserver: the table holds no service %d", service)
+	}
+	cla, _ := buildAssignment(t, service, svc, port, loc)
+	digest, err := Digest(cla)
+	return cla, digest, err
 }

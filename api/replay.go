@@ -1,0 +1,76 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/cairn-sd/cairn/history"
+	"github.com/cairn-sd/cairn/internal/acl"
+	"github.com/cairn-sd/cairn/store"
+	"github.com/cairn-sd/cairn/wire"
+)
+
+// replayView is GET /v1/services/{ns}/{svc}/view: the view this node
+// gave a caller at ?region=&zone= (default: the node's place) at ?at=
+// (RFC 3339, or a negative duration before now), or from the tables of
+// store ?revision=, or the one an xDS ?version= was sent from; with
+// ?instance=, that instance's changes and events around it. The service
+// need not exist any more: its history is this node's.
+func (s *Server) replayView(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
+	ns, name, err := pathService(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	if !id.Allows(acl.Read, ns, name, "") {
+		return 0, nil, fmt.Errorf("%s token may not read %s/%s: %w", id.Scope, ns, name, acl.ErrDenied)
+	}
+	v := r.URL.Query()
+	q := wire.ReplayQuery{Namespace: ns, Service: name, Region: v.Get("region"), Zone: v.Get("zone"), Instance: v.Get("instance")}
+	given := 0
+	for _, k := range []string{"at", "revision", "version"} {
+		if v.Has(k) {
+			given++
+		}
+	}
+	if given != 1 {
+		return 0, nil, badRequest("at", "give exactly one of at, revision and version")
+	}
+	switch {
+	case v.Has("at"):
+		if q.At, err = wire.ParseReplayTime(v.Get("at"), s.cfg.Now()); err != nil {
+			return 0, nil, badRequest("at", "%v", err)
+		}
+	case v.Has("revision"):
+		if q.Revision, err = strconv.ParseUint(v.Get("revision"), 10, 64); err != nil || q.Revision == 0 {
+			return 0, nil, badRequest("revision", "%q must be a store revision: a number from 1", v.Get("revision"))
+		}
+	default:
+		head, digest, ok := strings.Cut(v.Get("version"), "-")
+		rev, err := strconv.ParseUint(head, 10, 64)
+		if !ok || err != nil || rev == 0 || digest == "" {
+			return 0, nil, badRequest("version", "%q must be an xDS version cairn sent: <store revision>-<digest>", v.Get("version"))
+		}
+		q.Revision, q.Digest = rev, digest
+	}
+	for _, k := range []string{"region", "zone", "instance"} {
+		if x := v.Get(k); x != "" {
+			if err := wire.CheckLabel(k, x); err != nil {
+				return 0, nil, err
+			}
+		}
+	}
+	if s.cfg.Replay == nil {
+		return 0, nil, fmt.Errorf("this node keeps no history of its views: %w", store.ErrNotFound)
+	}
+	rep, err := s.cfg.Replay(q)
+	if errors.Is(err, history.ErrUnknown) || errors.As(err, new(*history.TooOldError)) {
+		return 0, nil, fmt.Errorf("%s/%s: %w: %w", ns, name, err, store.ErrNotFound)
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, rep, nil
+}

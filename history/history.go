@@ -1,0 +1,337 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cairn-sd/cairn/status"
+)
+
+// Config configures a History. A zero field means its default.
+type Config struct {
+	// Table is the publisher whose tables are recorded. Required.
+	Table *status.Publisher
+	// Window is how long a step is kept at least. Defaults to 24h.
+	Window time.Duration
+	// Changes is how many of each service's newest steps are kept at
+	// least, however old. Defaults to DefaultChanges.
+	Changes int
+	// Entries bounds the changed entries the steps hold, over every
+	// service; it wins over Window and Changes. Defaults to
+	// DefaultEntries.
+	Entries int
+	// Synced, Restored, StaleAfter and MaxStale are the DNS server's
+	// serve-stale rule (dnsserver.Config), which the freshness timeline
+	// records: Synced is when this node's view was last known current
+	// (zero: never since it started), Restored whether it serves the
+	// table kept on disk. nil Synced: always fresh.
+	Synced     func() time.Time
+	Restored   func() bool
+	StaleAfter time.Duration
+	MaxStale   time.Duration
+	// Tick is how often Run looks at the freshness between tables.
+	// Defaults to 1s.
+	Tick time.Duration
+
+	Now        func() time.Time
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+// The defaults. A change (one entry of a step) takes 48 bytes, a step
+// 64 more: DefaultEntries is 12 MiB of changes at most.
+const (
+	DefaultWindow  = 24 * time.Hour
+	DefaultChanges = 1_000
+	DefaultEntries = 250_000
+)
+
+func (c *Config) setDefaults() {
+	if c.Window == 0 {
+		c.Window = DefaultWindow
+	}
+	if c.Changes == 0 {
+		c.Changes = DefaultChanges
+	}
+	if c.Entries == 0 {
+		c.Entries = DefaultEntries
+	}
+	if c.StaleAfter == 0 {
+		c.StaleAfter = 5 * time.Second
+	}
+	if c.MaxStale == 0 {
+		c.MaxStale = 24 * time.Hour
+	}
+	if c.Tick == 0 {
+		c.Tick = time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Table == nil:
+		return errors.New("history: Table is required")
+	case c.Window < 0:
+		return errors.New("history: Window must not be negative")
+	case c.Changes < 0:
+		return errors.New("history: Changes must not be negative")
+	case c.Entries < 0:
+		return errors.New("history: Entries must not be negative")
+	}
+	return nil
+}
+
+// History records a node's published tables. Its methods are safe for
+// concurrent use; Run is its one goroutine.
+type History struct {
+	cfg     Config
+	m       *metrics
+	started time.Time
+
+	mu sync.Mutex
+	// The services recorded, by "namespace/name", and the changes held
+	// per namespace (see trim).
+	services map[string]*service
+	byNS     map[string]*nsHeld
+	held     int // changes held over every service
+	// locNames and locIDs intern the locality names the recorded entries
+	// refer to (Entry.Region, Entry.Zone), so that ids stay valid across
+	// tables and restarts; id 0 is the empty name.
+	locNames []string
+	locIDs   map[string]uint16
+	fresh    []freshStep
+
+	// What the last table recorded said, by slot, with the table's names
+	// translated: the entry (Service cleared, localities interned), its
+	// service and its instance.
+	seen     uint64 // the version of the last table recorded
+	prev     []status.Entry
+	prevSvc  []*service
+	prevInfo []*status.InstanceInfo
+	// The last table's name lists, and what their ids map to.
+	tableLocs *status.Names
+	locMap    []uint16
+	tableSvcs *status.Names
+	dir       *status.Directory
+	svcMap    []*service
+	gen       uint64 // counts the svcMaps made
+	touched   []*service
+}
+
+// New validates cfg and returns a History; Run records.
+func New(cfg Config) (*History, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	h := &History{cfg: cfg, m: newMetrics(cfg.Registerer), started: cfg.Now(), services: map[string]*service{},
+		byNS: map[string]*nsHeld{}, locNames: []string{""}, locIDs: map[string]uint16{"": 0}}
+	return h, nil
+}
+
+// Run records every table published, and the node's freshness at each
+// and every Tick, until ctx is done.
+func (h *History) Run(ctx context.Context) error {
+	tick := time.NewTicker(h.cfg.Tick)
+	defer tick.Stop()
+	var seen uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-h.cfg.Table.Changed(seen):
+			if t := h.cfg.Table.Acquire(); t != nil {
+				seen = t.Version()
+				h.Record(t)
+				t.Release()
+			}
+		case <-tick.C:
+			h.mu.Lock()
+			h.noteFreshness(h.cfg.Now())
+			h.mu.Unlock()
+		}
+	}
+}
+
+// Record records table t, if it is newer than the last one recorded:
+// the steps of the services whose entries changed, and the node's
+// freshness. Run calls it for each table; a test may call it itself.
+func (h *History) Record(t *status.Table) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t.Version() <= h.seen {
+		return
+	}
+	start := time.Now()
+	h.seen = t.Version()
+	at := t.Built()
+	h.follow(t, at)
+	h.diff(t)
+	for _, s := range h.touched {
+		h.add(s, step{at: at, version: t.Version(), revision: t.StoreRevision(), changes: slices.Clone(s.pending)})
+		s.pending = s.pending[:0]
+	}
+	h.touched = h.touched[:0]
+	now := h.cfg.Now()
+	h.noteFreshness(now)
+	h.trim(now)
+	h.m.record.Observe(time.Since(start).Seconds())
+	h.m.held.Set(float64(h.held))
+	h.m.services.Set(float64(len(h.services)))
+}
+
+// follow brings the name maps to t's: the interned ids of its
+// localities, and the service of each of its service ids, noting the
+// definitions that changed.
+func (h *History) follow(t *status.Table, at time.Time) {
+	if n := t.Capacity(); len(h.prev) != n {
+		h.prev = grow(h.prev, n)
+		h.prevSvc = grow(h.prevSvc, n)
+		h.prevInfo = grow(h.prevInfo, n)
+	}
+	if locs := t.Localities(); locs != h.tableLocs || h.locMap == nil {
+		h.tableLocs = locs
+		h.locMap = make([]uint16, locs.Len())
+		for id := range h.locMap {
+			h.locMap[id] = h.intern(locs.Name(uint32(id)))
+		}
+	}
+	dir := t.Directory()
+	if svcs := t.Services(); svcs != h.tableSvcs || dir != h.dir || h.svcMap == nil {
+		h.tableSvcs, h.dir = svcs, dir
+		h.svcMap = make([]*service, svcs.Len())
+		h.gen++
+		for id := 1; id < svcs.Len(); id++ {
+			s := h.service(svcs.Name(uint32(id)))
+			s.gen = h.gen
+			h.svcMap[id] = s
+			if info, ok := dir.Service(uint32(id)); ok && !sameService(s.info(), info) {
+				s.infos = append(s.infos, infoStep{at: at, info: info})
+				if len(s.infos) > maxInfos {
+					s.infos = slices.Delete(s.infos, 0, len(s.infos)-maxInfos)
+				}
+			}
+		}
+	}
+}
+
+// maxInfos bounds the definitions kept per service: they change rarely,
+// and a replay older than the oldest kept reads the oldest.
+const maxInfos = 64
+
+// diff compares every slot of t with what the last table said, and
+// notes each change in its service's pending list.
+func (h *History) diff(t *status.Table) {
+	dir := t.Directory()
+	for slot := range t.Capacity() {
+		e := t.Entry(slot)
+		var s *service
+		var info *status.InstanceInfo
+		if e.Used() {
+			if int(e.Service) < len(h.svcMap) {
+				s = h.svcMap[e.Service]
+			}
+			e.Region, e.Zone = h.loc(e.Region), h.loc(e.Zone)
+			info = dir.Instance(slot)
+		}
+		if s == nil {
+			e, info = status.Entry{}, nil // unused, or of no service: held by none
+		}
+		e.Service = 0
+		oldS, oldInfo := h.prevSvc[slot], h.prevInfo[slot]
+		sameInfo := info == oldInfo || sameInstance(info, oldInfo)
+		if s == oldS && e == h.prev[slot] && sameInfo {
+			continue
+		}
+		if oldS != nil && oldS != s {
+			h.note(oldS, change{slot: uint32(slot)}) // the slot left the service
+		}
+		if s != nil {
+			c := change{slot: uint32(slot), entry: e}
+			if s != oldS || !sameInfo {
+				c.info = info
+			}
+			h.note(s, c)
+		}
+		h.prev[slot], h.prevSvc[slot], h.prevInfo[slot] = e, s, info
+	}
+}
+
+func (h *History) note(s *service, c change) {
+	if len(s.pending) == 0 {
+		h.touched = append(h.touched, s)
+	}
+	s.pending = append(s.pending, c)
+}
+
+// loc returns the interned id of the table's locality id.
+func (h *History) loc(id uint16) uint16 {
+	if int(id) < len(h.locMap) {
+		return h.locMap[id]
+	}
+	return 0
+}
+
+// intern returns name's id in the history's locality names.
+func (h *History) intern(name string) uint16 {
+	if id, ok := h.locIDs[name]; ok {
+		return id
+	}
+	if len(h.locNames) > 1<<16-1 {
+		return 0 // the table's ids are 16 bits too: never reached
+	}
+	id := uint16(len(h.locNames))
+	h.locNames = append(h.locNames, name)
+	h.locIDs[name] = id
+	return id
+}
+
+// service returns the recorded service of key "namespace/name", made on
+// first sight.
+func (h *History) service(key string) *service {
+	s := h.services[key]
+	if s == nil {
+		s = newService(key)
+		h.services[key] = s
+	}
+	return s
+}
+
+// grow returns s with length n, keeping what it holds below n.
+func grow[T any](s []T, n int) []T {
+	if n <= len(s) {
+		clear(s[n:])
+		return s[:n]
+	}
+	return append(s, make([]T, n-len(s))...)
+}
+
+// sameService reports whether two definitions answer alike.
+func sameService(a, b status.ServiceInfo) bool {
+	return a.Namespace == b.Namespace && a.Name == b.Name && slices.Equal(a.Ports, b.Ports) &&
+		a.DNSTTL == b.DNSTTL && a.ARecordLimit == b.ARecordLimit && a.MinHealthyFraction == b.MinHealthyFraction &&
+		a.MaxEjectionPercent == b.MaxEjectionPercent && a.ShrinkCap == b.ShrinkCap && a.ShrinkWindow == b.ShrinkWindow
+}
+
+// sameInstance reports whether two instances are the same one at the
+// same addresses and ports (a directory made afresh, after a restart,
+// holds new pointers to the same instances).
+func sameInstance(a, b *status.InstanceInfo) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.ID == b.ID && a.Incarnation == b.Incarnation && slices.Equal(a.Addrs, b.Addrs) && maps.Equal(a.Ports, b.Ports)
+}

@@ -1,0 +1,191 @@
+package history
+
+import (
+	"strings"
+	"time"
+
+	"github.com/cairn-sd/cairn/status"
+)
+
+// service is one service's recorded history: its base, the state its
+// steps start from, then its steps, oldest first.
+type service struct {
+	key, ns string
+	// base is the state after every step let go: each slot's member.
+	// baseAt, baseVersion and baseRevision are those of the last step
+	// folded into it; zero while none was (the history starts at the
+	// first step).
+	base                      map[uint32]member
+	baseAt                    time.Time
+	baseVersion, baseRevision uint64
+	steps                     []step // live from start
+	start                     int
+	held                      int // changes in the live steps
+	infos                     []infoStep
+	pending                   []change // of the table being recorded
+	gen                       uint64   // History.gen when a table last named it
+}
+
+// step is one table that changed the service's entries.
+type step struct {
+	at                time.Time
+	version, revision uint64
+	changes           []change
+}
+
+// change is one slot's new state: its entry (Service cleared, localities
+// the history's ids), or the zero Entry when the slot left the service;
+// info is the slot's instance when it is new or changed, nil when it is
+// the one the slot held before.
+type change struct {
+	slot  uint32
+	entry status.Entry
+	info  *status.InstanceInfo
+}
+
+// member is a slot's state: its entry and its instance.
+type member struct {
+	entry status.Entry
+	info  *status.InstanceInfo
+}
+
+// infoStep is a definition of the service, from the table built at at.
+type infoStep struct {
+	at   time.Time
+	info status.ServiceInfo
+}
+
+// nsHeld counts the changes a namespace's services hold.
+type nsHeld struct {
+	held     int
+	services map[*service]struct{}
+}
+
+func newService(key string) *service {
+	ns, _, _ := strings.Cut(key, "/")
+	return &service{key: key, ns: ns, base: map[uint32]member{}}
+}
+
+func (s *service) live() []step { return s.steps[s.start:] }
+
+// info returns the service's latest definition.
+func (s *service) info() status.ServiceInfo {
+	if len(s.infos) == 0 {
+		return status.ServiceInfo{}
+	}
+	return s.infos[len(s.infos)-1].info
+}
+
+// infoAt returns the definition in force at t: the latest from a table
+// built by then, or the oldest kept.
+func (s *service) infoAt(t time.Time) status.ServiceInfo {
+	for i := len(s.infos) - 1; i >= 0; i-- {
+		if !s.infos[i].at.After(t) {
+			return s.infos[i].info
+		}
+	}
+	if len(s.infos) > 0 {
+		return s.infos[0].info
+	}
+	return status.ServiceInfo{}
+}
+
+// add appends a step to s, and counts its changes.
+func (h *History) add(s *service, st step) {
+	s.steps = append(s.steps, st)
+	n := len(st.changes)
+	s.held += n
+	h.held += n
+	nh := h.byNS[s.ns]
+	if nh == nil {
+		nh = &nsHeld{services: map[*service]struct{}{}}
+		h.byNS[s.ns] = nh
+	}
+	nh.held += n
+	nh.services[s] = struct{}{}
+}
+
+// fold lets s's oldest step go, into its base.
+func (h *History) fold(s *service, why string) {
+	st := s.steps[s.start]
+	s.steps[s.start] = step{}
+	s.start++
+	if s.start >= 64 && s.start*2 >= len(s.steps) {
+		s.steps = append(make([]step, 0, 2*(len(s.steps)-s.start)), s.steps[s.start:]...)
+		s.start = 0
+	}
+	for _, c := range st.changes {
+		apply(s.base, c)
+	}
+	s.baseAt, s.baseVersion, s.baseRevision = st.at, st.version, st.revision
+	n := len(st.changes)
+	s.held -= n
+	h.held -= n
+	if nh := h.byNS[s.ns]; nh != nil {
+		nh.held -= n
+		if s.held == 0 {
+			delete(nh.services, s)
+		}
+		if len(nh.services) == 0 {
+			delete(h.byNS, s.ns)
+		}
+	}
+	h.m.folded.WithLabelValues(why).Inc()
+}
+
+// apply sets what change c says of its slot in members.
+func apply(members map[uint32]member, c change) {
+	if !c.entry.Used() {
+		delete(members, c.slot)
+		return
+	}
+	m := members[c.slot]
+	m.entry = c.entry
+	if c.info != nil {
+		m.info = c.info
+	}
+	members[c.slot] = m
+}
+
+// trim lets go the steps past the bounds (see the package's doc), and
+// forgets the services that hold nothing any more.
+func (h *History) trim(now time.Time) {
+	horizon := now.Add(-h.cfg.Window)
+	for key, s := range h.services {
+		for len(s.live()) > h.cfg.Changes && s.live()[0].at.Before(horizon) {
+			h.fold(s, "window")
+		}
+		if len(s.live()) == 0 && len(s.base) == 0 && s.baseAt.Before(horizon) && !h.current(s) {
+			delete(h.services, key)
+		}
+	}
+	for h.held > h.cfg.Entries {
+		h.fold(h.largest(), "entries")
+	}
+	if len(h.fresh) > 1 && (len(h.fresh) > maxFresh || h.fresh[1].at.Before(horizon)) {
+		h.fresh = h.fresh[1:]
+	}
+}
+
+// current reports whether the last table recorded names s.
+func (h *History) current(s *service) bool { return s.gen == h.gen }
+
+// largest returns the service to lose a step: of the namespace holding
+// the most changes, the service holding the most (ties: the greater
+// name, so that every node picks alike).
+func (h *History) largest() *service {
+	var ns string
+	var nh *nsHeld
+	for name, c := range h.byNS {
+		if nh == nil || c.held > nh.held || c.held == nh.held && name > ns {
+			ns, nh = name, c
+		}
+	}
+	var best *service
+	for s := range nh.services {
+		if best == nil || s.held > best.held || s.held == best.held && s.key > best.key {
+			best = s
+		}
+	}
+	return best
+}
