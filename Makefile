@@ -138,6 +138,7 @@ fuzz:        ## each fuzz target for FUZZTIME (go test -fuzz takes one target pe
 	$(GO) test -run='^$$' -fuzz='^FuzzSotWStream$$' -fuzztime=$(FUZZTIME) ./xdsserver
 	$(GO) test -run='^$$' -fuzz='^FuzzRequestBytes$$' -fuzztime=$(FUZZTIME) ./xdsserver
 	$(GO) test -run='^$$' -fuzz='^FuzzLoadReports$$' -fuzztime=$(FUZZTIME) ./xdsserver
+	$(GO) test -run='^$$' -fuzz='^FuzzLoad$$' -fuzztime=$(FUZZTIME) ./history
 	$(MAKE) fuzz-api
 
 fuzz-api:    ## schemathesis (PyPI, pinned; scripts/install-schemathesis.sh) against a cairn server --dev from docs/openapi.yaml, ACLs off, on as admin, on as a reader: no 5xx, errors as docs/api.md, refused writes store nothing; FUZZ_API_EXAMPLES cases an operation

@@ -49,6 +49,11 @@ const AddrsFile = "addrs.json"
 // published, served (stale) after a restart until the store catches up.
 const TableFile = "table.cairn"
 
+// HistoryFile, in the data dir, keeps the history of the tables the
+// server published (package history), for `cairn replay` after a
+// restart.
+const HistoryFile = "history.cairn"
+
 // XDSSubscribersFile is the file in the data dir that keeps the count of
 // xDS streams, so that after a restart they are admitted gradually.
 const XDSSubscribersFile = "xds-subscribers.json"
@@ -304,7 +309,7 @@ func buildHealth(cfg serverConfig, nodeID string, st *store.Store, table *status
 func buildReplay(cfg serverConfig, table *status.Publisher, pn *publish.Node, ds *dnsserver.Server, st *store.Store,
 	log *slog.Logger, reg prometheus.Registerer) (*history.History, *replay.Replayer, error) {
 	hist, err := history.New(history.Config{Table: table, Window: cfg.HistoryWindow, Changes: cfg.HistoryChanges,
-		Entries: cfg.HistoryEntries, Synced: pn.Synced, Restored: pn.Restored, StaleAfter: cfg.StaleAfter, MaxStale: cfg.MaxStale,
+		Entries: cfg.HistoryEntries, Path: filepath.Join(cfg.DataDir, HistoryFile), Synced: pn.Synced, Restored: pn.Restored, StaleAfter: cfg.StaleAfter, MaxStale: cfg.MaxStale,
 		Logger: log, Registerer: reg})
 	if err != nil {
 		return nil, nil, err

@@ -83,7 +83,9 @@ func (h *History) noteFreshness(now time.Time) {
 	if n := len(h.fresh); n > 0 && h.fresh[n-1].f == f && (f == Fresh || h.fresh[n-1].synced.Equal(synced)) {
 		return
 	}
-	h.fresh = append(h.fresh, freshStep{at: now, f: f, synced: synced})
+	fs := freshStep{at: now, f: f, synced: synced}
+	h.fresh = append(h.fresh, fs)
+	h.emit(freshRecord(fs))
 }
 
 // freshnessAt returns the node's freshness at t, and when its view was

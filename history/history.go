@@ -36,9 +36,13 @@ type Config struct {
 	Restored   func() bool
 	StaleAfter time.Duration
 	MaxStale   time.Duration
-	// Tick is how often Run looks at the freshness between tables.
-	// Defaults to 1s.
+	// Tick is how often Run looks at the freshness between tables, and
+	// writes the file. Defaults to 1s.
 	Tick time.Duration
+	// Path is the history's file: read at New, so that the history
+	// answers for the time before a restart, and written by Run. "":
+	// in memory only.
+	Path string
 
 	Now        func() time.Time
 	Logger     *slog.Logger
@@ -129,6 +133,9 @@ type History struct {
 	svcMap    []*service
 	gen       uint64 // counts the svcMaps made
 	touched   []*service
+
+	file    *file  // nil without Config.Path
+	pending []byte // framed records for the file
 }
 
 // New validates cfg and returns a History; Run records.
@@ -139,14 +146,21 @@ func New(cfg Config) (*History, error) {
 	}
 	h := &History{cfg: cfg, m: newMetrics(cfg.Registerer), started: cfg.Now(), services: map[string]*service{},
 		byNS: map[string]*nsHeld{}, locNames: []string{""}, locIDs: map[string]uint16{"": 0}}
+	if cfg.Path != "" {
+		if err := h.load(cfg.Path); err != nil {
+			return nil, err
+		}
+		h.pending = h.pending[:0] // the localities read: in the file already
+	}
 	return h, nil
 }
 
 // Run records every table published, and the node's freshness at each
-// and every Tick, until ctx is done.
+// and every Tick, and writes the file every Tick, until ctx is done.
 func (h *History) Run(ctx context.Context) error {
 	tick := time.NewTicker(h.cfg.Tick)
 	defer tick.Stop()
+	defer h.close()
 	var seen uint64
 	for {
 		select {
@@ -162,6 +176,7 @@ func (h *History) Run(ctx context.Context) error {
 			h.mu.Lock()
 			h.noteFreshness(h.cfg.Now())
 			h.mu.Unlock()
+			h.flush()
 		}
 	}
 }
@@ -181,7 +196,9 @@ func (h *History) Record(t *status.Table) {
 	h.follow(t, at)
 	h.diff(t)
 	for _, s := range h.touched {
-		h.add(s, step{at: at, version: t.Version(), revision: t.StoreRevision(), changes: slices.Clone(s.pending)})
+		st := step{at: at, version: t.Version(), revision: t.StoreRevision(), changes: slices.Clone(s.pending)}
+		h.add(s, st)
+		h.emit(stepRecord(s.key, st))
 		s.pending = s.pending[:0]
 	}
 	h.touched = h.touched[:0]
@@ -220,6 +237,9 @@ func (h *History) follow(t *status.Table, at time.Time) {
 			h.svcMap[id] = s
 			if info, ok := dir.Service(uint32(id)); ok && !sameService(s.info(), info) {
 				s.infos = append(s.infos, infoStep{at: at, info: info})
+				if r, err := infoRecord(s.key, infoStep{at: at, info: info}); err == nil {
+					h.emit(r)
+				}
 				if len(s.infos) > maxInfos {
 					s.infos = slices.Delete(s.infos, 0, len(s.infos)-maxInfos)
 				}
@@ -296,6 +316,7 @@ func (h *History) intern(name string) uint16 {
 	id := uint16(len(h.locNames))
 	h.locNames = append(h.locNames, name)
 	h.locIDs[name] = id
+	h.emit(localityRecord(name))
 	return id
 }
 

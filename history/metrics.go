@@ -7,6 +7,10 @@ type metrics struct {
 	services prometheus.Gauge
 	folded   *prometheus.CounterVec
 	record   prometheus.Histogram
+	// fileErrors counts records dropped for a stalled disk, and failed
+	// writes; fileBytes is the file's size.
+	fileErrors *prometheus.CounterVec
+	fileBytes  prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -21,9 +25,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		record: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "cairn_history_record_seconds",
 			Help:    "Time to record one published table into the history.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 8)}),
+		fileErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_history_file_errors_total",
+			Help: "Trouble with the history's file: dropped (records waiting past 16 MiB for a stalled disk; the file is rewritten) or write (a failed write)."},
+			[]string{"kind"}),
+		fileBytes: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_history_file_bytes",
+			Help: "Size of the history's file."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.held, m.services, m.folded, m.record)
+		reg.MustRegister(m.held, m.services, m.folded, m.record, m.fileErrors, m.fileBytes)
 	}
 	return m
 }
