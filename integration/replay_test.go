@@ -106,7 +106,7 @@ func TestReplayIsWhatCallersGot(t *testing.T) {
 	})
 	drained := lookAt(addrs[1:])
 	time.Sleep(time.Until(T.Add(10 * time.Second))) // the probe fails at T+10 s, as the issue says
-	lns[1].Close() // r-b refuses connections: its probes fail
+	lns[1].Close()                                  // r-b refuses connections: its probes fail
 	failed := lookAt(addrs[2:])
 
 	replayAt := func(at time.Time) wire.Replay {
@@ -196,4 +196,3 @@ func sortedCopy(s []string) []string {
 	slices.Sort(s)
 	return s
 }
-
