@@ -216,6 +216,21 @@ func (a *Agent) arrivedLocked(name string) {
 	}
 }
 
+// ViewRevision is dnsserver.Config.Revision: the store revision of the
+// view of ns/svc the agent holds, which an answer about the service
+// carries when asked (dnsserver.RevisionOption). It is the view's the
+// table was built from, but for the moments between a view's arrival
+// and the table built from it.
+func (a *Agent) ViewRevision(ns, svc string) (uint64, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	v := a.views[agentview.Name(ns, svc)]
+	if v == nil || v.got == nil {
+		return 0, false
+	}
+	return v.got.Revision, true
+}
+
 // Restored reports whether the agent answers from disk, no server having
 // answered since it started (dnsserver.Config.Restored).
 func (a *Agent) Restored() bool {

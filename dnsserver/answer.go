@@ -27,6 +27,15 @@ type query struct {
 	wait    <-chan struct{}
 }
 
+// RevisionOption is the EDNS option code (RFC 6891 §9, local use) a
+// query carries, empty, to ask which view the answer came from, as
+// NSID (RFC 5001) asks which server: the answer carries it back with 8
+// bytes, the store revision (big-endian) of the status table answered
+// from, or, on an agent, of the view of the service asked about. `cairn
+// replay --revision N` shows that view. Without the option nothing is
+// added.
+const RevisionOption = 65430
+
 // rcodeWait is answer's rcode for a query that waits for an unheld
 // service (request.wait): nothing is sent yet.
 const rcodeWait = -1
@@ -151,6 +160,10 @@ func (s *Server) answer(req *request, buf []byte) ([]byte, int, uint16) {
 		return s.finish(&m, &q, dns.RcodeServerFailure)
 	}
 	defer t.Release()
+	if req.wantsRevision && q.o.present {
+		q.o.hasRevision, q.o.revision = true, t.StoreRevision()
+		m.reserve = q.o.size()
+	}
 	rcode := s.resolve(&m, &q, name, t)
 	if rcode == rcodeWait {
 		req.wait = q.wait
@@ -307,6 +320,11 @@ func (s *Server) resolve(m *msg, q *query, name zones.Name, t *status.Table) int
 		return s.unheld(m, q, t, d, name)
 	}
 	svc := d.Services[id]
+	if q.o.hasRevision && s.cfg.Revision != nil {
+		if rev, ok := s.cfg.Revision(svc.Namespace, svc.Name); ok {
+			q.o.revision = rev
+		}
+	}
 	switch name.Kind {
 	case zones.Service:
 		switch q.qtype {

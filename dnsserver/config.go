@@ -84,6 +84,11 @@ type Config struct {
 	// rate-limited. See CookieConfig. By default they are on unless Addr
 	// is a loopback address.
 	Cookies CookieConfig
+	// Revision, if set, says the store revision of a service's view, for
+	// the revision option's answer (RevisionOption): the agent's, whose
+	// views each have their own. false, or nil: the table's store
+	// revision.
+	Revision func(namespace, service string) (uint64, bool)
 	// Rand returns uniform floats in [0, 1) for weighted sampling; nil
 	// uses math/rand/v2. Tests pass a seeded source (it must then be safe
 	// for concurrent use if queries run concurrently).

@@ -81,6 +81,9 @@ type request struct {
 	// malformed anyway).
 	hasCookie bool
 	cookieLen int
+	// wantsRevision: the query carries the revision option
+	// (RevisionOption), asking which view the answer came from.
+	wantsRevision bool
 	cookie    [maxCookieLen]byte
 	// cookieVerdict is what checking the cookie found, and cookieNow the
 	// time (in seconds, as cookies count it) it was checked at (cookie.go).
@@ -129,6 +132,10 @@ func requestOf(r *dns.Msg, remote netip.Addr, tcp bool) request {
 					copy(req.ecsAddr[:], e.Address.To4())
 				case 2:
 					copy(req.ecsAddr[:], e.Address.To16())
+				}
+			case *dns.EDNS0_LOCAL:
+				if e.Code == RevisionOption {
+					req.wantsRevision = true
 				}
 			case *dns.EDNS0_COOKIE:
 				if !req.hasCookie { // only the first one counts (RFC 7873 §5.2)

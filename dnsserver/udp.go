@@ -273,6 +273,8 @@ func parseQuery(b []byte, scratch []byte, remote netip.Addr) (request, bool) {
 		}
 		switch code {
 		case dns.EDNS0NSID, dns.EDNS0COOKIE, dns.EDNS0PADDING, dns.EDNS0SUBNET:
+		case RevisionOption:
+			req.wantsRevision = true
 		default:
 			return req, false // miekg/dns knows its form, or that it is unknown
 		}

@@ -170,6 +170,10 @@ type opt struct {
 	// client cookie, then the server cookie (cookie.go).
 	hasCookie bool
 	cookie    [clientCookieLen + serverCookieLen]byte
+	// revision answers the revision option (RevisionOption), when
+	// hasRevision.
+	hasRevision bool
+	revision    uint64
 }
 
 // ede is one Extended DNS Error.
@@ -191,6 +195,9 @@ func (o *opt) size() int {
 	}
 	if o.hasCookie {
 		n += 4 + len(o.cookie)
+	}
+	if o.hasRevision {
+		n += 4 + 8
 	}
 	return n
 }
@@ -230,6 +237,12 @@ func (m *msg) finish(rcode int, o *opt) []byte {
 			binary.BigEndian.PutUint16(b[p:], dns.EDNS0COOKIE)
 			binary.BigEndian.PutUint16(b[p+2:], uint16(len(o.cookie)))
 			p += 4 + copy(b[p+4:], o.cookie[:])
+		}
+		if o.hasRevision {
+			binary.BigEndian.PutUint16(b[p:], RevisionOption)
+			binary.BigEndian.PutUint16(b[p+2:], 8)
+			binary.BigEndian.PutUint64(b[p+4:], o.revision)
+			p += 12
 		}
 		binary.BigEndian.PutUint16(b[9:], uint16(p-11))
 		m.off += p

@@ -1,15 +1,19 @@
 package integration
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/miekg/dns"
 
+	"github.com/cairn-sd/cairn/dnsserver"
 	"github.com/cairn-sd/cairn/wire"
 	"github.com/cairn-sd/cairn/xdsserver"
 )
@@ -172,6 +176,47 @@ func TestReplayIsWhatCallersGot(t *testing.T) {
 		t.Errorf("replay of the subscriber's version %s: matched %v", failed.version, byVersion.Matched)
 	}
 
+	// An agent's answer says the revision of the view it came from
+	// (dnsserver.RevisionOption, asked for); replayed by revision, the
+	// view has what the agent answered.
+	ag := StartAgentWith(t, AgentConfig{Servers: []string{n.GRPCAddr}})
+	var agentRev uint64
+	var agentAddrs []string
+	Eventually(t, 20*time.Second, func() error {
+		q := new(dns.Msg)
+		q.SetQuestion(host, dns.TypeA)
+		q.SetEdns0(1232, false)
+		q.IsEdns0().Option = append(q.IsEdns0().Option, &dns.EDNS0_LOCAL{Code: dnsserver.RevisionOption})
+		resp, err := dns.Exchange(q, ag.DNSAddr)
+		if err != nil {
+			return err
+		}
+		agentAddrs = addrSet(resp.Answer)
+		for _, op := range resp.IsEdns0().Option {
+			if l, ok := op.(*dns.EDNS0_LOCAL); ok && l.Code == dnsserver.RevisionOption && len(l.Data) == 8 {
+				agentRev = binary.BigEndian.Uint64(l.Data)
+			}
+		}
+		if agentRev == 0 || !slices.Equal(agentAddrs, failed.eligible) {
+			return fmt.Errorf("the agent answers %v at revision %d; want %v and a revision", agentAddrs, agentRev, failed.eligible)
+		}
+		return nil
+	})
+	cmd, err = n.CLI(ctx, "--output", "json", "replay", "--revision", strconv.FormatUint(agentRev, 10), healthNS+"/"+svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err = cmd.CombinedOutput(); err != nil {
+		t.Fatalf("cairn replay --revision %d: %v\n%s", agentRev, err, out)
+	}
+	var byRevision wire.Replay
+	if err := json.Unmarshal(out, &byRevision); err != nil {
+		t.Fatalf("cairn replay: %v\n%s", err, out)
+	}
+	if got := sortedCopy(addrSetOf(byRevision.DNS[0].Answer)); !slices.Equal(got, agentAddrs) {
+		t.Errorf("replay of the agent's revision %d answers %v; the agent answered %v", agentRev, got, agentAddrs)
+	}
+
 	// Every node restarts: the history answers for the time before.
 	for _, x := range c.Nodes {
 		if err := x.Stop(); err != nil {
@@ -189,6 +234,19 @@ func TestReplayIsWhatCallersGot(t *testing.T) {
 	})
 	check("T−1s, after every node restarted", before, replayAt(before.at))
 	check("T+11s, after every node restarted", failed, replayAt(failed.at))
+}
+
+// addrSetOf is the addresses of A and AAAA records in presentation
+// form.
+func addrSetOf(rrs []string) []string {
+	var out []string
+	for _, s := range rrs {
+		rr, err := dns.NewRR(s)
+		if err == nil {
+			out = append(out, addrSet([]dns.RR{rr})...)
+		}
+	}
+	return out
 }
 
 func sortedCopy(s []string) []string {

@@ -98,7 +98,7 @@ func run(ctx context.Context, cfg config, logw interface{ Write([]byte) (int, er
 	}
 	ds, err := dnsserver.New(dnsserver.Config{Zone: zone, Table: table, Addr: cfg.DNSAddr,
 		Own: dnsserver.Place{Region: cfg.Region, Zone: cfg.Zone}, StaleAfter: cfg.StaleAfter, MaxStale: cfg.MaxStale,
-		LastSync: ag.LastSync, Restored: ag.Restored, Unheld: ag.Unheld, Logger: log, Registerer: reg})
+		LastSync: ag.LastSync, Restored: ag.Restored, Unheld: ag.Unheld, Revision: ag.ViewRevision, Logger: log, Registerer: reg})
 	if err != nil {
 		return err
 	}
