@@ -39,10 +39,11 @@ scenarios:   ## the long real-process scenarios: real Envoys through a 60 s cont
 	CAIRN_SCENARIOS=full CAIRN_SCENARIO_OUT=$(CURDIR)/docs/scenarios/results $(GO) test -count=1 -timeout 180m -v ./integration/scenarios/...
 	$(GO) run ./integration/scenarios/report -in docs/scenarios/results -out docs/scenarios
 
-bench:       ## store throughput and failover, memory per registered instance, status table, probe pool, evaluator, withdrawal publication (see BENCHMARKS.md)
+bench:       ## store throughput and failover, memory per registered instance, status table, the history of tables, probe pool, evaluator, withdrawal publication (see BENCHMARKS.md)
 	$(GO) run ./bench/cmd/storebench
 	$(GO) run ./bench/cmd/membench
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=2s -count=5 ./bench/status/
+	$(GO) test -run='^$$' -bench=. -benchtime=200x -count=3 ./bench/history/
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=10x -count=3 -timeout=10m ./bench/probe/
 	$(GO) test -run='^$$' -bench=. -benchmem -count=3 ./bench/eval/
 	$(GO) test -run='^$$' -bench=. -benchtime=240x -count=3 -timeout=40m ./bench/withdraw/

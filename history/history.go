@@ -108,9 +108,10 @@ type History struct {
 	mu sync.Mutex
 	// The services recorded, by "namespace/name", and the changes held
 	// per namespace (see trim).
-	services map[string]*service
-	byNS     map[string]*nsHeld
-	held     int // changes held over every service
+	services  map[string]*service
+	byNS      map[string]*nsHeld
+	largestNS nsHeap // the namespaces holding a change, most first
+	held      int    // changes held over every service
 	// locNames and locIDs intern the locality names the recorded entries
 	// refer to (Entry.Region, Entry.Zone), so that ids stay valid across
 	// tables and restarts; id 0 is the empty name.
@@ -122,6 +123,8 @@ type History struct {
 	// translated: the entry (Service cleared, localities interned), its
 	// service and its instance.
 	seen     uint64 // the version of the last table recorded
+	raw      []status.Entry // the last table's entries as it held them
+	remapped bool           // its name lists differ from the table's before
 	prev     []status.Entry
 	prevSvc  []*service
 	prevInfo []*status.InstanceInfo
@@ -198,7 +201,9 @@ func (h *History) Record(t *status.Table) {
 	for _, s := range h.touched {
 		st := step{at: at, version: t.Version(), revision: t.StoreRevision(), changes: slices.Clone(s.pending)}
 		h.add(s, st)
-		h.emit(stepRecord(s.key, st))
+		if h.file != nil {
+			h.emit(stepRecord(s.key, st))
+		}
 		s.pending = s.pending[:0]
 	}
 	h.touched = h.touched[:0]
@@ -214,13 +219,15 @@ func (h *History) Record(t *status.Table) {
 // localities, and the service of each of its service ids, noting the
 // definitions that changed.
 func (h *History) follow(t *status.Table, at time.Time) {
+	h.remapped = false
 	if n := t.Capacity(); len(h.prev) != n {
+		h.raw = grow(h.raw, n)
 		h.prev = grow(h.prev, n)
 		h.prevSvc = grow(h.prevSvc, n)
 		h.prevInfo = grow(h.prevInfo, n)
 	}
 	if locs := t.Localities(); locs != h.tableLocs || h.locMap == nil {
-		h.tableLocs = locs
+		h.tableLocs, h.remapped = locs, true
 		h.locMap = make([]uint16, locs.Len())
 		for id := range h.locMap {
 			h.locMap[id] = h.intern(locs.Name(uint32(id)))
@@ -228,7 +235,7 @@ func (h *History) follow(t *status.Table, at time.Time) {
 	}
 	dir := t.Directory()
 	if svcs := t.Services(); svcs != h.tableSvcs || dir != h.dir || h.svcMap == nil {
-		h.tableSvcs, h.dir = svcs, dir
+		h.tableSvcs, h.dir, h.remapped = svcs, dir, true
 		h.svcMap = make([]*service, svcs.Len())
 		h.gen++
 		for id := 1; id < svcs.Len(); id++ {
@@ -237,7 +244,7 @@ func (h *History) follow(t *status.Table, at time.Time) {
 			h.svcMap[id] = s
 			if info, ok := dir.Service(uint32(id)); ok && !sameService(s.info(), info) {
 				s.infos = append(s.infos, infoStep{at: at, info: info})
-				if r, err := infoRecord(s.key, infoStep{at: at, info: info}); err == nil {
+				if r, err := infoRecord(s.key, infoStep{at: at, info: info}); err == nil && h.file != nil {
 					h.emit(r)
 				}
 				if len(s.infos) > maxInfos {
@@ -253,11 +260,17 @@ func (h *History) follow(t *status.Table, at time.Time) {
 const maxInfos = 64
 
 // diff compares every slot of t with what the last table said, and
-// notes each change in its service's pending list.
+// notes each change in its service's pending list. While the table's
+// name lists are the last one's, an entry and instance the same as the
+// last table's is unchanged, and that is all it looks at.
 func (h *History) diff(t *status.Table) {
 	dir := t.Directory()
 	for slot := range t.Capacity() {
 		e := t.Entry(slot)
+		if !h.remapped && e == h.raw[slot] && (!e.Used() || dir.Instance(slot) == h.prevInfo[slot]) {
+			continue
+		}
+		h.raw[slot] = e
 		var s *service
 		var info *status.InstanceInfo
 		if e.Used() {
@@ -355,4 +368,20 @@ func sameInstance(a, b *status.InstanceInfo) bool {
 		return a == b
 	}
 	return a.ID == b.ID && a.Incarnation == b.Incarnation && slices.Equal(a.Addrs, b.Addrs) && maps.Equal(a.Ports, b.Ports)
+}
+
+// Stats counts what the history holds.
+type Stats struct {
+	Services, Steps, Changes int
+}
+
+// Stats returns what the history holds now.
+func (h *History) Stats() Stats {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st := Stats{Services: len(h.services), Changes: h.held}
+	for _, s := range h.services {
+		st.Steps += len(s.live())
+	}
+	return st
 }

@@ -1,6 +1,7 @@
 package history
 
 import (
+	"container/heap"
 	"strings"
 	"time"
 
@@ -24,6 +25,7 @@ type service struct {
 	infos                     []infoStep
 	pending                   []change // of the table being recorded
 	gen                       uint64   // History.gen when a table last named it
+	index                     int      // in its namespace's svcHeap; -1: not in it
 }
 
 // step is one table that changed the service's entries.
@@ -55,15 +57,18 @@ type infoStep struct {
 	info status.ServiceInfo
 }
 
-// nsHeld counts the changes a namespace's services hold.
+// nsHeld counts the changes a namespace's services hold, and orders
+// those that hold any, most first.
 type nsHeld struct {
+	ns       string
 	held     int
-	services map[*service]struct{}
+	services svcHeap
+	index    int // in History.largestNS
 }
 
 func newService(key string) *service {
 	ns, _, _ := strings.Cut(key, "/")
-	return &service{key: key, ns: ns, base: map[uint32]member{}}
+	return &service{key: key, ns: ns, base: map[uint32]member{}, index: -1}
 }
 
 func (s *service) live() []step { return s.steps[s.start:] }
@@ -98,11 +103,16 @@ func (h *History) add(s *service, st step) {
 	h.held += n
 	nh := h.byNS[s.ns]
 	if nh == nil {
-		nh = &nsHeld{services: map[*service]struct{}{}}
+		nh = &nsHeld{ns: s.ns}
 		h.byNS[s.ns] = nh
+		heap.Push(&h.largestNS, nh)
 	}
 	nh.held += n
-	nh.services[s] = struct{}{}
+	if s.index < 0 {
+		heap.Push(&nh.services, s)
+	}
+	heap.Fix(&nh.services, s.index)
+	heap.Fix(&h.largestNS, nh.index)
 }
 
 // fold lets s's oldest step go, into its base.
@@ -123,11 +133,18 @@ func (h *History) fold(s *service, why string) {
 	h.held -= n
 	if nh := h.byNS[s.ns]; nh != nil {
 		nh.held -= n
-		if s.held == 0 {
-			delete(nh.services, s)
+		switch {
+		case s.index < 0:
+		case s.held == 0:
+			heap.Remove(&nh.services, s.index)
+		default:
+			heap.Fix(&nh.services, s.index)
 		}
 		if len(nh.services) == 0 {
+			heap.Remove(&h.largestNS, nh.index)
 			delete(h.byNS, s.ns)
+		} else {
+			heap.Fix(&h.largestNS, nh.index)
 		}
 	}
 	h.m.folded.WithLabelValues(why).Inc()
@@ -173,19 +190,55 @@ func (h *History) current(s *service) bool { return s.gen == h.gen }
 // largest returns the service to lose a step: of the namespace holding
 // the most changes, the service holding the most (ties: the greater
 // name, so that every node picks alike).
-func (h *History) largest() *service {
-	var ns string
-	var nh *nsHeld
-	for name, c := range h.byNS {
-		if nh == nil || c.held > nh.held || c.held == nh.held && name > ns {
-			ns, nh = name, c
-		}
+func (h *History) largest() *service { return h.largestNS[0].services[0] }
+
+// nsHeap orders namespaces by the changes they hold, most first; of two
+// equal, the greater name first.
+type nsHeap []*nsHeld
+
+func (q nsHeap) Len() int { return len(q) }
+func (q nsHeap) Less(i, j int) bool {
+	if q[i].held != q[j].held {
+		return q[i].held > q[j].held
 	}
-	var best *service
-	for s := range nh.services {
-		if best == nil || s.held > best.held || s.held == best.held && s.key > best.key {
-			best = s
-		}
+	return q[i].ns > q[j].ns
+}
+func (q nsHeap) Swap(i, j int) { q[i], q[j] = q[j], q[i]; q[i].index, q[j].index = i, j }
+func (q *nsHeap) Push(x any) {
+	n := x.(*nsHeld)
+	n.index = len(*q)
+	*q = append(*q, n)
+}
+func (q *nsHeap) Pop() any {
+	old := *q
+	n := old[len(old)-1]
+	old[len(old)-1] = nil
+	*q = old[:len(old)-1]
+	return n
+}
+
+// svcHeap orders a namespace's services by the changes they hold, most
+// first; of two equal, the greater key first.
+type svcHeap []*service
+
+func (q svcHeap) Len() int { return len(q) }
+func (q svcHeap) Less(i, j int) bool {
+	if q[i].held != q[j].held {
+		return q[i].held > q[j].held
 	}
-	return best
+	return q[i].key > q[j].key
+}
+func (q svcHeap) Swap(i, j int) { q[i], q[j] = q[j], q[i]; q[i].index, q[j].index = i, j }
+func (q *svcHeap) Push(x any) {
+	s := x.(*service)
+	s.index = len(*q)
+	*q = append(*q, s)
+}
+func (q *svcHeap) Pop() any {
+	old := *q
+	s := old[len(old)-1]
+	old[len(old)-1] = nil
+	s.index = -1
+	*q = old[:len(old)-1]
+	return s
 }
