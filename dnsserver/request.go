@@ -84,7 +84,7 @@ type request struct {
 	// wantsRevision: the query carries the revision option
 	// (RevisionOption), asking which view the answer came from.
 	wantsRevision bool
-	cookie    [maxCookieLen]byte
+	cookie        [maxCookieLen]byte
 	// cookieVerdict is what checking the cookie found, and cookieNow the
 	// time (in seconds, as cookies count it) it was checked at (cookie.go).
 	cookieVerdict cookieVerdict

@@ -122,7 +122,7 @@ type History struct {
 	// What the last table recorded said, by slot, with the table's names
 	// translated: the entry (Service cleared, localities interned), its
 	// service and its instance.
-	seen     uint64 // the version of the last table recorded
+	seen     uint64         // the version of the last table recorded
 	raw      []status.Entry // the last table's entries as it held them
 	remapped bool           // its name lists differ from the table's before
 	prev     []status.Entry
