@@ -81,10 +81,10 @@ type request struct {
 	// malformed anyway).
 	hasCookie bool
 	cookieLen int
+	cookie        [maxCookieLen]byte
 	// wantsRevision: the query carries the revision option
 	// (RevisionOption), asking which view the answer came from.
 	wantsRevision bool
-	cookie        [maxCookieLen]byte
 	// cookieVerdict is what checking the cookie found, and cookieNow the
 	// time (in seconds, as cookies count it) it was checked at (cookie.go).
 	cookieVerdict cookieVerdict
