@@ -81,7 +81,7 @@ type request struct {
 	// malformed anyway).
 	hasCookie bool
 	cookieLen int
-	cookie        [maxCookieLen]byte
+	cookie    [maxCookieLen]byte
 	// wantsRevision: the query carries the revision option
 	// (RevisionOption), asking which view the answer came from.
 	wantsRevision bool
