@@ -122,6 +122,9 @@ type Config struct {
 	// time of the past (package replay, on the node's history); nil: the
 	// node keeps no history (the view route answers 404).
 	Replay func(wire.ReplayQuery) (*wire.Replay, error)
+	// Timeline is a service's eligible endpoints per zone over a span of
+	// the node's history (package replay); nil: no history (404).
+	Timeline func(ns, svc string, from, to time.Time) (*wire.ServiceHistory, error)
 	// XDSSummary tells this server's xDS streams and their subscribers
 	// by revision over all services, for GET /v1/status; nil: no xDS
 	// server (the status has no xds).
@@ -295,6 +298,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/services/{ns}/{svc}/subscribers", s.read("subscribers", s.subscribers))
 	m.HandleFunc("GET /v1/services/{ns}/{svc}/events", s.read("events", s.events))
 	m.HandleFunc("GET /v1/services/{ns}/{svc}/view", s.read("view", s.replayView))
+	m.HandleFunc("GET /v1/services/{ns}/{svc}/history", s.read("history", s.timeline))
 	m.HandleFunc("GET /v1/services/{ns}/{svc}/rollout", s.read("rollout", s.rollout))
 	m.HandleFunc("POST /v1/services/{ns}/{svc}/instances", s.write("register", s.register))
 	m.HandleFunc("POST /v1/services/{ns}/{svc}/instances/{id}/renew", s.write("renew", s.mutate(acl.Renew)))

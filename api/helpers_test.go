@@ -92,8 +92,9 @@ type options struct {
 	storeClock bool
 	// restore is the table kept on disk the evaluator starts serving.
 	restore *tablefile.Snapshot
-	// replay is api.Config.Replay.
-	replay func(wire.ReplayQuery) (*wire.Replay, error)
+	// replay and timeline are api.Config.Replay and Timeline.
+	replay   func(wire.ReplayQuery) (*wire.Replay, error)
+	timeline func(ns, svc string, from, to time.Time) (*wire.ServiceHistory, error)
 }
 
 // env is one API server, over a real HTTP listener, in front of a real
@@ -192,7 +193,7 @@ func newEnv(t *testing.T, o options) *env {
 	cfg := api.Config{Store: node.Store, ACL: authz, Addrs: policyFor(node.Store, o.dev),
 		MaxBodyBytes: o.maxBody, AuditRefusals: o.auditRefusals, Ready: o.ready,
 		Registerer: reg, Logger: logger, Now: o.now, UI: o.ui, XDSSummary: o.xdsSummary, GRPCAddr: o.grpcAddr,
-		Region: o.region, Zone: o.zone, Replay: o.replay}
+		Region: o.region, Zone: o.zone, Replay: o.replay, Timeline: o.timeline}
 	if !o.noMetrics {
 		cfg.Gatherer = reg
 	}

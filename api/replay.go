@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cairn-sd/cairn/history"
 	"github.com/cairn-sd/cairn/internal/acl"
@@ -73,4 +74,45 @@ func (s *Server) replayView(w http.ResponseWriter, r *http.Request, id acl.Ident
 		return 0, nil, err
 	}
 	return http.StatusOK, rep, nil
+}
+
+// timeline is GET /v1/services/{ns}/{svc}/history?from=&to=: the
+// service's eligible endpoints per zone over a span of this node's
+// history (default: the last 24 hours, from where it starts), with the
+// withdrawals, admissions and evacuations that moved them.
+func (s *Server) timeline(w http.ResponseWriter, r *http.Request, id acl.Identity) (int, any, error) {
+	ns, name, err := pathService(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	if !id.Allows(acl.Read, ns, name, "") {
+		return 0, nil, fmt.Errorf("%s token may not read %s/%s: %w", id.Scope, ns, name, acl.ErrDenied)
+	}
+	now := s.cfg.Now()
+	from, to := now.Add(-24*time.Hour), now
+	v := r.URL.Query()
+	if x := v.Get("from"); x != "" {
+		if from, err = wire.ParseReplayTime(x, now); err != nil {
+			return 0, nil, badRequest("from", "%v", err)
+		}
+	}
+	if x := v.Get("to"); x != "" {
+		if to, err = wire.ParseReplayTime(x, now); err != nil {
+			return 0, nil, badRequest("to", "%v", err)
+		}
+	}
+	if !to.After(from) {
+		return 0, nil, badRequest("to", "%s is not after from (%s)", to.Format(time.RFC3339Nano), from.Format(time.RFC3339Nano))
+	}
+	if s.cfg.Timeline == nil {
+		return 0, nil, fmt.Errorf("this node keeps no history of its views: %w", store.ErrNotFound)
+	}
+	out, err := s.cfg.Timeline(ns, name, from, to)
+	if errors.Is(err, history.ErrUnknown) {
+		return 0, nil, fmt.Errorf("%s/%s: %w: %w", ns, name, err, store.ErrNotFound)
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, out, nil
 }

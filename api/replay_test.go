@@ -60,3 +60,28 @@ func TestReplayView(t *testing.T) {
 	none := newEnv(t, options{})
 	wantError(t, none.call(t, http.MethodGet, svcPath("shop", "pay")+"/view?at=-1m", "", ""), http.StatusNotFound, wire.CodeNotFound, "no history")
 }
+
+// The history route reads from and to (default: the last 24 hours) and
+// hands them to Config.Timeline.
+func TestTimelineRoute(t *testing.T) {
+	now := time.Date(2026, 12, 6, 14, 2, 17, 0, time.UTC)
+	var from, to time.Time
+	e := newEnv(t, options{now: func() time.Time { return now }, timeline: func(ns, svc string, f, tt time.Time) (*wire.ServiceHistory, error) {
+		if svc == "gone" {
+			return nil, history.ErrUnknown
+		}
+		from, to = f, tt
+		return &wire.ServiceHistory{Namespace: ns, Service: svc, From: f, To: tt}, nil
+	}})
+	wantStatus(t, e.call(t, http.MethodGet, svcPath("shop", "pay")+"/history", "", ""), http.StatusOK)
+	if !from.Equal(now.Add(-24*time.Hour)) || !to.Equal(now) {
+		t.Errorf("default span %s – %s, want the last 24 hours", from, to)
+	}
+	wantStatus(t, e.call(t, http.MethodGet, svcPath("shop", "pay")+"/history?from=-1h&to=2026-12-06T14:00:00Z", "", ""), http.StatusOK)
+	if !from.Equal(now.Add(-time.Hour)) || !to.Equal(now.Add(-137*time.Second)) {
+		t.Errorf("span %s – %s", from, to)
+	}
+	wantError(t, e.call(t, http.MethodGet, svcPath("shop", "pay")+"/history?from=soon", "", ""), http.StatusBadRequest, wire.CodeInvalid, "from")
+	wantError(t, e.call(t, http.MethodGet, svcPath("shop", "pay")+"/history?from=-1m&to=-2m", "", ""), http.StatusBadRequest, wire.CodeInvalid, "to")
+	wantError(t, e.call(t, http.MethodGet, svcPath("shop", "gone")+"/history", "", ""), http.StatusNotFound, wire.CodeNotFound, "no history")
+}

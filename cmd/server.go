@@ -152,7 +152,7 @@ func serve(ctx context.Context, cfg serverConfig, logw io.Writer) error {
 	}
 	rd := &readiness{publish: pn, maxStale: cfg.MaxStale}
 	a, err := api.New(api.Config{Store: st, ACL: authz, Addrs: addressPolicy(cfg, st, httpAddr), Health: hn, Publish: pn, Table: table,
-		Region: cfg.Region, Zone: cfg.Zone, XDSSubscribers: xs.Subscribers, XDSSummary: xs.SubscribersSummary, Replay: rp.Replay,
+		Region: cfg.Region, Zone: cfg.Zone, XDSSubscribers: xs.Subscribers, XDSSummary: xs.SubscribersSummary, Replay: rp.Replay, Timeline: rp.Timeline,
 		GRPCAddr: grpcLn.Addr().String(), UI: ui.Handler(), TLS: sec.files, StaleAfter: cfg.StaleAfter, Started: ds.Started(),
 		Gatherer: reg, Registerer: reg, Logger: log, Ready: rd.check, Peer: sec.peerCheck, ForwardTLS: sec.peer})
 	if err != nil {

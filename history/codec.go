@@ -37,6 +37,7 @@ const (
 	kindStep                     // a step of a service
 	kindBase                     // a service's base (a rewrite's)
 	kindFresh                    // a change of the node's freshness
+	kindOrigin                   // when the history began
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -89,7 +90,7 @@ func (e *enc) info(in *status.InstanceInfo) {
 }
 
 func (e *enc) change(c change) {
-	e.u(uint64(c.slot))
+	e.u(uint64(c.slot()))
 	e.entry(c.entry)
 	e.info(c.info)
 }
@@ -201,20 +202,20 @@ func (d *dec) info() *status.InstanceInfo {
 }
 
 func (d *dec) change() change {
-	c := change{slot: uint32(d.u())}
-	c.entry = d.entry()
-	c.info = d.info()
-	if c.slot >= status.MaxCapacity {
+	slot := d.u()
+	e := d.entry()
+	info := d.info()
+	if slot >= status.MaxCapacity {
 		d.fail("a slot")
 	}
-	return c
+	return changeOf(uint32(slot), e, info)
 }
 
 // stepRecord is a step's record.
 func stepRecord(key string, st step) []byte {
 	e := enc{b: []byte{kindStep}}
 	e.str(key)
-	e.time(st.at)
+	e.time(st.time())
 	e.u(st.version)
 	e.u(st.revision)
 	e.u(uint64(len(st.changes)))
@@ -240,7 +241,7 @@ func baseRecord(s *service) []byte {
 	e.u(uint64(len(slots)))
 	for _, slot := range slots {
 		m := s.base[slot]
-		e.change(change{slot: slot, entry: m.entry, info: m.info})
+		e.change(changeOf(slot, m.entry, m.info))
 	}
 	return e.b
 }
@@ -260,6 +261,12 @@ func infoRecord(key string, is infoStep) ([]byte, error) {
 func localityRecord(name string) []byte {
 	e := enc{b: []byte{kindLocality}}
 	e.str(name)
+	return e.b
+}
+
+func originRecord(at time.Time) []byte {
+	e := enc{b: []byte{kindOrigin}}
+	e.time(at)
 	return e.b
 }
 

@@ -136,7 +136,7 @@ func (h *History) apply(body []byte) error {
 		}
 		s := h.service(key)
 		if body[0] == kindStep {
-			h.add(s, step{at: at, version: version, revision: revision, changes: changes})
+			h.add(s, step{nanos: at.UnixNano(), version: version, revision: revision, changes: changes})
 			return nil
 		}
 		s.base = map[uint32]member{}
@@ -157,6 +157,10 @@ func (h *History) apply(body []byte) error {
 		if d.err == nil {
 			h.fresh = append(h.fresh, fs)
 		}
+	case kindOrigin:
+		if at := d.time(); d.err == nil && (h.origin.IsZero() || at.Before(h.origin)) {
+			h.origin = at
+		}
 	default:
 		return fmt.Errorf("history: record of unknown kind %d", body[0])
 	}
@@ -167,6 +171,9 @@ func (h *History) apply(body []byte) error {
 // h.mu held.
 func (h *History) image() ([]byte, error) {
 	b := []byte(fileHeader)
+	if !h.origin.IsZero() {
+		b = frame(b, originRecord(h.origin))
+	}
 	for _, name := range h.locNames[1:] {
 		b = frame(b, localityRecord(name))
 	}

@@ -148,8 +148,8 @@ func FuzzLoad(f *testing.F) {
 	e.u(1)
 	e.u(1)
 	e.u(1)
-	e.change(change{slot: 3, entry: status.Entry{Key: 9, Incarnation: 1, Flags: status.Eligible, Weight: 5},
-		info: &status.InstanceInfo{ID: "a", Incarnation: 1, Ports: map[string]uint16{"http": 80}}})
+	e.change(changeOf(3, status.Entry{Key: 9, Incarnation: 1, Flags: status.Eligible, Weight: 5},
+		&status.InstanceInfo{ID: "a", Incarnation: 1, Ports: map[string]uint16{"http": 80}}))
 	f.Add(frame(frame(nil, localityRecord("z1")), e.b))
 	f.Add(frame(nil, freshRecord(freshStep{at: t0, f: Stale, synced: t0})))
 	f.Fuzz(func(t *testing.T, body []byte) {

@@ -118,6 +118,10 @@ type History struct {
 	locNames []string
 	locIDs   map[string]uint16
 	fresh    []freshStep
+	// origin is when the history began: the first table it recorded, on
+	// this node (kept in the file). A service first seen later had no
+	// endpoints in this node's tables before.
+	origin time.Time
 
 	// What the last table recorded said, by slot, with the table's names
 	// translated: the entry (Service cleared, localities interned), its
@@ -196,10 +200,14 @@ func (h *History) Record(t *status.Table) {
 	start := time.Now()
 	h.seen = t.Version()
 	at := t.Built()
+	if h.origin.IsZero() {
+		h.origin = at
+		h.emit(originRecord(at))
+	}
 	h.follow(t, at)
 	h.diff(t)
 	for _, s := range h.touched {
-		st := step{at: at, version: t.Version(), revision: t.StoreRevision(), changes: slices.Clone(s.pending)}
+		st := step{nanos: at.UnixNano(), version: t.Version(), revision: t.StoreRevision(), changes: slices.Clone(s.pending)}
 		h.add(s, st)
 		if h.file != nil {
 			h.emit(stepRecord(s.key, st))
@@ -290,10 +298,10 @@ func (h *History) diff(t *status.Table) {
 			continue
 		}
 		if oldS != nil && oldS != s {
-			h.note(oldS, change{slot: uint32(slot)}) // the slot left the service
+			h.note(oldS, changeOf(uint32(slot), status.Entry{}, nil)) // the slot left the service
 		}
 		if s != nil {
-			c := change{slot: uint32(slot), entry: e}
+			c := changeOf(uint32(slot), e, nil)
 			if s != oldS || !sameInfo {
 				c.info = info
 			}

@@ -61,24 +61,31 @@ type Change struct {
 	Before, After     Member
 }
 
-// At returns the service's part of the table in force at t.
+// At returns the service's part of the table in force at t: none of it
+// (no members) at a time after the history began and before the service
+// was first in a table.
 func (h *History) At(ns, svc string, t time.Time) (*Point, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s, err := h.lookup(ns, svc, t)
+	if old := (*TooOldError)(nil); errors.As(err, &old) && s.baseAt.IsZero() && !h.origin.IsZero() && !t.Before(h.origin) {
+		p := h.point(s, map[uint32]member{}, h.origin, 0, 0, t)
+		p.Since = h.origin
+		return p, nil
+	}
 	if err != nil {
 		return nil, err
 	}
 	members := maps.Clone(s.base)
 	at, version, revision := s.baseAt, s.baseVersion, s.baseRevision
 	for _, st := range s.live() {
-		if st.at.After(t) {
+		if st.time().After(t) {
 			break
 		}
 		for _, c := range st.changes {
 			apply(members, c)
 		}
-		at, version, revision = st.at, st.version, st.revision
+		at, version, revision = st.time(), st.version, st.revision
 	}
 	return h.point(s, members, at, version, revision, t), nil
 }
@@ -107,14 +114,14 @@ func (h *History) AtRevision(ns, svc string, rev uint64) ([]*Point, error) {
 			break
 		}
 		if st.revision == rev && len(out) == 0 && !at.IsZero() {
-			out = append(out, h.point(s, maps.Clone(members), at, version, revision, st.at))
+			out = append(out, h.point(s, maps.Clone(members), at, version, revision, st.time()))
 		}
 		for _, c := range st.changes {
 			apply(members, c)
 		}
-		at, version, revision = st.at, st.version, st.revision
+		at, version, revision = st.time(), st.version, st.revision
 		if st.revision == rev {
-			out = append(out, h.point(s, maps.Clone(members), at, version, revision, st.at))
+			out = append(out, h.point(s, maps.Clone(members), at, version, revision, st.time()))
 		}
 	}
 	if len(out) == 0 {
@@ -135,18 +142,20 @@ func (h *History) Changes(ns, svc string, from, to time.Time) ([]Change, error) 
 	members := maps.Clone(s.base)
 	var out []Change
 	for _, st := range s.live() {
-		if st.at.After(to) {
+		if st.time().After(to) {
 			break
 		}
 		for _, c := range st.changes {
-			if st.at.After(from) {
-				before := members[c.slot]
+			if st.time().After(from) {
+				slot := c.slot()
+				before := members[slot]
 				after := member{entry: c.entry, info: c.info}
+				after.entry.Service = 0
 				if c.info == nil && c.entry.Used() {
 					after.info = before.info
 				}
-				out = append(out, Change{At: st.at, Version: st.version, Revision: st.revision,
-					Before: h.memberOf(c.slot, before), After: h.memberOf(c.slot, after)})
+				out = append(out, Change{At: st.time(), Version: st.version, Revision: st.revision,
+					Before: h.memberOf(slot, before), After: h.memberOf(slot, after)})
 			}
 			apply(members, c)
 		}
@@ -174,7 +183,7 @@ func (s *service) since() time.Time {
 		return s.baseAt
 	}
 	if live := s.live(); len(live) > 0 {
-		return live[0].at
+		return live[0].time()
 	}
 	return time.Time{}
 }

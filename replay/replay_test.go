@@ -282,3 +282,34 @@ func sorted(s []string) []string {
 	slices.Sort(s)
 	return s
 }
+
+// The timeline counts each zone's eligible endpoints from the history's
+// start, and marks each withdrawal and admission.
+func TestTimeline(t *testing.T) {
+	n := newNode(t, nil)
+	a, b, c := inst("a", "10.0.0.1", "z1"), inst("b", "10.0.0.2", "z1"), inst("c", "10.0.0.3", "z2")
+	T := t0.Add(time.Minute)
+	n.publish(t, t0, false, pay(a, b, c))
+	n.publish(t, T, false, pay(drained(a), b, c))
+	n.publish(t, T.Add(10*time.Second), false, pay(drained(a), failed(b), c))
+	n.publish(t, T.Add(20*time.Second), false, pay(drained(a), b, c))
+	h, err := n.r.Timeline("shop", "pay", t0.Add(-time.Hour), T.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.From.Equal(t0) {
+		t.Errorf("from %s, want the history's start %s", h.From, t0)
+	}
+	got := fmt.Sprint(h.Zones)
+	want := fmt.Sprintf("[{r1 z1 [{%s 2} {%s 1} {%s 0} {%s 1}]} {r1 z2 [{%s 1}]}]", t0, T, T.Add(10*time.Second), T.Add(20*time.Second), t0)
+	if got != want {
+		t.Errorf("zones\n%s\nwant\n%s", got, want)
+	}
+	var marks []string
+	for _, m := range h.Marks {
+		marks = append(marks, m.Kind+" "+m.Instance)
+	}
+	if fmt.Sprint(marks) != "[withdrawal a withdrawal b admission b]" {
+		t.Errorf("marks %v", marks)
+	}
+}

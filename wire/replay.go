@@ -165,3 +165,47 @@ func ParseReplayTime(s string, now time.Time) (time.Time, error) {
 	}
 	return t, nil
 }
+
+// ServiceHistory is GET /v1/services/{ns}/{svc}/history: how many of the
+// service's endpoints the answering node served in each zone, over a
+// span of its history, and what moved them.
+type ServiceHistory struct {
+	Namespace string    `json:"namespace"`
+	Service   string    `json:"service"`
+	From      time.Time `json:"from"`
+	To        time.Time `json:"to"`
+	// HistorySince is the oldest time the node's history of the service
+	// answers for; From is never earlier.
+	HistorySince time.Time `json:"history_since"`
+	// Zones holds, per zone, the eligible endpoints at From and at each
+	// change of their number, oldest first.
+	Zones []ZoneSeries `json:"zones"`
+	// Marks are the withdrawals and admissions of endpoints, and the
+	// audit trail's evacuation events, in the span, oldest first.
+	Marks []HistoryMark `json:"marks"`
+}
+
+// ZoneSeries is one zone's eligible endpoints over time.
+type ZoneSeries struct {
+	Region string       `json:"region"`
+	Zone   string       `json:"zone"`
+	Points []CountPoint `json:"points"`
+}
+
+// CountPoint is a count from a time on.
+type CountPoint struct {
+	At       time.Time `json:"at"`
+	Eligible int       `json:"eligible"`
+}
+
+// HistoryMark is one event on the timeline: "withdrawal" or "admission"
+// of an instance (by the tables), or an evacuation event's kind
+// ("evacuated", "evacuation_ended", …), with its zone and reason.
+type HistoryMark struct {
+	At       time.Time `json:"at"`
+	Kind     string    `json:"kind"`
+	Instance string    `json:"instance_id,omitempty"`
+	Region   string    `json:"region,omitempty"`
+	Zone     string    `json:"zone,omitempty"`
+	Detail   string    `json:"detail,omitempty"`
+}
