@@ -309,7 +309,7 @@ func buildHealth(cfg serverConfig, nodeID string, st *store.Store, table *status
 func buildReplay(cfg serverConfig, table *status.Publisher, pn *publish.Node, ds *dnsserver.Server, st *store.Store,
 	log *slog.Logger, reg prometheus.Registerer) (*history.History, *replay.Replayer, error) {
 	hist, err := history.New(history.Config{Table: table, Window: cfg.HistoryWindow, Changes: cfg.HistoryChanges,
-		Entries: cfg.HistoryEntries, Path: filepath.Join(cfg.DataDir, HistoryFile), Synced: pn.Synced, Restored: pn.Restored, StaleAfter: cfg.StaleAfter, MaxStale: cfg.MaxStale,
+		Bytes: cfg.HistoryMiB << 20, Path: filepath.Join(cfg.DataDir, HistoryFile), Synced: pn.Synced, Restored: pn.Restored, StaleAfter: cfg.StaleAfter, MaxStale: cfg.MaxStale,
 		Logger: log, Registerer: reg})
 	if err != nil {
 		return nil, nil, err

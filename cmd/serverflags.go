@@ -72,10 +72,10 @@ type serverConfig struct {
 	// RaftTimeout is raft's heartbeat and election timeout, and the
 	// leader's lease.
 	RaftTimeout time.Duration
-	// HistoryWindow, HistoryChanges and HistoryEntries bound the history
+	// HistoryWindow, HistoryChanges and HistoryMiB bound the history
 	// of published tables (--history-*; package history).
-	HistoryWindow                  time.Duration
-	HistoryChanges, HistoryEntries int
+	HistoryWindow              time.Duration
+	HistoryChanges, HistoryMiB int
 }
 
 func serverCommand() *cli.Command {
@@ -112,7 +112,7 @@ func serverCommand() *cli.Command {
 			&cli.IntFlag{Name: "table-capacity", Value: status.DefaultCapacity, Usage: "status table slots: most instances this node publishes"},
 			&cli.DurationFlag{Name: "history-window", Value: history.DefaultWindow, Usage: "how long this node keeps each change of what it published, for `cairn replay` (1m to 720h)"},
 			&cli.IntFlag{Name: "history-changes", Value: history.DefaultChanges, Usage: "each service's newest changes kept for `cairn replay` however old (1 to 1000000)"},
-			&cli.IntFlag{Name: "history-entries", Value: history.DefaultEntries, Usage: "most changed entries the history holds over every service, shared fairly among namespaces; wins over --history-window and --history-changes (1000 to 100000000; about 112 bytes each)"},
+			&cli.IntFlag{Name: "history-mib", Value: history.DefaultBytes >> 20, Usage: "most memory, in MiB, the history's steps hold over every service, shared fairly among namespaces (the one holding the most loses first); wins over --history-window and --history-changes (1 to 65536)"},
 			&cli.DurationFlag{Name: "eval-interval", Value: publish.DefaultInterval, Usage: "health evaluation and status table cadence"},
 			&cli.DurationFlag{Name: "load-report-interval", Value: xdsserver.DefaultLoadReportInterval, Usage: "how often xDS clients (Envoy, gRPC) are asked for load reports over LRS, taken as caller-observed outcomes: 1s to 10s (more often costs the leader a report per subscriber per interval)"},
 			&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"CAIRN_TLS_CERT"}, Usage: "this server's certificate (cairn tls cert create --server): TLS on the API and gRPC, mutual TLS on raft and between servers"},
@@ -151,7 +151,7 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 		RaftTimeout:   c.Duration("raft-election-timeout"),
 		AllowLoopback: c.Bool("dev") || c.Bool("allow-loopback-endpoints"),
 		ProbeWorkers:  c.Int("probe-workers"), ProbeCapacity: c.Int("probe-capacity"),
-		HistoryWindow: c.Duration("history-window"), HistoryChanges: c.Int("history-changes"), HistoryEntries: c.Int("history-entries"),
+		HistoryWindow: c.Duration("history-window"), HistoryChanges: c.Int("history-changes"), HistoryMiB: c.Int("history-mib"),
 		TableCapacity: c.Int("table-capacity"), EvalInterval: c.Duration("eval-interval"), LoadReportInterval: c.Duration("load-report-interval"), ZoneFile: c.String("zone-file"),
 		NamespaceCIDRs: map[string][]netip.Prefix{},
 		TLS:            daemon.TLSFiles{Cert: c.String("tls-cert"), Key: c.String("tls-key"), CA: c.String("tls-ca")},
@@ -254,8 +254,8 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 		return cfg, fmt.Errorf("--history-window: %s is not between 1m and 720h", cfg.HistoryWindow)
 	case cfg.HistoryChanges < 1 || cfg.HistoryChanges > 1_000_000:
 		return cfg, fmt.Errorf("--history-changes: %d is not between 1 and 1000000", cfg.HistoryChanges)
-	case cfg.HistoryEntries < 1000 || cfg.HistoryEntries > 100_000_000:
-		return cfg, fmt.Errorf("--history-entries: %d is not between 1000 and 100000000", cfg.HistoryEntries)
+	case cfg.HistoryMiB < 1 || cfg.HistoryMiB > 65536:
+		return cfg, fmt.Errorf("--history-mib: %d is not between 1 and 65536", cfg.HistoryMiB)
 	case cfg.RaftTimeout < 100*time.Millisecond || cfg.RaftTimeout > 10*time.Second:
 		return cfg, fmt.Errorf("--raft-election-timeout: %s is not between 100ms and 10s", cfg.RaftTimeout)
 	case cfg.EvalInterval < 10*time.Millisecond || cfg.EvalInterval > time.Minute:

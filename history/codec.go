@@ -56,15 +56,6 @@ func (e *enc) u(v uint64)       { e.b = binary.AppendUvarint(e.b, v) }
 func (e *enc) str(s string)     { e.u(uint64(len(s))); e.b = append(e.b, s...) }
 func (e *enc) bytes(p []byte)   { e.u(uint64(len(p))); e.b = append(e.b, p...) }
 func (e *enc) time(t time.Time) { e.b = binary.AppendVarint(e.b, t.UnixNano()) }
-func (e *enc) entry(x status.Entry) {
-	e.b = binary.BigEndian.AppendUint64(e.b, x.Key)
-	e.u(x.Incarnation)
-	for _, v := range [...]uint16{x.Weight, x.BaseWeight, x.Region, x.Zone} {
-		e.b = binary.BigEndian.AppendUint16(e.b, v)
-	}
-	e.b = append(e.b, byte(x.Verdict), byte(x.Lifecycle), byte(x.Flags), x.Shift)
-}
-
 func (e *enc) info(in *status.InstanceInfo) {
 	if in == nil {
 		e.b = append(e.b, 0)
@@ -87,12 +78,6 @@ func (e *enc) info(in *status.InstanceInfo) {
 		e.str(name)
 		e.u(uint64(in.Ports[name]))
 	}
-}
-
-func (e *enc) change(c change) {
-	e.u(uint64(c.slot()))
-	e.entry(c.entry)
-	e.info(c.info)
 }
 
 // dec reads one record's body; the first error sticks.
@@ -154,25 +139,6 @@ func (d *dec) time() time.Time {
 	return time.Unix(0, v).UTC()
 }
 
-func (d *dec) entry() status.Entry {
-	var x status.Entry
-	if p := d.raw(8); p != nil {
-		x.Key = binary.BigEndian.Uint64(p)
-	}
-	x.Incarnation = d.u()
-	p := d.raw(12)
-	if p == nil {
-		return status.Entry{}
-	}
-	x.Weight, x.BaseWeight = binary.BigEndian.Uint16(p), binary.BigEndian.Uint16(p[2:])
-	x.Region, x.Zone = binary.BigEndian.Uint16(p[4:]), binary.BigEndian.Uint16(p[6:])
-	x.Verdict, x.Lifecycle, x.Flags, x.Shift = status.Verdict(p[8]), status.Lifecycle(p[9]), status.Flags(p[10]), min(p[11], status.ShiftAll)
-	if x.Verdict > status.Quarantined || x.Lifecycle > status.Terminated {
-		d.fail("an entry's verdict or lifecycle")
-	}
-	return x
-}
-
 func (d *dec) info() *status.InstanceInfo {
 	p := d.raw(1)
 	if p == nil || p[0] == 0 {
@@ -201,49 +167,57 @@ func (d *dec) info() *status.InstanceInfo {
 	return in
 }
 
-func (d *dec) change() change {
-	slot := d.u()
-	e := d.entry()
-	info := d.info()
-	if slot >= status.MaxCapacity {
-		d.fail("a slot")
-	}
-	return changeOf(uint32(slot), e, info)
-}
-
-// stepRecord is a step's record.
-func stepRecord(key string, st step) []byte {
+// stepRecord is a step's record: its service, time, version and
+// revision, its changes as they are kept (delta.go), and the instances
+// they name.
+func stepRecord(key string, st *step) []byte {
 	e := enc{b: []byte{kindStep}}
 	e.str(key)
 	e.time(st.time())
 	e.u(st.version)
 	e.u(st.revision)
-	e.u(uint64(len(st.changes)))
-	for _, c := range st.changes {
-		e.change(c)
+	e.bytes(st.data)
+	e.u(uint64(len(st.infos)))
+	for _, in := range st.infos {
+		e.info(in)
 	}
 	return e.b
 }
 
-// baseRecord is a service's base: its members, and the step it was
-// last folded from.
+// baseRecord is a service's base, as a step from nothing to its members,
+// at the step it was last folded from.
 func baseRecord(s *service) []byte {
-	e := enc{b: []byte{kindBase}}
-	e.str(s.key)
-	e.time(s.baseAt)
-	e.u(s.baseVersion)
-	e.u(s.baseRevision)
 	slots := make([]uint32, 0, len(s.base))
 	for slot := range s.base {
 		slots = append(slots, slot)
 	}
 	slices.Sort(slots)
-	e.u(uint64(len(slots)))
+	st := step{nanos: s.baseAt.UnixNano(), version: s.baseVersion, revision: s.baseRevision}
 	for _, slot := range slots {
 		m := s.base[slot]
-		e.change(changeOf(slot, m.entry, m.info))
+		st.data = appendChange(st.data, slot, status.Entry{}, m.entry, false, m.info != nil)
+		if m.info != nil {
+			st.infos = append(st.infos, m.info)
+		}
 	}
-	return e.b
+	r := stepRecord(s.key, &st)
+	r[0] = kindBase
+	return r
+}
+
+// readStep reads a step's or a base's record after its kind, the key
+// first.
+func readStep(d *dec, key func() string) (string, step) {
+	k := key()
+	st := step{nanos: d.time().UnixNano(), version: d.u(), revision: d.u()}
+	st.data = slices.Clone(d.raw(d.n(1)))
+	if n := d.n(1); n > 0 {
+		st.infos = make([]*status.InstanceInfo, n)
+		for i := range st.infos {
+			st.infos[i] = d.info()
+		}
+	}
+	return k, st
 }
 
 func infoRecord(key string, is infoStep) ([]byte, error) {

@@ -91,7 +91,7 @@ func (h *History) load(path string) error {
 	}
 	h.trim(h.cfg.Now())
 	h.file.compact = h.file.size
-	h.cfg.Logger.Info("history restored", "path", path, "records", records, "services", len(h.services), "changes", h.held)
+	h.cfg.Logger.Info("history restored", "path", path, "records", records, "services", len(h.services), "bytes", h.held)
 	return nil
 }
 
@@ -123,27 +123,26 @@ func (h *History) apply(body []byte) error {
 			s.infos = append(s.infos, is)
 		}
 	case kindStep, kindBase:
-		key, at, version, revision := key(), d.time(), d.u(), d.u()
-		changes := make([]change, d.n(14))
-		for i := range changes {
-			changes[i] = d.change()
-			if changes[i].entry.Region >= uint16(len(h.locNames)) || changes[i].entry.Zone >= uint16(len(h.locNames)) {
-				d.fail("an entry's locality")
-			}
+		k, st := readStep(d, key)
+		if d.err == nil && len(d.b) > 0 {
+			d.fail("the record's end")
 		}
 		if d.err != nil {
 			return d.err
 		}
-		s := h.service(key)
+		if err := st.check(len(h.locNames)); err != nil {
+			return err
+		}
+		s := h.service(k)
 		if body[0] == kindStep {
-			h.add(s, step{nanos: at.UnixNano(), version: version, revision: revision, changes: changes})
+			h.add(s, st)
 			return nil
 		}
 		s.base = map[uint32]member{}
-		for _, c := range changes {
-			apply(s.base, c)
+		if err := st.each(s.base, nil); err != nil {
+			return err
 		}
-		s.baseAt, s.baseVersion, s.baseRevision = at, version, revision
+		s.baseAt, s.baseVersion, s.baseRevision = st.time(), st.version, st.revision
 	case kindFresh:
 		if len(d.b) < 1 {
 			return errTorn
@@ -189,8 +188,9 @@ func (h *History) image() ([]byte, error) {
 		if !s.baseAt.IsZero() || len(s.base) > 0 {
 			b = frame(b, baseRecord(s))
 		}
-		for _, st := range s.live() {
-			b = frame(b, stepRecord(key, st))
+		live := s.live()
+		for i := range live {
+			b = frame(b, stepRecord(key, &live[i]))
 		}
 	}
 	for _, fs := range h.fresh {

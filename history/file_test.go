@@ -140,16 +140,14 @@ func TestDroppedRecordsRewrite(t *testing.T) {
 }
 
 // FuzzLoad: whatever follows the header, loading neither panics nor
-// keeps an entry that names a locality it does not hold.
+// keeps a step or a base that names a locality it does not hold.
 func FuzzLoad(f *testing.F) {
-	e := enc{b: []byte{kindStep}}
-	e.str("shop/pay")
-	e.time(t0)
-	e.u(1)
-	e.u(1)
-	e.u(1)
-	e.change(changeOf(3, status.Entry{Key: 9, Incarnation: 1, Flags: status.Eligible, Weight: 5},
-		&status.InstanceInfo{ID: "a", Incarnation: 1, Ports: map[string]uint16{"http": 80}}))
+	st := step{nanos: t0.UnixNano(), version: 1, revision: 1,
+		data:  appendChange(nil, 3, status.Entry{}, status.Entry{Key: 9, Incarnation: 1, Flags: status.Eligible, Weight: 5, Zone: 1}, false, true),
+		infos: []*status.InstanceInfo{{ID: "a", Incarnation: 1, Ports: map[string]uint16{"http": 80}}}}
+	st.data = appendChange(st.data, 3, status.Entry{Key: 9}, status.Entry{Key: 9, Weight: 7}, false, false)
+	st.data = appendChange(st.data, 4, status.Entry{}, status.Entry{}, true, false)
+	e := enc{b: stepRecord("shop/pay", &st)}
 	f.Add(frame(frame(nil, localityRecord("z1")), e.b))
 	f.Add(frame(nil, freshRecord(freshStep{at: t0, f: Stale, synced: t0})))
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -166,11 +164,15 @@ func FuzzLoad(f *testing.F) {
 			t.Fatal(err)
 		}
 		for _, s := range h.services {
-			for _, st := range s.live() {
-				for _, c := range st.changes {
-					if int(c.entry.Region) >= len(h.locNames) || int(c.entry.Zone) >= len(h.locNames) {
-						t.Fatalf("a change names locality %d/%d of %d", c.entry.Region, c.entry.Zone, len(h.locNames))
-					}
+			live := s.live()
+			for i := range live {
+				if err := live[i].check(len(h.locNames)); err != nil {
+					t.Fatalf("a step read from the file does not check: %v", err)
+				}
+			}
+			for _, m := range s.base {
+				if int(m.entry.Region) >= len(h.locNames) || int(m.entry.Zone) >= len(h.locNames) {
+					t.Fatalf("a base member names locality %d/%d of %d", m.entry.Region, m.entry.Zone, len(h.locNames))
 				}
 			}
 			if p, err := h.At(s.ns, s.key[len(s.ns)+1:], t0); err == nil {

@@ -23,10 +23,9 @@ type Config struct {
 	// Changes is how many of each service's newest steps are kept at
 	// least, however old. Defaults to DefaultChanges.
 	Changes int
-	// Entries bounds the changed entries the steps hold, over every
-	// service; it wins over Window and Changes. Defaults to
-	// DefaultEntries.
-	Entries int
+	// Bytes bounds the memory the steps hold, over every service; it
+	// wins over Window and Changes. Defaults to DefaultBytes.
+	Bytes int
 	// Synced, Restored, StaleAfter and MaxStale are the DNS server's
 	// serve-stale rule (dnsserver.Config), which the freshness timeline
 	// records: Synced is when this node's view was last known current
@@ -49,12 +48,11 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
-// The defaults. A change (one entry of a step) takes 48 bytes, a step
-// 64 more: DefaultEntries is 12 MiB of changes at most.
+// The defaults (sized in docs/benchmarks/history.md).
 const (
 	DefaultWindow  = 24 * time.Hour
 	DefaultChanges = 1_000
-	DefaultEntries = 250_000
+	DefaultBytes   = 16 << 20
 )
 
 func (c *Config) setDefaults() {
@@ -64,8 +62,8 @@ func (c *Config) setDefaults() {
 	if c.Changes == 0 {
 		c.Changes = DefaultChanges
 	}
-	if c.Entries == 0 {
-		c.Entries = DefaultEntries
+	if c.Bytes == 0 {
+		c.Bytes = DefaultBytes
 	}
 	if c.StaleAfter == 0 {
 		c.StaleAfter = 5 * time.Second
@@ -92,8 +90,8 @@ func (c *Config) validate() error {
 		return errors.New("history: Window must not be negative")
 	case c.Changes < 0:
 		return errors.New("history: Changes must not be negative")
-	case c.Entries < 0:
-		return errors.New("history: Entries must not be negative")
+	case c.Bytes < 0:
+		return errors.New("history: Bytes must not be negative")
 	}
 	return nil
 }
@@ -106,12 +104,12 @@ type History struct {
 	started time.Time
 
 	mu sync.Mutex
-	// The services recorded, by "namespace/name", and the changes held
+	// The services recorded, by "namespace/name", and the bytes held
 	// per namespace (see trim).
 	services  map[string]*service
 	byNS      map[string]*nsHeld
 	largestNS nsHeap // the namespaces holding a change, most first
-	held      int    // changes held over every service
+	held      int    // bytes held over every service (step.cost)
 	// locNames and locIDs intern the locality names the recorded entries
 	// refer to (Entry.Region, Entry.Zone), so that ids stay valid across
 	// tables and restarts; id 0 is the empty name.
@@ -123,15 +121,12 @@ type History struct {
 	// endpoints in this node's tables before.
 	origin time.Time
 
-	// What the last table recorded said, by slot, with the table's names
-	// translated: the entry (Service cleared, localities interned), its
-	// service and its instance.
-	seen     uint64         // the version of the last table recorded
-	raw      []status.Entry // the last table's entries as it held them
-	remapped bool           // its name lists differ from the table's before
-	prev     []status.Entry
-	prevSvc  []*service
-	prevInfo []*status.InstanceInfo
+	// What the last table recorded said: its entries as it held them
+	// (32 bytes a slot, all the history keeps per slot), read with its
+	// name maps (below) when a slot changed.
+	seen     uint64 // the version of the last table recorded
+	raw      []status.Entry
+	remapped bool // the table being recorded has other name lists
 	// The last table's name lists, and what their ids map to.
 	tableLocs *status.Names
 	locMap    []uint16
@@ -200,19 +195,25 @@ func (h *History) Record(t *status.Table) {
 	start := time.Now()
 	h.seen = t.Version()
 	at := t.Built()
+	last := names{loc: h.locMap, svc: h.svcMap, dir: h.dir}
 	if h.origin.IsZero() {
 		h.origin = at
 		h.emit(originRecord(at))
 	}
 	h.follow(t, at)
-	h.diff(t)
+	h.diff(t, last)
 	for _, s := range h.touched {
-		st := step{nanos: at.UnixNano(), version: t.Version(), revision: t.StoreRevision(), changes: slices.Clone(s.pending)}
+		st := step{nanos: at.UnixNano(), version: t.Version(), revision: t.StoreRevision(), data: slices.Clone(s.pending)}
+		if len(s.pendingInfos) > 0 {
+			st.infos = slices.Clone(s.pendingInfos)
+		}
 		h.add(s, st)
 		if h.file != nil {
-			h.emit(stepRecord(s.key, st))
+			h.emit(stepRecord(s.key, &st))
 		}
 		s.pending = s.pending[:0]
+		clear(s.pendingInfos)
+		s.pendingInfos = s.pendingInfos[:0]
 	}
 	h.touched = h.touched[:0]
 	now := h.cfg.Now()
@@ -228,11 +229,8 @@ func (h *History) Record(t *status.Table) {
 // definitions that changed.
 func (h *History) follow(t *status.Table, at time.Time) {
 	h.remapped = false
-	if n := t.Capacity(); len(h.prev) != n {
+	if n := t.Capacity(); len(h.raw) != n {
 		h.raw = grow(h.raw, n)
-		h.prev = grow(h.prev, n)
-		h.prevSvc = grow(h.prevSvc, n)
-		h.prevInfo = grow(h.prevInfo, n)
 	}
 	if locs := t.Localities(); locs != h.tableLocs || h.locMap == nil {
 		h.tableLocs, h.remapped = locs, true
@@ -267,63 +265,74 @@ func (h *History) follow(t *status.Table, at time.Time) {
 // and a replay older than the oldest kept reads the oldest.
 const maxInfos = 64
 
-// diff compares every slot of t with what the last table said, and
-// notes each change in its service's pending list. While the table's
-// name lists are the last one's, an entry and instance the same as the
-// last table's is unchanged, and that is all it looks at.
-func (h *History) diff(t *status.Table) {
+// names are a table's name maps, as the history reads its entries.
+type names struct {
+	loc []uint16
+	svc []*service
+	dir *status.Directory
+}
+
+// read returns what raw, slot's entry in a table of names n, says: its
+// service (nil: unused, or of no service), the entry with the history's
+// locality ids and Service cleared, and its instance.
+func (n names) read(slot int, raw status.Entry) (*service, status.Entry, *status.InstanceInfo) {
+	if !raw.Used() || int(raw.Service) >= len(n.svc) || n.svc[raw.Service] == nil {
+		return nil, status.Entry{}, nil
+	}
+	loc := func(id uint16) uint16 {
+		if int(id) < len(n.loc) {
+			return n.loc[id]
+		}
+		return 0
+	}
+	s := n.svc[raw.Service]
+	raw.Region, raw.Zone, raw.Service = loc(raw.Region), loc(raw.Zone), 0
+	return s, raw, n.dir.Instance(slot)
+}
+
+// diff compares every slot of t with what the last table (of names
+// last) said, and notes each change in its service's pending list.
+// While the table's name lists are the last one's, a slot whose entry
+// and instance are the last table's is unchanged, and that is all it
+// looks at.
+func (h *History) diff(t *status.Table, last names) {
 	dir := t.Directory()
+	now := names{loc: h.locMap, svc: h.svcMap, dir: dir}
 	for slot := range t.Capacity() {
-		e := t.Entry(slot)
-		if !h.remapped && e == h.raw[slot] && (!e.Used() || dir.Instance(slot) == h.prevInfo[slot]) {
+		raw, was := t.Entry(slot), h.raw[slot]
+		if !h.remapped && raw == was && (!raw.Used() || dir.Instance(slot) == last.dir.Instance(slot)) {
 			continue
 		}
-		h.raw[slot] = e
-		var s *service
-		var info *status.InstanceInfo
-		if e.Used() {
-			if int(e.Service) < len(h.svcMap) {
-				s = h.svcMap[e.Service]
-			}
-			e.Region, e.Zone = h.loc(e.Region), h.loc(e.Zone)
-			info = dir.Instance(slot)
-		}
-		if s == nil {
-			e, info = status.Entry{}, nil // unused, or of no service: held by none
-		}
-		e.Service = 0
-		oldS, oldInfo := h.prevSvc[slot], h.prevInfo[slot]
+		h.raw[slot] = raw
+		s, e, info := now.read(slot, raw)
+		oldS, old, oldInfo := last.read(slot, was)
 		sameInfo := info == oldInfo || sameInstance(info, oldInfo)
-		if s == oldS && e == h.prev[slot] && sameInfo {
+		if s == oldS && e == old && sameInfo {
 			continue
 		}
 		if oldS != nil && oldS != s {
-			h.note(oldS, changeOf(uint32(slot), status.Entry{}, nil)) // the slot left the service
+			h.note(oldS)
+			oldS.pending = appendChange(oldS.pending, uint32(slot), status.Entry{}, status.Entry{}, true, false) // the slot left the service
 		}
 		if s != nil {
-			c := changeOf(uint32(slot), e, nil)
-			if s != oldS || !sameInfo {
-				c.info = info
+			if s != oldS {
+				old = status.Entry{} // new to the service: every field
 			}
-			h.note(s, c)
+			withInfo := s != oldS || !sameInfo
+			h.note(s)
+			s.pending = appendChange(s.pending, uint32(slot), old, e, false, withInfo)
+			if withInfo {
+				s.pendingInfos = append(s.pendingInfos, info)
+			}
 		}
-		h.prev[slot], h.prevSvc[slot], h.prevInfo[slot] = e, s, info
 	}
 }
 
-func (h *History) note(s *service, c change) {
+// note marks s as changed by the table being recorded.
+func (h *History) note(s *service) {
 	if len(s.pending) == 0 {
 		h.touched = append(h.touched, s)
 	}
-	s.pending = append(s.pending, c)
-}
-
-// loc returns the interned id of the table's locality id.
-func (h *History) loc(id uint16) uint16 {
-	if int(id) < len(h.locMap) {
-		return h.locMap[id]
-	}
-	return 0
 }
 
 // intern returns name's id in the history's locality names.
@@ -378,16 +387,17 @@ func sameInstance(a, b *status.InstanceInfo) bool {
 	return a.ID == b.ID && a.Incarnation == b.Incarnation && slices.Equal(a.Addrs, b.Addrs) && maps.Equal(a.Ports, b.Ports)
 }
 
-// Stats counts what the history holds.
+// Stats counts what the history holds: services, steps, and the bytes
+// the steps hold (as Config.Bytes counts them).
 type Stats struct {
-	Services, Steps, Changes int
+	Services, Steps, Bytes int
 }
 
 // Stats returns what the history holds now.
 func (h *History) Stats() Stats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	st := Stats{Services: len(h.services), Changes: h.held}
+	st := Stats{Services: len(h.services), Bytes: h.held}
 	for _, s := range h.services {
 		st.Steps += len(s.live())
 	}

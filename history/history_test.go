@@ -193,10 +193,10 @@ func TestWindowFolds(t *testing.T) {
 	}
 }
 
-// A namespace that churns past Entries loses its own steps, never a quiet
+// A namespace that churns past Bytes loses its own steps, never a quiet
 // one's (the test at the history: 100,000 changes).
 func TestNoisyNamespaceKeepsToItself(t *testing.T) {
-	r := newRig(t, 8, Config{Entries: 1_000})
+	r := newRig(t, 8, Config{Bytes: 20_000})
 	quiet := statustest.Ready("q", "10.0.1.1")
 	noisy := statustest.Ready("n", "10.0.2.1")
 	step := 0
@@ -212,8 +212,8 @@ func TestNoisyNamespaceKeepsToItself(t *testing.T) {
 	if n := len(r.h.services["quiet/db"].live()); n != 50 {
 		t.Errorf("quiet/db keeps %d steps, want its 50", n)
 	}
-	if r.h.held > 1_000 {
-		t.Errorf("%d changes held, past Entries", r.h.held)
+	if r.h.held > 20_000 {
+		t.Errorf("%d bytes held, past Bytes", r.h.held)
 	}
 	if p := at(t, r.h, "quiet", "db", t0.Add(2*time.Millisecond)); p.Members[0].Entry.Weight != 2 {
 		t.Errorf("quiet/db at its second step: weight %d", p.Members[0].Entry.Weight)

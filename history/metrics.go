@@ -15,12 +15,12 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
-		held: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_history_changes",
-			Help: "Changed entries the history of published tables holds (bounded by --history-entries)."}),
+		held: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_history_bytes",
+			Help: "Memory the history of published tables holds in its steps (bounded by --history-mib)."}),
 		services: prometheus.NewGauge(prometheus.GaugeOpts{Name: "cairn_history_services",
 			Help: "Services the history of published tables holds."}),
 		folded: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_history_steps_let_go_total",
-			Help: "Steps of the history let go, by bound: window (older than --history-window, past --history-changes) or entries (past --history-entries)."},
+			Help: "Steps of the history let go, by bound: window (older than --history-window, past --history-changes) or memory (past --history-mib)."},
 			[]string{"bound"}),
 		record: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "cairn_history_record_seconds",
 			Help:    "Time to record one published table into the history.",

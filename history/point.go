@@ -78,13 +78,13 @@ func (h *History) At(ns, svc string, t time.Time) (*Point, error) {
 	}
 	members := maps.Clone(s.base)
 	at, version, revision := s.baseAt, s.baseVersion, s.baseRevision
-	for _, st := range s.live() {
+	live := s.live()
+	for i := range live {
+		st := &live[i]
 		if st.time().After(t) {
 			break
 		}
-		for _, c := range st.changes {
-			apply(members, c)
-		}
+		_ = st.each(members, nil)
 		at, version, revision = st.time(), st.version, st.revision
 	}
 	return h.point(s, members, at, version, revision, t), nil
@@ -109,16 +109,16 @@ func (h *History) AtRevision(ns, svc string, rev uint64) ([]*Point, error) {
 	members := maps.Clone(s.base)
 	at, version, revision := s.baseAt, s.baseVersion, s.baseRevision
 	var out []*Point
-	for _, st := range s.live() {
+	live := s.live()
+	for i := range live {
+		st := &live[i]
 		if st.revision > rev {
 			break
 		}
 		if st.revision == rev && len(out) == 0 && !at.IsZero() {
 			out = append(out, h.point(s, maps.Clone(members), at, version, revision, st.time()))
 		}
-		for _, c := range st.changes {
-			apply(members, c)
-		}
+		_ = st.each(members, nil)
 		at, version, revision = st.time(), st.version, st.revision
 		if st.revision == rev {
 			out = append(out, h.point(s, maps.Clone(members), at, version, revision, st.time()))
@@ -141,24 +141,21 @@ func (h *History) Changes(ns, svc string, from, to time.Time) ([]Change, error) 
 	}
 	members := maps.Clone(s.base)
 	var out []Change
-	for _, st := range s.live() {
-		if st.time().After(to) {
+	live := s.live()
+	for i := range live {
+		st := &live[i]
+		at := st.time()
+		if at.After(to) {
 			break
 		}
-		for _, c := range st.changes {
-			if st.time().After(from) {
-				slot := c.slot()
-				before := members[slot]
-				after := member{entry: c.entry, info: c.info}
-				after.entry.Service = 0
-				if c.info == nil && c.entry.Used() {
-					after.info = before.info
-				}
-				out = append(out, Change{At: st.time(), Version: st.version, Revision: st.revision,
+		var f func(slot uint32, before, after member)
+		if at.After(from) {
+			f = func(slot uint32, before, after member) {
+				out = append(out, Change{At: at, Version: st.version, Revision: st.revision,
 					Before: h.memberOf(slot, before), After: h.memberOf(slot, after)})
 			}
-			apply(members, c)
 		}
+		_ = st.each(members, f)
 	}
 	return out, nil
 }

@@ -21,40 +21,36 @@ type service struct {
 	baseVersion, baseRevision uint64
 	steps                     []step // live from start
 	start                     int
-	held                      int // changes in the live steps
+	held                      int // bytes of the live steps (cost)
 	infos                     []infoStep
-	pending                   []change // of the table being recorded
-	gen                       uint64   // History.gen when a table last named it
-	index                     int      // in its namespace's svcHeap; -1: not in it
+	// The changes of the table being recorded: encoded (delta.go), with
+	// the instances they name.
+	pending      []byte
+	pendingInfos []*status.InstanceInfo
+	gen          uint64 // History.gen when a table last named it
+	index        int    // in its namespace's svcHeap; -1: not in it
 }
 
 // step is one table that changed the service's entries: built at nanos
-// (Unix nanoseconds: 8 bytes where a time.Time takes 24).
+// (Unix nanoseconds: 8 bytes where a time.Time takes 24), its changes
+// encoded in data (delta.go), the instances they name in infos.
 type step struct {
 	nanos             int64
 	version, revision uint64
-	changes           []change
+	data              []byte
+	infos             []*status.InstanceInfo
 }
 
-func (st step) time() time.Time { return time.Unix(0, st.nanos).UTC() }
+func (st *step) time() time.Time { return time.Unix(0, st.nanos).UTC() }
 
-// change is one slot's new state: its entry (localities the history's
-// ids, and Service holding the slot: the service is the step's), or an
-// unused Entry (Key 0) when the slot left the service; info is the
-// slot's instance when it is new or changed, nil when it is the one the
-// slot held before. 40 bytes.
-type change struct {
-	entry status.Entry
-	info  *status.InstanceInfo
-}
+// stepOverhead is what a step costs beside its data and instances: the
+// step in its service's slice.
+const stepOverhead = 72
 
-func (c change) slot() uint32 { return c.entry.Service }
-
-// changeOf makes a change of slot.
-func changeOf(slot uint32, e status.Entry, info *status.InstanceInfo) change {
-	e.Service = slot
-	return change{entry: e, info: info}
-}
+// cost is the memory the step holds, as the bounds count it. The
+// instances are the directory's while they are registered, and counted
+// as pointers.
+func (st *step) cost() int { return stepOverhead + cap(st.data) + 8*cap(st.infos) }
 
 // member is a slot's state: its entry and its instance.
 type member struct {
@@ -68,7 +64,7 @@ type infoStep struct {
 	info status.ServiceInfo
 }
 
-// nsHeld counts the changes a namespace's services hold, and orders
+// nsHeld counts the bytes a namespace's services hold, and orders
 // those that hold any, most first.
 type nsHeld struct {
 	ns       string
@@ -106,10 +102,10 @@ func (s *service) infoAt(t time.Time) status.ServiceInfo {
 	return status.ServiceInfo{}
 }
 
-// add appends a step to s, and counts its changes.
+// add appends a step to s, and counts its bytes.
 func (h *History) add(s *service, st step) {
 	s.steps = append(s.steps, st)
-	n := len(st.changes)
+	n := st.cost()
 	s.held += n
 	h.held += n
 	nh := h.byNS[s.ns]
@@ -135,11 +131,9 @@ func (h *History) fold(s *service, why string) {
 		s.steps = append(make([]step, 0, 2*(len(s.steps)-s.start)), s.steps[s.start:]...)
 		s.start = 0
 	}
-	for _, c := range st.changes {
-		apply(s.base, c)
-	}
+	_ = st.each(s.base, nil) // made here, or checked when read from the file
 	s.baseAt, s.baseVersion, s.baseRevision = st.time(), st.version, st.revision
-	n := len(st.changes)
+	n := st.cost()
 	s.held -= n
 	h.held -= n
 	if nh := h.byNS[s.ns]; nh != nil {
@@ -161,22 +155,6 @@ func (h *History) fold(s *service, why string) {
 	h.m.folded.WithLabelValues(why).Inc()
 }
 
-// apply sets what change c says of its slot in members.
-func apply(members map[uint32]member, c change) {
-	slot := c.slot()
-	if !c.entry.Used() {
-		delete(members, slot)
-		return
-	}
-	m := members[slot]
-	m.entry = c.entry
-	m.entry.Service = 0
-	if c.info != nil {
-		m.info = c.info
-	}
-	members[slot] = m
-}
-
 // trim lets go the steps past the bounds (see the package's doc), and
 // forgets the services that hold nothing any more.
 func (h *History) trim(now time.Time) {
@@ -189,8 +167,8 @@ func (h *History) trim(now time.Time) {
 			delete(h.services, key)
 		}
 	}
-	for h.held > h.cfg.Entries {
-		h.fold(h.largest(), "entries")
+	for h.held > h.cfg.Bytes {
+		h.fold(h.largest(), "memory")
 	}
 	if len(h.fresh) > 1 && (len(h.fresh) > maxFresh || h.fresh[1].at.Before(horizon)) {
 		h.fresh = h.fresh[1:]
@@ -201,11 +179,11 @@ func (h *History) trim(now time.Time) {
 func (h *History) current(s *service) bool { return s.gen == h.gen }
 
 // largest returns the service to lose a step: of the namespace holding
-// the most changes, the service holding the most (ties: the greater
+// the most bytes, the service holding the most (ties: the greater
 // name, so that every node picks alike).
 func (h *History) largest() *service { return h.largestNS[0].services[0] }
 
-// nsHeap orders namespaces by the changes they hold, most first; of two
+// nsHeap orders namespaces by the bytes they hold, most first; of two
 // equal, the greater name first.
 type nsHeap []*nsHeld
 
@@ -230,7 +208,7 @@ func (q *nsHeap) Pop() any {
 	return n
 }
 
-// svcHeap orders a namespace's services by the changes they hold, most
+// svcHeap orders a namespace's services by the bytes they hold, most
 // first; of two equal, the greater key first.
 type svcHeap []*service
 

@@ -84,7 +84,7 @@ func (f *fleet) build(tb testing.TB, p *status.Publisher, src []status.Entry) {
 
 // BenchmarkRecord is the time to record one table of 100,000 slots
 // (1,000 services), at 0%, 1% and 100% of them changed; the build is
-// not timed. --history-entries at its default: at 100% every table
+// not timed. --history-mib at its default: at 100% every table
 // lets older steps go.
 func BenchmarkRecord(b *testing.B) {
 	const n = 100_000
@@ -134,14 +134,14 @@ func BenchmarkMemoryPerChange(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		h, err := history.New(history.Config{Table: p, Now: func() time.Time { return clock }, Entries: 10 * tables * per})
+		h, err := history.New(history.Config{Table: p, Now: func() time.Time { return clock }, Bytes: 1 << 30})
 		if err != nil {
 			b.Fatal(err)
 		}
 		src := f.src[0]
 		f.build(b, p, src)
 		record(p, h)
-		before := heap()
+		before, before0 := heap(), h.Stats().Bytes
 		for i := range tables {
 			clock = clock.Add(time.Second)
 			for j := range per {
@@ -151,10 +151,12 @@ func BenchmarkMemoryPerChange(b *testing.B) {
 			record(p, h)
 		}
 		after := heap()
-		if st := h.Stats(); st.Changes != n+tables*per {
+		st := h.Stats()
+		if st.Steps != 100+tables*per {
 			b.Fatalf("the history holds %+v", st)
 		}
 		b.ReportMetric(float64(after-before)/(tables*per), "B/change")
+		b.ReportMetric(float64(st.Bytes-before0)/(tables*per), "counted-B/change")
 		runtime.KeepAlive(h)
 	}
 }
@@ -164,4 +166,42 @@ func heap() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
+}
+
+// BenchmarkMemoryRollout is the heap the history holds for a rollout of
+// 8,000 instances (1,000 services of 8) in a table of 100,000 slots: a
+// table that adds them all, then the 30 tables of their slow start, each
+// raising every weight, then one where all are at full weight. It counts
+// everything the history holds: its per-slot state, the steps, the
+// bases of the services.
+func BenchmarkMemoryRollout(b *testing.B) {
+	const capacity, n, ramp = 100_000, 8_000, 30
+	for b.Loop() {
+		clock := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+		f := newFleet(n, 0)
+		src := make([]status.Entry, capacity)
+		p, err := status.New(status.Config{Capacity: capacity, Now: func() time.Time { return clock }})
+		if err != nil {
+			b.Fatal(err)
+		}
+		f.dir.Instances = append(f.dir.Instances, make([]*status.InstanceInfo, capacity-n)...)
+		before := heap()
+		h, err := history.New(history.Config{Table: p, Now: func() time.Time { return clock }})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for step := range ramp + 2 {
+			clock = clock.Add(time.Second)
+			for i := range n {
+				src[i] = f.src[0][i]
+				src[i].Weight = uint16(10 + 90*min(step, ramp)/ramp)
+			}
+			f.build(b, p, src)
+			record(p, h)
+		}
+		after := heap()
+		b.ReportMetric(float64(after-before)/n, "B/instance")
+		b.ReportMetric(float64(h.Stats().Bytes)/n, "counted-B/instance")
+		runtime.KeepAlive(h)
+	}
 }
