@@ -111,7 +111,7 @@ func serverCommand() *cli.Command {
 			&cli.IntFlag{Name: "probe-capacity", Value: probe.DefaultCapacity, Usage: "most probe targets this node takes (its batch size)"},
 			&cli.IntFlag{Name: "table-capacity", Value: status.DefaultCapacity, Usage: "status table slots: most instances this node publishes"},
 			&cli.DurationFlag{Name: "history-window", Value: history.DefaultWindow, Usage: "how long this node keeps each change of what it published, for `cairn replay` (1m to 720h)"},
-			&cli.IntFlag{Name: "history-changes", Value: history.DefaultChanges, Usage: "each service's newest changes kept for `cairn replay` however old (1 to 1000000)"},
+			&cli.IntFlag{Name: "history-changes", Value: history.DefaultChanges, Usage: "each namespace's newest changes (tables that changed it) kept for `cairn replay` however old (1 to 1000000)"},
 			&cli.IntFlag{Name: "history-mib", Value: history.DefaultBytes >> 20, Usage: "most memory, in MiB, the history's steps hold over every service, shared fairly among namespaces (the one holding the most loses first); wins over --history-window and --history-changes (1 to 65536)"},
 			&cli.DurationFlag{Name: "eval-interval", Value: publish.DefaultInterval, Usage: "health evaluation and status table cadence"},
 			&cli.DurationFlag{Name: "load-report-interval", Value: xdsserver.DefaultLoadReportInterval, Usage: "how often xDS clients (Envoy, gRPC) are asked for load reports over LRS, taken as caller-observed outcomes: 1s to 10s (more often costs the leader a report per subscriber per interval)"},

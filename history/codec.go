@@ -38,6 +38,7 @@ const (
 	kindBase                     // a service's base (a rewrite's)
 	kindFresh                    // a change of the node's freshness
 	kindOrigin                   // when the history began
+	kindService                  // a service's key and id
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -167,12 +168,12 @@ func (d *dec) info() *status.InstanceInfo {
 	return in
 }
 
-// stepRecord is a step's record: its service, time, version and
+// stepRecord is a step's record: its namespace, time, version and
 // revision, its changes as they are kept (delta.go), and the instances
 // they name.
-func stepRecord(key string, st *step) []byte {
+func stepRecord(ns string, st *step) []byte {
 	e := enc{b: []byte{kindStep}}
-	e.str(key)
+	e.str(ns)
 	e.time(st.time())
 	e.u(st.version)
 	e.u(st.revision)
@@ -184,8 +185,8 @@ func stepRecord(key string, st *step) []byte {
 	return e.b
 }
 
-// baseRecord is a service's base, as a step from nothing to its members,
-// at the step it was last folded from.
+// baseRecord is a service's base: its id, then a step of its namespace
+// from nothing to its members, at the step it was last folded from.
 func baseRecord(s *service) []byte {
 	slots := make([]uint32, 0, len(s.base))
 	for slot := range s.base {
@@ -195,20 +196,19 @@ func baseRecord(s *service) []byte {
 	st := step{nanos: s.baseAt.UnixNano(), version: s.baseVersion, revision: s.baseRevision}
 	for _, slot := range slots {
 		m := s.base[slot]
-		st.data = appendChange(st.data, slot, status.Entry{}, m.entry, false, m.info != nil)
+		st.data = appendServiceChange(st.data, s.id, slot, status.Entry{}, m.entry, false, m.info != nil)
 		if m.info != nil {
 			st.infos = append(st.infos, m.info)
 		}
 	}
-	r := stepRecord(s.key, &st)
-	r[0] = kindBase
-	return r
+	e := enc{b: []byte{kindBase}}
+	e.u(uint64(s.id))
+	return append(e.b, stepRecord(s.ns, &st)[1:]...)
 }
 
-// readStep reads a step's or a base's record after its kind, the key
-// first.
-func readStep(d *dec, key func() string) (string, step) {
-	k := key()
+// readStep reads a step's or a base's record after its kind.
+func readStep(d *dec) (string, step) {
+	ns := d.str()
 	st := step{nanos: d.time().UnixNano(), version: d.u(), revision: d.u()}
 	st.data = slices.Clone(d.raw(d.n(1)))
 	if n := d.n(1); n > 0 {
@@ -217,7 +217,15 @@ func readStep(d *dec, key func() string) (string, step) {
 			st.infos[i] = d.info()
 		}
 	}
-	return k, st
+	return ns, st
+}
+
+// serviceRecord names a service's id.
+func serviceRecord(s *service) []byte {
+	e := enc{b: []byte{kindService}}
+	e.u(uint64(s.id))
+	e.str(s.key)
+	return e.b
 }
 
 func infoRecord(key string, is infoStep) ([]byte, error) {

@@ -183,12 +183,18 @@ func (d delta) applyTo(m member, infos []*status.InstanceInfo) (member, bool) {
 	return m, e.Used()
 }
 
-// each applies st's changes to members in order, calling f (if set)
-// with each slot's member before and after (after.entry unused: it left).
-func (st *step) each(members map[uint32]member, f func(slot uint32, before, after member)) error {
+// each decodes st's changes in order: for each, the map of members of
+// its service (members(id); nil: decoded, not applied) gets the change,
+// and f (if set) is called with the slot's member before and after
+// (after.entry unused: it left).
+func (st *step) each(members func(id uint32) map[uint32]member, f func(id, slot uint32, before, after member)) error {
 	b, k := st.data, 0
 	for len(b) > 0 {
-		d, rest, err := readDelta(b, k)
+		id, n := binary.Uvarint(b)
+		if n <= 0 || id > 1<<31 {
+			return errDelta
+		}
+		d, rest, err := readDelta(b[n:], k)
 		if err != nil {
 			return err
 		}
@@ -196,26 +202,35 @@ func (st *step) each(members map[uint32]member, f func(slot uint32, before, afte
 			k++
 		}
 		b = rest
-		before := members[d.slot]
+		m := members(uint32(id))
+		if m == nil {
+			continue
+		}
+		before := m[d.slot]
 		after, kept := d.applyTo(before, st.infos)
 		if kept {
-			members[d.slot] = after
+			m[d.slot] = after
 		} else {
-			delete(members, d.slot)
+			delete(m, d.slot)
 		}
 		if f != nil {
-			f(d.slot, before, after)
+			f(uint32(id), d.slot, before, after)
 		}
 	}
 	return nil
 }
 
-// check reports whether st's changes decode, name localities below
-// nloc and instances the step holds: what the file's are held to.
-func (st *step) check(nloc int) error {
+// check reports whether st's changes decode, name services known and
+// localities below nloc, and instances the step holds: what the file's
+// are held to.
+func (st *step) check(nloc int, known func(id uint32) bool) error {
 	b, k := st.data, 0
 	for len(b) > 0 {
-		d, rest, err := readDelta(b, k)
+		id, n := binary.Uvarint(b)
+		if n <= 0 || id > 1<<31 || !known(uint32(id)) {
+			return errDelta
+		}
+		d, rest, err := readDelta(b[n:], k)
 		if err != nil {
 			return err
 		}

@@ -10,6 +10,10 @@
 //
 // # Constant work
 //
+// A step is one table's changes to one namespace's services, each change
+// naming its service: a slow start that raises the weights of 2,500
+// services in one table is one step, not 2,500.
+//
 // Recording follows the published tables as the xDS hub does: one pass
 // over the table's slots per table, comparing each 32-byte entry with
 // the one recorded before, whatever changed. It costs the same whether
@@ -20,14 +24,17 @@
 // # Bounds
 //
 // A step is kept while it is younger than Config.Window or among its
-// service's newest Config.Changes steps. Config.Entries bounds the
-// changed entries held over every service: past it, the namespace that
-// holds the most loses first, and within it the service that holds the
-// most, its oldest step (ties: the name that sorts last), the rule the
-// audit trail follows, so that a churning tenant pushes out its own
-// history before another's. A step let go is folded into its service's
-// base, the state its remaining steps start from: a service that has
-// not changed for a week still replays back to its last change.
+// namespace's newest Config.Changes steps. Config.Bytes bounds the
+// memory the steps hold over every namespace: past it, the namespace
+// that holds the most loses its oldest step (ties: the name that sorts
+// last), the rule the audit trail follows, so that a churning tenant
+// pushes out its own history before another's. A step keeps its
+// changes encoded against each slot's state before (delta.go): a slow
+// start's weight step takes a few bytes, a new instance its whole
+// entry. A step let go is folded into its service's
+// services' bases, the state their remaining steps start from: a
+// service that has not changed for a week still replays back to its
+// last change.
 //
 // Imports: the status table (and its file form, tablefile, whose Fill
 // builds a replayed table), safe file writes; never the store, the

@@ -113,36 +113,54 @@ func (h *History) apply(body []byte) error {
 		}
 	case kindInfo:
 		key, at := key(), d.time()
+		if d.err == nil && h.services[key] == nil {
+			d.fail("a service named before its id")
+		}
 		var is infoStep
 		if j := d.raw(d.n(1)); d.err == nil {
 			if err := json.Unmarshal(j, &is.info); err != nil {
 				return err
 			}
 			is.at = at
-			s := h.service(key)
+			s := h.services[key]
 			s.infos = append(s.infos, is)
 		}
+	case kindService:
+		id, k := d.u(), key()
+		// A key named again (forgotten, then seen anew) takes its new id.
+		if d.err == nil && (id == 0 || id > 1<<24 || int(id) < len(h.ids) && h.ids[id] != nil) {
+			d.fail("a service's id")
+		}
+		if d.err == nil {
+			h.serviceWith(k, uint32(id))
+		}
 	case kindStep, kindBase:
-		k, st := readStep(d, key)
+		var base *service
+		if body[0] == kindBase {
+			if base = h.byID(uint32(min(d.u(), 1<<31))); base == nil {
+				d.fail("a base's service")
+			}
+		}
+		ns, st := readStep(d)
 		if d.err == nil && len(d.b) > 0 {
 			d.fail("the record's end")
 		}
 		if d.err != nil {
 			return d.err
 		}
-		if err := st.check(len(h.locNames)); err != nil {
+		known := func(id uint32) bool {
+			s := h.byID(id)
+			return s != nil && s.ns == ns && (base == nil || s == base)
+		}
+		if err := st.check(len(h.locNames), known); err != nil {
 			return err
 		}
-		s := h.service(k)
-		if body[0] == kindStep {
-			h.add(s, st)
+		if base == nil {
+			h.add(h.log(ns), st)
 			return nil
 		}
-		s.base = map[uint32]member{}
-		if err := st.each(s.base, nil); err != nil {
-			return err
-		}
-		s.baseAt, s.baseVersion, s.baseRevision = st.time(), st.version, st.revision
+		base.baseAt, base.baseVersion, base.baseRevision = st.time(), st.version, st.revision
+		return st.each(func(uint32) map[uint32]member { return base.base }, nil)
 	case kindFresh:
 		if len(d.b) < 1 {
 			return errTorn
@@ -178,6 +196,7 @@ func (h *History) image() ([]byte, error) {
 	}
 	for _, key := range slices.Sorted(maps.Keys(h.services)) {
 		s := h.services[key]
+		b = frame(b, serviceRecord(s))
 		for _, is := range s.infos {
 			r, err := infoRecord(key, is)
 			if err != nil {
@@ -188,9 +207,11 @@ func (h *History) image() ([]byte, error) {
 		if !s.baseAt.IsZero() || len(s.base) > 0 {
 			b = frame(b, baseRecord(s))
 		}
-		live := s.live()
+	}
+	for _, ns := range slices.Sorted(maps.Keys(h.logs)) {
+		live := h.logs[ns].live()
 		for i := range live {
-			b = frame(b, stepRecord(key, &live[i]))
+			b = frame(b, stepRecord(ns, &live[i]))
 		}
 	}
 	for _, fs := range h.fresh {

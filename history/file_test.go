@@ -76,7 +76,7 @@ func TestRestartKeepsHistory(t *testing.T) {
 	// bases included.
 	r.h.mu.Lock()
 	for range 5 {
-		r.h.fold(r.h.services["shop/pay"], "test")
+		r.h.fold(r.h.logs["shop"], "test")
 	}
 	r.h.file.rewrite = true
 	r.h.mu.Unlock()
@@ -164,9 +164,9 @@ func FuzzLoad(f *testing.F) {
 			t.Fatal(err)
 		}
 		for _, s := range h.services {
-			live := s.live()
+			live := s.log.live()
 			for i := range live {
-				if err := live[i].check(len(h.locNames)); err != nil {
+				if err := live[i].check(len(h.locNames), func(id uint32) bool { return h.byID(id) != nil }); err != nil {
 					t.Fatalf("a step read from the file does not check: %v", err)
 				}
 			}

@@ -20,10 +20,11 @@ type Config struct {
 	Table *status.Publisher
 	// Window is how long a step is kept at least. Defaults to 24h.
 	Window time.Duration
-	// Changes is how many of each service's newest steps are kept at
-	// least, however old. Defaults to DefaultChanges.
+	// Changes is how many of each namespace's newest steps (tables that
+	// changed it) are kept at least, however old. Defaults to
+	// DefaultChanges.
 	Changes int
-	// Bytes bounds the memory the steps hold, over every service; it
+	// Bytes bounds the memory the steps hold, over every namespace; it
 	// wins over Window and Changes. Defaults to DefaultBytes.
 	Bytes int
 	// Synced, Restored, StaleAfter and MaxStale are the DNS server's
@@ -107,9 +108,10 @@ type History struct {
 	// The services recorded, by "namespace/name", and the bytes held
 	// per namespace (see trim).
 	services  map[string]*service
-	byNS      map[string]*nsHeld
-	largestNS nsHeap // the namespaces holding a change, most first
-	held      int    // bytes held over every service (step.cost)
+	ids       []*service // by id; nil: never, or forgotten
+	logs      map[string]*nsLog
+	largestNS nsHeap // the namespaces holding a step, most first
+	held      int    // bytes held over every namespace (step.cost)
 	// locNames and locIDs intern the locality names the recorded entries
 	// refer to (Entry.Region, Entry.Zone), so that ids stay valid across
 	// tables and restarts; id 0 is the empty name.
@@ -134,7 +136,7 @@ type History struct {
 	dir       *status.Directory
 	svcMap    []*service
 	gen       uint64 // counts the svcMaps made
-	touched   []*service
+	touched   []*nsLog
 
 	file    *file  // nil without Config.Path
 	pending []byte // framed records for the file
@@ -147,7 +149,7 @@ func New(cfg Config) (*History, error) {
 		return nil, err
 	}
 	h := &History{cfg: cfg, m: newMetrics(cfg.Registerer), started: cfg.Now(), services: map[string]*service{},
-		byNS: map[string]*nsHeld{}, locNames: []string{""}, locIDs: map[string]uint16{"": 0}}
+		ids: []*service{nil}, logs: map[string]*nsLog{}, locNames: []string{""}, locIDs: map[string]uint16{"": 0}}
 	if cfg.Path != "" {
 		if err := h.load(cfg.Path); err != nil {
 			return nil, err
@@ -202,18 +204,18 @@ func (h *History) Record(t *status.Table) {
 	}
 	h.follow(t, at)
 	h.diff(t, last)
-	for _, s := range h.touched {
-		st := step{nanos: at.UnixNano(), version: t.Version(), revision: t.StoreRevision(), data: slices.Clone(s.pending)}
-		if len(s.pendingInfos) > 0 {
-			st.infos = slices.Clone(s.pendingInfos)
+	for _, l := range h.touched {
+		st := step{nanos: at.UnixNano(), version: t.Version(), revision: t.StoreRevision(), data: slices.Clone(l.pending)}
+		if len(l.pendingInfos) > 0 {
+			st.infos = slices.Clone(l.pendingInfos)
 		}
-		h.add(s, st)
+		h.add(l, st)
 		if h.file != nil {
-			h.emit(stepRecord(s.key, &st))
+			h.emit(stepRecord(l.ns, &st))
 		}
-		s.pending = s.pending[:0]
-		clear(s.pendingInfos)
-		s.pendingInfos = s.pendingInfos[:0]
+		l.pending = l.pending[:0]
+		clear(l.pendingInfos)
+		l.pendingInfos = l.pendingInfos[:0]
 	}
 	h.touched = h.touched[:0]
 	now := h.cfg.Now()
@@ -311,28 +313,31 @@ func (h *History) diff(t *status.Table, last names) {
 			continue
 		}
 		if oldS != nil && oldS != s {
-			h.note(oldS)
-			oldS.pending = appendChange(oldS.pending, uint32(slot), status.Entry{}, status.Entry{}, true, false) // the slot left the service
+			l := h.note(oldS)
+			l.pending = appendServiceChange(l.pending, oldS.id, uint32(slot), status.Entry{}, status.Entry{}, true, false) // the slot left the service
 		}
 		if s != nil {
 			if s != oldS {
 				old = status.Entry{} // new to the service: every field
 			}
 			withInfo := s != oldS || !sameInfo
-			h.note(s)
-			s.pending = appendChange(s.pending, uint32(slot), old, e, false, withInfo)
+			l := h.note(s)
+			l.pending = appendServiceChange(l.pending, s.id, uint32(slot), old, e, false, withInfo)
 			if withInfo {
-				s.pendingInfos = append(s.pendingInfos, info)
+				l.pendingInfos = append(l.pendingInfos, info)
 			}
 		}
 	}
 }
 
-// note marks s as changed by the table being recorded.
-func (h *History) note(s *service) {
-	if len(s.pending) == 0 {
-		h.touched = append(h.touched, s)
+// note marks s's namespace as changed by the table being recorded, and
+// returns its log.
+func (h *History) note(s *service) *nsLog {
+	l := s.log
+	if len(l.pending) == 0 {
+		h.touched = append(h.touched, l)
 	}
+	return l
 }
 
 // intern returns name's id in the history's locality names.
@@ -351,13 +356,24 @@ func (h *History) intern(name string) uint16 {
 }
 
 // service returns the recorded service of key "namespace/name", made on
-// first sight.
+// first sight with the next id.
 func (h *History) service(key string) *service {
 	s := h.services[key]
 	if s == nil {
-		s = newService(key)
-		h.services[key] = s
+		s = h.serviceWith(key, uint32(len(h.ids)))
+		h.emit(serviceRecord(s))
 	}
+	return s
+}
+
+// serviceWith makes the service key with id (a file's).
+func (h *History) serviceWith(key string, id uint32) *service {
+	s := newService(key, id, h.log)
+	h.services[key] = s
+	for int(id) >= len(h.ids) {
+		h.ids = append(h.ids, nil)
+	}
+	h.ids[id] = s
 	return s
 }
 
@@ -398,8 +414,8 @@ func (h *History) Stats() Stats {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	st := Stats{Services: len(h.services), Bytes: h.held}
-	for _, s := range h.services {
-		st.Steps += len(s.live())
+	for _, l := range h.logs {
+		st.Steps += len(l.live())
 	}
 	return st
 }

@@ -131,7 +131,7 @@ func TestReplayDrainThenFail(t *testing.T) {
 	if p := at(t, r.h, "shop", "pay", T.Add(time.Second)); !p.At.Equal(T) || p.Members[0].Entry.Lifecycle != status.Draining {
 		t.Errorf("at T+1s: built %s, a %s; want the table of T, draining", p.At, p.Members[0].Entry.Lifecycle)
 	}
-	if n := len(r.h.services["shop/pay"].live()); n != 3 {
+	if n := r.h.services["shop/pay"].steps; n != 3 {
 		t.Errorf("%d steps recorded, want 3: unchanged tables are not steps", n)
 	}
 	if _, err := r.h.At("shop", "pay", t0.Add(-time.Second)); !errors.As(err, new(*TooOldError)) {
@@ -178,7 +178,7 @@ func TestWindowFolds(t *testing.T) {
 	end := t0.Add(2 * time.Hour)
 	r.publish(t, end, svc("shop", "pay", a))
 	s := r.h.services["shop/pay"]
-	if n := len(s.live()); n != 2 {
+	if n := len(s.log.live()); n != 2 {
 		t.Fatalf("%d steps kept, want 2", n)
 	}
 	if p := at(t, r.h, "shop", "pay", t0.Add(9*time.Minute)); p.Members[0].Entry.Weight != 19 || p.Members[0].Instance == nil {
@@ -209,7 +209,7 @@ func TestNoisyNamespaceKeepsToItself(t *testing.T) {
 		noisy.Weight = uint16(1 + i%1000)
 		r.publish(t, next(), svc("quiet", "db", quiet), svc("noisy", "web", noisy))
 	}
-	if n := len(r.h.services["quiet/db"].live()); n != 50 {
+	if n := r.h.services["quiet/db"].steps; n != 50 {
 		t.Errorf("quiet/db keeps %d steps, want its 50", n)
 	}
 	if r.h.held > 20_000 {

@@ -78,14 +78,15 @@ func (h *History) At(ns, svc string, t time.Time) (*Point, error) {
 	}
 	members := maps.Clone(s.base)
 	at, version, revision := s.baseAt, s.baseVersion, s.baseRevision
-	live := s.live()
+	live := s.log.live()
 	for i := range live {
 		st := &live[i]
 		if st.time().After(t) {
 			break
 		}
-		_ = st.each(members, nil)
-		at, version, revision = st.time(), st.version, st.revision
+		if s.apply(st, members, nil) {
+			at, version, revision = st.time(), st.version, st.revision
+		}
 	}
 	return h.point(s, members, at, version, revision, t), nil
 }
@@ -103,22 +104,25 @@ func (h *History) AtRevision(ns, svc string, rev uint64) ([]*Point, error) {
 	if err != nil && !errors.As(err, new(*TooOldError)) {
 		return nil, err
 	}
-	if s.baseRevision > rev || s.baseAt.IsZero() && len(s.live()) > 0 && s.live()[0].revision > rev {
-		return nil, fmt.Errorf("history: this node's history of %s starts at revision %d", s.key, max(s.baseRevision, s.firstRevision()))
+	if s.baseRevision > rev || s.baseAt.IsZero() && !s.first.IsZero() && s.firstRevision > rev {
+		return nil, fmt.Errorf("history: this node's history of %s starts at revision %d", s.key, max(s.baseRevision, s.firstRevision))
 	}
 	members := maps.Clone(s.base)
 	at, version, revision := s.baseAt, s.baseVersion, s.baseRevision
 	var out []*Point
-	live := s.live()
+	live := s.log.live()
 	for i := range live {
 		st := &live[i]
 		if st.revision > rev {
 			break
 		}
+		if !s.changedBy(st) {
+			continue
+		}
 		if st.revision == rev && len(out) == 0 && !at.IsZero() {
 			out = append(out, h.point(s, maps.Clone(members), at, version, revision, st.time()))
 		}
-		_ = st.each(members, nil)
+		s.apply(st, members, nil)
 		at, version, revision = st.time(), st.version, st.revision
 		if st.revision == rev {
 			out = append(out, h.point(s, maps.Clone(members), at, version, revision, st.time()))
@@ -141,7 +145,7 @@ func (h *History) Changes(ns, svc string, from, to time.Time) ([]Change, error) 
 	}
 	members := maps.Clone(s.base)
 	var out []Change
-	live := s.live()
+	live := s.log.live()
 	for i := range live {
 		st := &live[i]
 		at := st.time()
@@ -155,7 +159,7 @@ func (h *History) Changes(ns, svc string, from, to time.Time) ([]Change, error) 
 					Before: h.memberOf(slot, before), After: h.memberOf(slot, after)})
 			}
 		}
-		_ = st.each(members, f)
+		s.apply(st, members, f)
 	}
 	return out, nil
 }
@@ -179,17 +183,35 @@ func (s *service) since() time.Time {
 	if !s.baseAt.IsZero() {
 		return s.baseAt
 	}
-	if live := s.live(); len(live) > 0 {
-		return live[0].time()
-	}
-	return time.Time{}
+	return s.first
 }
 
-func (s *service) firstRevision() uint64 {
-	if live := s.live(); len(live) > 0 {
-		return live[0].revision
+// apply applies st's changes of s to members, calling f (if set) for
+// each, and reports whether st changed s.
+func (s *service) apply(st *step, members map[uint32]member, f func(slot uint32, before, after member)) bool {
+	changed := false
+	var g func(id, slot uint32, before, after member)
+	if f != nil {
+		g = func(_, slot uint32, before, after member) { f(slot, before, after) }
 	}
-	return 0
+	_ = st.each(func(id uint32) map[uint32]member {
+		if id != s.id {
+			return nil
+		}
+		changed = true
+		return members
+	}, g)
+	return changed
+}
+
+// changedBy reports whether st changes s.
+func (s *service) changedBy(st *step) bool {
+	changed := false
+	_ = st.each(func(id uint32) map[uint32]member {
+		changed = changed || id == s.id
+		return nil
+	}, nil)
+	return changed
 }
 
 // point makes a Point of members, asked for at t.

@@ -2,38 +2,58 @@ package history
 
 import (
 	"container/heap"
+	"encoding/binary"
 	"strings"
 	"time"
 
 	"github.com/cairn-sd/cairn/status"
 )
 
-// service is one service's recorded history: its base, the state its
-// steps start from, then its steps, oldest first.
+// service is one service's recorded history: its id (which the
+// namespace's steps name it by), its base (the state its part of those
+// steps starts from), and its definitions.
 type service struct {
 	key, ns string
-	// base is the state after every step let go: each slot's member.
-	// baseAt, baseVersion and baseRevision are those of the last step
-	// folded into it; zero while none was (the history starts at the
-	// first step).
+	id      uint32 // its index in History.ids, from 1
+	log     *nsLog // its namespace's
+	// base is the state after every step let go that changed it: each
+	// slot's member. baseAt, baseVersion and baseRevision are those of
+	// the last such step; zero while none was (the history of the
+	// service starts at its first step).
 	base                      map[uint32]member
 	baseAt                    time.Time
 	baseVersion, baseRevision uint64
-	steps                     []step // live from start
-	start                     int
-	held                      int // bytes of the live steps (cost)
-	infos                     []infoStep
-	// The changes of the table being recorded: encoded (delta.go), with
-	// the instances they name.
-	pending      []byte
-	pendingInfos []*status.InstanceInfo
-	gen          uint64 // History.gen when a table last named it
-	index        int    // in its namespace's svcHeap; -1: not in it
+	steps                     int // live steps that change it
+	// first and firstRevision are the time and revision of the first
+	// step that changed it, the start of its history while no step that
+	// changed it was let go.
+	first         time.Time
+	firstRevision uint64
+	infos         []infoStep
+	gen           uint64 // History.gen when a table last named it
 }
 
-// step is one table that changed the service's entries: built at nanos
-// (Unix nanoseconds: 8 bytes where a time.Time takes 24), its changes
-// encoded in data (delta.go), the instances they name in infos.
+// nsLog is one namespace's steps, oldest first: live from start.
+type nsLog struct {
+	ns    string
+	steps []step
+	start int
+	held  int // bytes of the live steps (cost)
+	index int // in History.largestNS
+	// The changes of the table being recorded: encoded (delta.go, each
+	// after its service's id), with the instances they name.
+	pending      []byte
+	pendingInfos []*status.InstanceInfo
+}
+
+func (l *nsLog) live() []step { return l.steps[l.start:] }
+
+// step is one table's changes to one namespace's services: built at
+// nanos (Unix nanoseconds: 8 bytes where a time.Time takes 24), its
+// changes encoded in data (each the service's id, then the change,
+// delta.go), the instances they name in infos. One step a table and
+// namespace, not a service: a slow start that raises the weights of
+// 2,500 services in one table is one step.
 type step struct {
 	nanos             int64
 	version, revision uint64
@@ -44,7 +64,7 @@ type step struct {
 func (st *step) time() time.Time { return time.Unix(0, st.nanos).UTC() }
 
 // stepOverhead is what a step costs beside its data and instances: the
-// step in its service's slice.
+// step in its namespace's slice.
 const stepOverhead = 72
 
 // cost is the memory the step holds, as the bounds count it. The
@@ -64,21 +84,10 @@ type infoStep struct {
 	info status.ServiceInfo
 }
 
-// nsHeld counts the bytes a namespace's services hold, and orders
-// those that hold any, most first.
-type nsHeld struct {
-	ns       string
-	held     int
-	services svcHeap
-	index    int // in History.largestNS
-}
-
-func newService(key string) *service {
+func newService(key string, id uint32, log func(ns string) *nsLog) *service {
 	ns, _, _ := strings.Cut(key, "/")
-	return &service{key: key, ns: ns, base: map[uint32]member{}, index: -1}
+	return &service{key: key, ns: ns, id: id, log: log(ns), base: map[uint32]member{}}
 }
-
-func (s *service) live() []step { return s.steps[s.start:] }
 
 // info returns the service's latest definition.
 func (s *service) info() status.ServiceInfo {
@@ -102,55 +111,83 @@ func (s *service) infoAt(t time.Time) status.ServiceInfo {
 	return status.ServiceInfo{}
 }
 
-// add appends a step to s, and counts its bytes.
-func (h *History) add(s *service, st step) {
-	s.steps = append(s.steps, st)
-	n := st.cost()
-	s.held += n
-	h.held += n
-	nh := h.byNS[s.ns]
-	if nh == nil {
-		nh = &nsHeld{ns: s.ns}
-		h.byNS[s.ns] = nh
-		heap.Push(&h.largestNS, nh)
+// log returns namespace ns's log, made on first sight.
+func (h *History) log(ns string) *nsLog {
+	l := h.logs[ns]
+	if l == nil {
+		l = &nsLog{ns: ns, index: -1}
+		h.logs[ns] = l
 	}
-	nh.held += n
-	if s.index < 0 {
-		heap.Push(&nh.services, s)
-	}
-	heap.Fix(&nh.services, s.index)
-	heap.Fix(&h.largestNS, nh.index)
+	return l
 }
 
-// fold lets s's oldest step go, into its base.
-func (h *History) fold(s *service, why string) {
-	st := s.steps[s.start]
-	s.steps[s.start] = step{}
-	s.start++
-	if s.start >= 64 && s.start*2 >= len(s.steps) {
-		s.steps = append(make([]step, 0, 2*(len(s.steps)-s.start)), s.steps[s.start:]...)
-		s.start = 0
-	}
-	_ = st.each(s.base, nil) // made here, or checked when read from the file
-	s.baseAt, s.baseVersion, s.baseRevision = st.time(), st.version, st.revision
+// add appends a step to namespace ns's log, and counts its bytes and
+// the services it changes.
+func (h *History) add(l *nsLog, st step) {
+	l.steps = append(l.steps, st)
 	n := st.cost()
-	s.held -= n
+	l.held += n
+	h.held += n
+	h.touching(&st, func(s *service) {
+		s.steps++
+		if s.first.IsZero() {
+			s.first, s.firstRevision = st.time(), st.revision
+		}
+	})
+	if l.index < 0 {
+		heap.Push(&h.largestNS, l)
+	}
+	heap.Fix(&h.largestNS, l.index)
+}
+
+// touching calls f once for each service st changes.
+func (h *History) touching(st *step, f func(*service)) {
+	var last uint32
+	_ = st.each(func(id uint32) map[uint32]member {
+		if id != last {
+			last = id
+			if s := h.byID(id); s != nil {
+				f(s)
+			}
+		}
+		return nil
+	}, nil)
+}
+
+// byID returns the service with id, or nil.
+func (h *History) byID(id uint32) *service {
+	if int(id) < len(h.ids) {
+		return h.ids[id]
+	}
+	return nil
+}
+
+// fold lets l's oldest step go, into its services' bases.
+func (h *History) fold(l *nsLog, why string) {
+	st := l.steps[l.start]
+	l.steps[l.start] = step{}
+	l.start++
+	if l.start >= 64 && l.start*2 >= len(l.steps) {
+		l.steps = append(make([]step, 0, 2*(len(l.steps)-l.start)), l.steps[l.start:]...)
+		l.start = 0
+	}
+	at := st.time()
+	_ = st.each(func(id uint32) map[uint32]member { // made here, or checked when read from the file
+		if s := h.byID(id); s != nil {
+			s.baseAt, s.baseVersion, s.baseRevision = at, st.version, st.revision
+			return s.base
+		}
+		return nil
+	}, nil)
+	h.touching(&st, func(s *service) { s.steps-- })
+	n := st.cost()
+	l.held -= n
 	h.held -= n
-	if nh := h.byNS[s.ns]; nh != nil {
-		nh.held -= n
-		switch {
-		case s.index < 0:
-		case s.held == 0:
-			heap.Remove(&nh.services, s.index)
-		default:
-			heap.Fix(&nh.services, s.index)
-		}
-		if len(nh.services) == 0 {
-			heap.Remove(&h.largestNS, nh.index)
-			delete(h.byNS, s.ns)
-		} else {
-			heap.Fix(&h.largestNS, nh.index)
-		}
+	if len(l.live()) == 0 {
+		heap.Remove(&h.largestNS, l.index)
+		l.index = -1
+	} else {
+		heap.Fix(&h.largestNS, l.index)
 	}
 	h.m.folded.WithLabelValues(why).Inc()
 }
@@ -159,16 +196,19 @@ func (h *History) fold(s *service, why string) {
 // forgets the services that hold nothing any more.
 func (h *History) trim(now time.Time) {
 	horizon := now.Add(-h.cfg.Window)
-	for key, s := range h.services {
-		for len(s.live()) > h.cfg.Changes && s.live()[0].nanos < horizon.UnixNano() {
-			h.fold(s, "window")
-		}
-		if len(s.live()) == 0 && len(s.base) == 0 && s.baseAt.Before(horizon) && !h.current(s) {
-			delete(h.services, key)
+	for _, l := range h.logs {
+		for len(l.live()) > h.cfg.Changes && l.live()[0].nanos < horizon.UnixNano() {
+			h.fold(l, "window")
 		}
 	}
-	for h.held > h.cfg.Bytes {
-		h.fold(h.largest(), "memory")
+	for h.held > h.cfg.Bytes && len(h.largestNS) > 0 {
+		h.fold(h.largestNS[0], "memory")
+	}
+	for key, s := range h.services {
+		if s.steps == 0 && len(s.base) == 0 && s.baseAt.Before(horizon) && !h.current(s) {
+			delete(h.services, key)
+			h.ids[s.id] = nil
+		}
 	}
 	if len(h.fresh) > 1 && (len(h.fresh) > maxFresh || h.fresh[1].at.Before(horizon)) {
 		h.fresh = h.fresh[1:]
@@ -178,14 +218,16 @@ func (h *History) trim(now time.Time) {
 // current reports whether the last table recorded names s.
 func (h *History) current(s *service) bool { return s.gen == h.gen }
 
-// largest returns the service to lose a step: of the namespace holding
-// the most bytes, the service holding the most (ties: the greater
-// name, so that every node picks alike).
-func (h *History) largest() *service { return h.largestNS[0].services[0] }
+// appendServiceChange encodes a change of service id onto b: the id,
+// then the change (appendChange).
+func appendServiceChange(b []byte, id, slot uint32, old, e status.Entry, gone, info bool) []byte {
+	b = binary.AppendUvarint(b, uint64(id))
+	return appendChange(b, slot, old, e, gone, info)
+}
 
 // nsHeap orders namespaces by the bytes they hold, most first; of two
 // equal, the greater name first.
-type nsHeap []*nsHeld
+type nsHeap []*nsLog
 
 func (q nsHeap) Len() int { return len(q) }
 func (q nsHeap) Less(i, j int) bool {
@@ -196,7 +238,7 @@ func (q nsHeap) Less(i, j int) bool {
 }
 func (q nsHeap) Swap(i, j int) { q[i], q[j] = q[j], q[i]; q[i].index, q[j].index = i, j }
 func (q *nsHeap) Push(x any) {
-	n := x.(*nsHeld)
+	n := x.(*nsLog)
 	n.index = len(*q)
 	*q = append(*q, n)
 }
@@ -204,32 +246,7 @@ func (q *nsHeap) Pop() any {
 	old := *q
 	n := old[len(old)-1]
 	old[len(old)-1] = nil
+	n.index = -1
 	*q = old[:len(old)-1]
 	return n
-}
-
-// svcHeap orders a namespace's services by the bytes they hold, most
-// first; of two equal, the greater key first.
-type svcHeap []*service
-
-func (q svcHeap) Len() int { return len(q) }
-func (q svcHeap) Less(i, j int) bool {
-	if q[i].held != q[j].held {
-		return q[i].held > q[j].held
-	}
-	return q[i].key > q[j].key
-}
-func (q svcHeap) Swap(i, j int) { q[i], q[j] = q[j], q[i]; q[i].index, q[j].index = i, j }
-func (q *svcHeap) Push(x any) {
-	s := x.(*service)
-	s.index = len(*q)
-	*q = append(*q, s)
-}
-func (q *svcHeap) Pop() any {
-	old := *q
-	s := old[len(old)-1]
-	old[len(old)-1] = nil
-	s.index = -1
-	*q = old[:len(old)-1]
-	return s
 }
