@@ -305,7 +305,9 @@ func (h *History) diff(t *status.Table, last names) {
 		if !h.remapped && raw == was && (!raw.Used() || dir.Instance(slot) == last.dir.Instance(slot)) {
 			continue
 		}
-		h.raw[slot] = raw
+		if raw != was {
+			h.raw[slot] = raw // an unused slot stays unwritten, and unbacked
+		}
 		s, e, info := now.read(slot, raw)
 		oldS, old, oldInfo := last.read(slot, was)
 		sameInfo := info == oldInfo || sameInstance(info, oldInfo)
