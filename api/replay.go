@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/cairn-sd/cairn/history"
@@ -49,12 +48,9 @@ func (s *Server) replayView(w http.ResponseWriter, r *http.Request, id acl.Ident
 			return 0, nil, badRequest("revision", "%q must be a store revision: a number from 1", v.Get("revision"))
 		}
 	default:
-		head, digest, ok := strings.Cut(v.Get("version"), "-")
-		rev, err := strconv.ParseUint(head, 10, 64)
-		if !ok || err != nil || rev == 0 || digest == "" {
-			return 0, nil, badRequest("version", "%q must be an xDS version cairn sent: <store revision>-<digest>", v.Get("version"))
+		if q.Revision, q.Digest, err = wire.ParseReplayVersion(v.Get("version")); err != nil {
+			return 0, nil, badRequest("version", "%v", err)
 		}
-		q.Revision, q.Digest = rev, digest
 	}
 	for _, k := range []string{"region", "zone", "instance"} {
 		if x := v.Get(k); x != "" {

@@ -51,12 +51,9 @@ func replayCommand() *cli.Command {
 					return usage("replay: --revision: must be a store revision, from 1")
 				}
 			default:
-				head, digest, ok := strings.Cut(c.String("version"), "-")
-				rev, err := strconv.ParseUint(head, 10, 64)
-				if !ok || err != nil || rev == 0 || digest == "" {
-					return usage("replay: --version: %q is not an xDS version cairn sent (<revision>-<digest>)", c.String("version"))
+				if q.Revision, q.Digest, err = wire.ParseReplayVersion(c.String("version")); err != nil {
+					return usage("replay: --version: %v", err)
 				}
-				q.Revision, q.Digest = rev, digest
 			}
 			cl, err := apiClient(c)
 			if err != nil {

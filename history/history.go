@@ -136,6 +136,7 @@ type History struct {
 	dir       *status.Directory
 	svcMap    []*service
 	gen       uint64 // counts the svcMaps made
+	pass      uint64 // counts the walks of steps (touching)
 	touched   []*nsLog
 
 	file    *file  // nil without Config.Path

@@ -350,3 +350,25 @@ func TestRunFollowsTheTable(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A step that changes a service in slots apart (another's between) is
+// one step of it, and letting it go keeps the counts straight.
+func TestInterleavedServicesCountOnce(t *testing.T) {
+	r := newRig(t, 8, Config{Window: time.Minute, Changes: 1})
+	a, b, c := statustest.Ready("a", "10.0.0.1"), statustest.Ready("b", "10.0.0.2"), statustest.Ready("c", "10.0.0.3")
+	r.publish(t, t0, svc("shop", "pay", a), svc("shop", "cart", b))
+	r.publish(t, t0.Add(time.Second), svc("shop", "pay", a, c), svc("shop", "cart", b)) // c after b's slot
+	a.Weight, b.Weight, c.Weight = 50, 50, 50
+	r.publish(t, t0.Add(2*time.Second), svc("shop", "pay", a, c), svc("shop", "cart", b))
+	if pay, cart := r.h.services["shop/pay"].steps, r.h.services["shop/cart"].steps; pay != 3 || cart != 2 {
+		t.Fatalf("steps: pay %d, cart %d; want 3 and 2", pay, cart)
+	}
+	c.Weight = 60
+	r.publish(t, t0.Add(time.Hour), svc("shop", "pay", a, c), svc("shop", "cart", b)) // the three before let go
+	if pay, cart := r.h.services["shop/pay"].steps, r.h.services["shop/cart"].steps; pay != 1 || cart != 0 {
+		t.Errorf("after the window: steps pay %d, cart %d; want 1 and 0", pay, cart)
+	}
+	if p := at(t, r.h, "shop", "pay", t0.Add(2*time.Second)); len(p.Members) != 2 || p.Members[1].Entry.Weight != 50 {
+		t.Errorf("pay from its base: %+v", p.Members)
+	}
+}

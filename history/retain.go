@@ -31,6 +31,10 @@ type service struct {
 	firstRevision uint64
 	infos         []infoStep
 	gen           uint64 // History.gen when a table last named it
+	// pass is History.pass when a walk of a step (touching) last met it,
+	// and passTo the map that walk applies its changes to.
+	pass   uint64
+	passTo map[uint32]member
 }
 
 // nsLog is one namespace's steps, oldest first: live from start.
@@ -128,11 +132,12 @@ func (h *History) add(l *nsLog, st step) {
 	n := st.cost()
 	l.held += n
 	h.held += n
-	h.touching(&st, func(s *service) {
+	h.touching(&st, func(s *service) map[uint32]member {
 		s.steps++
 		if s.first.IsZero() {
 			s.first, s.firstRevision = st.time(), st.revision
 		}
+		return nil
 	})
 	if l.index < 0 {
 		heap.Push(&h.largestNS, l)
@@ -140,17 +145,20 @@ func (h *History) add(l *nsLog, st step) {
 	heap.Fix(&h.largestNS, l.index)
 }
 
-// touching calls f once for each service st changes.
-func (h *History) touching(st *step, f func(*service)) {
-	var last uint32
-	_ = st.each(func(id uint32) map[uint32]member {
-		if id != last {
-			last = id
-			if s := h.byID(id); s != nil {
-				f(s)
-			}
+// touching walks st's changes, calling f once for each service it
+// changes (its changes are in slot order, so a service's need not be
+// together) and applying them to the map f returns (nil: none).
+func (h *History) touching(st *step, f func(*service) map[uint32]member) {
+	h.pass++
+	_ = st.each(func(id uint32) map[uint32]member { // made here, or checked when read from the file
+		s := h.byID(id)
+		if s == nil {
+			return nil
 		}
-		return nil
+		if s.pass != h.pass {
+			s.pass, s.passTo = h.pass, f(s)
+		}
+		return s.passTo
 	}, nil)
 }
 
@@ -172,14 +180,11 @@ func (h *History) fold(l *nsLog, why string) {
 		l.start = 0
 	}
 	at := st.time()
-	_ = st.each(func(id uint32) map[uint32]member { // made here, or checked when read from the file
-		if s := h.byID(id); s != nil {
-			s.baseAt, s.baseVersion, s.baseRevision = at, st.version, st.revision
-			return s.base
-		}
-		return nil
-	}, nil)
-	h.touching(&st, func(s *service) { s.steps-- })
+	h.touching(&st, func(s *service) map[uint32]member {
+		s.steps--
+		s.baseAt, s.baseVersion, s.baseRevision = at, st.version, st.revision
+		return s.base
+	})
 	n := st.cost()
 	l.held -= n
 	h.held -= n

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -149,6 +150,18 @@ type ReplayChange struct {
 	InstanceID    string          `json:"instance_id"`
 	Before        *ReplayEndpoint `json:"before,omitempty"`
 	After         *ReplayEndpoint `json:"after,omitempty"`
+}
+
+// ParseReplayVersion reads an xDS version cairn sent, as a replay takes
+// it (the view's ?version=, `cairn replay --version`): the store
+// revision (from 1), a "-", then the content's digest.
+func ParseReplayVersion(s string) (revision uint64, digest string, err error) {
+	head, digest, ok := strings.Cut(s, "-")
+	rev, perr := strconv.ParseUint(head, 10, 64)
+	if !ok || perr != nil || rev == 0 || digest == "" {
+		return 0, "", fmt.Errorf("%q is not an xDS version cairn sent: <store revision>-<digest>", s)
+	}
+	return rev, digest, nil
 }
 
 // ParseReplayTime reads a replay's time (the view's ?at=, `cairn replay
