@@ -282,3 +282,61 @@ func (a *Agent) publishLocked() error {
 	}
 	return nil
 }
+
+// Follow makes services ("<ns>/<svc>") the views the agent keeps
+// subscribed to, in place of Config.Services: a server that follows
+// another region's views names the services its own table holds, and
+// names them again when they change. A service no longer named is
+// unsubscribed and its view let go; a name that is not NAMESPACE/SERVICE
+// is skipped. Views held of any other service (restored from disk, say)
+// are let go too.
+func (a *Agent) Follow(services []string) {
+	next := make(map[string]bool, len(services))
+	for _, s := range services {
+		if ns, svc, ok := splitService(s); ok {
+			next[agentview.Name(ns, svc)] = true
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	wake, let := false, false
+	for name := range next {
+		if a.pinned[name] {
+			continue
+		}
+		a.pinned[name] = true
+		delete(a.unknown, name)
+		if !a.want[name] {
+			a.want[name], a.fresh[name] = true, true
+			delete(a.dropped, name)
+			wake = true
+		}
+	}
+	// Every other name goes, pinned or not: restored from disk, or
+	// named before.
+	for name := range a.want {
+		if next[name] {
+			continue
+		}
+		delete(a.pinned, name)
+		delete(a.want, name)
+		delete(a.fresh, name)
+		delete(a.unknown, name)
+		a.dropped[name] = true
+		wake = true
+	}
+	for name := range a.views {
+		if !next[name] {
+			delete(a.views, name)
+			let = true
+		}
+	}
+	if let {
+		if err := a.publishLocked(); err != nil {
+			a.cfg.Logger.Error("publishing the agent's table", "err", err)
+		}
+	}
+	if wake {
+		a.wakeLocked()
+	}
+}

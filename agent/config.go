@@ -69,8 +69,13 @@ type Config struct {
 	// the age of its views from the file, and that age counts against
 	// the DNS server's max-stale. Defaults to 1m.
 	TouchInterval time.Duration
-	// DialOptions are added to the gRPC dial options (tests).
+	// DialOptions are added to the gRPC dial options (tests; the
+	// transport's credentials).
 	DialOptions []grpc.DialOption
+	// NoViewMetrics leaves out the metrics of each view (its age and
+	// staleness, a series per service): a server following another
+	// region's views (package peer) reports them per region instead.
+	NoViewMetrics bool
 
 	Now        func() time.Time
 	Logger     *slog.Logger

@@ -55,12 +55,16 @@ func newMetrics(reg prometheus.Registerer, a *Agent) (*metrics, error) {
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}}),
 	}
 	if reg != nil {
+		cs := []prometheus.Collector{m.connected, m.reconnects, m.applied, m.nacks, m.dropped, m.loadErrors, m.saveErrors, m.saveSeconds}
 		views := &viewCollector{a: a,
 			age: prometheus.NewDesc("cairn_agent_view_age_seconds",
 				"Time since the view was last known to be the server's current one (0 while the stream is open).", []string{"view"}, nil),
 			stale: prometheus.NewDesc("cairn_agent_view_stale",
 				"1 when the view is older than the stale threshold, or restored from disk and not refreshed since.", []string{"view"}, nil)}
-		for _, c := range []prometheus.Collector{m.connected, m.reconnects, m.applied, m.nacks, m.dropped, m.loadErrors, m.saveErrors, m.saveSeconds, views} {
+		if !a.cfg.NoViewMetrics {
+			cs = append(cs, views)
+		}
+		for _, c := range cs {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

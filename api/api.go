@@ -114,6 +114,9 @@ type Config struct {
 	// endpoints view's tiers are relative to it, as the DNS server's
 	// answers to a caller of unknown place are.
 	Region, Zone string
+	// Peers reports the other regions this node follows (package peer),
+	// for GET /v1/regions; nil: none.
+	Peers func() []wire.PeerRegion
 	// XDSSubscribers tells which store revision this server's xDS
 	// subscribers hold of a service's assignments; nil: no xDS server
 	// (the route answers with no subscribers).
@@ -321,6 +324,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/evacuations", s.read("evacuations", s.listEvacuations))
 	m.HandleFunc("POST /v1/evacuations", s.write("evacuate", s.evacuate))
 	m.HandleFunc("GET /v1/members", s.read("members", s.members))
+	m.HandleFunc("GET /v1/regions", s.read("regions", s.regions))
 	m.HandleFunc("POST /v1/members", s.write("join", s.join))
 	m.HandleFunc("DELETE /v1/members/{id}", s.write("leave", s.leave))
 	m.HandleFunc("GET /v1/acl/tokens", s.read("tokens", s.listTokens))

@@ -185,7 +185,10 @@ func notInTable(p served, in wire.Instance, otherIncarnation bool) string {
 // tableOnly is a row for an entry the table serves and the store replica
 // does not hold (a table kept on disk served before the replica caught
 // up, an incarnation replaced moments ago): what DNS and xDS answer with.
-func tableOnly(p served, slot int, ent cstatus.Entry, restored bool) wire.Endpoint {
+//
+// An instance of a region this node follows (peers) is that region's,
+// served as its view says.
+func tableOnly(p served, slot int, ent cstatus.Entry, restored bool, peers map[string]bool) wire.Endpoint {
 	info := p.t.Directory().Instance(slot)
 	e := wire.Endpoint{Incarnation: ent.Incarnation, Ports: map[string]int{}, Addresses: []string{},
 		Region: p.t.Locality(ent.Region), Zone: p.t.Locality(ent.Zone), Lifecycle: ent.Lifecycle,
@@ -205,7 +208,12 @@ func tableOnly(p served, slot int, ent cstatus.Entry, restored bool) wire.Endpoi
 	e.Tier = &tier
 	evacuation(&e, ent)
 	why := "served from this node's status table; its store replica no longer holds this incarnation"
-	if restored {
+	switch {
+	case peers[e.Region] && ent.Flags.Has(cstatus.PeerStale):
+		why = "region " + e.Region + "'s, as this node's view of that region last said; the view is older than stale-after"
+	case peers[e.Region]:
+		why = "region " + e.Region + "'s, as its view says: that region probes and judges it, not this one"
+	case restored:
 		why = "served from the status table kept on disk: this node's store replica has not caught up yet"
 	}
 	e.Reasons = []string{why}
@@ -252,11 +260,12 @@ func (s *Server) view(ns, svc string, all, storeOnly bool) wire.View {
 	}
 	if id, ok := p.t.Directory().ServiceID(strings.ToLower(svc + "." + ns)); ok {
 		restored := s.cfg.Publish != nil && s.cfg.Publish.Restored()
+		peers := s.peerRegions()
 		for _, slot := range p.t.Members(id) {
 			if seen[int(slot)] {
 				continue
 			}
-			e := tableOnly(p, int(slot), p.t.Entry(int(slot)), restored)
+			e := tableOnly(p, int(slot), p.t.Entry(int(slot)), restored, peers)
 			if e.Lifecycle == cstatus.Terminated && !all {
 				continue
 			}

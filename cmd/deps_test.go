@@ -123,6 +123,10 @@ var graphRules = []struct {
 	{"history", "github.com/cairn-sd/cairn/store", "the history is of the published tables, never the store"},
 	{"internal/agentview", "github.com/cairn-sd/cairn/store", "a view is made from the published status table, never the store"},
 	{"internal/agentview", "github.com/cairn-sd/cairn/health", "a view is made from the published status table, never the health loop"},
+	{"peer", "github.com/cairn-sd/cairn/store", "another region's views enter the table, never the store: a region never writes another's state"},
+	{"peer", "github.com/cairn-sd/cairn/health", "another region's instances are judged by their own region, never by this one's health loop"},
+	{"peer", "github.com/cairn-sd/cairn/publish", "the publisher reads the peers (publish.Peers), not the reverse"},
+	{"publish", "github.com/cairn-sd/cairn/peer", "the publisher takes other regions' instances through publish.Peers; cmd wires package peer to it"},
 }
 
 // allowed lists the packages a rule does not apply to.

@@ -29,6 +29,7 @@ import (
 	"github.com/cairn-sd/cairn/internal/addrpolicy"
 	"github.com/cairn-sd/cairn/internal/certs"
 	"github.com/cairn-sd/cairn/internal/ui"
+	"github.com/cairn-sd/cairn/peer"
 	"github.com/cairn-sd/cairn/probe"
 	"github.com/cairn-sd/cairn/publish"
 	"github.com/cairn-sd/cairn/replay"
@@ -137,7 +138,12 @@ func serve(ctx context.Context, cfg serverConfig, logw io.Writer) error {
 	}
 	fw := health.NewForwarder(health.ForwardConfig{Store: st, Token: cfg.ProbeToken, Dial: sec.dial})
 	defer fw.Close()
-	hn, pn, keeper, err := buildHealth(cfg, nodeID, st, table, fw, log, reg)
+	pe, err := peer.New(peer.Config{Regions: cfg.Peers, Own: cfg.Region, NodeID: nodeID, Token: cfg.PeerToken, Dir: cfg.DataDir,
+		StaleAfter: cfg.StaleAfter, Capacity: cfg.TableCapacity, DialOptions: sec.peerDial(), Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	hn, pn, keeper, err := buildHealth(cfg, nodeID, st, table, fw, pe, log, reg)
 	if err != nil {
 		return err
 	}
@@ -152,7 +158,7 @@ func serve(ctx context.Context, cfg serverConfig, logw io.Writer) error {
 	}
 	rd := &readiness{publish: pn, maxStale: cfg.MaxStale}
 	a, err := api.New(api.Config{Store: st, ACL: authz, Addrs: addressPolicy(cfg, st, httpAddr), Health: hn, Publish: pn, Table: table,
-		Region: cfg.Region, Zone: cfg.Zone, XDSSubscribers: xs.Subscribers, XDSSummary: xs.SubscribersSummary, Replay: rp.Replay, Timeline: rp.Timeline,
+		Region: cfg.Region, Zone: cfg.Zone, Peers: pe.Status, XDSSubscribers: xs.Subscribers, XDSSummary: xs.SubscribersSummary, Replay: rp.Replay, Timeline: rp.Timeline,
 		GRPCAddr: grpcLn.Addr().String(), UI: ui.Handler(), TLS: sec.files, StaleAfter: cfg.StaleAfter, Started: ds.Started(),
 		Gatherer: reg, Registerer: reg, Logger: log, Ready: rd.check, Peer: sec.peerCheck, ForwardTLS: sec.peer})
 	if err != nil {
@@ -162,7 +168,7 @@ func serve(ctx context.Context, cfg serverConfig, logw io.Writer) error {
 	late.api = a
 
 	p := &serverParts{cfg: cfg, log: log, nodeID: nodeID, httpAddr: httpAddr, httpLn: httpLn, grpcLn: grpcLn, debugLn: debugLn, gcPace: gcPace, gcDesc: gcDesc, sec: sec,
-		st: st, hn: hn, keeper: keeper, hist: hist, ds: ds, xs: xs, gs: gs, srv: daemon.NewHTTPServer(a, log), ready: rd}
+		st: st, hn: hn, keeper: keeper, hist: hist, peers: pe, ds: ds, xs: xs, gs: gs, srv: daemon.NewHTTPServer(a, log), ready: rd}
 	p.writeAddrs()
 	return p.run(ctx)
 }
@@ -230,6 +236,16 @@ func serverTLS(cfg serverConfig, log *slog.Logger, reg prometheus.Registerer) (s
 	}, nil
 }
 
+// peerDial is how this server dials other regions' xDS: over TLS,
+// presenting its certificate and verifying theirs as a server's, when
+// TLS is on.
+func (s securityConfig) peerDial() []grpc.DialOption {
+	if s.peer == nil {
+		return nil
+	}
+	return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(s.peer))}
+}
+
 // serveHTTP serves srv on ln, over TLS when it is on.
 func (s securityConfig) serveHTTP(srv *http.Server, ln net.Listener) error {
 	if s.files == nil {
@@ -265,7 +281,7 @@ func openStore(cfg serverConfig, nodeID, httpAddr string, sec securityConfig, lo
 // buildHealth makes the prober (unless --probe-workers is 0), the
 // publisher, restored from the table kept on disk, the health node whose
 // round its loop runs, and the keeper that writes the table back.
-func buildHealth(cfg serverConfig, nodeID string, st *store.Store, table *status.Publisher, fw *health.Forwarder,
+func buildHealth(cfg serverConfig, nodeID string, st *store.Store, table *status.Publisher, fw *health.Forwarder, pe *peer.Peers,
 	log *slog.Logger, reg prometheus.Registerer) (*health.Node, *publish.Node, *tablefile.Keeper, error) {
 	var prober *probe.Prober
 	if cfg.ProbeWorkers > 0 {
@@ -287,7 +303,7 @@ func buildHealth(cfg serverConfig, nodeID string, st *store.Store, table *status
 	case keptErr != nil:
 		log.Warn("not serving the table kept on disk", "err", keptErr)
 	}
-	pn, err := publish.New(publish.Config{Store: st, Table: table, Interval: cfg.EvalInterval, Restore: kept, Logger: log, Registerer: reg})
+	pn, err := publish.New(publish.Config{Store: st, Table: table, Interval: cfg.EvalInterval, Restore: kept, Peers: pe, Logger: log, Registerer: reg})
 	if err != nil {
 		return nil, nil, nil, err
 	}

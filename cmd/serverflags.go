@@ -15,6 +15,7 @@ import (
 	"github.com/cairn-sd/cairn/dnsserver"
 	"github.com/cairn-sd/cairn/history"
 	"github.com/cairn-sd/cairn/internal/acl"
+	"github.com/cairn-sd/cairn/peer"
 	"github.com/cairn-sd/cairn/probe"
 	"github.com/cairn-sd/cairn/publish"
 	"github.com/cairn-sd/cairn/status"
@@ -76,6 +77,10 @@ type serverConfig struct {
 	// of published tables (--history-*; package history).
 	HistoryWindow              time.Duration
 	HistoryChanges, HistoryMiB int
+	// Peers are the other regions this server follows (--peer-region),
+	// with PeerToken, a reader token of theirs.
+	Peers     []peer.Region
+	PeerToken string
 }
 
 func serverCommand() *cli.Command {
@@ -104,6 +109,8 @@ func serverCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "namespace-cidr", Usage: "NS=CIDR: endpoints of NS must fall in CIDR (repeatable)"},
 			&cli.StringSliceFlag{Name: "subnet", Usage: "CIDR=REGION/ZONE: locality of DNS clients in CIDR (repeatable)"},
 			&cli.StringSliceFlag{Name: "ecs-trusted", Usage: "CIDR whose EDNS Client Subnet is trusted (repeatable)"},
+			&cli.StringSliceFlag{Name: "peer-region", Usage: "NAME=ADDR[,ADDR...]: another region's servers (gRPC addresses), whose views of this region's services are served read-only, as another region's (repeatable; needs --region)"},
+			&cli.StringFlag{Name: "peer-token", EnvVars: []string{"CAIRN_PEER_TOKEN"}, Usage: "a reader token of the other regions, sent when following their views"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error (debug-4 adds raft's trace records)"},
 			&cli.BoolFlag{Name: "allow-loopback-endpoints", Usage: "accept loopback instance addresses (single-host setups and tests; --dev implies it)"},
 			&cli.StringFlag{Name: "zone-file", Usage: "RFC 1035 file of static records for names outside the service tree"},
@@ -236,6 +243,12 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 	for p, place := range subnets {
 		cfg.Subnets = append(cfg.Subnets, dnsserver.Subnet{Prefix: p, Place: place})
 	}
+	peers, err := peerRegions(c.StringSlice("peer-region"), cfg.Region)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Peers = peers
+	cfg.PeerToken = c.String("peer-token")
 	for _, v := range c.StringSlice("ecs-trusted") {
 		p, err := netip.ParsePrefix(v)
 		if err != nil {
@@ -359,4 +372,43 @@ func advertised(bound, raftAddr string) string {
 		return bound
 	}
 	return net.JoinHostPort(host, fmt.Sprint(ap.Port()))
+}
+
+// peerRegions reads --peer-region: NAME=ADDR[,ADDR...], the addresses
+// after the first split into values of their own by the flag, and a
+// name given twice gathering its addresses.
+func peerRegions(vals []string, own string) ([]peer.Region, error) {
+	var out []peer.Region
+	at := map[string]int{}
+	last := -1
+	for _, v := range vals {
+		name, addr, ok := strings.Cut(v, "=")
+		if !ok {
+			if last < 0 {
+				return nil, fmt.Errorf("--peer-region: %q is not NAME=ADDR[,ADDR...]", v)
+			}
+			name, addr = out[last].Name, v
+		}
+		if err := wire.CheckLabel("region", name); err != nil {
+			return nil, fmt.Errorf("--peer-region: %q: %w", v, err)
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("--peer-region: %q: the address %q is not HOST:PORT", v, addr)
+		}
+		i, seen := at[name]
+		if !seen {
+			i = len(out)
+			at[name] = i
+			out = append(out, peer.Region{Name: name})
+		}
+		out[i].Servers = append(out[i].Servers, addr)
+		last = i
+	}
+	if len(out) > 0 && own == "" {
+		return nil, errors.New("--peer-region needs --region: a server follows other regions as a server of its own")
+	}
+	if _, ok := at[own]; ok {
+		return nil, fmt.Errorf("--peer-region: %q is this server's own region (--region)", own)
+	}
+	return out, nil
 }

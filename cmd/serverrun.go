@@ -22,6 +22,7 @@ import (
 	"github.com/cairn-sd/cairn/history"
 	"github.com/cairn-sd/cairn/internal/durable"
 	"github.com/cairn-sd/cairn/internal/gcpace"
+	"github.com/cairn-sd/cairn/peer"
 	"github.com/cairn-sd/cairn/publish"
 	"github.com/cairn-sd/cairn/status/tablefile"
 	"github.com/cairn-sd/cairn/store"
@@ -44,6 +45,7 @@ type serverParts struct {
 	hn             *health.Node
 	keeper         *tablefile.Keeper
 	hist           *history.History
+	peers          *peer.Peers
 	ds             *dnsserver.Server
 	xs             *xdsserver.Server
 	gs             *grpc.Server
@@ -99,6 +101,7 @@ func (p *serverParts) run(ctx context.Context) error {
 	g.Go(func() error { return p.hn.Run(runCtx) })
 	g.Go(func() error { return p.keeper.Run(runCtx) })
 	g.Go(func() error { return p.hist.Run(runCtx) })
+	g.Go(func() error { return p.peers.Run(runCtx) })
 	g.Go(func() error { return p.ds.Run(runCtx) })
 	g.Go(func() error { return p.xs.Run(runCtx) })
 	g.Go(func() error {

@@ -16,6 +16,9 @@ type candidate struct {
 	key    float64 // the sampling key: smaller is chosen first
 	// disregarded: served only because health is disregarded.
 	disregarded bool
+	// peerStale: another region's endpoint, from a view older than
+	// stale-after (status.PeerStale).
+	peerStale bool
 }
 
 // selection is the outcome of choosing a service's endpoints for one
@@ -27,6 +30,9 @@ type selection struct {
 	// evacuated: the answer holds endpoints of an evacuated zone, because
 	// nothing nearer could carry the caller (status.TierEvacuated).
 	evacuated bool
+	// stale: the answer holds another region's endpoints from a view
+	// older than stale-after: it is a stale answer (RFC 8767).
+	stale bool
 }
 
 // servable reports whether an entry's instance may be served at all when
@@ -115,7 +121,7 @@ func selectA(t *status.Table, members []uint32, loc status.Locality, minFrac flo
 		if !sp.Use[tr] || !ok && !sp.Disregard || perW[tr] == 0 {
 			continue
 		}
-		c := candidate{slot: slot, tier: uint8(tr), weight: weightOf(e), disregarded: !ok}
+		c := candidate{slot: slot, tier: uint8(tr), weight: weightOf(e), disregarded: !ok, peerStale: e.Flags.Has(status.PeerStale)}
 		c.key = sampleKey(rnd(), sampleWeight(e)*perW[tr])
 		sel.chosen = append(sel.chosen, c)
 	}
@@ -128,6 +134,7 @@ func selectA(t *status.Table, members []uint32, loc status.Locality, minFrac flo
 	for _, c := range sel.chosen {
 		sel.disregarded = sel.disregarded || c.disregarded
 		sel.evacuated = sel.evacuated || c.tier == status.TierEvacuated
+		sel.stale = sel.stale || c.peerStale
 	}
 	return sel
 }
@@ -197,7 +204,7 @@ func selectSRV(t *status.Table, members []uint32, loc status.Locality, minFrac f
 			continue
 		}
 		tr := status.TierOf(loc, e)
-		c := candidate{slot: slot, tier: uint8(tr), weight: weightOf(e), disregarded: !ok}
+		c := candidate{slot: slot, tier: uint8(tr), weight: weightOf(e), disregarded: !ok, peerStale: e.Flags.Has(status.PeerStale)}
 		if e.Shift != 0 {
 			c.weight = sharedWeight(e)
 		}
@@ -208,6 +215,7 @@ func selectSRV(t *status.Table, members []uint32, loc status.Locality, minFrac f
 		c.key = sampleKey(rnd(), float64(c.weight))
 		sel.chosen = append(sel.chosen, c)
 		sel.disregarded = sel.disregarded || c.disregarded
+		sel.stale = sel.stale || c.peerStale
 	}
 	sortCandidates(sel.chosen)
 	return sel

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/miekg/dns"
 
@@ -427,5 +428,43 @@ func TestReturningZoneShare(t *testing.T) {
 		if srv.Priority != prio || srv.Weight != want {
 			t.Errorf("caller in eu-b: %s priority %d weight %d, want %d %d", srv.Target, srv.Priority, srv.Weight, prio, want)
 		}
+	}
+}
+
+// Another region's endpoints from a stale view of it (status.PeerStale)
+// are served as the view last said, never dropped; an answer that holds
+// one is a stale answer (EDE 3, TTLs capped at 30 s), and one that does
+// not is fresh.
+func TestPeerStaleEndpoints(t *testing.T) {
+	const name = "geo.shop.svc.cairn.internal."
+	svcs := topologyServices()
+	svcs[0].ttl = time.Minute
+	svcs[0].insts[3].flags = status.PeerStale // c1, region us
+	f := start(t, svcs, func(c *dnsserver.Config) { c.Own = dnsserver.Place{Region: "eu", Zone: "eu-a"} })
+	r := f.ask("udp", query(name, dns.TypeA, true))
+	if got := answerAddrs(r); !slices.Equal(got, []string{"10.0.1.1", "10.0.1.2"}) || len(ede(r)) != 0 || r.Answer[0].Header().Ttl != 60 {
+		t.Fatalf("caller in eu-a: %v (EDE %v, TTL %d), want a1 and a2, fresh, TTL 60", got, ede(r), r.Answer[0].Header().Ttl)
+	}
+	r = f.ask("udp", query("_http._tcp."+name, dns.TypeSRV, true))
+	eds := ede(r)
+	if len(r.Answer) != 4 || len(eds) != 1 || eds[0].InfoCode != dns.ExtendedErrorCodeStaleAnswer || eds[0].ExtraText == "" {
+		t.Fatalf("SRV: %d records, EDE %v; want all 4 (c1 kept) with one EDE 3", len(r.Answer), eds)
+	}
+	for _, rr := range append(r.Answer, r.Extra...) {
+		if _, opt := rr.(*dns.OPT); !opt && rr.Header().Ttl > 30 {
+			t.Fatalf("stale SRV answer has TTL %d in %v, want at most 30", rr.Header().Ttl, rr)
+		}
+	}
+	r = f.ask("udp", query("c1."+name, dns.TypeA, true))
+	if eds := ede(r); len(r.Answer) != 1 || len(eds) != 1 || eds[0].InfoCode != dns.ExtendedErrorCodeStaleAnswer {
+		t.Fatalf("c1's own name: %v, EDE %v; want its address, EDE 3", r.Answer, eds)
+	}
+	// A caller in us gets c1 first, stale; a node stale itself says so
+	// once.
+	f2 := start(t, svcs, func(c *dnsserver.Config) { c.Own = dnsserver.Place{Region: "us", Zone: "us-c"} })
+	f2.age(time.Minute)
+	r = f2.ask("udp", query(name, dns.TypeA, true))
+	if got, eds := answerAddrs(r), ede(r); !slices.Equal(got, []string{"10.0.3.1"}) || len(eds) != 1 || eds[0].InfoCode != dns.ExtendedErrorCodeStaleAnswer {
+		t.Fatalf("caller in us, node stale: %v (EDE %v), want c1 with one EDE 3", got, eds)
 	}
 }

@@ -75,8 +75,14 @@ const disregardedText = "health-disregarded: fewer healthy endpoints than the se
 // evacuated zone because nothing else could carry it (SPEC §6).
 const evacuatedText = "evacuated-zone: nothing outside the evacuated zone can carry this answer"
 
+// peerStaleText is EDE 3's text on an answer that is stale because it
+// holds another region's endpoints from a view older than stale-after,
+// while the node's own view is fresh.
+const peerStaleText = "another region's view, older than stale-after"
+
 // noteDisregarded marks an answer whose selection served endpoints under
-// the guard, or from an evacuated zone: EDE 0, decided before its
+// the guard, or from an evacuated zone: EDE 0; or another region's from
+// a stale view of it: EDE 3, and its TTLs capped. All decided before its
 // records are written.
 func (s *Server) noteDisregarded(m *msg, q *query, sel selection) {
 	if sel.disregarded {
@@ -85,6 +91,19 @@ func (s *Server) noteDisregarded(m *msg, q *query, sel selection) {
 	}
 	if sel.evacuated {
 		q.addEDE(m, dns.ExtendedErrorCodeOther, evacuatedText)
+	}
+	if sel.stale {
+		notePeerStale(m, q)
+	}
+}
+
+// notePeerStale makes an answer that holds another region's endpoints
+// from a stale view of it a stale answer (status.PeerStale): EDE 3 and
+// TTLs capped, as an answer from a stale table is; one EDE 3 when both.
+func notePeerStale(m *msg, q *query) {
+	if !q.stale {
+		q.stale = true
+		q.addEDE(m, dns.ExtendedErrorCodeStaleAnswer, peerStaleText)
 	}
 }
 
@@ -174,6 +193,9 @@ func (s *Server) instance(m *msg, q *query, t *status.Table, d *status.Directory
 	}
 	if q.qtype != dns.TypeA && q.qtype != dns.TypeAAAA {
 		return s.nodata(m, q, t)
+	}
+	if e.Flags.Has(status.PeerStale) {
+		notePeerStale(m, q)
 	}
 	svc, _ := d.Service(e.Service)
 	ttl := q.ttl(dnsTTL(svc))

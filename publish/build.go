@@ -18,6 +18,9 @@ func (n *Node) build(now time.Time) {
 	nowNS := now.UnixNano()
 	_, err := n.w.Build(func(slot int, ref status.Ref, e *status.Entry) {
 		cs := &n.cat.Services[ref.Service]
+		if int(ref.Instance) >= len(cs.Instances) {
+			return // another region's, published as its view says (layoutPeers)
+		}
 		in := &cs.Instances[ref.Instance]
 		e.Verdict, e.Flags, e.Weight, e.Shift = status.Unknown, 0, 0, in.Shift
 		since := FromNanos(in.RegisteredAt)

@@ -141,10 +141,25 @@ func (n *Node) locality(region, zone string) *Locality {
 func (n *Node) Refresh() {
 	st := n.cfg.Store
 	rev := st.Revision()
+	var (
+		peerGen uint64
+		peersOf func(ns, svc string) []status.Instance
+	)
+	if n.cfg.Peers != nil {
+		peerGen, peersOf = n.cfg.Peers.Instances()
+	}
 	if rev == n.cat.Rev && n.laidOut {
+		if peerGen != n.peerGen {
+			// Another region's view moved, not the store: the same
+			// catalog, laid out again with the new instances.
+			n.pacer.Begin()
+			n.peerGen = peerGen
+			n.layout(&n.cat, n.infos, true, peersOf)
+		}
 		return
 	}
 	n.laidOut = true
+	n.peerGen = peerGen
 	n.pacer.Begin()
 	svcs := st.Services()
 	c := Catalog{Rev: rev, Services: make([]Service, 0, len(svcs))}
@@ -187,7 +202,6 @@ func (n *Node) Refresh() {
 			shiftOf(&c.Services[si], evs)
 		}
 	}
-	n.w.Begin(rev, infos)
 	for si := range c.Services {
 		cs := &c.Services[si]
 		slices.SortFunc(cs.Instances, func(a, b Instance) int { return strings.Compare(a.Key, b.Key) })
@@ -197,10 +211,33 @@ func (n *Node) Refresh() {
 			// beyond, so it gives back the room it does not use.
 			cs.Instances = slices.Clone(cs.Instances)
 		}
+	}
+	if n.cfg.Peers != nil {
+		n.follow(c.Services)
+	}
+	n.layout(&c, infos, false, peersOf)
+	n.cat = c
+	n.infos = infos
+}
+
+// layout lays out c's instances in the writer (slots, names, the
+// readers' Directory), each service's own instances and then, with
+// peersOf, the other regions' (layoutPeers). keyed says the instances'
+// Key fields hold their whole keys already (a catalog laid out before);
+// else they hold their ids, and are given the writer's key strings.
+func (n *Node) layout(c *Catalog, infos []status.ServiceInfo, keyed bool, peersOf func(ns, svc string) []status.Instance) {
+	n.w.Begin(c.Rev, infos)
+	shadowed := 0
+	for si := range c.Services {
+		cs := &c.Services[si]
 		for ii := range cs.Instances {
 			in := &cs.Instances[ii]
+			id := in.Key
+			if keyed {
+				id = cs.InstanceID(ii)
+			}
 			var slot int
-			in.Key, slot = n.w.Add(si, status.Instance{ID: in.Key, Incarnation: in.Incarnation,
+			in.Key, slot = n.w.Add(si, status.Instance{ID: id, Incarnation: in.Incarnation,
 				Region: in.Loc.Region, Zone: in.Loc.Zone, Addresses: in.Addresses, Ports: in.Ports,
 				Lifecycle: in.Lifecycle, BaseWeight: uint16(min(max(in.Weight, 1), 65535))})
 			if slot >= 0 && n.slotInc[slot] != in.Incarnation {
@@ -208,8 +245,12 @@ func (n *Node) Refresh() {
 				n.served[slot].Store(0)
 			}
 		}
+		if peersOf != nil {
+			shadowed += n.layoutPeers(si, cs, peersOf)
+		}
 	}
 	n.w.End()
+	n.m.peerShadowed.Set(float64(shadowed))
 	for slot := range n.slotInc {
 		if slot%1024 == 0 {
 			n.pacer.Step() // the table's capacity: 100,000 slots by default
@@ -220,7 +261,6 @@ func (n *Node) Refresh() {
 			n.served[slot].Store(0)
 		}
 	}
-	n.cat = c
 }
 
 // shiftOf sets the Shift of each of cs's instances from the evacuations

@@ -34,6 +34,10 @@ type Config struct {
 	// answering queries: see package pace. Defaults to pace.DefaultSlice;
 	// negative turns pacing off. It is timed with Now.
 	Slice time.Duration
+	// Peers, if set, gives the other regions' instances of the services
+	// the store holds (package peer), laid out in the table after the
+	// store's own. nil: none.
+	Peers Peers
 	// OnPhase, if set, is called on the loop's goroutine each time the
 	// loop enters another phase of its round (see Phase), before the
 	// phase's work: for benches and tests that time what happens in

@@ -43,6 +43,13 @@ type Node struct {
 	slotInc    []uint64 // incarnation last written to each slot
 	localities map[Locality]*Locality
 	pacer      *pace.Pacer
+	// infos are the catalog's services as the readers see them, for a
+	// layout again of the same catalog; peerGen is the generation of
+	// the other regions' instances the layout holds, followed the
+	// services Peers was last told of (sorted).
+	infos    []status.ServiceInfo
+	peerGen  uint64
+	followed []string
 }
 
 // Round is the work a loop's round does between the catalog's refresh
@@ -106,6 +113,10 @@ func New(cfg Config) (*Node, error) {
 func (n *Node) Run(ctx context.Context, round Round) error {
 	t := time.NewTicker(n.cfg.Interval)
 	defer t.Stop()
+	var peersChanged <-chan struct{} // nil: never
+	if n.cfg.Peers != nil {
+		peersChanged = n.cfg.Peers.Changed()
+	}
 	for {
 		n.Tick(ctx, round)
 		for next := false; !next; {
@@ -120,6 +131,8 @@ func (n *Node) Run(ctx context.Context, round Round) error {
 				n.publishWithdrawals(ctx)
 			case <-n.cfg.Store.Shifted():
 				n.publishShift()
+			case <-peersChanged:
+				n.publishPeers()
 			}
 		}
 	}

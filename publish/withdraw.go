@@ -189,6 +189,17 @@ func (n *Node) publishShift() {
 	n.rebuildNow()
 }
 
+// publishPeers publishes a change of another region's view at once,
+// not at the next round: a withdrawal there reaches this region's
+// callers as soon as its view does. Like publishShift, it waits for the
+// first round after the replica has caught up.
+func (n *Node) publishPeers() {
+	if n.restored.Load() || !n.cfg.Store.CaughtUp() || !n.laidOut {
+		return
+	}
+	n.rebuildNow()
+}
+
 // rebuildNow refreshes the catalog from the replica and builds a table
 // from it at once, outside the round's cadence (no evaluation), in the
 // phases the bench and the metrics see.

@@ -231,11 +231,17 @@ const (
 	// max_ejection_percent, and Weight carries the outcome factor
 	// (default × 0.5).
 	OutcomeDegraded
+	// PeerStale: the instance is another region's, and the node's view
+	// of that region is older than stale-after (its link cut, its
+	// servers gone). It is served as the view last said, never dropped
+	// for being old, and an answer that includes it is a stale answer
+	// (EDE 3, TTLs capped), as an answer from a stale table is.
+	PeerStale
 )
 
 var flagNames = [...]string{
 	"eligible", "health_disregarded", "slow_start", "dependency_degraded",
-	"lease_expired", "withdrawal_deferred", "outcome_degraded",
+	"lease_expired", "withdrawal_deferred", "outcome_degraded", "peer_stale",
 }
 
 // Has reports whether every flag in g is set in f.

@@ -52,9 +52,9 @@ func TestStrings(t *testing.T) {
 		{Eligible | SlowStart, "eligible|slow_start"},
 		{HealthDisregarded | DependencyDegraded | LeaseExpired | WithdrawalDeferred,
 			"health_disregarded|dependency_degraded|lease_expired|withdrawal_deferred"},
-		{Eligible | 0x80, "eligible|0x80"},
+		{Eligible | PeerStale, "eligible|peer_stale"},
 		{OutcomeDegraded, "outcome_degraded"},
-		{Flags(0xc0), "outcome_degraded|0x80"},
+		{Flags(0xc0), "outcome_degraded|peer_stale"},
 	}
 	for _, tt := range tests {
 		if got := tt.got.String(); got != tt.want {
