@@ -325,6 +325,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/evacuations", s.write("evacuate", s.evacuate))
 	m.HandleFunc("GET /v1/members", s.read("members", s.members))
 	m.HandleFunc("GET /v1/regions", s.read("regions", s.regions))
+	m.HandleFunc("POST /v1/regions/failover", s.write("failover", s.failover))
 	m.HandleFunc("POST /v1/members", s.write("join", s.join))
 	m.HandleFunc("DELETE /v1/members/{id}", s.write("leave", s.leave))
 	m.HandleFunc("GET /v1/acl/tokens", s.read("tokens", s.listTokens))

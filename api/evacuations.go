@@ -27,6 +27,11 @@ func (s *Server) evacuate(w http.ResponseWriter, r *http.Request, id acl.Identit
 		}
 		return 0, nil, s.deny(r, id, what, wire.InstanceKey{Namespace: req.Namespace, Service: req.Service})
 	}
+	if req.To != "" || req.Capacity != "" {
+		// A failover's capacity is checked by its own route, against
+		// the other region's view.
+		return 0, nil, &wire.FieldError{Field: "to", Rule: "is not an evacuation's: fail a region over with POST /v1/regions/failover (cairn region failover)"}
+	}
 	if err := req.Validate(); err != nil {
 		return 0, nil, err
 	}

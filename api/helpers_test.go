@@ -95,6 +95,10 @@ type options struct {
 	// replay and timeline are api.Config.Replay and Timeline.
 	replay   func(wire.ReplayQuery) (*wire.Replay, error)
 	timeline func(ns, svc string, from, to time.Time) (*wire.ServiceHistory, error)
+	// peers are other regions' instances in the table (with health),
+	// and peerRegions what GET /v1/regions reports of them.
+	peers       publish.Peers
+	peerRegions func() []wire.PeerRegion
 }
 
 // env is one API server, over a real HTTP listener, in front of a real
@@ -193,7 +197,7 @@ func newEnv(t *testing.T, o options) *env {
 	cfg := api.Config{Store: node.Store, ACL: authz, Addrs: policyFor(node.Store, o.dev),
 		MaxBodyBytes: o.maxBody, AuditRefusals: o.auditRefusals, Ready: o.ready,
 		Registerer: reg, Logger: logger, Now: o.now, UI: o.ui, XDSSummary: o.xdsSummary, GRPCAddr: o.grpcAddr,
-		Region: o.region, Zone: o.zone, Replay: o.replay, Timeline: o.timeline}
+		Region: o.region, Zone: o.zone, Replay: o.replay, Timeline: o.timeline, Peers: o.peerRegions}
 	if !o.noMetrics {
 		cfg.Gatherer = reg
 	}
@@ -206,7 +210,7 @@ func newEnv(t *testing.T, o options) *env {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pc := publish.Config{Store: node.Store, Table: tbl, Logger: logger, Registerer: reg, Restore: o.restore}
+		pc := publish.Config{Store: node.Store, Table: tbl, Logger: logger, Registerer: reg, Restore: o.restore, Peers: o.peers}
 		hc := health.Config{Store: node.Store, Logger: logger, Registerer: reg}
 		if o.clock != nil {
 			pc.Now, hc.Now = o.clock.Now, o.clock.Now

@@ -577,3 +577,18 @@ func (c *Client) Evacuations(ctx context.Context) ([]wire.EvacuationView, error)
 	err := c.json(ctx, http.MethodGet, "/v1/evacuations", nil, &out)
 	return out, err
 }
+
+// Regions reports the server's region and the regions it follows.
+func (c *Client) Regions(ctx context.Context) (wire.Regions, error) {
+	var out wire.Regions
+	err := c.json(ctx, http.MethodGet, "/v1/regions", nil, &out)
+	return out, err
+}
+
+// Failover fails a region's callers over to another, or with req.Undo
+// ends the failover.
+func (c *Client) Failover(ctx context.Context, req wire.FailoverRequest) (wire.EvacuationView, error) {
+	var out wire.EvacuationView
+	err := c.json(ctx, http.MethodPost, "/v1/regions/failover", req, &out)
+	return out, err
+}

@@ -95,6 +95,7 @@ func App(stdout, stderr io.Writer) *cli.App {
 			leaveCommand(),
 			evacuateCommand(),
 			evacuationsCommand(),
+			regionCommand(),
 			xdsBootstrapCommand(),
 			agentcmd.Command(),
 			tlsCommand(),

@@ -70,7 +70,7 @@ func noteOf(e wire.EvacuationView) string {
 func evacuationsCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "evacuations",
-		Usage: "the evacuations in force: scope, state, who, when, why, expiry",
+		Usage: "the evacuations in force, and regions' failovers (TO): scope, state, who, when, why, expiry",
 		Action: func(c *cli.Context) error {
 			cl, err := apiClient(c)
 			if err != nil {
@@ -89,10 +89,14 @@ func evacuationsCommand() *cli.Command {
 				if e.Service != "" {
 					service = e.Namespace + "/" + e.Service
 				}
-				rows = append(rows, []string{fmt.Sprint(e.ID), orDash(e.Region), e.Zone, service, evacuationState(e),
+				zone := e.Zone
+				if e.To != "" {
+					zone = "*" // a region's failover: every zone
+				}
+				rows = append(rows, []string{fmt.Sprint(e.ID), orDash(e.Region), zone, orDash(e.To), service, evacuationState(e),
 					e.Actor, e.StartedAt.Local().Format(time.RFC3339), e.ExpiresAt.Local().Format(time.RFC3339), orDash(e.Reason)})
 			}
-			return table(c.App.Writer, "ID\tREGION\tZONE\tSERVICE\tSTATE\tBY\tSINCE\tEXPIRES\tREASON", rows)
+			return table(c.App.Writer, "ID\tREGION\tZONE\tTO\tSERVICE\tSTATE\tBY\tSINCE\tEXPIRES\tREASON", rows)
 		},
 	}
 }

@@ -47,7 +47,10 @@ func whyUnavailable(r *record, evacs []*wire.Evacuation) (string, bool) {
 		return why, ok
 	}
 	for _, e := range evacs {
-		if e.Covers(r.svc.Namespace, r.svc.Name, r.origin.region, r.origin.zone) {
+		// A region's failover is not a disruption of the service: its
+		// callers are served by another region, and the region's own
+		// instances may be drained, replaced and mended meanwhile.
+		if e.To == "" && e.Covers(r.svc.Namespace, r.svc.Name, r.origin.region, r.origin.zone) {
 			return "evacuated", true
 		}
 	}

@@ -303,3 +303,47 @@ func TestFSMBudgetEvacuations(t *testing.T) {
 		t.Fatalf("holders after the undo: %s", got)
 	}
 }
+
+// A region's failover moves its callers to another region, not its
+// instances out of the service: the whole region is in its scope and
+// shifted, no local capacity check or budget refuses it (the API checks
+// the other region's capacity), and while it holds, drains in the
+// region are judged as if it did not.
+func TestFSMFailover(t *testing.T) {
+	l := zonedLog(t, time.Minute) // a1 a2, b1 b2, c1 c2, all in r1
+	svc := webService()
+	svc.Policy.MaxUnavailable = "2"
+	l.must(applySvc(svc))
+	inc := func(id string) uint64 { return instanceOf(t, l.f, webKey(id)).Incarnation }
+	req := wire.EvacuateRequest{Region: "r1", To: "r2", Capacity: "capacity: region r2 can carry 1 service(s)"}
+	e := l.must(judged(req)).Evacuation
+	if e.To != "r2" || e.Forced || e.Capacity == "" {
+		t.Fatalf("failover %+v", e)
+	}
+	for _, z := range []string{"a", "b", "c"} {
+		if !e.Covers("prod", "web", "r1", z) {
+			t.Errorf("the failover of r1 does not cover zone %s", z)
+		}
+	}
+	if e.Covers("prod", "web", "r2", "a") {
+		t.Error("the failover of r1 covers r2's zone a")
+	}
+	if ev := lastEvent(l); ev.Kind != wire.EventEvacuated || !strings.Contains(ev.Reason, "region r1 (failover to r2)") ||
+		!strings.Contains(ev.Reason, "can carry") {
+		t.Fatalf("audit %+v", ev)
+	}
+	l.must(disrupt(opDrain, "a1", inc("a1"), false))
+	l.must(disrupt(opDrain, "b1", inc("b1"), false))
+	refused(t, l, disrupt(opDrain, "c1", inc("c1"), false), "a1 (draining), b1 (draining)")
+	// A second failover of the scope renews it, to the region it names.
+	req.To = "r3"
+	if e := l.must(judged(req)).Evacuation; e.To != "r3" || e.ID != l.f.evacuationList()[0].ID {
+		t.Fatalf("renewed failover %+v", e)
+	}
+	// Its fields are checked.
+	for _, bad := range []wire.EvacuateRequest{{Region: "r1", To: "r1"}, {To: "r2"}, {Region: "r1", Zone: "a", To: "r2"}} {
+		if err := l.apply(judged(bad)).Err; !errors.Is(err, wire.ErrInvalid) {
+			t.Errorf("%+v: %v, want invalid", bad, err)
+		}
+	}
+}

@@ -124,15 +124,24 @@ func (f *fsm) evacuate(index uint64, c command) (wire.Evacuation, error) {
 		expires = wire.DefaultEvacuationExpiry
 	}
 	e := wire.Evacuation{ID: index, Region: req.Region, Zone: req.Zone, Namespace: req.Namespace, Service: req.Service,
-		Reason: req.Reason, Actor: c.Actor, StartedAt: c.At, ExpiresAt: c.At.Add(expires)}
+		To: req.To, Capacity: req.Capacity, Reason: req.Reason, Actor: c.Actor, StartedAt: c.At, ExpiresAt: c.At.Add(expires)}
 	if cur != nil && cur.EndedAt.IsZero() {
 		// Renewed: the same evacuation, with its new reason and expiry.
 		e.ID, e.StartedAt, e.Forced = cur.ID, cur.StartedAt, cur.Forced
 	}
-	short := f.shortfall(e, cur)
-	var over []string
-	if c.Budget {
-		over = f.overBudget(e)
+	var short, over []string
+	switch {
+	case e.To != "":
+		// A failover's capacity is the other region's, which only the
+		// API's server sees (its table holds that region's view): it
+		// checked, and says what it found in Capacity; forced past it,
+		// Force says so.
+		e.Forced = e.Forced || req.Force
+	default:
+		short = f.shortfall(e, cur)
+		if c.Budget {
+			over = f.overBudget(e)
+		}
 	}
 	e.Forced = e.Forced || len(short) > 0 || len(over) > 0
 	if cur != nil {
@@ -156,6 +165,9 @@ func (f *fsm) evacuate(index uint64, c command) (wire.Evacuation, error) {
 	}
 	if len(over) > 0 {
 		reason += " (forced past the disruption budget: " + listShort(over) + ")"
+	}
+	if e.Capacity != "" {
+		reason += " (" + e.Capacity + ")"
 	}
 	f.record(wire.Event{At: c.At, Kind: wire.EventEvacuated, Namespace: e.Namespace, Service: e.Service,
 		To: "evacuated", Reason: reason, Actor: c.Actor})
@@ -198,13 +210,16 @@ func (f *fsm) checkEvacuate(req wire.EvacuateRequest, judge bool) (*wire.Evacuat
 	if req.Force {
 		return cur, nil
 	}
-	e := wire.Evacuation{Region: req.Region, Zone: req.Zone, Namespace: req.Namespace, Service: req.Service}
+	e := wire.Evacuation{Region: req.Region, Zone: req.Zone, Namespace: req.Namespace, Service: req.Service, To: req.To}
 	n := 0
 	f.eachInScope(e, func(*wire.Service, *record) { n++ })
 	if n == 0 {
 		// A zone named wrong would otherwise be "evacuated" and the
 		// operator none the wiser.
 		return nil, fmt.Errorf("%s holds no instance; --force evacuates it all the same: %w", req, ErrNotFound)
+	}
+	if req.To != "" {
+		return cur, nil // the API checked the other region's capacity (evacuate)
 	}
 	if short := f.shortfall(e, cur); len(short) > 0 {
 		return nil, fmt.Errorf("evacuating %s refused: %s; --force overrides: %w", req, listShort(short), ErrCapacity)

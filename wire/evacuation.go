@@ -21,7 +21,15 @@ type Evacuation struct {
 	Zone      string `json:"zone"`
 	Namespace string `json:"namespace,omitempty"`
 	Service   string `json:"service,omitempty"`
-	Reason    string `json:"reason,omitempty"`
+	// To, set, makes it a region's failover (`cairn region failover`):
+	// Zone is empty and every zone of Region is in scope, and the
+	// region's callers are given region To's endpoints first (To's
+	// instances, another region's, are tier 2, and the region's own go
+	// last). Capacity is what the check of To's eligible instances
+	// found when it started.
+	To       string `json:"to,omitempty"`
+	Capacity string `json:"capacity,omitempty"`
+	Reason   string `json:"reason,omitempty"`
 	// Actor is who started it; Forced says it was started past the
 	// capacity check or a disruption budget (`--force`; its evacuated
 	// event says which).
@@ -73,9 +81,10 @@ func (e Evacuation) State() string {
 }
 
 // Covers reports whether an instance of service ns/svc in region/zone
-// is in the evacuation's scope.
+// is in the evacuation's scope (every zone of its region for a
+// failover).
 func (e Evacuation) Covers(ns, svc, region, zone string) bool {
-	return zone == e.Zone && (e.Region == "" || region == e.Region) &&
+	return (zone == e.Zone || e.To != "") && (e.Region == "" || region == e.Region) &&
 		(e.Service == "" || ns == e.Namespace && svc == e.Service)
 }
 
@@ -100,11 +109,14 @@ func (e Evacuation) Share(window time.Duration) float64 {
 func (e Evacuation) Done(window time.Duration) bool { return e.Share(window) >= 1 }
 
 // Scope is the evacuation's scope as the CLI names it: "zone a",
-// "zone a in region r1", "… of shop/cart".
+// "zone a in region r1", "region r1 (failover to r2)", "… of shop/cart".
 func (e Evacuation) Scope() string {
 	s := "zone " + e.Zone
 	if e.Region != "" {
 		s += " in region " + e.Region
+	}
+	if e.To != "" {
+		s = "region " + e.Region + " (failover to " + e.To + ")"
 	}
 	if e.Service != "" {
 		s += " of " + e.Namespace + "/" + e.Service
@@ -119,7 +131,12 @@ type EvacuateRequest struct {
 	Zone      string `json:"zone"`
 	Namespace string `json:"namespace,omitempty"`
 	Service   string `json:"service,omitempty"`
-	Reason    string `json:"reason,omitempty"`
+	// To and Capacity make it a failover of Region (Evacuation.To): the
+	// API of the server that takes a FailoverRequest fills them in,
+	// Capacity with its check of To's eligible instances.
+	To       string `json:"to,omitempty"`
+	Capacity string `json:"capacity,omitempty"`
+	Reason   string `json:"reason,omitempty"`
 	// Expires is how long the evacuation lasts (default
 	// DefaultEvacuationExpiry, at most MaxEvacuationExpiry).
 	Expires Duration `json:"expires,omitempty"`
@@ -135,7 +152,11 @@ const maxReason = 256
 
 // Validate checks the request's fields, naming the first wrong one.
 func (r EvacuateRequest) Validate() error {
-	if err := CheckLabel("zone", r.Zone); err != nil {
+	if r.To != "" {
+		if err := r.validateFailover(); err != nil {
+			return err
+		}
+	} else if err := CheckLabel("zone", r.Zone); err != nil {
 		return err
 	}
 	if r.Region != "" {
@@ -166,14 +187,70 @@ func (r EvacuateRequest) Validate() error {
 	return nil
 }
 
-// Covers reports whether the request names exactly e's scope.
+// validateFailover checks a failover's own fields: a whole region, and
+// another one to fail over to.
+func (r EvacuateRequest) validateFailover() error {
+	switch {
+	case r.Zone != "":
+		return invalid("zone", "must be empty for a failover: it moves a whole region")
+	case r.Region == "":
+		return invalid("from", "is required: the region whose callers fail over")
+	case r.To == r.Region:
+		return invalid("to", "is region %q, the region failing over", r.To)
+	case len(r.Capacity) > maxReason:
+		return invalid("capacity", "is %d bytes; at most %d", len(r.Capacity), maxReason)
+	}
+	return CheckLabel("to", r.To)
+}
+
+// Covers reports whether the request names exactly e's scope. A
+// failover's scope is its region and service, whatever region it fails
+// over to: a second failover of the scope renews it with its own.
 func (r EvacuateRequest) Covers(e Evacuation) bool {
-	return r.Region == e.Region && r.Zone == e.Zone && r.Namespace == e.Namespace && r.Service == e.Service
+	return r.Region == e.Region && r.Zone == e.Zone && r.Namespace == e.Namespace && r.Service == e.Service &&
+		(r.To == "") == (e.To == "")
 }
 
 // String names the request's scope, as Evacuation.Scope does.
 func (r EvacuateRequest) String() string {
-	return Evacuation{Region: r.Region, Zone: r.Zone, Namespace: r.Namespace, Service: r.Service}.Scope()
+	return Evacuation{Region: r.Region, Zone: r.Zone, Namespace: r.Namespace, Service: r.Service, To: r.To}.Scope()
+}
+
+// FailoverRequest asks a region's servers to fail the region's callers
+// over to another region (POST /v1/regions/failover, `cairn region
+// failover`), for one service or for all, or with Undo to end the
+// failover of exactly that scope: the region's own instances then come
+// back over their services' shift_back, as a zone returns from an
+// evacuation. From must be the region of the server asked: a region
+// decides for its own callers only.
+type FailoverRequest struct {
+	From      string   `json:"from"`
+	To        string   `json:"to"`
+	Namespace string   `json:"namespace,omitempty"`
+	Service   string   `json:"service,omitempty"`
+	Reason    string   `json:"reason,omitempty"`
+	Expires   Duration `json:"expires,omitempty"`
+	// Force starts it even when To's eligible instances are too few,
+	// or its view is stale; audited.
+	Force bool `json:"force,omitempty"`
+	Undo  bool `json:"undo,omitempty"`
+}
+
+// Evacuation returns the evacuation request that r is.
+func (r FailoverRequest) Evacuation() EvacuateRequest {
+	return EvacuateRequest{Region: r.From, To: r.To, Namespace: r.Namespace, Service: r.Service, Reason: r.Reason,
+		Expires: r.Expires, Force: r.Force, Undo: r.Undo}
+}
+
+// Validate checks the request's fields, naming the first wrong one.
+func (r FailoverRequest) Validate() error {
+	if err := CheckLabel("from", r.From); err != nil {
+		return err
+	}
+	if err := CheckLabel("to", r.To); err != nil {
+		return err
+	}
+	return r.Evacuation().Validate()
 }
 
 // EvacuationView is an evacuation as the API lists it: with its state
