@@ -54,7 +54,9 @@ func (r *regionB) set(n, up int, stale bool) {
 	r.gen++
 }
 
-func (r *regionB) regions() []wire.PeerRegion { return []wire.PeerRegion{{Region: "b", Connected: true}} }
+func (r *regionB) regions() []wire.PeerRegion {
+	return []wire.PeerRegion{{Region: "b", Connected: true}}
+}
 
 // A failover is a region's own decision, checked against the other
 // region's capacity as this node's view of it holds it: refused
