@@ -117,6 +117,9 @@ type Config struct {
 	// Peers reports the other regions this node follows (package peer),
 	// for GET /v1/regions; nil: none.
 	Peers func() []wire.PeerRegion
+	// Signal reports the out-of-band failover signal (package failover),
+	// for GET /v1/regions; nil: the node reads none.
+	Signal func() *wire.FailoverSignal
 	// XDSSubscribers tells which store revision this server's xDS
 	// subscribers hold of a service's assignments; nil: no xDS server
 	// (the route answers with no subscribers).

@@ -18,6 +18,9 @@ func (s *Server) regions(w http.ResponseWriter, r *http.Request, id acl.Identity
 	if s.cfg.Peers != nil {
 		out.Peers = append(out.Peers, s.cfg.Peers()...)
 	}
+	if s.cfg.Signal != nil {
+		out.Signal = s.cfg.Signal()
+	}
 	return http.StatusOK, out, nil
 }
 

@@ -47,6 +47,8 @@ var importRules = []struct {
 	{"wire", "github.com/cairn-sd/cairn/", "wire is what clients link: the API's types and rules, with no server code behind them (only the label rule, and status, a standard-library leaf, for the one vocabulary of verdicts, lifecycles and flags)",
 		[]string{"github.com/cairn-sd/cairn/internal/dnsname", "github.com/cairn-sd/cairn/status"}},
 	{"docs", "github.com/cairn-sd/cairn/", "docs is a leaf: it embeds the documents the API serves and knows no cairn package", nil},
+	{"failover", "github.com/cairn-sd/cairn/", "the out-of-band signal is read beside the pipeline, not from it: it knows only the wire types (and the label rule through them)",
+		[]string{"github.com/cairn-sd/cairn/wire"}},
 	{"history", "github.com/cairn-sd/cairn/", "history follows the published table, as the servers do: of cairn it knows only the table (and safe file writes for its file)",
 		[]string{"github.com/cairn-sd/cairn/status", "github.com/cairn-sd/cairn/internal/durable"}},
 	{"api", "github.com/cairn-sd/cairn/replay", "the API asks the replayer through Config.Replay: it never links the servers' answer code", nil},

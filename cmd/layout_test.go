@@ -20,6 +20,7 @@ var rootLayout = map[string]string{
 	"health":      "stage 4: the leader's work: evidence intake, probe targets, correlated failures, evaluation rounds, commits",
 	"publish":     "stage 4: every node's work: the store's mirror, the table writer, withdrawals on commit, the kept table restored",
 	"peer":        "stage 1: other regions' views, followed over their xDS, read-only, beside the store",
+	"failover":    "stage 1: the operator's out-of-band failover signal (a file or a URL), read beside the store",
 	"status":      "stage 5: the one immutable table both servers read, and its file on disk",
 	"zones":       "stage 5: zone data and lookup rules beside the table",
 	"dnsserver":   "stage 6: answers DNS from the table",

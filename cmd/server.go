@@ -23,6 +23,7 @@ import (
 	"github.com/cairn-sd/cairn/client"
 	"github.com/cairn-sd/cairn/cmd/internal/daemon"
 	"github.com/cairn-sd/cairn/dnsserver"
+	"github.com/cairn-sd/cairn/failover"
 	"github.com/cairn-sd/cairn/health"
 	"github.com/cairn-sd/cairn/history"
 	"github.com/cairn-sd/cairn/internal/acl"
@@ -143,7 +144,13 @@ func serve(ctx context.Context, cfg serverConfig, logw io.Writer) error {
 	if err != nil {
 		return err
 	}
-	hn, pn, keeper, err := buildHealth(cfg, nodeID, st, table, fw, pe, log, reg)
+	var sig *failover.Signal // nil: no --failover-signal
+	if cfg.FailoverSignal != "" {
+		if sig, err = failover.New(failover.Config{Source: cfg.FailoverSignal, Region: cfg.Region, Logger: log, Registerer: reg}); err != nil {
+			return err
+		}
+	}
+	hn, pn, keeper, err := buildHealth(cfg, nodeID, st, table, fw, pe, sig, log, reg)
 	if err != nil {
 		return err
 	}
@@ -158,7 +165,7 @@ func serve(ctx context.Context, cfg serverConfig, logw io.Writer) error {
 	}
 	rd := &readiness{publish: pn, maxStale: cfg.MaxStale}
 	a, err := api.New(api.Config{Store: st, ACL: authz, Addrs: addressPolicy(cfg, st, httpAddr), Health: hn, Publish: pn, Table: table,
-		Region: cfg.Region, Zone: cfg.Zone, Peers: pe.Status, XDSSubscribers: xs.Subscribers, XDSSummary: xs.SubscribersSummary, Replay: rp.Replay, Timeline: rp.Timeline,
+		Region: cfg.Region, Zone: cfg.Zone, Peers: pe.Status, Signal: signalStatus(sig), XDSSubscribers: xs.Subscribers, XDSSummary: xs.SubscribersSummary, Replay: rp.Replay, Timeline: rp.Timeline,
 		GRPCAddr: grpcLn.Addr().String(), UI: ui.Handler(), TLS: sec.files, StaleAfter: cfg.StaleAfter, Started: ds.Started(),
 		Gatherer: reg, Registerer: reg, Logger: log, Ready: rd.check, Peer: sec.peerCheck, ForwardTLS: sec.peer})
 	if err != nil {
@@ -168,7 +175,7 @@ func serve(ctx context.Context, cfg serverConfig, logw io.Writer) error {
 	late.api = a
 
 	p := &serverParts{cfg: cfg, log: log, nodeID: nodeID, httpAddr: httpAddr, httpLn: httpLn, grpcLn: grpcLn, debugLn: debugLn, gcPace: gcPace, gcDesc: gcDesc, sec: sec,
-		st: st, hn: hn, keeper: keeper, hist: hist, peers: pe, ds: ds, xs: xs, gs: gs, srv: daemon.NewHTTPServer(a, log), ready: rd}
+		st: st, hn: hn, keeper: keeper, hist: hist, peers: pe, signal: sig, ds: ds, xs: xs, gs: gs, srv: daemon.NewHTTPServer(a, log), ready: rd}
 	p.writeAddrs()
 	return p.run(ctx)
 }
@@ -236,6 +243,14 @@ func serverTLS(cfg serverConfig, log *slog.Logger, reg prometheus.Registerer) (s
 	}, nil
 }
 
+// signalStatus is the API's Signal: nil without one.
+func signalStatus(sig *failover.Signal) func() *wire.FailoverSignal {
+	if sig == nil {
+		return nil
+	}
+	return sig.Status
+}
+
 // peerDial is how this server dials other regions' xDS: over TLS,
 // presenting its certificate and verifying theirs as a server's, when
 // TLS is on.
@@ -282,7 +297,7 @@ func openStore(cfg serverConfig, nodeID, httpAddr string, sec securityConfig, lo
 // publisher, restored from the table kept on disk, the health node whose
 // round its loop runs, and the keeper that writes the table back.
 func buildHealth(cfg serverConfig, nodeID string, st *store.Store, table *status.Publisher, fw *health.Forwarder, pe *peer.Peers,
-	log *slog.Logger, reg prometheus.Registerer) (*health.Node, *publish.Node, *tablefile.Keeper, error) {
+	sig *failover.Signal, log *slog.Logger, reg prometheus.Registerer) (*health.Node, *publish.Node, *tablefile.Keeper, error) {
 	var prober *probe.Prober
 	if cfg.ProbeWorkers > 0 {
 		// Batches twice per evaluation, so that a check at the
@@ -303,7 +318,11 @@ func buildHealth(cfg serverConfig, nodeID string, st *store.Store, table *status
 	case keptErr != nil:
 		log.Warn("not serving the table kept on disk", "err", keptErr)
 	}
-	pn, err := publish.New(publish.Config{Store: st, Table: table, Interval: cfg.EvalInterval, Restore: kept, Peers: pe, Logger: log, Registerer: reg})
+	pc := publish.Config{Store: st, Table: table, Interval: cfg.EvalInterval, Restore: kept, Peers: pe, Logger: log, Registerer: reg}
+	if sig != nil {
+		pc.Signal = sig // a nil *Signal in the interface would not be nil
+	}
+	pn, err := publish.New(pc)
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -81,6 +81,9 @@ type serverConfig struct {
 	// with PeerToken, a reader token of theirs.
 	Peers     []peer.Region
 	PeerToken string
+	// FailoverSignal is --failover-signal: a file or an http(s) URL
+	// (package failover); "": none.
+	FailoverSignal string
 }
 
 func serverCommand() *cli.Command {
@@ -111,6 +114,7 @@ func serverCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "ecs-trusted", Usage: "CIDR whose EDNS Client Subnet is trusted (repeatable)"},
 			&cli.StringSliceFlag{Name: "peer-region", Usage: "NAME=ADDR[,ADDR...]: another region's servers (gRPC addresses), whose views of this region's services are served read-only, as another region's (repeatable; needs --region)"},
 			&cli.StringFlag{Name: "peer-token", EnvVars: []string{"CAIRN_PEER_TOKEN"}, Usage: "a reader token of the other regions, sent when following their views"},
+			&cli.StringFlag{Name: "failover-signal", Usage: "FILE or http(s) URL the operator controls outside cairn, read twice a second: its failovers of this region (YAML: failovers: [{from: R1, to: R2, service: NS/SVC}]) apply without the store, for when the control plane is impaired (needs --region)"},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error (debug-4 adds raft's trace records)"},
 			&cli.BoolFlag{Name: "allow-loopback-endpoints", Usage: "accept loopback instance addresses (single-host setups and tests; --dev implies it)"},
 			&cli.StringFlag{Name: "zone-file", Usage: "RFC 1035 file of static records for names outside the service tree"},
@@ -249,6 +253,9 @@ func serverConfigFromFlags(c *cli.Context) (serverConfig, error) {
 	}
 	cfg.Peers = peers
 	cfg.PeerToken = c.String("peer-token")
+	if cfg.FailoverSignal = c.String("failover-signal"); cfg.FailoverSignal != "" && cfg.Region == "" {
+		return cfg, errors.New("--failover-signal needs --region: its failovers are of this server's region")
+	}
 	for _, v := range c.StringSlice("ecs-trusted") {
 		p, err := netip.ParsePrefix(v)
 		if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/cairn-sd/cairn/history"
 	"github.com/cairn-sd/cairn/internal/durable"
 	"github.com/cairn-sd/cairn/internal/gcpace"
+	"github.com/cairn-sd/cairn/failover"
 	"github.com/cairn-sd/cairn/peer"
 	"github.com/cairn-sd/cairn/publish"
 	"github.com/cairn-sd/cairn/status/tablefile"
@@ -46,6 +47,7 @@ type serverParts struct {
 	keeper         *tablefile.Keeper
 	hist           *history.History
 	peers          *peer.Peers
+	signal         *failover.Signal // nil: no --failover-signal
 	ds             *dnsserver.Server
 	xs             *xdsserver.Server
 	gs             *grpc.Server
@@ -102,6 +104,9 @@ func (p *serverParts) run(ctx context.Context) error {
 	g.Go(func() error { return p.keeper.Run(runCtx) })
 	g.Go(func() error { return p.hist.Run(runCtx) })
 	g.Go(func() error { return p.peers.Run(runCtx) })
+	if p.signal != nil {
+		g.Go(func() error { return p.signal.Run(runCtx) })
+	}
 	g.Go(func() error { return p.ds.Run(runCtx) })
 	g.Go(func() error { return p.xs.Run(runCtx) })
 	g.Go(func() error {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/cairn-sd/cairn/eval"
 	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // build writes every slot of the next status table from the catalog
@@ -16,6 +17,10 @@ func (n *Node) build(now time.Time) {
 	start := time.Now()
 	n.pacer.Begin()
 	nowNS := now.UnixNano()
+	var signalled []wire.Evacuation // the out-of-band signal's failovers, applied at each build
+	if n.cfg.Signal != nil {
+		signalled = n.cfg.Signal.Failovers(now)
+	}
 	_, err := n.w.Build(func(slot int, ref status.Ref, e *status.Entry) {
 		cs := &n.cat.Services[ref.Service]
 		if int(ref.Instance) >= len(cs.Instances) {
@@ -23,6 +28,9 @@ func (n *Node) build(now time.Time) {
 		}
 		in := &cs.Instances[ref.Instance]
 		e.Verdict, e.Flags, e.Weight, e.Shift = status.Unknown, 0, 0, in.Shift
+		if len(signalled) > 0 {
+			e.Shift = max(e.Shift, shiftFor(cs, in, signalled))
+		}
 		since := FromNanos(in.RegisteredAt)
 		eligible := in.Lifecycle == status.Ready
 		if h := in.Health; h != nil && h.Incarnation() == in.Incarnation {

@@ -268,17 +268,24 @@ func (n *Node) layout(c *Catalog, infos []status.ServiceInfo, keyed bool, peersO
 // evacuated moving all of it (status.ShiftAll), a zone returning what
 // its share has not yet taken back.
 func shiftOf(cs *Service, evs []wire.Evacuation) {
-	window := cs.Def.Policy.ShiftBackWindow()
 	for i := range cs.Instances {
 		in := &cs.Instances[i]
-		for _, e := range evs {
-			if !e.Covers(cs.Key.Namespace, cs.Key.Name, in.Loc.Region, in.Loc.Zone) {
-				continue
-			}
-			s := uint8(math.Round(status.ShiftAll * (1 - e.Share(window))))
-			in.Shift = max(in.Shift, s)
-		}
+		in.Shift = max(in.Shift, shiftFor(cs, in, evs))
 	}
+}
+
+// shiftFor is the largest shift of the evacuations in evs that cover in,
+// an instance of cs.
+func shiftFor(cs *Service, in *Instance, evs []wire.Evacuation) uint8 {
+	var shift uint8
+	window := cs.Def.Policy.ShiftBackWindow()
+	for _, e := range evs {
+		if !e.Covers(cs.Key.Namespace, cs.Key.Name, in.Loc.Region, in.Loc.Zone) {
+			continue
+		}
+		shift = max(shift, uint8(math.Round(status.ShiftAll*(1-e.Share(window)))))
+	}
+	return shift
 }
 
 // serviceInfo is what the readers need of a service.

@@ -38,6 +38,10 @@ type Config struct {
 	// the store holds (package peer), laid out in the table after the
 	// store's own. nil: none.
 	Peers Peers
+	// Signal, if set, gives the failovers of the out-of-band signal
+	// (package failover): applied to the table at each build as the
+	// store's are, without the store. nil: none.
+	Signal Signal
 	// OnPhase, if set, is called on the loop's goroutine each time the
 	// loop enters another phase of its round (see Phase), before the
 	// phase's work: for benches and tests that time what happens in

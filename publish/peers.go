@@ -1,10 +1,14 @@
 package publish
 
 import (
+	"fmt"
+	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // Peers is what a node's table takes from other regions (package peer
@@ -21,6 +25,15 @@ type Peers interface {
 	// generation holds other instances or other states of them.
 	Instances() (gen uint64, of func(namespace, service string) []status.Instance)
 	// Changed is signalled when a new generation is made.
+	Changed() <-chan struct{}
+}
+
+// Signal is the out-of-band failover signal (package failover).
+type Signal interface {
+	// Failovers returns the failovers it holds as of now, in force or
+	// returning.
+	Failovers(now time.Time) []wire.Evacuation
+	// Changed is signalled when one starts or ends.
 	Changed() <-chan struct{}
 }
 
@@ -62,4 +75,59 @@ func (n *Node) follow(svcs []Service) {
 	slices.Sort(keys)
 	n.followed = keys
 	n.cfg.Peers.Follow(keys)
+}
+
+// signalRestored publishes the table kept on disk again, while it is
+// served (the replica has not caught up), with the out-of-band signal's
+// failovers applied as of now: the node restarted while its cluster has
+// no quorum is one the signal is for. The kept table holds no service
+// policy, so a return takes the default shift_back
+// (wire.DefaultShiftBack). It publishes nothing when the shifts are the
+// ones already published.
+func (n *Node) signalRestored(now time.Time) {
+	s := n.cfg.Restore
+	if n.cfg.Signal == nil || s == nil || !n.restored.Load() {
+		return
+	}
+	fos := n.cfg.Signal.Failovers(now)
+	var key strings.Builder
+	for _, e := range fos {
+		fmt.Fprintf(&key, "%s=%.1f;", e.Scope(), e.Share(wire.DefaultShiftBack))
+	}
+	if key.String() == n.restoredShifts {
+		return
+	}
+	_, err := n.cfg.Table.Build(func(b *status.Builder) error {
+		s.Fill(b)
+		es := b.Entries()
+		for i := range es {
+			e := &es[i]
+			if !e.Used() || int(e.Service) >= len(s.ServiceInfos) {
+				continue
+			}
+			svc := s.ServiceInfos[e.Service]
+			region, zone := nameOf(s.Localities, e.Region), nameOf(s.Localities, e.Zone)
+			for _, f := range fos {
+				if f.Covers(svc.Namespace, svc.Name, region, zone) {
+					e.Shift = max(e.Shift, uint8(math.Round(status.ShiftAll*(1-f.Share(wire.DefaultShiftBack)))))
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		n.log.Error("applying the failover signal to the table kept on disk", "err", err)
+		return
+	}
+	n.restoredShifts = key.String()
+	n.log.Info("the failover signal applied to the table kept on disk", "failovers", len(fos))
+}
+
+// nameOf is the name with id in names (ids from 1; 0 and unknown ids:
+// "").
+func nameOf(names []string, id uint16) string {
+	if id == 0 || int(id) > len(names) {
+		return ""
+	}
+	return names[id-1]
 }

@@ -5,8 +5,10 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cairn-sd/cairn/status"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // fakePeers is a Peers whose instances the test sets: the real one
@@ -100,7 +102,7 @@ func TestPeersInTheTable(t *testing.T) {
 	// at the same store revision.
 	rev := h.st.Revision()
 	fp.set("shop/cart", peerInstance("b1", "r2-a", "10.2.0.1", 41, status.Eligible|status.PeerStale, 100))
-	h.n.publishPeers()
+	h.n.publishOutside()
 	if h.st.Revision() != rev {
 		t.Fatalf("the store moved: %d → %d", rev, h.st.Revision())
 	}
@@ -118,5 +120,67 @@ func TestPeersInTheTable(t *testing.T) {
 	}
 	if e, _, ok := peerEntry("b1"); !ok || !e.Flags.Has(status.PeerStale) {
 		t.Fatalf("b1 after a store revision: %+v (%v), want as its view says", e, ok)
+	}
+}
+
+// fakeSignal is a Signal whose failovers the test sets (package
+// failover reads real files and URLs in its own tests).
+type fakeSignal struct {
+	mu  sync.Mutex
+	fos []wire.Evacuation
+}
+
+func (f *fakeSignal) Failovers(now time.Time) []wire.Evacuation {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := slices.Clone(f.fos)
+	for i := range out {
+		if !out[i].EndedAt.IsZero() {
+			out[i].Returned = wire.Duration(now.Sub(out[i].EndedAt))
+		}
+	}
+	return out
+}
+
+func (f *fakeSignal) Changed() <-chan struct{} { return nil }
+
+// The out-of-band signal's failovers shift the region's own instances
+// at each build, without the store: in force, all of it; ended, what
+// its share has not taken back, moving on with the clock. Other
+// regions' instances are untouched.
+func TestSignalledFailover(t *testing.T) {
+	sig := &fakeSignal{}
+	h := newHarness(t, 0, func(c *Config) { c.Signal = sig })
+	svc := tcpService("shop", "cart")
+	window := wire.Duration(100 * time.Second)
+	svc.Policy.ShiftBack = &window
+	h.apply(svc)
+	r := reg(svc, "a1", "10.0.0.1")
+	r.Region, r.Zone = "r1", "z"
+	a1 := h.register(r)
+	r = reg(svc, "x1", "10.0.0.2")
+	r.Region, r.Zone = "r2", "z"
+	x1 := h.register(r)
+	h.tick(0)
+	rev := h.st.Revision()
+	sig.mu.Lock()
+	sig.fos = []wire.Evacuation{{Region: "r1", To: "r2"}}
+	sig.mu.Unlock()
+	h.n.publishOutside()
+	if e := h.entry(a1); !e.Evacuated() {
+		t.Fatalf("a1 with r1 failed over: %+v, want evacuated", e)
+	}
+	if e := h.entry(x1); e.Shift != 0 {
+		t.Fatalf("x1 of r2: shift %d, want 0", e.Shift)
+	}
+	sig.mu.Lock()
+	sig.fos[0].EndedAt = h.clk.Now()
+	sig.mu.Unlock()
+	h.tick(35 * time.Second)
+	if e := h.entry(a1); e.Shift != 60 {
+		t.Fatalf("a1 35s into a 100s return: shift %d, want 60", e.Shift)
+	}
+	if h.st.Revision() != rev {
+		t.Fatalf("the store moved: %d → %d", rev, h.st.Revision())
 	}
 }

@@ -50,6 +50,9 @@ type Node struct {
 	infos    []status.ServiceInfo
 	peerGen  uint64
 	followed []string
+	// restoredShifts is what the signal last shifted of the kept table
+	// (signalRestored), so that the same is not published again.
+	restoredShifts string
 }
 
 // Round is the work a loop's round does between the catalog's refresh
@@ -113,9 +116,12 @@ func New(cfg Config) (*Node, error) {
 func (n *Node) Run(ctx context.Context, round Round) error {
 	t := time.NewTicker(n.cfg.Interval)
 	defer t.Stop()
-	var peersChanged <-chan struct{} // nil: never
+	var peersChanged, signalled <-chan struct{} // nil: never
 	if n.cfg.Peers != nil {
 		peersChanged = n.cfg.Peers.Changed()
+	}
+	if n.cfg.Signal != nil {
+		signalled = n.cfg.Signal.Changed()
 	}
 	for {
 		n.Tick(ctx, round)
@@ -132,7 +138,9 @@ func (n *Node) Run(ctx context.Context, round Round) error {
 			case <-n.cfg.Store.Shifted():
 				n.publishShift()
 			case <-peersChanged:
-				n.publishPeers()
+				n.publishOutside()
+			case <-signalled:
+				n.publishOutside()
 			}
 		}
 	}
@@ -151,6 +159,9 @@ func (n *Node) Tick(ctx context.Context, round Round) {
 		// disk, if there is one, else publish nothing (DNS answers Not
 		// Ready, xDS refuses streams) until it has caught up. CaughtUp
 		// latches: a replica that falls behind later is served stale.
+		// The out-of-band failover signal applies to the kept table
+		// all the same: it is for exactly such a time.
+		n.signalRestored(now)
 		return
 	}
 	if n.restored.Load() {

@@ -11,6 +11,7 @@ import (
 	"github.com/cairn-sd/cairn/status/tablefile"
 	"github.com/cairn-sd/cairn/store"
 	"github.com/cairn-sd/cairn/store/storetest"
+	"github.com/cairn-sd/cairn/wire"
 )
 
 // TestSyncedFollowsBuilds: Synced is the time of the last table built,
@@ -155,5 +156,65 @@ func TestServing(t *testing.T) {
 	restored := newNode(t, lone.Store, h.clk, 0, func(c *Config) { c.Restore = snap })
 	if err := restored.Serving(0); err != nil {
 		t.Errorf("Serving the kept table: %v", err)
+	}
+}
+
+// TestSignalOnTheKeptTable: a node restarted while its cluster has no
+// quorum serves the table it kept; the out-of-band signal's failover of
+// its region applies to that table all the same, once, and its end
+// returns the region at the default shift_back.
+func TestSignalOnTheKeptTable(t *testing.T) {
+	h := newHarness(t, 0, nil)
+	svc := tcpService("shop", "cart")
+	h.apply(svc)
+	r := reg(svc, "a1", "10.0.0.1")
+	r.Region, r.Zone = "r1", "z"
+	a1 := h.register(r)
+	r = reg(svc, "x1", "10.0.0.2")
+	r.Region, r.Zone = "r2", "z"
+	x1 := h.register(r)
+	h.tick(0)
+	kept := h.pub.Acquire()
+	snap := tablefile.Take(kept, h.clk.Now(), h.clk.Now())
+	kept.Release()
+
+	sig := &fakeSignal{fos: []wire.Evacuation{{Region: "r1", To: "r2"}}}
+	lone := storetest.Lone(t, store.Config{NodeID: "n9", Now: h.clk.Now})
+	n := newNode(t, lone.Store, h.clk, 0, func(c *Config) { c.Restore = snap; c.Signal = sig })
+	entry := func(in wire.Instance) status.Entry {
+		t.Helper()
+		tbl := n.cfg.Table.Acquire()
+		defer tbl.Release()
+		i := slices.IndexFunc(snap.Entries, func(se tablefile.SlotEntry) bool { return se.Instance.ID == in.ID })
+		return tbl.Entry(snap.Entries[i].Slot)
+	}
+	n.Tick(t.Context(), nil)
+	if e := entry(a1); !e.Evacuated() {
+		t.Fatalf("a1 of r1, failed over by the signal, on the kept table: %+v, want evacuated", e)
+	}
+	if e := entry(x1); e.Shift != 0 {
+		t.Fatalf("x1 of r2: shift %d, want 0", e.Shift)
+	}
+	tbl := n.cfg.Table.Acquire()
+	v := tbl.Version()
+	tbl.Release()
+	h.clk.Advance(time.Second)
+	n.Tick(t.Context(), nil)
+	if tbl := n.cfg.Table.Acquire(); tbl.Version() != v {
+		t.Errorf("the same shifts published again: version %d after %d", tbl.Version(), v)
+		tbl.Release()
+	} else {
+		tbl.Release()
+	}
+	sig.mu.Lock()
+	sig.fos[0].EndedAt = h.clk.Now()
+	sig.mu.Unlock()
+	h.clk.Advance(wire.DefaultShiftBack / 2)
+	n.Tick(t.Context(), nil)
+	if e := entry(a1); e.Shift != 40 {
+		t.Fatalf("a1 halfway through its return: shift %d, want 40", e.Shift)
+	}
+	if !n.Restored() {
+		t.Fatal("no longer restored")
 	}
 }

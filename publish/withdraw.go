@@ -189,12 +189,14 @@ func (n *Node) publishShift() {
 	n.rebuildNow()
 }
 
-// publishPeers publishes a change of another region's view at once,
-// not at the next round: a withdrawal there reaches this region's
-// callers as soon as its view does. Like publishShift, it waits for the
-// first round after the replica has caught up.
-func (n *Node) publishPeers() {
+// publishOutside publishes a change from outside the store at once, not
+// at the next round: another region's view (a withdrawal there reaches
+// this region's callers as soon as its view does), or the out-of-band
+// failover signal. Like publishShift, it waits for the first round
+// after the replica has caught up.
+func (n *Node) publishOutside() {
 	if n.restored.Load() || !n.cfg.Store.CaughtUp() || !n.laidOut {
+		n.signalRestored(n.cfg.Now())
 		return
 	}
 	n.rebuildNow()

@@ -1,5 +1,7 @@
 package wire
 
+import "time"
+
 // PeerRegion is another region as a server follows it (GET /v1/regions):
 // its views of the services this server's table holds, read over the
 // region's own delta xDS.
@@ -30,4 +32,21 @@ type PeerRegion struct {
 type Regions struct {
 	Region string       `json:"region"`
 	Peers  []PeerRegion `json:"peers"`
+	// Signal is the out-of-band failover signal, when the server reads
+	// one.
+	Signal *FailoverSignal `json:"signal,omitempty"`
+}
+
+// FailoverSignal is the out-of-band failover signal as a server last
+// read it (--failover-signal): the failovers of its region it holds, in
+// force or returning.
+type FailoverSignal struct {
+	Source string `json:"source"`
+	// ReadAt is when it was last read whole; Error what was wrong with
+	// the last read, if anything (the last one read stays in force).
+	ReadAt    time.Time        `json:"read_at,omitzero"`
+	Error     string           `json:"error,omitempty"`
+	Failovers []EvacuationView `json:"failovers"`
+	// Ignored are its entries for other regions.
+	Ignored []string `json:"ignored,omitempty"`
 }
