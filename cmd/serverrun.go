@@ -18,11 +18,11 @@ import (
 
 	"github.com/cairn-sd/cairn/cmd/internal/daemon"
 	"github.com/cairn-sd/cairn/dnsserver"
+	"github.com/cairn-sd/cairn/failover"
 	"github.com/cairn-sd/cairn/health"
 	"github.com/cairn-sd/cairn/history"
 	"github.com/cairn-sd/cairn/internal/durable"
 	"github.com/cairn-sd/cairn/internal/gcpace"
-	"github.com/cairn-sd/cairn/failover"
 	"github.com/cairn-sd/cairn/peer"
 	"github.com/cairn-sd/cairn/publish"
 	"github.com/cairn-sd/cairn/status/tablefile"
