@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/keepalive"
+
 	"github.com/cairn-sd/cairn/internal/agentview"
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/status/tablefile"
@@ -91,6 +93,10 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.MaxViews <= 0 {
 		cfg.MaxViews = 4096
 	}
+	if cfg.Keepalive.Time <= 0 {
+		cfg.Keepalive = keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}
+	}
+	cfg.Keepalive.PermitWithoutStream = true
 	if cfg.AnswerTimeout <= 0 {
 		cfg.AnswerTimeout = 10 * time.Second
 	}

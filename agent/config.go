@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/cairn-sd/cairn/internal/backoff"
 	"github.com/cairn-sd/cairn/status"
@@ -72,6 +73,11 @@ type Config struct {
 	// DialOptions are added to the gRPC dial options (tests; the
 	// transport's credentials).
 	DialOptions []grpc.DialOption
+	// Keepalive times the pings that find a stream gone silent (a
+	// server gone without a FIN, a partition). Defaults to a ping after
+	// 30s without traffic, the stream given up 10s later; grpc-go pings
+	// no more often than every 10s, and cairn's servers allow that.
+	Keepalive keepalive.ClientParameters
 	// NoViewMetrics leaves out the metrics of each view (its age and
 	// staleness, a series per service): a server following another
 	// region's views (package peer) reports them per region instead.

@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/experimental"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 
@@ -88,7 +87,7 @@ func (a *Agent) session(ctx context.Context, addr string) (answered bool, err er
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		// A stream that went silent (a server gone without a FIN, a
 		// partition) is found by pings within 40 s (field notes A3, A6).
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.WithKeepaliveParams(a.cfg.Keepalive),
 		// The first response of a stream carries every view subscribed
 		// to: 2,500 services of 8 are 4.4 MB, past gRPC's default of
 		// 4 MiB, and an agent refused it forever (bench/cmd/agentmem).

@@ -78,8 +78,9 @@ func (s *Server) failover(w http.ResponseWriter, r *http.Request, id acl.Identit
 
 // failoverCapacity checks, from this node's table, that region req.To
 // can carry the callers of req.From for each service in scope that has
-// ready instances in req.From: To's instances in rotation on their own
-// health (not served only under the guard) must be at least
+// ready instances in req.From: To's ready instances in rotation on their
+// own health (not draining, not served only under the guard) must be at
+// least
 // max(1, ⌈min_healthy_fraction × From's ready instances⌉), the rule an
 // evacuation is checked by, and the view of To they come from must be
 // fresh. It returns what it found (note) and, when short, why (short).
@@ -106,7 +107,7 @@ func (s *Server) failoverCapacity(req wire.FailoverRequest) (note, short string)
 				ready++
 			case to != 0 && e.Region == to:
 				stale = stale || e.Flags.Has(cstatus.PeerStale)
-				if e.Flags.Has(cstatus.Eligible) && !e.Flags.Has(cstatus.HealthDisregarded) {
+				if e.Lifecycle == cstatus.Ready && e.Flags.Has(cstatus.Eligible) && !e.Flags.Has(cstatus.HealthDisregarded) {
 					have++
 				}
 			}

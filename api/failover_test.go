@@ -126,6 +126,16 @@ func TestFailover(t *testing.T) {
 	}) {
 		t.Fatal("the failover is not in the audit trail with its reason and capacity")
 	}
+	// A draining instance of b's carries nothing.
+	b.set(3, 2, false)
+	b.mu.Lock()
+	b.ins[1].Lifecycle = status.Draining
+	b.gen++
+	b.mu.Unlock()
+	e.tick(t)
+	clk.Advance(time.Second)
+	wantError(t, e.call(t, http.MethodPost, path, adminSecret, `{"from": "a", "to": "b"}`), http.StatusConflict, wire.CodeCapacity,
+		"region b has 1 eligible instance(s) and needs 2")
 	// Forced past a short capacity: started, and the trail says so.
 	b.set(3, 1, false)
 	e.tick(t)

@@ -56,6 +56,13 @@ type Config struct {
 	// private CA the harness makes in Dir (Cluster.TLS), and its clients
 	// over https with a client certificate of that CA.
 	TLS bool
+	// SharedTLS, if set, is the CA (and files) to run TLS with instead of
+	// one of the cluster's own: clusters that trust each other (regions
+	// that follow each other's views) share one.
+	SharedTLS *TLS
+	// Name prefixes the nodes' ids ("n": n1, n2, …), so that clusters
+	// sharing a CA's directory write their certificates apart.
+	Name string
 }
 
 // Host is a network namespace a node runs in, and its address there.
@@ -96,13 +103,20 @@ func New(cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{cfg: cfg}
-	if cfg.TLS {
+	if cfg.Name == "" {
+		cfg.Name = "n"
+	}
+	c.cfg.Name = cfg.Name
+	switch {
+	case cfg.SharedTLS != nil:
+		c.TLS = cfg.SharedTLS
+	case cfg.TLS:
 		if c.TLS, err = NewTLS(filepath.Join(cfg.Dir, "tls")); err != nil {
 			return nil, err
 		}
 	}
 	for i := range cfg.Nodes {
-		id := fmt.Sprintf("n%d", i+1)
+		id := fmt.Sprintf("%s%d", cfg.Name, i+1)
 		n := &Node{
 			Index:   i + 1,
 			ID:      id,

@@ -35,7 +35,19 @@ func StartTLSCluster(t testing.TB, nodes int, args ...string) *Cluster {
 // test's) and stops it when the test ends.
 func StartClusterWith(t testing.TB, cfg Config) *Cluster {
 	t.Helper()
-	nodes := cfg.Nodes
+	c := PrepareCluster(t, cfg)
+	if err := c.Start(); err != nil {
+		t.Fatalf("starting a %d-node cluster: %v", cfg.Nodes, err)
+	}
+	c.cfg.Logf("%d-node cluster ready", cfg.Nodes)
+	return c
+}
+
+// PrepareCluster is StartClusterWith without the start: the cluster's
+// ports and directories are known, for the flags of another cluster (a
+// region that follows it) before either starts. Start it with Start.
+func PrepareCluster(t testing.TB, cfg Config) *Cluster {
+	t.Helper()
 	// Timestamps as in the servers' logs, to line the two up.
 	logf := func(format string, args ...any) {
 		t.Logf("%s harness: %s", time.Now().UTC().Format("15:04:05.000"), fmt.Sprintf(format, args...))
@@ -47,7 +59,7 @@ func StartClusterWith(t testing.TB, cfg Config) *Cluster {
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("node logs:\n%s", c.Logs(60))
+			t.Logf("%s node logs:\n%s", c.cfg.Name, c.Logs(60))
 		}
 		c.Close()
 		if dir := os.Getenv(EnvArtifacts); dir != "" {
@@ -56,10 +68,6 @@ func StartClusterWith(t testing.TB, cfg Config) *Cluster {
 			}
 		}
 	})
-	if err := c.Start(); err != nil {
-		t.Fatalf("starting a %d-node cluster: %v", nodes, err)
-	}
-	logf("%d-node cluster ready", nodes)
 	return c
 }
 

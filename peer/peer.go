@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/cairn-sd/cairn/agent"
 	"github.com/cairn-sd/cairn/internal/backoff"
@@ -102,6 +103,11 @@ func New(cfg Config) (*Peers, error) {
 	if cfg.Capacity <= 0 {
 		cfg.Capacity = 100_000
 	}
+	if cfg.Backoff.Max <= 0 {
+		// Another region's servers are few and far: one back is tried
+		// again within seconds, not the agent's half a minute.
+		cfg.Backoff.Min, cfg.Backoff.Max = 500*time.Millisecond, 5*time.Second
+	}
 	if cfg.Settle <= 0 {
 		cfg.Settle = 50 * time.Millisecond
 	}
@@ -139,6 +145,9 @@ func New(cfg Config) (*Peers, error) {
 		}
 		ag, err := agent.New(agent.Config{Servers: r.Servers, NodeID: cfg.NodeID, Region: cfg.Own, Token: cfg.Token,
 			Path: path, Table: table, StaleAfter: cfg.StaleAfter, Backoff: cfg.Backoff, DialOptions: cfg.DialOptions, NoViewMetrics: true,
+			// A link cut without a FIN is found by pings as soon as
+			// grpc-go allows (every 10s), given up 5s later.
+			Keepalive: keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second},
 			Now: cfg.Now, Logger: cfg.Logger.With("peer_region", r.Name), Registerer: reg})
 		if err != nil {
 			return nil, fmt.Errorf("peer: region %q: %w", r.Name, err)
