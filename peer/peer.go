@@ -148,7 +148,7 @@ func New(cfg Config) (*Peers, error) {
 			// A link cut without a FIN is found by pings as soon as
 			// grpc-go allows (every 10s), given up 5s later.
 			Keepalive: keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second},
-			Now: cfg.Now, Logger: cfg.Logger.With("peer_region", r.Name), Registerer: reg})
+			Now:       cfg.Now, Logger: cfg.Logger.With("peer_region", r.Name), Registerer: reg})
 		if err != nil {
 			return nil, fmt.Errorf("peer: region %q: %w", r.Name, err)
 		}
