@@ -31,12 +31,9 @@ func evacuateCommand() *cli.Command {
 			}
 			req := wire.EvacuateRequest{Zone: c.String("zone"), Region: c.String("region"), Reason: c.String("reason"),
 				Expires: wire.Duration(c.Duration("expires")), Force: c.Bool("force"), Undo: c.Bool("undo")}
-			if s := c.String("service"); s != "" {
-				ns, svc, ok := strings.Cut(s, "/")
-				if !ok || ns == "" || svc == "" || strings.Contains(svc, "/") {
-					return usage("evacuate: --service %q is not NS/SVC", s)
-				}
-				req.Namespace, req.Service = ns, svc
+			var err error
+			if req.Namespace, req.Service, err = serviceFlag(c, "evacuate"); err != nil {
+				return err
 			}
 			cl, err := apiClient(c)
 			if err != nil {
@@ -115,4 +112,18 @@ func evacuationState(e wire.EvacuationView) string {
 		s += ", forced"
 	}
 	return s
+}
+
+// serviceFlag reads a command's optional --service NS/SVC: both empty
+// when it is not given.
+func serviceFlag(c *cli.Context, command string) (ns, svc string, err error) {
+	s := c.String("service")
+	if s == "" {
+		return "", "", nil
+	}
+	ns, svc, ok := strings.Cut(s, "/")
+	if !ok || ns == "" || svc == "" || strings.Contains(svc, "/") {
+		return "", "", usage("%s: --service %q is not NS/SVC", command, s)
+	}
+	return ns, svc, nil
 }

@@ -2,7 +2,6 @@ package cmd
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -72,12 +71,9 @@ func failoverCommand() *cli.Command {
 			}
 			req := wire.FailoverRequest{From: c.String("from"), To: c.String("to"), Reason: c.String("reason"),
 				Expires: wire.Duration(c.Duration("expires")), Force: c.Bool("force"), Undo: c.Bool("undo")}
-			if s := c.String("service"); s != "" {
-				ns, svc, ok := strings.Cut(s, "/")
-				if !ok || ns == "" || svc == "" || strings.Contains(svc, "/") {
-					return usage("region failover: --service %q is not NS/SVC", s)
-				}
-				req.Namespace, req.Service = ns, svc
+			var err error
+			if req.Namespace, req.Service, err = serviceFlag(c, "region failover"); err != nil {
+				return err
 			}
 			cl, err := apiClient(c)
 			if err != nil {
