@@ -154,7 +154,11 @@ func (n *Node) Refresh() {
 			// catalog, laid out again with the new instances.
 			n.pacer.Begin()
 			n.peerGen = peerGen
-			n.layout(&n.cat, n.infos, true, peersOf)
+			infos := make([]status.ServiceInfo, len(n.cat.Services))
+			for i := range n.cat.Services {
+				infos[i] = serviceInfo(&n.cat.Services[i])
+			}
+			n.layout(&n.cat, infos, true, peersOf)
 		}
 		return
 	}
@@ -217,7 +221,6 @@ func (n *Node) Refresh() {
 	}
 	n.layout(&c, infos, false, peersOf)
 	n.cat = c
-	n.infos = infos
 }
 
 // layout lays out c's instances in the writer (slots, names, the

@@ -43,11 +43,9 @@ type Node struct {
 	slotInc    []uint64 // incarnation last written to each slot
 	localities map[Locality]*Locality
 	pacer      *pace.Pacer
-	// infos are the catalog's services as the readers see them, for a
-	// layout again of the same catalog; peerGen is the generation of
-	// the other regions' instances the layout holds, followed the
-	// services Peers was last told of (sorted).
-	infos    []status.ServiceInfo
+	// peerGen is the generation of the other regions' instances the
+	// layout holds, followed the services Peers was last told of
+	// (sorted).
 	peerGen  uint64
 	followed []string
 	// restoredShifts is what the signal last shifted of the kept table
