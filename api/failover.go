@@ -45,7 +45,7 @@ func (s *Server) failover(w http.ResponseWriter, r *http.Request, id acl.Identit
 	}
 	ev := req.Evacuation()
 	if !req.Undo {
-		note, short := s.failoverCapacity(req)
+		note, short, checked := s.failoverCapacity(req)
 		switch {
 		case short != "" && !req.Force:
 			err := fmt.Errorf("failing region %s over to %s refused: %s; --force overrides: %w", req.From, req.To, short, store.ErrCapacity)
@@ -53,7 +53,7 @@ func (s *Server) failover(w http.ResponseWriter, r *http.Request, id acl.Identit
 			return 0, nil, err
 		case short != "":
 			note = "forced past the capacity check: " + short
-		default:
+		case checked > 0:
 			ev.Force = false // nothing to force past: not recorded as forced
 		}
 		if len(note) > 256 {
@@ -83,17 +83,18 @@ func (s *Server) failover(w http.ResponseWriter, r *http.Request, id acl.Identit
 // least
 // max(1, ⌈min_healthy_fraction × From's ready instances⌉), the rule an
 // evacuation is checked by, and the view of To they come from must be
-// fresh. It returns what it found (note) and, when short, why (short).
-func (s *Server) failoverCapacity(req wire.FailoverRequest) (note, short string) {
+// fresh. It returns what it found (note) and, when short, why (short),
+// and how many services it checked.
+func (s *Server) failoverCapacity(req wire.FailoverRequest) (note, short string, checked int) {
 	p := s.acquire()
 	defer p.release()
 	if p.t == nil {
-		return "", "this server has no status table yet"
+		return "", "this server has no status table yet", 0
 	}
 	t, d := p.t, p.t.Directory()
 	from, to := t.LocalityOf(req.From, "").Region, t.LocalityOf(req.To, "").Region
 	var shorts []string
-	checked, stale, least, leastAt := 0, false, math.MaxInt, ""
+	stale, least, leastAt := false, math.MaxInt, ""
 	for id := range uint32(t.Services().Len()) {
 		svc, ok := d.Service(id)
 		if !ok || svc.Name == "" || req.Service != "" && (svc.Namespace != req.Namespace || svc.Name != req.Service) {
@@ -133,10 +134,10 @@ func (s *Server) failoverCapacity(req wire.FailoverRequest) (note, short string)
 		if len(shorts) > 3 {
 			shorts = append(shorts[:3], fmt.Sprintf("and %d more", len(shorts)-3))
 		}
-		return "", strings.Join(shorts, "; ")
+		return "", strings.Join(shorts, "; "), checked
 	}
 	if checked == 0 {
-		return fmt.Sprintf("capacity: no service in scope has ready instances in region %s", req.From), ""
+		return fmt.Sprintf("capacity: no service in scope has ready instances in region %s", req.From), "", 0
 	}
-	return fmt.Sprintf("capacity: region %s can carry %d service(s); the least margin is %s", req.To, checked, leastAt), ""
+	return fmt.Sprintf("capacity: region %s can carry %d service(s); the least margin is %s", req.To, checked, leastAt), "", checked
 }
