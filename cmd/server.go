@@ -318,9 +318,14 @@ func buildHealth(cfg serverConfig, nodeID string, st *store.Store, table *status
 	case keptErr != nil:
 		log.Warn("not serving the table kept on disk", "err", keptErr)
 	}
-	pc := publish.Config{Store: st, Table: table, Interval: cfg.EvalInterval, Restore: kept, Peers: pe, Logger: log, Registerer: reg}
+	pc := publish.Config{Store: st, Table: table, Interval: cfg.EvalInterval, Restore: kept, Logger: log, Registerer: reg}
+	// Interfaces holding a nil pointer, or peers following no region,
+	// would not be nil: the publisher would pay for what is not there.
+	if len(cfg.Peers) > 0 {
+		pc.Peers = pe
+	}
 	if sig != nil {
-		pc.Signal = sig // a nil *Signal in the interface would not be nil
+		pc.Signal = sig
 	}
 	pn, err := publish.New(pc)
 	if err != nil {
