@@ -15,10 +15,9 @@ import (
 // regionB is region b's instances of shop/web as this node's view of b
 // holds them (package peer in a server; set by the test here).
 type regionB struct {
-	mu    sync.Mutex
-	gen   uint64
-	ins   []status.Instance
-	stale bool
+	mu  sync.Mutex
+	gen uint64
+	ins []status.Instance
 }
 
 func (r *regionB) Follow([]string)          {}

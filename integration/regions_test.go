@@ -145,7 +145,6 @@ type answer struct {
 	prio, weight map[string]int
 	addrs        []string
 	stale        bool // EDE 3
-	serial       uint32
 }
 
 func (a answer) ids() []string {
