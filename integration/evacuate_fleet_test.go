@@ -134,17 +134,24 @@ func (f *evacFleet) ask(n *Node, from string, qtype uint16) (*dns.Msg, error) {
 	if qtype == dns.TypeSRV {
 		name = "_http._tcp." + name
 	}
+	return askFrom(n, callerAddr(from), "zone "+from, name, qtype)
+}
+
+// askFrom asks n's DNS server name (qtype) over UDP with EDNS from the
+// local address addr, where a caller is placed (by --subnet); who names
+// the caller in errors. An answer other than NOERROR is an error.
+func askFrom(n *Node, addr, who, name string, qtype uint16) (*dns.Msg, error) {
 	q := new(dns.Msg)
 	q.SetQuestion(name, qtype)
 	q.SetEdns0(1232, false)
 	cl := &dns.Client{Net: "udp", Timeout: 2 * time.Second,
-		Dialer: &net.Dialer{LocalAddr: &net.UDPAddr{IP: net.ParseIP(callerAddr(from))}}}
+		Dialer: &net.Dialer{LocalAddr: &net.UDPAddr{IP: net.ParseIP(addr)}}}
 	r, _, err := cl.Exchange(q, n.DNSAddr)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %s %s from zone %s: %w", n.ID, name, dns.TypeToString[qtype], from, err)
+		return nil, fmt.Errorf("%s: %s %s from %s: %w", n.ID, name, dns.TypeToString[qtype], who, err)
 	}
 	if r.Rcode != dns.RcodeSuccess {
-		return nil, fmt.Errorf("%s: %s %s from zone %s: %s", n.ID, name, dns.TypeToString[qtype], from, dns.RcodeToString[r.Rcode])
+		return nil, fmt.Errorf("%s: %s %s from %s: %s", n.ID, name, dns.TypeToString[qtype], who, dns.RcodeToString[r.Rcode])
 	}
 	return r, nil
 }

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -173,17 +172,9 @@ func (rs *regions) ask(n *Node, from string, qtype uint16) (answer, error) {
 	if qtype == dns.TypeSRV {
 		name = "_http._tcp." + name
 	}
-	q := new(dns.Msg)
-	q.SetQuestion(name, qtype)
-	q.SetEdns0(1232, false)
-	cl := &dns.Client{Net: "udp", Timeout: 2 * time.Second,
-		Dialer: &net.Dialer{LocalAddr: &net.UDPAddr{IP: net.ParseIP(regionCaller(from))}}}
-	r, _, err := cl.Exchange(q, n.DNSAddr)
+	r, err := askFrom(n, regionCaller(from), "region "+from, name, qtype)
 	if err != nil {
-		return answer{}, fmt.Errorf("%s: %s from region %s: %w", n.ID, name, from, err)
-	}
-	if r.Rcode != dns.RcodeSuccess {
-		return answer{}, fmt.Errorf("%s: %s from region %s: %s", n.ID, name, from, dns.RcodeToString[r.Rcode])
+		return answer{}, err
 	}
 	var a answer
 	if o := r.IsEdns0(); o != nil {
