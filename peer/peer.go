@@ -234,6 +234,9 @@ func (p *Peers) Run(ctx context.Context) error {
 			return nil
 		case err := <-errs:
 			close(stop)
+			if ctx.Err() != nil {
+				return nil // the agents stop with ctx: the select saw one first
+			}
 			return errors.Join(err, errors.New("peer: an agent stopped"))
 		case <-woke:
 			settle = true
