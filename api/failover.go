@@ -117,7 +117,7 @@ func (s *Server) failoverCapacity(req wire.FailoverRequest) (note, short string,
 			continue // nothing of this region's to move
 		}
 		checked++
-		need := max(1, int(math.Ceil(svc.MinHealthyFraction*float64(ready)-1e-9)))
+		need := wire.CapacityNeeded(svc.MinHealthyFraction, ready)
 		name := svc.Namespace + "/" + svc.Name
 		if have < need {
 			shorts = append(shorts, fmt.Sprintf("%s: region %s has %d eligible instance(s) and needs %d (min_healthy_fraction %g of region %s's %d ready)",

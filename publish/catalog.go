@@ -286,9 +286,16 @@ func shiftFor(cs *Service, in *Instance, evs []wire.Evacuation) uint8 {
 		if !e.Covers(cs.Key.Namespace, cs.Key.Name, in.Loc.Region, in.Loc.Zone) {
 			continue
 		}
-		shift = max(shift, uint8(math.Round(status.ShiftAll*(1-e.Share(window)))))
+		shift = max(shift, evacShift(e, window))
 	}
 	return shift
+}
+
+// evacShift is how much of its traffic e moves away from the instances
+// it covers, for a service whose shift_back is window: all of it while
+// in force, what its share has not taken back while it returns.
+func evacShift(e wire.Evacuation, window time.Duration) uint8 {
+	return uint8(math.Round(status.ShiftAll * (1 - e.Share(window))))
 }
 
 // serviceInfo is what the readers need of a service.

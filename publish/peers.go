@@ -2,7 +2,6 @@ package publish
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -109,7 +108,7 @@ func (n *Node) signalRestored(now time.Time) {
 			region, zone := nameOf(s.Localities, e.Region), nameOf(s.Localities, e.Zone)
 			for _, f := range fos {
 				if f.Covers(svc.Namespace, svc.Name, region, zone) {
-					e.Shift = max(e.Shift, uint8(math.Round(status.ShiftAll*(1-f.Share(wire.DefaultShiftBack)))))
+					e.Shift = max(e.Shift, evacShift(f, wire.DefaultShiftBack))
 				}
 			}
 		}

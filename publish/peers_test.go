@@ -154,14 +154,7 @@ func TestSignalledFailover(t *testing.T) {
 	svc := tcpService("shop", "cart")
 	window := wire.Duration(100 * time.Second)
 	svc.Policy.ShiftBack = &window
-	h.apply(svc)
-	r := reg(svc, "a1", "10.0.0.1")
-	r.Region, r.Zone = "r1", "z"
-	a1 := h.register(r)
-	r = reg(svc, "x1", "10.0.0.2")
-	r.Region, r.Zone = "r2", "z"
-	x1 := h.register(r)
-	h.tick(0)
+	a1, x1 := h.inTwoRegions(svc)
 	rev := h.st.Revision()
 	sig.mu.Lock()
 	sig.fos = []wire.Evacuation{{Region: "r1", To: "r2"}}
@@ -183,4 +176,19 @@ func TestSignalledFailover(t *testing.T) {
 	if h.st.Revision() != rev {
 		t.Fatalf("the store moved: %d → %d", rev, h.st.Revision())
 	}
+}
+
+// inTwoRegions applies svc with a1 in region r1 and x1 in r2, and
+// publishes them.
+func (h *harness) inTwoRegions(svc wire.Service) (a1, x1 wire.Instance) {
+	h.t.Helper()
+	h.apply(svc)
+	r := reg(svc, "a1", "10.0.0.1")
+	r.Region, r.Zone = "r1", "z"
+	a1 = h.register(r)
+	r = reg(svc, "x1", "10.0.0.2")
+	r.Region, r.Zone = "r2", "z"
+	x1 = h.register(r)
+	h.tick(0)
+	return a1, x1
 }

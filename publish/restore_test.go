@@ -165,15 +165,7 @@ func TestServing(t *testing.T) {
 // returns the region at the default shift_back.
 func TestSignalOnTheKeptTable(t *testing.T) {
 	h := newHarness(t, 0, nil)
-	svc := tcpService("shop", "cart")
-	h.apply(svc)
-	r := reg(svc, "a1", "10.0.0.1")
-	r.Region, r.Zone = "r1", "z"
-	a1 := h.register(r)
-	r = reg(svc, "x1", "10.0.0.2")
-	r.Region, r.Zone = "r2", "z"
-	x1 := h.register(r)
-	h.tick(0)
+	a1, x1 := h.inTwoRegions(tcpService("shop", "cart"))
 	kept := h.pub.Acquire()
 	snap := tablefile.Take(kept, h.clk.Now(), h.clk.Now())
 	kept.Release()

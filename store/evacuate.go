@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -303,7 +302,7 @@ func (f *fsm) shortfall(e wire.Evacuation, old *wire.Evacuation) []string {
 		if p := svc.Policy.MinHealthyFraction; p != nil {
 			frac = *p
 		}
-		need := max(1, int(math.Ceil(frac*float64(ready)-1e-9)))
+		need := wire.CapacityNeeded(frac, ready)
 		if left < need {
 			out = append(out, fmt.Sprintf("%s would keep %d eligible instance(s) outside the zone and needs %d (min_healthy_fraction %g of %d ready)",
 				k, left, need, frac, ready))

@@ -1,6 +1,9 @@
 package wire
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Evacuation is a zone's evacuation (SPEC §6, `cairn evacuate`): a
 // reversible preference shift away from the zone's instances, for one
@@ -54,6 +57,14 @@ type Evacuation struct {
 	Baseline    int    `json:"baseline_withdrawn,omitempty"`
 	Paused      bool   `json:"paused,omitempty"`
 	PauseReason string `json:"pause_reason,omitempty"`
+}
+
+// CapacityNeeded is how many eligible instances must carry a service
+// whose ready instances are ready when some are moved away (an
+// evacuation's zone, a failover's region): its minimum healthy fraction
+// of them, rounded up, and at least one.
+func CapacityNeeded(minHealthyFraction float64, ready int) int {
+	return max(1, int(math.Ceil(minHealthyFraction*float64(ready)-1e-9)))
 }
 
 // EvacuationSteps is how many steps a zone's return takes: its share is
