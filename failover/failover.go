@@ -68,6 +68,11 @@ type Config struct {
 // maxSignal bounds what is read of the signal.
 const maxSignal = 1 << 20
 
+// MaxFailovers bounds the failovers a signal may list: each build weighs
+// every instance against each one held, so a signal of thousands would
+// slow every table (the store keeps as few evacuations in force).
+const MaxFailovers = 64
+
 // Signal is the out-of-band signal as this server last read it.
 type Signal struct {
 	cfg Config
@@ -215,6 +220,9 @@ func Parse(b []byte) ([]wire.EvacuateRequest, error) {
 	dec.KnownFields(true)
 	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("failover signal: %w", err)
+	}
+	if len(doc.Failovers) > MaxFailovers {
+		return nil, fmt.Errorf("failover signal: failovers: %d listed, at most %d", len(doc.Failovers), MaxFailovers)
 	}
 	seen := map[scope]int{}
 	out := make([]wire.EvacuateRequest, 0, len(doc.Failovers))

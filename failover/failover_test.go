@@ -178,6 +178,7 @@ func TestParse(t *testing.T) {
 		{"failovers: [{to: b}]", "failovers[0].from"},
 		{"failovers: [{from: a, to: b}, {from: a, to: c}]", "failovers[1] names the scope of failovers[0]"},
 		{"nonsense: 1", "nonsense"},
+		{"failovers: [" + strings.Repeat("{from: a, to: b, service: shop/x},", failover.MaxFailovers) + "{from: a, to: b}]", "at most 64"},
 	} {
 		if _, err := failover.Parse([]byte(tt.in)); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: %v, want an error naming %q", tt.in, err, tt.want)
