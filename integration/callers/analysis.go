@@ -14,7 +14,8 @@ type Target struct {
 	ID, Addr string
 }
 
-func (t Target) sentTo(q Request) bool {
+// SentTo reports whether q went to t: it names t's instance or address.
+func (t Target) SentTo(q Request) bool {
 	return (t.ID != "" && q.Instance == t.ID) || (t.Addr != "" && q.Addr == t.Addr)
 }
 
@@ -185,7 +186,7 @@ func StopTime(recs []Record, target Target, fault, end time.Time, quiet time.Dur
 			if !r.Blind && (q.Addr != "" || q.Instance != "") && !q.At.Before(fault.Add(quiet)) {
 				evidence = true
 			}
-			if !target.sentTo(q) {
+			if !target.SentTo(q) {
 				continue
 			}
 			if q.At.Before(fault) {
@@ -294,7 +295,7 @@ func given(r Record, target Target, start, end time.Time, width time.Duration) [
 	}
 	sent := make([]bool, bucketCount(start, end, width))
 	for _, q := range r.Requests {
-		if i := bucketOf(q.At, start, end, width); i >= 0 && target.sentTo(q) {
+		if i := bucketOf(q.At, start, end, width); i >= 0 && target.SentTo(q) {
 			sent[i] = true
 		}
 	}
@@ -421,7 +422,7 @@ func StopGiven(recs []Record, target Target, fault, end time.Time) Convergence {
 			given = in(v)
 		}
 		for _, q := range r.Requests {
-			if target.sentTo(q) && !q.At.Before(fault) && !q.At.After(end) && q.At.After(last) {
+			if target.SentTo(q) && !q.At.Before(fault) && !q.At.After(end) && q.At.After(last) {
 				last = q.At
 			}
 		}
@@ -444,7 +445,7 @@ func StopGiven(recs []Record, target Target, fault, end time.Time) Convergence {
 func SentTo(r Record, target Target, from, to time.Time) int {
 	n := 0
 	for _, q := range r.Requests {
-		if target.sentTo(q) && !q.At.Before(from) && q.At.Before(to) {
+		if target.SentTo(q) && !q.At.Before(from) && q.At.Before(to) {
 			n++
 		}
 	}
