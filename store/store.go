@@ -207,14 +207,29 @@ func Open(cfg Config) (*Store, error) {
 			s.close()
 			return nil, fmt.Errorf("store: raft address %q must name the host peers reach it on", cfg.RaftAddr)
 		}
+		// A raft address given as a host name is advertised as written:
+		// peers resolve it at every dial, so a server whose address
+		// changes under a stable name (a Kubernetes StatefulSet's pod
+		// after a restart) is still reached, where the address it had
+		// when it joined would be dead.
+		var adv net.Addr = addr
+		if host, port, _ := net.SplitHostPort(cfg.RaftAddr); net.ParseIP(host) == nil && port != "0" {
+			adv = nameAddr(cfg.RaftAddr)
+		}
 		var tt *raft.NetworkTransport
-		if cfg.RaftTLS != nil {
+		switch {
+		case cfg.RaftTLS != nil:
 			var stream *tlsStream
-			stream, err = newTLSStream(cfg.RaftAddr, addr, cfg.RaftTLS)
+			stream, err = newTLSStream(cfg.RaftAddr, adv, cfg.RaftTLS)
 			if err == nil {
 				tt = raft.NewNetworkTransportWithLogger(stream, 3, 5*time.Second, rc.Logger)
 			}
-		} else {
+		case adv != addr:
+			var ln net.Listener
+			if ln, err = net.Listen("tcp", cfg.RaftAddr); err == nil {
+				tt = raft.NewNetworkTransportWithLogger(&plainStream{Listener: ln, advertise: adv}, 3, 5*time.Second, rc.Logger)
+			}
+		default:
 			tt, err = raft.NewTCPTransportWithLogger(cfg.RaftAddr, addr, 3, 5*time.Second, rc.Logger)
 		}
 		if err != nil {

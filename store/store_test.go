@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -756,4 +759,64 @@ func TestEachInstance(t *testing.T) {
 	n.EachInstanceOf(wire.ServiceKey{Namespace: "nowhere", Name: "none"}, func(e store.Entry) {
 		t.Errorf("EachInstanceOf of a service that does not exist visited %s", e.Key)
 	})
+}
+
+// TestRaftAddrByName: a raft address given by name is what the node
+// advertises and what its peers hold, so that they resolve it at each
+// dial (a StatefulSet pod keeps its name, not its IP).
+func TestRaftAddrByName(t *testing.T) {
+	free := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		return "localhost:" + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	}
+	open := func(id string, boot bool) *store.Store {
+		s, err := store.Open(storetest.Fast(store.Config{NodeID: id, RaftAddr: free(), HTTPAddr: "127.0.0.1:1",
+			DataDir: t.TempDir(), Bootstrap: boot}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			<-done
+			s.Close()
+		})
+		return s
+	}
+	n1 := open("n1", true)
+	storetest.WaitFor(t, 10*time.Second, func() error {
+		if !n1.LeaderReady() {
+			return errors.New("n1 not a ready leader")
+		}
+		return nil
+	})
+	n2 := open("n2", false)
+	if !strings.HasPrefix(n2.RaftAddr(), "localhost:") {
+		t.Fatalf("n2 advertises %q, want the name it was given", n2.RaftAddr())
+	}
+	if err := n1.Join(t.Context(), "test", wire.Member{NodeID: "n2", RaftAddr: n2.RaftAddr(), HTTPAddr: "127.0.0.1:2"}); err != nil {
+		t.Fatal(err)
+	}
+	mustApply(t, n1, webService(time.Minute))
+	storetest.WaitFor(t, 10*time.Second, func() error {
+		if _, ok := n2.Service("prod", "web"); !ok {
+			return errors.New("n2 has not replicated the definition over its named address")
+		}
+		return nil
+	})
+	ms, err := n1.Members()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if !strings.HasPrefix(m.RaftAddr, "localhost:") {
+			t.Errorf("member %s at %q, want its name", m.NodeID, m.RaftAddr)
+		}
+	}
 }

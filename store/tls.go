@@ -96,3 +96,25 @@ func (c *boundedConn) Write(b []byte) (int, error) {
 	}
 	return c.Conn.Write(b)
 }
+
+// nameAddr is a raft address given as HOST:PORT with a host name,
+// advertised as written.
+type nameAddr string
+
+func (a nameAddr) Network() string { return "tcp" }
+func (a nameAddr) String() string  { return string(a) }
+
+// plainStream is raft's StreamLayer over plain TCP, for an address
+// advertised by name (raft's own TCP transport advertises only an IP).
+type plainStream struct {
+	net.Listener
+	advertise net.Addr
+}
+
+// Addr is the address peers dial.
+func (s *plainStream) Addr() net.Addr { return s.advertise }
+
+// Dial connects to a peer, resolving its name now.
+func (s *plainStream) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return net.DialTimeout("tcp", string(addr), timeout)
+}
