@@ -105,11 +105,12 @@ func TestScopes(t *testing.T) {
 		{"prober drains", proberSecret, "POST", instPath("shop", "web", "i-1", "drain"), incBody(i1), denied, "drain"},
 		{"prober reports", proberSecret, "POST", instPath("shop", "web", "i-1", "report"), report(i1), denied, "report"},
 
-		// A registrar writes in its namespaces only, and reports nothing.
+		// A registrar writes, and reports on its instances' behalf, in its
+		// namespaces only.
 		{"registrar applies other", registrarSecret, "POST", "/v1/apply", otherApply, denied, "other"},
 		{"registrar applies shop and other", registrarSecret, "POST", "/v1/apply", shopApply + "---\n" + otherApply, denied, "other"},
 		{"registrar registers in other", registrarSecret, "POST", svcPath("other", "web") + "/instances", regJSON("i-9", "10.0.0.9"), denied, "other/web/i-9"},
-		{"registrar reports", registrarSecret, "POST", instPath("shop", "web", "i-1", "report"), report(i1), denied, "report"},
+		{"registrar reports in other", registrarSecret, "POST", instPath("other", "web", "i-1", "report"), report(i1), denied, "other/web/i-1"},
 		{"registrar joins", registrarSecret, "POST", "/v1/members", join, denied, "membership"},
 		{"registrar removes", registrarSecret, "DELETE", "/v1/members/n1", "", denied, "membership"},
 

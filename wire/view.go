@@ -81,11 +81,14 @@ type Endpoint struct {
 	// LeaseDeadline is the deadline recorded by the last renewal;
 	// LeaseExpiry is when the lease runs out as this node tells it, which
 	// is later for one TTL after a leader change (see docs/decisions.md).
-	LeaseDeadline time.Time   `json:"lease_deadline"`
-	LeaseExpiry   time.Time   `json:"lease_expiry"`
-	LeaseExpired  bool        `json:"lease_expired"`
-	Registrar     string      `json:"registrar"`
-	Report        *SelfReport `json:"report,omitempty"`
+	LeaseDeadline time.Time `json:"lease_deadline"`
+	LeaseExpiry   time.Time `json:"lease_expiry"`
+	LeaseExpired  bool      `json:"lease_expired"`
+	Registrar     string    `json:"registrar"`
+	// RegistrationID is the id the registrar gave the incarnation, if
+	// any (Registration.RegistrationID): kube-sync knows its own by it.
+	RegistrationID string      `json:"registration_id,omitempty"`
+	Report         *SelfReport `json:"report,omitempty"`
 	// Flags are the status table's flags (eligible, slow_start,
 	// health_disregarded, …).
 	Flags []string `json:"flags"`

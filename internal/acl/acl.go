@@ -322,7 +322,10 @@ func (id Identity) Allows(act Action, ns, svc, inst string) bool {
 		return true
 	case Registrar:
 		switch act {
-		case Read, Apply, Register, Renew, Drain, Deregister, Outcome, Evacuate:
+		// Report: a registrar that registers on an instance's behalf
+		// (kube-sync: an orchestrator's readiness) tells its readiness
+		// too; an instance token may only speak of itself.
+		case Read, Apply, Register, Renew, Drain, Deregister, Report, Outcome, Evacuate:
 			return slices.Contains(id.Namespaces, ns)
 		case ReadCluster:
 			return true

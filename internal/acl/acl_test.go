@@ -261,7 +261,7 @@ func TestAllowsMatrix(t *testing.T) {
 			/* renew */ {y, y, y, n, y, n},
 			/* drain */ {y, y, y, n, y, n},
 			/* deregister */ {y, y, y, n, y, n},
-			/* report: only the instance itself */ {n, n, n, n, n, n},
+			/* report: on its instances' behalf (kube-sync) */ {y, y, y, n, y, n},
 			/* read cluster */ {y, y, y, y, y, y},
 			/* manage cluster */ {n, n, n, n, n, n},
 		},
