@@ -60,6 +60,9 @@ type recordMore struct {
 	// (wire.Registration.Ramp), 0 for none: a few instances of a
 	// rollout have one, most none, so it lives here.
 	ramp wire.Duration
+	// source is what the registrar registered the incarnation from
+	// (wire.Registration.Source), "" when it did not say.
+	source string
 }
 
 // change stores a new recordMore: the record's changed by fn.
@@ -121,6 +124,8 @@ func (r *record) terminatedAt() int64 { return r.get().terminatedAt }
 
 func (r *record) ramp() wire.Duration { return r.get().ramp }
 
+func (r *record) source() string { return r.get().source }
+
 // view is the record as the API shows it. It shares the record's
 // addresses, ports, retired ids, report and the verdict's lists,
 // read-only; its Health is its own.
@@ -156,6 +161,7 @@ func (r *record) bare() wire.Instance {
 		TerminatedAt:           fromNanos(r.terminatedAt()),
 		Report:                 r.report(),
 		Ramp:                   r.ramp(),
+		Source:                 r.source(),
 	}
 }
 
@@ -182,8 +188,8 @@ func (f *fsm) recordOf(in *wire.Instance) (*record, error) {
 		weight: uint16(in.Weight), lifecycle: lc, ttlDefault: in.LeaseTTLDefault,
 	}
 	m := recordMore{registrationID: in.RegistrationID, retired: in.RetiredRegistrationIDs, report: in.Report,
-		drainingSince: nanos(in.DrainingSince), terminatedAt: nanos(in.TerminatedAt), ramp: in.Ramp}
-	if m.registrationID != "" || m.retired != nil || m.report != nil || m.drainingSince != noTime || m.terminatedAt != noTime || m.ramp != 0 {
+		drainingSince: nanos(in.DrainingSince), terminatedAt: nanos(in.TerminatedAt), ramp: in.Ramp, source: in.Source}
+	if m.registrationID != "" || m.retired != nil || m.report != nil || m.drainingSince != noTime || m.terminatedAt != noTime || m.ramp != 0 || m.source != "" {
 		r.more = &m
 	}
 	if rep := m.report; rep != nil {

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/cairn-sd/cairn/status"
 	"github.com/cairn-sd/cairn/wire"
@@ -119,8 +120,13 @@ func (f *fsm) register(index uint64, c command) (wire.Instance, bool, error) {
 		e.From = old.lifecycle.String()
 		e.Reason = fmt.Sprintf("replaces incarnation %d", old.incarnation)
 	}
-	if reg.RegistrationID != "" || len(retired) > 0 || reg.Ramp != 0 {
-		in.change(func(m *recordMore) { m.registrationID, m.retired, m.ramp = reg.RegistrationID, retired, reg.Ramp })
+	if reg.RegistrationID != "" || len(retired) > 0 || reg.Ramp != 0 || reg.Source != "" {
+		in.change(func(m *recordMore) {
+			m.registrationID, m.retired, m.ramp, m.source = reg.RegistrationID, retired, reg.Ramp, reg.Source
+		})
+	}
+	if reg.Source != "" {
+		e.Reason = strings.TrimPrefix(e.Reason+"; from "+reg.Source, "; ")
 	}
 	if old != nil && old.lifecycle != status.Terminated {
 		// The old incarnation is gone, and its address may not be the

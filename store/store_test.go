@@ -820,3 +820,30 @@ func TestRaftAddrByName(t *testing.T) {
 		}
 	}
 }
+
+// TestRegistrationSource: the source a registration names is kept with
+// the incarnation it creates and told in its audit event; a retry from
+// another source is still a retry.
+func TestRegistrationSource(t *testing.T) {
+	n := storetest.Single(t, store.Config{DataDir: t.TempDir()})
+	mustApply(t, n.Store, webService(time.Minute))
+	r := registration("a", "10.0.0.1")
+	r.RegistrationID, r.Source = "kube-sync/k/uid-1", "EndpointSlice prod/web-1@216"
+	in := mustRegister(t, n.Store, r)
+	if in.Source != r.Source {
+		t.Fatalf("source %q, want %q", in.Source, r.Source)
+	}
+	r.Source = "EndpointSlice prod/web-1@217"
+	again, created, err := n.Register(t.Context(), "registrar", r)
+	if err != nil || created || again.Incarnation != in.Incarnation || again.Source != "EndpointSlice prod/web-1@216" {
+		t.Errorf("retry from a newer source: %+v created %v err %v; want the same incarnation, from @216", again, created, err)
+	}
+	evs := n.Events("prod", "web", 0)
+	if e := evs[len(evs)-1]; e.Kind != wire.EventRegistered || e.Reason != "from EndpointSlice prod/web-1@216" {
+		t.Errorf("registration event %s %q, want registered from the slice", e.Kind, e.Reason)
+	}
+	r.Source = strings.Repeat("x", wire.MaxSource+1)
+	if _, _, err := n.Register(t.Context(), "registrar", r); err == nil || !strings.Contains(err.Error(), "source") {
+		t.Errorf("a %d-character source: %v, want refused naming source", len(r.Source), err)
+	}
+}

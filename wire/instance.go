@@ -71,11 +71,14 @@ type Instance struct {
 	RegistrationID         string   `json:"registration_id,omitempty"`
 	RetiredRegistrationIDs []string `json:"retired_registration_ids,omitempty"`
 	// SourceRevision is the store revision of the registration.
-	SourceRevision uint64      `json:"source_revision"`
-	RegisteredAt   time.Time   `json:"registered_at"`
-	DrainingSince  time.Time   `json:"draining_since,omitzero"`
-	TerminatedAt   time.Time   `json:"terminated_at,omitzero"`
-	Report         *SelfReport `json:"report,omitempty"`
+	SourceRevision uint64 `json:"source_revision"`
+	// Source is what the registrar registered this incarnation from
+	// (Registration.Source), if it said.
+	Source        string      `json:"source,omitempty"`
+	RegisteredAt  time.Time   `json:"registered_at"`
+	DrainingSince time.Time   `json:"draining_since,omitzero"`
+	TerminatedAt  time.Time   `json:"terminated_at,omitzero"`
+	Report        *SelfReport `json:"report,omitempty"`
 	// Health is the evaluator's last committed verdict about this
 	// incarnation; nil until the first one (unknown, and eligible when
 	// ready).
@@ -131,7 +134,18 @@ type Registration struct {
 	// whole seconds up to MaxRamp. It is part of a registration's
 	// content: a retry with another ramp is another registration.
 	Ramp Duration `json:"ramp,omitempty"`
+	// Source optionally says what the registrar took the registration
+	// from: kube-sync names the EndpointSlice and its resourceVersion
+	// ("EndpointSlice shop/web-1@216"). It is recorded with the
+	// incarnation the registration creates, shown in its view and its
+	// audit event, for a reader tracing where an instance came from.
+	// It is not part of a registration's content: a retry from a newer
+	// source is still a retry, and keeps the source it was created from.
+	Source string `json:"source,omitempty"`
 }
+
+// MaxSource is the longest Registration.Source.
+const MaxSource = 256
 
 // MaxRamp is the longest deploy ramp a registration may ask for: an
 // instance an hour in slow start has been given all the time a rollout
@@ -202,6 +216,14 @@ func (r *Registration) Normalize(svc Service) error {
 		}
 		if num < 1 || num > 65535 {
 			return invalid("ports", "%s=%d is out of range 1-65535", name, num)
+		}
+	}
+	if len(r.Source) > MaxSource {
+		return invalid("source", "is %d characters; at most %d are allowed", len(r.Source), MaxSource)
+	}
+	for _, c := range r.Source {
+		if c < 0x20 || c == 0x7f {
+			return invalid("source", "holds a control character; it is one line of text")
 		}
 	}
 	if len(r.RegistrationID) > 128 {

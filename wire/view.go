@@ -87,8 +87,11 @@ type Endpoint struct {
 	Registrar     string    `json:"registrar"`
 	// RegistrationID is the id the registrar gave the incarnation, if
 	// any (Registration.RegistrationID): kube-sync knows its own by it.
-	RegistrationID string      `json:"registration_id,omitempty"`
-	Report         *SelfReport `json:"report,omitempty"`
+	RegistrationID string `json:"registration_id,omitempty"`
+	// Source is what the registrar registered the incarnation from, if
+	// it said (Registration.Source).
+	Source string      `json:"source,omitempty"`
+	Report *SelfReport `json:"report,omitempty"`
 	// Flags are the status table's flags (eligible, slow_start,
 	// health_disregarded, …).
 	Flags []string `json:"flags"`
