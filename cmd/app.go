@@ -98,6 +98,7 @@ func App(stdout, stderr io.Writer) *cli.App {
 			regionCommand(),
 			xdsBootstrapCommand(),
 			agentcmd.Command(),
+			kubeSyncCommand(),
 			tlsCommand(),
 		},
 	}

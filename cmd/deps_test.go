@@ -18,6 +18,7 @@ var importRules = []struct {
 	except []string // import paths the rule lets through
 }{
 	{"", "github.com/hashicorp/raft", "only store imports raft", nil},
+	{"", "k8s.io/", "only kube-sync knows Kubernetes (package kubesync, wired by cmd; its tests' harness)", nil},
 	{"", "testing", "no testing package in production code", nil},
 	{"", "github.com/cairn-sd/cairn/store/storetest", "test helpers stay in tests", nil},
 	{"", "github.com/cairn-sd/cairn/status/statustest", "test helpers stay in tests", nil},
@@ -49,6 +50,8 @@ var importRules = []struct {
 	{"docs", "github.com/cairn-sd/cairn/", "docs is a leaf: it embeds the documents the API serves and knows no cairn package", nil},
 	{"failover", "github.com/cairn-sd/cairn/", "the out-of-band signal is read beside the pipeline, not from it: it knows only the wire types (and the label rule through them)",
 		[]string{"github.com/cairn-sd/cairn/wire"}},
+	{"kubesync", "github.com/cairn-sd/cairn/", "kube-sync is a registrar like any other: it writes through the API's client and knows only the wire types (and status's lifecycles in them)",
+		[]string{"github.com/cairn-sd/cairn/client", "github.com/cairn-sd/cairn/wire", "github.com/cairn-sd/cairn/status"}},
 	{"history", "github.com/cairn-sd/cairn/", "history follows the published table, as the servers do: of cairn it knows only the table (and safe file writes for its file)",
 		[]string{"github.com/cairn-sd/cairn/status", "github.com/cairn-sd/cairn/internal/durable"}},
 	{"api", "github.com/cairn-sd/cairn/replay", "the API asks the replayer through Config.Replay: it never links the servers' answer code", nil},
@@ -115,6 +118,7 @@ var graphRules = []struct {
 	{"cmd/cairn-agent", "github.com/cairn-sd/cairn/publish", "cairn-agent links only what the agent runs: not the server's publisher"},
 	{"cmd/cairn-agent", "github.com/cairn-sd/cairn/probe", "cairn-agent links only what the agent runs: not the probes"},
 	{"cmd/cairn-agent", "github.com/cairn-sd/cairn/client", "cairn-agent links only what the agent runs: not the API's client"},
+	{"cmd/cairn-agent", "k8s.io/client-go", "cairn-agent links only what the agent runs: not kube-sync's Kubernetes client"},
 	{"cmd/cairn-agent", "github.com/envoyproxy/go-control-plane/pkg", "cairn-agent links only what the agent runs: of go-control-plane, the messages it reads, not its server, cache or resource helpers (which link every xDS type)"},
 	{"cmd/internal/agentcmd", "github.com/cairn-sd/cairn/store", "agentcmd is cairn-agent's command: it links no server"},
 	{"cmd/internal/agentcmd", "github.com/cairn-sd/cairn/xdsserver", "agentcmd is cairn-agent's command: it links no server"},
@@ -134,6 +138,7 @@ var graphRules = []struct {
 // allowed lists the packages a rule does not apply to.
 var allowed = map[string][]string{
 	"github.com/hashicorp/raft": {"store", "store/storetest"},
+	"k8s.io/":                   {"kubesync", "cmd", "integration", "integration/kube"},
 	"testing":                   {"store/storetest", "integration", "integration/scenarios", "integration/scenarios/result"},
 	"github.com/cairn-sd/cairn/store/storetest":   {},
 	"github.com/cairn-sd/cairn/status/statustest": {},

@@ -28,6 +28,7 @@ var rootLayout = map[string]string{
 	"agent":       "stage 7: the client-side agent, fed by the xDS server",
 	"history":     "stage 6: follows the published tables, and keeps what each service's entries were, for replay",
 	"replay":      "stage 6: what a caller was told at a time of the past: the history's table through the servers' answer code",
+	"kubesync":    "edge: registrations reconciled from Kubernetes EndpointSlices, written through the API as a registrar (cairn kube-sync)",
 	"wire":        "edge: the API's types and rules, linked by clients",
 	"api":         "edge: the HTTP API and its handlers",
 	"client":      "edge: the Go client of the API, used by the CLI",

@@ -648,5 +648,5 @@ func TestAgentThroughCoreDNS(t *testing.T) {
 		}
 		return nil
 	})
-	fx.checkThrough(t, startCoreDNS(t, bin, a.DNSAddr))
+	fx.checkThrough(t, startCoreDNS(t, bin, corednsSnippet{path: "coredns/Corefile", addr: dnsDefaultAddr, block: "cairn.internal {"}, a.DNSAddr))
 }

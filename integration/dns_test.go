@@ -459,28 +459,39 @@ func TestDNSThroughUnbound(t *testing.T) {
 }
 
 // TestDNSThroughCoreDNS: CoreDNS with the forward plugin, configured by
-// deploy/coredns/Corefile, passes on cairn's answers.
+// deploy/coredns/Corefile, and by the block deploy/kubernetes gives a
+// cluster's CoreDNS, passes on cairn's answers.
 func TestDNSThroughCoreDNS(t *testing.T) {
 	needProcesses(t)
 	t.Parallel()
 	bin := corednsBinary(t)
 	fx := startDNSFixture(t)
-	fx.checkThrough(t, startCoreDNS(t, bin, fx.addr))
+	for _, sn := range []corednsSnippet{
+		{path: "coredns/Corefile", addr: dnsDefaultAddr, block: "cairn.internal {"},
+		// The cluster's CoreDNS listens on :53 for every block; the
+		// test listens where it can.
+		{path: "kubernetes/coredns-stub.Corefile", addr: "10.96.0.53:8053", block: "cairn.internal:53 {"},
+	} {
+		t.Run(sn.path, func(t *testing.T) { fx.checkThrough(t, startCoreDNS(t, bin, sn, fx.addr)) })
+	}
 }
 
-// startCoreDNS runs CoreDNS bin with deploy/coredns/Corefile, forwarding
-// to upstream instead of the address the snippet names, on a free
-// loopback port, and returns that address once it answers the apex SOA.
-func startCoreDNS(t *testing.T, bin, upstream string) string {
+// corednsSnippet is a deploy/ file holding one CoreDNS server block,
+// opened by block, forwarding to addr.
+type corednsSnippet struct{ path, addr, block string }
+
+// startCoreDNS runs CoreDNS bin with the snippet, forwarding to upstream
+// instead of the address the snippet names, on a free loopback port,
+// and returns that address once it answers the apex SOA.
+func startCoreDNS(t *testing.T, bin string, sn corednsSnippet, upstream string) string {
 	t.Helper()
-	corefile := readSnippet(t, "coredns/Corefile", dnsDefaultAddr, upstream)
-	// The test's one addition: listen on loopback only (the snippet
-	// leaves the listening address to the deployment).
-	const block = "cairn.internal {"
-	if strings.Count(corefile, block) != 1 {
-		t.Fatalf("deploy/coredns/Corefile: want one server block opened by %q", block)
+	corefile := readSnippet(t, sn.path, sn.addr, upstream)
+	// The test's one addition: listen on loopback only, on its port (the
+	// snippet leaves the listening address to the deployment).
+	if strings.Count(corefile, sn.block) != 1 {
+		t.Fatalf("deploy/%s: want one server block opened by %q", sn.path, sn.block)
 	}
-	corefile = strings.Replace(corefile, block, block+"\n    bind 127.0.0.1", 1)
+	corefile = strings.Replace(corefile, sn.block, "cairn.internal {\n    bind 127.0.0.1", 1)
 	return startResolver(t, "coredns", func(port int) (*daemon, error) {
 		dir := t.TempDir()
 		conf := filepath.Join(dir, "Corefile")
