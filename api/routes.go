@@ -25,7 +25,7 @@ func endpointOf(in wire.Instance, now, leaseExpiry time.Time) wire.Endpoint {
 	e := wire.Endpoint{
 		InstanceID: in.ID, Incarnation: in.Incarnation, Addresses: in.Addresses, Ports: in.Ports,
 		Region: in.Region, Zone: in.Zone, Lifecycle: in.Lifecycle, Verdict: cstatus.Unknown,
-		BaseWeight: in.Weight, LeaseDeadline: in.LeaseDeadline, LeaseExpiry: leaseExpiry,
+		BaseWeight: in.Weight, LeaseDeadline: in.LeaseDeadline, LeaseExpiry: leaseExpiry, LeaseTTL: in.LeaseTTL,
 		LeaseExpired: !now.Before(leaseExpiry), Registrar: in.Registrar, RegistrationID: in.RegistrationID, Source: in.Source, Report: in.Report,
 		Reasons: []string{}, Flags: []string{},
 	}

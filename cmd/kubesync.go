@@ -34,7 +34,7 @@ func kubeSyncCommand() *cli.Command {
 			"of not ready. Only instances it registered are ever touched. /metrics, /healthz and /readyz (synced) on --http-addr.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, DefaultText: "in-cluster credentials", Usage: "kubeconfig file of the cluster to watch"},
-			&cli.StringFlag{Name: "cluster", Value: "kubernetes", Usage: "this cluster's name in the registration ids (a DNS label): kube-syncs of two clusters never touch each other's instances"},
+			&cli.StringFlag{Name: "cluster", Required: true, Usage: "this cluster's name in the registration ids (a DNS label), unique among the clusters that sync to one cairn: a kube-sync touches only its own cluster's instances"},
 			&cli.StringFlag{Name: "region", DefaultText: "the server's", Usage: "the region the instances are registered in (a DNS label)"},
 			&cli.StringFlag{Name: "selector", Usage: "a label selector (app=web,tier!=batch): Services whose labels match are synced too, beside those annotated " + kubesync.Annotation},
 			&cli.StringSliceFlag{Name: "namespace-map", Usage: "K8S=CAIRN: register the Services of Kubernetes namespace K8S in cairn namespace CAIRN (repeatable; one not listed keeps its name)"},

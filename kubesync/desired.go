@@ -24,6 +24,7 @@ const (
 	SkipNoPort    = "no_port"      // no port of the slice is one of the service's
 	SkipDuplicate = "duplicate"    // another namespace mapped here has a pod of that name
 	SkipAddrType  = "fqdn_address" // an FQDN slice
+	SkipBadZone   = "bad_zone"     // its zone is not a DNS label
 )
 
 // Source is one Kubernetes namespace's slices of a service.
@@ -77,6 +78,13 @@ func Desired(def wire.Service, sources []Source) ([]Endpoint, Skipped) {
 				}
 				if e.Zone != nil {
 					d.Zone = *e.Zone
+				}
+				if d.Zone != "" && wire.CheckLabel("zone", d.Zone) != nil {
+					skipped[SkipBadZone]++
+					continue
+				}
+				if len(d.Source) > wire.MaxSource {
+					d.Source = d.Source[:wire.MaxSource]
 				}
 				for _, a := range e.Addresses {
 					if ip, err := netip.ParseAddr(a); err == nil && ip.Zone() == "" {

@@ -14,7 +14,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer, s *Sync) metrics {
 	m := metrics{
 		reconciles: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_kubesync_reconciles_total",
-			Help: "Rounds of a service's reconciliation, by result: ok, error (retried with backoff), undefined (selected, not defined in cairn)."},
+			Help: "Rounds of a service's reconciliation, by result: ok, error (retried with backoff), undefined (selected, not defined in cairn), denied (the token may not write its namespace)."},
 			[]string{"result"}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cairn_kubesync_writes_total",
 			Help: "Writes to cairn, by op (register, report, renew, drain) and result (ok, error, or the API's refusal code: fenced, not_found, ...)."},
@@ -58,7 +58,7 @@ func newMetrics(reg prometheus.Registerer, s *Sync) metrics {
 type skippedCollector struct{ s *Sync }
 
 var skippedDesc = prometheus.NewDesc("cairn_kubesync_skipped_endpoints",
-	"Endpoints of the synced slices that are no instance, at the last round of their service, by reason (no_pod, bad_id, no_address, no_port, duplicate, fqdn_address).",
+	"Endpoints of the synced slices that are no instance, at the last round of their service, by reason (no_pod, bad_id, bad_zone, no_address, no_port, duplicate, fqdn_address).",
 	[]string{"reason"}, nil)
 
 func (c skippedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- skippedDesc }

@@ -13,6 +13,7 @@
 package kubesync
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 	"strconv"
@@ -121,25 +122,51 @@ func (p Planner) Plan(svc wire.ServiceKey, want []Endpoint, have []wire.Endpoint
 			continue
 		}
 		ours := ok && a.RegistrationID == p.RegistrationID(d.UID)
+		alive := ok && a.Lifecycle != status.Draining
+		// The self-report is kube-sync's to make while it made the last
+		// one (or none was made): a pod that reports on itself, with an
+		// instance token, is heard, not overwritten every round.
+		reportable := ok && (a.Report == nil || a.Report.Reporter == a.Registrar)
+		drain := func(why string) {
+			out = append(out, Action{Op: OpDrain, Key: key, Incarnation: a.Incarnation, Why: why})
+		}
+		renew := func() {
+			if ttl := cmp.Or(a.LeaseTTL.D(), p.LeaseTTL); a.LeaseDeadline.Sub(now) < ttl/2 {
+				out = append(out, Action{Op: OpRenew, Key: key, Incarnation: a.Incarnation, Why: "lease"})
+			}
+		}
 		switch {
 		case d.Terminating:
 			// Serving while terminating is the drain Kubernetes gives
 			// the pod; not serving, it is going. Either way no new
 			// traffic: drained at once, removed by cairn after the
 			// service's drain window.
-			if ours && a.Lifecycle != status.Draining {
-				out = append(out, Action{Op: OpDrain, Key: key, Incarnation: a.Incarnation, Why: "terminating in " + d.Source})
+			if ours && alive {
+				drain("terminating in " + d.Source)
+			}
+		case !d.Ready && !d.Serving && !ours:
+			// A new pod of the name, not ready yet: the one cairn holds
+			// is its predecessor, gone (a name is taken again only once
+			// the pod that had it is deleted), and the new one is no
+			// instance until it is ready.
+			if alive {
+				drain("replaced by a pod not ready yet, in " + d.Source)
 			}
 		case !d.Ready && !d.Serving:
 			// A pod failing its readiness probe stays an instance with a
 			// self-report of not ready: evidence for cairn's evaluator,
-			// not a deregistration. One never ready is no instance yet.
-			if ours && a.Lifecycle != status.Draining && (a.Report == nil || a.Report.Ready) {
-				out = append(out, Action{Op: OpReport, Key: key, Incarnation: a.Incarnation, Ready: false, Why: "not ready in " + d.Source})
+			// not a deregistration, and its lease is kept.
+			if alive {
+				if reportable && (a.Report == nil || a.Report.Ready) {
+					out = append(out, Action{Op: OpReport, Key: key, Incarnation: a.Incarnation, Ready: false, Why: "not ready in " + d.Source})
+				}
+				renew()
 			}
-		case ours && a.Lifecycle == status.Draining:
-			// Drained by someone (an operator's cairn drain): the pod
-			// comes back only as a new one, under a new UID.
+		case ours && !alive:
+			// Drained by someone (an operator's cairn drain): left to
+			// drain. Once cairn has removed it, the pod, still in the
+			// slices, is registered again: the slices own kube-sync's
+			// instances; to keep a pod out, take it out of its Service.
 		case !ours || !sameContent(p, d, a):
 			why := "new in " + d.Source
 			if ok {
@@ -147,12 +174,10 @@ func (p Planner) Plan(svc wire.ServiceKey, want []Endpoint, have []wire.Endpoint
 			}
 			out = append(out, Action{Op: OpRegister, Key: key, Registration: p.registration(d), Why: why})
 		default:
-			if d.Ready && a.Report != nil && !a.Report.Ready {
+			if d.Ready && reportable && a.Report != nil && !a.Report.Ready {
 				out = append(out, Action{Op: OpReport, Key: key, Incarnation: a.Incarnation, Ready: true, Why: "ready again in " + d.Source})
 			}
-			if a.LeaseDeadline.Sub(now) < p.LeaseTTL/2 {
-				out = append(out, Action{Op: OpRenew, Key: key, Incarnation: a.Incarnation, Why: "lease"})
-			}
+			renew()
 		}
 	}
 	// What kube-sync registered and no slice holds any longer: the pod
@@ -178,11 +203,12 @@ func (p Planner) registration(d Endpoint) wire.Registration {
 }
 
 // sameContent reports whether cairn's record a holds what registering d
-// would: the same addresses, ports, zone and region (the one cairn gave
-// it, when kube-sync names none).
+// would: the same addresses, ports, zone, lease TTL and region (the one
+// cairn gave it, when kube-sync names none). The weight is the default
+// both ways; the source is no part of a registration's content.
 func sameContent(p Planner, d Endpoint, a wire.Endpoint) bool {
 	have := slices.Clone(a.Addresses)
 	slices.Sort(have)
 	return slices.Equal(have, d.Addresses) && maps.Equal(a.Ports, d.Ports) && a.Zone == d.Zone &&
-		(p.Region == "" || a.Region == p.Region)
+		(p.Region == "" || a.Region == p.Region) && (a.LeaseTTL == 0 || a.LeaseTTL.D() == p.LeaseTTL)
 }

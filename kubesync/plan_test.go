@@ -26,7 +26,7 @@ func ep(id, uid, addr string) Endpoint {
 func held(e Endpoint, inc uint64) wire.Endpoint {
 	return wire.Endpoint{InstanceID: e.ID, Incarnation: inc, Addresses: e.Addresses, Ports: e.Ports, Zone: e.Zone,
 		Region: "r1", Lifecycle: status.Ready, RegistrationID: planner.RegistrationID(e.UID),
-		Registrar: "registrar:kube", LeaseDeadline: t0.Add(9 * time.Minute)}
+		Registrar: "registrar:kube", LeaseDeadline: t0.Add(9 * time.Minute), LeaseTTL: wire.Duration(planner.LeaseTTL)}
 }
 
 // show renders a plan as "op id[@inc][=ready]" lines.
@@ -78,9 +78,21 @@ func TestPlan(t *testing.T) {
 		{name: "not ready: a self-report", want: []Endpoint{with(a, func(e *Endpoint) { e.Ready, e.Serving = false, false })},
 			have: []wire.Endpoint{held(a, 3)}, plan: "report web-a@3=false"},
 		{name: "not ready, reported already: nothing", want: []Endpoint{with(a, func(e *Endpoint) { e.Ready, e.Serving = false, false })},
-			have: []wire.Endpoint{heldAs(held(a, 3), func(e *wire.Endpoint) { e.Report = &wire.SelfReport{Ready: false} })}},
+			have: []wire.Endpoint{heldAs(held(a, 3), func(e *wire.Endpoint) { e.Report = &wire.SelfReport{Ready: false, Reporter: "registrar:kube"} })}},
+		{name: "not ready, its lease past half: renewed too", want: []Endpoint{with(a, func(e *Endpoint) { e.Ready, e.Serving = false, false })},
+			have: []wire.Endpoint{heldAs(held(a, 3), func(e *wire.Endpoint) {
+				e.Report, e.LeaseDeadline = &wire.SelfReport{Ready: false, Reporter: "registrar:kube"}, t0.Add(time.Minute)
+			})}, plan: "renew web-a@3"},
+		{name: "the pod reports on itself: not overwritten", want: []Endpoint{with(a, func(e *Endpoint) { e.Ready, e.Serving = false, false })},
+			have: []wire.Endpoint{heldAs(held(a, 3), func(e *wire.Endpoint) { e.Report = &wire.SelfReport{Ready: true, Reporter: "instance:web-a"} })}},
+		{name: "the pod reports on itself: not ready is its own", want: []Endpoint{a},
+			have: []wire.Endpoint{heldAs(held(a, 3), func(e *wire.Endpoint) { e.Report = &wire.SelfReport{Ready: false, Reporter: "instance:web-a"} })}},
+		{name: "replaced by a pod not ready yet: the old one drained", want: []Endpoint{with(a, func(e *Endpoint) { e.UID, e.Ready, e.Serving = "uid-a2", false, false })},
+			have: []wire.Endpoint{held(a, 3)}, plan: "drain web-a@3"},
+		{name: "another lease TTL: registered again", want: []Endpoint{a},
+			have: []wire.Endpoint{heldAs(held(a, 3), func(e *wire.Endpoint) { e.LeaseTTL = wire.Duration(30 * time.Second) })}, plan: "register web-a"},
 		{name: "ready again: a self-report", want: []Endpoint{a},
-			have: []wire.Endpoint{heldAs(held(a, 3), func(e *wire.Endpoint) { e.Report = &wire.SelfReport{Ready: false} })}, plan: "report web-a@3=true"},
+			have: []wire.Endpoint{heldAs(held(a, 3), func(e *wire.Endpoint) { e.Report = &wire.SelfReport{Ready: false, Reporter: "registrar:kube"} })}, plan: "report web-a@3=true"},
 		{name: "never ready: no instance", want: []Endpoint{with(a, func(e *Endpoint) { e.Ready, e.Serving = false, false })}},
 		{name: "drained by an operator: left drained", want: []Endpoint{a},
 			have: []wire.Endpoint{heldAs(held(a, 3), func(e *wire.Endpoint) { e.Lifecycle = status.Draining })}},
@@ -146,14 +158,15 @@ func TestPlanConverges(t *testing.T) {
 					next++
 					r := act.Registration
 					model[r.ID] = wire.Endpoint{InstanceID: r.ID, Incarnation: next, Addresses: r.Addresses, Ports: r.Ports,
-						Zone: r.Zone, Region: "r1", Lifecycle: status.Ready, RegistrationID: r.RegistrationID, LeaseDeadline: t0.Add(r.LeaseTTL.D())}
+						Zone: r.Zone, Region: "r1", Lifecycle: status.Ready, RegistrationID: r.RegistrationID, Registrar: "registrar:kube",
+						LeaseDeadline: t0.Add(r.LeaseTTL.D()), LeaseTTL: r.LeaseTTL}
 				case OpDrain:
 					m := model[act.Key.ID]
 					m.Lifecycle = status.Draining
 					model[act.Key.ID] = m
 				case OpReport:
 					m := model[act.Key.ID]
-					m.Report = &wire.SelfReport{Ready: act.Ready}
+					m.Report = &wire.SelfReport{Ready: act.Ready, Reporter: m.Registrar}
 					model[act.Key.ID] = m
 				}
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -369,13 +370,19 @@ func (s *Sync) reconcile(ctx context.Context, key wire.ServiceKey) error {
 	var ce *client.Error
 	if errors.As(err, &ce) && (ce.Code == wire.CodeNotFound || ce.Code == wire.CodeDenied) {
 		s.setSkipped(key, nil, 0)
-		if len(sources) > 0 {
+		switch {
+		case len(sources) == 0:
+		case ce.Code == wire.CodeNotFound:
 			// The definition is the operator's (cairn apply); until it
 			// exists there is nothing to register into. Not an error
 			// to back off from: the resync looks again.
 			s.metrics.reconciles.WithLabelValues("undefined").Inc()
 			s.log.Warn("kube-sync: Service selected but not defined in cairn (cairn apply it)", "service", key.String(),
-				"kubernetes", sourceName(sources, key.Name), "err", err)
+				"kubernetes", sourceName(sources, key.Name))
+		default:
+			s.metrics.reconciles.WithLabelValues("denied").Inc()
+			s.log.Warn("kube-sync: Service selected in a namespace kube-sync's token may not write (a registrar token of it is needed)",
+				"service", key.String(), "kubernetes", sourceName(sources, key.Name), "err", err)
 		}
 		return nil
 	}
@@ -389,7 +396,6 @@ func (s *Sync) reconcile(ctx context.Context, key wire.ServiceKey) error {
 		s.log.Warn("kube-sync: instance id held by another registrar; left alone", "service", key.String(), "instance", c.ID,
 			"registrar", c.Registrar, "registration_id", c.RegistrationID)
 	}
-	var firstErr error
 	for _, a := range actions {
 		if err := s.limit.Wait(ctx); err != nil {
 			return err
@@ -400,9 +406,11 @@ func (s *Sync) reconcile(ctx context.Context, key wire.ServiceKey) error {
 		case "ok":
 			s.log.Info("kube-sync: "+a.Op.String(), "instance", a.Key.String(), "why", a.Why)
 		case "error":
-			if firstErr == nil {
-				firstErr = fmt.Errorf("%s %s: %w", a.Op, a.Key, err)
-			}
+			// cairn is failing (no leader, unreachable, a bad token):
+			// the rest of this plan waits for the next round, planned
+			// afresh after the backoff, rather than each write spending
+			// the client's retries on a plan growing stale.
+			return fmt.Errorf("%s %s: %w", a.Op, a.Key, err)
 		default:
 			// Refused for good: a late write fenced by a newer
 			// incarnation, an instance gone meanwhile, an address the
@@ -410,7 +418,7 @@ func (s *Sync) reconcile(ctx context.Context, key wire.ServiceKey) error {
 			s.log.Warn("kube-sync: "+a.Op.String()+" refused", "instance", a.Key.String(), "why", a.Why, "result", result, "err", err)
 		}
 	}
-	return firstErr
+	return nil
 }
 
 // do performs a, and says how it went: ok, error (worth a retry), or
@@ -433,8 +441,12 @@ func (s *Sync) do(ctx context.Context, a Action) (string, error) {
 	if err == nil {
 		return "ok", nil
 	}
+	// A refusal of this write (4xx) is final for it; anything else (no
+	// leader, 5xx, the network, a token cairn does not know or no
+	// longer allows) is cairn failing, retried with backoff.
 	var ce *client.Error
-	if errors.As(err, &ce) && ce.Status >= 400 && ce.Status < 500 && ce.Status != 429 {
+	if errors.As(err, &ce) && ce.Status >= 400 && ce.Status < 500 &&
+		ce.Status != http.StatusTooManyRequests && ce.Status != http.StatusUnauthorized && ce.Code != wire.CodeDenied {
 		return ce.Code, err
 	}
 	return "error", err

@@ -29,46 +29,36 @@ fi
 mkdir -p "$dir"
 go="${GO:-go}"
 
-if ! [ -x "$apiserver" ]; then
+# build BIN PKG: builds package PKG into BIN in a wrapper module, whose
+# go.mod lines come on standard input, unless BIN is there already.
+build() {
+  local bin=$1 pkg=$2 start src
+  [ -x "$bin" ] && return
   start=$(date +%s)
-  src=$(mktemp -d "$dir/src-apiserver.XXXXXX")
-  trap 'rm -rf "$src"' EXIT
+  src=$(mktemp -d "$dir/src.XXXXXX")
   (
     cd "$src"
-    "$go" mod init cairn.invalid/kube-wrapper >/dev/null 2>&1
-    # The staging modules kubernetes replaces by directories, and the
-    # published version that goes for each.
-    mod=$(GOFLAGS=-mod=mod "$go" mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",*/\1/p')
-    staging_version="v0.${KUBE_VERSION#v1.}"
-    {
-      echo "require k8s.io/kubernetes $KUBE_VERSION"
-      sed -n 's#^[[:space:]]*\(k8s\.io/[^[:space:]]*\) => \./staging/.*#\1#p' "$mod" |
-        while read -r m; do echo "replace $m => $m $staging_version"; done
-    } >>go.mod
-    n=$(grep -c '^replace' go.mod)
-    [ "$n" -ge 20 ] || { echo "install-kube: found only $n staging modules in $mod" >&2; exit 1; }
-    GOFLAGS=-mod=mod CGO_ENABLED=0 "$go" build -trimpath -o "$apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
-  )
-  mv "$apiserver.tmp" "$apiserver"
+    "$go" mod init cairn.invalid/wrapper >/dev/null 2>&1
+    cat >>go.mod
+    GOFLAGS=-mod=mod CGO_ENABLED=0 "$go" build -trimpath -o "$bin.tmp" "$pkg"
+  ) || { rm -rf "$src"; return 1; }
+  mv "$bin.tmp" "$bin"
   rm -rf "$src"
-  trap - EXIT
-  echo "install-kube: built kube-apiserver $KUBE_VERSION in $(($(date +%s) - start)) s" >&2
-fi
+  echo "install-kube: built $(basename "$bin") in $(($(date +%s) - start)) s" >&2
+}
 
-if ! [ -x "$etcd" ]; then
-  start=$(date +%s)
-  src=$(mktemp -d "$dir/src-etcd.XXXXXX")
-  trap 'rm -rf "$src"' EXIT
-  (
-    cd "$src"
-    "$go" mod init cairn.invalid/etcd-wrapper >/dev/null 2>&1
-    echo "require go.etcd.io/etcd/server/v3 $ETCD_VERSION" >>go.mod
-    GOFLAGS=-mod=mod CGO_ENABLED=0 "$go" build -trimpath -o "$etcd.tmp" go.etcd.io/etcd/server/v3
-  )
-  mv "$etcd.tmp" "$etcd"
-  rm -rf "$src"
-  trap - EXIT
-  echo "install-kube: built etcd $ETCD_VERSION in $(($(date +%s) - start)) s" >&2
+if ! [ -x "$apiserver" ]; then
+  # kubernetes's go.mod replaces its staging modules by ./staging/...
+  # directories; each goes to its published version (v0.X.Y for v1.X.Y).
+  mod=$(GOFLAGS=-mod=mod "$go" mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",*/\1/p')
+  staging=$(sed -n 's#^[[:space:]]*\(k8s\.io/[^[:space:]]*\) => \./staging/.*#\1#p' "$mod")
+  n=$(echo "$staging" | grep -c .)
+  [ "$n" -ge 20 ] || { echo "install-kube: found only $n staging modules in $mod" >&2; exit 1; }
+  {
+    echo "require k8s.io/kubernetes $KUBE_VERSION"
+    for m in $staging; do echo "replace $m => $m v0.${KUBE_VERSION#v1.}"; done
+  } | build "$apiserver" k8s.io/kubernetes/cmd/kube-apiserver
 fi
+echo "require go.etcd.io/etcd/server/v3 $ETCD_VERSION" | build "$etcd" go.etcd.io/etcd/server/v3
 echo "$apiserver"
 echo "$etcd"

@@ -84,7 +84,9 @@ type Endpoint struct {
 	LeaseDeadline time.Time `json:"lease_deadline"`
 	LeaseExpiry   time.Time `json:"lease_expiry"`
 	LeaseExpired  bool      `json:"lease_expired"`
-	Registrar     string    `json:"registrar"`
+	// LeaseTTL is the lease the incarnation was registered with.
+	LeaseTTL  Duration `json:"lease_ttl"`
+	Registrar string   `json:"registrar"`
 	// RegistrationID is the id the registrar gave the incarnation, if
 	// any (Registration.RegistrationID): kube-sync knows its own by it.
 	RegistrationID string `json:"registration_id,omitempty"`

@@ -96,7 +96,7 @@ func TestKubeSync(t *testing.T) {
 	// Loopback endpoints: the health test's pods are backends of the
 	// test on 127.0.0.x, which cairn probes.
 	c := integration.StartClusterWith(t, integration.Config{Nodes: 1, Token: admin, Args: []string{"--acl-file", acl, "--allow-loopback-endpoints"}})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
 	if _, err := c.Nodes[0].Client().Apply(ctx, []byte(definitions)); err != nil {
 		t.Fatal(err)
