@@ -36,6 +36,7 @@ func kubeSyncCommand() *cli.Command {
 			&cli.StringFlag{Name: "kubeconfig", EnvVars: []string{"KUBECONFIG"}, DefaultText: "in-cluster credentials", Usage: "kubeconfig file of the cluster to watch"},
 			&cli.StringFlag{Name: "cluster", Required: true, Usage: "this cluster's name in the registration ids (a DNS label), unique among the clusters that sync to one cairn: a kube-sync touches only its own cluster's instances"},
 			&cli.StringFlag{Name: "region", DefaultText: "the server's", Usage: "the region the instances are registered in (a DNS label)"},
+			&cli.BoolFlag{Name: "region-from-nodes", Usage: "take each pod's region from its node's topology.kubernetes.io/region label instead of --region (reads Nodes: kube-sync.yaml's cairn-kube-sync-nodes ClusterRole)"},
 			&cli.StringFlag{Name: "selector", Usage: "a label selector (app=web,tier!=batch): Services whose labels match are synced too, beside those annotated " + kubesync.Annotation},
 			&cli.StringSliceFlag{Name: "namespace-map", Usage: "K8S=CAIRN: register the Services of Kubernetes namespace K8S in cairn namespace CAIRN (repeatable; one not listed keeps its name)"},
 			&cli.DurationFlag{Name: "lease-ttl", Value: kubesync.DefaultLeaseTTL, Usage: "the lease the instances are registered with, renewed while their pods are in the slices; 30s-24h"},
@@ -91,7 +92,8 @@ func runKubeSync(c *cli.Context) error {
 	defer api.Close()
 	reg := daemon.NewRegistry()
 	s, err := kubesync.New(kubesync.Config{
-		Kube: kube, API: api, Cluster: c.String("cluster"), Region: c.String("region"), Selector: sel, Namespaces: nsMap,
+		Kube: kube, API: api, Cluster: c.String("cluster"), Region: c.String("region"), RegionFromNodes: c.Bool("region-from-nodes"),
+		Selector: sel, Namespaces: nsMap,
 		LeaseTTL: c.Duration("lease-ttl"), Resync: c.Duration("resync"), WriteRate: c.Float64("write-rate"),
 		WriteBurst: c.Int("write-burst"), Logger: log, Metrics: reg,
 	})

@@ -309,9 +309,10 @@ func StartKubeSync(t testing.TB, c *Cluster, token, kubeconfig string, args ...s
 	return ks
 }
 
-// Start starts the process again with the same flags (after a Kill), and
-// waits for its /readyz.
-func (ks *KubeSync) Start() error {
+// Start starts the process again with the same flags and extra ones
+// (after a Kill), and waits for its /readyz.
+func (ks *KubeSync) Start(extra ...string) error {
+	ks.args = append(ks.args, extra...)
 	if err := ks.start(ks.bin, ks.args, "http "+ks.HTTPAddr); err != nil {
 		return err
 	}

@@ -79,6 +79,9 @@ func Desired(def wire.Service, sources []Source) ([]Endpoint, Skipped) {
 				if e.Zone != nil {
 					d.Zone = *e.Zone
 				}
+				if e.NodeName != nil {
+					d.Node = *e.NodeName
+				}
 				if d.Zone != "" && wire.CheckLabel("zone", d.Zone) != nil {
 					skipped[SkipBadZone]++
 					continue

@@ -33,6 +33,8 @@ type Endpoint struct {
 	Addresses []string // canonical, sorted
 	Ports     map[string]int
 	Zone      string
+	// Node is the node the pod runs on ("" if the slice does not say).
+	Node string
 	// Ready, Serving and Terminating are the slice's conditions, nil
 	// read as the API says (ready and serving true, terminating false).
 	Ready, Serving, Terminating bool
@@ -83,6 +85,10 @@ type Planner struct {
 	Owner string
 	// Region is the region registrations name ("": the server's).
 	Region string
+	// NodeRegion, if set, gives the region of a pod on a node instead:
+	// the node's topology.kubernetes.io/region label ("" when the node
+	// or its label is unknown, or not a DNS label: the server's).
+	NodeRegion func(node string) string
 	// LeaseTTL is the lease registrations ask for; a lease with less
 	// than half of it left is renewed.
 	LeaseTTL time.Duration
@@ -197,7 +203,7 @@ func (p Planner) Plan(svc wire.ServiceKey, want []Endpoint, have []wire.Endpoint
 func (p Planner) registration(d Endpoint) wire.Registration {
 	return wire.Registration{
 		ID: d.ID, Addresses: slices.Clone(d.Addresses), Ports: maps.Clone(d.Ports),
-		Region: p.Region, Zone: d.Zone, LeaseTTL: wire.Duration(p.LeaseTTL),
+		Region: p.regionOf(d), Zone: d.Zone, LeaseTTL: wire.Duration(p.LeaseTTL),
 		RegistrationID: p.RegistrationID(d.UID), Source: d.Source,
 	}
 }
@@ -209,6 +215,18 @@ func (p Planner) registration(d Endpoint) wire.Registration {
 func sameContent(p Planner, d Endpoint, a wire.Endpoint) bool {
 	have := slices.Clone(a.Addresses)
 	slices.Sort(have)
+	region := p.regionOf(d)
 	return slices.Equal(have, d.Addresses) && maps.Equal(a.Ports, d.Ports) && a.Zone == d.Zone &&
-		(p.Region == "" || a.Region == p.Region) && (a.LeaseTTL == 0 || a.LeaseTTL.D() == p.LeaseTTL)
+		(region == "" || a.Region == region) && (a.LeaseTTL == 0 || a.LeaseTTL.D() == p.LeaseTTL)
+}
+
+// regionOf is the region d is registered in ("": the server's).
+func (p Planner) regionOf(d Endpoint) string {
+	if p.NodeRegion == nil {
+		return p.Region
+	}
+	if r := p.NodeRegion(d.Node); wire.CheckLabel("region", r) == nil {
+		return r
+	}
+	return ""
 }

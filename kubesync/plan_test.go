@@ -2,6 +2,7 @@ package kubesync
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -183,5 +184,35 @@ func TestPlanConverges(t *testing.T) {
 		if second, _ := planner.Plan(svcKey, want, list(), t0); len(second) != 0 {
 			t.Errorf("start %d: after %q, a second round still plans %q", i, show(first), show(second))
 		}
+	}
+}
+
+// TestPlanNodeRegion: with the regions of the nodes, each pod is
+// registered in its node's; a node whose region changes moves its pods;
+// an unknown node, or a label that is no DNS label, leaves the region
+// to the server.
+func TestPlanNodeRegion(t *testing.T) {
+	regions := map[string]string{"node-a": "west", "node-b": "Not_A_Label"}
+	p := planner
+	p.NodeRegion = func(n string) string { return regions[n] }
+	a, b, c := ep("web-a", "uid-a", "10.1.0.1"), ep("web-b", "uid-b", "10.1.0.2"), ep("web-c", "uid-c", "10.1.0.3")
+	a.Node, b.Node, c.Node = "node-a", "node-b", "node-gone"
+	as, _ := p.Plan(svcKey, []Endpoint{a, b, c}, nil, t0)
+	got := map[string]string{}
+	for _, x := range as {
+		got[x.Key.ID] = x.Registration.Region
+	}
+	if want := map[string]string{"web-a": "west", "web-b": "", "web-c": ""}; !maps.Equal(got, want) {
+		t.Errorf("regions %v, want %v", got, want)
+	}
+	ha := held(a, 3)
+	ha.Region = "west"
+	hc := held(c, 4) // registered with the server's region, r1
+	if as, _ := p.Plan(svcKey, []Endpoint{a, c}, []wire.Endpoint{ha, hc}, t0); len(as) != 0 {
+		t.Errorf("in their regions already: %q, want nothing", show(as))
+	}
+	regions["node-a"] = "east"
+	if as, _ := p.Plan(svcKey, []Endpoint{a, c}, []wire.Endpoint{ha, hc}, t0); show(as) != "register web-a" || as[0].Registration.Region != "east" {
+		t.Errorf("node-a moved to east: %q, want web-a registered in east", show(as))
 	}
 }

@@ -60,6 +60,10 @@ type Config struct {
 	// Region is the region registrations name; "" leaves it to the
 	// server (its own).
 	Region string
+	// RegionFromNodes takes each pod's region from its node's
+	// topology.kubernetes.io/region label instead (a Node informer; the
+	// RBAC needs nodes get, list, watch). Not with Region.
+	RegionFromNodes bool
 	// Selector, if set, selects the Services whose labels match it,
 	// beside those annotated cairn.io/sync: "true".
 	Selector labels.Selector
@@ -118,6 +122,9 @@ func New(cfg Config) (*Sync, error) {
 	if cfg.Region != "" {
 		if err := wire.CheckLabel("region", cfg.Region); err != nil {
 			return nil, err
+		}
+		if cfg.RegionFromNodes {
+			return nil, errors.New("kubesync: a region, or the region from the nodes' labels: not both")
 		}
 	}
 	for k, v := range cfg.Namespaces {
@@ -178,6 +185,36 @@ func (s *Sync) Run(ctx context.Context) error {
 	svcInf := f.Core().V1().Services()
 	sliceInf := f.Discovery().V1().EndpointSlices()
 	s.svcs, s.slices = svcInf.Lister(), sliceInf.Lister()
+	informers := map[string]cache.SharedIndexInformer{"services": svcInf.Informer(), "endpointslices": sliceInf.Informer()}
+	if s.cfg.RegionFromNodes {
+		nodeInf := f.Core().V1().Nodes()
+		nodes := nodeInf.Lister()
+		s.plan.NodeRegion = func(name string) string {
+			if n, err := nodes.Get(name); err == nil {
+				return n.Labels[corev1.LabelTopologyRegion]
+			}
+			return ""
+		}
+		// A node's region changed (rare): every service is looked at
+		// again, as at a resync.
+		if _, err := nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			UpdateFunc: func(old, o any) {
+				on, _ := old.(*corev1.Node)
+				nn, _ := o.(*corev1.Node)
+				if on != nil && nn != nil && on.Labels[corev1.LabelTopologyRegion] != nn.Labels[corev1.LabelTopologyRegion] {
+					s.enqueueSelected()
+				}
+			},
+			AddFunc: func(any) {
+				if s.Ready() {
+					s.enqueueSelected()
+				}
+			},
+		}); err != nil {
+			return err
+		}
+		informers["nodes"] = nodeInf.Informer()
+	}
 	if _, err := svcInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { s.enqueueService(o) },
 		UpdateFunc: func(_, o any) { s.enqueueService(o) },
@@ -195,7 +232,7 @@ func (s *Sync) Run(ctx context.Context) error {
 	// A list or watch refused (RBAC short of a verb) or cut is retried
 	// by the informer; it is counted and logged here, where an
 	// operator sees it, and not only in client-go's own log.
-	for name, inf := range map[string]cache.SharedIndexInformer{"services": svcInf.Informer(), "endpointslices": sliceInf.Informer()} {
+	for name, inf := range informers {
 		if err := inf.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
 			s.metrics.watchErrors.WithLabelValues(name).Inc()
 			if ctx.Err() == nil {
@@ -250,15 +287,7 @@ func (s *Sync) resyncLoop(ctx context.Context) {
 // where it may hold instances it registered for a Service since
 // unselected or deleted.
 func (s *Sync) resync(ctx context.Context) {
-	svcs, err := s.svcs.List(labels.Everything())
-	if err != nil {
-		s.log.Warn("kube-sync: listing Services", "err", err)
-	}
-	for _, svc := range svcs {
-		if s.selected(svc) {
-			s.queue.Add(s.keyOf(svc.Namespace, svc.Name))
-		}
-	}
+	s.enqueueSelected()
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	sums, err := s.cfg.API.Services(cctx)
@@ -270,6 +299,19 @@ func (s *Sync) resync(ctx context.Context) {
 	}
 	for _, sum := range sums {
 		s.queue.Add(wire.ServiceKey{Namespace: sum.Namespace, Name: sum.Name})
+	}
+}
+
+// enqueueSelected enqueues the service of every Service selected.
+func (s *Sync) enqueueSelected() {
+	svcs, err := s.svcs.List(labels.Everything())
+	if err != nil {
+		s.log.Warn("kube-sync: listing Services", "err", err)
+	}
+	for _, svc := range svcs {
+		if s.selected(svc) {
+			s.queue.Add(s.keyOf(svc.Namespace, svc.Name))
+		}
 	}
 }
 

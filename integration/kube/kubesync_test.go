@@ -129,6 +129,52 @@ func TestKubeSync(t *testing.T) {
 	t.Run("Restart", e.restart)
 	t.Run("Burst500", e.burst)
 	t.Run("HealthFromBothSides", e.health)
+	t.Run("RegionFromNodes", e.regionFromNodes)
+}
+
+// regionFromNodes: kube-sync restarted with --region-from-nodes
+// registers a pod in its node's region, leaves the pods on nodes it
+// does not know where they were (no incarnation churns), and moves a
+// node's pods when its region label changes.
+func (e *env) regionFromNodes(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-west", Labels: map[string]string{corev1.LabelTopologyRegion: "west"}}}
+	if _, err := e.kube.CoreV1().Nodes().Create(e.ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	before := e.endpoints("shop", "web")
+	if err := e.ks.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ks.Start("--region-from-nodes"); err != nil {
+		t.Fatal(err)
+	}
+	e.create(slice("shop", "web", "web-3", pod("web-w", "uid-w1", "10.1.0.5", "west"))) // on node-west
+	var w wire.Endpoint
+	integration.Eventually(t, 20*time.Second, func() error {
+		if w = e.endpoints("shop", "web")["web-w"]; w.Region != "west" {
+			return fmt.Errorf("web-w: %s in region %q", w.Lifecycle, w.Region)
+		}
+		return nil
+	})
+	for id, was := range before {
+		if now := e.endpoints("shop", "web")[id]; was.Lifecycle == status.Ready && now.Incarnation != was.Incarnation {
+			t.Errorf("%s (on a node kube-sync does not know) went from incarnation %d to %d", id, was.Incarnation, now.Incarnation)
+		}
+	}
+	n, err := e.kube.CoreV1().Nodes().Get(e.ctx, "node-west", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Labels[corev1.LabelTopologyRegion] = "east"
+	if _, err := e.kube.CoreV1().Nodes().Update(e.ctx, n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	integration.Eventually(t, 20*time.Second, func() error {
+		if now := e.endpoints("shop", "web")["web-w"]; now.Region != "east" || now.Incarnation == w.Incarnation {
+			return fmt.Errorf("web-w: incarnation %d in region %q after its node moved to east", now.Incarnation, now.Region)
+		}
+		return nil
+	})
 }
 
 // health: an instance kube-sync registered keeps cairn's own evidence.

@@ -145,7 +145,7 @@ func checkManifests(t *testing.T, k *integration.KubeAPI) {
 			t.Errorf("%s: the API server refused it: %v", m.name(), err)
 		}
 	}
-	for kind, want := range map[string]int{"StatefulSet": 1, "PodDisruptionBudget": 1, "Deployment": 1, "ClusterRole": 1, "ClusterRoleBinding": 1} {
+	for kind, want := range map[string]int{"StatefulSet": 1, "PodDisruptionBudget": 1, "Deployment": 1, "ClusterRole": 2, "ClusterRoleBinding": 2} {
 		if kinds[kind] != want {
 			t.Errorf("%d %s in the manifests, want %d", kinds[kind], kind, want)
 		}
