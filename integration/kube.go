@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,21 +61,14 @@ func KubeBinaries() (apiserver, etcd string, err error) {
 		cache = filepath.Join(home, ".cache")
 	}
 	dir := filepath.Join(cache, "cairn", "kube")
-	apiserver = cmpEnv("CAIRN_KUBE_APISERVER", filepath.Join(dir, "kube-apiserver-"+kv))
-	etcd = cmpEnv("CAIRN_ETCD", filepath.Join(dir, "etcd-"+ev))
+	apiserver = cmp.Or(os.Getenv("CAIRN_KUBE_APISERVER"), filepath.Join(dir, "kube-apiserver-"+kv))
+	etcd = cmp.Or(os.Getenv("CAIRN_ETCD"), filepath.Join(dir, "etcd-"+ev))
 	for _, bin := range []string{apiserver, etcd} {
 		if st, err := os.Stat(bin); err != nil || st.Mode()&0o111 == 0 {
 			return "", "", fmt.Errorf("no %s (kube-apiserver %s and etcd %s, built from the Go module proxy by %s, ~6 min once)", bin, kv, ev, installKube)
 		}
 	}
 	return apiserver, etcd, nil
-}
-
-func cmpEnv(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
 }
 
 // KubeAPI is a real kube-apiserver with its etcd, on loopback, for a
@@ -150,14 +145,7 @@ func (k *KubeAPI) start(apiserver, etcd string) error {
 	add := func(user string, groups ...string) {
 		tok := rand.Text()
 		k.tokens[user] = tok
-		g := ""
-		for i, x := range groups {
-			if i > 0 {
-				g += ","
-			}
-			g += x
-		}
-		lines = fmt.Appendf(lines, "%s,%s,%s,%q\n", tok, user, user, g)
+		lines = fmt.Appendf(lines, "%s,%s,%s,%q\n", tok, user, user, strings.Join(groups, ","))
 	}
 	add("admin", "system:masters")
 	for u, gs := range KubeUsers {
@@ -209,32 +197,41 @@ func (k *KubeAPI) start(apiserver, etcd string) error {
 // awaitReady polls /readyz until the server says ok.
 func (k *KubeAPI) awaitReady(timeout time.Duration) error {
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	defer hc.CloseIdleConnections()
 	start := time.Now()
-	err := Poll(timeout, 100*time.Millisecond, func() error {
-		if !k.api.Running() {
-			return StopPolling(fmt.Errorf("kube-apiserver exited: %s", k.api.state()))
+	if err := awaitOK(hc, k.URL+"/readyz", k.tokens["admin"], timeout, &k.api, &k.etcd); err != nil {
+		return fmt.Errorf("kube-apiserver not ready: %w\n%s", err, k.api.Tail(30))
+	}
+	k.api.logf("kube-apiserver ready in %s", time.Since(start).Round(10*time.Millisecond))
+	return nil
+}
+
+// awaitOK polls url with hc (token, if any, as a bearer) until it
+// answers 200 OK, as long as every one of procs runs.
+func awaitOK(hc *http.Client, url, token string, timeout time.Duration, procs ...*proc) error {
+	defer hc.CloseIdleConnections()
+	return Poll(timeout, 50*time.Millisecond, func() error {
+		for _, p := range procs {
+			if !p.Running() {
+				return StopPolling(fmt.Errorf("%s exited: %s\n%s", p.name, p.state(), p.Tail(30)))
+			}
 		}
-		if !k.etcd.Running() {
-			return StopPolling(fmt.Errorf("etcd exited: %s", k.etcd.state()))
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+		if err != nil {
+			return StopPolling(err)
 		}
-		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, k.URL+"/readyz", nil)
-		req.Header.Set("Authorization", "Bearer "+k.tokens["admin"])
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
 		resp, err := hc.Do(req)
 		if err != nil {
 			return err
 		}
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("/readyz: %s", resp.Status)
+			return fmt.Errorf("GET %s: %s", url, resp.Status)
 		}
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("kube-apiserver not ready: %w\n%s", err, k.api.Tail(30))
-	}
-	k.api.logf("kube-apiserver ready in %s", time.Since(start).Round(10*time.Millisecond))
-	return nil
 }
 
 // KubeconfigFor writes a kubeconfig for user (admin, or one of
@@ -316,20 +313,5 @@ func (ks *KubeSync) Start(extra ...string) error {
 	if err := ks.start(ks.bin, ks.args, "http "+ks.HTTPAddr); err != nil {
 		return err
 	}
-	hc := &http.Client{Timeout: time.Second}
-	defer hc.CloseIdleConnections()
-	return Poll(60*time.Second, 50*time.Millisecond, func() error {
-		if !ks.Running() {
-			return StopPolling(fmt.Errorf("kube-sync exited: %s\n%s", ks.state(), ks.Tail(30)))
-		}
-		resp, err := hc.Get("http://" + ks.HTTPAddr + "/readyz")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("kube-sync /readyz: %s", resp.Status)
-		}
-		return nil
-	})
+	return awaitOK(&http.Client{Timeout: time.Second}, "http://"+ks.HTTPAddr+"/readyz", "", 60*time.Second, &ks.proc)
 }
