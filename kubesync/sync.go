@@ -124,7 +124,7 @@ func New(cfg Config) (*Sync, error) {
 			return nil, err
 		}
 		if cfg.RegionFromNodes {
-			return nil, errors.New("kubesync: a region, or the region from the nodes' labels: not both")
+			return nil, errors.New("kubesync: region and region-from-nodes: give one or the other, not both")
 		}
 	}
 	for k, v := range cfg.Namespaces {
